@@ -1,0 +1,88 @@
+# qgate: kdb+ gateway. `make demo` runs the main job; `make test` builds and runs every test.
+# SANITIZE=address (ASan+UBSan) or SANITIZE=thread (TSan) builds into build/asan, build/tsan.
+
+CC      ?= gcc
+SANITIZE ?=
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
+CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -g -pthread -Isrc -MMD -MP $(WARN)
+
+ifeq ($(SANITIZE),address)
+B       := build/asan
+SANFLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+else ifeq ($(SANITIZE),thread)
+B       := build/tsan
+SANFLAGS := -O1 -fsanitize=thread -fno-omit-frame-pointer
+else ifeq ($(SANITIZE),)
+B       := build/rel
+SANFLAGS := -O2
+else
+$(error SANITIZE must be empty, address or thread)
+endif
+
+CFLAGS  := $(CFLAGS_COMMON) $(SANFLAGS) $(EXTRA_CFLAGS)
+LDFLAGS := -pthread $(SANFLAGS)
+
+LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
+BENCH_COMMON := $(filter-out bench/qworker.c bench/qclient.c bench/codec.c bench/gw30.c,$(wildcard bench/*.c))
+BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(B)/%.o)
+UNIT_SRC  := $(wildcard tests/unit/test_*.c)
+UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/bench-codec
+
+.PHONY: all bins unit test test-unit test-integration test-interop demo deps-test clean bench-codec
+all: bins
+
+bins: $(BENCH_BIN)
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/libqgate.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/qworker: $(B)/bench/qworker.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
+	$(CC) $(LDFLAGS) -o $@ $^ -lm
+$(B)/qclient: $(B)/bench/qclient.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
+	$(CC) $(LDFLAGS) -o $@ $^ -lm
+$(B)/bench-codec: $(B)/bench/codec.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
+	$(CC) $(LDFLAGS) -o $@ $^ -lm
+
+$(B)/tests/%: $(B)/tests/unit/%.o $(B)/tests/unit/tutil.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm
+
+unit: $(UNIT_BIN)
+
+# ---- tests ---------------------------------------------------------------------------------
+# cmocka and node-q are installed on first use (apt-get, npm ci from the lockfile).
+deps-test:
+	@tests/deps.sh
+
+test: deps-test
+	$(MAKE) --no-print-directory SANITIZE=address test-unit test-integration
+	$(MAKE) --no-print-directory SANITIZE=address test-interop
+	@echo "make test: all passed"
+
+test-unit: unit
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+
+test-integration: bins
+	@set -e; for t in tests/integration/test_*.sh; do echo "== $$t"; BIN=$(B) bash $$t; done
+
+test-interop: bins
+	@BIN=$(B) bash tests/interop/run.sh
+
+# ---- demo and benchmarks -------------------------------------------------------------------
+demo: bins
+	@BIN=$(B) bash bench/demo.sh
+
+bench-codec: bins
+	$(B)/bench-codec
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,61 @@
+/* kipc.h: kdb+ IPC framing: the 8-byte header, the handshake and capability negotiation. */
+#ifndef KIPC_H
+#define KIPC_H
+
+#include "qg.h"
+
+#define KIPC_HDR_LEN 8
+#define KIPC_HS_MAX_DEFAULT 1024 /* longest handshake we accept (DESIGN: 1 KiB) */
+#define KIPC_CAP_MAX 3           /* highest capability we advertise: compression, guid */
+
+enum kipc_msgtype { KIPC_ASYNC = 0, KIPC_SYNC = 1, KIPC_RESPONSE = 2 };
+
+/* A decoded message header. len counts the whole message, header included. */
+struct kipc_hdr {
+    uint8_t le;         /* 1 = little-endian body, 0 = big-endian */
+    uint8_t type;       /* enum kipc_msgtype */
+    uint8_t compressed; /* 1 = body is kdb+ IPC compressed (kzip) */
+    uint64_t len;       /* total length: bytes 4..7 plus byte 3 as bits 32..39 */
+};
+
+/* Decode and check the header in the first 8 bytes of p.
+ * Returns QG_AGAIN if n < 8, QG_ERR (with *why set to a static reason) if the header is not
+ * one q would accept or its length is below 9 or above max_len, else QG_OK. */
+qg_status kipc_hdr_parse(const uint8_t *p, size_t n, uint64_t max_len, struct kipc_hdr *h,
+                         const char **why) QG_MUSTCHECK;
+
+/* Is a whole message at the front of p? QG_OK when all h->len bytes are present, QG_AGAIN
+ * when more are needed (*need is the total wanted so far: 8, then the message length),
+ * QG_ERR when the header is bad (see kipc_hdr_parse). */
+qg_status kipc_frame_check(const uint8_t *p, size_t n, uint64_t max_len, struct kipc_hdr *h,
+                           size_t *need, const char **why) QG_MUSTCHECK;
+
+/* Write a little-endian header for a message of len bytes in total. */
+void kipc_hdr_write(uint8_t out[KIPC_HDR_LEN], enum kipc_msgtype type, int compressed, uint64_t len);
+
+/* A parsed client handshake. Pointers refer into the caller's buffer. */
+struct kipc_hs {
+    size_t len;          /* bytes consumed, terminating NUL included */
+    const char *user;    /* credentials up to the first ':' */
+    size_t user_len;
+    const char *pass;    /* after the first ':'; empty if none */
+    size_t pass_len;
+    uint8_t cap;         /* capability byte, 0 for pre-2.6 clients that send none */
+};
+
+/* Parse "user:password" CAP NUL from the start of p. QG_AGAIN until the NUL arrives;
+ * QG_ERR if max_len bytes arrive without one. As aiokdb does, the byte before the NUL is a
+ * capability only if it is below 32 (older clients send none). */
+qg_status kipc_hs_parse(const uint8_t *p, size_t n, size_t max_len, struct kipc_hs *hs) QG_MUSTCHECK;
+
+/* Build a client handshake "user[:pass]" CAP NUL into out. Returns its length, or 0 if it does
+ * not fit in outlen bytes or user/pass contain a NUL. pass may be NULL or empty. */
+size_t kipc_hs_build(uint8_t *out, size_t outlen, const char *user, const char *pass, uint8_t cap);
+
+/* The capability both sides use: the smaller of the two. */
+static inline uint8_t kipc_cap_negotiate(uint8_t peer, uint8_t ours) { return peer < ours ? peer : ours; }
+
+/* Name of a message type for logs ("async", "sync", "response", "?"). */
+const char *kipc_type_name(int type);
+
+#endif

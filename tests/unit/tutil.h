@@ -1,0 +1,26 @@
+/* tutil.h: helpers shared by the unit tests: hex, golden vectors from real q, a PRNG. */
+#ifndef TUTIL_H
+#define TUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct qvec {
+    char *expr;     /* the q expression */
+    uint8_t *body;  /* -8! of its value, header removed */
+    size_t len;
+};
+
+/* Load pairs (expression, hex) from ../shared/testdata/qpython/NAME (or $QG_TESTDATA/NAME).
+ * Returns the count, or -1 if the folder is absent (callers skip and say why). */
+int tutil_load_vectors(const char *name, struct qvec **out);
+void tutil_free_vectors(struct qvec *v, int n);
+const char *tutil_testdata_dir(void);
+
+/* Decode hex (either case) into a malloc'd buffer. */
+uint8_t *tutil_unhex(const char *hex, size_t *len);
+
+/* xorshift64* PRNG with a fixed seed, so failures repeat. */
+uint64_t tutil_rand(uint64_t *s);
+
+#endif
