@@ -24,11 +24,12 @@ LDFLAGS := -pthread $(SANFLAGS)
 
 LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
-BENCH_COMMON := $(filter-out bench/qworker.c bench/qclient.c bench/codec.c bench/gw30.c,$(wildcard bench/*.c))
+BENCH_MAINS  := qworker qclient qsend codec gw30
+BENCH_COMMON := $(filter-out $(BENCH_MAINS:%=bench/%.c),$(wildcard bench/*.c))
 BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(B)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
-BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/bench-codec
+BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/bench-codec
 
 .PHONY: all bins unit test test-unit test-integration test-interop demo deps-test clean bench-codec
 all: bins
@@ -43,9 +44,7 @@ $(B)/libqgate.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/qworker: $(B)/bench/qworker.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
-	$(CC) $(LDFLAGS) -o $@ $^ -lm
-$(B)/qclient: $(B)/bench/qclient.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
+$(B)/q%: $(B)/bench/q%.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lm
 $(B)/bench-codec: $(B)/bench/codec.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lm

@@ -67,12 +67,57 @@ size_t kzip_uncompressed_len(const uint8_t *c, size_t clen)
     return qg_ld32o(c + 8, c[0]);
 }
 
-#define HASH_TO(lim)                                        \
-    do {                                                    \
-        while (p + 1 < (lim)) {                             \
-            last[out[p] ^ out[p + 1]] = (uint32_t)p;        \
-            p++;                                            \
-        }                                                   \
+/* Copy len bytes from out+src to out+w (src < w) with the byte-at-a-time meaning of an
+ * overlapping copy. May write up to 15 bytes past w+len: the caller guarantees the room. */
+static inline void copy_fast(uint8_t *out, size_t src, size_t w, size_t len)
+{
+    size_t d = w - src;
+    uint8_t *o = out + w;
+    const uint8_t *i = out + src;
+    if (d >= 16) {
+        for (size_t k = 0; k < len; k += 16)
+            memcpy(o + k, i + k, 16);
+    } else if (d >= 8) {
+        for (size_t k = 0; k < len; k += 8)
+            memcpy(o + k, i + k, 8);
+    } else if (d == 1) {
+        memset(o, *i, len);
+    } else {
+        for (size_t k = 0; k < len; k++)
+            o[k] = i[k];
+    }
+}
+
+/* Exact copy, never past w+len. */
+static inline void copy_exact(uint8_t *out, size_t src, size_t w, size_t len)
+{
+    if (w - src >= len)
+        memcpy(out + w, out + src, len);
+    else if (w - src == 1)
+        memset(out + w, out[src], len);
+    else
+        for (size_t i = 0; i < len; i++)
+            out[w + i] = out[src + i];
+}
+
+/* Room a whole group of 8 items may need: 8 back-references of 257 bytes, plus the 15-byte
+ * overrun of copy_fast. */
+#define GROUP_OUT_MAX (8 * 257 + 16)
+#define GROUP_IN_MAX 17
+
+/* The hash table update of kdb-ipc.md 4.2, restated so that it needs no reads of the output:
+ * a literal hashes the pair it completes (previous byte, this byte) at w-1 when the previous
+ * item was a literal too ("pend"); a back-reference with slot h completes the pair at w-1 with
+ * its first byte (out[src]), and the pair at its own start equals the one at src, whose hash
+ * is h, so last[h] becomes w. Pairs inside a copy are never hashed. */
+#define LITERAL(b)                                  \
+    do {                                            \
+        uint8_t b_ = (b);                           \
+        if (pend)                                   \
+            last[prev ^ b_] = (uint32_t)(w - 1);    \
+        out[w++] = b_;                              \
+        prev = b_;                                  \
+        pend = 1;                                   \
     } while (0)
 
 qg_status kzip_decompress(const uint8_t *c, size_t clen, uint8_t *out, size_t n, const char **why)
@@ -89,9 +134,32 @@ qg_status kzip_decompress(const uint8_t *c, size_t clen, uint8_t *out, size_t n,
     else {
         out[4] = (uint8_t)(n >> 24); out[5] = (uint8_t)(n >> 16); out[6] = (uint8_t)(n >> 8); out[7] = (uint8_t)n;
     }
-    size_t w = 8, p = 8, r = 12;
-    unsigned flags = 0, bit = 0;
+    size_t w = 8, r = 12;
+    unsigned flags = 0, bit = 0, prev = 0, pend = 0;
     while (w < n) {
+        if (bit == 0 && clen - r >= GROUP_IN_MAX && n - w >= GROUP_OUT_MAX) {
+            /* a whole group with room to spare: no bounds checks per item */
+            unsigned f = c[r++];
+            for (int k = 0; k < 8; k++, f >>= 1) {
+                if (f & 1) {
+                    unsigned h = c[r];
+                    size_t src = last[h], len = 2 + (size_t)c[r + 1];
+                    r += 2;
+                    if (src == 0)
+                        goto empty_slot;
+                    if (pend)
+                        last[prev ^ out[src]] = (uint32_t)(w - 1);
+                    copy_fast(out, src, w, len);
+                    last[h] = (uint32_t)w;
+                    w += len;
+                    pend = 0;
+                } else {
+                    LITERAL(c[r]);
+                    r++;
+                }
+            }
+            continue;
+        }
         if (bit == 0) {
             if (r >= clen)
                 goto short_stream;
@@ -101,35 +169,26 @@ qg_status kzip_decompress(const uint8_t *c, size_t clen, uint8_t *out, size_t n,
         if (flags & bit) {
             if (clen - r < 2)
                 goto short_stream;
-            size_t src = last[c[r]];
-            size_t len = 2 + (size_t)c[r + 1];
+            unsigned h = c[r];
+            size_t src = last[h], len = 2 + (size_t)c[r + 1];
             r += 2;
-            if (src == 0) {
-                *why = "back-reference to an empty slot";
-                return QG_ERR;
-            }
+            if (src == 0)
+                goto empty_slot;
             if (len > n - w) {
                 *why = "back-reference past the declared length";
                 return QG_ERR;
             }
-            size_t w0 = w;
-            if (w - src >= len) {
-                memcpy(out + w, out + src, len);
-            } else if (w - src == 1) {
-                memset(out + w, out[src], len);
-            } else {
-                for (size_t i = 0; i < len; i++)
-                    out[w + i] = out[src + i];
-            }
-            w += 2;
-            HASH_TO(w); /* pairs up to the match start; none inside the copy */
-            w = w0 + len;
-            p = w;
+            if (pend)
+                last[prev ^ out[src]] = (uint32_t)(w - 1);
+            copy_exact(out, src, w, len);
+            last[h] = (uint32_t)w;
+            w += len;
+            pend = 0;
         } else {
             if (r >= clen)
                 goto short_stream;
-            out[w++] = c[r++];
-            HASH_TO(w);
+            LITERAL(c[r]);
+            r++;
         }
         bit = (bit << 1) & 0xff;
     }
@@ -138,6 +197,9 @@ qg_status kzip_decompress(const uint8_t *c, size_t clen, uint8_t *out, size_t n,
         return QG_ERR;
     }
     return QG_OK;
+empty_slot:
+    *why = "back-reference to an empty slot";
+    return QG_ERR;
 short_stream:
     *why = "compressed stream truncated";
     return QG_ERR;

@@ -1,0 +1,495 @@
+/* qworker.c: a stand-in for q/worker.q on machines without q: q's handshake, tbl2, and the
+ * requests of q/client.q answered with the bytes q would send. One thread, like q. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kcodec.h"
+#include "kipc.h"
+#include "kzip.h"
+#include "modes.h"
+#include "net.h"
+#include "tbl2.h"
+
+#define MAX_MESSAGE (1ULL << 34)
+static struct tbl2 tbl2;
+
+static struct {
+    const char *user; /* required user:pass, or NULL for any */
+    int quiet;
+    int compress_all; /* compress as if every peer were remote (tests) */
+    uint64_t rng;
+} opt;
+
+struct wconn {
+    int fd;
+    int ready;   /* handshake done */
+    int local;   /* peer on this host: never compress */
+    uint8_t cap;
+    uint8_t *in;
+    size_t len, size;
+    char peer[64];
+};
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static void logf_(struct wconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(struct wconn *c, const char *fmt, ...)
+{
+    if (opt.quiet)
+        return;
+    char ts[32];
+    time_t t = time(NULL);
+    strftime(ts, sizeof ts, "%H:%M:%S", localtime(&t));
+    fprintf(stderr, "%s qworker %s: ", ts, c ? c->peer : "-");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int writev_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        ssize_t w = writev(fd, iov, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                struct pollfd pf = {.fd = fd, .events = POLLOUT};
+                poll(&pf, 1, -1);
+                continue;
+            }
+            return -1;
+        }
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+/* Send a response made of the given pieces, compressed as q would for a remote peer. */
+static int send_pieces(struct wconn *c, struct iovec *iov, int n)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += iov[i].iov_len;
+    if ((!c->local || opt.compress_all) && c->cap >= 1 && total >= KZIP_MIN_LEN && total <= INT32_MAX) {
+        uint8_t *m = malloc(total), *z = malloc(total / 2);
+        size_t o = 0, zl = 0;
+        if (m && z) {
+            for (int i = 0; i < n; i++) {
+                memcpy(m + o, iov[i].iov_base, iov[i].iov_len);
+                o += iov[i].iov_len;
+            }
+            zl = kzip_compress(m, total, z);
+        }
+        int rc = 0;
+        if (zl) {
+            struct iovec zi = {z, zl};
+            rc = writev_all(c->fd, &zi, 1);
+        }
+        free(m);
+        free(z);
+        if (zl)
+            return rc;
+    }
+    return writev_all(c->fd, iov, n);
+}
+
+static int send_rows(struct wconn *c, int64_t k)
+{
+    uint8_t head[TBL2_HEAD_LEN];
+    size_t total = tbl2_head(&tbl2, k, head);
+    struct iovec iov[2] = {{head, sizeof head}, {tbl2.col, total - sizeof head}};
+    return send_pieces(c, iov, 2);
+}
+
+static int send_k(struct wconn *c, K x)
+{
+    size_t len;
+    uint8_t *m = x ? kcodec_encode_msg(x, KIPC_RESPONSE, &len) : NULL;
+    k_free(x);
+    if (!m)
+        return -1;
+    struct iovec iov = {m, len};
+    int rc = send_pieces(c, &iov, 1);
+    free(m);
+    return rc;
+}
+
+static K k_long(int64_t v)
+{
+    K x = k_atom(-KT_LONG);
+    if (x)
+        x->j = v;
+    return x;
+}
+
+/* What q would do with the message: the reply, computed; NULL reply for "rows" replies. */
+struct reply {
+    int64_t rows; /* >= 0 or QMODE_ALL_ROWS: a slice of tbl2 */
+    K k;          /* otherwise this object (possibly an error) */
+};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
+static struct reply unsupported(const char *what)
+{
+    char msg[128];
+    snprintf(msg, sizeof msg, "qworker: unsupported %s", what);
+    return (struct reply){.k = k_err(msg)};
+}
+
+/* The plain char vector queries tests use: "", rows N, sleep MS, echo X, err X. */
+static struct reply eval_text(struct wconn *c, const char *s, size_t n)
+{
+    char buf[64];
+    if (n == 0)
+        return (struct reply){.k = k_prim(KT_UNARY, 0)};
+    if (n > 5 && !memcmp(s, "echo ", 5))
+        return (struct reply){.k = k_str(s + 5, n - 5)};
+    if (n > 4 && !memcmp(s, "err ", 4)) {
+        char *e = strndup(s + 4, n - 4);
+        struct reply r = {.k = k_err(e ? e : "err")};
+        free(e);
+        return r;
+    }
+    if (n < sizeof buf) {
+        memcpy(buf, s, n);
+        buf[n] = 0;
+        long long v;
+        char tail;
+        if (sscanf(buf, "rows %lld%c", &v, &tail) == 1 && v >= 0)
+            return (struct reply){.rows = v};
+        if (sscanf(buf, "sleep %lld%c", &v, &tail) == 1 && v >= 0 && v <= 3600000) {
+            logf_(c, "sleep %lld ms", v);
+            sleep_ms((int)v);
+            return (struct reply){.k = k_long(v)};
+        }
+    }
+    snprintf(buf, sizeof buf, "query \"%.*s\"", (int)(n > 40 ? 40 : n), s);
+    return unsupported(buf);
+}
+
+/* Apply a function (a lambda, or its text as a string) to arg, as value (f; arg) does. */
+static struct reply apply(struct wconn *c, K f, K arg)
+{
+    const char *src;
+    size_t len;
+    if (f->t == KT_LAMBDA) {
+        src = kC(kK(f)[0]);
+        len = (size_t)kK(f)[0]->n;
+    } else if (f->t == KT_CHAR) {
+        src = kC(f);
+        len = (size_t)f->n;
+    } else {
+        return unsupported("function");
+    }
+    const struct qmode *m = qmode_by_fn(src, len);
+    if (!m)
+        return unsupported("lambda");
+    logf_(c, "%s", m->name);
+    if (m->throws) {
+        if (arg->t == -KT_SYM)
+            return (struct reply){.k = k_err(arg->s)};
+        if (arg->t == KT_CHAR) {
+            char *e = strndup(kC(arg), (size_t)arg->n);
+            struct reply r = {.k = k_err(e ? e : "type")};
+            free(e);
+            return r;
+        }
+        return (struct reply){.k = k_err("type")};
+    }
+    if (m->exit_per_mille && (int)(rng_next(&opt.rng) % 1000) < m->exit_per_mille) {
+        logf_(c, "killer: exit 0");
+        exit(0);
+    }
+    if (m->sleep_ms)
+        sleep_ms(m->sleep_ms);
+    return (struct reply){.rows = m->rows};
+}
+
+static int is_name(K x, const char *name)
+{
+    size_t l = strlen(name);
+    if (x->t == -KT_SYM)
+        return !strcmp(x->s, name);
+    return x->t == KT_CHAR && (size_t)x->n == l && !memcmp(kC(x), name, l);
+}
+
+static struct reply eval(struct wconn *c, K x)
+{
+    if (x->t == KT_CHAR)
+        return eval_text(c, kC(x), (size_t)x->n);
+    if (x->t == KT_LIST && x->n == 2) {
+        K f = kK(x)[0], a = kK(x)[1];
+        if (is_name(f, ".gateway.exec")) {
+            if (a->t == KT_LIST && a->n == 2)
+                return apply(c, kK(a)[0], kK(a)[1]);
+            return unsupported(".gateway.exec argument");
+        }
+        return apply(c, f, a);
+    }
+    char what[48];
+    snprintf(what, sizeof what, "message of type %d", x->t);
+    return unsupported(what);
+}
+
+/* Serve one whole message. Returns -1 if the connection must close. */
+static int serve(struct wconn *c, const uint8_t *msg, size_t len)
+{
+    struct kipc_hdr h;
+    const char *why = "";
+    if (kipc_hdr_parse(msg, len, MAX_MESSAGE, &h, &why) != QG_OK)
+        return -1;
+    uint8_t *plain = NULL;
+    if (h.compressed) {
+        size_t n = kzip_uncompressed_len(msg, len);
+        if (n < 9 || n > MAX_MESSAGE || !(plain = malloc(n)) ||
+            kzip_decompress(msg, len, plain, n, &why) != QG_OK) {
+            logf_(c, "badmsg: %s", why);
+            free(plain);
+            return -1;
+        }
+        msg = plain;
+        len = n;
+    }
+    K x;
+    struct kerr e = {0};
+    if (kcodec_decode(msg + 8, len - 8, h.le, NULL, &x, &e) != QG_OK) {
+        logf_(c, "badmsg: %s at byte %zu; closing, as q does", e.why, e.off + 8);
+        free(plain);
+        return -1;
+    }
+    free(plain);
+    if (h.type != KIPC_SYNC)
+        logf_(c, "%s message", kipc_type_name(h.type));
+    struct reply r = eval(c, x);
+    k_free(x);
+    if (h.type != KIPC_SYNC) {
+        k_free(r.k);
+        return 0;
+    }
+    return r.k ? send_k(c, r.k) : send_rows(c, r.rows);
+}
+
+/* Read what is there and serve every whole message. -1 closes. */
+static int on_readable(struct wconn *c)
+{
+    if (c->size - c->len < 65536) {
+        size_t ns = c->size ? c->size * 2 : 131072;
+        uint8_t *b = realloc(c->in, ns);
+        if (!b)
+            return -1;
+        c->in = b;
+        c->size = ns;
+    }
+    ssize_t r = read(c->fd, c->in + c->len, c->size - c->len);
+    if (r == 0)
+        return -1;
+    if (r < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    c->len += (size_t)r;
+    size_t off = 0;
+    if (!c->ready) {
+        struct kipc_hs hs;
+        qg_status st = kipc_hs_parse(c->in, c->len, KIPC_HS_MAX_DEFAULT, &hs);
+        if (st == QG_AGAIN)
+            return 0;
+        if (st != QG_OK)
+            return -1;
+        if (opt.user) {
+            size_t ul = strlen(opt.user);
+            size_t cl = hs.pass_len ? hs.user_len + 1 + hs.pass_len : hs.user_len;
+            if (cl != ul || memcmp(hs.user, opt.user, ul)) {
+                logf_(c, "access denied for '%.*s'", (int)hs.user_len, hs.user);
+                return -1;
+            }
+        }
+        c->cap = kipc_cap_negotiate(hs.cap, KIPC_CAP_MAX);
+        if (net_write_all(c->fd, &c->cap, 1))
+            return -1;
+        c->ready = 1;
+        off = hs.len;
+    }
+    for (;;) {
+        struct kipc_hdr h;
+        size_t need;
+        const char *why;
+        qg_status st = kipc_frame_check(c->in + off, c->len - off, MAX_MESSAGE, &h, &need, &why);
+        if (st == QG_ERR) {
+            logf_(c, "badmsg: %s", why);
+            return -1;
+        }
+        if (st == QG_AGAIN) {
+            if (need > c->size) {
+                uint8_t *b = realloc(c->in, need);
+                if (!b)
+                    return -1;
+                c->in = b;
+                c->size = need;
+            }
+            break;
+        }
+        if (serve(c, c->in + off, (size_t)h.len))
+            return -1;
+        off += (size_t)h.len;
+    }
+    memmove(c->in, c->in + off, c->len - off);
+    c->len -= off;
+    if (c->len == 0 && c->size > (1u << 20)) { /* give big buffers back when idle */
+        free(c->in);
+        c->in = NULL;
+        c->size = 0;
+    }
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: qworker -p [host:]port [--rows N] [--seed S] [--user u:p] [--quiet] [--no-uds]\n"
+            "               [--compress]\n"
+            "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
+            "  10000000) and answers q/client.q's requests, plus the test queries\n"
+            "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\". Port 0 picks a free port; the\n"
+            "  first line on stdout is \"qworker listening on HOST:PORT\". Replies over 2000 bytes\n"
+            "  are compressed as q does for remote peers; --compress treats every peer as remote.\n"
+            "  --user u:p closes connections with other credentials, as q -U does.\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    const char *listen_at = NULL;
+    int64_t rows = 10000000;
+    uint64_t seed = 42;
+    int uds = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-p") && i + 1 < argc)
+            listen_at = argv[++i];
+        else if (!strcmp(a, "--rows") && i + 1 < argc)
+            rows = atoll(argv[++i]);
+        else if (!strcmp(a, "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--user") && i + 1 < argc)
+            opt.user = argv[++i];
+        else if (!strcmp(a, "--quiet"))
+            opt.quiet = 1;
+        else if (!strcmp(a, "--compress"))
+            opt.compress_all = 1;
+        else if (!strcmp(a, "--no-uds"))
+            uds = 0;
+        else
+            usage();
+    }
+    if (!listen_at || rows < 0 || rows > INT32_MAX)
+        usage();
+    char host[256];
+    int port;
+    if (net_parse_hostport(listen_at, "0.0.0.0", host, sizeof host, &port)) {
+        fprintf(stderr, "qworker: bad address %s\n", listen_at);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    opt.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20) ^ 0x9e3779b97f4a7c15ULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (tbl2_build(&tbl2, rows, seed)) {
+        fprintf(stderr, "qworker: no memory for %lld rows\n", (long long)rows);
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int bound;
+    int lfd = net_listen_tcp(host, port, 512, 1, &bound);
+    if (lfd < 0) {
+        fprintf(stderr, "qworker: cannot listen on %s:%d: %s\n", host, port, strerror(errno));
+        return 1;
+    }
+    int ufd = uds ? net_listen_uds(bound, 512, 1) : -2;
+    printf("qworker listening on %s:%d rows=%lld built_ms=%.0f\n", host, bound, (long long)rows,
+           (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+    fflush(stdout);
+
+    struct wconn *conns = NULL;
+    struct pollfd *pfd = NULL;
+    int n = 0, cap = 0;
+    for (;;) {
+        if (cap < n + 2) {
+            cap = cap ? cap * 2 : 64;
+            conns = realloc(conns, (size_t)cap * sizeof *conns);
+            pfd = realloc(pfd, (size_t)(cap + 2) * sizeof *pfd);
+            if (!conns || !pfd)
+                return 1;
+        }
+        pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        pfd[1] = (struct pollfd){.fd = ufd >= 0 ? ufd : -1, .events = POLLIN};
+        for (int i = 0; i < n; i++)
+            pfd[i + 2] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
+        if (poll(pfd, (nfds_t)n + 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return 1;
+        }
+        int polled = n;
+        for (int l = 0; l < 2; l++) {
+            if (!(pfd[l].revents & POLLIN))
+                continue;
+            int fd = accept4(pfd[l].fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0 || n + 1 >= cap) {
+                if (fd >= 0)
+                    close(fd);
+                continue;
+            }
+            net_tune(fd);
+            conns[n] = (struct wconn){.fd = fd, .local = net_peer_is_local(fd)};
+            net_peer_name(fd, conns[n].peer, sizeof conns[n].peer);
+            n++;
+        }
+        for (int i = 0; i < polled; i++) {
+            if (!pfd[i + 2].revents)
+                continue;
+            if (on_readable(&conns[i])) {
+                logf_(&conns[i], "handle closed");
+                close(conns[i].fd);
+                free(conns[i].in);
+                conns[i].fd = -1;
+            }
+        }
+        int w = 0;
+        for (int i = 0; i < n; i++)
+            if (conns[i].fd >= 0)
+                conns[w++] = conns[i];
+        n = w;
+    }
+}

@@ -1,0 +1,64 @@
+# lib.sh: helpers for integration tests: real processes on ephemeral loopback ports, always
+# cleaned up. Source it; BIN names the build folder (build/asan by default).
+set -euo pipefail
+BIN=${BIN:-build/asan}
+TMP=$(mktemp -d /tmp/qgate-it.XXXXXX)
+PIDS=()
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=66}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+cleanup() {
+    local p
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    if [ "${KEEP_TMP:-}" = "" ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    for f in "$TMP"/*.log; do
+        if [ -f "$f" ]; then echo "--- $f (tail)" >&2; tail -n 20 "$f" >&2; fi
+    done
+    exit 1
+}
+pass() { echo "ok - $*"; }
+
+# wait_line FILE REGEX [SECONDS]: wait until FILE has a line matching REGEX
+wait_line() {
+    local f=$1 re=$2 t=${3:-30} i=0
+    while ! grep -qE "$re" "$f" 2>/dev/null; do
+        sleep 0.05
+        i=$((i + 1))
+        if [ $i -gt $((t * 20)) ]; then fail "timed out waiting for /$re/ in $f"; fi
+    done
+    return 0
+}
+
+# start_worker NAME ARGS...: start a qworker on an ephemeral port; sets NAME_PORT, NAME_PID
+start_worker() {
+    local name=$1
+    shift
+    "$BIN/qworker" -p 127.0.0.1:0 --no-uds "$@" >"$TMP/$name.out" 2>"$TMP/$name.log" &
+    local pid=$!
+    PIDS+=("$pid")
+    wait_line "$TMP/$name.out" "listening on" 60
+    local port
+    port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$TMP/$name.out" | head -n 1)
+    printf -v "${name}_PORT" '%s' "$port"
+    printf -v "${name}_PID" '%s' "$pid"
+}
+
+# expect_lines FILE REGEX COUNT: exactly COUNT lines of FILE match REGEX
+expect_lines() {
+    local n
+    n=$(grep -cE "$2" "$1" || true)
+    [ "$n" -eq "$3" ] || fail "$1: $n lines match /$2/, want $3: $(head -n 5 "$1")"
+}
+
+# expect_file_has FILE REGEX: at least one line matches
+expect_file_has() {
+    grep -qE "$2" "$1" || fail "$1 has no line matching /$2/: $(head -n 5 "$1")"
+}

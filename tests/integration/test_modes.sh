@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# qclient in every mode against qworker on loopback; the q text of every mode matches
+# q/client.q; qworker's plain test queries, credentials and bad input.
+. "$(dirname "$0")/lib.sh"
+
+# Every function qclient sends is written identically in q/client.q.
+"$BIN/qclient" --modes > "$TMP/modes.txt"
+while IFS=$'\t' read -r name fn; do
+    grep -qF "fns[\`$name]:$fn;" q/client.q || fail "q/client.q lacks fns[\`$name]:$fn;"
+done < "$TMP/modes.txt"
+[ "$(wc -l < "$TMP/modes.txt")" -eq 11 ] || fail "expected 11 modes"
+pass "q/client.q and bench/modes.c agree on all 11 functions"
+
+start_worker W --rows 3500000
+G="127.0.0.1:$W_PORT"
+TS='0D[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}'
+
+mode() { # mode SPEC COUNT -> $TMP/out
+    timeout 120 "$BIN/qclient" -g "$G" "$1" 0 --count "$2" --csv "$TMP/lat.csv" > "$TMP/out" 2> "$TMP/err" \
+        || fail "qclient $1 exited $?: $(cat "$TMP/err")"
+}
+
+mode fast 3;      expect_lines "$TMP/out" "^fast got :: 1 rows in dur :: $TS\$" 3
+[ "$(wc -l < "$TMP/lat.csv")" -eq 4 ] || fail "csv should have a header and 3 rows"
+expect_lines "$TMP/lat.csv" '^[0-9]+,fast,ok,1,[0-9.]+$' 3
+mode big 2;       expect_lines "$TMP/out" "^big got :: 3500000 in dur :: $TS\$" 2
+mode smallbig 1;  expect_lines "$TMP/out" "^smallbig got :: 3500000 in dur :: $TS\$" 1
+mode med 1;       expect_lines "$TMP/out" "^med got :: 3000000 in dur :: $TS\$" 1
+mode bigbig 1;    expect_lines "$TMP/out" "^bigbig got :: 3500000 in dur :: $TS\$" 1
+mode bigsmall 2;  expect_lines "$TMP/out" "^bigsmall got :: 6 rows in dur :: $TS\$" 2
+mode ss 3;        expect_lines "$TMP/out" "^ss got :: 5 rows in dur :: $TS\$" 3
+mode throw:boom 2;    expect_lines "$TMP/out" "^throw error :: boom in dur :: $TS\$" 2
+mode ssthrow:bang 2;  expect_lines "$TMP/out" "^ssthrow error :: bang in dur :: $TS\$" 2
+mode slow 1;      expect_lines "$TMP/out" "^slow got :: 1 rows in dur :: 0D00:00:0[7-9]\.[0-9]{9}\$" 1
+expect_lines "$TMP/W.log" "qworker .*: ss\$" 3
+pass "fast big smallbig med bigbig bigsmall ss throw ssthrow slow"
+
+# one-shot modes open a connection per request; the others keep theirs
+closes=$(grep -c "handle closed" "$TMP/W.log")
+[ "$closes" -ge 9 ] || fail "expected one-shot requests to close their handles ($closes closes)"
+
+# killer: the worker exits (as q's exit 0) at random; the client sees the close, then
+# cannot reconnect, and says so each period.
+start_worker K --rows 1000
+timeout 60 "$BIN/qclient" -g "127.0.0.1:$K_PORT" killer 0 --count 300 > "$TMP/out" 2> "$TMP/err" || fail "qclient killer"
+expect_file_has "$TMP/out" "^killer got :: 3 rows in dur :: $TS\$"
+expect_lines "$TMP/out" "^killer error :: close in dur :: $TS\$" 1
+expect_file_has "$TMP/out" "^killer hopen failed :: hop\$"
+set +e; wait "$K_PID"; rc=$?; set -e
+[ "$rc" -eq 0 ] || fail "killer worker exit status $rc, want 0"
+expect_file_has "$TMP/K.log" "killer: exit 0"
+pass "killer: worker exits 0, client sees close then hop"
+
+# plain test queries, the generic null, unsupported text
+"$BIN/qsend" -g "$G" "rows 2" "echo hi there" "err oops" "sleep 5" "" "1+1" > "$TMP/q.out"
+sed -i 's/^\(table\[2\] `a | ("[a-z]\{8,10\}";"[a-z]\{8,10\}")\)$/table[2] `a | two rows/' "$TMP/q.out"
+diff -u - "$TMP/q.out" <<'OUT' || fail "plain queries"
+table[2] `a | two rows
+"hi there"
+'oops
+5
+::
+'qworker: unsupported query "1+1"
+OUT
+pass "rows, echo, err, sleep, empty and unsupported queries"
+
+# async messages run without a reply; a sync chaser after them is answered in order
+"$BIN/qsend" -g "$G" --async "sleep 50" "echo ignored" > "$TMP/q.out"
+[ ! -s "$TMP/q.out" ] || fail "async produced output"
+pass "async messages get no reply"
+
+# compression as q does for remote peers, decompressed by qclient
+start_worker Z --rows 200000 --compress
+timeout 60 "$BIN/qclient" -g "127.0.0.1:$Z_PORT" big 0 --count 1 > "$TMP/out" 2>&1 || fail "compressed big"
+expect_lines "$TMP/out" "^big got :: 200000 in dur" 1
+pass "compressed replies"
+
+# credentials: the wrong ones are closed without a byte ('access)
+start_worker U --rows 10 --user alice:secret
+"$BIN/qsend" -g "127.0.0.1:$U_PORT" -u alice:secret "echo in" > "$TMP/q.out"
+expect_lines "$TMP/q.out" '^"in"$' 1
+set +e; "$BIN/qsend" -g "127.0.0.1:$U_PORT" -u alice:wrong "echo in" > "$TMP/q.out"; rc=$?; set -e
+[ "$rc" -eq 1 ] || fail "bad credentials accepted"
+expect_lines "$TMP/q.out" "^'access\$" 1
+pass "credentials"
+
+# a malformed message closes the connection, as q does ('badmsg); the worker stays up
+exec 3<>"/dev/tcp/127.0.0.1/$W_PORT"
+printf 'x\003\000' >&3
+head -c 1 <&3 | od -An -tx1 | grep -q 03 || fail "no capability byte"
+# a sync message whose body claims a char vector of 100 bytes but carries 3
+printf '\001\001\000\000\021\000\000\000\012\000\144\000\000\000abc' >&3
+if read -r -t 5 -n 1 _ <&3; then fail "expected a close after a malformed message"; fi
+exec 3<&- 3>&-
+expect_file_has "$TMP/W.log" "badmsg: count past end of message"
+"$BIN/qsend" -g "$G" "echo still up" | grep -q 'still up' || fail "worker down after badmsg"
+pass "malformed message closes that connection only"

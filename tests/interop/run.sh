@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# run.sh: interop tests with node-q, an independent kdb+ client, against qworker.
+. "$(dirname "$0")/../integration/lib.sh"
+[ -d tests/interop/node_modules/node-q ] || fail "node-q missing: run tests/deps.sh (npm ci)"
+
+start_worker W --rows 1000000
+# the first row as our own decoder reads it; node-q must read the same text
+first=$("$BIN/qsend" -g "127.0.0.1:$W_PORT" "rows 1" | sed -n 's/^table\[1\] `a | ,"\([a-z]*\)"$/\1/p')
+[ -n "$first" ] || fail "could not read the first row with qsend"
+(cd tests/interop && timeout 180 node interop.js "$W_PORT" "$first" 1000000) || fail "node-q against qworker"
