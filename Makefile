@@ -30,11 +30,12 @@ BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(B)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/bench-codec
+GW_BIN    := $(B)/qgate
 
 .PHONY: all bins unit test test-unit test-integration test-interop demo deps-test clean bench-codec
 all: bins
 
-bins: $(BENCH_BIN)
+bins: $(GW_BIN) $(BENCH_BIN)
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -43,6 +44,9 @@ $(B)/%.o: %.c
 $(B)/libqgate.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+$(B)/qgate: $(B)/src/main.o $(B)/libqgate.a
+	$(CC) $(LDFLAGS) -o $@ $^ -lm
 
 $(B)/q%: $(B)/bench/q%.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lm

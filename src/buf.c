@@ -1,0 +1,171 @@
+/* buf.c: output chunk queues (writev) and lazily allocated input buffers. */
+#include "buf.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#define SMALL_CHUNK 4096
+
+struct chunk *chunk_new(size_t cap)
+{
+    struct chunk *c = malloc(sizeof *c + cap);
+    if (!c)
+        return NULL;
+    *c = (struct chunk){.p = c->data, .cap = cap};
+    return c;
+}
+
+struct chunk *chunk_wrap(uint8_t *buf, size_t len)
+{
+    struct chunk *c = malloc(sizeof *c);
+    if (!c) {
+        free(buf);
+        return NULL;
+    }
+    *c = (struct chunk){.p = buf, .len = len, .cap = len, .ext = buf};
+    return c;
+}
+
+void chunk_free(struct chunk *c)
+{
+    if (c) {
+        free(c->ext);
+        free(c);
+    }
+}
+
+void outq_push(struct outq *q, struct chunk *c)
+{
+    c->next = NULL;
+    if (q->tail)
+        q->tail->next = c;
+    else
+        q->head = c;
+    q->tail = c;
+    q->bytes += c->len - c->off;
+}
+
+int outq_copy(struct outq *q, const void *p, size_t len)
+{
+    struct chunk *t = q->tail;
+    if (t && !t->ext && t->cap - t->len >= len) {
+        memcpy(t->p + t->len, p, len);
+        t->len += len;
+        q->bytes += len;
+        return 0;
+    }
+    struct chunk *c = chunk_new(len > SMALL_CHUNK ? len : SMALL_CHUNK);
+    if (!c)
+        return -1;
+    memcpy(c->p, p, len);
+    c->len = len;
+    outq_push(q, c);
+    return 0;
+}
+
+ssize_t outq_flush(struct outq *q, int fd, size_t budget)
+{
+    size_t done = 0;
+    while (q->head && done < budget) {
+        struct iovec iov[IOV_MAX > 64 ? 64 : IOV_MAX];
+        int n = 0;
+        size_t want = 0;
+        for (struct chunk *c = q->head; c && n < (int)(sizeof iov / sizeof iov[0]) && want < budget - done; c = c->next) {
+            size_t l = c->len - c->off;
+            if (l > budget - done - want)
+                l = budget - done - want;
+            iov[n++] = (struct iovec){c->p + c->off, l};
+            want += l;
+        }
+        ssize_t w = writev(fd, iov, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return (ssize_t)done;
+            return -1;
+        }
+        done += (size_t)w;
+        q->bytes -= (size_t)w;
+        size_t left = (size_t)w;
+        while (left && q->head) {
+            struct chunk *c = q->head;
+            size_t l = c->len - c->off;
+            if (left < l) {
+                c->off += left;
+                break;
+            }
+            left -= l;
+            q->head = c->next;
+            if (!q->head)
+                q->tail = NULL;
+            chunk_free(c);
+        }
+        if ((size_t)w < want)
+            break; /* the socket is full */
+    }
+    return (ssize_t)done;
+}
+
+void outq_clear(struct outq *q)
+{
+    for (struct chunk *c = q->head, *n; c; c = n) {
+        n = c->next;
+        chunk_free(c);
+    }
+    *q = (struct outq){0};
+}
+
+int inbuf_reserve(struct inbuf *b, size_t need)
+{
+    if (need <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < need)
+        cap = cap < (1u << 20) ? cap * 2 : cap + cap / 2;
+    if (cap < need)
+        cap = need;
+    uint8_t *p = realloc(b->p, cap);
+    if (!p)
+        return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+uint8_t *inbuf_take(struct inbuf *b, size_t n)
+{
+    uint8_t *m;
+    if (n == b->len) {
+        m = b->p;
+        *b = (struct inbuf){0};
+        return m;
+    }
+    m = malloc(n);
+    if (!m)
+        return NULL;
+    memcpy(m, b->p, n);
+    inbuf_consume(b, n);
+    return m;
+}
+
+void inbuf_consume(struct inbuf *b, size_t n)
+{
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+}
+
+void inbuf_release_idle(struct inbuf *b)
+{
+    if (b->len == 0 && b->p)
+        inbuf_free(b);
+}
+
+void inbuf_free(struct inbuf *b)
+{
+    free(b->p);
+    *b = (struct inbuf){0};
+}

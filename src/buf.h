@@ -1,0 +1,56 @@
+/* buf.h: byte buffers: output queues of chunks flushed with writev, and input buffers. */
+#ifndef BUF_H
+#define BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* A piece of output. Its bytes live inline (data[]) or in a malloc'd block it owns (ext). */
+struct chunk {
+    struct chunk *next;
+    uint8_t *p;     /* first byte */
+    size_t len;     /* bytes held */
+    size_t off;     /* bytes already written */
+    size_t cap;     /* room at p (inline chunks can be appended to) */
+    uint8_t *ext;   /* owned external block, or NULL */
+    uint8_t data[];
+};
+
+/* A chunk with room for cap bytes inline; NULL on ENOMEM. */
+struct chunk *chunk_new(size_t cap);
+/* A chunk owning buf (malloc'd), holding its first len bytes; NULL (and buf freed) on ENOMEM. */
+struct chunk *chunk_wrap(uint8_t *buf, size_t len);
+void chunk_free(struct chunk *c);
+
+struct outq {
+    struct chunk *head, *tail;
+    size_t bytes; /* unwritten bytes */
+};
+
+void outq_push(struct outq *q, struct chunk *c);
+/* Copy len bytes in, into the tail chunk when it has room. 0, or -1 on ENOMEM. */
+int outq_copy(struct outq *q, const void *p, size_t len);
+/* writev up to budget bytes (IOV_MAX pieces); frees written chunks. Returns bytes written,
+ * 0 if the socket would block, or -1 on error (errno set). */
+ssize_t outq_flush(struct outq *q, int fd, size_t budget);
+void outq_clear(struct outq *q);
+
+/* A contiguous input buffer, allocated lazily and given back when empty. */
+struct inbuf {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+/* Make room for at least need bytes in total. 0, or -1 on ENOMEM. */
+int inbuf_reserve(struct inbuf *b, size_t need);
+/* Remove the first n bytes and return them as a malloc'd block (the buffer itself when that
+ * is all it holds, so large messages are never copied). NULL on ENOMEM. */
+uint8_t *inbuf_take(struct inbuf *b, size_t n);
+/* Drop the first n bytes. */
+void inbuf_consume(struct inbuf *b, size_t n);
+/* Free the storage if the buffer is empty (memory follows active connections). */
+void inbuf_release_idle(struct inbuf *b);
+void inbuf_free(struct inbuf *b);
+
+#endif

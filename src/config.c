@@ -1,0 +1,361 @@
+/* config.c: the declarative table of configuration keys and its INI loader. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "net.h"
+
+static const char *const async_choices[] = {"one", "broadcast", NULL};
+static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
+
+#define G(field) offsetof(struct config, field), sizeof(((struct config *)0)->field)
+#define W(field) offsetof(struct group_cfg, field), sizeof(((struct group_cfg *)0)->field)
+#define KMAX ((int64_t)1 << 40)
+
+const struct cfg_key cfg_keys[] = {
+    {"gateway", "port", CFG_INT, "8811", 0, 65535, G(port), NULL,
+     "TCP port q clients connect to (q's -p); 0 picks a free one"},
+    {"gateway", "bind", CFG_STR, "0.0.0.0", 0, 255, G(bind), NULL,
+     "address to listen on (0.0.0.0 = every interface, as q does)"},
+    {"gateway", "unix_socket", CFG_BOOL, "1", 0, 1, G(unix_socket), NULL,
+     "also listen on q's abstract Unix socket for the port (hopen `:unix://PORT)"},
+    {"gateway", "max_clients", CFG_INT, "10000", 1, 1000000, G(max_clients), NULL,
+     "client connections accepted at once; more are closed at accept"},
+    {"gateway", "max_message", CFG_SIZE, "2147483647", 64, KMAX, G(max_message), NULL,
+     "longest message (bytes, header included) accepted from a client or a worker"},
+    {"gateway", "max_queue", CFG_INT, "1000", 0, 10000000, G(max_queue), NULL,
+     "clients waiting for a worker in one group before requests get 'qgate: busy"},
+    {"gateway", "queue_timeout", CFG_MS, "0", 0, KMAX, G(queue_timeout), NULL,
+     "ms a request may wait for a worker before 'qgate: timeout (queued ...); 0 = no limit"},
+    {"gateway", "query_timeout", CFG_MS, "0", 0, KMAX, G(query_timeout), NULL,
+     "ms a worker may go without sending a byte of the reply before 'qgate: timeout; 0 = no limit"},
+    {"gateway", "handshake_timeout", CFG_MS, "5000", 1, KMAX, G(handshake_timeout), NULL,
+     "ms a client has to complete q's handshake before it is closed"},
+    {"gateway", "drain_timeout", CFG_MS, "10000", 0, KMAX, G(drain_timeout), NULL,
+     "ms SIGTERM waits for in-flight and queued requests before exiting"},
+    {"gateway", "reader_threads", CFG_INT, "2", 1, 256, G(reader_threads), NULL,
+     "threads decoding: gateway commands, checks of replies for old clients"},
+    {"gateway", "writer_threads", CFG_INT, "2", 1, 256, G(writer_threads), NULL,
+     "threads encoding: gateway-made replies, compression for remote clients"},
+    {"gateway", "chunk_size", CFG_SIZE, "262144", 4096, 64 << 20, G(chunk_size), NULL,
+     "bytes read from a worker at a time while streaming a reply"},
+    {"gateway", "read_budget", CFG_SIZE, "1048576", 4096, 1 << 30, G(read_budget), NULL,
+     "bytes read from one connection per loop iteration (fairness)"},
+    {"gateway", "write_budget", CFG_SIZE, "1048576", 4096, 1 << 30, G(write_budget), NULL,
+     "bytes written to one connection per loop iteration (fairness)"},
+    {"gateway", "frames_budget", CFG_INT, "64", 1, 1 << 20, G(frames_budget), NULL,
+     "messages taken from one client per loop iteration (fairness)"},
+    {"gateway", "client_high_water", CFG_SIZE, "8388608", 65536, KMAX, G(client_high_water), NULL,
+     "a client's unsent reply bytes above which qgate stops reading from its worker"},
+    {"gateway", "client_low_water", CFG_SIZE, "2097152", 0, KMAX, G(client_low_water), NULL,
+     "unsent reply bytes below which reading from that worker resumes"},
+    {"gateway", "client_max_pending", CFG_SIZE, "67108864", 65536, KMAX, G(client_max_pending), NULL,
+     "bytes of a client's requests waiting their turn above which qgate stops reading from it"},
+    {"gateway", "worker_connect_timeout", CFG_MS, "3000", 1, KMAX, G(worker_connect_timeout), NULL,
+     "ms to connect to a worker and complete its handshake"},
+    {"gateway", "reconnect_min", CFG_MS, "100", 1, KMAX, G(reconnect_min), NULL,
+     "first back-off (ms) before reconnecting a lost worker; doubles on each failure"},
+    {"gateway", "reconnect_max", CFG_MS, "10000", 1, KMAX, G(reconnect_max), NULL,
+     "longest back-off (ms) between reconnection attempts"},
+    {"gateway", "compress", CFG_BOOL, "1", 0, 1, G(compress), NULL,
+     "compress replies to remote clients as q does (over 2000 bytes, when under half)"},
+    {"gateway", "compress_max", CFG_SIZE, "67108864", 0, KMAX, G(compress_max), NULL,
+     "replies larger than this stream through uncompressed instead of being held to compress"},
+    {"gateway", "loglevel", CFG_ENUM, "info", 0, 0, G(loglevel), level_choices,
+     "error, warn, info or debug"},
+    {"gateway", "users_file", CFG_STR, "", 0, 1023, G(users_file), NULL,
+     "q -U style users file (user:password, MD5 or SHA-1 hex); empty = any credentials"},
+    {"group", "workers", CFG_STR, "", 0, 4095, W(workers), NULL,
+     "the group's workers, host:port,host:port (required)"},
+    {"group", "user", CFG_STR, "", 0, 255, W(user), NULL,
+     "user name qgate presents to these workers"},
+    {"group", "password", CFG_STR, "", 0, 255, W(password), NULL,
+     "password qgate presents to these workers (never logged)"},
+    {"group", "async", CFG_ENUM, "one", 0, 0, W(async_mode), async_choices,
+     "async messages: one (a worker runs them, busy until done) or broadcast (every worker, in order)"},
+    {"group", "users", CFG_STR, "", 0, 1023, W(users), NULL,
+     "client users routed to this group (comma list); others use the first group without users"},
+};
+const int cfg_nkeys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);
+
+static const struct cfg_key *find_key(int group, const char *name)
+{
+    const char *sec = group < 0 ? "gateway" : "group";
+    for (int i = 0; i < cfg_nkeys; i++)
+        if (!strcmp(cfg_keys[i].section, sec) && !strcmp(cfg_keys[i].name, name))
+            return &cfg_keys[i];
+    return NULL;
+}
+
+/* Numbers: decimal; sizes may end in k, m or g (KiB, MiB, GiB); times may end in ms or s. */
+static int parse_num(const struct cfg_key *k, const char *v, int64_t *out)
+{
+    errno = 0;
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || errno)
+        return -1;
+    int64_t mul = 1;
+    if (k->type == CFG_SIZE) {
+        if (*end == 'k' || *end == 'K') mul = 1024, end++;
+        else if (*end == 'm' || *end == 'M') mul = 1024 * 1024, end++;
+        else if (*end == 'g' || *end == 'G') mul = 1024LL * 1024 * 1024, end++;
+    } else if (k->type == CFG_MS) {
+        if (!strcmp(end, "ms")) end += 2;
+        else if (!strcmp(end, "s")) mul = 1000, end++;
+    }
+    if (*end)
+        return -1;
+    *out = (int64_t)n * mul;
+    return 0;
+}
+
+static void store_int(void *field, size_t size, int64_t v)
+{
+    if (size == sizeof(int))
+        *(int *)field = (int)v;
+    else
+        *(int64_t *)field = v;
+}
+
+static int set_key(void *base, const struct cfg_key *k, const char *v, char *err, size_t errlen)
+{
+    void *field = (char *)base + k->offset;
+    int64_t n;
+    switch (k->type) {
+    case CFG_INT:
+    case CFG_MS:
+    case CFG_SIZE:
+        if (parse_num(k, v, &n)) {
+            snprintf(err, errlen, "%s: '%s' is not a number", k->name, v);
+            return -1;
+        }
+        if (n < k->min || n > k->max) {
+            snprintf(err, errlen, "%s: %lld is outside %lld..%lld", k->name, (long long)n,
+                     (long long)k->min, (long long)k->max);
+            return -1;
+        }
+        store_int(field, k->size, n);
+        return 0;
+    case CFG_BOOL:
+        if (!strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "on"))
+            n = 1;
+        else if (!strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "off"))
+            n = 0;
+        else {
+            snprintf(err, errlen, "%s: '%s' is not a boolean (1/0, yes/no)", k->name, v);
+            return -1;
+        }
+        store_int(field, k->size, n);
+        return 0;
+    case CFG_ENUM:
+        for (int i = 0; k->choices[i]; i++)
+            if (!strcmp(v, k->choices[i])) {
+                store_int(field, k->size, i);
+                return 0;
+            }
+        snprintf(err, errlen, "%s: '%s' is not one of the choices", k->name, v);
+        return -1;
+    case CFG_STR:
+        if (strlen(v) >= k->size || (int64_t)strlen(v) > k->max) {
+            snprintf(err, errlen, "%s: value too long", k->name);
+            return -1;
+        }
+        strcpy(field, v);
+        return 0;
+    }
+    return -1;
+}
+
+int config_group(struct config *c, const char *name)
+{
+    for (int i = 0; i < c->ngroups; i++)
+        if (!strcmp(c->groups[i].name, name))
+            return i;
+    if (c->ngroups == CFG_MAX_GROUPS || strlen(name) >= CFG_NAME_MAX)
+        return -1;
+    struct group_cfg *g = &c->groups[c->ngroups];
+    memset(g, 0, sizeof *g);
+    strcpy(g->name, name);
+    char err[64];
+    for (int i = 0; i < cfg_nkeys; i++)
+        if (!strcmp(cfg_keys[i].section, "group"))
+            set_key(g, &cfg_keys[i], cfg_keys[i].def, err, sizeof err);
+    return c->ngroups++;
+}
+
+void config_defaults(struct config *c)
+{
+    memset(c, 0, sizeof *c);
+    char err[64];
+    for (int i = 0; i < cfg_nkeys; i++)
+        if (!strcmp(cfg_keys[i].section, "gateway"))
+            set_key(c, &cfg_keys[i], cfg_keys[i].def, err, sizeof err);
+}
+
+int config_set(struct config *c, int group, const char *key, const char *value, char *err, size_t errlen)
+{
+    const struct cfg_key *k = find_key(group, key);
+    if (!k) {
+        snprintf(err, errlen, "unknown key '%s' in [%s]", key, group < 0 ? "gateway" : "group");
+        return -1;
+    }
+    return set_key(group < 0 ? (void *)c : (void *)&c->groups[group], k, value, err, errlen);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
+}
+
+int config_load(struct config *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[8192], why[512];
+    int lineno = 0, group = -1, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            snprintf(err, errlen, "%s:%d: line too long", path, lineno);
+            rc = -1;
+            break;
+        }
+        char *s = trim(line);
+        if (!*s || *s == '#' || *s == ';')
+            continue;
+        if (*s == '[') {
+            char *e = strchr(s, ']');
+            if (!e || e[1]) {
+                snprintf(err, errlen, "%s:%d: bad section header", path, lineno);
+                rc = -1;
+                break;
+            }
+            *e = 0;
+            char *sec = trim(s + 1);
+            if (!strcmp(sec, "gateway")) {
+                group = -1;
+            } else if (!strncmp(sec, "group", 5) && isspace((unsigned char)sec[5])) {
+                char *name = trim(sec + 5);
+                if (!*name || (group = config_group(c, name)) < 0) {
+                    snprintf(err, errlen, "%s:%d: bad or too many groups", path, lineno);
+                    rc = -1;
+                    break;
+                }
+            } else {
+                snprintf(err, errlen, "%s:%d: unknown section [%s]", path, lineno, sec);
+                rc = -1;
+                break;
+            }
+            continue;
+        }
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s:%d: expected key = value", path, lineno);
+            rc = -1;
+            break;
+        }
+        *eq = 0;
+        if (config_set(c, group, trim(s), trim(eq + 1), why, sizeof why)) {
+            snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
+            rc = -1;
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+int config_validate(const struct config *c, char *err, size_t errlen)
+{
+    if (c->ngroups == 0) {
+        snprintf(err, errlen, "no worker group: add [group NAME] with workers = host:port, or --workers");
+        return -1;
+    }
+    for (int i = 0; i < c->ngroups; i++) {
+        const struct group_cfg *g = &c->groups[i];
+        if (!g->workers[0]) {
+            snprintf(err, errlen, "group %s: workers is empty", g->name);
+            return -1;
+        }
+        char list[sizeof g->workers], *save = NULL;
+        strcpy(list, g->workers);
+        for (char *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+            char host[256];
+            int port;
+            a = trim(a);
+            if (net_parse_hostport(a, "localhost", host, sizeof host, &port) || port == 0) {
+                snprintf(err, errlen, "group %s: bad worker address '%s'", g->name, a);
+                return -1;
+            }
+        }
+    }
+    if (c->client_low_water >= c->client_high_water) {
+        snprintf(err, errlen, "client_low_water must be below client_high_water");
+        return -1;
+    }
+    if (c->reconnect_min > c->reconnect_max) {
+        snprintf(err, errlen, "reconnect_min must not exceed reconnect_max");
+        return -1;
+    }
+    return 0;
+}
+
+void config_print_reference(void *file)
+{
+    FILE *f = file;
+    const char *sec = "";
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        if (strcmp(sec, k->section)) {
+            sec = k->section;
+            fprintf(f, "\n[%s]\n", strcmp(sec, "group") ? sec : "group NAME");
+        }
+        fprintf(f, "# %s\n%s = %s\n", k->help, k->name, k->def);
+    }
+}
+
+int config_override(struct cfg_overrides *ov, int default_group, const char *key, const char *value)
+{
+    if (ov->n == (int)(sizeof ov->o / sizeof ov->o[0]) || strlen(key) >= sizeof ov->o[0].key ||
+        strlen(value) >= sizeof ov->o[0].value)
+        return -1;
+    ov->o[ov->n].default_group = default_group;
+    strcpy(ov->o[ov->n].key, key);
+    strcpy(ov->o[ov->n].value, value);
+    ov->n++;
+    return 0;
+}
+
+int config_build(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen)
+{
+    config_defaults(c);
+    if (path && *path && config_load(c, path, err, errlen))
+        return -1;
+    for (int i = 0; ov && i < ov->n; i++) {
+        int grp = -1;
+        if (ov->o[i].default_group && (grp = c->ngroups ? 0 : config_group(c, "default")) < 0) {
+            snprintf(err, errlen, "cannot create the default group");
+            return -1;
+        }
+        char why[256];
+        if (config_set(c, grp, ov->o[i].key, ov->o[i].value, why, sizeof why)) {
+            snprintf(err, errlen, "command line: %s", why);
+            return -1;
+        }
+    }
+    return config_validate(c, err, errlen);
+}

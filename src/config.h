@@ -1,0 +1,99 @@
+/* config.h: gateway configuration: one declarative table of keys, an INI loader, overrides. */
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CFG_MAX_GROUPS 16
+#define CFG_NAME_MAX 64
+
+struct group_cfg {
+    char name[CFG_NAME_MAX];
+    char workers[4096];   /* host:port,host:port */
+    char user[256];       /* credentials qgate presents to these workers */
+    char password[256];
+    int async_mode;       /* enum cfg_async */
+    char users[1024];     /* client users routed to this group; empty = the default route */
+};
+
+enum cfg_async { CFG_ASYNC_ONE = 0, CFG_ASYNC_BROADCAST = 1 };
+
+struct config {
+    int port;
+    char bind[256];
+    int unix_socket;
+    int max_clients;
+    int64_t max_message;
+    int max_queue;
+    int64_t queue_timeout, query_timeout, handshake_timeout, drain_timeout;
+    int reader_threads, writer_threads;
+    int64_t chunk_size, read_budget, write_budget;
+    int frames_budget;
+    int64_t client_high_water, client_low_water, client_max_pending;
+    int64_t worker_connect_timeout, reconnect_min, reconnect_max;
+    int compress;
+    int64_t compress_max;
+    int loglevel;
+    char users_file[1024];
+    struct group_cfg groups[CFG_MAX_GROUPS];
+    int ngroups;
+};
+
+enum cfg_type { CFG_INT, CFG_MS, CFG_SIZE, CFG_BOOL, CFG_STR, CFG_ENUM };
+
+/* One configuration key: where it lives, its type, default, bounds and help text. */
+struct cfg_key {
+    const char *section; /* "gateway" or "group" */
+    const char *name;
+    enum cfg_type type;
+    const char *def;     /* default, as written in the file */
+    int64_t min, max;    /* bounds for numbers; max length for strings */
+    size_t offset;       /* in struct config or struct group_cfg */
+    size_t size;         /* field size */
+    const char *const *choices; /* CFG_ENUM names, NULL-terminated */
+    const char *help;
+};
+
+extern const struct cfg_key cfg_keys[];
+extern const int cfg_nkeys;
+
+/* Every key set to its default; no groups. */
+void config_defaults(struct config *c);
+
+/* Load an INI file over the current values. 0, or -1 with "file:line: reason" in err. */
+int config_load(struct config *c, const char *path, char *err, size_t errlen);
+
+/* Set one key. group < 0 means [gateway]; else the index of a [group] section.
+ * 0, or -1 with a reason in err. */
+int config_set(struct config *c, int group, const char *key, const char *value, char *err, size_t errlen);
+
+/* Add (or find) a group by name; its index, or -1 if there are too many. */
+int config_group(struct config *c, const char *name);
+
+/* Cross-key checks (workers present and well formed, water marks, back-off bounds).
+ * 0, or -1 with a reason in err. */
+int config_validate(const struct config *c, char *err, size_t errlen);
+
+/* Command-line overrides, kept so that a reload applies them again. */
+struct cfg_overrides {
+    int n;
+    struct {
+        int default_group; /* 1: the key is a [group] key of the default group */
+        char key[64];
+        char value[4096];
+    } o[16];
+};
+
+/* Record an override. 0, or -1 if there are too many or the value is too long. */
+int config_override(struct cfg_overrides *ov, int default_group, const char *key, const char *value);
+
+/* Defaults, then the file (if path is non-empty), then the overrides (the default group is
+ * the first group, created as "default" when the file has none), then config_validate.
+ * 0, or -1 with a reason in err. */
+int config_build(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen);
+
+/* Print every key with its default and help, in gateway.conf.example form. */
+void config_print_reference(void *file);
+
+#endif

@@ -1,0 +1,308 @@
+/* gateway.c: setting the gateway up from its configuration, reloading it (SIGHUP), draining it
+ * (SIGTERM), and the pieces of state the pools are given. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "gw.h"
+#include "kcodec.h"
+#include "kipc.h"
+#include "log.h"
+#include "net.h"
+
+static int watch(struct gw *g, int fd, struct evsrc *src, uint8_t kind)
+{
+    src->kind = kind;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = src};
+    return epoll_ctl(g->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* Each address of a group's worker list, trimmed. */
+static int next_addr(const char **p, char *out, size_t len)
+{
+    const char *s = *p;
+    while (*s == ' ' || *s == ',')
+        s++;
+    if (!*s)
+        return 0;
+    const char *e = s;
+    while (*e && *e != ',')
+        e++;
+    const char *t = e;
+    while (t > s && t[-1] == ' ')
+        t--;
+    snprintf(out, len, "%.*s", (int)(t - s), s);
+    *p = e;
+    return 1;
+}
+
+static void add_group(struct gw *g, const struct group_cfg *gc)
+{
+    struct group *grp = &g->groups[g->ngroups];
+    memset(grp, 0, sizeof *grp);
+    grp->cfg = *gc;
+    grp->index = g->ngroups++;
+    char addr[300];
+    for (const char *p = gc->workers; next_addr(&p, addr, sizeof addr);)
+        worker_new(g, grp, addr);
+    log_info(NULL, "group %s: %d workers (%s), async %s", gc->name, grp->nworkers, gc->workers,
+             gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one");
+}
+
+int gw_init(struct gw *g, const struct config *cfg, const char *config_path)
+{
+    memset(g, 0, sizeof *g);
+    g->cfg = *cfg;
+    g->lfd_tcp = g->lfd_uds = g->sigfd = -1;
+    snprintf(g->config_path, sizeof g->config_path, "%s", config_path ? config_path : "");
+    log_level = cfg->loglevel;
+    g->now_ms = gw_now_us() / 1000;
+    g->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (g->epfd < 0)
+        return -1;
+
+    g->lfd_tcp = net_listen_tcp(cfg->bind, cfg->port, 1024, 1, &g->port);
+    if (g->lfd_tcp < 0) {
+        log_error(NULL, "cannot listen on %s:%d: %s", cfg->bind, cfg->port, strerror(errno));
+        return -1;
+    }
+    watch(g, g->lfd_tcp, &g->ev_listen_tcp, EV_LISTENER);
+    if (cfg->unix_socket) {
+        g->lfd_uds = net_listen_uds(g->port, 1024, 1);
+        if (g->lfd_uds >= 0)
+            watch(g, g->lfd_uds, &g->ev_listen_uds, EV_LISTENER);
+        else if (g->lfd_uds == -1)
+            log_warn(NULL, "no Unix socket for port %d: %s", g->port, strerror(errno));
+    }
+
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    g->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (g->sigfd < 0 || watch(g, g->sigfd, &g->ev_signal, EV_SIGNAL))
+        return -1;
+
+    g->readers = pool_create("reader", cfg->reader_threads);
+    g->writers = pool_create("writer", cfg->writer_threads);
+    if (!g->readers || !g->writers)
+        return -1;
+    watch(g, pool_fd(g->readers), &g->ev_readers, EV_POOL);
+    watch(g, pool_fd(g->writers), &g->ev_writers, EV_POOL);
+
+    /* sync "": a worker answers it only after running everything sent before it */
+    kipc_hdr_write(g->chaser, KIPC_SYNC, 0, sizeof g->chaser);
+    memcpy(g->chaser + 8, "\x0a\x00\x00\x00\x00\x00", 6);
+    K e = k_err("qgate: the client of this request is gone");
+    g->no_client_err = e ? kcodec_encode_msg(e, KIPC_RESPONSE, &g->no_client_err_len) : NULL;
+    k_free(e);
+    if (!g->no_client_err)
+        return -1;
+
+    for (int i = 0; i < cfg->ngroups; i++)
+        add_group(g, &cfg->groups[i]);
+    log_info(NULL, "listening on %s:%d%s", cfg->bind, g->port, g->lfd_uds >= 0 ? " and q's Unix socket" : "");
+    return 0;
+}
+
+void gw_submit(struct gw *g, struct pool *p, struct job *j, struct conn *c, uint64_t seq)
+{
+    (void)g;
+    j->conn_id = c->id;
+    j->conn_gen = c->gen;
+    j->seq = seq;
+    pool_submit(p, j);
+}
+
+struct stats_snapshot *gw_stats_snapshot(struct gw *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->ngroups; i++)
+        n += g->groups[i].nworkers;
+    struct stats_snapshot *s = calloc(1, sizeof *s + (size_t)n * sizeof s->rows[0]);
+    if (!s)
+        return NULL;
+    for (int i = 0; i < g->ngroups; i++) {
+        struct group *grp = &g->groups[i];
+        for (struct worker *w = grp->workers; w; w = w->gnext) {
+            struct stats_row *r = &s->rows[s->n++];
+            snprintf(r->addr, sizeof r->addr, "%s", w->addr);
+            snprintf(r->group, sizeof r->group, "%s", grp->cfg.name);
+            snprintf(r->state, sizeof r->state, "%s", worker_state_name(w->st));
+            for (char *p = r->state; *p; p++)
+                *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+            r->served = (int64_t)w->served;
+            r->errors = (int64_t)w->errors;
+            r->inflight = w->st == WS_BUSY;
+            r->queued = grp->qlen;
+            r->lat = w->lat;
+        }
+    }
+    return s;
+}
+
+static struct group *find_group(struct gw *g, const char *name)
+{
+    for (int i = 0; i < g->ngroups; i++)
+        if (!strcmp(g->groups[i].cfg.name, name))
+            return &g->groups[i];
+    return NULL;
+}
+
+static int has_addr(const char *list, const char *addr)
+{
+    char a[300];
+    for (const char *p = list; next_addr(&p, a, sizeof a);)
+        if (!strcmp(a, addr))
+            return 1;
+    return 0;
+}
+
+/* Keys that need a restart: warn when a reload changes them. */
+static void warn_restart(const struct config *old, const struct config *nw)
+{
+    if (old->port != nw->port || strcmp(old->bind, nw->bind) || old->unix_socket != nw->unix_socket ||
+        old->reader_threads != nw->reader_threads || old->writer_threads != nw->writer_threads)
+        log_warn(NULL, "reload: port, bind, unix_socket and thread counts change only on restart");
+}
+
+extern struct cfg_overrides qgate_overrides;
+
+void gw_reload_loop(struct gw *g)
+{
+    struct config *nc = malloc(sizeof *nc);
+    char err[512];
+    if (!nc)
+        return;
+    if (config_build(nc, g->config_path, &qgate_overrides, err, sizeof err)) {
+        log_error(NULL, "reload failed, keeping the running configuration: %s", err);
+        free(nc);
+        return;
+    }
+    warn_restart(&g->cfg, nc);
+    for (int i = 0; i < nc->ngroups; i++) {
+        struct group *grp = find_group(g, nc->groups[i].name);
+        if (!grp) {
+            if (g->ngroups == CFG_MAX_GROUPS) {
+                log_error(NULL, "reload: too many groups, %s not added", nc->groups[i].name);
+                continue;
+            }
+            add_group(g, &nc->groups[i]);
+            continue;
+        }
+        char addr[300];
+        for (const char *p = nc->groups[i].workers; next_addr(&p, addr, sizeof addr);) {
+            int found = 0;
+            for (struct worker *w = grp->workers; w; w = w->gnext)
+                if (!strcmp(w->addr, addr) && !w->removed)
+                    found = 1;
+            if (!found) {
+                log_info(NULL, "reload: group %s: adding worker %s", grp->cfg.name, addr);
+                worker_new(g, grp, addr);
+            }
+        }
+        for (struct worker *w = grp->workers, *n; w; w = n) {
+            n = w->gnext;
+            if (!w->removed && !has_addr(nc->groups[i].workers, w->addr)) {
+                log_info(NULL, "reload: group %s: removing worker %s", grp->cfg.name, w->addr);
+                worker_remove_loop(g, w);
+            }
+        }
+        grp->cfg = nc->groups[i];
+    }
+    for (int i = 0; i < g->ngroups; i++) {
+        int kept = 0;
+        for (int k = 0; k < nc->ngroups; k++)
+            kept |= !strcmp(nc->groups[k].name, g->groups[i].cfg.name);
+        if (!kept)
+            log_warn(NULL, "reload: group %s is no longer configured; it stays until restart", g->groups[i].cfg.name);
+    }
+    /* live keys: limits, timeouts, budgets, compression, log level */
+    struct config keep = g->cfg;
+    g->cfg = *nc;
+    g->cfg.port = keep.port;
+    strcpy(g->cfg.bind, keep.bind);
+    g->cfg.unix_socket = keep.unix_socket;
+    g->cfg.reader_threads = keep.reader_threads;
+    g->cfg.writer_threads = keep.writer_threads;
+    log_level = g->cfg.loglevel;
+    free(nc);
+    g->work_pending = 1;
+}
+
+static void on_drain_timeout(struct gw *g, struct timer *t)
+{
+    (void)t;
+    log_warn(NULL, "drain_timeout reached with work in flight: exiting");
+    g->stop = 1;
+}
+
+static struct timer drain_timer;
+
+void gw_drain_loop(struct gw *g)
+{
+    if (g->draining)
+        return;
+    g->draining = 1;
+    if (g->lfd_tcp >= 0) {
+        epoll_ctl(g->epfd, EPOLL_CTL_DEL, g->lfd_tcp, NULL);
+        close(g->lfd_tcp);
+        g->lfd_tcp = -1;
+    }
+    if (g->lfd_uds >= 0) {
+        epoll_ctl(g->epfd, EPOLL_CTL_DEL, g->lfd_uds, NULL);
+        close(g->lfd_uds);
+        g->lfd_uds = -1;
+    }
+    client_pause_all_loop(g);
+    timer_arm(g, &drain_timer, g->now_ms + g->cfg.drain_timeout, on_drain_timeout);
+    g->work_pending = 1;
+}
+
+void gw_free(struct gw *g)
+{
+    for (uint32_t id = 0; id < g->next_id; id++)
+        if (g->tab && g->tab[id])
+            conn_close(g, g->tab[id], "gateway exiting");
+    for (int i = 0; i < g->ngroups; i++) {
+        struct group *grp = &g->groups[i];
+        while (grp->workers) {
+            struct worker *w = grp->workers;
+            grp->workers = w->gnext;
+            struct bnode *b = w->bq_head;
+            while (b) {
+                struct bnode *n = b->next;
+                if (--b->m->refs == 0)
+                    free(b->m);
+                free(b);
+                b = n;
+            }
+            inbuf_free(&w->coll);
+            free(w);
+        }
+    }
+    conn_reap_loop(g);
+    pool_destroy(g->readers);
+    pool_destroy(g->writers);
+    if (g->lfd_tcp >= 0)
+        close(g->lfd_tcp);
+    if (g->lfd_uds >= 0)
+        close(g->lfd_uds);
+    if (g->sigfd >= 0)
+        close(g->sigfd);
+    if (g->epfd >= 0)
+        close(g->epfd);
+    free(g->no_client_err);
+    timers_free(&g->timers);
+    free(g->tab);
+    free(g->gens);
+    free(g->free_ids);
+}

@@ -1,0 +1,183 @@
+/* jobs.c: pool jobs: pure functions from bytes (and an immutable context) to bytes. */
+#include "jobs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kcodec.h"
+#include "kipc.h"
+#include "kzip.h"
+#include "stats.h"
+
+#define PREFIX ".qgate."
+#define PREFIX_LEN 7
+
+#define GWCMD_NAME(e, s) s,
+static const char *const cmd_names[] = {GWCMDS(GWCMD_NAME)};
+#undef GWCMD_NAME
+
+int jobs_peek_command(const uint8_t *b, size_t n)
+{
+    /* "..." : 0a attr count text */
+    if (n >= 6 + PREFIX_LEN && b[0] == KT_CHAR && !memcmp(b + 6, PREFIX, PREFIX_LEN))
+        return 1;
+    /* (`.qgate.x; ...) : 00 attr count f5 name */
+    if (n >= 7 + PREFIX_LEN && b[0] == KT_LIST && (int8_t)b[6] == -KT_SYM && !memcmp(b + 7, PREFIX, PREFIX_LEN))
+        return 1;
+    return 0;
+}
+
+static enum gwcmd lookup(const char *name, size_t len)
+{
+    for (int i = 1; i < GWCMD_N; i++)
+        if (strlen(cmd_names[i]) == len && !memcmp(cmd_names[i], name, len))
+            return (enum gwcmd)i;
+    return GWCMD_UNKNOWN;
+}
+
+/* ".qgate.NAME[]" or ".qgate.NAME[::]", spaces allowed around. */
+static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen)
+{
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == ';'))
+        n--;
+    while (n && *s == ' ')
+        s++, n--;
+    snprintf(text, tlen, "%.*s", (int)(n > 60 ? 60 : n), s);
+    if (n < PREFIX_LEN || memcmp(s, PREFIX, PREFIX_LEN))
+        return GWCMD_UNKNOWN;
+    const char *name = s + PREFIX_LEN, *br = memchr(name, '[', n - PREFIX_LEN);
+    if (!br || s[n - 1] != ']')
+        return GWCMD_UNKNOWN;
+    const char *a = br + 1, *e = s + n - 1;
+    while (a < e && *a == ' ')
+        a++;
+    while (e > a && e[-1] == ' ')
+        e--;
+    if (!(e == a || (e - a == 2 && a[0] == ':' && a[1] == ':')))
+        return GWCMD_UNKNOWN;
+    return lookup(name, (size_t)(br - name));
+}
+
+void job_parse_command(struct job *j)
+{
+    K x = NULL;
+    struct kerr e;
+    struct kipc_hdr h;
+    const char *why;
+    j->result = GWCMD_UNKNOWN;
+    snprintf(j->text, sizeof j->text, "?");
+    if (kipc_hdr_parse(j->in, j->in_len, j->in_len, &h, &why) != QG_OK ||
+        kcodec_decode(j->in + 8, j->in_len - 8, h.le, NULL, &x, &e) != QG_OK)
+        return;
+    if (x->t == KT_CHAR) {
+        j->result = parse_text(kC(x), (size_t)x->n, j->text, sizeof j->text);
+    } else if (x->t == KT_LIST && x->n >= 1 && kK(x)[0]->t == -KT_SYM) {
+        const char *s = kK(x)[0]->s;
+        snprintf(j->text, sizeof j->text, "%.60s", s);
+        int args_ok = x->n == 1 || (x->n == 2 && (kK(x)[1]->t == KT_UNARY || (kK(x)[1]->t == KT_LIST && kK(x)[1]->n == 0)));
+        if (args_ok && !strncmp(s, PREFIX, PREFIX_LEN))
+            j->result = lookup(s + PREFIX_LEN, strlen(s + PREFIX_LEN));
+    }
+    k_free(x);
+}
+
+static void encode(struct job *j, K x)
+{
+    j->out = x ? kcodec_encode_msg(x, KIPC_RESPONSE, &j->out_len) : NULL;
+    k_free(x);
+}
+
+void job_encode_error(struct job *j) { encode(j, k_err(j->text)); }
+
+void job_encode_command(struct job *j)
+{
+    K x = NULL;
+    switch (j->arg) {
+    case GWCMD_PING:
+        if ((x = k_atom(-KT_BOOL)))
+            x->g = 1;
+        break;
+    case GWCMD_STATS:
+        x = stats_table(j->ctx);
+        break;
+    default:
+        x = k_err("qgate: unknown command");
+        break;
+    }
+    encode(j, x);
+}
+
+/* Does x hold a value of a type the capability cannot carry? */
+static int beyond_cap(const K x, int cap)
+{
+    int t = x->t < 0 && x->t != KT_ERROR ? -x->t : x->t;
+    if (t == KT_GUID && cap < 3)
+        return 1;
+    if ((t == KT_TIMESTAMP || t == KT_TIMESPAN) && cap < 1)
+        return 1;
+    if (t == KT_LIST || t == KT_TABLE || t == KT_DICT || t == KT_SORTED_DICT ||
+        (t >= KT_LAMBDA && t <= KT_EACHLEFT && t != KT_UNARY && t != KT_BINARY && t != KT_TERNARY))
+        for (int64_t i = 0; i < x->n; i++)
+            if (beyond_cap(kK(x)[i], cap))
+                return 1;
+    return 0;
+}
+
+void job_check_reply(struct job *j)
+{
+    struct kipc_hdr h;
+    const char *why;
+    uint8_t *plain = j->in;
+    size_t len = j->in_len;
+    j->result = 0;
+    if (kipc_hdr_parse(j->in, j->in_len, j->in_len, &h, &why) != QG_OK)
+        goto pass;
+    if (h.compressed) {
+        len = kzip_uncompressed_len(j->in, j->in_len);
+        if (len < 9 || !(plain = malloc(len)) || kzip_decompress(j->in, j->in_len, plain, len, &why) != QG_OK) {
+            free(plain == j->in ? NULL : plain);
+            goto pass;
+        }
+    }
+    K x;
+    struct kerr e;
+    if (kcodec_decode(plain + 8, len - 8, h.le, NULL, &x, &e) == QG_OK) {
+        int bad = beyond_cap(x, j->arg);
+        k_free(x);
+        if (bad) {
+            if (plain != j->in)
+                free(plain);
+            snprintf(j->text, sizeof j->text, "type");
+            job_encode_error(j);
+            j->result = 1;
+            return;
+        }
+    }
+    if (plain != j->in && j->arg == 0) { /* capability 0 cannot take compressed messages */
+        j->out = plain;
+        j->out_len = len;
+        return;
+    }
+    if (plain != j->in)
+        free(plain);
+pass:
+    j->out = j->in;
+    j->out_len = j->in_len;
+    j->in = NULL;
+}
+
+void job_compress_reply(struct job *j)
+{
+    uint8_t *z = j->in_len >= KZIP_MIN_LEN ? malloc(j->in_len / 2) : NULL;
+    size_t zl = z ? kzip_compress(j->in, j->in_len, z) : 0;
+    if (zl) {
+        j->out = z;
+        j->out_len = zl;
+        return;
+    }
+    free(z);
+    j->out = j->in;
+    j->out_len = j->in_len;
+    j->in = NULL;
+}

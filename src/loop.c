@@ -1,0 +1,267 @@
+/* loop.c: the loop thread: epoll, the timer heap, signals, and the iteration of DESIGN.md:
+ * clock, wait, ready fds within budgets, completions drained whole, dispatch, flush, timers,
+ * reclaim. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gw.h"
+#include "jobs.h"
+#include "log.h"
+
+int64_t gw_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---- timer heap ------------------------------------------------------------------------- */
+
+static void heap_swap(struct timers *ts, int a, int b)
+{
+    struct timer *t = ts->h[a];
+    ts->h[a] = ts->h[b];
+    ts->h[b] = t;
+    ts->h[a]->pos = a + 1;
+    ts->h[b]->pos = b + 1;
+}
+
+static void heap_up(struct timers *ts, int i)
+{
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (ts->h[p]->when <= ts->h[i]->when)
+            break;
+        heap_swap(ts, i, p);
+        i = p;
+    }
+}
+
+static void heap_down(struct timers *ts, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < ts->n && ts->h[l]->when < ts->h[m]->when)
+            m = l;
+        if (r < ts->n && ts->h[r]->when < ts->h[m]->when)
+            m = r;
+        if (m == i)
+            return;
+        heap_swap(ts, i, m);
+        i = m;
+    }
+}
+
+static void heap_remove(struct timers *ts, struct timer *t)
+{
+    int i = t->pos - 1;
+    ts->n--;
+    if (i != ts->n) {
+        ts->h[i] = ts->h[ts->n];
+        ts->h[i]->pos = i + 1;
+        heap_down(ts, i);
+        heap_up(ts, i);
+    }
+    t->pos = 0;
+}
+
+void timer_arm(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct gw *, struct timer *))
+{
+    struct timers *ts = &g->timers;
+    if (t->pos)
+        heap_remove(ts, t);
+    if (ts->n == ts->cap) {
+        int cap = ts->cap ? ts->cap * 2 : 256;
+        struct timer **h = realloc(ts->h, (size_t)cap * sizeof *h);
+        if (!h) {
+            log_error(NULL, "out of memory for timers");
+            return;
+        }
+        ts->h = h;
+        ts->cap = cap;
+    }
+    t->when = when_ms;
+    t->fn = fn;
+    ts->h[ts->n] = t;
+    t->pos = ++ts->n;
+    heap_up(ts, ts->n - 1);
+}
+
+void timer_cancel(struct gw *g, struct timer *t)
+{
+    if (t->pos)
+        heap_remove(&g->timers, t);
+}
+
+int64_t timers_next(const struct timers *ts) { return ts->n ? ts->h[0]->when : -1; }
+
+struct timer *timers_pop_due(struct timers *ts, int64_t now)
+{
+    if (!ts->n || ts->h[0]->when > now)
+        return NULL;
+    struct timer *t = ts->h[0];
+    heap_remove(ts, t);
+    return t;
+}
+
+void timers_free(struct timers *ts)
+{
+    free(ts->h);
+    *ts = (struct timers){0};
+}
+
+/* ---- completions ------------------------------------------------------------------------ */
+
+static void on_completion(struct gw *g, struct job *j)
+{
+    struct conn *c = conn_lookup(g, j->conn_id, j->conn_gen);
+    if (!c || c->kind != EV_CLIENT) { /* stale: the connection went, or its id was reused */
+        job_free(j);
+        return;
+    }
+    struct client *cl = (struct client *)c;
+    switch (j->kind) {
+    case JK_COMMAND:
+        if (j->result == GWCMD_UNKNOWN) {
+            struct req *r = cl->head;
+            if (r && r->seq == j->seq)
+                client_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
+            break;
+        }
+        {
+            struct job *w = job_new(job_encode_command, JK_REPLY);
+            if (!w)
+                break;
+            w->arg = j->result;
+            if (j->result == GWCMD_STATS) {
+                w->ctx = gw_stats_snapshot(g);
+                w->ctx_free = free;
+            }
+            gw_submit(g, g->writers, w, c, j->seq);
+        }
+        break;
+    case JK_REPLY:
+        if (j->out) {
+            client_reply_loop(g, cl, j->seq, j->out, j->out_len);
+            j->out = NULL;
+        } else {
+            conn_close(g, c, "out of memory making a reply");
+        }
+        break;
+    default:
+        break;
+    }
+    job_free(j);
+}
+
+/* Take every completion of a pool in one splice and handle them all. */
+static int drain_pool(struct gw *g, struct pool *p)
+{
+    int n = 0;
+    for (struct job *j = pool_drain_loop(p), *next; j; j = next) {
+        next = j->next;
+        on_completion(g, j);
+        n++;
+    }
+    return n;
+}
+
+static void on_signal(struct gw *g)
+{
+    struct signalfd_siginfo si;
+    while (read(g->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGHUP) {
+            log_info(NULL, "SIGHUP: reloading %s", g->config_path[0] ? g->config_path : "(no config file)");
+            gw_reload_loop(g);
+        } else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+            log_info(NULL, "%s: draining (up to %lld ms)", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
+                     (long long)g->cfg.drain_timeout);
+            gw_drain_loop(g);
+        }
+    }
+}
+
+static void flush_dirty(struct gw *g)
+{
+    struct conn *list = g->dirty;
+    g->dirty = NULL;
+    while (list) {
+        struct conn *c = list;
+        list = c->next_dirty;
+        c->dirty = 0;
+        if (!c->closing)
+            conn_flush_loop(g, c);
+    }
+}
+
+int gw_run(struct gw *g)
+{
+    struct epoll_event evs[256];
+    while (!g->stop) {
+        g->now_ms = gw_now_us() / 1000;
+        int timeout = -1;
+        int64_t next = timers_next(&g->timers);
+        if (g->work_pending || g->dirty)
+            timeout = 0;
+        else if (next >= 0)
+            timeout = next <= g->now_ms ? 0 : (int)QG_MIN(next - g->now_ms, 60000);
+        g->work_pending = 0;
+        int n = epoll_wait(g->epfd, evs, (int)QG_ARRAY_LEN(evs), timeout);
+        if (n < 0 && errno != EINTR) {
+            log_error(NULL, "epoll_wait: %s", strerror(errno));
+            return 1;
+        }
+        g->now_ms = gw_now_us() / 1000;
+        for (int i = 0; i < n; i++) {
+            struct evsrc *s = evs[i].data.ptr;
+            switch (s->kind) {
+            case EV_LISTENER:
+                client_accept_loop(g, s == &g->ev_listen_tcp ? g->lfd_tcp : g->lfd_uds, s == &g->ev_listen_uds);
+                break;
+            case EV_POOL:
+                break; /* drained below, every iteration */
+            case EV_SIGNAL:
+                on_signal(g);
+                break;
+            case EV_CLIENT:
+                if (!((struct conn *)s)->closing)
+                    client_on_event_loop(g, (struct client *)s, evs[i].events);
+                break;
+            case EV_WORKER:
+                if (!((struct conn *)s)->closing)
+                    worker_on_event_loop(g, (struct worker *)s, evs[i].events);
+                break;
+            }
+        }
+        client_backlog_loop(g);
+        drain_pool(g, g->readers);
+        drain_pool(g, g->writers);
+        dispatch_all_loop(g);
+        flush_dirty(g);
+        struct timer *t;
+        while ((t = timers_pop_due(&g->timers, g->now_ms)))
+            t->fn(g, t);
+        conn_reap_loop(g);
+        if (g->draining) {
+            if (g->nclients == 0 || worker_busy_count(g) == 0) {
+                int busy = 0;
+                for (uint32_t id = 0; id < g->tab_cap && !busy; id++) {
+                    struct conn *c = g->tab[id];
+                    if (c && c->kind == EV_CLIENT && (((struct client *)c)->head || c->out.bytes))
+                        busy = 1;
+                }
+                if (!busy) {
+                    log_info(NULL, "drained: exiting");
+                    g->stop = 1;
+                }
+            }
+        }
+    }
+    return g->exit_code;
+}

@@ -1,0 +1,175 @@
+/* pool.c: thread pools with a job queue and a completion list drained whole by the loop. */
+#include "pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct jlist {
+    struct job *head, *tail;
+};
+
+static void jlist_push(struct jlist *l, struct job *j)
+{
+    j->next = NULL;
+    if (l->tail)
+        l->tail->next = j;
+    else
+        l->head = j;
+    l->tail = j;
+}
+
+struct pool {
+    char name[16];
+    pthread_mutex_t qlock; /* jobs waiting for a thread */
+    pthread_cond_t qcond;
+    struct jlist queue;
+    int stop;
+    pthread_mutex_t clock; /* completions waiting for the loop */
+    struct jlist done;
+    int efd;
+    int nthreads;
+    pthread_t *threads;
+    atomic_uint_fast64_t efd_writes, jobs_done;
+};
+
+struct job *job_new(job_fn run, int kind)
+{
+    struct job *j = calloc(1, sizeof *j);
+    if (j) {
+        j->run = run;
+        j->kind = kind;
+    }
+    return j;
+}
+
+void job_free(struct job *j)
+{
+    if (!j)
+        return;
+    free(j->in);
+    free(j->out);
+    if (j->ctx && j->ctx_free)
+        j->ctx_free(j->ctx);
+    free(j);
+}
+
+void pool_complete(struct pool *p, struct job *j)
+{
+    pthread_mutex_lock(&p->clock);
+    int was_empty = p->done.head == NULL;
+    jlist_push(&p->done, j);
+    pthread_mutex_unlock(&p->clock);
+    atomic_fetch_add(&p->jobs_done, 1);
+    if (was_empty) {
+        uint64_t one = 1;
+        ssize_t w = write(p->efd, &one, sizeof one);
+        (void)w; /* the counter cannot overflow: the loop reads it every wake-up */
+        atomic_fetch_add(&p->efd_writes, 1);
+    }
+}
+
+static void *pool_main(void *arg)
+{
+    struct pool *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->qlock);
+        while (!p->queue.head && !p->stop)
+            pthread_cond_wait(&p->qcond, &p->qlock);
+        if (p->stop) {
+            pthread_mutex_unlock(&p->qlock);
+            return NULL;
+        }
+        struct job *j = p->queue.head;
+        p->queue.head = j->next;
+        if (!p->queue.head)
+            p->queue.tail = NULL;
+        pthread_mutex_unlock(&p->qlock);
+        j->run(j);
+        pool_complete(p, j);
+    }
+}
+
+struct pool *pool_create(const char *name, int nthreads)
+{
+    struct pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    pthread_mutex_init(&p->qlock, NULL);
+    pthread_cond_init(&p->qcond, NULL);
+    pthread_mutex_init(&p->clock, NULL);
+    p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    p->threads = calloc((size_t)nthreads, sizeof *p->threads);
+    if (p->efd < 0 || !p->threads) {
+        pool_destroy(p);
+        return NULL;
+    }
+    for (int i = 0; i < nthreads; i++) {
+        if (pthread_create(&p->threads[i], NULL, pool_main, p)) {
+            pool_destroy(p);
+            return NULL;
+        }
+        p->nthreads++;
+    }
+    return p;
+}
+
+int pool_fd(const struct pool *p) { return p->efd; }
+
+void pool_submit(struct pool *p, struct job *j)
+{
+    pthread_mutex_lock(&p->qlock);
+    jlist_push(&p->queue, j);
+    pthread_cond_signal(&p->qcond);
+    pthread_mutex_unlock(&p->qlock);
+}
+
+struct job *pool_drain_loop(struct pool *p)
+{
+    uint64_t n;
+    ssize_t r = read(p->efd, &n, sizeof n);
+    (void)r; /* EAGAIN when a previous drain already took what this wake-up announced */
+    pthread_mutex_lock(&p->clock);
+    struct job *all = p->done.head;
+    p->done.head = p->done.tail = NULL;
+    pthread_mutex_unlock(&p->clock);
+    return all;
+}
+
+void pool_destroy(struct pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->qlock);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->qcond);
+    pthread_mutex_unlock(&p->qlock);
+    for (int i = 0; i < p->nthreads; i++)
+        pthread_join(p->threads[i], NULL);
+    for (struct job *j = p->queue.head, *n; j; j = n) {
+        n = j->next;
+        job_free(j);
+    }
+    for (struct job *j = p->done.head, *n; j; j = n) {
+        n = j->next;
+        job_free(j);
+    }
+    if (p->efd >= 0)
+        close(p->efd);
+    pthread_mutex_destroy(&p->qlock);
+    pthread_cond_destroy(&p->qcond);
+    pthread_mutex_destroy(&p->clock);
+    free(p->threads);
+    free(p);
+}
+
+uint64_t pool_eventfd_writes(const struct pool *p) { return atomic_load(&((struct pool *)p)->efd_writes); }
+uint64_t pool_jobs_done(const struct pool *p) { return atomic_load(&((struct pool *)p)->jobs_done); }

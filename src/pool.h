@@ -1,0 +1,53 @@
+/* pool.h: reader and writer thread pools. Jobs are pure functions (bytes and an immutable
+ * context in, bytes and a decision out); completions come back to the loop through a
+ * mutex-protected intrusive list signalled by an eventfd and are taken out whole. */
+#ifndef POOL_H
+#define POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct job;
+typedef void (*job_fn)(struct job *j);
+
+struct job {
+    struct job *next;
+    job_fn run;                 /* runs on a pool thread; touches only this job */
+    int kind;                   /* what the loop does with the completion */
+    uint32_t conn_id, conn_gen; /* the connection it is for: a stale one is dropped */
+    uint64_t seq;               /* the request it answers */
+    uint8_t *in;                /* owned input bytes */
+    size_t in_len;
+    void *ctx;                  /* owned immutable context, freed with ctx_free */
+    void (*ctx_free)(void *ctx);
+    int arg;                    /* small parameter: capability, command */
+    int result;                 /* decision */
+    uint8_t *out;               /* owned output bytes (a whole message) */
+    size_t out_len;
+    char text[192];             /* error text, command name */
+};
+
+struct job *job_new(job_fn run, int kind);
+void job_free(struct job *j);
+
+struct pool;
+
+/* Start nthreads threads. NULL on failure. */
+struct pool *pool_create(const char *name, int nthreads);
+/* The eventfd to watch: readable when completions are waiting. */
+int pool_fd(const struct pool *p);
+/* Queue a job (the pool owns it until it comes back as a completion). */
+void pool_submit(struct pool *p, struct job *j);
+/* Loop side: clear the eventfd and take every completed job, oldest first, in one splice. */
+struct job *pool_drain_loop(struct pool *p);
+/* Post a finished job as a pool thread does (used by the threads, and by tests). The eventfd is
+ * written only when the list goes from empty to non-empty. */
+void pool_complete(struct pool *p, struct job *j);
+/* Stop the threads and free every job still held. */
+void pool_destroy(struct pool *p);
+
+/* Counters, for tests and stats. */
+uint64_t pool_eventfd_writes(const struct pool *p);
+uint64_t pool_jobs_done(const struct pool *p);
+
+#endif

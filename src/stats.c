@@ -1,0 +1,87 @@
+/* stats.c: latency histograms and the .qgate.stats[] table. */
+#include "stats.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int bucket_of(uint64_t v)
+{
+    if (v < 32)
+        return (int)v;
+    int e = 63 - __builtin_clzll(v); /* v in [2^e, 2^(e+1)), e >= 5 */
+    int sub = (int)((v >> (e - 4)) & (HIST_SUB - 1));
+    int b = 32 + (e - 5) * HIST_SUB + sub;
+    return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
+}
+
+static uint64_t bucket_top(int b)
+{
+    if (b < 32)
+        return (uint64_t)b;
+    int e = (b - 32) / HIST_SUB + 5, sub = (b - 32) % HIST_SUB;
+    return ((uint64_t)(HIST_SUB + sub + 1) << (e - 4)) - 1;
+}
+
+void hist_add(struct hist *h, uint64_t us)
+{
+    h->b[bucket_of(us)]++;
+    h->n++;
+}
+
+uint64_t hist_quantile(const struct hist *h, double q)
+{
+    if (!h->n)
+        return 0;
+    uint64_t rank = (uint64_t)(q * (double)h->n + 0.999999);
+    if (rank < 1)
+        rank = 1;
+    uint64_t seen = 0;
+    for (int b = 0; b < HIST_BUCKETS; b++) {
+        seen += h->b[b];
+        if (seen >= rank)
+            return bucket_top(b);
+    }
+    return bucket_top(HIST_BUCKETS - 1);
+}
+
+static K syms_of(const struct stats_snapshot *s, size_t off)
+{
+    const char **v = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    for (int i = 0; i < s->n; i++)
+        v[i] = (const char *)&s->rows[i] + off;
+    K x = k_symv(s->n, v);
+    free(v);
+    return x;
+}
+
+K stats_table(const struct stats_snapshot *s)
+{
+    static const char *names[] = {"address", "group", "state", "served", "errors",
+                                  "inflight", "queued", "p50_us", "p99_us"};
+    K cols = k_list(9);
+    if (!cols)
+        return NULL;
+    kK(cols)[0] = syms_of(s, offsetof(struct stats_row, addr));
+    kK(cols)[1] = syms_of(s, offsetof(struct stats_row, group));
+    kK(cols)[2] = syms_of(s, offsetof(struct stats_row, state));
+    for (int c = 3; c < 9; c++)
+        kK(cols)[c] = k_vec(KT_LONG, s->n);
+    for (int c = 0; c < 9; c++)
+        if (!kK(cols)[c]) {
+            k_free(cols);
+            return NULL;
+        }
+    for (int i = 0; i < s->n; i++) {
+        const struct stats_row *r = &s->rows[i];
+        kJ(kK(cols)[3])[i] = r->served;
+        kJ(kK(cols)[4])[i] = r->errors;
+        kJ(kK(cols)[5])[i] = r->inflight;
+        kJ(kK(cols)[6])[i] = r->queued;
+        kJ(kK(cols)[7])[i] = (int64_t)hist_quantile(&r->lat, 0.50);
+        kJ(kK(cols)[8])[i] = (int64_t)hist_quantile(&r->lat, 0.99);
+    }
+    return k_table(k_dict(k_symv(9, names), cols));
+}

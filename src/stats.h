@@ -1,0 +1,39 @@
+/* stats.h: latency histograms and the snapshot behind .qgate.stats[]. */
+#ifndef STATS_H
+#define STATS_H
+
+#include <stdint.h>
+
+#include "kcodec.h"
+
+/* Log-linear histogram of microseconds: exact below 32, then 16 buckets per power of two
+ * (relative error under 7%). All-zero is empty. */
+#define HIST_SUB 16
+#define HIST_BUCKETS (32 + 16 * 40)
+struct hist {
+    uint64_t n;
+    uint32_t b[HIST_BUCKETS];
+};
+
+void hist_add(struct hist *h, uint64_t us);
+/* The value at quantile q (0..1), the upper edge of its bucket; 0 when empty. */
+uint64_t hist_quantile(const struct hist *h, double q);
+
+/* One row of .qgate.stats[]. */
+struct stats_row {
+    char addr[300];
+    char group[64];
+    char state[16];
+    int64_t served, errors, inflight, queued;
+    struct hist lat;
+};
+
+struct stats_snapshot {
+    int n;
+    struct stats_row rows[];
+};
+
+/* The table ([] address; group; state; served; errors; inflight; queued; p50_us; p99_us). */
+K stats_table(const struct stats_snapshot *s);
+
+#endif
