@@ -80,6 +80,8 @@ static void fmt(struct out *o, const K x)
     } else if (t == KT_SYM) {
         if (x->n == 0)
             put(o, "`symbol$()");
+        if (x->n == 1)
+            put(o, ",");
         for (int64_t k = 0; k < x->n && k < 20; k++)
             put(o, "`%s", kS(x)[k]);
         if (x->n > 20)

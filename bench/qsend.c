@@ -11,17 +11,51 @@
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: qsend [-g host:port] [-u user:pass] [--async] [--timeout MS] TEXT...\n"
+            "usage: qsend [-g host:port] [-u user:pass] [--async] [--pipeline] [--timeout MS] TEXT...\n"
             "  sends each TEXT as a char vector (sync unless --async) and prints each reply\n"
-            "  in q-like form, one line each; errors print as 'text. Exit status 1 when the\n"
+            "  in q-like form, one line each; errors print as 'text. --pipeline sends every\n"
+            "  message before reading any reply; a TEXT starting with \"neg:\" is sent async.\n"
+            "  Async messages received are printed as \"async: ...\"; sync requests received\n"
+            "  are answered with the string \"qsend got: TEXT\".\n"
+            "  Exit status 1 when the\n"
             "  connection fails or closes (the reason is printed as 'hop, 'access, 'close).\n");
     exit(2);
+}
+
+/* A message the other side sent us: print async ones; answer sync ones as a q client would
+ * answer with its own .z.pg (here: the text back with a prefix). */
+static void on_incoming(struct qconn *c)
+{
+    K x;
+    struct kerr e;
+    char out[4096];
+    if (kcodec_decode(c->buf + 8, c->len - 8, c->hdr.le, NULL, &x, &e) != QG_OK) {
+        printf("async: 'badmsg\n");
+        return;
+    }
+    kfmt(x, out, sizeof out);
+    if (c->hdr.type == KIPC_ASYNC) {
+        printf("async: %s\n", out);
+    } else {
+        char reply[4200];
+        int n = snprintf(reply, sizeof reply, "qsend got: %s", x->t == KT_CHAR ? "" : out);
+        if (x->t == KT_CHAR)
+            n += snprintf(reply + n, sizeof reply - (size_t)n, "%.*s", (int)x->n, kC(x));
+        K r = k_str(reply, (size_t)n);
+        size_t len;
+        uint8_t *m = kcodec_encode_msg(r, KIPC_RESPONSE, &len);
+        k_free(r);
+        if (m && qconn_send(c, m, len))
+            printf("'close\n");
+        free(m);
+    }
+    k_free(x);
 }
 
 int main(int argc, char **argv)
 {
     const char *gw = "localhost:8811", *user = NULL;
-    int async = 0, timeout = 0, first = 0;
+    int async = 0, timeout = 0, first = 0, pipeline = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-g") && i + 1 < argc)
             gw = argv[++i];
@@ -29,6 +63,8 @@ int main(int argc, char **argv)
             user = argv[++i];
         else if (!strcmp(argv[i], "--async"))
             async = 1;
+        else if (!strcmp(argv[i], "--pipeline"))
+            pipeline = 1;
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout = atoi(argv[++i]);
         else if (argv[i][0] == '-' && argv[i][1] == '-')
@@ -46,30 +82,48 @@ int main(int argc, char **argv)
         printf("'%s\n", qconn_strerror(rc));
         return 1;
     }
-    for (int i = first; i < argc; i++) {
-        K q = k_str(argv[i], strlen(argv[i]));
-        size_t len;
-        uint8_t *m = kcodec_encode_msg(q, async ? KIPC_ASYNC : KIPC_SYNC, &len);
-        k_free(q);
-        rc = async ? qconn_send(&c, m, len) : qconn_call(&c, m, len, timeout);
-        free(m);
-        if (rc) {
-            printf("'%s\n", qconn_strerror(rc));
-            qconn_close(&c);
-            return 1;
+    for (int pass = 0; pass < (pipeline ? 2 : 1); pass++) {
+        for (int i = first; i < argc; i++) {
+            const char *text = argv[i];
+            int as = async || !strncmp(text, "neg:", 4);
+            if (!strncmp(text, "neg:", 4))
+                text += 4;
+            if (!pipeline || pass == 0) {
+                K q = k_str(text, strlen(text));
+                size_t len;
+                uint8_t *m = kcodec_encode_msg(q, as ? KIPC_ASYNC : KIPC_SYNC, &len);
+                k_free(q);
+                rc = qconn_send(&c, m, len);
+                free(m);
+                if (rc) {
+                    printf("'%s\n", qconn_strerror(rc));
+                    qconn_close(&c);
+                    return 1;
+                }
+                if (pipeline)
+                    continue;
+            }
+            if (as)
+                continue;
+            while (!(rc = qconn_recv(&c, timeout)) && c.hdr.type != KIPC_RESPONSE)
+                on_incoming(&c);
+            if (rc) {
+                printf("'%s\n", qconn_strerror(rc));
+                qconn_close(&c);
+                return 1;
+            }
+            K x;
+            struct kerr e;
+            if (kcodec_decode(c.buf + 8, c.len - 8, c.hdr.le, NULL, &x, &e) != QG_OK) {
+                printf("'badmsg: %s at %zu\n", e.why, e.off);
+                continue;
+            }
+            char out[4096];
+            kfmt(x, out, sizeof out);
+            printf("%s\n", out);
+            fflush(stdout);
+            k_free(x);
         }
-        if (async)
-            continue;
-        K x;
-        struct kerr e;
-        if (kcodec_decode(c.buf + 8, c.len - 8, c.hdr.le, NULL, &x, &e) != QG_OK) {
-            printf("'badmsg: %s at %zu\n", e.why, e.off);
-            continue;
-        }
-        char out[4096];
-        kfmt(x, out, sizeof out);
-        printf("%s\n", out);
-        k_free(x);
     }
     fflush(stdout);
     qconn_close(&c);

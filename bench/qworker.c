@@ -169,12 +169,69 @@ static struct reply unsupported(const char *what)
     return (struct reply){.k = k_err(msg)};
 }
 
-/* The plain char vector queries tests use: "", rows N, sleep MS, echo X, err X. */
+static int send_msg(struct wconn *c, K x, int type)
+{
+    size_t len;
+    uint8_t *m = x ? kcodec_encode_msg(x, type, &len) : NULL;
+    k_free(x);
+    if (!m)
+        return -1;
+    int rc = net_write_all(c->fd, m, len);
+    free(m);
+    return rc;
+}
+
+/* "notify N TEXT": N async messages TEXT to the caller, then N. "callback TEXT": a sync
+ * request TEXT to the caller, whose answer is the reply (q serves it with .z.w). */
+static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
+{
+    if (n > 9 && !memcmp(s, "callback ", 9)) {
+        if (send_msg(c, k_str(s + 9, n - 9), KIPC_SYNC))
+            return (struct reply){.k = k_err("close")};
+        for (;;) { /* like a q client in h x: wait on this handle for the response */
+            uint8_t h[8];
+            struct kipc_hdr hd;
+            const char *why;
+            if (net_read_all(c->fd, h, 8) || kipc_hdr_parse(h, 8, MAX_MESSAGE, &hd, &why) != QG_OK)
+                return (struct reply){.k = k_err("close")};
+            uint8_t *m = malloc(hd.len);
+            if (!m || net_read_all(c->fd, m + 8, hd.len - 8)) {
+                free(m);
+                return (struct reply){.k = k_err("close")};
+            }
+            K x = NULL;
+            struct kerr e;
+            qg_status st = kcodec_decode(m + 8, hd.len - 8, hd.le, NULL, &x, &e);
+            free(m);
+            if (hd.type == KIPC_RESPONSE)
+                return (struct reply){.k = st == QG_OK ? x : k_err("badmsg")};
+            k_free(x);
+        }
+    }
+    int count = 0, off = 0;
+    if (sscanf(s, "notify %d %n", &count, &off) == 1 && off > 0 && count >= 0 && count <= 100000) {
+        for (int i = 0; i < count; i++)
+            if (send_msg(c, k_str(s + off, n - (size_t)off), KIPC_ASYNC))
+                break;
+        return (struct reply){.k = k_long(count)};
+    }
+    return (struct reply){0};
+}
+
+/* The plain char vector queries tests use: "", rows N, sleep MS, echo X, err X, notify N X,
+ * callback X. */
 static struct reply eval_text(struct wconn *c, const char *s, size_t n)
 {
     char buf[64];
     if (n == 0)
         return (struct reply){.k = k_prim(KT_UNARY, 0)};
+    if ((n > 7 && !memcmp(s, "notify ", 7)) || (n > 9 && !memcmp(s, "callback ", 9))) {
+        char *z = strndup(s, n); /* NUL-terminated for sscanf */
+        struct reply r = z ? eval_peer(c, z, n) : (struct reply){0};
+        free(z);
+        if (r.k)
+            return r;
+    }
     if (n > 5 && !memcmp(s, "echo ", 5))
         return (struct reply){.k = k_str(s + 5, n - 5)};
     if (n > 4 && !memcmp(s, "err ", 4)) {
@@ -381,7 +438,9 @@ static void usage(void)
             "               [--compress]\n"
             "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
-            "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\". Port 0 picks a free port; the\n"
+            "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
+            "  back, then N) and \"callback X\" (sync request X back; its answer is the reply).\n"
+            "  Port 0 picks a free port; the\n"
             "  first line on stdout is \"qworker listening on HOST:PORT\". Replies over 2000 bytes\n"
             "  are compressed as q does for remote peers; --compress treats every peer as remote.\n"
             "  --user u:p closes connections with other credentials, as q -U does.\n");

@@ -179,6 +179,10 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         }
         return;
     }
+    if (c->grp->unavailable && r->type == KIPC_SYNC) {
+        client_error_loop(g, c, r, "qgate: no worker of group %s is up", c->grp->cfg.name);
+        return;
+    }
     if (dispatch_enqueue_loop(g, c)) {
         g->busy_replies++;
         if (r->type == KIPC_SYNC) {
@@ -439,6 +443,38 @@ static void client_read_loop(struct gw *g, struct client *c)
         g->work_pending = 1;
 }
 
+static void on_linger_timeout(struct gw *g, struct timer *t)
+{
+    struct client *c = (struct client *)((char *)t - offsetof(struct client, tm));
+    conn_close(g, &c->c, "closed after a bad message");
+}
+
+void client_linger_loop(struct gw *g, struct client *c)
+{
+    if (c->st != CS_FLUSHING)
+        return;
+    client_set_state(c, CS_LINGER);
+    shutdown(c->c.fd, SHUT_WR);
+    c->paused = 0;
+    set_reading(g, c, 1);
+    timer_arm(g, &c->tm, g->now_ms + 2000, on_linger_timeout);
+}
+
+/* Read and drop whatever the client still sends, until it closes. */
+static void linger_read(struct gw *g, struct client *c)
+{
+    uint8_t buf[4096];
+    for (int i = 0; i < 64; i++) {
+        ssize_t n = read(c->c.fd, buf, sizeof buf);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        conn_close(g, &c->c, "closed after a bad message");
+        return;
+    }
+}
+
 void client_on_event_loop(struct gw *g, struct client *c, uint32_t ev)
 {
     if (ev & EPOLLOUT)
@@ -446,6 +482,10 @@ void client_on_event_loop(struct gw *g, struct client *c, uint32_t ev)
     if (c->c.closing)
         return;
     if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+        if (c->st == CS_LINGER) {
+            linger_read(g, c);
+            return;
+        }
         if (c->paused || c->st == CS_FLUSHING) {
             /* not reading: only notice a peer that went away */
             if (ev & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))

@@ -148,7 +148,7 @@ int conn_flush_loop(struct gw *g, struct conn *c)
         if (before > (size_t)g->cfg.client_low_water && c->out.bytes <= (size_t)g->cfg.client_low_water)
             client_output_drained_loop(g, cl);
         if (cl->st == CS_FLUSHING && c->out.bytes == 0 && !cl->head)
-            conn_close(g, c, "closed after a bad message");
+            client_linger_loop(g, cl);
     }
     return 0;
 }

@@ -131,3 +131,13 @@ void dispatch_all_loop(struct gw *g)
     for (int i = 0; i < g->ngroups; i++)
         dispatch_run_loop(g, &g->groups[i]);
 }
+
+void dispatch_fail_group_loop(struct gw *g, struct group *grp)
+{
+    while (grp->qhead) {
+        struct client *c = grp->qhead;
+        dispatch_dequeue_loop(g, c);
+        if (c->head && c->head->state == RS_QUEUED)
+            client_error_loop(g, c, c->head, "qgate: no worker of group %s is up", grp->cfg.name);
+    }
+}

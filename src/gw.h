@@ -36,8 +36,10 @@ struct evsrc {
 /* Client states:
  *   HANDSHAKE --credentials ok--> READY --close--> CLOSING
  *   HANDSHAKE --too long, timeout, bad credentials--> CLOSING (no byte sent)
- *   READY --bad header--> FLUSHING (error queued, nothing more read) --sent--> CLOSING */
-#define CLIENT_STATES(X) X(HANDSHAKE) X(READY) X(FLUSHING) X(CLOSING)
+ *   READY --bad header--> FLUSHING (error queued, nothing more read) --sent--> LINGER
+ *   LINGER (write side shut, input read and dropped so the error is not lost to a reset)
+ *     --EOF or 2 s--> CLOSING */
+#define CLIENT_STATES(X) X(HANDSHAKE) X(READY) X(FLUSHING) X(LINGER) X(CLOSING)
 #define ST_ENUM(e) CS_##e,
 enum client_state { CLIENT_STATES(ST_ENUM) };
 #undef ST_ENUM
@@ -167,6 +169,8 @@ struct group {
     struct worker *idle_head, *idle_tail;
     struct client *qhead, *qtail;
     int qlen;
+    int nup;             /* workers connected (IDLE or BUSY) */
+    uint8_t unavailable; /* none up and the last attempt to connect one failed */
 };
 
 struct gw {
@@ -242,6 +246,8 @@ void client_teardown(struct gw *g, struct client *c);
 void client_output_drained_loop(struct gw *g, struct client *c);
 const char *client_state_name(int st);
 void client_pause_all_loop(struct gw *g);
+/* Everything owed was sent after a bad message: shut our side, drain theirs, then close. */
+void client_linger_loop(struct gw *g, struct client *c);
 /* Take the messages that the frames budget left in clients' buffers. */
 void client_backlog_loop(struct gw *g);
 
@@ -274,6 +280,8 @@ void dispatch_worker_unidle_loop(struct gw *g, struct worker *w);
 /* Hand queued requests to idle workers, round-robin across waiting clients. */
 void dispatch_run_loop(struct gw *g, struct group *grp);
 void dispatch_all_loop(struct gw *g);
+/* No worker of the group is up and connecting failed: answer everyone waiting. */
+void dispatch_fail_group_loop(struct gw *g, struct group *grp);
 
 /* ---- gateway.c -------------------------------------------------------------------------- */
 int gw_init(struct gw *g, const struct config *cfg, const char *config_path);

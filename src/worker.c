@@ -47,6 +47,18 @@ static void schedule_reconnect(struct gw *g, struct worker *w)
     w->backoff = QG_MIN(w->backoff * 2, g->cfg.reconnect_max);
 }
 
+/* A connection attempt failed (the worker was not up): retry later; if no worker of the
+ * group is up, the waiting requests are answered rather than left to wait. */
+static void connect_failed(struct gw *g, struct worker *w)
+{
+    if (w->grp->nup == 0 && !w->grp->unavailable) {
+        w->grp->unavailable = 1;
+        log_warn(w->c.name, "no worker of group %s is up", w->grp->cfg.name);
+        dispatch_fail_group_loop(g, w->grp);
+    }
+    schedule_reconnect(g, w);
+}
+
 static int resolve(struct worker *w)
 {
     char host[256];
@@ -96,25 +108,25 @@ void worker_connect_loop(struct gw *g, struct worker *w)
         return;
     if (!w->salen && resolve(w)) {
         log_warn(w->c.name, "cannot resolve address");
-        schedule_reconnect(g, w);
+        connect_failed(g, w);
         return;
     }
     int fd = socket(w->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         log_warn(w->c.name, "socket: %s", strerror(errno));
-        schedule_reconnect(g, w);
+        connect_failed(g, w);
         return;
     }
     net_tune(fd);
     if (connect(fd, (struct sockaddr *)&w->sa, w->salen) && errno != EINPROGRESS) {
         log_debug(w->c.name, "connect: %s", strerror(errno));
         close(fd);
-        schedule_reconnect(g, w);
+        connect_failed(g, w);
         return;
     }
     if (conn_register(g, &w->c, fd, EPOLLOUT)) {
         close(fd);
-        schedule_reconnect(g, w);
+        connect_failed(g, w);
         return;
     }
     w->c.want_out = 1;
@@ -497,6 +509,8 @@ static void read_capability(struct gw *g, struct worker *w)
     }
     w->cap = cap;
     w->backoff = g->cfg.reconnect_min;
+    w->grp->nup++;
+    w->grp->unavailable = 0;
     timer_cancel(g, &w->tm);
     log_info(w->c.name, "connected (capability %d)", cap);
     worker_set_state(w, WS_IDLE);
@@ -612,6 +626,9 @@ void worker_teardown(struct gw *g, struct worker *w)
     w->paused = 0;
     w->collect = 0;
     w->async_run = 0;
+    int was_up = w->st == WS_IDLE || w->st == WS_BUSY;
+    if (was_up)
+        w->grp->nup--;
     worker_set_state(w, WS_DOWN);
     if (w->removed) {
         struct group *grp = w->grp;
@@ -626,7 +643,10 @@ void worker_teardown(struct gw *g, struct worker *w)
         g->closed = &w->c;
         return;
     }
-    schedule_reconnect(g, w);
+    if (was_up)
+        schedule_reconnect(g, w);
+    else
+        connect_failed(g, w);
 }
 
 void worker_remove_loop(struct gw *g, struct worker *w)

@@ -62,3 +62,46 @@ expect_lines() {
 expect_file_has() {
     grep -qE "$2" "$1" || fail "$1 has no line matching /$2/: $(head -n 5 "$1")"
 }
+
+# start_gateway NAME ARGS...: start qgate on an ephemeral port (-p 0 unless ARGS set one);
+# sets NAME_PORT, NAME_PID. The log is $TMP/NAME.log.
+start_gateway() {
+    local name=$1
+    shift
+    "$BIN/qgate" -p 0 "$@" >"$TMP/$name.out" 2>"$TMP/$name.log" &
+    local pid=$!
+    PIDS+=("$pid")
+    wait_line "$TMP/$name.out" "qgate listening on" 30
+    local port
+    port=$(sed -n 's/^qgate listening on .*:\([0-9]*\)$/\1/p' "$TMP/$name.out" | head -n 1)
+    printf -v "${name}_PORT" '%s' "$port"
+    printf -v "${name}_PID" '%s' "$pid"
+}
+
+# wait_exit PID SECONDS: wait for a process to exit; its status in EXIT_STATUS
+wait_exit() {
+    local pid=$1 t=${2:-30} i=0
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 0.05
+        i=$((i + 1))
+        if [ $i -gt $((t * 20)) ]; then fail "process $pid still running after ${t}s"; fi
+    done
+    set +e
+    wait "$pid"
+    EXIT_STATUS=$?
+    set -e
+}
+
+# q TEXT...: qsend to the gateway G (host:port), output in $TMP/q.out
+q() { timeout 60 "$BIN/qsend" -g "$G" "$@" > "$TMP/q.out" 2>&1 || true; }
+
+# wait_count FILE REGEX N [SECONDS]: wait until at least N lines of FILE match REGEX
+wait_count() {
+    local f=$1 re=$2 want=$3 t=${4:-30} i=0
+    while [ "$(grep -cE "$re" "$f" 2>/dev/null || true)" -lt "$want" ]; do
+        sleep 0.05
+        i=$((i + 1))
+        if [ $i -gt $((t * 20)) ]; then fail "timed out waiting for $want lines /$re/ in $f"; fi
+    done
+    return 0
+}

@@ -1,0 +1,52 @@
+/* auth.h: client authentication against a q -U style users file, with MD5 and SHA-1. */
+#ifndef AUTH_H
+#define AUTH_H
+
+#include "qg.h"
+
+#define AUTH_NAME_MAX 63  /* longest user name, bytes */
+#define AUTH_PASS_MAX 255 /* longest password field (plain text or hex digest), bytes */
+
+/* How an entry's secret is stored. */
+enum { AUTH_PLAIN = 0, AUTH_MD5 = 1, AUTH_SHA1 = 2 };
+
+struct auth_user {
+    char name[AUTH_NAME_MAX + 1];
+    uint8_t kind;                    /* AUTH_PLAIN, AUTH_MD5, AUTH_SHA1 */
+    char secret[AUTH_PASS_MAX + 1];  /* plain text, or the hex digest lowercased */
+    uint8_t admin;                   /* option admin=0/1 */
+    int max_conns;                   /* option max_conns; 0 = unlimited */
+    int max_inflight;                /* option max_inflight; 0 = unlimited */
+};
+
+struct auth_db {
+    int n;
+    struct auth_user *users;
+};
+
+/* MD5 (RFC 1321) of p[0..n) into out. p may be NULL when n is 0. */
+void auth_md5(const void *p, size_t n, uint8_t out[16]);
+
+/* SHA-1 (FIPS 180-1) of p[0..n) into out. p may be NULL when n is 0. */
+void auth_sha1(const void *p, size_t n, uint8_t out[20]);
+
+/* Lowercase hex of d[0..n) into out, NUL-terminated; out must hold 2n+1 bytes. */
+void auth_hex(const uint8_t *d, size_t n, char *out);
+
+/* Load a users file: lines "user:password[<TAB>key=value,...]", '#' comments, blank lines.
+ * The password is plain, or 32 hex digits (MD5) or 40 (SHA-1). Options: admin, max_conns,
+ * max_inflight. Returns NULL with "path:line: reason" (or "path: reason") in err on failure. */
+struct auth_db *auth_load(const char *path, char *err, size_t errlen);
+
+/* Free a database from auth_load; NULL is ignored. */
+void auth_free(struct auth_db *db);
+
+/* The entry for the user name user[0..ulen) (not NUL-terminated), or NULL. */
+const struct auth_user *auth_find(const struct auth_db *db, const char *user, size_t ulen);
+
+/* 1 if the plain password pass[0..plen) the client sent matches u (compared as plain text, or
+ * hashed with MD5 / SHA-1 first, as q does), else 0; the final comparison is constant-time.
+ * u NULL gives 0. */
+int auth_check(const struct auth_user *u, const char *pass, size_t plen);
+
+#endif

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Every row of DESIGN.md's failure table, with real processes on loopback: what the client
+# sees and what the gateway does.
+. "$(dirname "$0")/lib.sh"
+
+conf() { # conf FILE WORKERS KEY=VALUE...: a config with one group
+    local f=$1 workers=$2
+    shift 2
+    { echo "[gateway]"; echo "bind = 127.0.0.1"; for kv in "$@"; do echo "${kv%%=*} = ${kv#*=}"; done
+      echo "[group main]"; echo "workers = $workers"; } > "$f"
+}
+# raw_open PORT: fd 3 to the port
+raw_open() { exec 3<>"/dev/tcp/127.0.0.1/$1"; }
+raw_close() { exec 3<&- 3>&-; }
+# raw_drain FILE: everything the gateway sends on fd 3 until it closes (at most 10 s)
+raw_drain() { timeout 10 cat <&3 > "$1" || true; }
+hex() { od -An -tx1 -v "$1" | tr -d ' \n'; }
+# the bytes of a response carrying q error TEXT
+err_hex() {
+    local text=$1 len=$((8 + 1 + ${#1} + 1))
+    printf '0102%04x%02x000000' 0 "$len" | sed 's/^\(....\)\(....\)/\1\2/'
+    printf '80'; printf '%s' "$text" | od -An -tx1 -v | tr -d ' \n'; printf '00'
+}
+
+start_worker W --rows 3000000
+WADDR="127.0.0.1:$W_PORT"
+
+# --- handshake longer than 1 KiB: closed without a byte ---------------------------------
+conf "$TMP/a.conf" "$WADDR" handshake_timeout=2000
+start_gateway A -c "$TMP/a.conf"
+raw_open "$A_PORT"
+head -c 2000 /dev/zero | tr '\0' x >&3
+raw_drain "$TMP/out"
+[ ! -s "$TMP/out" ] || fail "a long handshake got bytes back"
+raw_close
+expect_file_has "$TMP/A.log" "handshake longer than 1024 bytes"
+pass "handshake over 1 KiB: closed, logged"
+
+# --- handshake not done within handshake_timeout: closed --------------------------------
+conf "$TMP/b.conf" "$WADDR" handshake_timeout=300
+start_gateway Bg -c "$TMP/b.conf"
+raw_open "$Bg_PORT"
+printf 'slow' >&3
+set +e; timeout 10 cat <&3 > "$TMP/out"; rc=$?; set -e
+[ "$rc" -eq 0 ] || fail "the gateway did not close a stalled handshake"
+[ ! -s "$TMP/out" ] || fail "a stalled handshake got bytes back"
+raw_close
+expect_file_has "$TMP/Bg.log" "handshake not done within 300 ms"
+pass "handshake timeout: closed, logged"
+
+# --- malformed header, and length over max_message: 'qgate: badmsg ..., then close -------
+conf "$TMP/c.conf" "$WADDR" max_message=1000
+start_gateway C -c "$TMP/c.conf"
+raw_open "$C_PORT"
+printf 'u:p\003\000' >&3
+head -c 1 <&3 > "$TMP/cap"; [ "$(hex "$TMP/cap")" = "03" ] || fail "capability byte"
+printf '\002\001\000\000\021\000\000\000\012\000\003\000\000\0001+1' >&3
+raw_drain "$TMP/out"
+raw_close
+[ "$(hex "$TMP/out")" = "$(err_hex 'qgate: badmsg byte order not 0 or 1')" ] || fail "badmsg reply: $(hex "$TMP/out")"
+raw_open "$C_PORT"
+printf 'u:p\003\000' >&3
+head -c 1 <&3 > /dev/null
+printf '\001\001\000\000\210\023\000\000' >&3   # claims 5000 bytes
+raw_drain "$TMP/out"
+raw_close
+[ "$(hex "$TMP/out")" = "$(err_hex 'qgate: badmsg length over max_message')" ] || fail "max_message reply: $(hex "$TMP/out")"
+G="127.0.0.1:$C_PORT"; q "echo fine"; expect_lines "$TMP/q.out" '^"fine"$' 1
+pass "bad header and over max_message: 'qgate: badmsg then close; others unaffected"
+
+# --- queue full: 'qgate: busy ------------------------------------------------------------
+conf "$TMP/d.conf" "$WADDR" max_queue=1
+start_gateway D -c "$TMP/d.conf"
+G="127.0.0.1:$D_PORT"
+"$BIN/qsend" -g "$G" "sleep 1500" > "$TMP/d1.out" & p1=$!
+wait_line "$TMP/W.log" "sleep 1500 ms" 10
+"$BIN/qsend" -g "$G" "echo queued" > "$TMP/d2.out" & p2=$!
+sleep 0.3
+q "echo third"
+expect_lines "$TMP/q.out" "^'qgate: busy\$" 1
+wait "$p1" "$p2"
+expect_lines "$TMP/d1.out" '^1500$' 1
+expect_lines "$TMP/d2.out" '^"queued"$' 1
+pass "max_queue: 'qgate: busy, nothing queued, the others served"
+
+# --- waited longer than queue_timeout ---------------------------------------------------
+conf "$TMP/e.conf" "$WADDR" queue_timeout=300
+start_gateway E -c "$TMP/e.conf"
+G="127.0.0.1:$E_PORT"
+"$BIN/qsend" -g "$G" "sleep 1200" > "$TMP/e1.out" & p1=$!
+wait_line "$TMP/W.log" "sleep 1200 ms" 10
+q "echo late"
+expect_lines "$TMP/q.out" "^'qgate: timeout \\(queued [0-9]+ ms\\)\$" 1
+wait "$p1"
+expect_lines "$TMP/e1.out" '^1200$' 1
+pass "queue_timeout: 'qgate: timeout (queued ...)"
+
+# --- ran longer than query_timeout: error, worker reconnected, late reply never delivered -
+conf "$TMP/f.conf" "$WADDR" query_timeout=400 reconnect_min=50
+start_gateway F -c "$TMP/f.conf"
+G="127.0.0.1:$F_PORT"
+q "sleep 1500" "echo next"
+expect_lines "$TMP/q.out" "^'qgate: timeout \\(127.0.0.1:$W_PORT sent nothing for 400 ms\\)\$" 1
+expect_lines "$TMP/q.out" '^"next"$' 1
+expect_lines "$TMP/q.out" '^1500$' 0
+expect_file_has "$TMP/F.log" "connection closed: query timeout"
+pass "query_timeout: 'qgate: timeout, connection dropped and remade, late reply dropped"
+
+# --- a worker answers with a q error: unchanged, counted ----------------------------------
+q "err oops" ".qgate.stats[]"
+expect_lines "$TMP/q.out" "^'oops\$" 1
+expect_file_has "$TMP/q.out" '^table\[1\] `address `group `state `served `errors `inflight `queued `p50_us `p99_us \| ,`127.0.0.1:[0-9]+ \| ,`main \| ,`idle \| ,[0-9]+ \| ,1 \| ,0 \| ,0 \|'
+pass "q errors pass through unchanged and are counted"
+
+# --- worker lost before any reply byte; then reconnect with back-off ---------------------
+start_worker V --rows 1000
+conf "$TMP/g.conf" "127.0.0.1:$V_PORT" reconnect_min=50 reconnect_max=200
+start_gateway Gw -c "$TMP/g.conf"
+G="127.0.0.1:$Gw_PORT"
+"$BIN/qsend" -g "$G" "sleep 5000" > "$TMP/g1.out" & p1=$!
+wait_line "$TMP/V.log" "sleep 5000 ms" 10
+kill -9 "$V_PID"
+wait "$p1" || true
+expect_lines "$TMP/g1.out" "^'qgate: worker 127.0.0.1:$V_PORT lost\$" 1
+wait_line "$TMP/Gw.log" "no worker of group main is up" 10
+q "echo down"
+expect_lines "$TMP/q.out" "^'qgate: no worker of group main is up\$" 1
+"$BIN/qworker" -p "127.0.0.1:$V_PORT" --rows 1000 --no-uds > "$TMP/V2.out" 2> "$TMP/V2.log" & PIDS+=($!)
+wait_count "$TMP/Gw.log" "w 127.0.0.1:$V_PORT: connected" 2 10
+q "echo back"
+expect_lines "$TMP/q.out" '^"back"$' 1
+pass "worker lost before a byte: 'qgate: worker host:port lost; reconnected"
+
+# --- worker lost mid-stream: the client's connection closes (as if q died) ----------------
+start_worker M --rows 3000000
+conf "$TMP/h.conf" "127.0.0.1:$M_PORT"
+start_gateway H -c "$TMP/h.conf"
+raw_open "$H_PORT"
+printf 'u:p\003\000' >&3
+head -c 1 <&3 > /dev/null
+printf '\001\001\000\000\032\000\000\000\012\000\014\000\000\000rows 3000000' >&3
+sleep 0.3
+sleep 0.5
+kill -9 "$M_PID"
+raw_drain "$TMP/out"
+raw_close
+got=$(stat -c %s "$TMP/out")
+[ "$got" -gt 8 ] && [ "$got" -lt 40000000 ] || fail "mid-stream loss: got $got bytes"
+expect_file_has "$TMP/H.log" "worker lost in the middle of the reply"
+pass "worker lost mid-stream: client closed after $got of ~45 MB"
+
+# --- client gone while queued (dropped from the queue) and while running (drained) -------
+G="127.0.0.1:$A_PORT"
+"$BIN/qsend" -g "$G" "sleep 800" > "$TMP/i1.out" & p1=$!
+wait_line "$TMP/W.log" "sleep 800 ms" 10
+timeout 0.3 "$BIN/qsend" -g "$G" "sleep 777" > /dev/null || true    # gone while queued
+wait "$p1"
+timeout 0.3 "$BIN/qsend" -g "$G" "rows 3000000" > /dev/null || true # gone while its reply streams
+timeout 0.3 "$BIN/qsend" -g "$G" "sleep 600" > /dev/null || true    # gone while running
+q "echo reused"
+expect_lines "$TMP/q.out" '^"reused"$' 1
+grep -q "sleep 777 ms" "$TMP/W.log" && fail "a request of a client gone while queued ran"
+grep -q "w 127.0.0.1:$W_PORT: connection closed" "$TMP/A.log" && fail "worker connection dropped"
+pass "client gone while queued: dropped; while running or streaming: drained, worker reused"
