@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,6 @@
 
 static inline uint32_t rotl32(uint32_t x, unsigned s) { return (x << s) | (x >> (32 - s)); }
 
-static inline uint32_t ld32be(const uint8_t *p)
-{
-    return (uint32_t)p[3] | ((uint32_t)p[2] << 8) | ((uint32_t)p[1] << 16) | ((uint32_t)p[0] << 24);
-}
 
 static inline void st32be(uint8_t *p, uint32_t v)
 {
@@ -64,7 +61,7 @@ static void sha1_block(uint32_t *st, const uint8_t *b)
 {
     uint32_t w[80];
     for (int t = 0; t < 16; t++)
-        w[t] = ld32be(b + 4 * t);
+        w[t] = qg_ld32be(b + 4 * t);
     for (int t = 16; t < 80; t++)
         w[t] = rotl32(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16], 1);
     uint32_t a = st[0], bb = st[1], c = st[2], d = st[3], e = st[4];
@@ -364,3 +361,37 @@ int auth_check(const struct auth_user *u, const char *pass, size_t plen)
     }
     return 0;
 }
+
+struct auth_shared {
+    atomic_int refs;
+    struct auth_db *db;
+};
+
+struct auth_shared *auth_share(struct auth_db *db)
+{
+    struct auth_shared *s = malloc(sizeof *s);
+    if (!s) {
+        auth_free(db);
+        return NULL;
+    }
+    atomic_init(&s->refs, 1);
+    s->db = db;
+    return s;
+}
+
+struct auth_shared *auth_ref(struct auth_shared *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+    return s;
+}
+
+void auth_unref(void *p)
+{
+    struct auth_shared *s = p;
+    if (s && atomic_fetch_sub(&s->refs, 1) == 1) {
+        auth_free(s->db);
+        free(s);
+    }
+}
+
+const struct auth_db *auth_db_of(const struct auth_shared *s) { return s->db; }

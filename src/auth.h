@@ -49,4 +49,16 @@ const struct auth_user *auth_find(const struct auth_db *db, const char *user, si
  * u NULL gives 0. */
 int auth_check(const struct auth_user *u, const char *pass, size_t plen);
 
+/* A database shared by the loop and the reader pool jobs that check credentials: freed when
+ * the last holder lets go (a reload replaces the loop's reference while checks are running). */
+struct auth_shared;
+
+/* Wrap db with one reference; NULL on ENOMEM (db is then freed). */
+struct auth_shared *auth_share(struct auth_db *db);
+/* Take another reference; returns s. */
+struct auth_shared *auth_ref(struct auth_shared *s);
+/* Drop a reference (a void * so it can be a job's ctx_free); frees at the last one. */
+void auth_unref(void *s);
+const struct auth_db *auth_db_of(const struct auth_shared *s);
+
 #endif

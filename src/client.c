@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gw.h"
+#include "auth.h"
 #include "jobs.h"
 #include "kipc.h"
 #include "log.h"
@@ -117,6 +118,8 @@ static void req_drop_msg(struct client *c, struct req *r)
         r->msg = NULL;
     }
 }
+
+static void take_messages(struct gw *g, struct client *c);
 
 static void start_local(struct gw *g, struct client *c, struct req *r, struct job *j, struct pool *p)
 {
@@ -292,6 +295,21 @@ static void bad_message(struct gw *g, struct client *c, const char *why)
     client_error_loop(g, c, r, "qgate: badmsg %s", why);
 }
 
+/* Accept the client: the capability byte, its group, and on to requests. */
+static void finish_handshake(struct gw *g, struct client *c)
+{
+    if (outq_copy(&c->c.out, &c->cap, 1)) {
+        conn_close(g, &c->c, "out of memory");
+        return;
+    }
+    conn_mark_dirty(g, &c->c);
+    timer_cancel(g, &c->tm);
+    c->grp = dispatch_route(g, c->user);
+    client_set_state(c, CS_READY);
+    g->handshakes++;
+    log_debug(c->c.name, "handshake: capability %d, group %s", c->cap, c->grp->cfg.name);
+}
+
 static int do_handshake(struct gw *g, struct client *c)
 {
     struct kipc_hs hs;
@@ -308,21 +326,45 @@ static int do_handshake(struct gw *g, struct client *c)
     for (char *p = c->user; *p; p++)
         if (*p < 32 || *p > 126)
             *p = '?';
-    /* any credentials are accepted until a users file is configured */
+    update_name(c);
     c->cap = kipc_cap_negotiate(hs.cap, KIPC_CAP_MAX);
-    if (outq_copy(&c->c.out, &c->cap, 1)) {
+    if (!g->auth) { /* any credentials are accepted until a users file is configured */
+        inbuf_consume(&c->c.in, hs.len);
+        finish_handshake(g, c);
+        return 0;
+    }
+    /* hashing is not the loop's work: a reader checks, the client waits in AUTH */
+    struct job *j = job_new(job_check_credentials, JK_AUTH);
+    size_t clen = hs.pass_len ? hs.user_len + 1 + hs.pass_len : hs.user_len;
+    if (!j || !(j->in = malloc(clen ? clen : 1))) {
+        job_free(j);
         conn_close(g, &c->c, "out of memory");
         return -1;
     }
-    conn_mark_dirty(g, &c->c);
+    memcpy(j->in, c->c.in.p, clen);
+    j->in_len = clen;
+    j->ctx = auth_ref(g->auth);
+    j->ctx_free = auth_unref;
     inbuf_consume(&c->c.in, hs.len);
-    timer_cancel(g, &c->tm);
-    c->grp = dispatch_route(g, c->user);
-    update_name(c);
-    client_set_state(c, CS_READY);
-    g->handshakes++;
-    log_debug(c->c.name, "handshake: capability %d, group %s", c->cap, c->grp->cfg.name);
+    client_set_state(c, CS_AUTH);
+    set_reading(g, c, 0);
+    gw_submit(g, g->readers, j, &c->c, 0);
     return 0;
+}
+
+void client_auth_done_loop(struct gw *g, struct client *c, int ok)
+{
+    if (c->st != CS_AUTH)
+        return;
+    if (!ok) {
+        g->handshake_failures++;
+        log_warn(c->c.name, "access denied: user '%s' from %s", c->user, c->peer);
+        conn_close(g, &c->c, "bad credentials ('access)");
+        return;
+    }
+    finish_handshake(g, c);
+    set_reading(g, c, 1);
+    take_messages(g, c);
 }
 
 /* Turn whole messages at the front of the input into requests (frames budget permitting). */
@@ -486,7 +528,7 @@ void client_on_event_loop(struct gw *g, struct client *c, uint32_t ev)
             linger_read(g, c);
             return;
         }
-        if (c->paused || c->st == CS_FLUSHING) {
+        if (c->paused || c->st == CS_FLUSHING || c->st == CS_AUTH) {
             /* not reading: only notice a peer that went away */
             if (ev & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
                 conn_close(g, &c->c, "client closed the connection");

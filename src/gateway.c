@@ -9,6 +9,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "gw.h"
 #include "kcodec.h"
 #include "kipc.h"
@@ -107,6 +108,15 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path)
     if (!g->no_client_err)
         return -1;
 
+    if (cfg->users_file[0]) {
+        char err[512];
+        struct auth_db *db = auth_load(cfg->users_file, err, sizeof err);
+        if (!db || !(g->auth = auth_share(db))) {
+            log_error(NULL, "users file: %s", db ? "out of memory" : err);
+            return -1;
+        }
+        log_info(NULL, "users file %s: %d users", cfg->users_file, auth_db_of(g->auth)->n);
+    }
     for (int i = 0; i < cfg->ngroups; i++)
         add_group(g, &cfg->groups[i]);
     log_info(NULL, "listening on %s:%d%s", cfg->bind, g->port, g->lfd_uds >= 0 ? " and q's Unix socket" : "");
@@ -188,6 +198,18 @@ void gw_reload_loop(struct gw *g)
         return;
     }
     warn_restart(&g->cfg, nc);
+    struct auth_shared *auth = NULL;
+    if (nc->users_file[0]) {
+        struct auth_db *db = auth_load(nc->users_file, err, sizeof err);
+        if (!db || !(auth = auth_share(db))) {
+            log_error(NULL, "reload failed, keeping the running configuration: users file: %s", db ? "out of memory" : err);
+            free(nc);
+            return;
+        }
+        log_info(NULL, "reload: users file %s: %d users", nc->users_file, auth_db_of(auth)->n);
+    }
+    auth_unref(g->auth); /* checks under way keep their own reference */
+    g->auth = auth;
     for (int i = 0; i < nc->ngroups; i++) {
         struct group *grp = find_group(g, nc->groups[i].name);
         if (!grp) {
@@ -301,6 +323,7 @@ void gw_free(struct gw *g)
     if (g->epfd >= 0)
         close(g->epfd);
     free(g->no_client_err);
+    auth_unref(g->auth);
     timers_free(&g->timers);
     free(g->tab);
     free(g->gens);

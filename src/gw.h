@@ -34,12 +34,13 @@ struct evsrc {
 };
 
 /* Client states:
- *   HANDSHAKE --credentials ok--> READY --close--> CLOSING
- *   HANDSHAKE --too long, timeout, bad credentials--> CLOSING (no byte sent)
+ *   HANDSHAKE --parsed, no users file--> READY --close--> CLOSING
+ *   HANDSHAKE --parsed--> AUTH (a reader checks the credentials) --ok--> READY
+ *   HANDSHAKE or AUTH --too long, timeout, bad credentials--> CLOSING (no byte sent)
  *   READY --bad header--> FLUSHING (error queued, nothing more read) --sent--> LINGER
  *   LINGER (write side shut, input read and dropped so the error is not lost to a reset)
  *     --EOF or 2 s--> CLOSING */
-#define CLIENT_STATES(X) X(HANDSHAKE) X(READY) X(FLUSHING) X(LINGER) X(CLOSING)
+#define CLIENT_STATES(X) X(HANDSHAKE) X(AUTH) X(READY) X(FLUSHING) X(LINGER) X(CLOSING)
 #define ST_ENUM(e) CS_##e,
 enum client_state { CLIENT_STATES(ST_ENUM) };
 #undef ST_ENUM
@@ -201,6 +202,7 @@ struct gw {
     uint8_t *no_client_err; /* response for a worker's request when its client is gone */
     size_t no_client_err_len;
     uint64_t handshakes, handshake_failures, badmsgs, busy_replies, timeouts;
+    struct auth_shared *auth; /* users file, or NULL: any credentials */
 };
 
 /* ---- loop.c ----------------------------------------------------------------------------- */
@@ -236,6 +238,8 @@ void client_on_event_loop(struct gw *g, struct client *c, uint32_t ev);
 void client_advance_loop(struct gw *g, struct client *c);
 /* A reply for request seq is ready (made by a pool job). */
 void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
+/* A reader checked the credentials of a client in AUTH. */
+void client_auth_done_loop(struct gw *g, struct client *c, int ok);
 /* Answer request r with the q error text (via the writer pool). */
 void client_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

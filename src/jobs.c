@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "kcodec.h"
 #include "kipc.h"
 #include "kzip.h"
@@ -80,6 +81,16 @@ void job_parse_command(struct job *j)
             j->result = lookup(s + PREFIX_LEN, strlen(s + PREFIX_LEN));
     }
     k_free(x);
+}
+
+void job_check_credentials(struct job *j)
+{
+    const char *c = (const char *)j->in;
+    const char *colon = memchr(c, ':', j->in_len);
+    size_t ulen = colon ? (size_t)(colon - c) : j->in_len;
+    const char *pass = colon ? colon + 1 : c + j->in_len;
+    const struct auth_user *u = auth_find(auth_db_of(j->ctx), c, ulen);
+    j->result = u && auth_check(u, pass, j->in_len - (size_t)(pass - c));
 }
 
 static void encode(struct job *j, K x)

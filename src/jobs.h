@@ -8,6 +8,7 @@
 enum job_kind {
     JK_COMMAND = 1, /* reader parsed a gateway command: result is an enum gwcmd */
     JK_REPLY,       /* writer made a reply (out) for request seq of the connection */
+    JK_AUTH,        /* reader checked credentials: result 1 = accepted */
 };
 
 #define GWCMDS(X) X(UNKNOWN, "") X(PING, "ping") X(STATS, "stats")
@@ -19,6 +20,9 @@ enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
  * functional call whose name starts with ".qgate."? A peek at a few bytes, no decoding. */
 int jobs_peek_command(const uint8_t *body, size_t n);
 
+/* reader: j->in holds the credentials "user:password" a client sent, j->ctx the shared users
+ * database: j->result = 1 if they match an entry (plain, MD5 or SHA-1, as q -U), else 0. */
+void job_check_credentials(struct job *j);
 /* reader: decode the whole message j->in and name the command (j->result, j->text). */
 void job_parse_command(struct job *j);
 /* writer: j->out = a response carrying the q error j->text. */

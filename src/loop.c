@@ -146,6 +146,9 @@ static void on_completion(struct gw *g, struct job *j)
             gw_submit(g, g->writers, w, c, j->seq);
         }
         break;
+    case JK_AUTH:
+        client_auth_done_loop(g, cl, j->result);
+        break;
     case JK_REPLY:
         if (j->out) {
             client_reply_loop(g, cl, j->seq, j->out, j->out_len);

@@ -162,3 +162,20 @@ expect_lines "$TMP/q.out" '^"reused"$' 1
 grep -q "sleep 777 ms" "$TMP/W.log" && fail "a request of a client gone while queued ran"
 grep -q "w 127.0.0.1:$W_PORT: connection closed" "$TMP/A.log" && fail "worker connection dropped"
 pass "client gone while queued: dropped; while running or streaming: drained, worker reused"
+
+# --- bad credentials: closed without a byte ('access), logged with user and peer ---------
+printf 'alice:wonder\nbob:%s\ncarol:%s\n' "$(printf 'builder' | md5sum | cut -d' ' -f1)" \
+    "$(printf 's3cret' | sha1sum | cut -d' ' -f1)" > "$TMP/users"
+conf "$TMP/u.conf" "$WADDR" "users_file=$TMP/users"
+start_gateway Ug -c "$TMP/u.conf"
+G="127.0.0.1:$Ug_PORT"
+for cred in alice:wonder bob:builder carol:s3cret; do
+    timeout 10 "$BIN/qsend" -g "$G" -u "$cred" "echo in" > "$TMP/q.out" || true
+    expect_lines "$TMP/q.out" '^"in"$' 1
+done
+for cred in alice:wrong bob:$(printf 'builder' | md5sum | cut -d' ' -f1) mallory:x ""; do
+    timeout 10 "$BIN/qsend" -g "$G" ${cred:+-u "$cred"} "echo in" > "$TMP/q.out" || true
+    expect_lines "$TMP/q.out" "^'access\$" 1
+done
+expect_file_has "$TMP/Ug.log" "access denied: user 'mallory' from 127.0.0.1:[0-9]+"
+pass "users file: plain, MD5 and SHA-1 accepted; bad credentials closed without a byte"
