@@ -184,15 +184,22 @@ static void bmsg_release(struct gw *g, struct bmsg *m)
     free(m);
 }
 
+/* Take the worker's pending broadcasts off it: releasing one can start its client's next
+ * request, which may queue a new broadcast on this same worker. */
+static struct bnode *take_broadcasts(struct worker *w)
+{
+    struct bnode *list = w->bq_head;
+    w->bq_head = w->bq_tail = NULL;
+    return list;
+}
+
 static void drop_broadcasts(struct gw *g, struct worker *w)
 {
-    while (w->bq_head) {
-        struct bnode *b = w->bq_head;
-        w->bq_head = b->next;
+    for (struct bnode *b = take_broadcasts(w), *n; b; b = n) {
+        n = b->next;
         bmsg_release(g, b->m);
         free(b);
     }
-    w->bq_tail = NULL;
 }
 
 /* The request's bytes go to the worker as they are: no copy, no decoding. */
@@ -210,14 +217,12 @@ void worker_start_loop(struct gw *g, struct worker *w, struct client *c)
 {
     int swallow = 0;
     if (w->bq_head) {
-        while (w->bq_head) {
-            struct bnode *b = w->bq_head;
-            w->bq_head = b->next;
+        for (struct bnode *b = take_broadcasts(w), *n; b; b = n) {
+            n = b->next;
             outq_copy(&w->c.out, b->m->data, b->m->len);
             bmsg_release(g, b->m);
             free(b);
         }
-        w->bq_tail = NULL;
         outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
         swallow++;
     }

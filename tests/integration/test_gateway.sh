@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# qgate as a drop-in q endpoint: every client.q mode through it, gateway commands, the Unix
+# socket, async semantics, nested requests, N+1 dispatch, ordering, and 50 clients x 200.
+. "$(dirname "$0")/lib.sh"
+
+start_worker W1 --rows 3500000
+start_worker W2 --rows 3500000
+cat > "$TMP/gw.conf" <<CONF
+[gateway]
+bind = 127.0.0.1
+[group main]
+workers = 127.0.0.1:$W1_PORT, 127.0.0.1:$W2_PORT
+CONF
+"$BIN/qgate" --check -c "$TMP/gw.conf" > "$TMP/check.out" || fail "--check"
+expect_lines "$TMP/check.out" "configuration ok: port 8811, 1 groups, 2 workers" 1
+start_gateway GW -c "$TMP/gw.conf"
+G="127.0.0.1:$GW_PORT"
+wait_count "$TMP/GW.log" "connected \\(capability 3\\)" 2 10
+TS='0D[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}'
+
+# --- every mode of client.q, through the gateway, as against a worker ---------------------
+mode() {
+    timeout 120 "$BIN/qclient" -g "$G" "$1" 0 --count "$2" > "$TMP/out" 2> "$TMP/err" || fail "qclient $1"
+}
+mode fast 5;      expect_lines "$TMP/out" "^fast got :: 1 rows in dur :: $TS\$" 5
+mode big 2;       expect_lines "$TMP/out" "^big got :: 3500000 in dur :: $TS\$" 2
+mode smallbig 1;  expect_lines "$TMP/out" "^smallbig got :: 3500000 in dur :: $TS\$" 1
+mode med 1;       expect_lines "$TMP/out" "^med got :: 3000000 in dur :: $TS\$" 1
+mode bigbig 1;    expect_lines "$TMP/out" "^bigbig got :: 3500000 in dur :: $TS\$" 1
+mode bigsmall 2;  expect_lines "$TMP/out" "^bigsmall got :: 6 rows in dur :: $TS\$" 2
+mode ss 3;        expect_lines "$TMP/out" "^ss got :: 5 rows in dur :: $TS\$" 3
+mode throw:boom 2;   expect_lines "$TMP/out" "^throw error :: boom in dur :: $TS\$" 2
+mode ssthrow:bang 2; expect_lines "$TMP/out" "^ssthrow error :: bang in dur :: $TS\$" 2
+pass "fast big smallbig med bigbig bigsmall ss throw ssthrow through qgate"
+
+# the same reply bytes through the gateway as straight from a worker
+for t in "rows 3" "echo same" "err same" "" "notify 2 n" "callback cb"; do
+    "$BIN/qsend" -g "127.0.0.1:$W1_PORT" "$t" > "$TMP/direct.out"
+    "$BIN/qsend" -g "$G" "$t" > "$TMP/via.out"
+    cmp -s "$TMP/direct.out" "$TMP/via.out" || fail "reply to '$t' differs: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
+done
+expect_lines "$TMP/via.out" '^"qsend got: cb"$' 1
+pass "replies, q errors, async messages from the worker and nested requests pass unchanged"
+
+# --- gateway commands, answered by qgate itself ------------------------------------------
+q ".qgate.ping[]" ".qgate.stats[]" ".qgate.ping[ ]" ".qgate.bogus[]"
+expect_lines "$TMP/q.out" '^1b$' 2
+expect_lines "$TMP/q.out" '^table\[2\] `address `group `state `served `errors `inflight `queued `p50_us `p99_us \| `127\.0\.0\.1:[0-9]+`127\.0\.0\.1:[0-9]+ \| `main`main \| `idle`idle \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+ \| 0 0 \| 0 0 \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+$' 1
+expect_lines "$TMP/q.out" "^'qgate: unknown command .qgate.bogus\\[\\]\$" 1
+grep -q "qgate" "$TMP/W1.log" "$TMP/W2.log" && fail "a gateway command reached a worker"
+pass ".qgate.ping[] and .qgate.stats[] answered by the gateway"
+
+# --- q's Unix socket for the same port ----------------------------------------------------
+"$BIN/qsend" -g "unix:$GW_PORT" "echo over uds" > "$TMP/q.out"
+expect_lines "$TMP/q.out" '^"over uds"$' 1
+pass "abstract Unix socket"
+
+# --- async: runs on a worker in the client's order; the worker is busy until it has ------
+# the sync chaser proves it: the echo is answered only after the async sleep ran
+q --pipeline "neg:sleep 300" "neg:echo ignored" "echo after"
+expect_lines "$TMP/q.out" '^"after"$' 1
+grep -q "sleep 300 ms" "$TMP/W1.log" "$TMP/W2.log" || fail "the async message did not run"
+pass "async messages run, unanswered, before the client's next request"
+
+# --- N+1: two workers busy; the third request goes to whichever frees first ---------------
+"$BIN/qsend" -g "$G" "sleep 4000" > "$TMP/n1.out" & p1=$!
+"$BIN/qsend" -g "$G" "sleep 700" > "$TMP/n2.out" & p2=$!
+wait_line "$TMP/W1.log" "sleep (4000|700) ms" 10
+wait_line "$TMP/W2.log" "sleep (4000|700) ms" 10
+q "echo third"
+expect_lines "$TMP/q.out" '^"third"$' 1
+kill -0 "$p1" 2>/dev/null || fail "the third request waited behind the slowest worker"
+wait "$p1" "$p2"
+pass "N+1: the third request is served by the first worker to free, not the slowest"
+
+# --- ordering: pipelined requests with async ones among them ------------------------------
+args=(); want=()
+for i in $(seq 1 60); do
+    if [ $((i % 7)) -eq 0 ]; then args+=("neg:echo skip$i"); continue; fi
+    if [ $((i % 11)) -eq 0 ]; then args+=("err e$i"); want+=("'e$i"); continue; fi
+    args+=("echo m$i"); want+=("\"m$i\"")
+done
+q --pipeline "${args[@]}"
+printf '%s\n' "${want[@]}" | diff -u - "$TMP/q.out" || fail "pipelined replies out of order"
+pass "a client's replies come in the order of its requests"
+
+# --- 50 clients x 200 requests with unique payloads: every reply matches its request ------
+cpids=()
+for c in $(seq 1 50); do
+    args=()
+    for k in $(seq 1 200); do args+=("echo c$c-r$k-$RANDOM"); done
+    printf '%s\n' "${args[@]}" | sed 's/^echo \(.*\)$/"\1"/' > "$TMP/want$c"
+    timeout 120 "$BIN/qsend" -g "$G" "${args[@]}" > "$TMP/got$c" &
+    cpids+=($!)
+done
+wait "${cpids[@]}"
+for c in $(seq 1 50); do
+    cmp -s "$TMP/want$c" "$TMP/got$c" || fail "client $c got replies that are not its own"
+done
+pass "50 clients x 200 requests: every reply matched its request"
+
+# --- broadcast group: async messages reach every worker, in order --------------------------
+cat > "$TMP/bc.conf" <<CONF
+[gateway]
+bind = 127.0.0.1
+[group replicas]
+workers = 127.0.0.1:$W1_PORT,127.0.0.1:$W2_PORT
+async = broadcast
+CONF
+start_gateway BC -c "$TMP/bc.conf"
+G="127.0.0.1:$BC_PORT"
+wait_count "$TMP/BC.log" "connected \\(capability 3\\)" 2 10
+q --pipeline "neg:sleep 11" "neg:sleep 12" "neg:sleep 13" "echo done"
+expect_lines "$TMP/q.out" '^"done"$' 1
+for w in W1 W2; do
+    grep -oE "sleep 1[123] ms" "$TMP/$w.log" | tr '\n' ' ' > "$TMP/order"
+    [ "$(cat "$TMP/order")" = "sleep 11 ms sleep 12 ms sleep 13 ms " ] || fail "$w saw: $(cat "$TMP/order")"
+done
+pass "broadcast: every worker ran the async messages, in order"
