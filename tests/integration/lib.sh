@@ -105,3 +105,15 @@ wait_count() {
     done
     return 0
 }
+
+# wait_any REGEX SECONDS FILE...: wait until one of the files has a line matching REGEX
+wait_any() {
+    local re=$1 t=$2 i=0
+    shift 2
+    while ! grep -qE "$re" "$@" 2>/dev/null; do
+        sleep 0.05
+        i=$((i + 1))
+        if [ $i -gt $((t * 20)) ]; then fail "timed out waiting for /$re/ in $*"; fi
+    done
+    return 0
+}
