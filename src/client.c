@@ -1,6 +1,7 @@
 /* client.c: the client side: accept, q's handshake, framing, the per-client request FIFO
  * (answered in order), and the replies. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,7 @@ static void req_drop_msg(struct client *c, struct req *r)
 }
 
 static void take_messages(struct gw *g, struct client *c);
+static void close_pipe(struct client *c);
 
 static void start_local(struct gw *g, struct client *c, struct req *r, struct job *j, struct pool *p)
 {
@@ -258,6 +260,8 @@ void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *ms
 void client_head_done_loop(struct gw *g, struct client *c)
 {
     c->w = NULL;
+    if (c->has_pipe && !c->piped)
+        close_pipe(c);
     timer_cancel(g, &c->tm);
     while (c->head && c->head->state == RS_RUNNING) {
         struct req *r = c->head;
@@ -538,6 +542,65 @@ void client_on_event_loop(struct gw *g, struct client *c, uint32_t ev)
     }
 }
 
+#define PIPE_SIZE (1 << 20)
+
+size_t client_pipe_room_loop(struct gw *g, struct client *c)
+{
+    (void)g;
+    if (!c->has_pipe) {
+        int p[2];
+        if (pipe2(p, O_NONBLOCK | O_CLOEXEC))
+            return 0;
+        int cap = fcntl(p[1], F_SETPIPE_SZ, PIPE_SIZE);
+        if (cap <= 0)
+            cap = fcntl(p[1], F_GETPIPE_SZ);
+        c->pipe_rd = p[0];
+        c->pipe_wr = p[1];
+        c->pipe_cap = cap > 0 ? (size_t)cap : 65536;
+        c->has_pipe = 1;
+    }
+    return c->pipe_cap - c->piped;
+}
+
+static void close_pipe(struct client *c)
+{
+    if (c->has_pipe) {
+        close(c->pipe_rd);
+        close(c->pipe_wr);
+        c->has_pipe = 0;
+        c->piped = 0;
+    }
+}
+
+int client_pipe_flush_loop(struct gw *g, struct client *c)
+{
+    size_t budget = (size_t)g->cfg.write_budget;
+    while (c->piped && budget) {
+        ssize_t n = splice(c->pipe_rd, NULL, c->c.fd, NULL, QG_MIN(c->piped, budget),
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n > 0) {
+            c->piped -= (size_t)n;
+            budget -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        conn_close(g, &c->c, n == 0 ? "client closed the connection" : strerror(errno));
+        return -1;
+    }
+    if (!c->piped && !c->w)
+        close_pipe(c); /* memory follows active connections */
+    if (c->w && c->w->paused && c->piped <= c->pipe_cap / 2 && c->c.out.bytes <= (size_t)g->cfg.client_low_water)
+        worker_resume_loop(g, c->w);
+    if (c->piped && !budget) {
+        conn_mark_dirty(g, &c->c);
+        g->work_pending = 1;
+    }
+    return 0;
+}
+
 void client_output_drained_loop(struct gw *g, struct client *c)
 {
     if (c->w && c->w->paused)
@@ -559,6 +622,7 @@ void client_pause_all_loop(struct gw *g)
 void client_teardown(struct gw *g, struct client *c)
 {
     timer_cancel(g, &c->tm);
+    close_pipe(c);
     if (c->queued)
         dispatch_dequeue_loop(g, c);
     if (c->w) {

@@ -66,6 +66,8 @@ const struct cfg_key cfg_keys[] = {
      "compress replies to remote clients as q does (over 2000 bytes, when under half)"},
     {"gateway", "compress_max", CFG_SIZE, "67108864", 0, KMAX, G(compress_max), NULL,
      "replies larger than this stream through uncompressed instead of being held to compress"},
+    {"gateway", "splice", CFG_BOOL, "1", 0, 1, G(splice), NULL,
+     "move reply bytes that need no change from worker to client inside the kernel (splice)"},
     {"gateway", "loglevel", CFG_ENUM, "info", 0, 0, G(loglevel), level_choices,
      "error, warn, info or debug"},
     {"gateway", "users_file", CFG_STR, "", 0, 1023, G(users_file), NULL,

@@ -126,6 +126,19 @@ int conn_flush_loop(struct gw *g, struct conn *c)
 {
     if (c->fd < 0 || c->closing)
         return -1;
+    if (c->kind == EV_CLIENT && ((struct client *)c)->piped) {
+        /* spliced bytes are older than anything in out: they go first */
+        struct client *cl = (struct client *)c;
+        if (client_pipe_flush_loop(g, cl))
+            return -1;
+        if (cl->piped) {
+            if (!c->want_out && !c->dirty) {
+                c->want_out = 1;
+                conn_set_events(g, c, c->events | EPOLLOUT);
+            }
+            return 0;
+        }
+    }
     size_t before = c->out.bytes;
     if (before) {
         ssize_t w = outq_flush(&c->out, c->fd, (size_t)g->cfg.write_budget);

@@ -109,6 +109,9 @@ struct client {
     struct client *next_backlog; /* whole messages left over after the frames budget */
     uint8_t in_backlog;
     struct worker *w;    /* worker running the head request */
+    int pipe_rd, pipe_wr; /* reply bytes spliced from a worker, ahead of everything in out */
+    size_t piped, pipe_cap;
+    uint8_t has_pipe;
     uint32_t nested_id, nested_gen; /* worker waiting for this client's response */
 };
 
@@ -246,6 +249,10 @@ void client_error_loop(struct gw *g, struct client *c, struct req *r, const char
 /* The head request finished (its reply fully relayed or dropped). */
 void client_head_done_loop(struct gw *g, struct client *c);
 void client_teardown(struct gw *g, struct client *c);
+/* Room in a client's splice pipe (created on first use); 0 if splicing is not possible. */
+size_t client_pipe_room_loop(struct gw *g, struct client *c);
+/* Send what the splice pipe holds; -1 if the connection failed (it is then closed). */
+int client_pipe_flush_loop(struct gw *g, struct client *c);
 /* Output drained below the low-water mark: let its worker stream again. */
 void client_output_drained_loop(struct gw *g, struct client *c);
 const char *client_state_name(int st);

@@ -459,10 +459,65 @@ static void route(struct gw *g, struct worker *w, struct chunk *ch)
     chunk_free(ch);
 }
 
+#define SPLICE_MIN 65536
+
+/* Move reply bytes from the worker's socket to the client's inside the kernel, through the
+ * client's pipe. Only for the body of a relayed message whose first byte was seen, and only
+ * when nothing is queued in the client's out (the pipe goes ahead of it). Returns bytes moved,
+ * 0 when splicing does not apply or nothing came, -1 if the worker connection was closed. */
+static ssize_t splice_body(struct gw *g, struct worker *w, size_t budget)
+{
+    struct client *c = w->cl;
+    if (!g->cfg.splice || !c || !w->relay || w->collect || w->want_type || w->hdr_have < 8 ||
+        w->left < SPLICE_MIN || c->c.out.bytes)
+        return 0;
+    size_t room = client_pipe_room_loop(g, c);
+    if (!room) {
+        if (c->has_pipe) { /* full: wait for the client to take some */
+            w->paused = 1;
+            conn_set_events(g, &w->c, w->c.events & ~(uint32_t)EPOLLIN);
+            timer_cancel(g, &w->tm);
+        }
+        return 0;
+    }
+    ssize_t n = splice(w->c.fd, NULL, c->pipe_wr, NULL, (size_t)QG_MIN((uint64_t)QG_MIN(room, budget), w->left),
+                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n == 0) {
+        conn_close(g, &w->c, "worker closed the connection");
+        return -1;
+    }
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : (conn_close(g, &w->c, strerror(errno)), -1);
+    c->piped += (size_t)n;
+    w->left -= (uint64_t)n;
+    w->sent_any = 1;
+    if (client_pipe_flush_loop(g, c) == 0 && c->piped == c->pipe_cap) {
+        w->paused = 1; /* the client is not keeping up: stop reading until it does */
+        conn_set_events(g, &w->c, w->c.events & ~(uint32_t)EPOLLIN);
+        timer_cancel(g, &w->tm);
+    }
+    if (c->piped)
+        conn_mark_dirty(g, &c->c);
+    if (w->left == 0)
+        on_message_end(g, w);
+    return n;
+}
+
 static void worker_read_loop(struct gw *g, struct worker *w)
 {
     size_t budget = (size_t)g->cfg.read_budget;
     while (budget && w->c.fd >= 0 && !w->paused) {
+        ssize_t sp = splice_body(g, w, budget);
+        if (sp < 0)
+            return;
+        if (sp > 0) {
+            budget -= QG_MIN((size_t)sp, budget);
+            if (w->st == WS_BUSY)
+                arm_query_timer(g, w);
+            continue;
+        }
+        if (w->paused)
+            break;
         size_t want = w->hdr_have == 8 && w->left ? (size_t)QG_MIN(w->left, (uint64_t)g->cfg.chunk_size)
                                                   : (size_t)QG_MIN(BOUNDARY_READ, g->cfg.chunk_size);
         want = QG_MIN(want, budget);

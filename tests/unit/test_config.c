@@ -1,0 +1,806 @@
+/* test_config.c: the key table against the docs, defaults, the INI loader, errors, validation,
+ * command-line overrides and the printed reference. Runs from the project root. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tutil.h"
+
+#define EXAMPLE "gateway.conf.example"
+#define README "README.md"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static const struct cfg_key *key_named(const char *section, const char *name)
+{
+    for (int i = 0; i < cfg_nkeys; i++)
+        if (!strcmp(cfg_keys[i].section, section) && !strcmp(cfg_keys[i].name, name))
+            return &cfg_keys[i];
+    return NULL;
+}
+
+/* A numeric field (int or int64_t) through the key's offset and size. */
+static int64_t field_num(const void *base, const struct cfg_key *k)
+{
+    const char *p = (const char *)base + k->offset;
+    if (k->size == sizeof(int)) {
+        int v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    assert_int_equal(k->size, sizeof(int64_t));
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static const char *field_str(const void *base, const struct cfg_key *k)
+{
+    return (const char *)base + k->offset;
+}
+
+/* Whole file into a malloc'd NUL-terminated buffer; NULL if it cannot be opened. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    assert_non_null(b);
+    size_t r;
+    while ((r = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (cap - n < 2) {
+            cap *= 2;
+            b = realloc(b, cap);
+            assert_non_null(b);
+        }
+    }
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Write text to a new temporary file; the path goes in path[] (remove it with unlink). */
+static void write_temp(char *path, size_t pathlen, const char *text)
+{
+    snprintf(path, pathlen, "/tmp/qgate-test-config-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t n = strlen(text);
+    assert_int_equal(write(fd, text, n), (ssize_t)n);
+    close(fd);
+}
+
+/* Defaults, then load text from a temp file. Returns config_load's result. */
+static int load_text(struct config *c, const char *text, char *err, size_t errlen, char *path, size_t pathlen)
+{
+    config_defaults(c);
+    write_temp(path, pathlen, text);
+    err[0] = 0;
+    return config_load(c, path, err, errlen);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
+}
+
+/* Does the INI text have an uncommented "name = ..." line in a section of this kind? Kinds:
+ * "gateway" for [gateway], "group" for [group NAME]. */
+static int ini_has_key(const char *text, const char *kind, const char *name)
+{
+    char *copy = strdup(text);
+    assert_non_null(copy);
+    const char *cur = "";
+    int found = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(copy, "\n", &save); line && !found; line = strtok_r(NULL, "\n", &save)) {
+        char *s = trim(line);
+        if (*s == '[') {
+            char *e = strchr(s, ']');
+            if (!e)
+                cur = "";
+            else {
+                *e = 0;
+                char *sec = trim(s + 1);
+                if (!strcmp(sec, "gateway"))
+                    cur = "gateway";
+                else if (!strncmp(sec, "group", 5) && isspace((unsigned char)sec[5]))
+                    cur = "group";
+                else
+                    cur = "";
+            }
+            continue;
+        }
+        if (strcmp(cur, kind))
+            continue;
+        size_t l = strlen(name);
+        if (!strncmp(s, name, l)) {
+            const char *t = s + l;
+            while (*t == ' ' || *t == '\t')
+                t++;
+            if (*t == '=')
+                found = 1;
+        }
+    }
+    free(copy);
+    return found;
+}
+
+/* err must be exactly "path:line: " followed by text containing why. */
+static void assert_file_err(const char *err, const char *path, int line, const char *why)
+{
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "%s:%d: ", path, line);
+    if (strncmp(err, prefix, strlen(prefix)) || !strstr(err + strlen(prefix), why))
+        fail_msg("error '%s' is not '%s...%s...'", err, prefix, why);
+}
+
+/* Load text that must fail on the given line with a reason containing why. */
+static void expect_load_err(const char *text, int line, const char *why)
+{
+    struct config c;
+    char err[1024], path[64];
+    int rc = load_text(&c, text, err, sizeof err, path, sizeof path);
+    if (rc != -1)
+        fail_msg("loading <<%s>> succeeded; expected line %d: %s", text, line, why);
+    assert_file_err(err, path, line, why);
+    unlink(path);
+}
+
+/* ---- the table against the documentation ----------------------------------------------------- */
+
+static void test_keys_in_example(void **state)
+{
+    (void)state;
+    char *text = slurp(EXAMPLE);
+    if (!text)
+        fail_msg("%s is missing (tests run from the project root)", EXAMPLE);
+    int missing = 0;
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        if (!ini_has_key(text, k->section, k->name)) {
+            print_error("%s: no uncommented '%s = ...' line under a [%s] section\n", EXAMPLE, k->name,
+                        strcmp(k->section, "group") ? k->section : "group NAME");
+            missing++;
+        }
+    }
+    free(text);
+    assert_int_equal(missing, 0);
+}
+
+static void test_keys_in_readme(void **state)
+{
+    (void)state;
+    char *text = slurp(README);
+    if (!text)
+        fail_msg("%s is missing (tests run from the project root)", README);
+    int missing = 0;
+    for (int i = 0; i < cfg_nkeys; i++) {
+        char quoted[128];
+        snprintf(quoted, sizeof quoted, "`%s`", cfg_keys[i].name);
+        if (!strstr(text, quoted)) {
+            print_error("%s: key %s is not documented as %s\n", README, cfg_keys[i].name, quoted);
+            missing++;
+        }
+    }
+    free(text);
+    assert_int_equal(missing, 0);
+}
+
+/* The table itself is coherent: names unique per section, fields inside their structs, sizes
+ * that match the type, enum defaults among the choices. */
+static void test_table_shape(void **state)
+{
+    (void)state;
+    assert_true(cfg_nkeys > 0);
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        int grp = !strcmp(k->section, "group");
+        assert_true(grp || !strcmp(k->section, "gateway"));
+        for (int j = i + 1; j < cfg_nkeys; j++)
+            if (!strcmp(k->section, cfg_keys[j].section))
+                assert_string_not_equal(k->name, cfg_keys[j].name);
+        size_t whole = grp ? sizeof(struct group_cfg) : sizeof(struct config);
+        assert_true(k->offset + k->size <= whole);
+        assert_non_null(k->def);
+        assert_non_null(k->help);
+        if (k->type == CFG_STR)
+            assert_true(k->max < (int64_t)k->size);
+        else
+            assert_true(k->size == sizeof(int) || k->size == sizeof(int64_t));
+        if (k->type == CFG_ENUM)
+            assert_non_null(k->choices);
+    }
+}
+
+/* ---- defaults -------------------------------------------------------------------------------- */
+
+/* The default of k, parsed independently of config.c, compared with the field. */
+static void check_default(const void *base, const struct cfg_key *k)
+{
+    switch (k->type) {
+    case CFG_INT:
+    case CFG_MS:
+    case CFG_SIZE: {
+        char *end;
+        long long v = strtoll(k->def, &end, 10);
+        assert_true(end != k->def && *end == 0); /* defaults are written as plain numbers */
+        if (field_num(base, k) != v)
+            fail_msg("%s: default %s, field holds %lld", k->name, k->def, (long long)field_num(base, k));
+        assert_true(v >= k->min && v <= k->max);
+        break;
+    }
+    case CFG_BOOL: {
+        int v = !strcmp(k->def, "1") || !strcmp(k->def, "yes") || !strcmp(k->def, "true") || !strcmp(k->def, "on");
+        int f = !strcmp(k->def, "0") || !strcmp(k->def, "no") || !strcmp(k->def, "false") || !strcmp(k->def, "off");
+        assert_true(v != f);
+        if (field_num(base, k) != v)
+            fail_msg("%s: default %s, field holds %lld", k->name, k->def, (long long)field_num(base, k));
+        break;
+    }
+    case CFG_ENUM: {
+        int idx = -1;
+        for (int i = 0; k->choices[i]; i++)
+            if (!strcmp(k->choices[i], k->def))
+                idx = i;
+        assert_true(idx >= 0);
+        if (field_num(base, k) != idx)
+            fail_msg("%s: default %s (choice %d), field holds %lld", k->name, k->def, idx,
+                     (long long)field_num(base, k));
+        break;
+    }
+    case CFG_STR:
+        assert_string_equal(field_str(base, k), k->def);
+        break;
+    default:
+        fail_msg("%s: unknown type %d", k->name, (int)k->type);
+    }
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    memset(c, 0x5a, sizeof *c); /* garbage: config_defaults must set everything it owns */
+    config_defaults(c);
+    assert_int_equal(c->ngroups, 0);
+    for (int i = 0; i < cfg_nkeys; i++)
+        if (!strcmp(cfg_keys[i].section, "gateway"))
+            check_default(c, &cfg_keys[i]);
+    /* a new group gets the group defaults */
+    int g = config_group(c, "main");
+    assert_int_equal(g, 0);
+    assert_int_equal(c->ngroups, 1);
+    assert_string_equal(c->groups[0].name, "main");
+    for (int i = 0; i < cfg_nkeys; i++)
+        if (!strcmp(cfg_keys[i].section, "group"))
+            check_default(&c->groups[0], &cfg_keys[i]);
+    /* the documented values, spelled out */
+    assert_int_equal(c->port, 8811);
+    assert_int_equal(c->max_message, 2147483647);
+    assert_int_equal(c->loglevel, 2); /* error warn info debug */
+    assert_string_equal(c->bind, "0.0.0.0");
+    assert_int_equal(c->unix_socket, 1);
+    assert_int_equal(c->compress, 1);
+    assert_int_equal(c->handshake_timeout, 5000);
+    assert_int_equal(c->client_high_water, 8388608);
+    assert_int_equal(c->client_low_water, 2097152);
+    assert_string_equal(c->users_file, "");
+    assert_int_equal(c->groups[0].async_mode, CFG_ASYNC_ONE);
+    assert_string_equal(c->groups[0].workers, "");
+    /* the table points at the right fields */
+    assert_int_equal(key_named("gateway", "port")->offset, offsetof(struct config, port));
+    assert_int_equal(key_named("gateway", "max_message")->offset, offsetof(struct config, max_message));
+    assert_int_equal(key_named("gateway", "reconnect_max")->offset, offsetof(struct config, reconnect_max));
+    assert_int_equal(key_named("group", "async")->offset, offsetof(struct group_cfg, async_mode));
+    assert_int_equal(key_named("group", "workers")->size, sizeof c->groups[0].workers);
+    assert_null(key_named("group", "port"));
+    /* asking again for the same name finds it */
+    assert_int_equal(config_group(c, "main"), 0);
+    assert_int_equal(config_group(c, "other"), 1);
+    assert_int_equal(c->ngroups, 2);
+    free(c);
+}
+
+/* The example's [gateway] values are the defaults it claims to document. */
+static void test_example_loads_as_defaults(void **state)
+{
+    (void)state;
+    struct config *d = malloc(sizeof *d), *c = malloc(sizeof *c);
+    assert_non_null(d);
+    assert_non_null(c);
+    config_defaults(d);
+    config_defaults(c);
+    char err[1024] = "";
+    if (config_load(c, EXAMPLE, err, sizeof err))
+        fail_msg("%s does not load: %s", EXAMPLE, err);
+    assert_true(c->ngroups >= 1);
+    if (config_validate(c, err, sizeof err))
+        fail_msg("%s does not validate: %s", EXAMPLE, err);
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        if (strcmp(k->section, "gateway"))
+            continue;
+        if (memcmp((char *)c + k->offset, (char *)d + k->offset, k->size))
+            fail_msg("%s: %s is not its default %s", EXAMPLE, k->name, k->def);
+    }
+    free(d);
+    free(c);
+}
+
+/* ---- loading --------------------------------------------------------------------------------- */
+
+static void test_load_full(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char err[1024], path[64];
+    static const char good[] =
+        "# qgate test configuration\n"
+        "; semicolon comment\n"
+        "\n"
+        "[gateway]\n"
+        "  # indented comment\n"
+        "port=9000\n"
+        "  bind   =   127.0.0.1  \n"
+        "# port = 1\n"
+        "; port = 2\n"
+        "max_clients = 42\n"
+        "max_message = 16m\n"
+        "chunk_size = 8k\n"
+        "read_budget = 1G\n"
+        "write_budget = 5000\n"
+        "client_high_water = 3M\n"
+        "client_low_water = 4K\n"
+        "compress_max = 2g\n"
+        "queue_timeout = 250ms\n"
+        "query_timeout = 3s\n"
+        "handshake_timeout = 700\n"
+        "drain_timeout = 0s\n"
+        "reconnect_min = 5ms\n"
+        "reconnect_max = 60s\n"
+        "unix_socket = no\n"
+        "compress = off\n"
+        "loglevel = debug\n"
+        "users_file = /etc/qgate/users\n"
+        "\n"
+        "[group main]\n"
+        "workers = a:5001, b:5002\n"
+        "user = svc\n"
+        "password = p=w:d\n"
+        "[ group  rdb ]\n"
+        "workers = rdb1:5010\n"
+        "async = broadcast\n"
+        "users = trader1,trader2\n";
+    assert_int_equal(load_text(c, good, err, sizeof err, path, sizeof path), 0);
+    unlink(path);
+    assert_int_equal(c->port, 9000);
+    assert_string_equal(c->bind, "127.0.0.1");
+    assert_int_equal(c->max_clients, 42);
+    assert_int_equal(c->max_message, 16 * 1024 * 1024);
+    assert_int_equal(c->chunk_size, 8 * 1024);
+    assert_int_equal(c->read_budget, 1024 * 1024 * 1024);
+    assert_int_equal(c->write_budget, 5000);
+    assert_int_equal(c->client_high_water, 3 * 1024 * 1024);
+    assert_int_equal(c->client_low_water, 4 * 1024);
+    assert_true(c->compress_max == 2LL * 1024 * 1024 * 1024);
+    assert_int_equal(c->queue_timeout, 250);
+    assert_int_equal(c->query_timeout, 3000);
+    assert_int_equal(c->handshake_timeout, 700);
+    assert_int_equal(c->drain_timeout, 0);
+    assert_int_equal(c->reconnect_min, 5);
+    assert_int_equal(c->reconnect_max, 60000);
+    assert_int_equal(c->unix_socket, 0);
+    assert_int_equal(c->compress, 0);
+    assert_int_equal(c->loglevel, 3);
+    assert_string_equal(c->users_file, "/etc/qgate/users");
+    /* untouched keys keep their defaults */
+    assert_int_equal(c->max_queue, 1000);
+    assert_int_equal(c->reader_threads, 2);
+    assert_int_equal(c->frames_budget, 64);
+    assert_int_equal(c->ngroups, 2);
+    assert_string_equal(c->groups[0].name, "main");
+    assert_string_equal(c->groups[0].workers, "a:5001, b:5002");
+    assert_string_equal(c->groups[0].user, "svc");
+    assert_string_equal(c->groups[0].password, "p=w:d"); /* split at the first '=' only */
+    assert_int_equal(c->groups[0].async_mode, CFG_ASYNC_ONE);
+    assert_string_equal(c->groups[0].users, "");
+    assert_string_equal(c->groups[1].name, "rdb");
+    assert_string_equal(c->groups[1].workers, "rdb1:5010");
+    assert_int_equal(c->groups[1].async_mode, CFG_ASYNC_BROADCAST);
+    assert_string_equal(c->groups[1].users, "trader1,trader2");
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+
+    /* keys before any section header are [gateway] keys; a group named twice is one group */
+    static const char twice[] = "port = 1\n[group a]\nworkers = x:1\n[gateway]\nport = 2\n[group a]\nuser = u\n";
+    assert_int_equal(load_text(c, twice, err, sizeof err, path, sizeof path), 0);
+    unlink(path);
+    assert_int_equal(c->port, 2);
+    assert_int_equal(c->ngroups, 1);
+    assert_string_equal(c->groups[0].workers, "x:1");
+    assert_string_equal(c->groups[0].user, "u");
+    free(c);
+}
+
+static void test_load_booleans_and_enums(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *v;
+        int want;
+    } bools[] = {{"yes", 1}, {"no", 0}, {"1", 1}, {"0", 0}, {"on", 1}, {"off", 0}, {"true", 1}, {"false", 0}};
+    struct config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char err[1024], path[64], text[256];
+    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
+        /* start from the opposite value so that a no-op would be caught */
+        snprintf(text, sizeof text, "[gateway]\nunix_socket = %s\ncompress = %s\n", bools[i].v, bools[i].v);
+        config_defaults(c);
+        write_temp(path, sizeof path, text);
+        c->unix_socket = c->compress = !bools[i].want;
+        assert_int_equal(config_load(c, path, err, sizeof err), 0);
+        unlink(path);
+        if (c->unix_socket != bools[i].want || c->compress != bools[i].want)
+            fail_msg("boolean '%s' gave %d/%d", bools[i].v, c->unix_socket, c->compress);
+    }
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(text, sizeof text, "loglevel = %s\n", levels[i]);
+        config_defaults(c);
+        write_temp(path, sizeof path, text);
+        c->loglevel = -1;
+        assert_int_equal(config_load(c, path, err, sizeof err), 0);
+        unlink(path);
+        assert_int_equal(c->loglevel, i);
+    }
+    static const char *const modes[] = {"one", "broadcast"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text, "[group g]\nasync = %s\n", modes[i]);
+        config_defaults(c);
+        write_temp(path, sizeof path, text);
+        assert_int_equal(config_load(c, path, err, sizeof err), 0);
+        unlink(path);
+        assert_int_equal(c->ngroups, 1);
+        assert_int_equal(c->groups[0].async_mode, i);
+    }
+    /* config_set directly: bounds are inclusive */
+    config_defaults(c);
+    assert_int_equal(config_set(c, -1, "port", "65535", err, sizeof err), 0);
+    assert_int_equal(c->port, 65535);
+    assert_int_equal(config_set(c, -1, "port", "0", err, sizeof err), 0);
+    assert_int_equal(c->port, 0);
+    assert_int_equal(config_set(c, -1, "max_message", "64", err, sizeof err), 0);
+    assert_int_equal(c->max_message, 64);
+    assert_int_equal(config_set(c, -1, "max_message", "63", err, sizeof err), -1);
+    assert_int_equal(c->max_message, 64); /* a refused value leaves the field alone */
+    assert_int_equal(config_set(c, -1, "max_message", "1024g", err, sizeof err), 0);
+    assert_true(c->max_message == (int64_t)1 << 40);
+    assert_int_equal(config_set(c, -1, "max_message", "1025g", err, sizeof err), -1);
+    /* a time takes ms or s, not a size suffix; a size takes no time suffix */
+    assert_int_equal(config_set(c, -1, "query_timeout", "5m", err, sizeof err), -1);
+    assert_non_null(strstr(err, "not a number"));
+    assert_int_equal(config_set(c, -1, "chunk_size", "8ms", err, sizeof err), -1);
+    assert_non_null(strstr(err, "not a number"));
+    /* a [gateway] key is not a [group] key and vice versa */
+    assert_int_equal(config_group(c, "g"), 0);
+    assert_int_equal(config_set(c, 0, "port", "1", err, sizeof err), -1);
+    assert_non_null(strstr(err, "unknown key 'port'"));
+    assert_int_equal(config_set(c, -1, "workers", "a:1", err, sizeof err), -1);
+    assert_non_null(strstr(err, "unknown key 'workers'"));
+    free(c);
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+static void test_load_errors(void **state)
+{
+    (void)state;
+    /* the line number counts comments and blank lines */
+    expect_load_err("# c\n\n[gateway]\nportt = 1\n", 4, "unknown key 'portt'");
+    expect_load_err("[gateway]\nworkers = a:1\n", 2, "unknown key 'workers'");
+    expect_load_err("[group g]\nport = 1\n", 2, "unknown key 'port'");
+    expect_load_err("; c\n[gateways]\n", 2, "unknown section [gateways]");
+    expect_load_err("[group]\n", 1, "unknown section");
+    expect_load_err("[gateway]\nport = 70000\n", 2, "port: 70000 is outside 0..65535");
+    expect_load_err("[gateway]\nport = -1\n", 2, "outside");
+    expect_load_err("[gateway]\nmax_clients = 0\n", 2, "max_clients: 0 is outside");
+    expect_load_err("[gateway]\nport = eighty\n", 2, "port: 'eighty' is not a number");
+    expect_load_err("[gateway]\nport = 80x\n", 2, "is not a number");
+    expect_load_err("[gateway]\nport =\n", 2, "is not a number");
+    expect_load_err("[gateway]\nchunk_size = 4t\n", 2, "chunk_size: '4t' is not a number");
+    expect_load_err("[gateway]\nport = 99999999999999999999\n", 2, "is not a number");
+    expect_load_err("[gateway]\ncompress = maybe\n", 2, "compress: 'maybe' is not a boolean");
+    expect_load_err("[gateway]\ncompress = Yes2\n", 2, "is not a boolean");
+    expect_load_err("[gateway]\nloglevel = verbose\n", 2, "loglevel: 'verbose' is not one of the choices");
+    expect_load_err("[group g]\nasync = all\n", 2, "async: 'all' is not one of the choices");
+    expect_load_err("[gateway]\nport 8811\n", 2, "expected key = value");
+    expect_load_err("[gateway\nport = 1\n", 1, "bad section header");
+    expect_load_err("[gateway] port = 1\n", 1, "bad section header");
+
+    char text[2048];
+    memset(text, 0, sizeof text);
+    strcpy(text, "[gateway]\nbind = ");
+    memset(text + strlen(text), 'h', 256); /* bind holds at most 255 */
+    strcat(text, "\n");
+    expect_load_err(text, 2, "bind: value too long");
+    text[strlen(text) - 2] = '\n'; /* 255 characters: fine */
+    text[strlen(text) - 1] = 0;
+    {
+        struct config c;
+        char err[1024], path[64];
+        assert_int_equal(load_text(&c, text, err, sizeof err, path, sizeof path), 0);
+        unlink(path);
+        assert_int_equal(strlen(c.bind), 255);
+    }
+
+    /* too many groups */
+    char *many = malloc(CFG_MAX_GROUPS * 64 + 64);
+    assert_non_null(many);
+    many[0] = 0;
+    for (int i = 0; i <= CFG_MAX_GROUPS; i++)
+        sprintf(many + strlen(many), "[group g%d]\n", i);
+    expect_load_err(many, CFG_MAX_GROUPS + 1, "too many groups");
+    free(many);
+
+    /* a missing file: "path: reason" */
+    struct config c;
+    char err[1024] = "";
+    const char *path = "/nonexistent/qgate-test/none.conf";
+    config_defaults(&c);
+    assert_int_equal(config_load(&c, path, err, sizeof err), -1);
+    assert_true(!strncmp(err, path, strlen(path)));
+    assert_true(!strncmp(err + strlen(path), ": ", 2));
+    assert_non_null(strstr(err, "No such file"));
+
+    /* an error stops the load: lines after it are not applied */
+    char p2[64];
+    assert_int_equal(load_text(&c, "port = 1\nbogus = 2\nmax_clients = 3\n", err, sizeof err, p2, sizeof p2), -1);
+    unlink(p2);
+    assert_int_equal(c.port, 1);
+    assert_int_equal(c.max_clients, 10000);
+}
+
+/* A size with a suffix that overflows int64 must be refused, not wrapped into range.
+ * 17179869185g = 2^64 + 2^30 bytes. */
+static void test_load_size_overflow(void **state)
+{
+    (void)state;
+    struct config c;
+    char err[256] = "";
+    config_defaults(&c);
+    int rc = config_set(&c, -1, "max_message", "17179869185g", err, sizeof err);
+    if (rc == 0)
+        fail_msg("max_message = 17179869185g accepted as %lld", (long long)c.max_message);
+    assert_int_equal(c.max_message, 2147483647);
+}
+
+/* ---- validation ------------------------------------------------------------------------------ */
+
+static void good_config(struct config *c)
+{
+    config_defaults(c);
+    int g = config_group(c, "main");
+    assert_int_equal(g, 0);
+    strcpy(c->groups[0].workers, "localhost:5001, 10.0.0.2:5002,:5003");
+}
+
+static void expect_invalid(const struct config *c, const char *why)
+{
+    char err[512] = "";
+    assert_int_equal(config_validate(c, err, sizeof err), -1);
+    if (!strstr(err, why))
+        fail_msg("validate said '%s', expected '%s'", err, why);
+}
+
+static void test_validate(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char err[512] = "";
+
+    good_config(c);
+    if (config_validate(c, err, sizeof err))
+        fail_msg("a good config fails: %s", err);
+
+    config_defaults(c);
+    expect_invalid(c, "no worker group");
+
+    good_config(c);
+    assert_int_equal(config_group(c, "empty"), 1);
+    expect_invalid(c, "group empty: workers is empty");
+
+    static const char *const bad[] = {"nohost", "h:0", "h:99999", "h:", "h:12x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        good_config(c);
+        assert_int_equal(config_group(c, "second"), 1);
+        snprintf(c->groups[1].workers, sizeof c->groups[1].workers, "ok:1,%s", bad[i]);
+        char why[128];
+        snprintf(why, sizeof why, "group second: bad worker address '%s'", bad[i]);
+        expect_invalid(c, why);
+    }
+
+    good_config(c);
+    c->client_low_water = c->client_high_water;
+    expect_invalid(c, "client_low_water must be below client_high_water");
+    c->client_low_water = c->client_high_water + 1;
+    expect_invalid(c, "client_low_water must be below client_high_water");
+    c->client_low_water = c->client_high_water - 1;
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+
+    good_config(c);
+    c->reconnect_min = c->reconnect_max + 1;
+    expect_invalid(c, "reconnect_min must not exceed reconnect_max");
+    c->reconnect_min = c->reconnect_max; /* equal is fine: a constant back-off */
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+    free(c);
+}
+
+/* ---- overrides and config_build -------------------------------------------------------------- */
+
+static void test_override_build(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c);
+    struct cfg_overrides *ov = calloc(1, sizeof *ov);
+    assert_non_null(c);
+    assert_non_null(ov);
+    char err[1024] = "", path[64];
+
+    /* no file, --workers: the default group is created */
+    assert_int_equal(config_override(ov, 1, "workers", "h1:5001,h2:5002"), 0);
+    if (config_build(c, "", ov, err, sizeof err))
+        fail_msg("build failed: %s", err);
+    assert_int_equal(c->ngroups, 1);
+    assert_string_equal(c->groups[0].name, "default");
+    assert_string_equal(c->groups[0].workers, "h1:5001,h2:5002");
+    assert_int_equal(c->port, 8811);
+
+    /* no file, no overrides: no group */
+    assert_int_equal(config_build(c, "", NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "no worker group"));
+    assert_int_equal(config_build(c, NULL, NULL, err, sizeof err), -1);
+
+    /* a file with one group: --workers replaces its workers; --port beats the file */
+    write_temp(path, sizeof path, "[gateway]\nport = 9000\nmax_clients = 7\n[group main]\nworkers = f:1\n");
+    memset(ov, 0, sizeof *ov);
+    assert_int_equal(config_override(ov, 0, "port", "7000"), 0);
+    assert_int_equal(config_override(ov, 1, "workers", "o:2"), 0);
+    if (config_build(c, path, ov, err, sizeof err))
+        fail_msg("build failed: %s", err);
+    assert_int_equal(c->port, 7000);
+    assert_int_equal(c->max_clients, 7);
+    assert_int_equal(c->ngroups, 1);
+    assert_string_equal(c->groups[0].name, "main");
+    assert_string_equal(c->groups[0].workers, "o:2");
+    /* the same file without overrides keeps its values; building starts from the defaults */
+    c->max_queue = 5;
+    assert_int_equal(config_build(c, path, NULL, err, sizeof err), 0);
+    assert_int_equal(c->port, 9000);
+    assert_string_equal(c->groups[0].workers, "f:1");
+    assert_int_equal(c->max_queue, 1000);
+    unlink(path);
+
+    /* a bad override value, a bad key, a bad file, a build that fails validation */
+    memset(ov, 0, sizeof *ov);
+    assert_int_equal(config_override(ov, 1, "workers", "a:1"), 0);
+    assert_int_equal(config_override(ov, 0, "port", "70000"), 0);
+    assert_int_equal(config_build(c, "", ov, err, sizeof err), -1);
+    assert_non_null(strstr(err, "command line: port: 70000 is outside"));
+    memset(ov, 0, sizeof *ov);
+    assert_int_equal(config_override(ov, 0, "nosuch", "1"), 0);
+    assert_int_equal(config_build(c, "", ov, err, sizeof err), -1);
+    assert_non_null(strstr(err, "command line: unknown key 'nosuch'"));
+    assert_int_equal(config_build(c, "/nonexistent/qgate.conf", NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "/nonexistent/qgate.conf: "));
+    memset(ov, 0, sizeof *ov);
+    assert_int_equal(config_override(ov, 1, "workers", "h:0"), 0);
+    assert_int_equal(config_build(c, "", ov, err, sizeof err), -1);
+    assert_non_null(strstr(err, "bad worker address 'h:0'"));
+
+    /* the override table holds 16; the 17th is refused; so is a value that does not fit */
+    memset(ov, 0, sizeof *ov);
+    int cap = (int)(sizeof ov->o / sizeof ov->o[0]);
+    for (int i = 0; i < cap; i++)
+        assert_int_equal(config_override(ov, 0, "max_queue", "1"), 0);
+    assert_int_equal(ov->n, cap);
+    assert_int_equal(config_override(ov, 0, "max_queue", "2"), -1);
+    assert_int_equal(ov->n, cap);
+    memset(ov, 0, sizeof *ov);
+    char *longv = malloc(sizeof ov->o[0].value + 1);
+    assert_non_null(longv);
+    memset(longv, 'a', sizeof ov->o[0].value);
+    longv[sizeof ov->o[0].value] = 0;
+    assert_int_equal(config_override(ov, 1, "workers", longv), -1);
+    assert_int_equal(ov->n, 0);
+    free(longv);
+    free(ov);
+    free(c);
+}
+
+/* ---- the printed reference ------------------------------------------------------------------- */
+
+static void test_print_reference(void **state)
+{
+    (void)state;
+    char path[64];
+    write_temp(path, sizeof path, "");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    config_print_reference(f);
+    fclose(f);
+    char *text = slurp(path);
+    assert_non_null(text);
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        if (!ini_has_key(text, k->section, k->name))
+            fail_msg("reference lacks '%s = ...' under a [%s] section", k->name, k->section);
+        char line[512];
+        snprintf(line, sizeof line, "\n%s = %s\n", k->name, k->def);
+        if (!strstr(text, line))
+            fail_msg("reference lacks the line '%s = %s'", k->name, k->def);
+        if (!strstr(text, k->help))
+            fail_msg("reference lacks the help of %s", k->name);
+    }
+    free(text);
+    /* it loads back as the defaults plus one group with default values */
+    struct config *d = malloc(sizeof *d), *c = malloc(sizeof *c);
+    assert_non_null(d);
+    assert_non_null(c);
+    config_defaults(d);
+    config_group(d, "NAME");
+    config_defaults(c);
+    char err[1024] = "";
+    if (config_load(c, path, err, sizeof err))
+        fail_msg("the reference does not load: %s", err);
+    unlink(path);
+    assert_int_equal(c->ngroups, 1);
+    assert_string_equal(c->groups[0].name, "NAME");
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        const char *cb = strcmp(k->section, "group") ? (const char *)c : (const char *)&c->groups[0];
+        const char *db = strcmp(k->section, "group") ? (const char *)d : (const char *)&d->groups[0];
+        if (memcmp(cb + k->offset, db + k->offset, k->size))
+            fail_msg("reference value of %s does not load as its default", k->name);
+    }
+    free(d);
+    free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_keys_in_example),
+        cmocka_unit_test(test_keys_in_readme),
+        cmocka_unit_test(test_table_shape),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_example_loads_as_defaults),
+        cmocka_unit_test(test_load_full),
+        cmocka_unit_test(test_load_booleans_and_enums),
+        cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_override_build),
+        cmocka_unit_test(test_print_reference),
+        cmocka_unit_test(test_load_size_overflow),
+    };
+    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
