@@ -55,9 +55,11 @@ static void add_group(struct gw *g, const struct group_cfg *gc)
              gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one");
 }
 
-int gw_init(struct gw *g, const struct config *cfg, const char *config_path)
+int gw_init(struct gw *g, const struct config *cfg, const char *config_path, const struct cfg_overrides *ov)
 {
     memset(g, 0, sizeof *g);
+    if (ov)
+        g->overrides = *ov;
     g->cfg = *cfg;
     g->lfd_tcp = g->lfd_uds = g->sigfd = -1;
     snprintf(g->config_path, sizeof g->config_path, "%s", config_path ? config_path : "");
@@ -184,15 +186,13 @@ static void warn_restart(const struct config *old, const struct config *nw)
         log_warn(NULL, "reload: port, bind, unix_socket and thread counts change only on restart");
 }
 
-extern struct cfg_overrides qgate_overrides;
-
 void gw_reload_loop(struct gw *g)
 {
     struct config *nc = malloc(sizeof *nc);
     char err[512];
     if (!nc)
         return;
-    if (config_build(nc, g->config_path, &qgate_overrides, err, sizeof err)) {
+    if (config_build(nc, g->config_path, &g->overrides, err, sizeof err)) {
         log_error(NULL, "reload failed, keeping the running configuration: %s", err);
         free(nc);
         return;

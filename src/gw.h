@@ -180,6 +180,7 @@ struct group {
 struct gw {
     struct config cfg;
     char config_path[1024];
+    struct cfg_overrides overrides; /* command-line keys, applied again on reload */
     int epfd;
     struct evsrc ev_listen_tcp, ev_listen_uds, ev_readers, ev_writers, ev_signal;
     int lfd_tcp, lfd_uds, sigfd;
@@ -216,6 +217,12 @@ int64_t timers_next(const struct timers *ts);
 /* Remove and return the earliest timer due at or before now, or NULL. */
 struct timer *timers_pop_due(struct timers *ts, int64_t now);
 void timers_free(struct timers *ts);
+/* Handle one completion: dropped if its connection is gone (or its id reused). */
+void gw_completion_loop(struct gw *g, struct job *j);
+/* Take a pool's whole completion list in one splice and handle every job; returns how many. */
+int gw_drain_pool_loop(struct gw *g, struct pool *p);
+/* Write what connections have pending (step 6 of the iteration). */
+void gw_flush_dirty_loop(struct gw *g);
 /* Run the loop until SIGTERM has drained or gw->stop is set. */
 int gw_run(struct gw *g);
 
@@ -295,7 +302,7 @@ void dispatch_all_loop(struct gw *g);
 void dispatch_fail_group_loop(struct gw *g, struct group *grp);
 
 /* ---- gateway.c -------------------------------------------------------------------------- */
-int gw_init(struct gw *g, const struct config *cfg, const char *config_path);
+int gw_init(struct gw *g, const struct config *cfg, const char *config_path, const struct cfg_overrides *ov);
 /* SIGHUP: reread the config file; add and remove workers without dropping clients. */
 void gw_reload_loop(struct gw *g);
 /* SIGTERM: stop accepting, let what was received finish, then stop. */

@@ -118,7 +118,7 @@ void timers_free(struct timers *ts)
 
 /* ---- completions ------------------------------------------------------------------------ */
 
-static void on_completion(struct gw *g, struct job *j)
+void gw_completion_loop(struct gw *g, struct job *j)
 {
     struct conn *c = conn_lookup(g, j->conn_id, j->conn_gen);
     if (!c || c->kind != EV_CLIENT) { /* stale: the connection went, or its id was reused */
@@ -164,12 +164,12 @@ static void on_completion(struct gw *g, struct job *j)
 }
 
 /* Take every completion of a pool in one splice and handle them all. */
-static int drain_pool(struct gw *g, struct pool *p)
+int gw_drain_pool_loop(struct gw *g, struct pool *p)
 {
     int n = 0;
     for (struct job *j = pool_drain_loop(p), *next; j; j = next) {
         next = j->next;
-        on_completion(g, j);
+        gw_completion_loop(g, j);
         n++;
     }
     return n;
@@ -190,7 +190,7 @@ static void on_signal(struct gw *g)
     }
 }
 
-static void flush_dirty(struct gw *g)
+void gw_flush_dirty_loop(struct gw *g)
 {
     struct conn *list = g->dirty;
     g->dirty = NULL;
@@ -243,10 +243,10 @@ int gw_run(struct gw *g)
             }
         }
         client_backlog_loop(g);
-        drain_pool(g, g->readers);
-        drain_pool(g, g->writers);
+        gw_drain_pool_loop(g, g->readers);
+        gw_drain_pool_loop(g, g->writers);
         dispatch_all_loop(g);
-        flush_dirty(g);
+        gw_flush_dirty_loop(g);
         struct timer *t;
         while ((t = timers_pop_due(&g->timers, g->now_ms)))
             t->fn(g, t);

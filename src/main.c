@@ -7,7 +7,7 @@
 #include "gw.h"
 #include "log.h"
 
-struct cfg_overrides qgate_overrides;
+static struct cfg_overrides qgate_overrides;
 
 static void usage(void)
 {
@@ -67,7 +67,7 @@ int main(int argc, char **argv)
         return 0;
     }
     static struct gw g;
-    if (gw_init(&g, cfg, path)) {
+    if (gw_init(&g, cfg, path, &qgate_overrides)) {
         fprintf(stderr, "qgate: cannot start (see the log above)\n");
         gw_free(&g);
         free(cfg);

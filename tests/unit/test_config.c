@@ -522,6 +522,8 @@ static void test_load_errors(void **state)
     expect_load_err("[group]\n", 1, "unknown section");
     expect_load_err("[gateway]\nport = 70000\n", 2, "port: 70000 is outside 0..65535");
     expect_load_err("[gateway]\nport = -1\n", 2, "outside");
+    expect_load_err("[gateway]\nport = 65536\n", 2, "port: 65536 is outside 0..65535");
+    expect_load_err("[gateway]\nreader_threads = 257\n", 2, "reader_threads: 257 is outside 1..256");
     expect_load_err("[gateway]\nmax_clients = 0\n", 2, "max_clients: 0 is outside");
     expect_load_err("[gateway]\nport = eighty\n", 2, "port: 'eighty' is not a number");
     expect_load_err("[gateway]\nport = 80x\n", 2, "is not a number");

@@ -1,0 +1,492 @@
+/* test_gateway.c: the loop thread's state machines without processes: clients and workers on
+ * socketpairs, driven event by event. Dispatch order and fairness, N+1, reply order, async
+ * chasers, stale completions, worker loss, backpressure, splice. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gw.h"
+#include "jobs.h"
+#include "kcodec.h"
+#include "kipc.h"
+#include "log.h"
+
+static struct gw g;
+
+static int setup(void **state)
+{
+    (void)state;
+    struct config cfg;
+    config_defaults(&cfg);
+    cfg.port = 0;
+    strcpy(cfg.bind, "127.0.0.1");
+    cfg.unix_socket = 0;
+    cfg.loglevel = LOG_ERROR;
+    cfg.splice = 0;
+    config_group(&cfg, "main"); /* no workers: the tests add their own on socketpairs */
+    assert_int_equal(gw_init(&g, &cfg, NULL, NULL), 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    gw_free(&g);
+    return 0;
+}
+
+static void pair(int sv[2])
+{
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+}
+
+static struct worker *fake_worker(const char *name, int *peer)
+{
+    int sv[2];
+    pair(sv);
+    struct worker *w = calloc(1, sizeof *w);
+    w->c.kind = EV_WORKER;
+    w->grp = &g.groups[0];
+    snprintf(w->addr, sizeof w->addr, "%s", name);
+    snprintf(w->c.name, sizeof w->c.name, "w %s", name);
+    assert_int_equal(conn_register(&g, &w->c, sv[0], EPOLLIN), 0);
+    w->st = WS_IDLE;
+    w->backoff = 1000;
+    w->gnext = w->grp->workers;
+    w->grp->workers = w;
+    w->grp->nworkers++;
+    w->grp->nup++;
+    dispatch_worker_idle_loop(&g, w);
+    *peer = sv[1];
+    return w;
+}
+
+static struct client *fake_client(int *peer)
+{
+    int sv[2];
+    pair(sv);
+    struct client *c = calloc(1, sizeof *c);
+    c->c.kind = EV_CLIENT;
+    assert_int_equal(conn_register(&g, &c->c, sv[0], EPOLLIN), 0);
+    g.nclients++;
+    c->st = CS_READY;
+    c->cap = 3;
+    c->local = 1;
+    c->grp = &g.groups[0];
+    snprintf(c->c.name, sizeof c->c.name, "c%u", c->c.id);
+    *peer = sv[1];
+    return c;
+}
+
+static void send_text(int fd, int type, const char *text)
+{
+    K x = k_str(text, strlen(text));
+    size_t len;
+    uint8_t *m = kcodec_encode_msg(x, type, &len);
+    k_free(x);
+    assert_int_equal(write(fd, m, len), (ssize_t)len);
+    free(m);
+}
+
+/* Read one whole message from fd (waiting up to 2 s); returns its text (char vector, error
+ * as 'text, or "?") in buf, and the message type. -1 if nothing came. */
+static int recv_text(int fd, char *buf, size_t len)
+{
+    uint8_t h[8];
+    size_t have = 0;
+    while (have < 8) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 2000) <= 0)
+            return -1;
+        ssize_t n = read(fd, h + have, 8 - have);
+        if (n <= 0)
+            return -1;
+        have += (size_t)n;
+    }
+    size_t total = qg_ld32(h + 4);
+    uint8_t *m = malloc(total);
+    memcpy(m, h, 8);
+    while (have < total) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        assert_true(poll(&p, 1, 2000) > 0);
+        ssize_t n = read(fd, m + have, total - have);
+        assert_true(n > 0);
+        have += (size_t)n;
+    }
+    K x;
+    struct kerr e;
+    assert_int_equal(kcodec_decode(m + 8, total - 8, 1, NULL, &x, &e), QG_OK);
+    if (x->t == KT_CHAR)
+        snprintf(buf, len, "%.*s", (int)x->n, kC(x));
+    else if (x->t == KT_ERROR)
+        snprintf(buf, len, "'%s", x->s);
+    else if (x->t == -KT_BOOL)
+        snprintf(buf, len, "%db", x->g);
+    else
+        snprintf(buf, len, "?");
+    int type = m[1];
+    k_free(x);
+    free(m);
+    return type;
+}
+
+static int readable(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 50) > 0;
+}
+
+/* One pass of the loop's work, without epoll: the given connections' events, completions,
+ * dispatch, flush. */
+static void step(void)
+{
+    gw_drain_pool_loop(&g, g.readers);
+    gw_drain_pool_loop(&g, g.writers);
+    dispatch_all_loop(&g);
+    gw_flush_dirty_loop(&g);
+    conn_reap_loop(&g);
+}
+
+static void client_in(struct client *c)
+{
+    client_on_event_loop(&g, c, EPOLLIN);
+    step();
+}
+
+static void worker_in(struct worker *w)
+{
+    worker_on_event_loop(&g, w, EPOLLIN);
+    step();
+}
+
+/* Wait for the pools to finish everything submitted, then handle the completions. */
+static void settle_pools(void)
+{
+    for (int i = 0; i < 200; i++) {
+        struct pollfd p[2] = {{.fd = pool_fd(g.readers), .events = POLLIN}, {.fd = pool_fd(g.writers), .events = POLLIN}};
+        poll(p, 2, 10);
+        step();
+    }
+}
+
+/* The worker side answers the request it was sent with "r:" + the request text. */
+static void worker_answer(struct worker *w, int wpeer, char *got, size_t len)
+{
+    int type = recv_text(wpeer, got, len);
+    assert_int_equal(type, KIPC_SYNC);
+    char reply[300];
+    snprintf(reply, sizeof reply, "r:%s", got);
+    send_text(wpeer, KIPC_RESPONSE, reply);
+    worker_in(w);
+}
+
+static void test_fairness_round_robin(void **state)
+{
+    (void)state;
+    int wp, pa, pb, pc;
+    struct worker *w = fake_worker("w1", &wp);
+    struct client *a = fake_client(&pa), *b = fake_client(&pb), *c = fake_client(&pc);
+    send_text(pa, KIPC_SYNC, "a1");
+    send_text(pa, KIPC_SYNC, "a2");
+    send_text(pa, KIPC_SYNC, "a3");
+    client_in(a);
+    send_text(pb, KIPC_SYNC, "b1");
+    client_in(b);
+    send_text(pc, KIPC_SYNC, "c1");
+    client_in(c);
+    /* a client that pipelines does not push the others back: a1 b1 c1 a2 a3 */
+    const char *want[] = {"a1", "b1", "c1", "a2", "a3"};
+    char got[300];
+    for (int i = 0; i < 5; i++) {
+        worker_answer(w, wp, got, sizeof got);
+        assert_string_equal(got, want[i]);
+    }
+    const char *replies[] = {"r:a1", "r:a2", "r:a3"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(recv_text(pa, got, sizeof got), KIPC_RESPONSE);
+        assert_string_equal(got, replies[i]); /* in the order of the requests */
+    }
+    assert_int_equal(recv_text(pb, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:b1");
+    assert_int_equal(recv_text(pc, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:c1");
+    assert_int_equal(w->served, 5);
+    assert_int_equal(w->st, WS_IDLE);
+    conn_close(&g, &a->c, "test");
+    conn_close(&g, &b->c, "test");
+    conn_close(&g, &c->c, "test");
+    step();
+    close(pa), close(pb), close(pc);
+    worker_remove_loop(&g, w);
+    step();
+    close(wp);
+}
+
+static void test_n_plus_one(void **state)
+{
+    (void)state;
+    int p1, p2, pa, pb, pc;
+    struct worker *w1 = fake_worker("w1", &p1), *w2 = fake_worker("w2", &p2);
+    struct client *a = fake_client(&pa), *b = fake_client(&pb), *c = fake_client(&pc);
+    send_text(pa, KIPC_SYNC, "slow");
+    client_in(a);
+    send_text(pb, KIPC_SYNC, "quick");
+    client_in(b);
+    assert_int_equal(w1->st, WS_BUSY);
+    assert_int_equal(w2->st, WS_BUSY);
+    send_text(pc, KIPC_SYNC, "third");
+    client_in(c);
+    assert_int_equal(g.groups[0].qlen, 1); /* waits for whichever worker frees first */
+    /* the worker that got "quick" answers first and takes "third" */
+    struct worker *quick = a->w == w1 ? w2 : w1;
+    int qpeer = quick == w1 ? p1 : p2, speer = quick == w1 ? p2 : p1;
+    char got[300];
+    worker_answer(quick, qpeer, got, sizeof got);
+    assert_string_equal(got, "quick");
+    assert_ptr_equal(c->w, quick);
+    worker_answer(quick, qpeer, got, sizeof got);
+    assert_string_equal(got, "third");
+    assert_int_equal(recv_text(pc, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:third");
+    struct worker *slow = quick == w1 ? w2 : w1;
+    assert_int_equal(slow->st, WS_BUSY);
+    worker_answer(slow, speer, got, sizeof got);
+    assert_int_equal(recv_text(pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:slow");
+    conn_close(&g, &a->c, "test");
+    conn_close(&g, &b->c, "test");
+    conn_close(&g, &c->c, "test");
+    worker_remove_loop(&g, w1);
+    worker_remove_loop(&g, w2);
+    step();
+    close(p1), close(p2), close(pa), close(pb), close(pc);
+}
+
+static void test_async_chaser_and_commands(void **state)
+{
+    (void)state;
+    int wp, pa;
+    struct worker *w = fake_worker("w1", &wp);
+    struct client *a = fake_client(&pa);
+    send_text(pa, KIPC_ASYNC, "set x");
+    send_text(pa, KIPC_ASYNC, "set y");
+    send_text(pa, KIPC_SYNC, ".qgate.ping[]");
+    send_text(pa, KIPC_SYNC, "get");
+    client_in(a);
+    char got[300];
+    /* the two async messages go together, followed by the sync "" chaser */
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_ASYNC);
+    assert_string_equal(got, "set x");
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_ASYNC);
+    assert_string_equal(got, "set y");
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_SYNC);
+    assert_string_equal(got, "");
+    assert_int_equal(w->st, WS_BUSY); /* busy until it has run them */
+    assert_false(readable(wp));
+    send_text(wp, KIPC_RESPONSE, "chaser reply");
+    worker_in(w);
+    /* the ping is answered by the gateway through the pools, in order, then "get" runs */
+    settle_pools();
+    worker_answer(w, wp, got, sizeof got);
+    assert_string_equal(got, "get");
+    assert_int_equal(recv_text(pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "1b");
+    assert_int_equal(recv_text(pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:get");
+    assert_false(readable(pa)); /* the chaser's reply was dropped */
+    conn_close(&g, &a->c, "test");
+    worker_remove_loop(&g, w);
+    step();
+    close(wp), close(pa);
+}
+
+static void test_stale_completion_dropped(void **state)
+{
+    (void)state;
+    int pa, pb;
+    struct client *a = fake_client(&pa);
+    uint32_t id = a->c.id, gen = a->c.gen;
+    send_text(pa, KIPC_SYNC, ".qgate.ping[]");
+    client_in(a); /* a reader job is now running for (id, gen) */
+    conn_close(&g, &a->c, "gone");
+    step();
+    struct client *b = fake_client(&pb); /* reuses the id with a new generation */
+    assert_int_equal(b->c.id, id);
+    assert_int_not_equal(b->c.gen, gen);
+    assert_null(conn_lookup(&g, id, gen));
+    settle_pools();
+    assert_int_equal(b->c.out.bytes, 0);
+    assert_false(readable(pb)); /* nothing meant for the old connection reached the new one */
+    conn_close(&g, &b->c, "test");
+    step();
+    close(pa), close(pb);
+}
+
+static void test_worker_lost(void **state)
+{
+    (void)state;
+    int wp, pa;
+    struct worker *w = fake_worker("w1", &wp);
+    struct client *a = fake_client(&pa);
+    char got[300];
+    /* before any reply byte: the client gets 'qgate: worker ... lost */
+    send_text(pa, KIPC_SYNC, "q1");
+    client_in(a);
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_SYNC);
+    close(wp);
+    worker_in(w);
+    assert_int_equal(w->st, WS_DOWN);
+    settle_pools();
+    assert_int_equal(recv_text(pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "'qgate: worker w1 lost");
+    assert_false(a->c.closing);
+    /* mid-reply: the client's connection closes, as if q died */
+    struct worker *w2 = fake_worker("w2", &wp);
+    send_text(pa, KIPC_SYNC, "q2");
+    client_in(a);
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_SYNC);
+    uint8_t part[20] = {1, 2, 0, 0, 100, 0, 0, 0, 10, 0, 86, 0, 0, 0, 'p', 'a', 'r', 't', '.', '.'};
+    assert_int_equal(write(wp, part, sizeof part), (ssize_t)sizeof part);
+    worker_in(w2);
+    uint32_t id = a->c.id, gen = a->c.gen;
+    close(wp);
+    worker_in(w2); /* the client is closed and freed here */
+    assert_int_equal(w2->st, WS_DOWN);
+    assert_null(conn_lookup(&g, id, gen));
+    uint8_t seen[64];
+    ssize_t n = read(pa, seen, sizeof seen); /* the partial reply, then the close */
+    assert_int_equal(n, 20);
+    assert_int_equal(read(pa, seen, sizeof seen), 0);
+    step();
+    close(pa);
+    worker_remove_loop(&g, w);
+    worker_remove_loop(&g, w2);
+    step();
+}
+
+static void test_backpressure_and_splice(void **state)
+{
+    (void)state;
+    for (int sp = 0; sp <= 1; sp++) {
+        g.cfg.splice = sp;
+        g.cfg.client_high_water = 65536;
+        g.cfg.client_low_water = 16384;
+        int wp, pa;
+        struct worker *w = fake_worker("w1", &wp);
+        struct client *a = fake_client(&pa);
+        int small = 16384;
+        setsockopt(pa, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        send_text(pa, KIPC_SYNC, "big");
+        client_in(a);
+        char got[300];
+        assert_int_equal(recv_text(wp, got, sizeof got), KIPC_SYNC);
+        const size_t body = 4 << 20;
+        size_t total = 14 + body, received = 0, fed = 0;
+        uint8_t *all = malloc(total);
+        /* the worker sends 4 MB; the client reads only when told */
+        uint8_t *m = malloc(total);
+        kipc_hdr_write(m, KIPC_RESPONSE, 0, total);
+        m[8] = KT_CHAR;
+        m[9] = 0;
+        qg_st32(m + 10, (uint32_t)body);
+        for (size_t i = 0; i < body; i++)
+            m[14 + i] = (uint8_t)('a' + i % 26);
+        int paused_seen = 0;
+        for (int round = 0; round < 100000 && received < total; round++) {
+            ssize_t n = fed < total ? write(wp, m + fed, total - fed) : 0;
+            if (n > 0)
+                fed += (size_t)n;
+            worker_on_event_loop(&g, w, EPOLLIN);
+            step();
+            if (w->paused) {
+                paused_seen = 1;
+                /* while paused, the gateway holds at most high water plus one read (and its
+                 * splice pipe) */
+                assert_true(a->c.out.bytes <= (size_t)g.cfg.client_high_water + (size_t)g.cfg.chunk_size);
+            }
+            if (w->paused || fed == total) { /* only now does the client read */
+                ssize_t r;
+                while (received < total && (r = read(pa, all + received, total - received)) > 0)
+                    received += (size_t)r;
+                client_on_event_loop(&g, a, EPOLLOUT);
+                step();
+            }
+        }
+        assert_int_equal(received, total);
+        assert_memory_equal(all, m, total); /* byte for byte, in order */
+        assert_true(paused_seen);
+        assert_int_equal(w->st, WS_IDLE);
+        free(m);
+        free(all);
+        conn_close(&g, &a->c, "test");
+        worker_remove_loop(&g, w);
+        step();
+        close(wp), close(pa);
+    }
+}
+
+static void test_state_names(void **state)
+{
+    (void)state;
+    assert_string_equal(client_state_name(CS_HANDSHAKE), "HANDSHAKE");
+    assert_string_equal(client_state_name(CS_READY), "READY");
+    assert_string_equal(client_state_name(CS_LINGER), "LINGER");
+    assert_string_equal(worker_state_name(WS_DOWN), "DOWN");
+    assert_string_equal(worker_state_name(WS_BUSY), "BUSY");
+    assert_string_equal(worker_state_name(99), "?");
+}
+
+static void test_timers_heap(void **state)
+{
+    (void)state;
+    static struct timer t[500];
+    int armed = 0;
+    uint64_t seed = 11;
+    for (int i = 0; i < 500; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        timer_arm(&g, &t[i], (int64_t)(seed >> 40) % 100000, NULL);
+    }
+    for (int i = 0; i < 500; i += 3)
+        timer_cancel(&g, &t[i]);
+    for (int i = 1; i < 500; i += 7) /* re-arming moves a timer, or arms a cancelled one */
+        timer_arm(&g, &t[i], 50000, NULL);
+    for (int i = 0; i < 500; i++)
+        armed += t[i].pos != 0;
+    int64_t last = -1;
+    int n = 0;
+    struct timer *x;
+    while ((x = timers_pop_due(&g.timers, INT64_MAX))) {
+        assert_true(x->when >= last);
+        assert_int_equal(x->pos, 0);
+        last = x->when;
+        n++;
+    }
+    assert_int_equal(n, armed);
+    assert_true(armed > 300 && armed < 400);
+    assert_int_equal(timers_next(&g.timers), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fairness_round_robin),
+        cmocka_unit_test(test_n_plus_one),
+        cmocka_unit_test(test_async_chaser_and_commands),
+        cmocka_unit_test(test_stale_completion_dropped),
+        cmocka_unit_test(test_worker_lost),
+        cmocka_unit_test(test_backpressure_and_splice),
+        cmocka_unit_test(test_state_names),
+        cmocka_unit_test(test_timers_heap),
+    };
+    return cmocka_run_group_tests_name("gateway", tests, setup, teardown);
+}
