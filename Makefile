@@ -65,9 +65,16 @@ deps-test:
 	@tests/deps.sh
 
 test: deps-test
-	$(MAKE) --no-print-directory SANITIZE=address test-unit test-integration
-	$(MAKE) --no-print-directory SANITIZE=address test-interop
+	$(MAKE) --no-print-directory SANITIZE=address test-unit test-integration test-interop
+	$(MAKE) --no-print-directory SANITIZE=thread test-tsan
 	@echo "make test: all passed"
+
+# The thread code under ThreadSanitizer: the pool and loop unit tests, and the gateway's
+# integration suite (loop thread and both pools under real traffic).
+TSAN_UNITS := $(B)/tests/test_pool $(B)/tests/test_gateway
+test-tsan: $(TSAN_UNITS) bins
+	@set -e; for t in $(TSAN_UNITS); do echo "== $$t (tsan)"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" $$t; done
+	@echo "== tests/integration/test_gateway.sh (tsan)"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" BIN=$(B) bash tests/integration/test_gateway.sh
 
 test-unit: unit
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done

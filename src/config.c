@@ -111,7 +111,7 @@ static int parse_num(const struct cfg_key *k, const char *v, int64_t *out)
         if (!strcmp(end, "ms")) end += 2;
         else if (!strcmp(end, "s")) mul = 1000, end++;
     }
-    if (*end)
+    if (*end || (n > 0 && n > INT64_MAX / mul) || (n < 0 && n < INT64_MIN / mul))
         return -1;
     *out = (int64_t)n * mul;
     return 0;

@@ -12,10 +12,11 @@ static struct cfg_overrides qgate_overrides;
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: qgate [-c FILE] [--port N | -p N] [--workers host:port,...] [--loglevel L]\n"
-            "             [--check] [--print-config]\n"
+            "usage: qgate [-c FILE] [--port N | -p N] [--bind ADDR] [--workers host:port,...]\n"
+            "             [--loglevel L] [--check] [--print-config]\n"
             "  -c FILE          configuration (see gateway.conf.example)\n"
             "  --port N, -p N   port for q clients (q's -p); 0 picks a free port\n"
+            "  --bind ADDR      address to listen on (default 0.0.0.0, as q)\n"
             "  --workers LIST   workers of the default group (the first group)\n"
             "  --loglevel L     error, warn, info or debug\n"
             "  --check          validate the configuration and exit\n"
@@ -37,6 +38,8 @@ int main(int argc, char **argv)
             config_override(&qgate_overrides, 0, "port", argv[++i]);
         else if (!strcmp(a, "--workers") && more)
             config_override(&qgate_overrides, 1, "workers", argv[++i]);
+        else if (!strcmp(a, "--bind") && more)
+            config_override(&qgate_overrides, 0, "bind", argv[++i]);
         else if (!strcmp(a, "--loglevel") && more)
             config_override(&qgate_overrides, 0, "loglevel", argv[++i]);
         else if (!strcmp(a, "--check"))

@@ -8,12 +8,28 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=66}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 cleanup() {
-    local p
+    local rc=$? p i
+    # SIGTERM first, so that qgate drains and exits and the sanitizers report (leaks too)
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true
+    done
+    for i in $(seq 1 100); do
+        local alive=0
+        for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -0 "$p" 2>/dev/null && alive=1; done
+        [ $alive -eq 0 ] && break
+        sleep 0.05
+    done
     for p in "${PIDS[@]:-}"; do
         [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
     done
     wait 2>/dev/null || true
+    if grep -lE "ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:" "$TMP"/*.log "$TMP"/*.err 2>/dev/null; then
+        echo "FAIL: a sanitizer reported in the logs above:" >&2
+        grep -hE -A12 "ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:" "$TMP"/*.log "$TMP"/*.err 2>/dev/null | head -60 >&2
+        rc=1
+    fi
     if [ "${KEEP_TMP:-}" = "" ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
+    exit $rc
 }
 trap cleanup EXIT
 
@@ -68,7 +84,7 @@ expect_file_has() {
 start_gateway() {
     local name=$1
     shift
-    "$BIN/qgate" -p 0 "$@" >"$TMP/$name.out" 2>"$TMP/$name.log" &
+    "$BIN/qgate" -p 0 "$@" --bind 127.0.0.1 >"$TMP/$name.out" 2>"$TMP/$name.log" &
     local pid=$!
     PIDS+=("$pid")
     wait_line "$TMP/$name.out" "qgate listening on" 30

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh: interop tests with node-q, an independent kdb+ client, against qworker.
+# run.sh: interop tests with node-q, an independent kdb+ client, against qworker and qgate.
 . "$(dirname "$0")/../integration/lib.sh"
 [ -d tests/interop/node_modules/node-q ] || fail "node-q missing: run tests/deps.sh (npm ci)"
 
@@ -8,3 +8,7 @@ start_worker W --rows 1000000
 first=$("$BIN/qsend" -g "127.0.0.1:$W_PORT" "rows 1" | sed -n 's/^table\[1\] `a | ,"\([a-z]*\)"$/\1/p')
 [ -n "$first" ] || fail "could not read the first row with qsend"
 (cd tests/interop && timeout 180 node interop.js "$W_PORT" "$first" 1000000) || fail "node-q against qworker"
+
+# the same through qgate: node-q cannot tell the gateway from a worker
+start_gateway GW --workers "127.0.0.1:$W_PORT"
+(cd tests/interop && timeout 180 node interop.js "$GW_PORT" "$first" 1000000) || fail "node-q against qgate"
