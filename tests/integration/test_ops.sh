@@ -78,3 +78,16 @@ wait "$p3" || true
 expect_lines "$TMP/t3.out" "^'close\$" 1
 expect_file_has "$TMP/D.log" "drain_timeout reached"
 pass "SIGTERM past drain_timeout: exits 0, the unfinished client sees the close"
+
+# --- worker credentials from the config: a worker that demands them, and never in the logs -
+start_worker S --rows 10 --user svc:Hunter2pw
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group secure]\nworkers = 127.0.0.1:%s\nuser = svc\npassword = Hunter2pw\n' "$S_PORT" > "$TMP/s.conf"
+start_gateway S1 -c "$TMP/s.conf"
+wait_line "$TMP/S1.log" "connected \\(capability 3\\)" 10
+G="127.0.0.1:$S1_PORT"; q "echo authenticated"
+expect_lines "$TMP/q.out" '^"authenticated"$' 1
+sed -i 's/^password = .*/password = wrong/' "$TMP/s.conf"
+start_gateway S2 -c "$TMP/s.conf" --loglevel debug
+wait_line "$TMP/S2.log" "closed during the handshake \\('access" 10
+grep -q "Hunter2pw\|password = wrong\|:wrong" "$TMP/S1.log" "$TMP/S2.log" && fail "a worker password reached the log"
+pass "worker credentials from the config; a refused login is logged without the password"
