@@ -29,7 +29,7 @@ BENCH_COMMON := $(filter-out $(BENCH_MAINS:%=bench/%.c),$(wildcard bench/*.c))
 BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(B)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
-BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/bench-codec
+BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/bench-codec $(B)/gw30
 GW_BIN    := $(B)/qgate
 
 .PHONY: all bins unit test test-unit test-integration test-interop demo deps-test clean bench-codec
@@ -49,6 +49,8 @@ $(B)/qgate: $(B)/src/main.o $(B)/libqgate.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lm
 
 $(B)/q%: $(B)/bench/q%.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
+	$(CC) $(LDFLAGS) -o $@ $^ -lm
+$(B)/gw30: $(B)/bench/gw30.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lm
 $(B)/bench-codec: $(B)/bench/codec.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lm

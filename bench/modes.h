@@ -22,6 +22,10 @@ struct qmode {
     unsigned big_print : 1; /* prints "got :: N in" rather than "got :: N rows in" */
 };
 
+/* What q/30gw.q sends a worker to run a request (its .gw.run), exactly as written there: the
+ * query under protected evaluation, the result posted back async to .gateway.reply. */
+#define QMODE_GW_RUN "{[id;q] neg[.z.w] (`.gateway.reply; id; @[{(0b;value x)}; q; {(1b;x)}])}"
+
 extern const struct qmode qmodes[];
 extern const int qmodes_count;
 

@@ -321,6 +321,63 @@ static struct reply eval(struct wconn *c, K x)
     return unsupported(what);
 }
 
+/* The worker side of q/30gw.q: (.gw.run; id; query) arrives async; the query is run under
+ * protected evaluation and (`.gateway.reply; id; (isError; result)) goes back async. */
+static int is_gw_run(K x)
+{
+    if (x->t != KT_LIST || x->n != 3 || kK(x)[0]->t != KT_LAMBDA || kK(x)[1]->t != -KT_LONG)
+        return 0;
+    K src = kK(kK(x)[0])[0];
+    return (size_t)src->n == strlen(QMODE_GW_RUN) && !memcmp(kC(src), QMODE_GW_RUN, (size_t)src->n);
+}
+
+static int post_gw_reply(struct wconn *c, K x)
+{
+    int64_t id = kK(x)[1]->j;
+    K q = kK(x)[2];
+    struct reply r = q->t == KT_LIST && q->n == 2 ? apply(c, kK(q)[0], kK(q)[1]) : eval(c, q);
+    /* (`.gateway.reply; id; (isError; result)) */
+    static const char name[] = ".gateway.reply";
+    uint8_t pre[8 + 6 + 1 + sizeof name + 9 + 6 + 2];
+    uint8_t *p = pre + 8;
+    memcpy(p, "\x00\x00\x03\x00\x00\x00", 6), p += 6;
+    *p++ = (uint8_t)-KT_SYM;
+    memcpy(p, name, sizeof name), p += sizeof name;
+    *p++ = (uint8_t)-KT_LONG;
+    qg_st64(p, (uint64_t)id), p += 8;
+    memcpy(p, "\x00\x00\x02\x00\x00\x00", 6), p += 6;
+    *p++ = (uint8_t)-KT_BOOL;
+    int rc;
+    if (!r.k) { /* a slice of tbl2: the table bytes go out without copying */
+        *p++ = 0;
+        uint8_t head[TBL2_HEAD_LEN];
+        size_t total = tbl2_head(&tbl2, r.rows, head);
+        size_t body = total - TBL2_HEAD_LEN;
+        kipc_hdr_write(pre, KIPC_ASYNC, 0, sizeof pre + (TBL2_HEAD_LEN - 8) + body);
+        struct iovec iov[3] = {{pre, sizeof pre}, {head + 8, TBL2_HEAD_LEN - 8}, {tbl2.col, body}};
+        return send_pieces(c, iov, 3);
+    }
+    int err = r.k->t == KT_ERROR;
+    *p++ = (uint8_t)err;
+    K v = err ? k_str(r.k->s, strlen(r.k->s)) : r.k; /* the error's text, as a string */
+    if (err)
+        k_free(r.k);
+    size_t vlen = v ? kcodec_size(v) : 0;
+    uint8_t *m = v ? malloc(sizeof pre + vlen) : NULL;
+    if (!m) {
+        k_free(v);
+        return -1;
+    }
+    memcpy(m, pre, sizeof pre);
+    kcodec_write(v, m + sizeof pre, 1);
+    kipc_hdr_write(m, KIPC_ASYNC, 0, sizeof pre + vlen);
+    struct iovec iov = {m, sizeof pre + vlen};
+    rc = send_pieces(c, &iov, 1);
+    free(m);
+    k_free(v);
+    return rc;
+}
+
 /* Serve one whole message. Returns -1 if the connection must close. */
 static int serve(struct wconn *c, const uint8_t *msg, size_t len)
 {
@@ -348,6 +405,11 @@ static int serve(struct wconn *c, const uint8_t *msg, size_t len)
         return -1;
     }
     free(plain);
+    if (is_gw_run(x)) {
+        int rc = post_gw_reply(c, x);
+        k_free(x);
+        return rc;
+    }
     if (h.type != KIPC_SYNC)
         logf_(c, "%s message", kipc_type_name(h.type));
     struct reply r = eval(c, x);

@@ -28,6 +28,8 @@ nid:0;
     neg[w] (.gw.run; id; P[id] 1)];
   };
 
+.qgate.ping:{1b};  / the gateway's own cheap call, as qgate has (for the mix benchmark)
+
 .gateway.exec:{[q]
   `nid set nid+1;
   @[`P; nid; :; (.z.w; q)];
