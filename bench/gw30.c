@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -416,6 +417,11 @@ int main(int argc, char **argv)
     if (!at || !workers)
         usage();
     signal(SIGPIPE, SIG_IGN);
+    struct rlimit rl; /* q since 4.1 takes as many handles as the OS allows */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
     char host[256];
     int port;
     if (net_parse_hostport(at, "0.0.0.0", host, sizeof host, &port))

@@ -41,7 +41,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: qclient [-g host:port] [-u user:pass] MODE[:ARG] PERIOD_MS [--count N]\n"
-            "               [--seconds S] [--csv FILE] [--timeout MS] [--quiet]\n"
+            "               [--seconds S] [--csv FILE] [--dump FILE] [--timeout MS] [--quiet]\n"
             "       qclient --modes   (each mode and its function's q text)\n"
             "  a stand-in for q/client.q. MODE: big smallbig med fast slow bigbig bigsmall\n"
             "  killer ss throw:ERR ssthrow:ERR. -g defaults to localhost:8811; host \"unix\"\n"
@@ -64,7 +64,7 @@ static void on_signal(int s)
 
 int main(int argc, char **argv)
 {
-    const char *gw = "localhost:8811", *user = NULL, *spec = NULL, *csv_path = NULL;
+    const char *gw = "localhost:8811", *user = NULL, *spec = NULL, *csv_path = NULL, *dump = NULL;
     long period = -1, count = -1, timeout = 0;
     double seconds = -1;
     int quiet = 0;
@@ -80,6 +80,8 @@ int main(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (!strcmp(a, "--csv") && i + 1 < argc)
             csv_path = argv[++i];
+        else if (!strcmp(a, "--dump") && i + 1 < argc)
+            dump = argv[++i];
         else if (!strcmp(a, "--timeout") && i + 1 < argc)
             timeout = atol(argv[++i]);
         else if (!strcmp(a, "--quiet"))
@@ -174,6 +176,14 @@ int main(int argc, char **argv)
                 printf("%s error :: %s in dur :: %s\n", m->name, status, timespan(dur, ts, sizeof ts));
             qconn_close(&c);
         } else {
+            if (dump) { /* the first reply, byte for byte, for comparing gateways */
+                FILE *f = fopen(dump, "w");
+                if (f) {
+                    fwrite(c.buf, 1, c.len, f);
+                    fclose(f);
+                }
+                dump = NULL;
+            }
             const uint8_t *body = c.buf + 8;
             size_t blen = c.len - 8;
             const char *etext;

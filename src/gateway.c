@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -68,6 +69,19 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     g->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (g->epfd < 0)
         return -1;
+    /* room for max_clients sockets, their splice pipes while streaming, and the workers */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t want = (rlim_t)cfg->max_clients + 1024;
+        if (rl.rlim_cur < want) {
+            rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || want < rl.rlim_max ? want : rl.rlim_max;
+            if (setrlimit(RLIMIT_NOFILE, &rl))
+                log_warn(NULL, "cannot raise the open file limit: %s", strerror(errno));
+        }
+        if (rl.rlim_cur < (rlim_t)cfg->max_clients + 64)
+            log_warn(NULL, "open file limit %llu is below max_clients %d", (unsigned long long)rl.rlim_cur,
+                     cfg->max_clients);
+    }
 
     g->lfd_tcp = net_listen_tcp(cfg->bind, cfg->port, 1024, 1, &g->port);
     if (g->lfd_tcp < 0) {
