@@ -220,6 +220,74 @@ static char *trim(char *s)
     return s;
 }
 
+/* One line of the file: a section header, a key, a comment. group is the current section. */
+static int parse_line(struct config *c, char *s, int *group, const char *name, int lineno, char *err, size_t errlen)
+{
+    char why[512];
+    s = trim(s);
+    if (!*s || *s == '#' || *s == ';')
+        return 0;
+    if (*s == '[') {
+        char *e = strchr(s, ']');
+        if (!e || e[1]) {
+            snprintf(err, errlen, "%s:%d: bad section header", name, lineno);
+            return -1;
+        }
+        *e = 0;
+        char *sec = trim(s + 1);
+        if (!strcmp(sec, "gateway")) {
+            *group = -1;
+        } else if (!strncmp(sec, "group", 5) && isspace((unsigned char)sec[5])) {
+            char *gname = trim(sec + 5);
+            if (!*gname || (*group = config_group(c, gname)) < 0) {
+                snprintf(err, errlen, "%s:%d: bad or too many groups", name, lineno);
+                return -1;
+            }
+        } else {
+            snprintf(err, errlen, "%s:%d: unknown section [%s]", name, lineno, sec);
+            return -1;
+        }
+        return 0;
+    }
+    char *eq = strchr(s, '=');
+    if (!eq) {
+        snprintf(err, errlen, "%s:%d: expected key = value", name, lineno);
+        return -1;
+    }
+    *eq = 0;
+    if (config_set(c, *group, trim(s), trim(eq + 1), why, sizeof why)) {
+        snprintf(err, errlen, "%s:%d: %s", name, lineno, why);
+        return -1;
+    }
+    return 0;
+}
+
+int config_parse(struct config *c, const char *text, size_t len, const char *name, char *err, size_t errlen)
+{
+    char line[8192];
+    int lineno = 0, group = -1;
+    size_t off = 0;
+    while (off < len) {
+        const char *nl = memchr(text + off, '\n', len - off);
+        size_t l = nl ? (size_t)(nl - text - off) : len - off;
+        lineno++;
+        if (l >= sizeof line) {
+            snprintf(err, errlen, "%s:%d: line too long", name, lineno);
+            return -1;
+        }
+        memcpy(line, text + off, l);
+        line[l] = 0;
+        if (memchr(line, 0, l)) {
+            snprintf(err, errlen, "%s:%d: NUL byte in line", name, lineno);
+            return -1;
+        }
+        if (parse_line(c, line, &group, name, lineno, err, errlen))
+            return -1;
+        off += l + (nl ? 1 : 0);
+    }
+    return 0;
+}
+
 int config_load(struct config *c, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
@@ -227,57 +295,31 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    char line[8192], why[512];
-    int lineno = 0, group = -1, rc = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        if (!strchr(line, '\n') && !feof(f)) {
-            snprintf(err, errlen, "%s:%d: line too long", path, lineno);
-            rc = -1;
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (len < cap)
             break;
+        if (cap >= (64u << 20)) { /* no configuration is this big */
+            free(buf);
+            fclose(f);
+            snprintf(err, errlen, "%s: file too large", path);
+            return -1;
         }
-        char *s = trim(line);
-        if (!*s || *s == '#' || *s == ';')
-            continue;
-        if (*s == '[') {
-            char *e = strchr(s, ']');
-            if (!e || e[1]) {
-                snprintf(err, errlen, "%s:%d: bad section header", path, lineno);
-                rc = -1;
-                break;
-            }
-            *e = 0;
-            char *sec = trim(s + 1);
-            if (!strcmp(sec, "gateway")) {
-                group = -1;
-            } else if (!strncmp(sec, "group", 5) && isspace((unsigned char)sec[5])) {
-                char *name = trim(sec + 5);
-                if (!*name || (group = config_group(c, name)) < 0) {
-                    snprintf(err, errlen, "%s:%d: bad or too many groups", path, lineno);
-                    rc = -1;
-                    break;
-                }
-            } else {
-                snprintf(err, errlen, "%s:%d: unknown section [%s]", path, lineno, sec);
-                rc = -1;
-                break;
-            }
-            continue;
-        }
-        char *eq = strchr(s, '=');
-        if (!eq) {
-            snprintf(err, errlen, "%s:%d: expected key = value", path, lineno);
-            rc = -1;
-            break;
-        }
-        *eq = 0;
-        if (config_set(c, group, trim(s), trim(eq + 1), why, sizeof why)) {
-            snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
-            rc = -1;
-            break;
-        }
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb)
+            free(buf);
+        buf = nb;
     }
     fclose(f);
+    if (!buf) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    int rc = config_parse(c, buf, len, path, err, errlen);
+    free(buf);
     return rc;
 }
 

@@ -62,6 +62,10 @@ extern const int cfg_nkeys;
 /* Every key set to its default; no groups. */
 void config_defaults(struct config *c);
 
+/* Parse INI text (len bytes, any content) over the current values; name is used in messages.
+ * 0, or -1 with "name:line: reason" in err. */
+int config_parse(struct config *c, const char *text, size_t len, const char *name, char *err, size_t errlen);
+
 /* Load an INI file over the current values. 0, or -1 with "file:line: reason" in err. */
 int config_load(struct config *c, const char *path, char *err, size_t errlen);
 
