@@ -24,7 +24,7 @@ LDFLAGS := -pthread $(SANFLAGS)
 
 LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
-BENCH_MAINS  := qworker qclient qsend codec gw30
+BENCH_MAINS  := qworker qclient qsend codec gw30 qload
 BENCH_COMMON := $(filter-out $(BENCH_MAINS:%=bench/%.c),$(wildcard bench/*.c))
 BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(B)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)

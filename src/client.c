@@ -259,7 +259,7 @@ void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *ms
 
 void client_head_done_loop(struct gw *g, struct client *c)
 {
-    c->w = NULL;
+    client_set_worker(c, NULL);
     if (c->has_pipe && !c->piped)
         close_pipe(c);
     timer_cancel(g, &c->tm);
@@ -356,7 +356,30 @@ static int do_handshake(struct gw *g, struct client *c)
     return 0;
 }
 
-void client_auth_done_loop(struct gw *g, struct client *c, int ok)
+static struct ustate *user_state(struct gw *g, const char *name)
+{
+    for (struct ustate *u = g->users; u; u = u->next)
+        if (!strcmp(u->name, name))
+            return u;
+    struct ustate *u = calloc(1, sizeof *u);
+    if (!u)
+        return NULL;
+    snprintf(u->name, sizeof u->name, "%s", name);
+    u->next = g->users;
+    g->users = u;
+    return u;
+}
+
+void client_set_worker(struct client *c, struct worker *w)
+{
+    if (c->us && !c->w && w)
+        c->us->inflight++;
+    else if (c->us && c->w && !w)
+        c->us->inflight--;
+    c->w = w;
+}
+
+void client_auth_done_loop(struct gw *g, struct client *c, int ok, int admin, int max_conns, int max_inflight)
 {
     if (c->st != CS_AUTH)
         return;
@@ -366,6 +389,22 @@ void client_auth_done_loop(struct gw *g, struct client *c, int ok)
         conn_close(g, &c->c, "bad credentials ('access)");
         return;
     }
+    struct ustate *u = user_state(g, c->user);
+    if (!u) {
+        conn_close(g, &c->c, "out of memory");
+        return;
+    }
+    u->admin = (uint8_t)admin; /* the users file as loaded now */
+    u->max_conns = max_conns;
+    u->max_inflight = max_inflight;
+    if (u->max_conns > 0 && u->conns >= u->max_conns) {
+        g->handshake_failures++;
+        log_warn(c->c.name, "user '%s' already has %d connections (max_conns): refused", c->user, u->conns);
+        conn_close(g, &c->c, "over max_conns ('access)");
+        return;
+    }
+    u->conns++;
+    c->us = u;
     finish_handshake(g, c);
     set_reading(g, c, 1);
     take_messages(g, c);
@@ -627,8 +666,10 @@ void client_teardown(struct gw *g, struct client *c)
         dispatch_dequeue_loop(g, c);
     if (c->w) {
         worker_client_gone_loop(g, c->w);
-        c->w = NULL;
+        client_set_worker(c, NULL);
     }
+    if (c->us)
+        c->us->conns--;
     for (struct req *r = c->head, *n; r; r = n) {
         n = r->next;
         req_free(r);

@@ -116,10 +116,15 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
             worker_start_loop(g, w, NULL);
         }
     }
-    /* the worker idle longest takes the client waiting longest */
+    /* the worker idle longest takes the client waiting longest whose user is under its
+     * max_inflight (one user cannot take every worker) */
     while (grp->idle_head && grp->qhead) {
         struct worker *w = grp->idle_head;
         struct client *c = grp->qhead;
+        while (c && c->us && c->us->max_inflight > 0 && c->us->inflight >= c->us->max_inflight)
+            c = c->qnext;
+        if (!c)
+            break;
         dispatch_worker_unidle_loop(g, w);
         dispatch_dequeue_loop(g, c);
         worker_start_loop(g, w, c);

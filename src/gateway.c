@@ -200,16 +200,16 @@ static void warn_restart(const struct config *old, const struct config *nw)
         log_warn(NULL, "reload: port, bind, unix_socket and thread counts change only on restart");
 }
 
-void gw_reload_loop(struct gw *g)
+int gw_reload_loop(struct gw *g)
 {
     struct config *nc = malloc(sizeof *nc);
     char err[512];
     if (!nc)
-        return;
+        return -1;
     if (config_build(nc, g->config_path, &g->overrides, err, sizeof err)) {
         log_error(NULL, "reload failed, keeping the running configuration: %s", err);
         free(nc);
-        return;
+        return -1;
     }
     warn_restart(&g->cfg, nc);
     struct auth_shared *auth = NULL;
@@ -218,7 +218,7 @@ void gw_reload_loop(struct gw *g)
         if (!db || !(auth = auth_share(db))) {
             log_error(NULL, "reload failed, keeping the running configuration: users file: %s", db ? "out of memory" : err);
             free(nc);
-            return;
+            return -1;
         }
         log_info(NULL, "reload: users file %s: %d users", nc->users_file, auth_db_of(auth)->n);
     }
@@ -272,6 +272,32 @@ void gw_reload_loop(struct gw *g)
     log_level = g->cfg.loglevel;
     free(nc);
     g->work_pending = 1;
+    return 0;
+}
+
+struct clients_snapshot *gw_clients_snapshot(struct gw *g)
+{
+    struct clients_snapshot *s = calloc(1, sizeof *s + (size_t)g->nclients * sizeof s->rows[0]);
+    if (!s)
+        return NULL;
+    for (uint32_t id = 0; id < g->next_id && s->n < g->nclients; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != EV_CLIENT || x->closing)
+            continue;
+        struct client *c = (struct client *)x;
+        struct client_row *r = &s->rows[s->n++];
+        r->id = id;
+        snprintf(r->user, sizeof r->user, "%s", c->user);
+        snprintf(r->peer, sizeof r->peer, "%s", c->peer);
+        snprintf(r->group, sizeof r->group, "%s", c->grp ? c->grp->cfg.name : "");
+        snprintf(r->state, sizeof r->state, "%s", client_state_name(c->st));
+        for (char *p = r->state; *p; p++)
+            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+        for (struct req *q = c->head; q; q = q->next)
+            r->requests++;
+        r->running = c->w != NULL;
+    }
+    return s;
 }
 
 static void on_drain_timeout(struct gw *g, struct timer *t)
@@ -338,6 +364,11 @@ void gw_free(struct gw *g)
         close(g->epfd);
     free(g->no_client_err);
     auth_unref(g->auth);
+    while (g->users) {
+        struct ustate *u = g->users;
+        g->users = u->next;
+        free(u);
+    }
     timers_free(&g->timers);
     free(g->tab);
     free(g->gens);

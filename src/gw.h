@@ -91,6 +91,15 @@ struct conn {
 struct group;
 struct worker;
 
+/* A user of the users file: its limits and how much it uses now. */
+struct ustate {
+    struct ustate *next;
+    char name[64];
+    int conns, inflight;            /* connections open; requests on workers */
+    int max_conns, max_inflight;    /* 0 = unlimited */
+    uint8_t admin;
+};
+
 struct client {
     struct conn c;
     uint8_t st;
@@ -100,6 +109,7 @@ struct client {
     uint8_t paused;      /* reading stopped: too many bytes waiting their turn */
     char user[64];
     char peer[64];
+    struct ustate *us;   /* with a users file: the user's limits and counts */
     struct group *grp;
     struct req *head, *tail;
     size_t pending;      /* bytes of requests held */
@@ -207,6 +217,7 @@ struct gw {
     size_t no_client_err_len;
     uint64_t handshakes, handshake_failures, badmsgs, busy_replies, timeouts;
     struct auth_shared *auth; /* users file, or NULL: any credentials */
+    struct ustate *users;
 };
 
 /* ---- loop.c ----------------------------------------------------------------------------- */
@@ -248,8 +259,12 @@ void client_on_event_loop(struct gw *g, struct client *c, uint32_t ev);
 void client_advance_loop(struct gw *g, struct client *c);
 /* A reply for request seq is ready (made by a pool job). */
 void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
-/* A reader checked the credentials of a client in AUTH. */
-void client_auth_done_loop(struct gw *g, struct client *c, int ok);
+/* A reader checked the credentials of a client in AUTH (limits of its users-file entry). */
+void client_auth_done_loop(struct gw *g, struct client *c, int ok, int admin, int max_conns, int max_inflight);
+/* The one setter of the worker running c's head request; keeps the user's count. */
+void client_set_worker(struct client *c, struct worker *w);
+/* The .qgate.clients[] snapshot (malloc'd). */
+struct clients_snapshot *gw_clients_snapshot(struct gw *g);
 /* Answer request r with the q error text (via the writer pool). */
 void client_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -304,7 +319,7 @@ void dispatch_fail_group_loop(struct gw *g, struct group *grp);
 /* ---- gateway.c -------------------------------------------------------------------------- */
 int gw_init(struct gw *g, const struct config *cfg, const char *config_path, const struct cfg_overrides *ov);
 /* SIGHUP: reread the config file; add and remove workers without dropping clients. */
-void gw_reload_loop(struct gw *g);
+int gw_reload_loop(struct gw *g);
 /* SIGTERM: stop accepting, let what was received finish, then stop. */
 void gw_drain_loop(struct gw *g);
 void gw_free(struct gw *g);

@@ -29,6 +29,8 @@ int jobs_peek_command(const uint8_t *b, size_t n)
     return 0;
 }
 
+int gwcmd_admin_only(int cmd) { return cmd == GWCMD_CLIENTS || cmd == GWCMD_RELOAD || cmd == GWCMD_DISCONNECT; }
+
 static enum gwcmd lookup(const char *name, size_t len)
 {
     for (int i = 1; i < GWCMD_N; i++)
@@ -37,8 +39,8 @@ static enum gwcmd lookup(const char *name, size_t len)
     return GWCMD_UNKNOWN;
 }
 
-/* ".qgate.NAME[]" or ".qgate.NAME[::]", spaces allowed around. */
-static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen)
+/* ".qgate.NAME[]", ".qgate.NAME[::]" or ".qgate.NAME[123]", spaces allowed around. */
+static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, int64_t *arg)
 {
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == ';'))
         n--;
@@ -55,9 +57,29 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen)
         a++;
     while (e > a && e[-1] == ' ')
         e--;
-    if (!(e == a || (e - a == 2 && a[0] == ':' && a[1] == ':')))
-        return GWCMD_UNKNOWN;
+    if (e - a == 2 && a[0] == ':' && a[1] == ':')
+        a = e;
+    if (a < e) {
+        int64_t v = 0;
+        for (const char *p = a; p < e; p++) {
+            if (*p < '0' || *p > '9' || v > INT32_MAX)
+                return GWCMD_UNKNOWN;
+            v = v * 10 + (*p - '0');
+        }
+        *arg = v;
+    }
     return lookup(name, (size_t)(br - name));
+}
+
+static int num_arg(const K x, int64_t *v)
+{
+    switch (x->t) {
+    case -KT_LONG: *v = x->j; return 1;
+    case -KT_INT: *v = x->i; return 1;
+    case -KT_SHORT: *v = x->h; return 1;
+    case KT_UNARY: return 1; /* (::): no argument */
+    default: return x->t == KT_LIST && x->n == 0;
+    }
 }
 
 void job_parse_command(struct job *j)
@@ -67,16 +89,17 @@ void job_parse_command(struct job *j)
     struct kipc_hdr h;
     const char *why;
     j->result = GWCMD_UNKNOWN;
+    j->aux[0] = -1;
     snprintf(j->text, sizeof j->text, "?");
     if (kipc_hdr_parse(j->in, j->in_len, j->in_len, &h, &why) != QG_OK ||
         kcodec_decode(j->in + 8, j->in_len - 8, h.le, NULL, &x, &e) != QG_OK)
         return;
     if (x->t == KT_CHAR) {
-        j->result = parse_text(kC(x), (size_t)x->n, j->text, sizeof j->text);
+        j->result = parse_text(kC(x), (size_t)x->n, j->text, sizeof j->text, &j->aux[0]);
     } else if (x->t == KT_LIST && x->n >= 1 && kK(x)[0]->t == -KT_SYM) {
         const char *s = kK(x)[0]->s;
         snprintf(j->text, sizeof j->text, "%.60s", s);
-        int args_ok = x->n == 1 || (x->n == 2 && (kK(x)[1]->t == KT_UNARY || (kK(x)[1]->t == KT_LIST && kK(x)[1]->n == 0)));
+        int args_ok = x->n == 1 || (x->n == 2 && num_arg(kK(x)[1], &j->aux[0]));
         if (args_ok && !strncmp(s, PREFIX, PREFIX_LEN))
             j->result = lookup(s + PREFIX_LEN, strlen(s + PREFIX_LEN));
     }
@@ -91,6 +114,11 @@ void job_check_credentials(struct job *j)
     const char *pass = colon ? colon + 1 : c + j->in_len;
     const struct auth_user *u = auth_find(auth_db_of(j->ctx), c, ulen);
     j->result = u && auth_check(u, pass, j->in_len - (size_t)(pass - c));
+    if (j->result) {
+        j->aux[0] = u->admin;
+        j->aux[1] = u->max_conns;
+        j->aux[2] = u->max_inflight;
+    }
 }
 
 static void encode(struct job *j, K x)
@@ -106,11 +134,16 @@ void job_encode_command(struct job *j)
     K x = NULL;
     switch (j->arg) {
     case GWCMD_PING:
+    case GWCMD_RELOAD:
+    case GWCMD_DISCONNECT:
         if ((x = k_atom(-KT_BOOL)))
             x->g = 1;
         break;
     case GWCMD_STATS:
         x = stats_table(j->ctx);
+        break;
+    case GWCMD_CLIENTS:
+        x = clients_table(j->ctx);
         break;
     default:
         x = k_err("qgate: unknown command");

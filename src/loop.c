@@ -118,6 +118,67 @@ void timers_free(struct timers *ts)
 
 /* ---- completions ------------------------------------------------------------------------ */
 
+/* A reader named the gateway command of cl's head request: check who may run it, do what it
+ * says, and have a writer encode the reply. */
+static void on_command(struct gw *g, struct client *cl, struct job *j)
+{
+    struct req *r = cl->head;
+    if (!r || r->seq != j->seq || r->state != RS_LOCAL)
+        return;
+    if (j->result == GWCMD_UNKNOWN) {
+        client_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
+        return;
+    }
+    if (gwcmd_admin_only(j->result) && !(cl->us && cl->us->admin)) {
+        log_warn(cl->c.name, "refused %s: not an admin", j->text);
+        client_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
+        return;
+    }
+    struct job *w = job_new(job_encode_command, JK_REPLY);
+    if (!w)
+        return;
+    w->arg = j->result;
+    switch (j->result) {
+    case GWCMD_STATS:
+        w->ctx = gw_stats_snapshot(g);
+        w->ctx_free = free;
+        break;
+    case GWCMD_CLIENTS:
+        w->ctx = gw_clients_snapshot(g);
+        w->ctx_free = free;
+        break;
+    case GWCMD_RELOAD:
+        log_info(cl->c.name, ".qgate.reload[] by admin %s", cl->user);
+        if (gw_reload_loop(g)) {
+            job_free(w);
+            client_error_loop(g, cl, r, "qgate: reload failed (see the gateway's log)");
+            return;
+        }
+        break;
+    case GWCMD_DISCONNECT: {
+        int64_t id = j->aux[0];
+        struct conn *x = id >= 0 && id < g->tab_cap ? g->tab[id] : NULL;
+        if (!x || x->kind != EV_CLIENT || x->closing) {
+            job_free(w);
+            client_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
+            return;
+        }
+        log_info(cl->c.name, "disconnecting client %lld (%s) as admin %s asked", (long long)id, x->name, cl->user);
+        char why[128];
+        snprintf(why, sizeof why, "disconnected by admin %s", cl->user);
+        conn_close(g, x, why);
+        if (x == &cl->c) { /* it disconnected itself: nobody to answer */
+            job_free(w);
+            return;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    gw_submit(g, g->writers, w, &cl->c, j->seq);
+}
+
 void gw_completion_loop(struct gw *g, struct job *j)
 {
     struct conn *c = conn_lookup(g, j->conn_id, j->conn_gen);
@@ -128,26 +189,10 @@ void gw_completion_loop(struct gw *g, struct job *j)
     struct client *cl = (struct client *)c;
     switch (j->kind) {
     case JK_COMMAND:
-        if (j->result == GWCMD_UNKNOWN) {
-            struct req *r = cl->head;
-            if (r && r->seq == j->seq)
-                client_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
-            break;
-        }
-        {
-            struct job *w = job_new(job_encode_command, JK_REPLY);
-            if (!w)
-                break;
-            w->arg = j->result;
-            if (j->result == GWCMD_STATS) {
-                w->ctx = gw_stats_snapshot(g);
-                w->ctx_free = free;
-            }
-            gw_submit(g, g->writers, w, c, j->seq);
-        }
+        on_command(g, cl, j);
         break;
     case JK_AUTH:
-        client_auth_done_loop(g, cl, j->result);
+        client_auth_done_loop(g, cl, j->result, (int)j->aux[0], (int)j->aux[1], (int)j->aux[2]);
         break;
     case JK_REPLY:
         if (j->out) {

@@ -22,6 +22,7 @@ struct job {
     void (*ctx_free)(void *ctx);
     int arg;                    /* small parameter: capability, command */
     int result;                 /* decision */
+    int64_t aux[3];             /* small numeric results (command argument, user limits) */
     uint8_t *out;               /* owned output bytes (a whole message) */
     size_t out_len;
     char text[192];             /* error text, command name */

@@ -45,16 +45,22 @@ uint64_t hist_quantile(const struct hist *h, double q)
     return bucket_top(HIST_BUCKETS - 1);
 }
 
-static K syms_of(const struct stats_snapshot *s, size_t off)
+/* A symbol column from n rows of size stride starting at base + off. */
+static K syms_of_rows(const void *base, int n, size_t stride, size_t off)
 {
-    const char **v = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *v);
+    const char **v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
     if (!v)
         return NULL;
-    for (int i = 0; i < s->n; i++)
-        v[i] = (const char *)&s->rows[i] + off;
-    K x = k_symv(s->n, v);
+    for (int i = 0; i < n; i++)
+        v[i] = (const char *)base + (size_t)i * stride + off;
+    K x = k_symv(n, v);
     free(v);
     return x;
+}
+
+static K syms_of(const struct stats_snapshot *s, size_t off)
+{
+    return syms_of_rows(s->rows, s->n, sizeof s->rows[0], off);
 }
 
 K stats_table(const struct stats_snapshot *s)
@@ -84,4 +90,30 @@ K stats_table(const struct stats_snapshot *s)
         kJ(kK(cols)[8])[i] = (int64_t)hist_quantile(&r->lat, 0.99);
     }
     return k_table(k_dict(k_symv(9, names), cols));
+}
+
+K clients_table(const struct clients_snapshot *s)
+{
+    static const char *names[] = {"id", "user", "peer", "group", "state", "requests", "running"};
+    K cols = k_list(7);
+    if (!cols)
+        return NULL;
+    kK(cols)[0] = k_vec(KT_LONG, s->n);
+    kK(cols)[1] = syms_of_rows(s->rows, s->n, sizeof s->rows[0], offsetof(struct client_row, user));
+    kK(cols)[2] = syms_of_rows(s->rows, s->n, sizeof s->rows[0], offsetof(struct client_row, peer));
+    kK(cols)[3] = syms_of_rows(s->rows, s->n, sizeof s->rows[0], offsetof(struct client_row, group));
+    kK(cols)[4] = syms_of_rows(s->rows, s->n, sizeof s->rows[0], offsetof(struct client_row, state));
+    kK(cols)[5] = k_vec(KT_LONG, s->n);
+    kK(cols)[6] = k_vec(KT_LONG, s->n);
+    for (int c = 0; c < 7; c++)
+        if (!kK(cols)[c]) {
+            k_free(cols);
+            return NULL;
+        }
+    for (int i = 0; i < s->n; i++) {
+        kJ(kK(cols)[0])[i] = s->rows[i].id;
+        kJ(kK(cols)[5])[i] = s->rows[i].requests;
+        kJ(kK(cols)[6])[i] = s->rows[i].running;
+    }
+    return k_table(k_dict(k_symv(7, names), cols));
 }

@@ -36,4 +36,23 @@ struct stats_snapshot {
 /* The table ([] address; group; state; served; errors; inflight; queued; p50_us; p99_us). */
 K stats_table(const struct stats_snapshot *s);
 
+/* One row of .qgate.clients[] (admin only). */
+struct client_row {
+    int64_t id;
+    char user[64];
+    char peer[64];
+    char group[64];
+    char state[16];
+    int64_t requests;  /* requests held: waiting, queued, running */
+    int64_t running;   /* 1 while one of them is on a worker */
+};
+
+struct clients_snapshot {
+    int n;
+    struct client_row rows[];
+};
+
+/* The table ([] id; user; peer; group; state; requests; running). */
+K clients_table(const struct clients_snapshot *s);
+
 #endif

@@ -156,7 +156,7 @@ static void on_query_timeout(struct gw *g, struct timer *t)
     log_warn(w->c.name, "no reply byte for %lld ms: dropping the connection", (long long)g->cfg.query_timeout);
     if (c && !w->sent_any && !w->async_run) {
         w->cl = NULL;
-        c->w = NULL;
+        client_set_worker(c, NULL);
         client_error_loop(g, c, c->head, "qgate: timeout (%s sent nothing for %lld ms)", w->addr,
                           (long long)g->cfg.query_timeout);
     }
@@ -248,7 +248,7 @@ void worker_start_loop(struct gw *g, struct worker *w, struct client *c)
         w->cl_id = c->c.id;
         w->cl_gen = c->c.gen;
         w->req_seq = r->seq;
-        c->w = w;
+        client_set_worker(c, w);
         log_debug(w->c.name, "running %s request %llu of %s", r->type == KIPC_SYNC ? "sync" : "async",
                   (unsigned long long)r->seq, c->c.name);
     }
@@ -279,7 +279,7 @@ static void request_done(struct gw *g, struct worker *w)
             struct req *r = c->head;
             int old = c->cap < 3;
             struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_REPLY);
-            c->w = NULL;
+            client_set_worker(c, NULL);
             if (!j || !r) {
                 job_free(j);
                 conn_close(g, &c->c, "out of memory");
@@ -334,10 +334,13 @@ static void deliver(struct gw *g, struct worker *w, struct chunk *ch, const uint
         return;
     }
     if (w->collect) {
-        if (inbuf_reserve(&w->coll, w->coll.len + n) == 0) {
-            memcpy(w->coll.p + w->coll.len, p, n);
-            w->coll.len += n;
+        if (inbuf_reserve(&w->coll, w->coll.len + n)) {
+            chunk_free(ch);
+            conn_close(g, &c->c, "out of memory collecting a reply");
+            return;
         }
+        memcpy(w->coll.p + w->coll.len, p, n);
+        w->coll.len += n;
         chunk_free(ch);
         return;
     }
@@ -384,13 +387,8 @@ static int on_header(struct gw *g, struct worker *w)
         w->want_type = 1;
         w->is_error = 0;
         w->relay = c != NULL;
-        if (c && needs_collect(g, c, &h)) {
-            w->collect = 1;
-            if (inbuf_reserve(&w->coll, (size_t)h.len)) {
-                conn_close(g, &w->c, "out of memory collecting a reply");
-                return -1;
-            }
-        }
+        if (c && needs_collect(g, c, &h))
+            w->collect = 1; /* grown as bytes arrive: a header's claim reserves nothing */
         break;
     case KIPC_ASYNC: /* sent while serving a request: for that request's client */
         w->relay = c != NULL && w->st == WS_BUSY;
@@ -669,7 +667,7 @@ void worker_teardown(struct gw *g, struct worker *w)
     struct client *c = w->cl;
     w->cl = NULL;
     if (c && w->st == WS_BUSY) {
-        c->w = NULL;
+        client_set_worker(c, NULL);
         if (w->async_run) {
             client_head_done_loop(g, c);
         } else if (!w->sent_any) {

@@ -1,0 +1,867 @@
+/* qload.c: a load generator for benchmarks: many closed-loop kdb+ client connections in one
+ * thread on epoll, in classes that each repeat one request; or N idle connections held open.
+ * Prints one summary line per class on stdout; optionally every counted request to CSV. */
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kcodec.h"
+#include "kipc.h"
+#include "modes.h"
+#include "net.h"
+
+#define MAX_INFLIGHT_OPENS 256       /* connects + handshakes at once (listen backlogs) */
+#define OPEN_TIMEOUT_NS 5000000000LL /* one connection's connect + handshake */
+#define IDLE_OPEN_LIMIT_NS 30000000000LL /* --idle: the whole opening phase */
+#define DRAIN_NS 5000000000LL        /* wait for outstanding replies after the run */
+#define SCAN_NS 100000000LL          /* how often open timeouts are checked */
+#define READ_BUDGET (1u << 20)       /* bytes read from one connection per event */
+#define SCRATCH_LEN (256u << 10)     /* replies are read here and not kept */
+#define MAX_MESSAGE (1ULL << 40)     /* the header's 40-bit length */
+#define NS 1000000000LL
+
+enum cstate {
+    ST_NEW,        /* not opened yet */
+    ST_CONNECTING, /* non-blocking connect in progress */
+    ST_HS_SEND,    /* sending user:pass CAP NUL */
+    ST_HS_READ,    /* waiting for the capability byte */
+    ST_SEND,       /* writing the request */
+    ST_RECV,       /* waiting for the whole reply */
+    ST_READY,      /* open, no request outstanding (idle mode, or stopped) */
+    ST_CLOSED,
+};
+
+struct target {
+    int uds;                     /* q's Unix socket for port */
+    int port;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    char name[300];
+};
+
+struct cls {
+    const char *name;
+    char *mode;                  /* as given, whitespace shown as '_' */
+    long count;
+    uint8_t *msg;                /* the whole sync message */
+    size_t msg_len;
+    int64_t *lat;                /* ns of counted requests */
+    size_t nlat, cap_lat;
+    long qerrors, failed;        /* failed: connections lost during a request */
+    long open_failed, access_failed, unfinished;
+};
+
+/* One connection: no input buffer; replies are scanned in a shared scratch buffer. */
+struct conn {
+    int fd;
+    uint32_t events;             /* registered epoll mask, 0 = not registered */
+    uint8_t state;
+    uint8_t hgot;                /* header bytes of the current message so far */
+    uint8_t first;               /* next body byte is the first */
+    uint8_t is_err;              /* current message's body starts with 0x80 */
+    uint8_t rtype, rcomp;        /* current message's type, compression */
+    uint16_t cls;
+    uint32_t target;
+    uint64_t left;               /* body bytes of the current message still to come */
+    size_t off;                  /* bytes of the handshake or request written */
+    int64_t t0;                  /* open start, or request send time */
+    uint64_t counted;            /* counted requests, for --sample */
+    uint8_t hdr[8];
+};
+
+static struct {
+    struct target *targets;
+    int ntargets;
+    struct cls *classes;
+    int nclasses;
+    struct conn *conns;
+    long nconns;
+    uint8_t hs[1100];
+    size_t hs_len;
+    int epfd;
+    long next_open, inflight, scan_lo;
+    int64_t last_scan;
+    int sending;                 /* closed loop running: send after each reply */
+    long outstanding;            /* requests sent and not answered */
+    int64_t mstart, mend;        /* measurement window */
+    FILE *csv;
+    const char *label;
+    long sample;
+    long idle_dropped;           /* idle mode: closed by the peer while held */
+    uint8_t *scratch;
+} G;
+
+static volatile sig_atomic_t stop_sig;
+
+static void on_signal(int s)
+{
+    (void)s;
+    stop_sig = 1;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: qload -g host:port[,host:port...] [-u user:pass] [--class NAME:MODE:COUNT]...\n"
+            "             [--seconds S] [--warmup S] [--csv FILE] [--label TEXT] [--sample N]\n"
+            "       qload -g host:port[,...] [-u user:pass] --idle N [--hold S]\n"
+            "  one thread, epoll: COUNT closed-loop connections per class, each sending MODE's\n"
+            "  request again as soon as the reply is in. MODE: a q/client.q mode (fast, med, big,\n"
+            "  throw:ERR, ...; see qclient --modes) or text=Q (the char vector Q, sync).\n"
+            "  Connection i goes to target i %% ntargets; host \"unix\" is q's Unix socket.\n"
+            "  -u defaults to qload:qload. --warmup (default 1) seconds are not counted, then\n"
+            "  --seconds (default 5) are; then up to 5 s for outstanding replies.\n"
+            "  stdout, one line per class:\n"
+            "    qload class=NAME mode=MODE conns=N requests=R rps=X p50_us=A p99_us=B max_us=C qerrors=E failed=F\n"
+            "  --csv appends label,class,conn,t_ms,latency_us,status per counted request (every\n"
+            "  Nth of each connection with --sample N). --idle N opens N connections, prints\n"
+            "    qload idle conns=N opened=O failed=F handshake_secs=T handshakes_per_sec=H\n"
+            "  and holds them --hold S seconds (default 0). Exit 0, 1 if any connection failed,\n"
+            "  2 on bad usage.\n");
+    exit(2);
+}
+
+static int parse_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v) || v < 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_long(const char *s, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---- setup ---------------------------------------------------------------------------------- */
+
+static int add_targets(const char *list)
+{
+    char *dup = strdup(list);
+    if (!dup)
+        return -1;
+    int rc = 0;
+    for (char *save = NULL, *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        struct target *t = realloc(G.targets, (size_t)(G.ntargets + 1) * sizeof *t);
+        if (!t) {
+            rc = -1;
+            break;
+        }
+        G.targets = t;
+        t = &G.targets[G.ntargets];
+        memset(t, 0, sizeof *t);
+        char host[256];
+        if (net_parse_hostport(tok, "127.0.0.1", host, sizeof host, &t->port) || !t->port) {
+            fprintf(stderr, "qload: bad target %s\n", tok);
+            rc = -1;
+            break;
+        }
+        snprintf(t->name, sizeof t->name, "%s:%d", host, t->port);
+        if (!strcmp(host, "unix")) {
+            t->uds = 1;
+        } else {
+            char ps[16];
+            snprintf(ps, sizeof ps, "%d", t->port);
+            struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+            int e = getaddrinfo(!strcmp(host, "localhost") ? "127.0.0.1" : host, ps, &hints, &ai);
+            if (e) {
+                fprintf(stderr, "qload: %s: %s\n", tok, gai_strerror(e));
+                rc = -1;
+                break;
+            }
+            memcpy(&t->sa, ai->ai_addr, ai->ai_addrlen);
+            t->salen = ai->ai_addrlen;
+            freeaddrinfo(ai);
+        }
+        G.ntargets++;
+    }
+    free(dup);
+    return rc;
+}
+
+/* NAME:MODE:COUNT; MODE may itself hold colons (throw:ERR, text=a:1). */
+static int add_class(const char *spec)
+{
+    const char *c1 = strchr(spec, ':'), *c2 = strrchr(spec, ':');
+    if (!c1 || c2 == c1 || c1 == spec)
+        return -1;
+    long count;
+    if (parse_long(c2 + 1, &count) || count < 1)
+        return -1;
+    struct cls *t = realloc(G.classes, (size_t)(G.nclasses + 1) * sizeof *t);
+    if (!t)
+        return -1;
+    G.classes = t;
+    struct cls *k = &G.classes[G.nclasses];
+    memset(k, 0, sizeof *k);
+    k->count = count;
+    char *name = strndup(spec, (size_t)(c1 - spec));
+    char *mode = strndup(c1 + 1, (size_t)(c2 - c1 - 1));
+    if (!name || !mode) {
+        free(name);
+        free(mode);
+        return -1;
+    }
+    for (char *p = name; *p; p++)
+        if (*p == ' ' || *p == '\t' || *p == '=')
+            *p = '_';
+    K req = NULL;
+    if (!strncmp(mode, "text=", 5)) {
+        req = k_str(mode + 5, strlen(mode + 5));
+    } else {
+        const struct qmode *m = qmode_find(mode);
+        if (!m) {
+            fprintf(stderr, "qload: unknown mode %s (see qclient --modes, or use text=Q)\n", mode);
+            free(name);
+            free(mode);
+            return -1;
+        }
+        const char *arg = strchr(mode, ':');
+        req = qmode_request(m, arg ? arg + 1 : NULL, 7);
+    }
+    k->msg = req ? kcodec_encode_msg(req, KIPC_SYNC, &k->msg_len) : NULL;
+    k_free(req);
+    if (!k->msg) {
+        fprintf(stderr, "qload: out of memory\n");
+        exit(1);
+    }
+    for (char *p = mode; *p; p++)
+        if (*p == ' ' || *p == '\t' || *p == '\n')
+            *p = '_';
+    k->name = name;
+    k->mode = mode;
+    G.nclasses++;
+    return 0;
+}
+
+/* RLIMIT_NOFILE to at least need: soft up to hard, the hard limit too if we may. */
+static int raise_nofile(rlim_t need)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return -1;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return 0;
+    struct rlimit nr = rl;
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
+        nr.rlim_cur = need;
+    } else {
+        nr.rlim_cur = nr.rlim_max = need; /* works only with CAP_SYS_RESOURCE */
+    }
+    if (setrlimit(RLIMIT_NOFILE, &nr)) {
+        fprintf(stderr, "qload: need %llu file descriptors, RLIMIT_NOFILE is %llu (hard %llu): %s\n",
+                (unsigned long long)need, (unsigned long long)rl.rlim_cur,
+                (unsigned long long)rl.rlim_max, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- connections ---------------------------------------------------------------------------- */
+
+static void set_events(struct conn *c, uint32_t ev)
+{
+    if (c->events == ev)
+        return;
+    struct epoll_event e = {.events = ev, .data.u64 = (uint64_t)(c - G.conns)};
+    int op = !c->events ? EPOLL_CTL_ADD : !ev ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
+    if (epoll_ctl(G.epfd, op, c->fd, &e) && op != EPOLL_CTL_DEL) {
+        fprintf(stderr, "qload: epoll_ctl: %s\n", strerror(errno));
+        exit(1);
+    }
+    c->events = ev;
+}
+
+static int opening(const struct conn *c)
+{
+    return c->state == ST_CONNECTING || c->state == ST_HS_SEND || c->state == ST_HS_READ;
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->state == ST_CLOSED || c->state == ST_NEW)
+        return;
+    if (opening(c))
+        G.inflight--;
+    if (c->state == ST_SEND || c->state == ST_RECV)
+        G.outstanding--;
+    if (c->fd >= 0)
+        close(c->fd); /* also leaves the epoll set */
+    c->fd = -1;
+    c->events = 0;
+    c->state = ST_CLOSED;
+}
+
+/* The connection could not be opened: refused, timed out, or (access) closed without a byte. */
+static void open_failed(struct conn *c, int access)
+{
+    if (G.classes) /* idle mode counts what did not open at the end */
+        (*(access ? &G.classes[c->cls].access_failed : &G.classes[c->cls].open_failed))++;
+    conn_close(c);
+}
+
+/* Lost during a request. */
+static void request_failed(struct conn *c)
+{
+    if (G.classes)
+        G.classes[c->cls].failed++;
+    conn_close(c);
+}
+
+static void send_request(struct conn *c, int64_t now);
+
+/* Write c's pending bytes (handshake or request). 0 done or waiting, -1 the peer is gone. */
+static int flush_out(struct conn *c, const uint8_t *p, size_t len)
+{
+    while (c->off < len) {
+        ssize_t w = send(c->fd, p + c->off, len - c->off, MSG_NOSIGNAL);
+        if (w > 0) {
+            c->off += (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && errno == EAGAIN) {
+            set_events(c, EPOLLIN | EPOLLOUT);
+            return 0;
+        } else {
+            return -1;
+        }
+    }
+    set_events(c, EPOLLIN);
+    return 0;
+}
+
+static void start_open(struct conn *c, int64_t now)
+{
+    const struct target *t = &G.targets[c->target];
+    c->t0 = now;
+    c->state = ST_CONNECTING;
+    G.inflight++;
+    int fd;
+    if (t->uds) {
+        fd = net_connect_uds(t->port, 1);
+    } else {
+        fd = socket(t->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd >= 0) {
+            net_tune(fd);
+            if (connect(fd, (const struct sockaddr *)&t->sa, t->salen) && errno != EINPROGRESS) {
+                close(fd);
+                fd = -1;
+            }
+        }
+    }
+    c->fd = fd;
+    if (fd < 0) {
+        open_failed(c, 0);
+        return;
+    }
+    set_events(c, EPOLLOUT);
+}
+
+/* Start connections while fewer than MAX_INFLIGHT_OPENS are connecting or shaking hands. */
+static void pump_opens(int64_t now)
+{
+    while (G.inflight < MAX_INFLIGHT_OPENS && G.next_open < G.nconns)
+        start_open(&G.conns[G.next_open++], now);
+}
+
+/* Close connections whose connect + handshake took too long. At most every SCAN_NS. */
+static void scan_open_timeouts(int64_t now, int force)
+{
+    if (!G.inflight || (!force && now - G.last_scan < SCAN_NS))
+        return;
+    G.last_scan = now;
+    while (G.scan_lo < G.next_open && !opening(&G.conns[G.scan_lo]))
+        G.scan_lo++;
+    for (long i = G.scan_lo; i < G.next_open; i++) {
+        struct conn *c = &G.conns[i];
+        if (opening(c) && now - c->t0 >= OPEN_TIMEOUT_NS)
+            open_failed(c, 0);
+    }
+}
+
+static void opened(struct conn *c, int64_t now)
+{
+    G.inflight--;
+    c->state = ST_READY;
+    c->hgot = 0;
+    set_events(c, EPOLLIN);
+    if (G.sending)
+        send_request(c, now);
+}
+
+static void send_request(struct conn *c, int64_t now)
+{
+    const struct cls *k = &G.classes[c->cls];
+    c->state = ST_SEND;
+    c->off = 0;
+    c->t0 = now;
+    G.outstanding++;
+    if (flush_out(c, k->msg, k->msg_len)) {
+        request_failed(c);
+        return;
+    }
+    if (c->off == k->msg_len)
+        c->state = ST_RECV;
+}
+
+static void reply_done(struct conn *c, int64_t now)
+{
+    struct cls *k = &G.classes[c->cls];
+    G.outstanding--;
+    c->state = ST_READY;
+    if (now >= G.mstart && now < G.mend) {
+        int64_t lat = now - c->t0;
+        if (c->is_err)
+            k->qerrors++;
+        if (k->nlat == k->cap_lat) {
+            size_t nc = k->cap_lat ? k->cap_lat * 2 : 4096;
+            int64_t *l = realloc(k->lat, nc * sizeof *l);
+            if (!l) {
+                fprintf(stderr, "qload: out of memory\n");
+                exit(1);
+            }
+            k->lat = l;
+            k->cap_lat = nc;
+        }
+        k->lat[k->nlat++] = lat;
+        if (G.csv && c->counted++ % (uint64_t)G.sample == 0)
+            fprintf(G.csv, "%s,%s,%ld,%.3f,%.1f,%s\n", G.label, k->name, (long)(c - G.conns),
+                    (double)(now - G.mstart) / 1e6, (double)lat / 1e3, c->is_err ? "qerror" : "ok");
+    }
+    if (G.sending)
+        send_request(c, now);
+}
+
+/* Scan received bytes: headers, the first body byte, lengths. Whole responses end requests;
+ * async and sync messages from the peer are skipped. -1 on a malformed header. */
+static int scan_input(struct conn *c, const uint8_t *p, size_t n, int64_t *now)
+{
+    while (n && c->state != ST_CLOSED) {
+        if (c->hgot < 8) {
+            size_t take = QG_MIN((size_t)(8 - c->hgot), n);
+            memcpy(c->hdr + c->hgot, p, take);
+            c->hgot = (uint8_t)(c->hgot + take);
+            p += take;
+            n -= take;
+            if (c->hgot < 8)
+                break;
+            struct kipc_hdr h;
+            const char *why;
+            if (kipc_hdr_parse(c->hdr, 8, MAX_MESSAGE, &h, &why) != QG_OK) {
+                fprintf(stderr, "qload: conn %ld: bad message header: %s\n", (long)(c - G.conns), why);
+                return -1;
+            }
+            c->left = h.len - 8;
+            c->first = 1;
+            c->is_err = 0;
+            c->rtype = h.type;
+            c->rcomp = h.compressed;
+        }
+        if (n && c->first) {
+            c->is_err = !c->rcomp && p[0] == 0x80; /* q error; errors are never worth compressing */
+            c->first = 0;
+        }
+        size_t take = c->left < n ? (size_t)c->left : n;
+        c->left -= take;
+        p += take;
+        n -= take;
+        if (!c->left) {
+            c->hgot = 0;
+            if (c->rtype == KIPC_RESPONSE && (c->state == ST_RECV || c->state == ST_SEND)) {
+                *now = now_ns();
+                reply_done(c, *now);
+            }
+        }
+    }
+    return 0;
+}
+
+static void on_readable(struct conn *c, int64_t *now)
+{
+    size_t total = 0;
+    while (total < READ_BUDGET && c->state != ST_CLOSED) {
+        ssize_t r = read(c->fd, G.scratch, SCRATCH_LEN);
+        if (r > 0) {
+            total += (size_t)r;
+            if (scan_input(c, G.scratch, (size_t)r, now)) {
+                if (c->state == ST_SEND || c->state == ST_RECV)
+                    request_failed(c);
+                else
+                    conn_close(c);
+                return;
+            }
+            if ((size_t)r < SCRATCH_LEN)
+                return;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN)
+            return;
+        /* closed or reset */
+        if (c->state == ST_SEND || c->state == ST_RECV)
+            request_failed(c);
+        else {
+            if (!G.classes && c->state == ST_READY)
+                G.idle_dropped++;
+            conn_close(c);
+        }
+        return;
+    }
+}
+
+static void on_event(struct conn *c, uint32_t ev, int64_t *now)
+{
+    switch (c->state) {
+    case ST_CONNECTING: {
+        int err = 0;
+        socklen_t el = sizeof err;
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) || err || (ev & (EPOLLERR | EPOLLHUP))) {
+            open_failed(c, 0);
+            return;
+        }
+        if (!(ev & EPOLLOUT))
+            return;
+        c->state = ST_HS_SEND;
+        c->off = 0;
+    } /* fall through */
+    case ST_HS_SEND:
+        if (flush_out(c, G.hs, G.hs_len)) {
+            open_failed(c, 0);
+            return;
+        }
+        if (c->off == G.hs_len)
+            c->state = ST_HS_READ;
+        return;
+    case ST_HS_READ: {
+        uint8_t cap;
+        ssize_t r = read(c->fd, &cap, 1);
+        if (r == 1)
+            opened(c, *now);
+        else if (r == 0 || (errno != EAGAIN && errno != EINTR))
+            open_failed(c, 1);
+        return;
+    }
+    case ST_SEND:
+        if (ev & EPOLLOUT) {
+            const struct cls *k = &G.classes[c->cls];
+            if (flush_out(c, k->msg, k->msg_len)) {
+                request_failed(c);
+                return;
+            }
+            if (c->off == k->msg_len)
+                c->state = ST_RECV;
+        }
+        if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))
+            on_readable(c, now);
+        return;
+    case ST_RECV:
+    case ST_READY:
+        on_readable(c, now);
+        return;
+    default:
+        return;
+    }
+}
+
+/* One epoll_wait until deadline (absolute ns, 0 = none). Signals only interrupt it here. */
+static void poll_once(int64_t deadline, const sigset_t *waitmask)
+{
+    static struct epoll_event evs[1024];
+    int64_t now = now_ns();
+    int timeout = -1;
+    if (deadline) {
+        int64_t left = deadline - now;
+        timeout = left <= 0 ? 0 : (int)QG_MIN((left + 999999) / 1000000, 60000);
+    }
+    int n = epoll_pwait(G.epfd, evs, (int)QG_ARRAY_LEN(evs), timeout, waitmask);
+    if (n < 0) {
+        if (errno == EINTR)
+            return;
+        fprintf(stderr, "qload: epoll_wait: %s\n", strerror(errno));
+        exit(1);
+    }
+    now = now_ns();
+    for (int i = 0; i < n; i++) {
+        struct conn *c = &G.conns[evs[i].data.u64];
+        if (c->state != ST_CLOSED)
+            on_event(c, evs[i].events, &now);
+    }
+}
+
+static int64_t min_deadline(int64_t a, int64_t b) { return !a ? b : !b ? a : QG_MIN(a, b); }
+
+/* ---- the two modes -------------------------------------------------------------------------- */
+
+static int run_idle(long n, double hold, const sigset_t *waitmask)
+{
+    int64_t start = now_ns(), open_limit = start + IDLE_OPEN_LIMIT_NS;
+    while (!stop_sig && (G.next_open < G.nconns || G.inflight)) {
+        int64_t now = now_ns();
+        if (now >= open_limit)
+            break;
+        pump_opens(now);
+        scan_open_timeouts(now, 0);
+        if (G.next_open >= G.nconns && !G.inflight)
+            break;
+        poll_once(min_deadline(open_limit, G.inflight ? now + SCAN_NS : 0), waitmask);
+    }
+    int64_t done = now_ns();
+    long opened_n = 0;
+    for (long i = 0; i < G.nconns; i++) {
+        if (opening(&G.conns[i]))
+            conn_close(&G.conns[i]); /* cut short: counts as failed */
+        opened_n += G.conns[i].state == ST_READY;
+    }
+    double secs = (double)(done - start) / 1e9;
+    long failed = n - opened_n;
+    printf("qload idle conns=%ld opened=%ld failed=%ld handshake_secs=%.3f handshakes_per_sec=%.0f\n", n,
+           opened_n, failed, secs, secs > 0 ? (double)opened_n / secs : 0.0);
+    fflush(stdout);
+    int64_t hold_end = done + (int64_t)(hold * 1e9);
+    while (!stop_sig && now_ns() < hold_end)
+        poll_once(hold_end, waitmask);
+    if (G.idle_dropped)
+        fprintf(stderr, "qload idle: %ld connections closed by the peer while held\n", G.idle_dropped);
+    for (long i = 0; i < G.nconns; i++)
+        conn_close(&G.conns[i]);
+    return failed || G.idle_dropped ? 1 : 0;
+}
+
+static int run_load(double warmup, double seconds, const sigset_t *waitmask)
+{
+    int64_t start = now_ns();
+    G.mstart = start + (int64_t)(warmup * 1e9);
+    G.mend = G.mstart + (int64_t)(seconds * 1e9);
+    G.sending = 1;
+    int warned = 0;
+    while (!stop_sig) {
+        int64_t now = now_ns();
+        if (now >= G.mend)
+            break;
+        if (!warned && warmup > 0 && now >= G.mstart && (G.inflight || G.next_open < G.nconns)) {
+            fprintf(stderr, "qload: %ld connections still opening when measurement started\n",
+                    G.nconns - G.next_open + G.inflight);
+            warned = 1;
+        }
+        pump_opens(now);
+        scan_open_timeouts(now, 0);
+        int64_t dl = now < G.mstart ? G.mstart : G.mend;
+        if (G.inflight || G.next_open < G.nconns)
+            dl = QG_MIN(dl, now + SCAN_NS);
+        poll_once(dl, waitmask);
+    }
+    int64_t end = now_ns();
+    double measured;
+    if (stop_sig) {
+        G.mend = QG_MIN(G.mend, end); /* nothing completing from here on counts */
+        measured = end > G.mstart ? (double)(G.mend - G.mstart) / 1e9 : 0;
+    } else {
+        measured = (double)(G.mend - G.mstart) / 1e9;
+    }
+    /* Stop sending; drop unfinished opens; wait a while for outstanding replies. */
+    G.sending = 0;
+    long not_opened = G.nconns - G.next_open;
+    for (long i = 0; i < G.nconns; i++) {
+        struct conn *c = &G.conns[i];
+        if (opening(c)) {
+            not_opened++;
+            conn_close(c);
+        } else if (c->state == ST_READY) {
+            conn_close(c);
+        }
+    }
+    if (not_opened)
+        fprintf(stderr, "qload: %ld connections were never opened (the run ended first)\n", not_opened);
+    int64_t drain_end = now_ns() + DRAIN_NS;
+    while (!stop_sig && G.outstanding > 0 && now_ns() < drain_end)
+        poll_once(drain_end, waitmask);
+    for (long i = 0; i < G.nconns; i++) {
+        struct conn *c = &G.conns[i];
+        if (c->state == ST_SEND || c->state == ST_RECV)
+            G.classes[c->cls].unfinished++;
+        conn_close(c);
+    }
+
+    int rc = 0;
+    for (int j = 0; j < G.nclasses; j++) {
+        struct cls *k = &G.classes[j];
+        size_t n = k->nlat;
+        if (n)
+            qsort(k->lat, n, sizeof *k->lat, cmp_i64);
+        double p50 = n ? (double)k->lat[(n - 1) / 2] / 1e3 : 0;
+        double p99 = n ? (double)k->lat[(size_t)ceil(0.99 * (double)n) - 1] / 1e3 : 0;
+        double mx = n ? (double)k->lat[n - 1] / 1e3 : 0;
+        long failed = k->failed + k->open_failed + k->access_failed;
+        printf("qload class=%s mode=%s conns=%ld requests=%zu rps=%.1f p50_us=%.0f p99_us=%.0f "
+               "max_us=%.0f qerrors=%ld failed=%ld\n",
+               k->name, k->mode, k->count, n, measured > 0 ? (double)n / measured : 0.0, p50, p99,
+               mx, k->qerrors, failed);
+        if (failed || k->unfinished)
+            fprintf(stderr,
+                    "qload class=%s: lost_during_request=%ld connect_failed=%ld access_failed=%ld "
+                    "unanswered_at_end=%ld\n",
+                    k->name, k->failed, k->open_failed, k->access_failed, k->unfinished);
+        if (failed)
+            rc = 1;
+    }
+    fflush(stdout);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *gw = NULL, *userpass = "qload:qload", *csv_path = NULL;
+    double seconds = 5, warmup = 1, hold = 0;
+    long idle = -1;
+    G.label = "";
+    G.sample = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if (!strcmp(a, "-g") && more)
+            gw = argv[++i];
+        else if (!strcmp(a, "-u") && more)
+            userpass = argv[++i];
+        else if (!strcmp(a, "--class") && more) {
+            if (add_class(argv[++i])) {
+                fprintf(stderr, "qload: bad --class %s (NAME:MODE:COUNT)\n", argv[i]);
+                usage();
+            }
+        } else if (!strcmp(a, "--seconds") && more) {
+            if (parse_double(argv[++i], &seconds))
+                usage();
+        } else if (!strcmp(a, "--warmup") && more) {
+            if (parse_double(argv[++i], &warmup))
+                usage();
+        } else if (!strcmp(a, "--hold") && more) {
+            if (parse_double(argv[++i], &hold))
+                usage();
+        } else if (!strcmp(a, "--idle") && more) {
+            if (parse_long(argv[++i], &idle) || idle < 1)
+                usage();
+        } else if (!strcmp(a, "--sample") && more) {
+            if (parse_long(argv[++i], &G.sample) || G.sample < 1)
+                usage();
+        } else if (!strcmp(a, "--csv") && more)
+            csv_path = argv[++i];
+        else if (!strcmp(a, "--label") && more)
+            G.label = argv[++i];
+        else
+            usage();
+    }
+    if (!gw || (idle < 0) == (G.nclasses == 0) || seconds > 1e6 || warmup > 1e6 || hold > 1e6)
+        usage();
+    if (add_targets(gw) || !G.ntargets)
+        usage();
+
+    char up[1024];
+    snprintf(up, sizeof up, "%s", userpass);
+    char *colon = strchr(up, ':');
+    if (colon)
+        *colon = 0;
+    G.hs_len = kipc_hs_build(G.hs, sizeof G.hs, up, colon ? colon + 1 : NULL, KIPC_CAP_MAX);
+    if (!G.hs_len) {
+        fprintf(stderr, "qload: credentials too long\n");
+        usage();
+    }
+
+    if (idle > 0) {
+        G.nconns = idle;
+        free(G.classes);
+        G.classes = NULL;
+    } else {
+        for (int j = 0; j < G.nclasses; j++)
+            G.nconns += G.classes[j].count;
+    }
+    if (raise_nofile((rlim_t)G.nconns + 64))
+        return 2;
+    G.conns = calloc((size_t)G.nconns, sizeof *G.conns);
+    G.scratch = malloc(SCRATCH_LEN);
+    G.epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (!G.conns || !G.scratch || G.epfd < 0) {
+        fprintf(stderr, "qload: cannot set up: %s\n", strerror(errno));
+        return 1;
+    }
+    long idx = 0;
+    for (int j = 0; j < G.nclasses; j++)
+        for (long k = 0; k < G.classes[j].count; k++)
+            G.conns[idx++].cls = (uint16_t)j;
+    for (long i = 0; i < G.nconns; i++) {
+        G.conns[i].fd = -1;
+        G.conns[i].target = (uint32_t)(i % G.ntargets);
+    }
+    if (csv_path) {
+        G.csv = fopen(csv_path, "a");
+        if (!G.csv) {
+            fprintf(stderr, "qload: %s: %s\n", csv_path, strerror(errno));
+            return 1;
+        }
+        setvbuf(G.csv, NULL, _IOFBF, 1 << 20);
+    }
+
+    /* SIGINT/SIGTERM are blocked except inside epoll_pwait, so no wake-up is lost. */
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigset_t block, waitmask;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &waitmask);
+    sigdelset(&waitmask, SIGINT);
+    sigdelset(&waitmask, SIGTERM);
+
+    int rc = idle > 0 ? run_idle(idle, hold, &waitmask) : run_load(warmup, seconds, &waitmask);
+
+    if (G.csv && fclose(G.csv)) {
+        fprintf(stderr, "qload: %s: %s\n", csv_path, strerror(errno));
+        rc = 1;
+    }
+    close(G.epfd);
+    for (int j = 0; j < G.nclasses; j++) {
+        free(G.classes[j].lat);
+        free(G.classes[j].msg);
+        free(G.classes[j].mode);
+        free((char *)G.classes[j].name);
+    }
+    free(G.classes);
+    free(G.targets);
+    free(G.conns);
+    free(G.scratch);
+    return rc;
+}
