@@ -32,6 +32,9 @@ static int grow_table(struct gw *g)
     return 0;
 }
 
+/* Workers live in their own epoll set (see gw_run), everything else in the main one. */
+static int epfd_of(const struct gw *g, const struct conn *c) { return c->kind == EV_WORKER ? g->wepfd : g->epfd; }
+
 int conn_register(struct gw *g, struct conn *c, int fd, uint32_t events)
 {
     uint32_t id;
@@ -48,7 +51,7 @@ int conn_register(struct gw *g, struct conn *c, int fd, uint32_t events)
     c->closing = 0;
     c->events = events;
     struct epoll_event ev = {.events = events, .data.ptr = c};
-    if (epoll_ctl(g->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+    if (epoll_ctl(epfd_of(g, c), EPOLL_CTL_ADD, fd, &ev)) {
         g->free_ids[g->nfree++] = id;
         return -1;
     }
@@ -68,7 +71,7 @@ void conn_set_events(struct gw *g, struct conn *c, uint32_t events)
     if (c->events == events || c->fd < 0)
         return;
     struct epoll_event ev = {.events = events, .data.ptr = c};
-    if (epoll_ctl(g->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+    if (epoll_ctl(epfd_of(g, c), EPOLL_CTL_MOD, c->fd, &ev) == 0)
         c->events = events;
 }
 
@@ -86,7 +89,7 @@ void conn_mark_dirty(struct gw *g, struct conn *c)
 static void conn_detach(struct gw *g, struct conn *c)
 {
     if (c->fd >= 0) {
-        epoll_ctl(g->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        epoll_ctl(epfd_of(g, c), EPOLL_CTL_DEL, c->fd, NULL);
         close(c->fd);
     }
     c->fd = -1;

@@ -62,12 +62,13 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     if (ov)
         g->overrides = *ov;
     g->cfg = *cfg;
-    g->lfd_tcp = g->lfd_uds = g->sigfd = -1;
+    g->lfd_tcp = g->lfd_uds = g->sigfd = g->wepfd = -1;
     snprintf(g->config_path, sizeof g->config_path, "%s", config_path ? config_path : "");
     log_level = cfg->loglevel;
     g->now_ms = gw_now_us() / 1000;
     g->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (g->epfd < 0)
+    g->wepfd = epoll_create1(EPOLL_CLOEXEC);
+    if (g->epfd < 0 || g->wepfd < 0 || watch(g, g->wepfd, &g->ev_workers, EV_WORKERS))
         return -1;
     /* room for max_clients sockets, their splice pipes while streaming, and the workers */
     struct rlimit rl;
@@ -362,6 +363,8 @@ void gw_free(struct gw *g)
         close(g->sigfd);
     if (g->epfd >= 0)
         close(g->epfd);
+    if (g->wepfd >= 0)
+        close(g->wepfd);
     free(g->no_client_err);
     auth_unref(g->auth);
     while (g->users) {

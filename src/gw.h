@@ -26,7 +26,7 @@ struct timers {
 };
 
 /* ---- connections ------------------------------------------------------------------------ */
-enum ev_kind { EV_LISTENER = 1, EV_POOL, EV_SIGNAL, EV_CLIENT, EV_WORKER };
+enum ev_kind { EV_LISTENER = 1, EV_POOL, EV_SIGNAL, EV_CLIENT, EV_WORKER, EV_WORKERS };
 
 /* What epoll reports: every registered object starts with its kind. */
 struct evsrc {
@@ -191,8 +191,9 @@ struct gw {
     struct config cfg;
     char config_path[1024];
     struct cfg_overrides overrides; /* command-line keys, applied again on reload */
-    int epfd;
-    struct evsrc ev_listen_tcp, ev_listen_uds, ev_readers, ev_writers, ev_signal;
+    int epfd;            /* listeners, clients, pools, signals, and wepfd itself */
+    int wepfd;           /* worker connections alone: served between batches of clients */
+    struct evsrc ev_listen_tcp, ev_listen_uds, ev_readers, ev_writers, ev_signal, ev_workers;
     int lfd_tcp, lfd_uds, sigfd;
     int port;            /* bound port */
     struct pool *readers, *writers;
