@@ -24,7 +24,7 @@ LDFLAGS := -pthread $(SANFLAGS)
 
 LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
-BENCH_MAINS  := qworker qclient qsend codec gw30 qload
+BENCH_MAINS  := qworker qclient qsend codec gw30 qload qsoak
 BENCH_COMMON := $(filter-out $(BENCH_MAINS:%=bench/%.c),$(wildcard bench/*.c))
 BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(B)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
@@ -32,7 +32,7 @@ UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/bench-codec $(B)/gw30
 GW_BIN    := $(B)/qgate
 
-.PHONY: all bins unit test test-unit test-integration test-interop demo deps-test clean bench-codec
+.PHONY: all bins unit test test-unit test-integration test-interop test-tsan demo bench deps-test clean bench-codec
 all: bins
 
 bins: $(GW_BIN) $(BENCH_BIN)
@@ -69,6 +69,7 @@ deps-test:
 test: deps-test
 	$(MAKE) --no-print-directory SANITIZE=address test-unit test-integration test-interop
 	$(MAKE) --no-print-directory SANITIZE=thread test-tsan
+	$(MAKE) --no-print-directory fuzz-smoke
 	@echo "make test: all passed"
 
 # The thread code under ThreadSanitizer: the pool and loop unit tests, and the gateway's
@@ -91,10 +92,17 @@ test-interop: bins
 demo: bins
 	@BIN=$(B) bash bench/demo.sh
 
+# Every scenario against every target (bench/run); results under bench/results/.
+bench: bins
+	BIN=$(B) bench/run all
+
 bench-codec: bins
 	$(B)/bench-codec
 
 clean:
 	rm -rf build
+
+# libFuzzer targets: make fuzz (FUZZ_SECONDS each, default 60), make fuzz-smoke
+include tests/fuzz/fuzz.mk
 
 -include $(shell find build -name '*.d' 2>/dev/null)

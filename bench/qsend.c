@@ -1,7 +1,9 @@
 /* qsend.c: send q text to a kdb+ endpoint and print each reply, like a minimal q console. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kcodec.h"
 #include "kfmt.h"
@@ -16,10 +18,73 @@ static void usage(void)
             "  in q-like form, one line each; errors print as 'text. --pipeline sends every\n"
             "  message before reading any reply; a TEXT starting with \"neg:\" is sent async.\n"
             "  Async messages received are printed as \"async: ...\"; sync requests received\n"
-            "  are answered with the string \"qsend got: TEXT\".\n"
+            "  are answered with the string \"qsend got: TEXT\". --read-rate BPS sends the\n"
+            "  first TEXT and reads its reply at BPS bytes a second (a slow consumer);\n"
+            "  --flood N sends N async copies of the first TEXT in a tight loop, then the rest.\n"
             "  Exit status 1 when the\n"
             "  connection fails or closes (the reason is printed as 'hop, 'access, 'close).\n");
     exit(2);
+}
+
+/* --read-rate: send TEXT sync, then read the reply at about bps bytes a second, printing
+ * the bytes read so far every second; a slow consumer for fault tests. */
+static int slow_read(struct qconn *c, const char *text, long bps)
+{
+    K q = k_str(text, strlen(text));
+    size_t len;
+    uint8_t *m = kcodec_encode_msg(q, KIPC_SYNC, &len);
+    k_free(q);
+    if (qconn_send(c, m, len)) {
+        free(m);
+        return 1;
+    }
+    free(m);
+    uint8_t buf[16384];
+    long total = 0;
+    for (int tick = 0;; tick++) {
+        long want = bps / 10; /* ten sips a second */
+        while (want > 0) {
+            ssize_t r = read(c->fd, buf, (size_t)(want < (long)sizeof buf ? want : (long)sizeof buf));
+            if (r == 0) {
+                printf("read %ld then closed\n", total);
+                return 0;
+            }
+            if (r < 0) {
+                if (errno == EAGAIN || errno == EINTR)
+                    break;
+                printf("read %ld then error\n", total);
+                return 0;
+            }
+            total += r;
+            want -= r;
+        }
+        if (tick % 10 == 9) {
+            printf("read %ld\n", total);
+            fflush(stdout);
+        }
+        usleep(100000);
+    }
+}
+
+/* --flood: n async copies of text written as fast as the socket takes them. */
+static int do_flood(struct qconn *c, const char *text, long n)
+{
+    K q = k_str(text, strlen(text));
+    size_t len;
+    uint8_t *m = kcodec_encode_msg(q, KIPC_ASYNC, &len);
+    k_free(q);
+    enum { BATCH = 1024 };
+    uint8_t *batch = malloc(len * BATCH);
+    for (int i = 0; i < BATCH; i++)
+        memcpy(batch + (size_t)i * len, m, len);
+    free(m);
+    int rc = 0;
+    for (long sent = 0; sent < n && !rc; sent += BATCH) {
+        long k = n - sent < BATCH ? n - sent : BATCH;
+        rc = qconn_send(c, batch, (size_t)k * len);
+    }
+    free(batch);
+    return rc;
 }
 
 /* A message the other side sent us: print async ones; answer sync ones as a q client would
@@ -56,6 +121,7 @@ int main(int argc, char **argv)
 {
     const char *gw = "localhost:8811", *user = NULL;
     int async = 0, timeout = 0, first = 0, pipeline = 0;
+    long read_rate = 0, flood = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-g") && i + 1 < argc)
             gw = argv[++i];
@@ -65,6 +131,10 @@ int main(int argc, char **argv)
             async = 1;
         else if (!strcmp(argv[i], "--pipeline"))
             pipeline = 1;
+        else if (!strcmp(argv[i], "--read-rate") && i + 1 < argc)
+            read_rate = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--flood") && i + 1 < argc)
+            flood = atol(argv[++i]);
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout = atoi(argv[++i]);
         else if (argv[i][0] == '-' && argv[i][1] == '-')
@@ -81,6 +151,17 @@ int main(int argc, char **argv)
     if (rc) {
         printf("'%s\n", qconn_strerror(rc));
         return 1;
+    }
+    if (read_rate > 0)
+        return slow_read(&c, argv[first], read_rate);
+    if (flood > 0) {
+        if (do_flood(&c, argv[first], flood)) {
+            printf("'close\n");
+            return 1;
+        }
+        printf("flooded %ld\n", flood);
+        fflush(stdout);
+        first++;
     }
     for (int pass = 0; pass < (pipeline ? 2 : 1); pass++) {
         for (int i = first; i < argc; i++) {

@@ -26,6 +26,7 @@ static struct {
     const char *user; /* required user:pass, or NULL for any */
     int quiet;
     int compress_all; /* compress as if every peer were remote (tests) */
+    const char *fault; /* misbehave, for fault-injection tests (see usage) */
     uint64_t rng;
 } opt;
 
@@ -422,6 +423,29 @@ static int serve(struct wconn *c, const uint8_t *msg, size_t len)
 }
 
 /* Read what is there and serve every whole message. -1 closes. */
+/* --fault: what a broken worker does instead of answering. -1 closes the connection. */
+static int fault_reply(struct wconn *c)
+{
+    if (!strcmp(opt.fault, "hang")) {
+        logf_(c, "fault hang: not answering");
+        return 0;
+    }
+    if (!strcmp(opt.fault, "garbage")) {
+        uint8_t junk[64];
+        for (size_t i = 0; i < sizeof junk; i++)
+            junk[i] = (uint8_t)(rng_next(&opt.rng) | 0x80); /* byte 0 never a valid byte order */
+        logf_(c, "fault garbage: answering with 64 random bytes");
+        return net_write_all(c->fd, junk, sizeof junk);
+    }
+    if (!strcmp(opt.fault, "bighdr")) {
+        uint8_t h[8];
+        kipc_hdr_write(h, KIPC_RESPONSE, 0, 2000000000u);
+        logf_(c, "fault bighdr: a header claiming 2,000,000,000 bytes, then nothing");
+        return net_write_all(c->fd, h, sizeof h);
+    }
+    return -1;
+}
+
 static int on_readable(struct wconn *c)
 {
     if (c->size - c->len < 65536) {
@@ -446,6 +470,10 @@ static int on_readable(struct wconn *c)
             return 0;
         if (st != QG_OK)
             return -1;
+        if (opt.fault && !strcmp(opt.fault, "hsclose")) {
+            logf_(c, "fault hsclose: closing during the handshake");
+            return -1;
+        }
         if (opt.user) {
             size_t ul = strlen(opt.user);
             size_t cl = hs.pass_len ? hs.user_len + 1 + hs.pass_len : hs.user_len;
@@ -479,7 +507,9 @@ static int on_readable(struct wconn *c)
             }
             break;
         }
-        if (serve(c, c->in + off, (size_t)h.len))
+        if (opt.fault && fault_reply(c))
+            return -1;
+        else if (!opt.fault && serve(c, c->in + off, (size_t)h.len))
             return -1;
         off += (size_t)h.len;
     }
@@ -497,7 +527,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: qworker -p [host:]port [--rows N] [--seed S] [--user u:p] [--quiet] [--no-uds]\n"
-            "               [--compress]\n"
+            "               [--compress] [--fault hang|garbage|bighdr|hsclose]\n"
             "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
@@ -505,7 +535,10 @@ static void usage(void)
             "  Port 0 picks a free port; the\n"
             "  first line on stdout is \"qworker listening on HOST:PORT\". Replies over 2000 bytes\n"
             "  are compressed as q does for remote peers; --compress treats every peer as remote.\n"
-            "  --user u:p closes connections with other credentials, as q -U does.\n");
+            "  --user u:p closes connections with other credentials, as q -U does.\n"
+            "  --fault makes it a broken worker for tests: hang (never answers), garbage (answers\n"
+            "  with random bytes), bighdr (a header claiming 2 GB, then nothing), hsclose (closes\n"
+            "  during the handshake).\n");
     exit(2);
 }
 
@@ -529,6 +562,8 @@ int main(int argc, char **argv)
             opt.quiet = 1;
         else if (!strcmp(a, "--compress"))
             opt.compress_all = 1;
+        else if (!strcmp(a, "--fault") && i + 1 < argc)
+            opt.fault = argv[++i];
         else if (!strcmp(a, "--no-uds"))
             uds = 0;
         else

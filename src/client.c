@@ -114,7 +114,7 @@ static void req_free(struct req *r)
 static void req_drop_msg(struct client *c, struct req *r)
 {
     if (r->msg) {
-        c->pending -= r->len;
+        c->pending -= req_cost(r);
         free(r->msg);
         r->msg = NULL;
     }
@@ -172,7 +172,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         j->in = r->msg;
         j->in_len = r->len;
         r->msg = NULL;
-        c->pending -= r->len;
+        c->pending -= req_cost(r);
         start_local(g, c, r, j, g->readers);
         return;
     }
@@ -462,7 +462,7 @@ static void take_messages(struct gw *g, struct client *c)
         r->msg = msg;
         r->len = (size_t)h.len;
         r->t_arrive = g->now_ms;
-        c->pending += r->len;
+        c->pending += req_cost(r);
         if (c->tail)
             c->tail->next = r;
         else

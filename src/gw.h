@@ -74,6 +74,10 @@ struct req {
     int64_t t_arrive;    /* ms */
 };
 
+/* What a held request costs, counted against client_max_pending: its bytes and its
+ * bookkeeping (a flood of tiny async messages is bounded too). */
+static inline size_t req_cost(const struct req *r) { return r->len + sizeof(struct req) + 32; }
+
 struct conn {
     uint8_t kind;        /* EV_CLIENT or EV_WORKER: first, as struct evsrc */
     uint8_t closing;     /* conn_close was called; freed at the end of the iteration */

@@ -3,6 +3,16 @@
 
 #include <string.h>
 
+/* Store v in the order of a header's byte 0 (1 = little-endian). */
+static void st32o(uint8_t *p, uint32_t v, int le)
+{
+    if (le) {
+        qg_st32(p, v);
+    } else {
+        p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+    }
+}
+
 size_t kzip_compress(const uint8_t *m, size_t t, uint8_t *o)
 {
     if (t < 9 || t > INT32_MAX)
@@ -13,7 +23,7 @@ size_t kzip_compress(const uint8_t *m, size_t t, uint8_t *o)
     uint32_t last[256] = {0};
     memcpy(o, m, 4);
     o[2] = 1;
-    qg_st32(o + 8, (uint32_t)t);
+    st32o(o + 8, (uint32_t)t, m[0]); /* lengths in the message's own byte order */
     size_t ctl = 12, w = 12, s = 8, pend = 0;
     uint8_t flags = 0, bit = 0, h = 0, pend_h = 0;
     while (s < t) {
@@ -56,7 +66,7 @@ size_t kzip_compress(const uint8_t *m, size_t t, uint8_t *o)
         bit = (uint8_t)(bit << 1);
     }
     o[ctl] = flags;
-    qg_st32(o + 4, (uint32_t)w);
+    st32o(o + 4, (uint32_t)w, m[0]);
     return w;
 }
 
@@ -129,11 +139,7 @@ qg_status kzip_decompress(const uint8_t *c, size_t clen, uint8_t *out, size_t n,
     uint32_t last[256] = {0};
     memcpy(out, c, 8);
     out[2] = 0;
-    if (c[0])
-        qg_st32(out + 4, (uint32_t)n);
-    else {
-        out[4] = (uint8_t)(n >> 24); out[5] = (uint8_t)(n >> 16); out[6] = (uint8_t)(n >> 8); out[7] = (uint8_t)n;
-    }
+    st32o(out + 4, (uint32_t)n, c[0]);
     size_t w = 8, r = 12;
     unsigned flags = 0, bit = 0, prev = 0, pend = 0;
     while (w < n) {

@@ -208,17 +208,22 @@ void gw_completion_loop(struct gw *g, struct job *j)
     job_free(j);
 }
 
-/* Take every completion of a pool in one splice and handle them all. */
-int gw_drain_pool_loop(struct gw *g, struct pool *p)
+/* Handle a list of completions, oldest first. */
+static int handle_completions(struct gw *g, struct job *j)
 {
     int n = 0;
-    for (struct job *j = pool_drain_loop(p), *next; j; j = next) {
+    for (struct job *next; j; j = next) {
         next = j->next;
         gw_completion_loop(g, j);
         n++;
     }
     return n;
 }
+
+int gw_drain_pool_loop(struct gw *g, struct pool *p) { return handle_completions(g, pool_drain_loop(p)); }
+
+/* Completions already posted, taken between wake-ups without a system call. */
+static int take_pool(struct gw *g, struct pool *p) { return handle_completions(g, pool_take_loop(p)); }
 
 static void on_signal(struct gw *g)
 {
@@ -264,8 +269,8 @@ static void service_workers(struct gw *g)
     }
     /* completions too: a gateway command takes a reader hop and a writer hop, and should not
      * wait a whole iteration for each */
-    gw_drain_pool_loop(g, g->readers);
-    gw_drain_pool_loop(g, g->writers);
+    take_pool(g, g->readers);
+    take_pool(g, g->writers);
     dispatch_all_loop(g);
     gw_flush_dirty_loop(g);
 }
@@ -311,8 +316,9 @@ int gw_run(struct gw *g)
             case EV_LISTENER:
                 client_accept_loop(g, s == &g->ev_listen_tcp ? g->lfd_tcp : g->lfd_uds, s == &g->ev_listen_uds);
                 break;
-            case EV_POOL:
-                break; /* drained below, every iteration */
+            case EV_POOL: /* clear the eventfd and take the list */
+                gw_drain_pool_loop(g, s == &g->ev_readers ? g->readers : g->writers);
+                break;
             case EV_SIGNAL:
                 on_signal(g);
                 break;
@@ -326,8 +332,8 @@ int gw_run(struct gw *g)
             }
         }
         client_backlog_loop(g);
-        gw_drain_pool_loop(g, g->readers);
-        gw_drain_pool_loop(g, g->writers);
+        take_pool(g, g->readers);
+        take_pool(g, g->writers);
         dispatch_all_loop(g);
         gw_flush_dirty_loop(g);
         struct timer *t;

@@ -38,6 +38,7 @@ struct pool {
     int nthreads;
     pthread_t *threads;
     atomic_uint_fast64_t efd_writes, jobs_done;
+    atomic_int has_done; /* a hint that done is not empty, for pool_take_loop */
 };
 
 struct job *job_new(job_fn run, int kind)
@@ -66,6 +67,7 @@ void pool_complete(struct pool *p, struct job *j)
     pthread_mutex_lock(&p->clock);
     int was_empty = p->done.head == NULL;
     jlist_push(&p->done, j);
+    atomic_store(&p->has_done, 1);
     pthread_mutex_unlock(&p->clock);
     atomic_fetch_add(&p->jobs_done, 1);
     if (was_empty) {
@@ -132,16 +134,30 @@ void pool_submit(struct pool *p, struct job *j)
     pthread_mutex_unlock(&p->qlock);
 }
 
+/* Splice the whole completion list out under the lock. */
+static struct job *pool_take_loop_locked(struct pool *p)
+{
+    pthread_mutex_lock(&p->clock);
+    struct job *all = p->done.head;
+    p->done.head = p->done.tail = NULL;
+    atomic_store(&p->has_done, 0);
+    pthread_mutex_unlock(&p->clock);
+    return all;
+}
+
 struct job *pool_drain_loop(struct pool *p)
 {
     uint64_t n;
     ssize_t r = read(p->efd, &n, sizeof n);
     (void)r; /* EAGAIN when a previous drain already took what this wake-up announced */
-    pthread_mutex_lock(&p->clock);
-    struct job *all = p->done.head;
-    p->done.head = p->done.tail = NULL;
-    pthread_mutex_unlock(&p->clock);
-    return all;
+    return pool_take_loop_locked(p);
+}
+
+struct job *pool_take_loop(struct pool *p)
+{
+    if (!atomic_load(&p->has_done))
+        return NULL;
+    return pool_take_loop_locked(p);
 }
 
 void pool_destroy(struct pool *p)

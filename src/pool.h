@@ -41,6 +41,10 @@ int pool_fd(const struct pool *p);
 void pool_submit(struct pool *p, struct job *j);
 /* Loop side: clear the eventfd and take every completed job, oldest first, in one splice. */
 struct job *pool_drain_loop(struct pool *p);
+/* Loop side, between wake-ups: take every completed job without touching the eventfd, and
+ * without taking the lock when there is nothing (a cheap look). The eventfd still wakes the
+ * loop for what was posted; pool_drain_loop then clears it. */
+struct job *pool_take_loop(struct pool *p);
 /* Post a finished job as a pool thread does (used by the threads, and by tests). The eventfd is
  * written only when the list goes from empty to non-empty. */
 void pool_complete(struct pool *p, struct job *j);

@@ -206,7 +206,7 @@ static void drop_broadcasts(struct gw *g, struct worker *w)
 static void send_request(struct worker *w, struct client *c, struct req *x)
 {
     x->state = RS_RUNNING;
-    c->pending -= x->len;
+    c->pending -= req_cost(x);
     struct chunk *ch = chunk_wrap(x->msg, x->len);
     x->msg = NULL;
     if (ch)

@@ -269,6 +269,30 @@ static void test_hostile_input(void **state)
     assert_true(bad > 0);
 }
 
+/* A big-endian message compresses with its lengths in big-endian order, and round-trips. */
+static void test_big_endian(void **state)
+{
+    (void)state;
+    size_t t = 3000;
+    uint8_t *m = calloc(1, t), *z = malloc(t / 2), *d = malloc(t);
+    m[0] = 0; /* big-endian */
+    m[1] = KIPC_RESPONSE;
+    m[4] = (uint8_t)(t >> 24); m[5] = (uint8_t)(t >> 16); m[6] = (uint8_t)(t >> 8); m[7] = (uint8_t)t;
+    m[8] = KT_CHAR;
+    for (size_t i = 14; i < t; i++)
+        m[i] = (uint8_t)('a' + i % 7);
+    size_t zl = kzip_compress(m, t, z);
+    assert_true(zl > 0);
+    assert_int_equal(kzip_uncompressed_len(z, zl), t);
+    assert_int_equal(qg_ld32be(z + 4), zl);
+    const char *why;
+    assert_int_equal(kzip_decompress(z, zl, d, t, &why), QG_OK);
+    assert_memory_equal(d, m, t);
+    free(m);
+    free(z);
+    free(d);
+}
+
 static void test_not_worth_it(void **state)
 {
     (void)state;
@@ -291,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_round_trips_and_reference),
         cmocka_unit_test(test_hostile_input),
         cmocka_unit_test(test_not_worth_it),
+        cmocka_unit_test(test_big_endian),
     };
     return cmocka_run_group_tests_name("kzip", tests, NULL, NULL);
 }

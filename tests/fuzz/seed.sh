@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# seed.sh: build the fuzzers' starting corpora in build/fuzz/corpus/<target>/ (run by
+# `make fuzz` and `make fuzz-smoke` through tests/fuzz/fuzz.mk; safe to rerun).
+#   codec, frame, kzip, handshake: written by tests/fuzz/mkseed.c from the real-q vectors in
+#     $QG_TESTDATA/qpython/*.out (default ../shared/testdata, as the unit tests); if those are
+#     absent, mkseed builds a few objects itself and says so.
+#   config: gateway.conf.example and the small configurations below.
+#   every target: the regression inputs kept in tests/fuzz/regress/<target>/.
+# Only build/fuzz/ is written; new corpus entries found by libFuzzer go there too.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+CC_FUZZ=${FUZZ_CC:-clang}
+OUT=build/fuzz/corpus
+BIN=build/fuzz/mkseed
+TESTDATA=${QG_TESTDATA:-../shared/testdata}
+mkdir -p "$OUT" build/fuzz
+
+# the seed writer: a plain program (no fuzzer runtime) over the codec and compressor
+if [ ! -x "$BIN" ] || [ -n "$(find tests/fuzz/mkseed.c src/kcodec.c src/kipc.c src/kzip.c src/*.h -newer "$BIN" 2>/dev/null)" ]; then
+    "$CC_FUZZ" -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -Wall -Wextra -Werror \
+        -o "$BIN" tests/fuzz/mkseed.c src/kcodec.c src/kipc.c src/kzip.c
+fi
+"$BIN" "$TESTDATA" "$OUT"
+
+# config: the reference file, small valid configurations, and a few broken ones
+C="$OUT/config"
+mkdir -p "$C"
+cp gateway.conf.example "$C/seed-example"
+printf '[group main]\nworkers = localhost:5001,localhost:5002\n' >"$C/seed-min"
+printf '[gateway]\nport = 0\nmax_message = 64m\nqueue_timeout = 5s\nloglevel = debug\ncompress = no\n\n[group a]\nworkers = h1:5001\nuser = u\npassword = p\nasync = broadcast\nusers = alice,bob\n\n[group b]\nworkers = :5002, 127.0.0.1:5003\n' >"$C/seed-two-groups"
+printf '; comment\n# comment\n[gateway]\r\nclient_low_water = 1k\nclient_high_water = 64k\nreconnect_min = 10ms\nreconnect_max = 1s\n[group   x  ]\nworkers=localhost:1\n' >"$C/seed-units"
+printf '[group g]\nworkers = host:99999\n' >"$C/seed-bad-port"
+printf '[gateway]\nport = 65536\n' >"$C/seed-bad-range"
+printf '[gatew\nport\n' >"$C/seed-bad-syntax"
+printf '[group g]\nworkers = a:1\nasync = sometimes\n' >"$C/seed-bad-enum"
+printf '[gateway]\nchunk_size = 9223372036854775807g\n' >"$C/seed-bad-overflow"
+
+# regression inputs: every file of tests/fuzz/regress/<target>/
+n=0
+for d in tests/fuzz/regress/*/; do
+    t=$(basename "$d")
+    mkdir -p "$OUT/$t"
+    for f in "$d"*; do
+        [ -f "$f" ] || continue
+        cp "$f" "$OUT/$t/regress-$(basename "$f")"
+        n=$((n + 1))
+    done
+done
+echo "seed: config seeds and $n regression inputs added; corpora in $OUT/"

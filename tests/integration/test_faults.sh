@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Fault injection under load: broken workers and hostile clients, while another client keeps
+# querying. In every case the gateway stays up, the client concerned gets what DESIGN.md says,
+# the others get correct replies throughout, memory stays bounded, and nothing leaks (the
+# cleanup stops qgate with SIGTERM so that LeakSanitizer reports).
+. "$(dirname "$0")/lib.sh"
+
+start_worker W1 --rows 1000
+start_worker W2 --rows 1000
+start_worker FK --rows 10000000            # killed while streaming
+start_worker FH --rows 10 --fault hang
+start_worker FG --rows 10 --fault garbage
+start_worker FB --rows 10 --fault bighdr
+start_worker FC --rows 10 --fault hsclose
+start_worker FS --rows 10000000            # a slow consumer's worker
+start_worker FF --rows 10                  # flooded with async messages
+grp() { printf '[group %s]\nworkers = 127.0.0.1:%s\nusers = %s\n' "$1" "$2" "$3"; }
+{
+    printf '[gateway]\nquery_timeout = 800\nhandshake_timeout = 1500\nreconnect_min = 100\nreconnect_max = 1000\n'
+    printf '[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' "$W1_PORT" "$W2_PORT"
+    grp kill "$FK_PORT" v_kill; grp hang "$FH_PORT" v_hang; grp garbage "$FG_PORT" v_garbage
+    grp bighdr "$FB_PORT" v_bighdr; grp hsclose "$FC_PORT" v_hsclose; grp slow "$FS_PORT" v_slow
+    grp flood "$FF_PORT" v_flood
+} > "$TMP/gw.conf"
+start_gateway GW -c "$TMP/gw.conf"
+G="127.0.0.1:$GW_PORT"
+GWP=$GW_PID
+wait_count "$TMP/GW.log" "connected \\(capability 3\\)" 8 20
+fds0=$(ls /proc/$GWP/fd | wc -l)
+
+# the others: a client querying throughout, every reply checked
+"$BIN/qclient" -g "$G" -u other:pw fast 20 --seconds 60 --csv "$TMP/load.csv" > "$TMP/load.out" 2> "$TMP/load.err" &
+LOAD=$!
+PIDS+=($LOAD)
+sleep 0.5
+
+raw_open() { exec 3<>"/dev/tcp/127.0.0.1/$1"; }
+raw_close() { exec 3<&- 3>&- 2>/dev/null || true; }
+
+# --- a worker killed with SIGKILL while streaming a 10M-row reply --------------------------
+raw_open "$GW_PORT"
+printf 'v_kill:pw\003\000' >&3
+head -c 1 <&3 > /dev/null
+printf '\001\001\000\000\033\000\000\000\012\000\015\000\000\000rows 10000000' >&3
+sleep 0.5
+kill -9 "$FK_PID"
+timeout 20 cat <&3 > "$TMP/kill.out" || true
+raw_close
+[ "$(stat -c %s "$TMP/kill.out")" -lt 150000000 ] || fail "the whole reply arrived from a killed worker"
+expect_file_has "$TMP/GW.log" "worker lost in the middle of the reply"
+"$BIN/qworker" -p "127.0.0.1:$FK_PORT" --rows 10 --no-uds > "$TMP/FK2.out" 2> "$TMP/FK2.log" & PIDS+=($!)
+pass "worker killed mid-stream: that client's connection closed"
+
+# --- a worker that hangs: 'qgate: timeout, and the connection is remade -------------------
+timeout 20 "$BIN/qsend" -g "$G" -u v_hang "echo x" > "$TMP/q.out" || true
+expect_lines "$TMP/q.out" "^'qgate: timeout \\(127.0.0.1:$FH_PORT sent nothing for 800 ms\\)\$" 1
+pass "hung worker: 'qgate: timeout"
+
+# --- a worker that sends garbage ----------------------------------------------------------
+timeout 20 "$BIN/qsend" -g "$G" -u v_garbage "echo x" > "$TMP/q.out" || true
+expect_lines "$TMP/q.out" "^'qgate: worker 127.0.0.1:$FG_PORT lost\$" 1
+expect_file_has "$TMP/GW.log" "bad message header from the worker: byte order not 0 or 1"
+pass "garbage from a worker: 'qgate: worker ... lost"
+
+# --- a header claiming 2 GB, then nothing -------------------------------------------------
+timeout 20 "$BIN/qsend" -g "$G" -u v_bighdr "echo x" > "$TMP/q.out" || true
+expect_lines "$TMP/q.out" "^'close\$" 1
+[ "$(awk '/VmHWM/ {print $2}' /proc/$GWP/status)" -lt $((300 * 1024)) ] || fail "a 2 GB header grew the gateway"
+pass "2 GB header then silence: closed after query_timeout, nothing reserved"
+
+# --- a worker that closes during the handshake --------------------------------------------
+wait_line "$TMP/GW.log" "w 127.0.0.1:$FC_PORT: connection closed: closed during the handshake" 10
+timeout 20 "$BIN/qsend" -g "$G" -u v_hsclose "echo x" > "$TMP/q.out" || true
+expect_lines "$TMP/q.out" "^'qgate: no worker of group hsclose is up\$" 1
+pass "worker closing during the handshake: retried with back-off; its group's clients told"
+
+# --- a client that claims a 2 GB message and trickles it ----------------------------------
+raw_open "$GW_PORT"
+printf 'other:pw\003\000' >&3
+head -c 1 <&3 > /dev/null
+printf '\001\001\000\000\000\224\065\167' >&3     # 2,000,000,000 bytes promised
+for i in $(seq 1 20); do printf 'x' >&3; sleep 0.1; done
+[ "$(awk '/VmRSS/ {print $2}' /proc/$GWP/status)" -lt $((300 * 1024)) ] || fail "a 2 GB claim grew the gateway"
+raw_close
+pass "a client claiming 2 GB and trickling: memory follows what arrives"
+
+# --- 1,000 slowloris clients sending a handshake byte at a time ----------------------------
+fds=()
+for i in $(seq 1 1000); do exec {fd}<>"/dev/tcp/127.0.0.1/$GW_PORT"; fds+=($fd); done
+for round in 1 2 3 4; do
+    for fd in "${fds[@]}"; do printf 'u' >&$fd 2>/dev/null || true; done
+    sleep 0.6
+done
+wait_count "$TMP/GW.log" "handshake not done within 1500 ms" 1000 20
+for fd in "${fds[@]}"; do exec {fd}>&- 2>/dev/null || true; done
+pass "1,000 slowloris clients: each closed at handshake_timeout"
+
+# --- a slow consumer reading a 10M-row reply at 1 MB/s, then going away halfway ------------
+timeout 4 "$BIN/qsend" -g "$G" -u v_slow --read-rate 1000000 "rows 10000000" > "$TMP/slow.out" || true
+rss=$(awk '/VmRSS/ {print $2}' /proc/$GWP/status)
+[ "$rss" -lt $((300 * 1024)) ] || fail "slow consumer: gateway RSS $rss KiB"
+read_bytes=$(tail -n 1 "$TMP/slow.out" | awk '{print $2}')
+[ "${read_bytes:-0}" -gt 1000000 ] && [ "${read_bytes:-0}" -lt 20000000 ] || fail "slow consumer read $(tail -n 1 "$TMP/slow.out")"
+timeout 60 "$BIN/qsend" -g "$G" -u v_slow "echo after" > "$TMP/q.out" || true
+expect_lines "$TMP/q.out" '^"after"$' 1
+pass "slow consumer: gateway memory bounded (RSS $((rss / 1024)) MiB); gone halfway, worker drained and reused"
+
+# --- a client sending 1,000,000 async messages in a tight loop -----------------------------
+timeout 120 "$BIN/qsend" -g "$G" -u v_flood --flood 1000000 "echo f" "echo done" > "$TMP/flood.out" || true
+expect_lines "$TMP/flood.out" '^flooded 1000000$' 1
+expect_lines "$TMP/flood.out" '^"done"$' 1
+rss=$(awk '/VmHWM/ {print $2}' /proc/$GWP/status)
+[ "$rss" -lt $((400 * 1024)) ] || fail "async flood: gateway peak RSS $rss KiB"
+pass "1,000,000 async messages: all run, then the sync reply; peak RSS $((rss / 1024)) MiB"
+
+# --- the others were not affected -----------------------------------------------------------
+kill "$LOAD" 2>/dev/null || true
+wait "$LOAD" 2>/dev/null || true
+n=$(awk -F, 'NR > 1' "$TMP/load.csv" | wc -l)
+bad=$(awk -F, 'NR > 1 && $3 != "ok"' "$TMP/load.csv" | wc -l)
+slowest=$(awk -F, 'NR > 1 { if ($5 > m) m = $5 } END { printf "%d", m / 1000 }' "$TMP/load.csv")
+[ "$n" -gt 100 ] || fail "the load client made only $n requests"
+[ "$bad" -eq 0 ] || fail "the load client saw $bad failed requests"
+[ "$slowest" -lt 5000 ] || fail "a request of the load client took $slowest ms"
+kill -0 "$GWP" || fail "qgate died"
+fds1=$(ls /proc/$GWP/fd | wc -l)
+[ "$fds1" -le $((fds0 + 4)) ] || fail "file descriptors: $fds0 before, $fds1 after"
+pass "the load client: $n requests, all answered correctly (slowest $slowest ms); fds $fds0 -> $fds1"
