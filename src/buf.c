@@ -121,7 +121,12 @@ void outq_clear(struct outq *q)
 
 int inbuf_reserve(struct inbuf *b, size_t need)
 {
-    if (need <= b->cap)
+    if (b->off && b->off + need > b->cap) { /* move the unread bytes to the front first */
+        memmove(b->p, b->p + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
+    }
+    if (need <= b->cap - b->off)
         return 0;
     size_t cap = b->cap ? b->cap : 1024;
     while (cap < need)
@@ -139,7 +144,7 @@ int inbuf_reserve(struct inbuf *b, size_t need)
 uint8_t *inbuf_take(struct inbuf *b, size_t n)
 {
     uint8_t *m;
-    if (n == b->len) {
+    if (b->off == 0 && n == b->len) {
         m = b->p;
         *b = (struct inbuf){0};
         return m;
@@ -147,20 +152,21 @@ uint8_t *inbuf_take(struct inbuf *b, size_t n)
     m = malloc(n);
     if (!m)
         return NULL;
-    memcpy(m, b->p, n);
+    memcpy(m, b->p + b->off, n);
     inbuf_consume(b, n);
     return m;
 }
 
 void inbuf_consume(struct inbuf *b, size_t n)
 {
-    memmove(b->p, b->p + n, b->len - n);
-    b->len -= n;
+    b->off += n;
+    if (b->off == b->len)
+        b->off = b->len = 0;
 }
 
 void inbuf_release_idle(struct inbuf *b)
 {
-    if (b->len == 0 && b->p)
+    if (b->len == b->off && b->p)
         inbuf_free(b);
 }
 

@@ -36,18 +36,24 @@ int outq_copy(struct outq *q, const void *p, size_t len);
 ssize_t outq_flush(struct outq *q, int fd, size_t budget);
 void outq_clear(struct outq *q);
 
-/* A contiguous input buffer, allocated lazily and given back when empty. */
+/* A contiguous input buffer, allocated lazily and given back when empty. The unread bytes
+ * are p[off..len): taking a message moves off, so a read full of small messages is never
+ * shifted message by message. */
 struct inbuf {
     uint8_t *p;
-    size_t len, cap;
+    size_t off, len, cap;
 };
 
-/* Make room for at least need bytes in total. 0, or -1 on ENOMEM. */
+static inline uint8_t *inbuf_data(const struct inbuf *b) { return b->p + b->off; }
+static inline size_t inbuf_avail(const struct inbuf *b) { return b->len - b->off; }
+
+/* Make room for at least need unread bytes in total (moving them to the front first). 0, or
+ * -1 on ENOMEM. Reading then goes to p + len. */
 int inbuf_reserve(struct inbuf *b, size_t need);
-/* Remove the first n bytes and return them as a malloc'd block (the buffer itself when that
- * is all it holds, so large messages are never copied). NULL on ENOMEM. */
+/* Remove the first n unread bytes and return them as a malloc'd block (the buffer itself when
+ * that is all it holds, so large messages are never copied). NULL on ENOMEM. */
 uint8_t *inbuf_take(struct inbuf *b, size_t n);
-/* Drop the first n bytes. */
+/* Drop the first n unread bytes. */
 void inbuf_consume(struct inbuf *b, size_t n);
 /* Free the storage if the buffer is empty (memory follows active connections). */
 void inbuf_release_idle(struct inbuf *b);

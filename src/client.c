@@ -317,7 +317,7 @@ static void finish_handshake(struct gw *g, struct client *c)
 static int do_handshake(struct gw *g, struct client *c)
 {
     struct kipc_hs hs;
-    qg_status st = kipc_hs_parse(c->c.in.p, c->c.in.len, KIPC_HS_MAX_DEFAULT, &hs);
+    qg_status st = kipc_hs_parse(inbuf_data(&c->c.in), inbuf_avail(&c->c.in), KIPC_HS_MAX_DEFAULT, &hs);
     if (st == QG_AGAIN)
         return 0;
     if (st != QG_OK) {
@@ -345,7 +345,7 @@ static int do_handshake(struct gw *g, struct client *c)
         conn_close(g, &c->c, "out of memory");
         return -1;
     }
-    memcpy(j->in, c->c.in.p, clen);
+    memcpy(j->in, inbuf_data(&c->c.in), clen);
     j->in_len = clen;
     j->ctx = auth_ref(g->auth);
     j->ctx_free = auth_unref;
@@ -418,7 +418,8 @@ static void take_messages(struct gw *g, struct client *c)
         struct kipc_hdr h;
         size_t need;
         const char *why;
-        qg_status st = kipc_frame_check(c->c.in.p, c->c.in.len, (uint64_t)g->cfg.max_message, &h, &need, &why);
+        qg_status st = kipc_frame_check(inbuf_data(&c->c.in), inbuf_avail(&c->c.in), (uint64_t)g->cfg.max_message,
+                                        &h, &need, &why);
         if (st == QG_ERR) {
             bad_message(g, c, why);
             return;
@@ -491,15 +492,16 @@ static void client_read_loop(struct gw *g, struct client *c)
     size_t budget = (size_t)g->cfg.read_budget;
     while (budget && !c->c.closing && (c->st == CS_HANDSHAKE || c->st == CS_READY) && !c->paused) {
         size_t want = 16384;
-        if (c->st == CS_READY && c->c.in.len >= KIPC_HDR_LEN) {
+        size_t avail = inbuf_avail(&c->c.in);
+        if (c->st == CS_READY && avail >= KIPC_HDR_LEN) {
             struct kipc_hdr h;
             const char *why;
-            if (kipc_hdr_parse(c->c.in.p, c->c.in.len, (uint64_t)g->cfg.max_message, &h, &why) == QG_OK &&
-                h.len > c->c.in.len)
-                want = QG_MAX(want, (size_t)h.len - c->c.in.len); /* grows with what arrives */
+            if (kipc_hdr_parse(inbuf_data(&c->c.in), avail, (uint64_t)g->cfg.max_message, &h, &why) == QG_OK &&
+                h.len > avail)
+                want = QG_MAX(want, (size_t)h.len - avail); /* grows with what arrives */
         }
         want = QG_MIN(want, budget);
-        if (inbuf_reserve(&c->c.in, c->c.in.len + want)) {
+        if (inbuf_reserve(&c->c.in, avail + want)) {
             conn_close(g, &c->c, "out of memory");
             return;
         }

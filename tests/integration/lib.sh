@@ -4,7 +4,7 @@ set -euo pipefail
 BIN=${BIN:-build/asan}
 TMP=$(mktemp -d /tmp/qgate-it.XXXXXX)
 PIDS=()
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=66}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=66:quarantine_size_mb=16}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 cleanup() {
