@@ -323,6 +323,24 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
     return rc;
 }
 
+int config_list_next(const char **p, char *out, size_t len)
+{
+    const char *s = *p;
+    while (*s == ' ' || *s == '\t' || *s == ',')
+        s++;
+    if (!*s)
+        return 0;
+    const char *e = s;
+    while (*e && *e != ',')
+        e++;
+    const char *t = e;
+    while (t > s && (t[-1] == ' ' || t[-1] == '\t'))
+        t--;
+    snprintf(out, len, "%.*s", (int)(t - s), s);
+    *p = e;
+    return 1;
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
     if (c->ngroups == 0) {
@@ -335,12 +353,10 @@ int config_validate(const struct config *c, char *err, size_t errlen)
             snprintf(err, errlen, "group %s: workers is empty", g->name);
             return -1;
         }
-        char list[sizeof g->workers], *save = NULL;
-        strcpy(list, g->workers);
-        for (char *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+        char a[300];
+        for (const char *p = g->workers; config_list_next(&p, a, sizeof a);) {
             char host[256];
             int port;
-            a = trim(a);
             if (net_parse_hostport(a, "localhost", host, sizeof host, &port) || port == 0) {
                 snprintf(err, errlen, "group %s: bad worker address '%s'", g->name, a);
                 return -1;

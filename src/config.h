@@ -98,6 +98,10 @@ int config_override(struct cfg_overrides *ov, int default_group, const char *key
  * 0, or -1 with a reason in err. */
 int config_build(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen);
 
+/* The next item of a comma list ("a, b,c"), trimmed, into out; *p advances past it. 1, or 0
+ * at the end of the list. Items longer than len - 1 are cut. */
+int config_list_next(const char **p, char *out, size_t len);
+
 /* Print every key with its default and help, in gateway.conf.example form. */
 void config_print_reference(void *file);
 

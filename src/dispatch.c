@@ -7,20 +7,10 @@
 
 static int in_list(const char *list, const char *user)
 {
-    size_t ul = strlen(user);
-    for (const char *p = list; *p;) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        const char *e = p;
-        while (*e && *e != ',')
-            e++;
-        const char *t = e;
-        while (t > p && t[-1] == ' ')
-            t--;
-        if ((size_t)(t - p) == ul && ul && !memcmp(p, user, ul))
+    char item[64];
+    for (const char *p = list; config_list_next(&p, item, sizeof item);)
+        if (user[0] && !strcmp(item, user))
             return 1;
-        p = e;
-    }
     return 0;
 }
 

@@ -24,25 +24,6 @@ static int watch(struct gw *g, int fd, struct evsrc *src, uint8_t kind)
     return epoll_ctl(g->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-/* Each address of a group's worker list, trimmed. */
-static int next_addr(const char **p, char *out, size_t len)
-{
-    const char *s = *p;
-    while (*s == ' ' || *s == ',')
-        s++;
-    if (!*s)
-        return 0;
-    const char *e = s;
-    while (*e && *e != ',')
-        e++;
-    const char *t = e;
-    while (t > s && t[-1] == ' ')
-        t--;
-    snprintf(out, len, "%.*s", (int)(t - s), s);
-    *p = e;
-    return 1;
-}
-
 static void add_group(struct gw *g, const struct group_cfg *gc)
 {
     struct group *grp = &g->groups[g->ngroups];
@@ -50,7 +31,7 @@ static void add_group(struct gw *g, const struct group_cfg *gc)
     grp->cfg = *gc;
     grp->index = g->ngroups++;
     char addr[300];
-    for (const char *p = gc->workers; next_addr(&p, addr, sizeof addr);)
+    for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);)
         worker_new(g, grp, addr);
     log_info(NULL, "group %s: %d workers (%s), async %s", gc->name, grp->nworkers, gc->workers,
              gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one");
@@ -187,7 +168,7 @@ static struct group *find_group(struct gw *g, const char *name)
 static int has_addr(const char *list, const char *addr)
 {
     char a[300];
-    for (const char *p = list; next_addr(&p, a, sizeof a);)
+    for (const char *p = list; config_list_next(&p, a, sizeof a);)
         if (!strcmp(a, addr))
             return 1;
     return 0;
@@ -236,7 +217,7 @@ int gw_reload_loop(struct gw *g)
             continue;
         }
         char addr[300];
-        for (const char *p = nc->groups[i].workers; next_addr(&p, addr, sizeof addr);) {
+        for (const char *p = nc->groups[i].workers; config_list_next(&p, addr, sizeof addr);) {
             int found = 0;
             for (struct worker *w = grp->workers; w; w = w->gnext)
                 if (!strcmp(w->addr, addr) && !w->removed)

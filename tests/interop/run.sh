@@ -12,3 +12,10 @@ first=$("$BIN/qsend" -g "127.0.0.1:$W_PORT" "rows 1" | sed -n 's/^table\[1\] `a 
 # the same through qgate: node-q cannot tell the gateway from a worker
 start_gateway GW --workers "127.0.0.1:$W_PORT"
 (cd tests/interop && timeout 180 node interop.js "$GW_PORT" "$first" 1000000) || fail "node-q against qgate"
+
+# with a users file: node-q with good and with bad credentials
+printf 'nq:%s\n' "$(printf 'nodepw' | md5sum | cut -d' ' -f1)" > "$TMP/users"
+printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/users" "$W_PORT" > "$TMP/auth.conf"
+start_gateway AU -c "$TMP/auth.conf"
+(cd tests/interop && timeout 60 node auth.js "$AU_PORT" nq:nodepw nq:wrong) || fail "node-q credentials"
+expect_file_has "$TMP/AU.log" "access denied: user 'nq'"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# bench/run in smoke mode: every scenario against every target, briefly and on small data,
+# produces its rows, its samples and its plots. (Not a measurement: timings are never checked.)
+. "$(dirname "$0")/lib.sh"
+
+BIN=$BIN bench/run --smoke --out "$TMP/results" all > "$TMP/bench.log" 2>&1 || { tail -n 30 "$TMP/bench.log"; fail "bench/run --smoke all"; }
+R="$TMP/results"
+for s in "seed|direct|fast p99 ms" "seed|gw30|fast p99 ms" "seed|qgate|fast p99 ms" "slow|qgate" "nplus1|qgate" \
+         "throughput 64 clients|qgate|requests/s" "bigreply|qgate|peak RSS" "mix|qgate|fast share" "mix|gw30|ping share" \
+         "connections|qgate|RSS per idle client" "connections|gw30|handshakes/s"; do
+    scen=${s%%|*}; rest=${s#*|}; target=${rest%%|*}; metric=${rest#*|}
+    [ "$metric" = "$rest" ] && metric=""
+    grep -q "^| $scen | $metric" "$R/summary.md" || fail "summary.md has no row for $scen $metric"
+done
+for t in direct gw30 qgate; do
+    grep -q "^seed,$t,fast," "$R/samples.csv" || fail "no seed samples for $t"
+done
+grep -q "^qgate,64," "$R/throughput.csv" || fail "throughput.csv lacks qgate at 64 clients"
+if command -v gnuplot > /dev/null; then
+    for p in seed_fast_latency throughput_latency throughput_rps; do
+        [ -s "$R/$p.png" ] || fail "$p.png missing"
+    done
+fi
+pass "bench/run --smoke all: every scenario and target in summary.md, samples and plots"
