@@ -29,7 +29,7 @@ BENCH_COMMON := $(filter-out $(BENCH_MAINS:%=bench/%.c),$(wildcard bench/*.c))
 BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(B)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
-BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/bench-codec $(B)/gw30
+BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/bench-codec $(B)/gw30
 GW_BIN    := $(B)/qgate
 
 .PHONY: all bins unit test test-unit test-integration test-interop test-tsan demo bench deps-test clean bench-codec

@@ -9,15 +9,11 @@
 #include "kipc.h"
 #include "kzip.h"
 #include "tbl2.h"
+#include "util.h"
 
 static int reps = 3;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+static double now_s(void) { return (double)mono_ns() / 1e9; }
 
 /* The 4-column numeric table: ([] id:til n; price:...; size:...; ts:...), trade-like data. */
 static K numeric_table(int64_t n)
@@ -28,9 +24,7 @@ static K numeric_table(int64_t n)
     double p = 100.0;
     int64_t t = 820454400000000000LL; /* 2026.01.01D00:00 */
     for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
+        xorshift64(&s);
         kJ(id)[i] = i;
         p += ((int)(s % 3) - 1) * 0.01;
         kF(px)[i] = (double)(int64_t)(p * 100 + 0.5) / 100;

@@ -11,9 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kcodec.h"
@@ -21,6 +19,7 @@
 #include "modes.h"
 #include "net.h"
 #include "qconn.h"
+#include "util.h"
 
 #define MAX_MESSAGE (1ULL << 34)
 
@@ -92,8 +91,7 @@ struct gconn {
     int ready;
     uint8_t cap;
     int busy;          /* worker in use */
-    uint8_t *in;
-    size_t len, size;
+    struct msgbuf in;
     char peer[64];
     struct gconn *next;
 };
@@ -127,16 +125,7 @@ static void logf_(const char *fmt, ...)
 
 /* Send a K object as a message of the given type: serialised here, on the one thread, and
  * written out before anything else happens (q writes a reply synchronously). */
-static int send_k(struct gconn *c, K x, int type)
-{
-    size_t len;
-    uint8_t *m = kcodec_encode_msg(x, type, &len);
-    if (!m)
-        return -1;
-    int rc = net_write_all(c->fd, m, len);
-    free(m);
-    return rc;
-}
+static int send_k(struct gconn *c, K x, int type) { return kmsg_write(c->fd, x, type); }
 
 static void reply_error(struct gconn *c, const char *text)
 {
@@ -228,18 +217,10 @@ static void gateway_reply(struct gconn *w, K x)
     dispatch();
 }
 
-static int is_text(K x, const char *s)
-{
-    size_t l = strlen(s);
-    if (x->t == -KT_SYM)
-        return !strcmp(x->s, s);
-    return x->t == KT_CHAR && (size_t)x->n == l && !memcmp(kC(x), s, l);
-}
-
 /* A client's message: value x, as 30gw.q's default .z.pg does. */
 static void on_client_message(struct gconn *c, int type, K x)
 {
-    if (x->t == KT_LIST && x->n == 2 && is_text(kK(x)[0], ".gateway.exec")) {
+    if (x->t == KT_LIST && x->n == 2 && kname_eq(kK(x)[0], ".gateway.exec")) {
         K q = kK(x)[1];
         kK(x)[1] = NULL;
         x->n = 1;
@@ -251,7 +232,7 @@ static void on_client_message(struct gconn *c, int type, K x)
         return;
     }
     if (type == KIPC_SYNC) {
-        if (is_text(x, ".qgate.ping[]")) {
+        if (kname_eq(x, ".qgate.ping[]")) {
             K b = k_atom(-KT_BOOL);
             b->g = 1;
             send_k(c, b, KIPC_RESPONSE);
@@ -270,7 +251,7 @@ static void on_client_message(struct gconn *c, int type, K x)
 
 static void on_worker_message(struct gconn *w, K x)
 {
-    if (x->t == KT_LIST && x->n == 3 && is_text(kK(x)[0], ".gateway.reply") && kK(x)[1]->t == -KT_LONG)
+    if (x->t == KT_LIST && x->n == 3 && kname_eq(kK(x)[0], ".gateway.reply") && kK(x)[1]->t == -KT_LONG)
         gateway_reply(w, x);
     k_free(x);
 }
@@ -302,35 +283,28 @@ static void close_conn(struct gconn *c, const char *why)
             *pp = c->next;
             break;
         }
-    free(c->in);
+    free(c->in.p);
     free(c);
 }
 
 /* Read what is there; handle every whole message. 0, or -1 if c was closed. */
 static int on_readable(struct gconn *c)
 {
-    if (c->size - c->len < 65536) {
-        size_t ns = c->size ? c->size * 2 : 65536 * 2;
-        uint8_t *b = realloc(c->in, ns);
-        if (!b) {
-            close_conn(c, "out of memory");
-            return -1;
-        }
-        c->in = b;
-        c->size = ns;
+    if (msgbuf_room(&c->in)) {
+        close_conn(c, "out of memory");
+        return -1;
     }
-    ssize_t r = read(c->fd, c->in + c->len, c->size - c->len);
+    ssize_t r = msgbuf_read(&c->in, c->fd);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
         close_conn(c, r == 0 ? "EOF" : strerror(errno));
         return -1;
     }
     if (r < 0)
         return 0;
-    c->len += (size_t)r;
     size_t off = 0;
     if (!c->ready) {
         struct kipc_hs hs;
-        qg_status st = kipc_hs_parse(c->in, c->len, KIPC_HS_MAX_DEFAULT, &hs);
+        qg_status st = kipc_hs_parse(c->in.p, c->in.len, KIPC_HS_MAX_DEFAULT, &hs);
         if (st == QG_AGAIN)
             return 0;
         if (st != QG_OK) {
@@ -344,28 +318,17 @@ static int on_readable(struct gconn *c)
     }
     for (;;) {
         struct kipc_hdr h;
-        size_t need;
         const char *why;
-        qg_status st = kipc_frame_check(c->in + off, c->len - off, MAX_MESSAGE, &h, &need, &why);
-        if (st == QG_ERR) {
-            close_conn(c, why);
+        qg_status st = msgbuf_next(&c->in, off, MAX_MESSAGE, &h, &why);
+        if (st == QG_ERR || st == QG_ENOMEM) {
+            close_conn(c, st == QG_ERR ? why : "out of memory");
             return -1;
         }
-        if (st == QG_AGAIN) {
-            if (need > c->size) {
-                uint8_t *b = realloc(c->in, need);
-                if (!b) {
-                    close_conn(c, "out of memory");
-                    return -1;
-                }
-                c->in = b;
-                c->size = need;
-            }
+        if (st == QG_AGAIN)
             break;
-        }
         K x;
         struct kerr e;
-        if (h.compressed || kcodec_decode(c->in + off + 8, (size_t)h.len - 8, h.le, &qopts, &x, &e) != QG_OK) {
+        if (h.compressed || kcodec_decode(c->in.p + off + 8, (size_t)h.len - 8, h.le, &qopts, &x, &e) != QG_OK) {
             close_conn(c, "badmsg");
             return -1;
         }
@@ -375,13 +338,7 @@ static int on_readable(struct gconn *c)
         else
             on_client_message(c, h.type, x);
     }
-    memmove(c->in, c->in + off, c->len - off);
-    c->len -= off;
-    if (c->len == 0 && c->size > (1 << 20)) {
-        free(c->in);
-        c->in = NULL;
-        c->size = 0;
-    }
+    msgbuf_consume(&c->in, off);
     return 0;
 }
 
@@ -417,11 +374,7 @@ int main(int argc, char **argv)
     if (!at || !workers)
         usage();
     signal(SIGPIPE, SIG_IGN);
-    struct rlimit rl; /* q since 4.1 takes as many handles as the OS allows */
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
+    nofile_raise(RLIM_INFINITY, NULL); /* q since 4.1 takes as many handles as the OS allows */
     char host[256];
     int port;
     if (net_parse_hostport(at, "0.0.0.0", host, sizeof host, &port))

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 /* Keep these texts identical to q/client.q: tests/integration/test_modes.sh checks it. */
 #define FN_ALL "{select from tbl2}"
 #define FN_THROW "{'x}"
@@ -52,10 +54,7 @@ K qmode_big_arg(int64_t rows, uint64_t seed)
     uint64_t s = seed ? seed : 1;
     for (int64_t r = 0; r < rows; r++) {
         char *p = text + r * 8;
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        uint64_t v = s;
+        uint64_t v = xorshift64(&s);
         for (int k = 0; k < 7; k++, v >>= 4)
             p[k] = (char)('a' + (v & 15)); /* q's n?`7 draws from a..p */
         p[7] = 0;

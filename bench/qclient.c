@@ -13,13 +13,7 @@
 #include "kipc.h"
 #include "modes.h"
 #include "qconn.h"
-
-static int64_t now_ns(int clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+#include "util.h"
 
 /* q's timespan text: 0D00:00:00.000395000 */
 static const char *timespan(int64_t ns, char *buf, size_t len)
@@ -47,19 +41,6 @@ static void usage(void)
             "  killer ss throw:ERR ssthrow:ERR. -g defaults to localhost:8811; host \"unix\"\n"
             "  uses q's Unix socket for the port. A summary goes to stderr at the end.\n");
     exit(2);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static volatile sig_atomic_t stop;
-static void on_signal(int s)
-{
-    (void)s;
-    stop = 1;
 }
 
 int main(int argc, char **argv)
@@ -110,8 +91,8 @@ int main(int argc, char **argv)
     const char *arg = strchr(spec, ':');
     arg = arg ? arg + 1 : NULL;
     signal(SIGPIPE, SIG_IGN);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    signal(SIGINT, stop_signal_count);
+    signal(SIGTERM, stop_signal_count);
 
     K req = qmode_request(m, arg, 7);
     size_t req_len;
@@ -134,24 +115,24 @@ int main(int argc, char **argv)
     int64_t *lat = malloc(cap_lat * sizeof *lat);
     long ok = 0, errs = 0, fails = 0;
     struct qconn c = {.fd = -1};
-    int64_t start = now_ns(CLOCK_MONOTONIC), next = start;
-    for (long k = 0; !stop && (count < 0 || k < count); k++) {
-        int64_t t = now_ns(CLOCK_MONOTONIC);
+    int64_t start = mono_ns(), next = start;
+    for (long k = 0; !stop_signals && (count < 0 || k < count); k++) {
+        int64_t t = mono_ns();
         if (seconds >= 0 && t - start >= (int64_t)(seconds * 1e9))
             break;
         if (next > t) {
             int64_t d = next - t;
             struct timespec ts = {d / 1000000000LL, d % 1000000000LL};
             nanosleep(&ts, NULL);
-            if (stop)
+            if (stop_signals)
                 break;
         }
         next += period * 1000000LL;
-        if (next < now_ns(CLOCK_MONOTONIC))
-            next = now_ns(CLOCK_MONOTONIC);
+        if (next < mono_ns())
+            next = mono_ns();
 
-        int64_t wall = now_ns(CLOCK_REALTIME) / 1000;
-        int64_t t0 = now_ns(CLOCK_MONOTONIC);
+        int64_t wall = clock_ns(CLOCK_REALTIME) / 1000;
+        int64_t t0 = mono_ns();
         int rc = QCONN_OK;
         if (c.fd < 0)
             rc = qconn_open(&c, gw, user, timeout > 0 ? (int)timeout : 0);
@@ -165,7 +146,7 @@ int main(int argc, char **argv)
             continue;
         }
         rc = qconn_call(&c, msg, req_len, (int)timeout);
-        int64_t dur = now_ns(CLOCK_MONOTONIC) - t0;
+        int64_t dur = mono_ns() - t0;
         char ts[96];
         const char *status = "ok";
         int64_t rows = -1;
@@ -222,10 +203,8 @@ int main(int argc, char **argv)
     qconn_close(&c);
     if (csv)
         fclose(csv);
-    qsort(lat, nlat, sizeof *lat, cmp_i64);
-    double p50 = nlat ? lat[(nlat - 1) / 2] / 1e3 : NAN;
-    double p99 = nlat ? lat[(size_t)ceil(0.99 * (double)nlat) - 1] / 1e3 : NAN;
-    double mx = nlat ? lat[nlat - 1] / 1e3 : NAN;
+    double p50, p99, mx;
+    lat_summary(lat, nlat, NAN, &p50, &p99, &mx);
     fprintf(stderr, "qclient %s: requests=%zu ok=%ld qerrors=%ld failed=%ld p50_us=%.0f p99_us=%.0f max_us=%.0f\n",
             m->name, nlat, ok, errs, fails, p50, p99, mx);
     free(lat);

@@ -13,15 +13,11 @@
 #include "kcodec.h"
 #include "kzip.h"
 #include "net.h"
+#include "util.h"
 
 #define QCONN_MAX_MESSAGE (4ULL << 30)
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static int64_t now_ms(void) { return mono_ns() / 1000000; }
 
 /* Wait for events on fd until deadline (0 = none). 1 ready, 0 timed out. */
 static int wait_fd(int fd, short ev, int64_t deadline)
@@ -68,12 +64,7 @@ int qconn_open(struct qconn *c, const char *addr, const char *userpass, int time
         return QCONN_EHOP;
     }
     uint8_t hs[1100];
-    char up[1024];
-    snprintf(up, sizeof up, "%s", userpass ? userpass : "");
-    char *colon = strchr(up, ':');
-    if (colon)
-        *colon = 0;
-    size_t n = kipc_hs_build(hs, sizeof hs, up, colon ? colon + 1 : NULL, KIPC_CAP_MAX);
+    size_t n = hs_build_userpass(hs, sizeof hs, userpass);
     if (!n || net_write_all(fd, hs, n)) {
         close(fd);
         return QCONN_EHOP;
@@ -114,17 +105,7 @@ static int read_deadline(int fd, uint8_t *p, size_t n, int64_t deadline)
     return QCONN_OK;
 }
 
-static int grow(struct qconn *c, size_t need)
-{
-    if (need <= c->cap_buf)
-        return 0;
-    uint8_t *b = realloc(c->buf, need);
-    if (!b)
-        return -1;
-    c->buf = b;
-    c->cap_buf = need;
-    return 0;
-}
+static int grow(struct qconn *c, size_t need) { return bytes_reserve(&c->buf, &c->cap_buf, need); }
 
 int qconn_recv(struct qconn *c, int timeout_ms)
 {

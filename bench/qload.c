@@ -2,22 +2,16 @@
  * thread on epoll, in classes that each repeat one request; or N idle connections held open.
  * Prints one summary line per class on stdout; optionally every counted request to CSV. */
 #include <errno.h>
-#include <math.h>
-#include <netdb.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kcodec.h"
 #include "kipc.h"
 #include "modes.h"
-#include "net.h"
+#include "util.h"
 
 #define MAX_INFLIGHT_OPENS 256       /* connects + handshakes at once (listen backlogs) */
 #define OPEN_TIMEOUT_NS 5000000000LL /* one connection's connect + handshake */
@@ -30,22 +24,14 @@
 #define NS 1000000000LL
 
 enum cstate {
-    ST_NEW,        /* not opened yet */
-    ST_CONNECTING, /* non-blocking connect in progress */
-    ST_HS_SEND,    /* sending user:pass CAP NUL */
-    ST_HS_READ,    /* waiting for the capability byte */
+    ST_NEW,                       /* not opened yet */
+    ST_CONNECTING = EP_CONNECTING, /* non-blocking connect in progress */
+    ST_HS_SEND = EP_HS_SEND,       /* sending user:pass CAP NUL */
+    ST_HS_READ = EP_HS_READ,       /* waiting for the capability byte */
     ST_SEND,       /* writing the request */
     ST_RECV,       /* waiting for the whole reply */
     ST_READY,      /* open, no request outstanding (idle mode, or stopped) */
     ST_CLOSED,
-};
-
-struct target {
-    int uds;                     /* q's Unix socket for port */
-    int port;
-    struct sockaddr_storage sa;
-    socklen_t salen;
-    char name[300];
 };
 
 struct cls {
@@ -62,9 +48,7 @@ struct cls {
 
 /* One connection: no input buffer; replies are scanned in a shared scratch buffer. */
 struct conn {
-    int fd;
-    uint32_t events;             /* registered epoll mask, 0 = not registered */
-    uint8_t state;
+    struct epconn io;            /* fd, epoll mask, state, bytes written */
     uint8_t hgot;                /* header bytes of the current message so far */
     uint8_t first;               /* next body byte is the first */
     uint8_t is_err;              /* current message's body starts with 0x80 */
@@ -72,7 +56,6 @@ struct conn {
     uint16_t cls;
     uint32_t target;
     uint64_t left;               /* body bytes of the current message still to come */
-    size_t off;                  /* bytes of the handshake or request written */
     int64_t t0;                  /* open start, or request send time */
     uint64_t counted;            /* counted requests, for --sample */
     uint8_t hdr[8];
@@ -87,7 +70,7 @@ static struct {
     long nconns;
     uint8_t hs[1100];
     size_t hs_len;
-    int epfd;
+    struct eploop loop;
     long next_open, inflight, scan_lo;
     int64_t last_scan;
     int sending;                 /* closed loop running: send after each reply */
@@ -99,21 +82,6 @@ static struct {
     long idle_dropped;           /* idle mode: closed by the peer while held */
     uint8_t *scratch;
 } G;
-
-static volatile sig_atomic_t stop_sig;
-
-static void on_signal(int s)
-{
-    (void)s;
-    stop_sig = 1;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
-}
 
 static void usage(void)
 {
@@ -137,34 +105,6 @@ static void usage(void)
     exit(2);
 }
 
-static int parse_double(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v) || v < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_long(const char *s, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* ---- setup ---------------------------------------------------------------------------------- */
 
 static int add_targets(const char *list)
@@ -180,30 +120,9 @@ static int add_targets(const char *list)
             break;
         }
         G.targets = t;
-        t = &G.targets[G.ntargets];
-        memset(t, 0, sizeof *t);
-        char host[256];
-        if (net_parse_hostport(tok, "127.0.0.1", host, sizeof host, &t->port) || !t->port) {
-            fprintf(stderr, "qload: bad target %s\n", tok);
+        if (target_parse(&G.targets[G.ntargets], tok, 1, "qload", "target")) {
             rc = -1;
             break;
-        }
-        snprintf(t->name, sizeof t->name, "%s:%d", host, t->port);
-        if (!strcmp(host, "unix")) {
-            t->uds = 1;
-        } else {
-            char ps[16];
-            snprintf(ps, sizeof ps, "%d", t->port);
-            struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-            int e = getaddrinfo(!strcmp(host, "localhost") ? "127.0.0.1" : host, ps, &hints, &ai);
-            if (e) {
-                fprintf(stderr, "qload: %s: %s\n", tok, gai_strerror(e));
-                rc = -1;
-                break;
-            }
-            memcpy(&t->sa, ai->ai_addr, ai->ai_addrlen);
-            t->salen = ai->ai_addrlen;
-            freeaddrinfo(ai);
         }
         G.ntargets++;
     }
@@ -218,7 +137,7 @@ static int add_class(const char *spec)
     if (!c1 || c2 == c1 || c1 == spec)
         return -1;
     long count;
-    if (parse_long(c2 + 1, &count) || count < 1)
+    if (arg_long(c2 + 1, &count) || count < 1)
         return -1;
     struct cls *t = realloc(G.classes, (size_t)(G.nclasses + 1) * sizeof *t);
     if (!t)
@@ -266,62 +185,18 @@ static int add_class(const char *spec)
     return 0;
 }
 
-/* RLIMIT_NOFILE to at least need: soft up to hard, the hard limit too if we may. */
-static int raise_nofile(rlim_t need)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl))
-        return -1;
-    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
-        return 0;
-    struct rlimit nr = rl;
-    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
-        nr.rlim_cur = need;
-    } else {
-        nr.rlim_cur = nr.rlim_max = need; /* works only with CAP_SYS_RESOURCE */
-    }
-    if (setrlimit(RLIMIT_NOFILE, &nr)) {
-        fprintf(stderr, "qload: need %llu file descriptors, RLIMIT_NOFILE is %llu (hard %llu): %s\n",
-                (unsigned long long)need, (unsigned long long)rl.rlim_cur,
-                (unsigned long long)rl.rlim_max, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 /* ---- connections ---------------------------------------------------------------------------- */
-
-static void set_events(struct conn *c, uint32_t ev)
-{
-    if (c->events == ev)
-        return;
-    struct epoll_event e = {.events = ev, .data.u64 = (uint64_t)(c - G.conns)};
-    int op = !c->events ? EPOLL_CTL_ADD : !ev ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
-    if (epoll_ctl(G.epfd, op, c->fd, &e) && op != EPOLL_CTL_DEL) {
-        fprintf(stderr, "qload: epoll_ctl: %s\n", strerror(errno));
-        exit(1);
-    }
-    c->events = ev;
-}
-
-static int opening(const struct conn *c)
-{
-    return c->state == ST_CONNECTING || c->state == ST_HS_SEND || c->state == ST_HS_READ;
-}
 
 static void conn_close(struct conn *c)
 {
-    if (c->state == ST_CLOSED || c->state == ST_NEW)
+    if (c->io.state == ST_CLOSED || c->io.state == ST_NEW)
         return;
-    if (opening(c))
+    if (ep_opening(&c->io))
         G.inflight--;
-    if (c->state == ST_SEND || c->state == ST_RECV)
+    if (c->io.state == ST_SEND || c->io.state == ST_RECV)
         G.outstanding--;
-    if (c->fd >= 0)
-        close(c->fd); /* also leaves the epoll set */
-    c->fd = -1;
-    c->events = 0;
-    c->state = ST_CLOSED;
+    ep_close(&c->io);
+    c->io.state = ST_CLOSED;
 }
 
 /* The connection could not be opened: refused, timed out, or (access) closed without a byte. */
@@ -342,51 +217,13 @@ static void request_failed(struct conn *c)
 
 static void send_request(struct conn *c, int64_t now);
 
-/* Write c's pending bytes (handshake or request). 0 done or waiting, -1 the peer is gone. */
-static int flush_out(struct conn *c, const uint8_t *p, size_t len)
-{
-    while (c->off < len) {
-        ssize_t w = send(c->fd, p + c->off, len - c->off, MSG_NOSIGNAL);
-        if (w > 0) {
-            c->off += (size_t)w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && errno == EAGAIN) {
-            set_events(c, EPOLLIN | EPOLLOUT);
-            return 0;
-        } else {
-            return -1;
-        }
-    }
-    set_events(c, EPOLLIN);
-    return 0;
-}
-
 static void start_open(struct conn *c, int64_t now)
 {
-    const struct target *t = &G.targets[c->target];
     c->t0 = now;
-    c->state = ST_CONNECTING;
+    c->io.state = ST_CONNECTING;
     G.inflight++;
-    int fd;
-    if (t->uds) {
-        fd = net_connect_uds(t->port, 1);
-    } else {
-        fd = socket(t->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd >= 0) {
-            net_tune(fd);
-            if (connect(fd, (const struct sockaddr *)&t->sa, t->salen) && errno != EINPROGRESS) {
-                close(fd);
-                fd = -1;
-            }
-        }
-    }
-    c->fd = fd;
-    if (fd < 0) {
+    if (ep_connect(&G.loop, &c->io, &G.targets[c->target]))
         open_failed(c, 0);
-        return;
-    }
-    set_events(c, EPOLLOUT);
 }
 
 /* Start connections while fewer than MAX_INFLIGHT_OPENS are connecting or shaking hands. */
@@ -402,11 +239,11 @@ static void scan_open_timeouts(int64_t now, int force)
     if (!G.inflight || (!force && now - G.last_scan < SCAN_NS))
         return;
     G.last_scan = now;
-    while (G.scan_lo < G.next_open && !opening(&G.conns[G.scan_lo]))
+    while (G.scan_lo < G.next_open && !ep_opening(&G.conns[G.scan_lo].io))
         G.scan_lo++;
     for (long i = G.scan_lo; i < G.next_open; i++) {
         struct conn *c = &G.conns[i];
-        if (opening(c) && now - c->t0 >= OPEN_TIMEOUT_NS)
+        if (ep_opening(&c->io) && now - c->t0 >= OPEN_TIMEOUT_NS)
             open_failed(c, 0);
     }
 }
@@ -414,9 +251,9 @@ static void scan_open_timeouts(int64_t now, int force)
 static void opened(struct conn *c, int64_t now)
 {
     G.inflight--;
-    c->state = ST_READY;
+    c->io.state = ST_READY;
     c->hgot = 0;
-    set_events(c, EPOLLIN);
+    ep_watch(&G.loop, &c->io, EPOLLIN);
     if (G.sending)
         send_request(c, now);
 }
@@ -424,23 +261,23 @@ static void opened(struct conn *c, int64_t now)
 static void send_request(struct conn *c, int64_t now)
 {
     const struct cls *k = &G.classes[c->cls];
-    c->state = ST_SEND;
-    c->off = 0;
+    c->io.state = ST_SEND;
+    c->io.off = 0;
     c->t0 = now;
     G.outstanding++;
-    if (flush_out(c, k->msg, k->msg_len)) {
+    if (ep_flush(&G.loop, &c->io, k->msg, k->msg_len)) {
         request_failed(c);
         return;
     }
-    if (c->off == k->msg_len)
-        c->state = ST_RECV;
+    if (c->io.off == k->msg_len)
+        c->io.state = ST_RECV;
 }
 
 static void reply_done(struct conn *c, int64_t now)
 {
     struct cls *k = &G.classes[c->cls];
     G.outstanding--;
-    c->state = ST_READY;
+    c->io.state = ST_READY;
     if (now >= G.mstart && now < G.mend) {
         int64_t lat = now - c->t0;
         if (c->is_err)
@@ -468,7 +305,7 @@ static void reply_done(struct conn *c, int64_t now)
  * async and sync messages from the peer are skipped. -1 on a malformed header. */
 static int scan_input(struct conn *c, const uint8_t *p, size_t n, int64_t *now)
 {
-    while (n && c->state != ST_CLOSED) {
+    while (n && c->io.state != ST_CLOSED) {
         if (c->hgot < 8) {
             size_t take = QG_MIN((size_t)(8 - c->hgot), n);
             memcpy(c->hdr + c->hgot, p, take);
@@ -499,8 +336,8 @@ static int scan_input(struct conn *c, const uint8_t *p, size_t n, int64_t *now)
         n -= take;
         if (!c->left) {
             c->hgot = 0;
-            if (c->rtype == KIPC_RESPONSE && (c->state == ST_RECV || c->state == ST_SEND)) {
-                *now = now_ns();
+            if (c->rtype == KIPC_RESPONSE && (c->io.state == ST_RECV || c->io.state == ST_SEND)) {
+                *now = mono_ns();
                 reply_done(c, *now);
             }
         }
@@ -511,78 +348,53 @@ static int scan_input(struct conn *c, const uint8_t *p, size_t n, int64_t *now)
 static void on_readable(struct conn *c, int64_t *now)
 {
     size_t total = 0;
-    while (total < READ_BUDGET && c->state != ST_CLOSED) {
-        ssize_t r = read(c->fd, G.scratch, SCRATCH_LEN);
-        if (r > 0) {
-            total += (size_t)r;
-            if (scan_input(c, G.scratch, (size_t)r, now)) {
-                if (c->state == ST_SEND || c->state == ST_RECV)
-                    request_failed(c);
-                else
-                    conn_close(c);
-                return;
-            }
-            if ((size_t)r < SCRATCH_LEN)
-                return;
-            continue;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 && errno == EAGAIN)
+    while (total < READ_BUDGET && c->io.state != ST_CLOSED) {
+        ssize_t r = ep_read(&c->io, G.scratch, SCRATCH_LEN);
+        if (r == 0)
             return;
-        /* closed or reset */
-        if (c->state == ST_SEND || c->state == ST_RECV)
-            request_failed(c);
-        else {
-            if (!G.classes && c->state == ST_READY)
-                G.idle_dropped++;
-            conn_close(c);
+        if (r < 0) { /* closed or reset */
+            if (c->io.state == ST_SEND || c->io.state == ST_RECV)
+                request_failed(c);
+            else {
+                if (!G.classes && c->io.state == ST_READY)
+                    G.idle_dropped++;
+                conn_close(c);
+            }
+            return;
         }
-        return;
+        total += (size_t)r;
+        if (scan_input(c, G.scratch, (size_t)r, now)) {
+            if (c->io.state == ST_SEND || c->io.state == ST_RECV)
+                request_failed(c);
+            else
+                conn_close(c);
+            return;
+        }
+        if ((size_t)r < SCRATCH_LEN)
+            return;
     }
 }
 
 static void on_event(struct conn *c, uint32_t ev, int64_t *now)
 {
-    switch (c->state) {
-    case ST_CONNECTING: {
-        int err = 0;
-        socklen_t el = sizeof err;
-        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) || err || (ev & (EPOLLERR | EPOLLHUP))) {
-            open_failed(c, 0);
-            return;
-        }
-        if (!(ev & EPOLLOUT))
-            return;
-        c->state = ST_HS_SEND;
-        c->off = 0;
-    } /* fall through */
-    case ST_HS_SEND:
-        if (flush_out(c, G.hs, G.hs_len)) {
-            open_failed(c, 0);
-            return;
-        }
-        if (c->off == G.hs_len)
-            c->state = ST_HS_READ;
-        return;
-    case ST_HS_READ: {
-        uint8_t cap;
-        ssize_t r = read(c->fd, &cap, 1);
-        if (r == 1)
+    if (ep_opening(&c->io)) {
+        int r = ep_open_step(&G.loop, &c->io, ev, G.hs, G.hs_len);
+        if (r == EP_OPEN)
             opened(c, *now);
-        else if (r == 0 || (errno != EAGAIN && errno != EINTR))
-            open_failed(c, 1);
+        else if (r != EP_WAIT)
+            open_failed(c, r == EP_ACCESS);
         return;
     }
+    switch (c->io.state) {
     case ST_SEND:
         if (ev & EPOLLOUT) {
             const struct cls *k = &G.classes[c->cls];
-            if (flush_out(c, k->msg, k->msg_len)) {
+            if (ep_flush(&G.loop, &c->io, k->msg, k->msg_len)) {
                 request_failed(c);
                 return;
             }
-            if (c->off == k->msg_len)
-                c->state = ST_RECV;
+            if (c->io.off == k->msg_len)
+                c->io.state = ST_RECV;
         }
         if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))
             on_readable(c, now);
@@ -600,23 +412,11 @@ static void on_event(struct conn *c, uint32_t ev, int64_t *now)
 static void poll_once(int64_t deadline, const sigset_t *waitmask)
 {
     static struct epoll_event evs[1024];
-    int64_t now = now_ns();
-    int timeout = -1;
-    if (deadline) {
-        int64_t left = deadline - now;
-        timeout = left <= 0 ? 0 : (int)QG_MIN((left + 999999) / 1000000, 60000);
-    }
-    int n = epoll_pwait(G.epfd, evs, (int)QG_ARRAY_LEN(evs), timeout, waitmask);
-    if (n < 0) {
-        if (errno == EINTR)
-            return;
-        fprintf(stderr, "qload: epoll_wait: %s\n", strerror(errno));
-        exit(1);
-    }
-    now = now_ns();
+    int n = ep_wait(&G.loop, evs, (int)QG_ARRAY_LEN(evs), deadline, 60 * NS, waitmask);
+    int64_t now = mono_ns();
     for (int i = 0; i < n; i++) {
         struct conn *c = &G.conns[evs[i].data.u64];
-        if (c->state != ST_CLOSED)
+        if (c->io.state != ST_CLOSED)
             on_event(c, evs[i].events, &now);
     }
 }
@@ -627,9 +427,9 @@ static int64_t min_deadline(int64_t a, int64_t b) { return !a ? b : !b ? a : QG_
 
 static int run_idle(long n, double hold, const sigset_t *waitmask)
 {
-    int64_t start = now_ns(), open_limit = start + IDLE_OPEN_LIMIT_NS;
-    while (!stop_sig && (G.next_open < G.nconns || G.inflight)) {
-        int64_t now = now_ns();
+    int64_t start = mono_ns(), open_limit = start + IDLE_OPEN_LIMIT_NS;
+    while (!stop_signals && (G.next_open < G.nconns || G.inflight)) {
+        int64_t now = mono_ns();
         if (now >= open_limit)
             break;
         pump_opens(now);
@@ -638,12 +438,12 @@ static int run_idle(long n, double hold, const sigset_t *waitmask)
             break;
         poll_once(min_deadline(open_limit, G.inflight ? now + SCAN_NS : 0), waitmask);
     }
-    int64_t done = now_ns();
+    int64_t done = mono_ns();
     long opened_n = 0;
     for (long i = 0; i < G.nconns; i++) {
-        if (opening(&G.conns[i]))
+        if (ep_opening(&G.conns[i].io))
             conn_close(&G.conns[i]); /* cut short: counts as failed */
-        opened_n += G.conns[i].state == ST_READY;
+        opened_n += G.conns[i].io.state == ST_READY;
     }
     double secs = (double)(done - start) / 1e9;
     long failed = n - opened_n;
@@ -651,7 +451,7 @@ static int run_idle(long n, double hold, const sigset_t *waitmask)
            opened_n, failed, secs, secs > 0 ? (double)opened_n / secs : 0.0);
     fflush(stdout);
     int64_t hold_end = done + (int64_t)(hold * 1e9);
-    while (!stop_sig && now_ns() < hold_end)
+    while (!stop_signals && mono_ns() < hold_end)
         poll_once(hold_end, waitmask);
     if (G.idle_dropped)
         fprintf(stderr, "qload idle: %ld connections closed by the peer while held\n", G.idle_dropped);
@@ -662,13 +462,13 @@ static int run_idle(long n, double hold, const sigset_t *waitmask)
 
 static int run_load(double warmup, double seconds, const sigset_t *waitmask)
 {
-    int64_t start = now_ns();
+    int64_t start = mono_ns();
     G.mstart = start + (int64_t)(warmup * 1e9);
     G.mend = G.mstart + (int64_t)(seconds * 1e9);
     G.sending = 1;
     int warned = 0;
-    while (!stop_sig) {
-        int64_t now = now_ns();
+    while (!stop_signals) {
+        int64_t now = mono_ns();
         if (now >= G.mend)
             break;
         if (!warned && warmup > 0 && now >= G.mstart && (G.inflight || G.next_open < G.nconns)) {
@@ -683,9 +483,9 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
             dl = QG_MIN(dl, now + SCAN_NS);
         poll_once(dl, waitmask);
     }
-    int64_t end = now_ns();
+    int64_t end = mono_ns();
     double measured;
-    if (stop_sig) {
+    if (stop_signals) {
         G.mend = QG_MIN(G.mend, end); /* nothing completing from here on counts */
         measured = end > G.mstart ? (double)(G.mend - G.mstart) / 1e9 : 0;
     } else {
@@ -696,21 +496,21 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
     long not_opened = G.nconns - G.next_open;
     for (long i = 0; i < G.nconns; i++) {
         struct conn *c = &G.conns[i];
-        if (opening(c)) {
+        if (ep_opening(&c->io)) {
             not_opened++;
             conn_close(c);
-        } else if (c->state == ST_READY) {
+        } else if (c->io.state == ST_READY) {
             conn_close(c);
         }
     }
     if (not_opened)
         fprintf(stderr, "qload: %ld connections were never opened (the run ended first)\n", not_opened);
-    int64_t drain_end = now_ns() + DRAIN_NS;
-    while (!stop_sig && G.outstanding > 0 && now_ns() < drain_end)
+    int64_t drain_end = mono_ns() + DRAIN_NS;
+    while (!stop_signals && G.outstanding > 0 && mono_ns() < drain_end)
         poll_once(drain_end, waitmask);
     for (long i = 0; i < G.nconns; i++) {
         struct conn *c = &G.conns[i];
-        if (c->state == ST_SEND || c->state == ST_RECV)
+        if (c->io.state == ST_SEND || c->io.state == ST_RECV)
             G.classes[c->cls].unfinished++;
         conn_close(c);
     }
@@ -719,11 +519,8 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
     for (int j = 0; j < G.nclasses; j++) {
         struct cls *k = &G.classes[j];
         size_t n = k->nlat;
-        if (n)
-            qsort(k->lat, n, sizeof *k->lat, cmp_i64);
-        double p50 = n ? (double)k->lat[(n - 1) / 2] / 1e3 : 0;
-        double p99 = n ? (double)k->lat[(size_t)ceil(0.99 * (double)n) - 1] / 1e3 : 0;
-        double mx = n ? (double)k->lat[n - 1] / 1e3 : 0;
+        double p50, p99, mx;
+        lat_summary(k->lat, n, 0, &p50, &p99, &mx);
         long failed = k->failed + k->open_failed + k->access_failed;
         printf("qload class=%s mode=%s conns=%ld requests=%zu rps=%.1f p50_us=%.0f p99_us=%.0f "
                "max_us=%.0f qerrors=%ld failed=%ld\n",
@@ -761,19 +558,19 @@ int main(int argc, char **argv)
                 usage();
             }
         } else if (!strcmp(a, "--seconds") && more) {
-            if (parse_double(argv[++i], &seconds))
+            if (arg_double(argv[++i], &seconds, 1))
                 usage();
         } else if (!strcmp(a, "--warmup") && more) {
-            if (parse_double(argv[++i], &warmup))
+            if (arg_double(argv[++i], &warmup, 1))
                 usage();
         } else if (!strcmp(a, "--hold") && more) {
-            if (parse_double(argv[++i], &hold))
+            if (arg_double(argv[++i], &hold, 1))
                 usage();
         } else if (!strcmp(a, "--idle") && more) {
-            if (parse_long(argv[++i], &idle) || idle < 1)
+            if (arg_long(argv[++i], &idle) || idle < 1)
                 usage();
         } else if (!strcmp(a, "--sample") && more) {
-            if (parse_long(argv[++i], &G.sample) || G.sample < 1)
+            if (arg_long(argv[++i], &G.sample) || G.sample < 1)
                 usage();
         } else if (!strcmp(a, "--csv") && more)
             csv_path = argv[++i];
@@ -787,12 +584,7 @@ int main(int argc, char **argv)
     if (add_targets(gw) || !G.ntargets)
         usage();
 
-    char up[1024];
-    snprintf(up, sizeof up, "%s", userpass);
-    char *colon = strchr(up, ':');
-    if (colon)
-        *colon = 0;
-    G.hs_len = kipc_hs_build(G.hs, sizeof G.hs, up, colon ? colon + 1 : NULL, KIPC_CAP_MAX);
+    G.hs_len = hs_build_userpass(G.hs, sizeof G.hs, userpass);
     if (!G.hs_len) {
         fprintf(stderr, "qload: credentials too long\n");
         usage();
@@ -806,12 +598,12 @@ int main(int argc, char **argv)
         for (int j = 0; j < G.nclasses; j++)
             G.nconns += G.classes[j].count;
     }
-    if (raise_nofile((rlim_t)G.nconns + 64))
+    if (nofile_raise((rlim_t)G.nconns + 64, "qload"))
         return 2;
     G.conns = calloc((size_t)G.nconns, sizeof *G.conns);
     G.scratch = malloc(SCRATCH_LEN);
-    G.epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (!G.conns || !G.scratch || G.epfd < 0) {
+    G.loop = (struct eploop){.epfd = epoll_create1(EPOLL_CLOEXEC), .prog = "qload"};
+    if (!G.conns || !G.scratch || G.loop.epfd < 0) {
         fprintf(stderr, "qload: cannot set up: %s\n", strerror(errno));
         return 1;
     }
@@ -820,7 +612,8 @@ int main(int argc, char **argv)
         for (long k = 0; k < G.classes[j].count; k++)
             G.conns[idx++].cls = (uint16_t)j;
     for (long i = 0; i < G.nconns; i++) {
-        G.conns[i].fd = -1;
+        G.conns[i].io.fd = -1;
+        G.conns[i].io.id = (uint64_t)i;
         G.conns[i].target = (uint32_t)(i % G.ntargets);
     }
     if (csv_path) {
@@ -833,18 +626,8 @@ int main(int argc, char **argv)
     }
 
     /* SIGINT/SIGTERM are blocked except inside epoll_pwait, so no wake-up is lost. */
-    signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigset_t block, waitmask;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigprocmask(SIG_BLOCK, &block, &waitmask);
-    sigdelset(&waitmask, SIGINT);
-    sigdelset(&waitmask, SIGTERM);
+    sigset_t waitmask;
+    stop_signals_block(&waitmask);
 
     int rc = idle > 0 ? run_idle(idle, hold, &waitmask) : run_load(warmup, seconds, &waitmask);
 
@@ -852,7 +635,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "qload: %s: %s\n", csv_path, strerror(errno));
         rc = 1;
     }
-    close(G.epfd);
+    close(G.loop.epfd);
     for (int j = 0; j < G.nclasses; j++) {
         free(G.classes[j].lat);
         free(G.classes[j].msg);

@@ -26,14 +26,21 @@ static void usage(void)
     exit(2);
 }
 
+/* TEXT as a char vector message of type (malloc'd, its length in *len), or NULL. */
+static uint8_t *text_msg(const char *text, int type, size_t *len)
+{
+    K q = k_str(text, strlen(text));
+    uint8_t *m = kcodec_encode_msg(q, type, len);
+    k_free(q);
+    return m;
+}
+
 /* --read-rate: send TEXT sync, then read the reply at about bps bytes a second, printing
  * the bytes read so far every second; a slow consumer for fault tests. */
 static int slow_read(struct qconn *c, const char *text, long bps)
 {
-    K q = k_str(text, strlen(text));
     size_t len;
-    uint8_t *m = kcodec_encode_msg(q, KIPC_SYNC, &len);
-    k_free(q);
+    uint8_t *m = text_msg(text, KIPC_SYNC, &len);
     if (qconn_send(c, m, len)) {
         free(m);
         return 1;
@@ -69,10 +76,8 @@ static int slow_read(struct qconn *c, const char *text, long bps)
 /* --flood: n async copies of text written as fast as the socket takes them. */
 static int do_flood(struct qconn *c, const char *text, long n)
 {
-    K q = k_str(text, strlen(text));
     size_t len;
-    uint8_t *m = kcodec_encode_msg(q, KIPC_ASYNC, &len);
-    k_free(q);
+    uint8_t *m = text_msg(text, KIPC_ASYNC, &len);
     enum { BATCH = 1024 };
     uint8_t *batch = malloc(len * BATCH);
     for (int i = 0; i < BATCH; i++)
@@ -170,10 +175,8 @@ int main(int argc, char **argv)
             if (!strncmp(text, "neg:", 4))
                 text += 4;
             if (!pipeline || pass == 0) {
-                K q = k_str(text, strlen(text));
                 size_t len;
-                uint8_t *m = kcodec_encode_msg(q, as ? KIPC_ASYNC : KIPC_SYNC, &len);
-                k_free(q);
+                uint8_t *m = text_msg(text, as ? KIPC_ASYNC : KIPC_SYNC, &len);
                 rc = qconn_send(&c, m, len);
                 free(m);
                 if (rc) {

@@ -6,21 +6,16 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
-#include <netdb.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kcodec.h"
 #include "kipc.h"
 #include "kzip.h"
-#include "net.h"
+#include "util.h"
 
 #define NS 1000000000LL
 #define MS 1000000LL
@@ -40,10 +35,10 @@
 #define REQ_PREFIX 19              /* header 8, type 1, attr 1, length 4, "echo " 5 */
 
 enum cstate {
-    ST_WAIT,       /* closed; (re)connect at t_next */
-    ST_CONNECTING, /* non-blocking connect in progress */
-    ST_HS_SEND,    /* sending user CAP NUL */
-    ST_HS_READ,    /* waiting for the capability byte */
+    ST_WAIT,                       /* closed; (re)connect at t_next */
+    ST_CONNECTING = EP_CONNECTING, /* non-blocking connect in progress */
+    ST_HS_SEND = EP_HS_SEND,       /* sending user CAP NUL */
+    ST_HS_READ = EP_HS_READ,       /* waiting for the capability byte */
     ST_READY,      /* open, nothing being sent */
     ST_SEND,       /* writing a request */
     ST_RECV,       /* request written, waiting for its reply */
@@ -51,16 +46,14 @@ enum cstate {
 };
 
 struct conn {
-    int fd;
-    uint32_t events;      /* registered epoll mask, 0 = not registered */
-    uint8_t state;
+    struct epconn io;     /* fd, epoll mask, state, bytes of the request written */
     uint8_t outstanding;  /* a request was sent (or is being sent) and has no reply yet */
     uint64_t rng;         /* this connection's PRNG state */
     uint64_t seq;         /* next sequence number; never reused, survives reconnects */
     uint64_t cur;         /* sequence number of the last request */
     int64_t t_next;       /* ST_WAIT: when to connect; opening: when to give up */
     uint8_t *req;         /* the last request, whole message; kept until its reply */
-    size_t req_cap, req_len, off;
+    size_t req_cap, req_len;
     uint8_t *in;          /* received bytes not yet consumed */
     size_t in_cap, in_len;
     uint64_t *done;       /* bitmap of answered sequence numbers (ok, qerror, corrupted) */
@@ -77,14 +70,12 @@ struct sample {
 };
 
 static struct {
-    struct sockaddr_storage sa;
-    socklen_t salen;
-    char target[300];
+    struct target target;
     struct conn *conns;
     long nconns;
     uint8_t hs[64];
     size_t hs_len;
-    int epfd;
+    struct eploop loop;   /* its bytes_out: bytes sent */
     int sending;          /* closed loop running: send after each reply */
     long outstanding;     /* requests without a reply on open connections */
     /* request outcomes: requests = ok + qerrors + corrupted + closed + lost (+ outstanding) */
@@ -92,7 +83,7 @@ static struct {
     /* replies that answer nothing of ours */
     long duplicated, misrouted;
     long refused, hs_rejected, open_timeouts, reconnects, ignored_msgs, anomalies;
-    uint64_t bytes_out, bytes_in;
+    uint64_t bytes_in;
     struct errtext errs[MAX_ERRTEXTS];
     int nerrs;
     long errs_other;
@@ -105,21 +96,6 @@ static struct {
     long rss_min, rss_max, rss_warm, rss_last, fds_min, fds_max, fds_last;
     int pid_gone_warned;
 } G;
-
-static volatile sig_atomic_t stop_sig;
-
-static void on_signal(int s)
-{
-    (void)s;
-    stop_sig++;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
-}
 
 static void usage(void)
 {
@@ -144,28 +120,6 @@ static void usage(void)
             "  duplicated and misrouted are 0 and at least one reply was ok; 1 otherwise;\n"
             "  2 on bad usage. SIGINT ends the run early (a second one ends the drain).\n");
     exit(2);
-}
-
-static int parse_double(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v) || v <= 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_long(const char *s, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < 0)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static void *xrealloc(void *p, size_t n)
@@ -286,20 +240,7 @@ static void anomaly(const struct conn *c, const char *what, const uint8_t *body,
 
 /* ---- connections ---------------------------------------------------------------------------- */
 
-static void set_events(struct conn *c, uint32_t ev)
-{
-    if (c->events == ev)
-        return;
-    struct epoll_event e = {.events = ev, .data.u64 = (uint64_t)(c - G.conns)};
-    int op = !c->events ? EPOLL_CTL_ADD : !ev ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
-    if (epoll_ctl(G.epfd, op, c->fd, &e) && op != EPOLL_CTL_DEL) {
-        fprintf(stderr, "qsoak: epoll_ctl: %s\n", strerror(errno));
-        exit(1);
-    }
-    c->events = ev;
-}
-
-static int is_open(const struct conn *c) { return c->state >= ST_READY && c->state <= ST_RECV; }
+static int is_open(const struct conn *c) { return c->io.state >= ST_READY && c->io.state <= ST_RECV; }
 
 /* Close c. A request still outstanding counts as closed. Reconnect after delay while the run
  * lasts (delay < 0: never). */
@@ -310,62 +251,26 @@ static void conn_drop(struct conn *c, int64_t now, int64_t delay)
         G.outstanding--;
         c->outstanding = 0;
     }
-    if (c->fd >= 0)
-        close(c->fd); /* also leaves the epoll set */
-    c->fd = -1;
-    c->events = 0;
+    ep_close(&c->io);
     free(c->in);
     c->in = NULL;
     c->in_cap = c->in_len = 0;
     if (G.sending && delay >= 0) {
-        c->state = ST_WAIT;
+        c->io.state = ST_WAIT;
         c->t_next = now + delay;
     } else {
-        c->state = ST_OFF;
+        c->io.state = ST_OFF;
     }
 }
 
 static void start_open(struct conn *c, int64_t now)
 {
-    int fd = socket(G.sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    if (ep_connect(&G.loop, &c->io, &G.target)) {
         G.refused++;
         c->t_next = now + RETRY_NS;
         return;
     }
-    net_tune(fd);
-    if (connect(fd, (const struct sockaddr *)&G.sa, G.salen) && errno != EINPROGRESS) {
-        close(fd);
-        G.refused++;
-        c->t_next = now + RETRY_NS;
-        return;
-    }
-    c->fd = fd;
-    c->state = ST_CONNECTING;
     c->t_next = now + OPEN_TIMEOUT_NS;
-    c->off = 0;
-    set_events(c, EPOLLOUT);
-}
-
-/* Write p[c->off..len). 0 done or waiting for writability, -1 the peer is gone. */
-static int flush_out(struct conn *c, const uint8_t *p, size_t len)
-{
-    while (c->off < len) {
-        ssize_t w = send(c->fd, p + c->off, len - c->off, MSG_NOSIGNAL);
-        if (w > 0) {
-            c->off += (size_t)w;
-            G.bytes_out += (uint64_t)w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && errno == EAGAIN) {
-            set_events(c, EPOLLIN | EPOLLOUT);
-            return 0;
-        } else {
-            return -1;
-        }
-    }
-    set_events(c, EPOLLIN);
-    return 0;
 }
 
 static void send_next(struct conn *c, int64_t now);
@@ -374,21 +279,21 @@ static void send_next(struct conn *c, int64_t now);
 static void sent(struct conn *c, int64_t now)
 {
     if (c->outstanding) {
-        c->state = ST_RECV;
+        c->io.state = ST_RECV;
         return;
     }
-    c->state = ST_READY;
+    c->io.state = ST_READY;
     if (G.sending)
         send_next(c, now);
 }
 
 static void write_request(struct conn *c, int64_t now)
 {
-    if (flush_out(c, c->req, c->req_len)) {
+    if (ep_flush(&G.loop, &c->io, c->req, c->req_len)) {
         conn_drop(c, now, RECONNECT_NS);
         return;
     }
-    if (c->off == c->req_len)
+    if (c->io.off == c->req_len)
         sent(c, now);
 }
 
@@ -416,10 +321,10 @@ static void send_next(struct conn *c, int64_t now)
     memcpy(c->req + REQ_PREFIX, id, (size_t)idn);
     fill_pad(&c->rng, c->req + REQ_PREFIX + idn, pad);
     c->req_len = total;
-    c->off = 0;
+    c->io.off = 0;
     c->cur = c->seq++;
     c->outstanding = 1;
-    c->state = ST_SEND;
+    c->io.state = ST_SEND;
     G.outstanding++;
     G.requests++;
     write_request(c, now);
@@ -431,8 +336,8 @@ static void finish(struct conn *c, int64_t now)
     mark_done(c, c->cur);
     c->outstanding = 0;
     G.outstanding--;
-    if (c->state == ST_RECV) {
-        c->state = ST_READY;
+    if (c->io.state == ST_RECV) {
+        c->io.state = ST_READY;
         if (c->req_cap > KEEP_MAX) {
             free(c->req);
             c->req = NULL;
@@ -536,7 +441,7 @@ static int process_input(struct conn *c, int64_t now)
         if (c->in_len - off < h.len)
             break;
         handle_msg(c, c->in + off, (size_t)h.len, &h, now);
-        if (c->fd < 0)
+        if (c->io.fd < 0)
             return -1;
         off += (size_t)h.len;
     }
@@ -560,7 +465,7 @@ static int process_input(struct conn *c, int64_t now)
 static void on_readable(struct conn *c, int64_t now)
 {
     size_t total = 0;
-    while (total < READ_BUDGET && c->fd >= 0) {
+    while (total < READ_BUDGET && c->io.fd >= 0) {
         size_t want = IN_MIN;
         if (c->in_len >= 8) {
             struct kipc_hdr h;
@@ -572,70 +477,47 @@ static void on_readable(struct conn *c, int64_t now)
             c->in = xrealloc(c->in, want);
             c->in_cap = want;
         }
-        ssize_t r = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
-        if (r > 0) {
-            total += (size_t)r;
-            G.bytes_in += (uint64_t)r;
-            c->in_len += (size_t)r;
-            if (process_input(c, now)) {
-                if (c->fd >= 0)
-                    conn_drop(c, now, RECONNECT_NS);
-                return;
-            }
-            continue;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 && errno == EAGAIN)
+        ssize_t r = ep_read(&c->io, c->in + c->in_len, c->in_cap - c->in_len);
+        if (r == 0)
             return;
-        conn_drop(c, now, RECONNECT_NS); /* closed or reset */
-        return;
+        if (r < 0) {
+            conn_drop(c, now, RECONNECT_NS); /* closed or reset */
+            return;
+        }
+        total += (size_t)r;
+        G.bytes_in += (uint64_t)r;
+        c->in_len += (size_t)r;
+        if (process_input(c, now)) {
+            if (c->io.fd >= 0)
+                conn_drop(c, now, RECONNECT_NS);
+            return;
+        }
     }
 }
 
 static void on_event(struct conn *c, uint32_t ev, int64_t now)
 {
-    switch (c->state) {
-    case ST_CONNECTING: {
-        int err = 0;
-        socklen_t el = sizeof err;
-        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) || err || (ev & (EPOLLERR | EPOLLHUP))) {
-            G.refused++;
-            conn_drop(c, now, RETRY_NS);
-            return;
-        }
-        if (!(ev & EPOLLOUT))
-            return;
-        c->state = ST_HS_SEND;
-        c->off = 0;
-    } /* fall through */
-    case ST_HS_SEND:
-        if (flush_out(c, G.hs, G.hs_len)) {
-            G.hs_rejected++;
-            conn_drop(c, now, RETRY_NS);
-            return;
-        }
-        if (c->off == G.hs_len)
-            c->state = ST_HS_READ;
-        return;
-    case ST_HS_READ: {
-        uint8_t cap;
-        ssize_t r = read(c->fd, &cap, 1);
-        if (r == 1) {
-            c->state = ST_READY;
-            set_events(c, EPOLLIN);
+    if (ep_opening(&c->io)) {
+        int r = ep_open_step(&G.loop, &c->io, ev, G.hs, G.hs_len);
+        if (r == EP_OPEN) {
+            c->io.state = ST_READY;
+            ep_watch(&G.loop, &c->io, EPOLLIN);
             if (G.sending)
                 send_next(c, now);
-        } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
-            G.hs_rejected++;
+        } else if (r != EP_WAIT) {
+            if (r == EP_CONNECT_FAILED)
+                G.refused++;
+            else
+                G.hs_rejected++;
             conn_drop(c, now, RETRY_NS);
         }
         return;
     }
+    switch (c->io.state) {
     case ST_SEND:
         if (ev & EPOLLOUT) {
             write_request(c, now);
-            if (c->fd < 0)
+            if (c->io.fd < 0)
                 return;
         }
         if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))
@@ -656,16 +538,15 @@ static int64_t tend(int64_t now, int64_t deadline)
 {
     for (long i = 0; i < G.nconns; i++) {
         struct conn *c = &G.conns[i];
-        int opening = c->state == ST_CONNECTING || c->state == ST_HS_SEND || c->state == ST_HS_READ;
-        if (c->state == ST_WAIT && now >= c->t_next) {
+        if (c->io.state == ST_WAIT && now >= c->t_next) {
             if (c->seq)
                 G.reconnects++;
             start_open(c, now);
-        } else if (opening && now >= c->t_next) {
+        } else if (ep_opening(&c->io) && now >= c->t_next) {
             G.open_timeouts++;
             conn_drop(c, now, RETRY_NS);
         }
-        if (c->state <= ST_HS_READ) /* ST_WAIT or opening */
+        if (c->io.state <= ST_HS_READ) /* ST_WAIT or opening */
             deadline = QG_MIN(deadline, c->t_next);
     }
     return deadline;
@@ -675,19 +556,11 @@ static int64_t tend(int64_t now, int64_t deadline)
 static void poll_once(int64_t deadline, const sigset_t *waitmask)
 {
     static struct epoll_event evs[256];
-    int64_t now = now_ns(), left = deadline - now;
-    int timeout = left <= 0 ? 0 : (int)((QG_MIN(left, TICK_NS) + MS - 1) / MS);
-    int n = epoll_pwait(G.epfd, evs, (int)QG_ARRAY_LEN(evs), timeout, waitmask);
-    if (n < 0) {
-        if (errno == EINTR)
-            return;
-        fprintf(stderr, "qsoak: epoll_wait: %s\n", strerror(errno));
-        exit(1);
-    }
-    now = now_ns();
+    int n = ep_wait(&G.loop, evs, (int)QG_ARRAY_LEN(evs), deadline, TICK_NS, waitmask);
+    int64_t now = mono_ns();
     for (int i = 0; i < n; i++) {
         struct conn *c = &G.conns[evs[i].data.u64];
-        if (c->fd >= 0)
+        if (c->io.fd >= 0)
             on_event(c, evs[i].events, now);
     }
 }
@@ -765,6 +638,17 @@ static struct sample take_sample(int64_t now)
     return s;
 }
 
+/* A sample into *last if one is due (*next_sample); the next is due a second later, never in the past. */
+static void sample_if_due(int64_t now, int64_t *next_sample, struct sample *last)
+{
+    if (now < *next_sample)
+        return;
+    *last = take_sample(now);
+    *next_sample += NS;
+    if (*next_sample <= now)
+        *next_sample = now + NS;
+}
+
 static void progress(int64_t now, const struct sample *s, long *last_done, int64_t *last_t)
 {
     long nopen = 0;
@@ -792,29 +676,6 @@ static void put_val(char *buf, size_t len, long v)
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
-static int resolve(const char *gw)
-{
-    char host[256];
-    int port;
-    if (net_parse_hostport(gw, "127.0.0.1", host, sizeof host, &port) || !port) {
-        fprintf(stderr, "qsoak: bad address %s\n", gw);
-        return -1;
-    }
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    int e = getaddrinfo(!strcmp(host, "localhost") ? "127.0.0.1" : host, ps, &hints, &ai);
-    if (e) {
-        fprintf(stderr, "qsoak: %s: %s\n", gw, gai_strerror(e));
-        return -1;
-    }
-    memcpy(&G.sa, ai->ai_addr, ai->ai_addrlen);
-    G.salen = ai->ai_addrlen;
-    freeaddrinfo(ai);
-    snprintf(G.target, sizeof G.target, "%s:%d", host, port);
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     const char *gw = NULL, *csv_path = NULL;
@@ -826,23 +687,23 @@ int main(int argc, char **argv)
         if (!strcmp(a, "-g") && more)
             gw = argv[++i];
         else if (!strcmp(a, "-c") && more) {
-            if (parse_long(argv[++i], &conns) || conns < 1 || conns > 100000)
+            if (arg_long(argv[++i], &conns) || conns < 1 || conns > 100000)
                 usage();
         } else if (!strcmp(a, "--seconds") && more) {
-            if (parse_double(argv[++i], &seconds) || seconds > 1e7)
+            if (arg_double(argv[++i], &seconds, 0) || seconds > 1e7)
                 usage();
         } else if (!strcmp(a, "--pid") && more) {
-            if (parse_long(argv[++i], &pid) || pid < 1 || pid > 0x7fffffff)
+            if (arg_long(argv[++i], &pid) || pid < 1 || pid > 0x7fffffff)
                 usage();
         } else if (!strcmp(a, "--csv") && more)
             csv_path = argv[++i];
         else if (!strcmp(a, "--seed") && more) {
-            if (parse_long(argv[++i], &seed))
+            if (arg_long(argv[++i], &seed))
                 usage();
         } else
             usage();
     }
-    if (!gw || resolve(gw))
+    if (!gw || target_parse(&G.target, gw, 0, "qsoak", "address"))
         usage();
     G.hs_len = kipc_hs_build(G.hs, sizeof G.hs, "qsoak", NULL, KIPC_CAP_MAX);
     G.pid = (int)pid;
@@ -851,15 +712,16 @@ int main(int argc, char **argv)
     G.fds_min = G.fds_max = G.fds_last = -1;
     G.warmup_s = QG_MIN(60.0, 0.2 * seconds);
     G.conns = calloc((size_t)conns, sizeof *G.conns);
-    G.epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (!G.conns || G.epfd < 0 || !G.hs_len) {
+    G.loop = (struct eploop){.epfd = epoll_create1(EPOLL_CLOEXEC), .prog = "qsoak"};
+    if (!G.conns || G.loop.epfd < 0 || !G.hs_len) {
         fprintf(stderr, "qsoak: cannot set up: %s\n", strerror(errno));
         return 1;
     }
     for (long i = 0; i < conns; i++) {
         struct conn *c = &G.conns[i];
-        c->fd = -1;
-        c->state = ST_WAIT;
+        c->io.fd = -1;
+        c->io.id = (uint64_t)i;
+        c->io.state = ST_WAIT;
         c->rng = ((uint64_t)seed * 0x100000001b3ULL) ^ ((uint64_t)(i + 1) * 0x9e3779b97f4a7c15ULL);
     }
     if (csv_path) {
@@ -872,39 +734,24 @@ int main(int argc, char **argv)
     }
 
     /* SIGINT/SIGTERM are blocked except inside epoll_pwait, so no wake-up is lost. */
-    signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigset_t block, waitmask;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigprocmask(SIG_BLOCK, &block, &waitmask);
-    sigdelset(&waitmask, SIGINT);
-    sigdelset(&waitmask, SIGTERM);
+    sigset_t waitmask;
+    stop_signals_block(&waitmask);
 
-    int64_t start = now_ns();
+    int64_t start = mono_ns();
     G.start = start;
     int64_t end_send = start + (int64_t)(seconds * 1e9), hard_end = end_send + HARD_EXTRA_NS;
     int64_t next_sample = start + NS, next_progress = start + PROGRESS_NS, last_t = start;
     long last_done = 0;
     struct sample last = {-1, -1};
-    fprintf(stderr, "qsoak: %ld connections to %s for %.0f s (seed %ld)\n", conns, G.target, seconds, seed);
+    fprintf(stderr, "qsoak: %ld connections to %s for %.0f s (seed %ld)\n", conns, G.target.name, seconds, seed);
 
     /* the run */
     G.sending = 1;
     for (;;) {
-        int64_t now = now_ns();
-        if (stop_sig || now >= end_send)
+        int64_t now = mono_ns();
+        if (stop_signals || now >= end_send)
             break;
-        if (now >= next_sample) {
-            last = take_sample(now);
-            next_sample += NS;
-            if (next_sample <= now)
-                next_sample = now + NS;
-        }
+        sample_if_due(now, &next_sample, &last);
         if (now >= next_progress) {
             progress(now, &last, &last_done, &last_t);
             next_progress += PROGRESS_NS;
@@ -914,29 +761,24 @@ int main(int argc, char **argv)
 
     /* the drain: no new requests; close what has nothing outstanding */
     G.sending = 0;
-    int64_t now = now_ns();
+    int64_t now = mono_ns();
     if (now < end_send) /* stopped early by a signal */
         end_send = now;
     for (long i = 0; i < conns; i++) {
         struct conn *c = &G.conns[i];
-        if (!c->outstanding && c->state != ST_OFF)
+        if (!c->outstanding && c->io.state != ST_OFF)
             conn_drop(c, now, -1);
     }
-    int stop_at = stop_sig ? 2 : 1;
+    int stop_at = stop_signals ? 2 : 1;
     int64_t drain_end = QG_MIN(now + DRAIN_NS, hard_end);
-    while (G.outstanding > 0 && stop_sig < stop_at) {
-        now = now_ns();
+    while (G.outstanding > 0 && stop_signals < stop_at) {
+        now = mono_ns();
         if (now >= drain_end)
             break;
-        if (now >= next_sample) {
-            last = take_sample(now);
-            next_sample += NS;
-            if (next_sample <= now)
-                next_sample = now + NS;
-        }
+        sample_if_due(now, &next_sample, &last);
         poll_once(QG_MIN(next_sample, drain_end), &waitmask);
     }
-    now = now_ns();
+    now = mono_ns();
     for (long i = 0; i < conns; i++) {
         struct conn *c = &G.conns[i];
         if (c->outstanding) {
@@ -971,7 +813,7 @@ int main(int argc, char **argv)
             "handshake_rejected=%ld open_timeouts=%ld reconnects=%ld ignored_msgs=%ld sent_mb=%.1f "
             "received_mb=%.1f samples=%ld warmup_s=%.0f\n",
             run_s, run_s > 0 ? (double)(G.ok + G.qerrors) / run_s : 0.0, G.corrupted, G.refused,
-            G.hs_rejected, G.open_timeouts, G.reconnects, G.ignored_msgs, (double)G.bytes_out / 1e6,
+            G.hs_rejected, G.open_timeouts, G.reconnects, G.ignored_msgs, (double)G.loop.bytes_out / 1e6,
             (double)G.bytes_in / 1e6, G.nsamples, G.warmup_s);
     if (G.requests != G.ok + G.qerrors + G.corrupted + G.closed + G.lost)
         fprintf(stderr, "qsoak: internal error: requests %ld != ok+qerrors+corrupted+closed+lost\n",
@@ -995,6 +837,6 @@ int main(int argc, char **argv)
         free(G.conns[i].done);
     }
     free(G.conns);
-    close(G.epfd);
+    close(G.loop.epfd);
     return rc;
 }

@@ -18,6 +18,7 @@
 #include "modes.h"
 #include "net.h"
 #include "tbl2.h"
+#include "util.h"
 
 #define MAX_MESSAGE (1ULL << 34)
 static struct tbl2 tbl2;
@@ -35,19 +36,9 @@ struct wconn {
     int ready;   /* handshake done */
     int local;   /* peer on this host: never compress */
     uint8_t cap;
-    uint8_t *in;
-    size_t len, size;
+    struct msgbuf in;
     char peer[64];
 };
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 static void logf_(struct wconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(struct wconn *c, const char *fmt, ...)
@@ -172,13 +163,8 @@ static struct reply unsupported(const char *what)
 
 static int send_msg(struct wconn *c, K x, int type)
 {
-    size_t len;
-    uint8_t *m = x ? kcodec_encode_msg(x, type, &len) : NULL;
+    int rc = x ? kmsg_write(c->fd, x, type) : -1;
     k_free(x);
-    if (!m)
-        return -1;
-    int rc = net_write_all(c->fd, m, len);
-    free(m);
     return rc;
 }
 
@@ -287,7 +273,7 @@ static struct reply apply(struct wconn *c, K f, K arg)
         }
         return (struct reply){.k = k_err("type")};
     }
-    if (m->exit_per_mille && (int)(rng_next(&opt.rng) % 1000) < m->exit_per_mille) {
+    if (m->exit_per_mille && (int)(xorshift64(&opt.rng) % 1000) < m->exit_per_mille) {
         logf_(c, "killer: exit 0");
         exit(0);
     }
@@ -296,21 +282,13 @@ static struct reply apply(struct wconn *c, K f, K arg)
     return (struct reply){.rows = m->rows};
 }
 
-static int is_name(K x, const char *name)
-{
-    size_t l = strlen(name);
-    if (x->t == -KT_SYM)
-        return !strcmp(x->s, name);
-    return x->t == KT_CHAR && (size_t)x->n == l && !memcmp(kC(x), name, l);
-}
-
 static struct reply eval(struct wconn *c, K x)
 {
     if (x->t == KT_CHAR)
         return eval_text(c, kC(x), (size_t)x->n);
     if (x->t == KT_LIST && x->n == 2) {
         K f = kK(x)[0], a = kK(x)[1];
-        if (is_name(f, ".gateway.exec")) {
+        if (kname_eq(f, ".gateway.exec")) {
             if (a->t == KT_LIST && a->n == 2)
                 return apply(c, kK(a)[0], kK(a)[1]);
             return unsupported(".gateway.exec argument");
@@ -433,7 +411,7 @@ static int fault_reply(struct wconn *c)
     if (!strcmp(opt.fault, "garbage")) {
         uint8_t junk[64];
         for (size_t i = 0; i < sizeof junk; i++)
-            junk[i] = (uint8_t)(rng_next(&opt.rng) | 0x80); /* byte 0 never a valid byte order */
+            junk[i] = (uint8_t)(xorshift64(&opt.rng) | 0x80); /* byte 0 never a valid byte order */
         logf_(c, "fault garbage: answering with 64 random bytes");
         return net_write_all(c->fd, junk, sizeof junk);
     }
@@ -448,24 +426,17 @@ static int fault_reply(struct wconn *c)
 
 static int on_readable(struct wconn *c)
 {
-    if (c->size - c->len < 65536) {
-        size_t ns = c->size ? c->size * 2 : 131072;
-        uint8_t *b = realloc(c->in, ns);
-        if (!b)
-            return -1;
-        c->in = b;
-        c->size = ns;
-    }
-    ssize_t r = read(c->fd, c->in + c->len, c->size - c->len);
+    if (msgbuf_room(&c->in))
+        return -1;
+    ssize_t r = msgbuf_read(&c->in, c->fd);
     if (r == 0)
         return -1;
     if (r < 0)
         return errno == EAGAIN || errno == EINTR ? 0 : -1;
-    c->len += (size_t)r;
     size_t off = 0;
     if (!c->ready) {
         struct kipc_hs hs;
-        qg_status st = kipc_hs_parse(c->in, c->len, KIPC_HS_MAX_DEFAULT, &hs);
+        qg_status st = kipc_hs_parse(c->in.p, c->in.len, KIPC_HS_MAX_DEFAULT, &hs);
         if (st == QG_AGAIN)
             return 0;
         if (st != QG_OK)
@@ -490,36 +461,23 @@ static int on_readable(struct wconn *c)
     }
     for (;;) {
         struct kipc_hdr h;
-        size_t need;
         const char *why;
-        qg_status st = kipc_frame_check(c->in + off, c->len - off, MAX_MESSAGE, &h, &need, &why);
+        qg_status st = msgbuf_next(&c->in, off, MAX_MESSAGE, &h, &why);
         if (st == QG_ERR) {
             logf_(c, "badmsg: %s", why);
             return -1;
         }
-        if (st == QG_AGAIN) {
-            if (need > c->size) {
-                uint8_t *b = realloc(c->in, need);
-                if (!b)
-                    return -1;
-                c->in = b;
-                c->size = need;
-            }
+        if (st == QG_ENOMEM)
+            return -1;
+        if (st == QG_AGAIN)
             break;
-        }
         if (opt.fault && fault_reply(c))
             return -1;
-        else if (!opt.fault && serve(c, c->in + off, (size_t)h.len))
+        else if (!opt.fault && serve(c, c->in.p + off, (size_t)h.len))
             return -1;
         off += (size_t)h.len;
     }
-    memmove(c->in, c->in + off, c->len - off);
-    c->len -= off;
-    if (c->len == 0 && c->size > (1u << 20)) { /* give big buffers back when idle */
-        free(c->in);
-        c->in = NULL;
-        c->size = 0;
-    }
+    msgbuf_consume(&c->in, off);
     return 0;
 }
 
@@ -579,13 +537,12 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     opt.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20) ^ 0x9e3779b97f4a7c15ULL;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = mono_ns();
     if (tbl2_build(&tbl2, rows, seed)) {
         fprintf(stderr, "qworker: no memory for %lld rows\n", (long long)rows);
         return 1;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t t1 = mono_ns();
     int bound;
     int lfd = net_listen_tcp(host, port, 512, 1, &bound);
     if (lfd < 0) {
@@ -594,7 +551,7 @@ int main(int argc, char **argv)
     }
     int ufd = uds ? net_listen_uds(bound, 512, 1) : -2;
     printf("qworker listening on %s:%d rows=%lld built_ms=%.0f\n", host, bound, (long long)rows,
-           (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+           (double)(t1 - t0) / 1e6);
     fflush(stdout);
 
     struct wconn *conns = NULL;
@@ -638,7 +595,7 @@ int main(int argc, char **argv)
             if (on_readable(&conns[i])) {
                 logf_(&conns[i], "handle closed");
                 close(conns[i].fd);
-                free(conns[i].in);
+                free(conns[i].in.p);
                 conns[i].fd = -1;
             }
         }

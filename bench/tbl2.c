@@ -6,17 +6,9 @@
 
 #include "kcodec.h"
 #include "kipc.h"
+#include "util.h"
 
 #define CKPT_SHIFT 10
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 int tbl2_build(struct tbl2 *t, int64_t rows, uint64_t seed)
 {
@@ -33,14 +25,14 @@ int tbl2_build(struct tbl2 *t, int64_t rows, uint64_t seed)
     for (int64_t r = 0; r < rows; r++) {
         if (!(r & ((1 << CKPT_SHIFT) - 1)))
             t->ckpt[r >> CKPT_SHIFT] = (uint64_t)(p - t->col);
-        uint64_t v = rng_next(&s);
+        uint64_t v = xorshift64(&s);
         int len = 8 + (int)((v & 0xffff) * 3 >> 16);
         p[0] = KT_CHAR;
         p[1] = 0;
         qg_st32(p + 2, (uint32_t)len);
         p += 6;
         for (int k = 0; k < len; k += 2) {
-            v = rng_next(&s);
+            v = xorshift64(&s);
             p[k] = (uint8_t)('a' + ((v & 0xffffffff) * 26 >> 32));
             if (k + 1 < len)
                 p[k + 1] = (uint8_t)('a' + ((v >> 32) * 26 >> 32));
