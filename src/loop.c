@@ -287,6 +287,20 @@ static int client_events_per_service(const struct gw *g)
     return QG_MAX(4, QG_MIN(64, 2 * w));
 }
 
+/* Is anything received still to be answered: a worker busy, a client with requests held or
+ * reply bytes unsent? (SIGTERM waits for this to be false.) */
+static int work_in_flight(struct gw *g)
+{
+    if (worker_busy_count(g))
+        return 1;
+    for (uint32_t id = 0; id < g->next_id; id++) {
+        struct conn *c = g->tab[id];
+        if (c && c->kind == EV_CLIENT && (((struct client *)c)->head || c->out.bytes || ((struct client *)c)->piped))
+            return 1;
+    }
+    return 0;
+}
+
 int gw_run(struct gw *g)
 {
     struct epoll_event evs[256];
@@ -340,19 +354,9 @@ int gw_run(struct gw *g)
         while ((t = timers_pop_due(&g->timers, g->now_ms)))
             t->fn(g, t);
         conn_reap_loop(g);
-        if (g->draining) {
-            if (g->nclients == 0 || worker_busy_count(g) == 0) {
-                int busy = 0;
-                for (uint32_t id = 0; id < g->tab_cap && !busy; id++) {
-                    struct conn *c = g->tab[id];
-                    if (c && c->kind == EV_CLIENT && (((struct client *)c)->head || c->out.bytes))
-                        busy = 1;
-                }
-                if (!busy) {
-                    log_info(NULL, "drained: exiting");
-                    g->stop = 1;
-                }
-            }
+        if (g->draining && !work_in_flight(g)) {
+            log_info(NULL, "drained: exiting");
+            g->stop = 1;
         }
     }
     return g->exit_code;

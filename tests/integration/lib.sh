@@ -32,6 +32,8 @@ cleanup() {
     exit $rc
 }
 trap cleanup EXIT
+# a command that fails outside a condition ends the test (set -e): say which
+trap 'rc_=$?; [[ $- == *e* ]] && echo "FAIL: ${BASH_SOURCE[0]}:$LINENO: \"$BASH_COMMAND\" exited $rc_" >&2' ERR
 
 fail() {
     echo "FAIL: $*" >&2
