@@ -11,7 +11,7 @@ echo "      big every 4000 ms and fast every 500 ms, straight to the workers, th
 echo "      (a model of the -30! gateway) and through qgate; one target after the other"
 SEED_SECS=$SECS BIN=${BIN:-build/rel} bench/run --out "$OUT" seed > "$OUT.log" 2>&1 || { cat "$OUT.log"; exit 1; }
 echo
-grep -E '^\| (scenario|---|seed)' "$OUT/summary.md"
+grep -E '^\|( scenario|---| seed)' "$OUT/summary.md"
 echo
 echo "demo: the fast client's latency over time, per target: $OUT/seed_fast_latency.png"
 echo "demo: every sample: $OUT/samples.csv; the run's log: $OUT.log"
