@@ -44,16 +44,23 @@ fail() {
 }
 pass() { echo "ok - $*"; }
 
-# wait_line FILE REGEX [SECONDS]: wait until FILE has a line matching REGEX
-wait_line() {
-    local f=$1 re=$2 t=${3:-30} i=0
-    while ! grep -qE "$re" "$f" 2>/dev/null; do
+# wait_for SECONDS WHAT COMMAND...: run COMMAND every 50 ms until it succeeds; fail after
+# SECONDS naming WHAT. The waits below are this one loop with different conditions.
+wait_for() {
+    local t=$1 what=$2 i=0
+    shift 2
+    until "$@"; do
         sleep 0.05
         i=$((i + 1))
-        if [ $i -gt $((t * 20)) ]; then fail "timed out waiting for /$re/ in $f"; fi
+        if [ $i -gt $((t * 20)) ]; then fail "timed out waiting for $what"; fi
     done
     return 0
 }
+has_line() { grep -qE "$2" "$1" 2>/dev/null; }
+count_at_least() { [ "$(grep -cE "$2" "$1" 2>/dev/null || true)" -ge "$3" ]; }
+
+# wait_line FILE REGEX [SECONDS]: wait until FILE has a line matching REGEX
+wait_line() { wait_for "${3:-30}" "/$2/ in $1" has_line "$1" "$2"; }
 
 # start_worker NAME ARGS...: start a qworker on an ephemeral port; sets NAME_PORT, NAME_PID
 start_worker() {
@@ -114,24 +121,11 @@ wait_exit() {
 q() { timeout 60 "$BIN/qsend" -g "$G" "$@" > "$TMP/q.out" 2>&1 || true; }
 
 # wait_count FILE REGEX N [SECONDS]: wait until at least N lines of FILE match REGEX
-wait_count() {
-    local f=$1 re=$2 want=$3 t=${4:-30} i=0
-    while [ "$(grep -cE "$re" "$f" 2>/dev/null || true)" -lt "$want" ]; do
-        sleep 0.05
-        i=$((i + 1))
-        if [ $i -gt $((t * 20)) ]; then fail "timed out waiting for $want lines /$re/ in $f"; fi
-    done
-    return 0
-}
+wait_count() { wait_for "${4:-30}" "$3 lines /$2/ in $1" count_at_least "$1" "$2" "$3"; }
 
 # wait_any REGEX SECONDS FILE...: wait until one of the files has a line matching REGEX
 wait_any() {
-    local re=$1 t=$2 i=0
+    local re=$1 t=$2
     shift 2
-    while ! grep -qE "$re" "$@" 2>/dev/null; do
-        sleep 0.05
-        i=$((i + 1))
-        if [ $i -gt $((t * 20)) ]; then fail "timed out waiting for /$re/ in $*"; fi
-    done
-    return 0
+    wait_for "$t" "/$re/ in $*" grep -qE "$re" "$@"
 }
