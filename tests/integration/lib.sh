@@ -129,3 +129,29 @@ wait_any() {
     shift 2
     wait_for "$t" "/$re/ in $*" grep -qE "$re" "$@"
 }
+
+# The timespan client.q prints: 0D00:00:00.000395000
+TS='0D[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}'
+
+# run_mode SPEC COUNT [QCLIENT ARGS...]: qclient SPEC against $G, COUNT requests, back to back;
+# its printed lines in $TMP/out
+run_mode() {
+    local spec=$1 count=$2
+    shift 2
+    timeout 120 "$BIN/qclient" -g "$G" "$spec" 0 --count "$count" "$@" > "$TMP/out" 2> "$TMP/err" \
+        || fail "qclient $spec exited $?: $(cat "$TMP/err")"
+}
+
+# check_client_modes ROWS: every mode of client.q but fast, slow and killer against $G (whose
+# workers hold ROWS rows, at least 3,000,000), each line as client.q prints it
+check_client_modes() {
+    local rows=$1
+    run_mode big 2;          expect_lines "$TMP/out" "^big got :: $rows in dur :: $TS\$" 2
+    run_mode smallbig 1;     expect_lines "$TMP/out" "^smallbig got :: $rows in dur :: $TS\$" 1
+    run_mode med 1;          expect_lines "$TMP/out" "^med got :: 3000000 in dur :: $TS\$" 1
+    run_mode bigbig 1;       expect_lines "$TMP/out" "^bigbig got :: $rows in dur :: $TS\$" 1
+    run_mode bigsmall 2;     expect_lines "$TMP/out" "^bigsmall got :: 6 rows in dur :: $TS\$" 2
+    run_mode ss 3;           expect_lines "$TMP/out" "^ss got :: 5 rows in dur :: $TS\$" 3
+    run_mode throw:boom 2;   expect_lines "$TMP/out" "^throw error :: boom in dur :: $TS\$" 2
+    run_mode ssthrow:bang 2; expect_lines "$TMP/out" "^ssthrow error :: bang in dur :: $TS\$" 2
+}

@@ -13,25 +13,13 @@ pass "q/client.q and bench/modes.c agree on all 11 functions"
 
 start_worker W --rows 3500000
 G="127.0.0.1:$W_PORT"
-TS='0D[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}'
 
-mode() { # mode SPEC COUNT -> $TMP/out
-    timeout 120 "$BIN/qclient" -g "$G" "$1" 0 --count "$2" --csv "$TMP/lat.csv" > "$TMP/out" 2> "$TMP/err" \
-        || fail "qclient $1 exited $?: $(cat "$TMP/err")"
-}
-
-mode fast 3;      expect_lines "$TMP/out" "^fast got :: 1 rows in dur :: $TS\$" 3
+run_mode fast 3 --csv "$TMP/lat.csv"
+expect_lines "$TMP/out" "^fast got :: 1 rows in dur :: $TS\$" 3
 [ "$(wc -l < "$TMP/lat.csv")" -eq 4 ] || fail "csv should have a header and 3 rows"
 expect_lines "$TMP/lat.csv" '^[0-9]+,fast,ok,1,[0-9.]+$' 3
-mode big 2;       expect_lines "$TMP/out" "^big got :: 3500000 in dur :: $TS\$" 2
-mode smallbig 1;  expect_lines "$TMP/out" "^smallbig got :: 3500000 in dur :: $TS\$" 1
-mode med 1;       expect_lines "$TMP/out" "^med got :: 3000000 in dur :: $TS\$" 1
-mode bigbig 1;    expect_lines "$TMP/out" "^bigbig got :: 3500000 in dur :: $TS\$" 1
-mode bigsmall 2;  expect_lines "$TMP/out" "^bigsmall got :: 6 rows in dur :: $TS\$" 2
-mode ss 3;        expect_lines "$TMP/out" "^ss got :: 5 rows in dur :: $TS\$" 3
-mode throw:boom 2;    expect_lines "$TMP/out" "^throw error :: boom in dur :: $TS\$" 2
-mode ssthrow:bang 2;  expect_lines "$TMP/out" "^ssthrow error :: bang in dur :: $TS\$" 2
-mode slow 1;      expect_lines "$TMP/out" "^slow got :: 1 rows in dur :: 0D00:00:0[7-9]\.[0-9]{9}\$" 1
+check_client_modes 3500000
+run_mode slow 1;      expect_lines "$TMP/out" "^slow got :: 1 rows in dur :: 0D00:00:0[7-9]\.[0-9]{9}\$" 1
 expect_lines "$TMP/W.log" "qworker .*: ss\$" 3
 pass "fast big smallbig med bigbig bigsmall ss throw ssthrow slow"
 
