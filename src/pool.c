@@ -31,6 +31,7 @@ struct pool {
     pthread_mutex_t qlock; /* jobs waiting for a thread */
     pthread_cond_t qcond;
     struct jlist queue;
+    size_t queued;         /* jobs in queue */
     int stop;
     pthread_mutex_t clock; /* completions waiting for the loop */
     struct jlist done;
@@ -64,12 +65,13 @@ void job_free(struct job *j)
 
 void pool_complete(struct pool *p, struct job *j)
 {
+    /* counted before it can be taken: a job the loop holds has always been counted */
+    atomic_fetch_add(&p->jobs_done, 1);
     pthread_mutex_lock(&p->clock);
     int was_empty = p->done.head == NULL;
     jlist_push(&p->done, j);
     atomic_store(&p->has_done, 1);
     pthread_mutex_unlock(&p->clock);
-    atomic_fetch_add(&p->jobs_done, 1);
     if (was_empty) {
         uint64_t one = 1;
         ssize_t w = write(p->efd, &one, sizeof one);
@@ -93,6 +95,7 @@ static void *pool_main(void *arg)
         p->queue.head = j->next;
         if (!p->queue.head)
             p->queue.tail = NULL;
+        p->queued--;
         pthread_mutex_unlock(&p->qlock);
         j->run(j);
         pool_complete(p, j);
@@ -101,6 +104,7 @@ static void *pool_main(void *arg)
 
 struct pool *pool_create(const char *name, int nthreads)
 {
+    /* nthreads 0: a manual pool, whose jobs run when pool_run_one says (tests/sim) */
     struct pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
@@ -109,7 +113,7 @@ struct pool *pool_create(const char *name, int nthreads)
     pthread_cond_init(&p->qcond, NULL);
     pthread_mutex_init(&p->clock, NULL);
     p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    p->threads = calloc((size_t)nthreads, sizeof *p->threads);
+    p->threads = calloc((size_t)(nthreads ? nthreads : 1), sizeof *p->threads);
     if (p->efd < 0 || !p->threads) {
         pool_destroy(p);
         return NULL;
@@ -130,8 +134,40 @@ void pool_submit(struct pool *p, struct job *j)
 {
     pthread_mutex_lock(&p->qlock);
     jlist_push(&p->queue, j);
+    p->queued++;
     pthread_cond_signal(&p->qcond);
     pthread_mutex_unlock(&p->qlock);
+}
+
+size_t pool_queued(struct pool *p)
+{
+    pthread_mutex_lock(&p->qlock);
+    size_t n = p->queued;
+    pthread_mutex_unlock(&p->qlock);
+    return n;
+}
+
+int pool_run_one(struct pool *p, size_t k)
+{
+    pthread_mutex_lock(&p->qlock);
+    struct job **pp = &p->queue.head, *prev = NULL;
+    for (size_t i = 0; *pp && i < k; i++) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    struct job *j = *pp;
+    if (j) {
+        *pp = j->next;
+        if (p->queue.tail == j)
+            p->queue.tail = prev;
+        p->queued--;
+    }
+    pthread_mutex_unlock(&p->qlock);
+    if (!j)
+        return -1;
+    j->run(j);
+    pool_complete(p, j);
+    return 0;
 }
 
 /* Splice the whole completion list out under the lock. */

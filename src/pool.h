@@ -33,7 +33,8 @@ void job_free(struct job *j);
 
 struct pool;
 
-/* Start nthreads threads. NULL on failure. */
+/* Start nthreads threads. NULL on failure. With nthreads 0 the pool is manual: jobs wait in
+ * its queue until pool_run_one runs them (tests/sim chooses the order). */
 struct pool *pool_create(const char *name, int nthreads);
 /* The eventfd to watch: readable when completions are waiting. */
 int pool_fd(const struct pool *p);
@@ -48,6 +49,11 @@ struct job *pool_take_loop(struct pool *p);
 /* Post a finished job as a pool thread does (used by the threads, and by tests). The eventfd is
  * written only when the list goes from empty to non-empty. */
 void pool_complete(struct pool *p, struct job *j);
+/* Jobs submitted and not yet taken by a thread. */
+size_t pool_queued(struct pool *p);
+/* Manual pools: run the k-th queued job (0 = oldest) on the caller's thread and post its
+ * completion as a pool thread would. 0, or -1 if there is no such job. */
+int pool_run_one(struct pool *p, size_t k);
 /* Stop the threads and free every job still held. */
 void pool_destroy(struct pool *p);
 

@@ -2,7 +2,7 @@
 # seed.sh: build the fuzzers' starting corpora in build/fuzz/corpus/<target>/ (run by
 # `make fuzz` and `make fuzz-smoke` through tests/fuzz/fuzz.mk; safe to rerun).
 #   codec, frame, kzip, handshake: written by tests/fuzz/mkseed.c from the real-q vectors in
-#     $QG_TESTDATA/qpython/*.out (default ../shared/testdata, as the unit tests); if those are
+#     $QG_TESTDATA/qpython/*.out (default tests/data, as the unit tests); if those are
 #     absent, mkseed builds a few objects itself and says so.
 #   config: gateway.conf.example and the small configurations below.
 #   every target: the regression inputs kept in tests/fuzz/regress/<target>/.
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 CC_FUZZ=${FUZZ_CC:-clang}
 OUT=build/fuzz/corpus
 BIN=build/fuzz/mkseed
-TESTDATA=${QG_TESTDATA:-../shared/testdata}
+TESTDATA=${QG_TESTDATA:-tests/data}
 mkdir -p "$OUT" build/fuzz
 
 # the seed writer: a plain program (no fuzzer runtime) over the codec and compressor

@@ -9,7 +9,7 @@
 const char *tutil_testdata_dir(void)
 {
     const char *d = getenv("QG_TESTDATA");
-    return d && *d ? d : "../shared/testdata";
+    return d && *d ? d : "tests/data";
 }
 
 uint8_t *tutil_unhex(const char *hex, size_t *len)

@@ -11,8 +11,8 @@ struct qvec {
     size_t len;
 };
 
-/* Load pairs (expression, hex) from ../shared/testdata/qpython/NAME (or $QG_TESTDATA/NAME).
- * Returns the count, or -1 if the folder is absent (callers skip and say why). */
+/* Load pairs (expression, hex) from tests/data/qpython/NAME (or $QG_TESTDATA/qpython/NAME),
+ * relative to the project root. Returns the count, or -1 if the file is absent (callers fail). */
 int tutil_load_vectors(const char *name, struct qvec **out);
 void tutil_free_vectors(struct qvec *v, int n);
 const char *tutil_testdata_dir(void);
