@@ -44,7 +44,7 @@ struct inbuf {
     size_t off, len, cap;
 };
 
-static inline uint8_t *inbuf_data(const struct inbuf *b) { return b->p + b->off; }
+static inline uint8_t *inbuf_data(const struct inbuf *b) { return b->p ? b->p + b->off : b->p; }
 static inline size_t inbuf_avail(const struct inbuf *b) { return b->len - b->off; }
 
 /* Make room for at least need unread bytes in total (moving them to the front first). 0, or

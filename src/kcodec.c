@@ -161,6 +161,7 @@ struct vctx {
     int le;
     int maxd;
     struct kerr *err;
+    uint32_t *seen;
 };
 
 #define VBAD ((size_t)-1)
@@ -258,6 +259,8 @@ static size_t v_obj(struct vctx *v, size_t o, int d, int64_t *count)
     int t = (int8_t)v->p[o];
     int64_t sub;
     int32_t cnt;
+    if (v->seen && t != KT_ERROR && is_basic(t < 0 ? -t : t))
+        *v->seen |= 1u << (t < 0 ? -t : t);
     if (t < 0) {
         if (t == KT_ERROR)
             return v_cstr(v, o + 1, "error text without NUL");
@@ -338,6 +341,7 @@ qg_status kcodec_validate(const uint8_t *p, size_t n, int le, const struct kcode
         .p = p, .n = n, .le = le,
         .maxd = o && o->max_depth > 0 ? o->max_depth : KCODEC_DEPTH_DEFAULT,
         .err = err ? err : &dummy,
+        .seen = o ? o->seen : NULL,
     };
     int64_t cnt;
     size_t end = v_obj(&v, 0, 0, &cnt);

@@ -89,6 +89,8 @@ typedef const char *(*kintern_fn)(void *ctx, const char *s, size_t len);
 
 struct kcodec_opts {
     int max_depth;          /* nesting limit; 0 means KCODEC_DEPTH_DEFAULT */
+    uint32_t *seen;         /* if set, validation ORs in 1 << t for every atom or vector of
+                             * basic type t (1..19) it walks */
     kintern_fn intern;      /* if set, symbols point at interned text, as in q */
     void *intern_ctx;
 };

@@ -6,6 +6,12 @@
 qg_status kipc_hdr_parse(const uint8_t *p, size_t n, uint64_t max_len, struct kipc_hdr *h,
                          const char **why)
 {
+    return kipc_hdr_parse_cap(p, n, max_len, 0, h, why);
+}
+
+qg_status kipc_hdr_parse_cap(const uint8_t *p, size_t n, uint64_t max_len, int cap, struct kipc_hdr *h,
+                             const char **why)
+{
     if (n < KIPC_HDR_LEN)
         return QG_AGAIN;
     if (p[0] > 1) {
@@ -18,6 +24,10 @@ qg_status kipc_hdr_parse(const uint8_t *p, size_t n, uint64_t max_len, struct ki
     }
     if (p[2] > 1) {
         *why = "compression flag not 0 or 1";
+        return QG_ERR;
+    }
+    if (p[3] && cap < KIPC_CAP_BIG) {
+        *why = "byte 3 set (length over 4 GiB needs capability 6)";
         return QG_ERR;
     }
     h->le = p[0];

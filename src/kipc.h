@@ -7,6 +7,7 @@
 #define KIPC_HDR_LEN 8
 #define KIPC_HS_MAX_DEFAULT 1024 /* longest handshake we accept (DESIGN: 1 KiB) */
 #define KIPC_CAP_MAX 3           /* highest capability we advertise: compression, guid */
+#define KIPC_CAP_BIG 6           /* the capability under which byte 3 carries length bits */
 
 enum kipc_msgtype { KIPC_ASYNC = 0, KIPC_SYNC = 1, KIPC_RESPONSE = 2 };
 
@@ -15,14 +16,19 @@ struct kipc_hdr {
     uint8_t le;         /* 1 = little-endian body, 0 = big-endian */
     uint8_t type;       /* enum kipc_msgtype */
     uint8_t compressed; /* 1 = body is kdb+ IPC compressed (kzip) */
-    uint64_t len;       /* total length: bytes 4..7 plus byte 3 as bits 32..39 */
+    uint64_t len;       /* total length: bytes 4..7 (plus byte 3 as bits 32..39 under cap 6) */
 };
 
-/* Decode and check the header in the first 8 bytes of p.
- * Returns QG_AGAIN if n < 8, QG_ERR (with *why set to a static reason) if the header is not
- * one q would accept or its length is below 9 or above max_len, else QG_OK. */
+/* Decode and check the header in the first 8 bytes of p, from a peer of capability below 6:
+ * byte 3 must be 0. Returns QG_AGAIN if n < 8, QG_ERR (with *why set to a static reason) if
+ * the header is not one q would accept or its length is below 9 or above max_len, else QG_OK. */
 qg_status kipc_hdr_parse(const uint8_t *p, size_t n, uint64_t max_len, struct kipc_hdr *h,
                          const char **why) QG_MUSTCHECK;
+
+/* The same for a peer of capability cap: byte 3 holds length bits 32..39 only when cap is 6
+ * or more (messages over 4 GiB), and must be 0 otherwise. */
+qg_status kipc_hdr_parse_cap(const uint8_t *p, size_t n, uint64_t max_len, int cap, struct kipc_hdr *h,
+                             const char **why) QG_MUSTCHECK;
 
 /* Is a whole message at the front of p? QG_OK when all h->len bytes are present, QG_AGAIN
  * when more are needed (*need is the total wanted so far: 8, then the message length),

@@ -40,10 +40,15 @@ static void test_header(void **state)
     assert_int_equal(h.type, KIPC_RESPONSE);
     assert_int_equal(h.compressed, 1);
     assert_int_equal(h.len, 258);
-    /* byte 3 holds length bits 32..39 */
+    /* byte 3 holds length bits 32..39, but only from a peer of capability 6 */
     static const uint8_t big[] = {1, 2, 0, 1, 0, 0, 0, 0};
-    assert_int_equal(kipc_hdr_parse(big, 8, UINT64_MAX, &h, &why), QG_OK);
+    assert_int_equal(kipc_hdr_parse_cap(big, 8, UINT64_MAX, KIPC_CAP_BIG, &h, &why), QG_OK);
     assert_true(h.len == (1ULL << 32));
+    for (int cap = 0; cap < KIPC_CAP_BIG; cap++) {
+        assert_int_equal(kipc_hdr_parse_cap(big, 8, UINT64_MAX, cap, &h, &why), QG_ERR);
+        assert_string_equal(why, "byte 3 set (length over 4 GiB needs capability 6)");
+    }
+    assert_int_equal(kipc_hdr_parse(big, 8, UINT64_MAX, &h, &why), QG_ERR);
     /* fewer than 8 bytes: wait */
     for (size_t n = 0; n < 8; n++)
         assert_int_equal(kipc_hdr_parse(le, n, 1 << 20, &h, &why), QG_AGAIN);
@@ -54,7 +59,8 @@ static void test_header(void **state)
     expect_hdr_err("0101000008000000", 1 << 20, "length too small");
     expect_hdr_err("010101000c000000", 1 << 20, "length too small");
     expect_hdr_err("0101000011000000", 16, "length over max_message");
-    expect_hdr_err("0101000100000000", UINT32_MAX, "length over max_message");
+    expect_hdr_err("0101000100000000", UINT32_MAX, "byte 3 set (length over 4 GiB needs capability 6)");
+    expect_hdr_err("01010080ffffffff", UINT64_MAX, "byte 3 set (length over 4 GiB needs capability 6)");
 }
 
 static void test_header_write(void **state)
