@@ -21,6 +21,9 @@ static void usage(void)
             "  are answered with the string \"qsend got: TEXT\". --read-rate BPS sends the\n"
             "  first TEXT and reads its reply at BPS bytes a second (a slow consumer);\n"
             "  --flood N sends N async copies of the first TEXT in a tight loop, then the rest.\n"
+            "  --call N sends (`TEXT; 0; 1; ..; N-1) sync (a call with N long arguments) instead.\n"
+            "  --flood-behind N sends the first TEXT sync, N async copies of the second right\n"
+            "  behind it without waiting, prints the first's reply, then does the rest.\n"
             "  Exit status 1 when the\n"
             "  connection fails or closes (the reason is printed as 'hop, 'access, 'close).\n");
     exit(2);
@@ -122,11 +125,36 @@ static void on_incoming(struct qconn *c)
     k_free(x);
 }
 
+/* Wait for the next response (answering or printing what the other side sends meanwhile) and
+ * print it. 0, or the qconn error (printed as 'reason). */
+static int print_reply(struct qconn *c, int timeout)
+{
+    int rc;
+    while (!(rc = qconn_recv(c, timeout)) && c->hdr.type != KIPC_RESPONSE)
+        on_incoming(c);
+    if (rc) {
+        printf("'%s\n", qconn_strerror(rc));
+        return rc;
+    }
+    K x;
+    struct kerr e;
+    if (kcodec_decode(c->buf + 8, c->len - 8, c->hdr.le, NULL, &x, &e) != QG_OK) {
+        printf("'badmsg: %s at %zu\n", e.why, e.off);
+    } else {
+        char out[4096];
+        kfmt(x, out, sizeof out);
+        printf("%s\n", out);
+        k_free(x);
+    }
+    fflush(stdout);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *gw = "localhost:8811", *user = NULL;
     int async = 0, timeout = 0, first = 0, pipeline = 0;
-    long read_rate = 0, flood = 0;
+    long read_rate = 0, flood = 0, flood_behind = 0, call = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-g") && i + 1 < argc)
             gw = argv[++i];
@@ -140,6 +168,10 @@ int main(int argc, char **argv)
             read_rate = atol(argv[++i]);
         else if (!strcmp(argv[i], "--flood") && i + 1 < argc)
             flood = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--flood-behind") && i + 1 < argc)
+            flood_behind = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--call") && i + 1 < argc)
+            call = atol(argv[++i]);
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout = atoi(argv[++i]);
         else if (argv[i][0] == '-' && argv[i][1] == '-')
@@ -159,6 +191,49 @@ int main(int argc, char **argv)
     }
     if (read_rate > 0)
         return slow_read(&c, argv[first], read_rate);
+    if (call >= 0) { /* (`name; 0; 1; ...) */
+        K l = k_list(call + 1);
+        kK(l)[0] = k_sym(argv[first]);
+        for (long i = 0; i < call; i++) {
+            kK(l)[i + 1] = k_atom(-KT_LONG);
+            kK(l)[i + 1]->j = i;
+        }
+        size_t len;
+        uint8_t *m = kcodec_encode_msg(l, KIPC_SYNC, &len);
+        k_free(l);
+        rc = m ? qconn_send(&c, m, len) : 1;
+        free(m);
+        if (!rc)
+            rc = print_reply(&c, timeout);
+        else
+            printf("'%s\n", qconn_strerror(rc));
+        qconn_close(&c);
+        return rc ? 1 : 0;
+    }
+    if (flood_behind > 0) { /* a sync request, and a flood of async messages held behind it */
+        if (first + 1 >= argc)
+            usage();
+        size_t len;
+        uint8_t *m = text_msg(argv[first], KIPC_SYNC, &len);
+        rc = qconn_send(&c, m, len);
+        free(m);
+        if (rc || do_flood(&c, argv[first + 1], flood_behind)) {
+            printf("'close\n");
+            qconn_close(&c);
+            return 1;
+        }
+        printf("flooded %ld\n", flood_behind);
+        fflush(stdout);
+        if (print_reply(&c, timeout)) {
+            qconn_close(&c);
+            return 1;
+        }
+        first += 2;
+        if (first >= argc) {
+            qconn_close(&c);
+            return 0;
+        }
+    }
     if (flood > 0) {
         if (do_flood(&c, argv[first], flood)) {
             printf("'close\n");
@@ -189,24 +264,10 @@ int main(int argc, char **argv)
             }
             if (as)
                 continue;
-            while (!(rc = qconn_recv(&c, timeout)) && c.hdr.type != KIPC_RESPONSE)
-                on_incoming(&c);
-            if (rc) {
-                printf("'%s\n", qconn_strerror(rc));
+            if (print_reply(&c, timeout)) {
                 qconn_close(&c);
                 return 1;
             }
-            K x;
-            struct kerr e;
-            if (kcodec_decode(c.buf + 8, c.len - 8, c.hdr.le, NULL, &x, &e) != QG_OK) {
-                printf("'badmsg: %s at %zu\n", e.why, e.off);
-                continue;
-            }
-            char out[4096];
-            kfmt(x, out, sizeof out);
-            printf("%s\n", out);
-            fflush(stdout);
-            k_free(x);
         }
     }
     fflush(stdout);

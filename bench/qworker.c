@@ -38,7 +38,16 @@ struct wconn {
     uint8_t cap;
     struct msgbuf in;
     char peer[64];
+    int64_t later_at;  /* "later MS X": when to publish X (ms, monotonic), 0 = nothing due */
+    char *later;
+    char *hold;        /* "hold TAG": a request that runs until "release TAG" arrives on any
+                        * connection (a long query a test ends when it wants); nothing more is
+                        * read from this connection meanwhile, as q is busy */
 };
+
+/* Every connection, for "release TAG" to find the one it ends. */
+static struct wconn *conns;
+static int nconns;
 
 static void logf_(struct wconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(struct wconn *c, const char *fmt, ...)
@@ -145,7 +154,17 @@ static K k_long(int64_t v)
 struct reply {
     int64_t rows; /* >= 0 or QMODE_ALL_ROWS: a slice of tbl2 */
     K k;          /* otherwise this object (possibly an error) */
+    int held;     /* "hold TAG": no reply yet */
 };
+
+static int serve_buffered(struct wconn *c);
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void sleep_ms(int ms)
 {
@@ -206,7 +225,8 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
 }
 
 /* The plain char vector queries tests use: "", rows N, sleep MS, echo X, err X, notify N X,
- * callback X. */
+ * callback X, later MS X (answers MS at once, then publishes X async MS ms later), hold TAG
+ * (answers TAG when "release TAG" comes, on any connection; that answers how many it ended). */
 static struct reply eval_text(struct wconn *c, const char *s, size_t n)
 {
     char buf[64];
@@ -221,6 +241,44 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
     }
     if (n > 5 && !memcmp(s, "echo ", 5))
         return (struct reply){.k = k_str(s + 5, n - 5)};
+    if (n > 5 && n < sizeof buf && !memcmp(s, "hold ", 5)) {
+        free(c->hold);
+        c->hold = strndup(s + 5, n - 5);
+        logf_(c, "hold %s", c->hold);
+        return (struct reply){.held = 1};
+    }
+    if (n > 8 && n < sizeof buf && !memcmp(s, "release ", 8)) { /* answers how many it ended */
+        char *tag = strndup(s + 8, n - 8);
+        long ended = 0;
+        for (int i = 0; tag && i < nconns; i++) {
+            struct wconn *h = &conns[i];
+            if (h->fd < 0 || !h->hold || strcmp(h->hold, tag))
+                continue;
+            logf_(h, "released %s", tag);
+            free(h->hold);
+            h->hold = NULL;
+            send_msg(h, k_str(tag, strlen(tag)), KIPC_RESPONSE); /* its reply: the tag */
+            ended++;
+            if (serve_buffered(h)) { /* what it sent meanwhile */
+                close(h->fd);
+                h->fd = -1;
+            }
+        }
+        free(tag);
+        return (struct reply){.k = k_long(ended)};
+    }
+    int later_ms = 0, later_off = 0;
+    if (n > 6 && n < sizeof buf && !memcmp(s, "later ", 6)) {
+        /* answer now; publish X on this connection MS ms later, while idle (a timer's pub) */
+        memcpy(buf, s, n);
+        buf[n] = 0;
+        if (sscanf(buf, "later %d %n", &later_ms, &later_off) == 1 && later_off > 0 && later_ms >= 0) {
+            free(c->later);
+            c->later = strdup(buf + later_off);
+            c->later_at = mono_ms() + later_ms;
+            return (struct reply){.k = k_long(later_ms)};
+        }
+    }
     if (n > 4 && !memcmp(s, "err ", 4)) {
         char *e = strndup(s + 4, n - 4);
         struct reply r = {.k = k_err(e ? e : "err")};
@@ -393,6 +451,8 @@ static int serve(struct wconn *c, const uint8_t *msg, size_t len)
         logf_(c, "%s message", kipc_type_name(h.type));
     struct reply r = eval(c, x);
     k_free(x);
+    if (r.held)
+        return 0; /* answered by "release TAG" */
     if (h.type != KIPC_SYNC) {
         k_free(r.k);
         return 0;
@@ -459,7 +519,15 @@ static int on_readable(struct wconn *c)
         c->ready = 1;
         off = hs.len;
     }
-    for (;;) {
+    msgbuf_consume(&c->in, off);
+    return serve_buffered(c);
+}
+
+/* Serve the whole messages in c's buffer, up to a held one. -1 if c must close. */
+static int serve_buffered(struct wconn *c)
+{
+    size_t off = 0;
+    while (!c->hold) {
         struct kipc_hdr h;
         const char *why;
         qg_status st = msgbuf_next(&c->in, off, MAX_MESSAGE, &h, &why);
@@ -554,7 +622,6 @@ int main(int argc, char **argv)
            (double)(t1 - t0) / 1e6);
     fflush(stdout);
 
-    struct wconn *conns = NULL;
     struct pollfd *pfd = NULL;
     int n = 0, cap = 0;
     for (;;) {
@@ -567,14 +634,29 @@ int main(int argc, char **argv)
         }
         pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
         pfd[1] = (struct pollfd){.fd = ufd >= 0 ? ufd : -1, .events = POLLIN};
-        for (int i = 0; i < n; i++)
-            pfd[i + 2] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
-        if (poll(pfd, (nfds_t)n + 2, -1) < 0) {
+        int64_t due = -1, now = mono_ms();
+        for (int i = 0; i < n; i++) {
+            pfd[i + 2] = (struct pollfd){.fd = conns[i].fd, .events = conns[i].hold ? 0 : POLLIN};
+            if (conns[i].later_at && (due < 0 || conns[i].later_at - now < due))
+                due = conns[i].later_at > now ? conns[i].later_at - now : 0;
+        }
+        if (poll(pfd, (nfds_t)n + 2, (int)due) < 0) {
             if (errno == EINTR)
                 continue;
             return 1;
         }
         int polled = n;
+        now = mono_ms();
+        for (int i = 0; i < n; i++)
+            if (conns[i].later_at && conns[i].later_at <= now) { /* published while idle */
+                conns[i].later_at = 0;
+                logf_(&conns[i], "later: publishing \"%s\"", conns[i].later);
+                send_msg(&conns[i], k_str(conns[i].later, strlen(conns[i].later)), KIPC_ASYNC);
+                free(conns[i].later);
+                conns[i].later = NULL;
+                free(conns[i].hold);
+                conns[i].hold = NULL;
+            }
         for (int l = 0; l < 2; l++) {
             if (!(pfd[l].revents & POLLIN))
                 continue;
@@ -588,14 +670,19 @@ int main(int argc, char **argv)
             conns[n] = (struct wconn){.fd = fd, .local = net_peer_is_local(fd)};
             net_peer_name(fd, conns[n].peer, sizeof conns[n].peer);
             n++;
+            nconns = n;
         }
         for (int i = 0; i < polled; i++) {
-            if (!pfd[i + 2].revents)
+            if (!pfd[i + 2].revents || conns[i].fd < 0)
                 continue;
             if (on_readable(&conns[i])) {
                 logf_(&conns[i], "handle closed");
                 close(conns[i].fd);
                 free(conns[i].in.p);
+                free(conns[i].later);
+                conns[i].later = NULL;
+                free(conns[i].hold);
+                conns[i].hold = NULL;
                 conns[i].fd = -1;
             }
         }
@@ -603,6 +690,6 @@ int main(int argc, char **argv)
         for (int i = 0; i < n; i++)
             if (conns[i].fd >= 0)
                 conns[w++] = conns[i];
-        n = w;
+        n = nconns = w;
     }
 }
