@@ -32,7 +32,7 @@ UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/bench-codec $(B)/gw30
 GW_BIN    := $(B)/qgate
 
-.PHONY: all bins unit test test-unit test-integration test-interop test-tsan demo bench deps-test clean bench-codec
+.PHONY: all bins unit sim test-sim test test-unit test-integration test-interop test-tsan demo bench deps-test clean bench-codec
 all: bins
 
 bins: $(GW_BIN) $(BENCH_BIN)
@@ -61,13 +61,35 @@ $(B)/tests/%: $(B)/tests/unit/%.o $(B)/tests/unit/tutil.o $(BENCH_COMMON_OBJ) $(
 
 unit: $(UNIT_BIN)
 
+# tests/sim: the deterministic simulation of the loop (sim.c) and its command line (main.c)
+SIM_OBJ := $(B)/tests/sim/sim.o $(B)/tests/sim/main.o
+$(B)/sim: $(SIM_OBJ) $(B)/libqgate.a
+	$(CC) $(LDFLAGS) -o $@ $^ -lm
+$(B)/tests/sim/%.o: tests/sim/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/sim -c $< -o $@
+
+# make sim SECONDS=600: as many seeds as fit (from SEED, default 1), each a child process, under
+# ASan and UBSan. make test runs seeds 1..SIM_SEEDS, stopping early after SIM_SECONDS.
+SECONDS ?= 60
+SEED ?= 1
+SIM_SEEDS ?= 400
+SIM_SECONDS ?= 150
+sim:
+	$(MAKE) --no-print-directory SANITIZE=address build/asan/sim
+	ASAN_OPTIONS=detect_leaks=1 build/asan/sim --seed $(SEED) --seconds $(SECONDS)
+
+test-sim: $(B)/sim
+	@echo "== tests/sim: seeds 1..$(SIM_SEEDS) (at most $(SIM_SECONDS) s)"
+	@ASAN_OPTIONS=detect_leaks=1 $(B)/sim --seed 1 --seeds $(SIM_SEEDS) --seconds $(SIM_SECONDS)
+
 # ---- tests ---------------------------------------------------------------------------------
 # cmocka and node-q are installed on first use (apt-get, npm ci from the lockfile).
 deps-test:
 	@tests/deps.sh
 
 test: deps-test
-	$(MAKE) --no-print-directory SANITIZE=address test-unit test-integration test-interop
+	$(MAKE) --no-print-directory SANITIZE=address test-unit test-sim test-integration test-interop
 	$(MAKE) --no-print-directory SANITIZE=thread test-tsan
 	$(MAKE) --no-print-directory fuzz-smoke
 	@echo "make test: all passed"

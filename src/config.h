@@ -26,7 +26,7 @@ struct config {
     int max_clients;
     int64_t max_message;
     int max_queue;
-    int64_t queue_timeout, query_timeout, handshake_timeout, drain_timeout;
+    int64_t queue_timeout, query_timeout, handshake_timeout, drain_timeout, client_stall_timeout;
     int reader_threads, writer_threads;
     int64_t chunk_size, read_budget, write_budget;
     int frames_budget;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "gw.h"
+#include "kipc.h"
 #include "log.h"
 
 static int in_list(const char *list, const char *user)
@@ -28,18 +29,17 @@ struct group *dispatch_route(struct gw *g, const char *user)
 int dispatch_enqueue_loop(struct gw *g, struct client *c)
 {
     struct group *grp = c->grp;
-    if (grp->qlen >= g->cfg.max_queue && !grp->idle_head)
+    struct req *r = client_head(c);
+    if (c->queued)
+        return 0;
+    if (r && r->type == KIPC_SYNC && grp->qlen >= g->cfg.max_queue && TAILQ_EMPTY(&grp->idle))
         return -1;
-    c->qnext = NULL;
-    c->qprev = grp->qtail;
-    if (grp->qtail)
-        grp->qtail->qnext = c;
-    else
-        grp->qhead = c;
-    grp->qtail = c;
+    TAILQ_INSERT_TAIL(&grp->queue, c, qlink);
     grp->qlen++;
     c->queued = 1;
     g->work_pending = 1;
+    log_debug(c->c.name, "request %llu queued in group %s (%d waiting)", r ? (unsigned long long)r->seq : 0ULL,
+              grp->cfg.name, grp->qlen);
     return 0;
 }
 
@@ -48,32 +48,16 @@ void dispatch_dequeue_loop(struct gw *g, struct client *c)
     (void)g;
     if (!c->queued)
         return;
-    struct group *grp = c->grp;
-    if (c->qprev)
-        c->qprev->qnext = c->qnext;
-    else
-        grp->qhead = c->qnext;
-    if (c->qnext)
-        c->qnext->qprev = c->qprev;
-    else
-        grp->qtail = c->qprev;
-    c->qprev = c->qnext = NULL;
+    TAILQ_REMOVE(&c->grp->queue, c, qlink);
     c->queued = 0;
-    grp->qlen--;
+    c->grp->qlen--;
 }
 
 void dispatch_worker_idle_loop(struct gw *g, struct worker *w)
 {
-    struct group *grp = w->grp;
     if (w->idle_listed)
         return;
-    w->inext = NULL;
-    w->iprev = grp->idle_tail;
-    if (grp->idle_tail)
-        grp->idle_tail->inext = w;
-    else
-        grp->idle_head = w;
-    grp->idle_tail = w;
+    TAILQ_INSERT_TAIL(&w->grp->idle, w, ilink);
     w->idle_listed = 1;
     g->work_pending = 1;
 }
@@ -81,40 +65,49 @@ void dispatch_worker_idle_loop(struct gw *g, struct worker *w)
 void dispatch_worker_unidle_loop(struct gw *g, struct worker *w)
 {
     (void)g;
-    struct group *grp = w->grp;
     if (!w->idle_listed)
         return;
-    if (w->iprev)
-        w->iprev->inext = w->inext;
-    else
-        grp->idle_head = w->inext;
-    if (w->inext)
-        w->inext->iprev = w->iprev;
-    else
-        grp->idle_tail = w->iprev;
-    w->inext = w->iprev = NULL;
+    TAILQ_REMOVE(&w->grp->idle, w, ilink);
     w->idle_listed = 0;
+}
+
+/* A broadcast waiting for a worker to be up: send it to every worker up now. */
+static void start_broadcast(struct gw *g, struct client *c)
+{
+    struct req *r = client_head(c);
+    dispatch_dequeue_loop(g, c);
+    r->state = RS_RUNNING;
+    if (!worker_broadcast_loop(g, c->grp, c, r)) { /* out of memory: it waits again */
+        r->state = RS_QUEUED;
+        dispatch_enqueue_loop(g, c);
+    }
 }
 
 void dispatch_run_loop(struct gw *g, struct group *grp)
 {
     /* broadcasts first: an idle worker sends what it owes before taking a request */
-    for (struct worker *w = grp->idle_head, *n; w; w = n) {
-        n = w->inext;
-        if (w->bq_head) {
+    for (struct worker *w = TAILQ_FIRST(&grp->idle), *n; w; w = n) {
+        n = TAILQ_NEXT(w, ilink);
+        if (!STAILQ_EMPTY(&w->bq)) {
             dispatch_worker_unidle_loop(g, w);
             worker_start_loop(g, w, NULL);
         }
     }
     /* the worker idle longest takes the client waiting longest whose user is under its
-     * max_inflight (one user cannot take every worker) */
-    while (grp->idle_head && grp->qhead) {
-        struct worker *w = grp->idle_head;
-        struct client *c = grp->qhead;
-        while (c && c->us && c->us->max_inflight > 0 && c->us->inflight >= c->us->max_inflight)
-            c = c->qnext;
+     * max_inflight (one user cannot take every worker); a broadcast takes no worker of its
+     * own: it goes to every worker up */
+    while (!TAILQ_EMPTY(&grp->idle) && !TAILQ_EMPTY(&grp->queue)) {
+        struct worker *w = TAILQ_FIRST(&grp->idle);
+        struct client *c = TAILQ_FIRST(&grp->queue);
+        while (c && c->us && c->us->max_inflight > 0 && c->us->inflight >= c->us->max_inflight &&
+               !(client_head(c)->type == KIPC_ASYNC && grp->cfg.async_mode == CFG_ASYNC_BROADCAST))
+            c = TAILQ_NEXT(c, qlink);
         if (!c)
             break;
+        if (client_head(c)->type == KIPC_ASYNC && grp->cfg.async_mode == CFG_ASYNC_BROADCAST) {
+            start_broadcast(g, c);
+            continue;
+        }
         dispatch_worker_unidle_loop(g, w);
         dispatch_dequeue_loop(g, c);
         worker_start_loop(g, w, c);
@@ -129,10 +122,13 @@ void dispatch_all_loop(struct gw *g)
 
 void dispatch_fail_group_loop(struct gw *g, struct group *grp)
 {
-    while (grp->qhead) {
-        struct client *c = grp->qhead;
-        dispatch_dequeue_loop(g, c);
-        if (c->head && c->head->state == RS_QUEUED)
-            client_error_loop(g, c, c->head, "qgate: no worker of group %s is up", grp->cfg.name);
+    /* async messages cannot be answered: they wait for a worker; sync requests are told */
+    for (struct client *c = TAILQ_FIRST(&grp->queue), *n; c; c = n) {
+        n = TAILQ_NEXT(c, qlink);
+        struct req *r = client_head(c);
+        if (r && r->state == RS_QUEUED && r->type == KIPC_SYNC) {
+            dispatch_dequeue_loop(g, c);
+            client_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
+        }
     }
 }

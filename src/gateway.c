@@ -1,6 +1,7 @@
 /* gateway.c: setting the gateway up from its configuration, reloading it (SIGHUP), draining it
  * (SIGTERM), and the pieces of state the pools are given. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "auth.h"
 #include "gw.h"
+#include "jobs.h"
 #include "kcodec.h"
 #include "kipc.h"
 #include "log.h"
@@ -28,6 +30,9 @@ static void add_group(struct gw *g, const struct group_cfg *gc)
 {
     struct group *grp = &g->groups[g->ngroups];
     memset(grp, 0, sizeof *grp);
+    TAILQ_INIT(&grp->workers);
+    TAILQ_INIT(&grp->idle);
+    TAILQ_INIT(&grp->queue);
     grp->cfg = *gc;
     grp->index = g->ngroups++;
     char addr[300];
@@ -37,16 +42,23 @@ static void add_group(struct gw *g, const struct group_cfg *gc)
              gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one");
 }
 
-int gw_init(struct gw *g, const struct config *cfg, const char *config_path, const struct cfg_overrides *ov)
+int gw_init(struct gw *g, const struct config *cfg, const char *config_path, const struct cfg_overrides *ov,
+            const struct gw_hooks *hooks)
 {
     memset(g, 0, sizeof *g);
+    if (hooks)
+        g->hooks = *hooks;
     if (ov)
         g->overrides = *ov;
     g->cfg = *cfg;
     g->lfd_tcp = g->lfd_uds = g->sigfd = g->wepfd = -1;
+    TAILQ_INIT(&g->dirty);
+    STAILQ_INIT(&g->closed);
+    TAILQ_INIT(&g->backlog);
+    g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* given up when accept meets EMFILE */
     snprintf(g->config_path, sizeof g->config_path, "%s", config_path ? config_path : "");
     log_level = cfg->loglevel;
-    g->now_ms = gw_now_us() / 1000;
+    gw_clock_loop(g);
     g->epfd = epoll_create1(EPOLL_CLOEXEC);
     g->wepfd = epoll_create1(EPOLL_CLOEXEC);
     if (g->epfd < 0 || g->wepfd < 0 || watch(g, g->wepfd, &g->ev_workers, EV_WORKERS))
@@ -90,8 +102,8 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     if (g->sigfd < 0 || watch(g, g->sigfd, &g->ev_signal, EV_SIGNAL))
         return -1;
 
-    g->readers = pool_create("reader", cfg->reader_threads);
-    g->writers = pool_create("writer", cfg->writer_threads);
+    g->readers = pool_create("reader", g->hooks.manual_pools ? 0 : cfg->reader_threads);
+    g->writers = pool_create("writer", g->hooks.manual_pools ? 0 : cfg->writer_threads);
     if (!g->readers || !g->writers)
         return -1;
     watch(g, pool_fd(g->readers), &g->ev_readers, EV_POOL);
@@ -140,7 +152,8 @@ struct stats_snapshot *gw_stats_snapshot(struct gw *g)
         return NULL;
     for (int i = 0; i < g->ngroups; i++) {
         struct group *grp = &g->groups[i];
-        for (struct worker *w = grp->workers; w; w = w->gnext) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &grp->workers, glink) {
             struct stats_row *r = &s->rows[s->n++];
             snprintf(r->addr, sizeof r->addr, "%s", w->addr);
             snprintf(r->group, sizeof r->group, "%s", grp->cfg.name);
@@ -149,6 +162,7 @@ struct stats_snapshot *gw_stats_snapshot(struct gw *g)
                 *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
             r->served = (int64_t)w->served;
             r->errors = (int64_t)w->errors;
+            r->dropped = (int64_t)w->dropped;
             r->inflight = w->st == WS_BUSY;
             r->queued = grp->qlen;
             r->lat = w->lat;
@@ -182,30 +196,77 @@ static void warn_restart(const struct config *old, const struct config *nw)
         log_warn(NULL, "reload: port, bind, unix_socket and thread counts change only on restart");
 }
 
-int gw_reload_loop(struct gw *g)
+static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_t seq)
 {
-    struct config *nc = malloc(sizeof *nc);
-    char err[512];
-    if (!nc)
-        return -1;
-    if (config_build(nc, g->config_path, &g->overrides, err, sizeof err)) {
-        log_error(NULL, "reload failed, keeping the running configuration: %s", err);
-        free(nc);
+    struct job *j = job_new(job_load_config, JK_RELOAD);
+    struct reload_job *r = calloc(1, sizeof *r);
+    if (!j || !r) {
+        job_free(j);
+        free(r);
         return -1;
     }
+    snprintf(r->path, sizeof r->path, "%s", g->config_path);
+    r->ov = g->overrides;
+    j->ctx = r;
+    j->ctx_free = reload_job_free;
+    if (req_gen) {
+        j->conn_id = req_id;
+        j->conn_gen = req_gen;
+        j->seq = seq;
+        j->arg = 1;
+    }
+    g->reloading = 1;
+    pool_submit(g->readers, j); /* files are read off the loop */
+    return 0;
+}
+
+int gw_reload_loop(struct gw *g, struct conn *requester, uint64_t seq)
+{
+    if (!g->reloading)
+        return start_reload(g, requester ? requester->id : 0, requester ? requester->gen : 0, seq);
+    if (requester && g->reload_req_gen)
+        return -1; /* another client already waits for the next one */
+    g->reload_again = 1;
+    if (requester) {
+        g->reload_req_id = requester->id;
+        g->reload_req_gen = requester->gen;
+        g->reload_req_seq = seq;
+    }
+    return 0;
+}
+
+/* Answer the client that asked for the reload (if it is still there). */
+static void reload_answer(struct gw *g, struct job *j, const char *err)
+{
+    struct conn *c = j->arg ? conn_lookup(g, j->conn_id, j->conn_gen) : NULL;
+    if (!c || c->kind != EV_CLIENT)
+        return;
+    struct client *cl = (struct client *)c;
+    struct req *r = client_head(cl);
+    if (!r || r->seq != j->seq || r->state != RS_LOCAL)
+        return;
+    if (err) {
+        client_error_loop(g, cl, r, "qgate: reload failed: %s", err);
+        return;
+    }
+    struct job *w = job_new(job_encode_command, JK_REPLY);
+    if (!w) {
+        conn_close(g, c, "out of memory");
+        return;
+    }
+    w->arg = GWCMD_RELOAD;
+    gw_submit(g, g->writers, w, c, j->seq);
+}
+
+/* Apply a configuration read by a reload job: the worker sets and the live keys. */
+static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *auth)
+{
     warn_restart(&g->cfg, nc);
-    struct auth_shared *auth = NULL;
-    if (nc->users_file[0]) {
-        struct auth_db *db = auth_load(nc->users_file, err, sizeof err);
-        if (!db || !(auth = auth_share(db))) {
-            log_error(NULL, "reload failed, keeping the running configuration: users file: %s", db ? "out of memory" : err);
-            free(nc);
-            return -1;
-        }
+    if (auth)
         log_info(NULL, "reload: users file %s: %d users", nc->users_file, auth_db_of(auth)->n);
-    }
     auth_unref(g->auth); /* checks under way keep their own reference */
     g->auth = auth;
+    client_users_reloaded_loop(g); /* admin flags and limits as the file says now */
     for (int i = 0; i < nc->ngroups; i++) {
         struct group *grp = find_group(g, nc->groups[i].name);
         if (!grp) {
@@ -219,7 +280,8 @@ int gw_reload_loop(struct gw *g)
         char addr[300];
         for (const char *p = nc->groups[i].workers; config_list_next(&p, addr, sizeof addr);) {
             int found = 0;
-            for (struct worker *w = grp->workers; w; w = w->gnext)
+            struct worker *w;
+            TAILQ_FOREACH(w, &grp->workers, glink)
                 if (!strcmp(w->addr, addr) && !w->removed)
                     found = 1;
             if (!found) {
@@ -227,8 +289,8 @@ int gw_reload_loop(struct gw *g)
                 worker_new(g, grp, addr);
             }
         }
-        for (struct worker *w = grp->workers, *n; w; w = n) {
-            n = w->gnext;
+        for (struct worker *w = TAILQ_FIRST(&grp->workers), *n; w; w = n) {
+            n = TAILQ_NEXT(w, glink);
             if (!w->removed && !has_addr(nc->groups[i].workers, w->addr)) {
                 log_info(NULL, "reload: group %s: removing worker %s", grp->cfg.name, w->addr);
                 worker_remove_loop(g, w);
@@ -252,34 +314,35 @@ int gw_reload_loop(struct gw *g)
     g->cfg.reader_threads = keep.reader_threads;
     g->cfg.writer_threads = keep.writer_threads;
     log_level = g->cfg.loglevel;
-    free(nc);
     g->work_pending = 1;
-    return 0;
 }
 
-struct clients_snapshot *gw_clients_snapshot(struct gw *g)
+void gw_reload_done_loop(struct gw *g, struct job *j)
 {
-    struct clients_snapshot *s = calloc(1, sizeof *s + (size_t)g->nclients * sizeof s->rows[0]);
-    if (!s)
-        return NULL;
-    for (uint32_t id = 0; id < g->next_id && s->n < g->nclients; id++) {
-        struct conn *x = g->tab[id];
-        if (!x || x->kind != EV_CLIENT || x->closing)
-            continue;
-        struct client *c = (struct client *)x;
-        struct client_row *r = &s->rows[s->n++];
-        r->id = id;
-        snprintf(r->user, sizeof r->user, "%s", c->user);
-        snprintf(r->peer, sizeof r->peer, "%s", c->peer);
-        snprintf(r->group, sizeof r->group, "%s", c->grp ? c->grp->cfg.name : "");
-        snprintf(r->state, sizeof r->state, "%s", client_state_name(c->st));
-        for (char *p = r->state; *p; p++)
-            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-        for (struct req *q = c->head; q; q = q->next)
-            r->requests++;
-        r->running = c->w != NULL;
+    struct reload_job *r = j->ctx;
+    g->reloading = 0;
+    if (g->reload_again) { /* asked for again meanwhile: the newest file is read next */
+        g->reload_again = 0;
+        uint32_t id = g->reload_req_id, gen = g->reload_req_gen;
+        g->reload_req_id = g->reload_req_gen = 0;
+        if (start_reload(g, id, gen, g->reload_req_seq))
+            log_error(NULL, "reload: out of memory starting the next one");
     }
-    return s;
+    const char *err = NULL;
+    if (!r->cfg)
+        err = r->err;
+    else if (g->auth && !r->cfg->users_file[0])
+        err = "the new configuration has no users_file: a reload does not turn authentication off "
+              "(restart to do that)";
+    if (err) {
+        log_error(NULL, "reload failed, keeping the running configuration: %s", err);
+        reload_answer(g, j, err);
+        return;
+    }
+    reload_apply(g, r->cfg, r->auth);
+    r->auth = NULL; /* the gateway holds it now */
+    log_info(NULL, "reload: done");
+    reload_answer(g, j, NULL);
 }
 
 static void on_drain_timeout(struct gw *g, struct timer *t)
@@ -288,8 +351,6 @@ static void on_drain_timeout(struct gw *g, struct timer *t)
     log_warn(NULL, "drain_timeout reached with work in flight: exiting");
     g->stop = 1;
 }
-
-static struct timer drain_timer;
 
 void gw_drain_loop(struct gw *g)
 {
@@ -307,7 +368,7 @@ void gw_drain_loop(struct gw *g)
         g->lfd_uds = -1;
     }
     client_pause_all_loop(g);
-    timer_arm(g, &drain_timer, g->now_ms + g->cfg.drain_timeout, on_drain_timeout);
+    timer_arm(g, &g->drain_tm, g->now_ms + g->cfg.drain_timeout, on_drain_timeout);
     g->work_pending = 1;
 }
 
@@ -318,19 +379,10 @@ void gw_free(struct gw *g)
             conn_close(g, g->tab[id], "gateway exiting");
     for (int i = 0; i < g->ngroups; i++) {
         struct group *grp = &g->groups[i];
-        while (grp->workers) {
-            struct worker *w = grp->workers;
-            grp->workers = w->gnext;
-            struct bnode *b = w->bq_head;
-            while (b) {
-                struct bnode *n = b->next;
-                if (--b->m->refs == 0)
-                    free(b->m);
-                free(b);
-                b = n;
-            }
-            inbuf_free(&w->coll);
-            free(w);
+        while (!TAILQ_EMPTY(&grp->workers)) {
+            struct worker *w = TAILQ_FIRST(&grp->workers);
+            TAILQ_REMOVE(&grp->workers, w, glink);
+            worker_free(w);
         }
     }
     conn_reap_loop(g);
@@ -342,6 +394,8 @@ void gw_free(struct gw *g)
         close(g->lfd_uds);
     if (g->sigfd >= 0)
         close(g->sigfd);
+    if (g->reserve_fd >= 0)
+        close(g->reserve_fd);
     if (g->epfd >= 0)
         close(g->epfd);
     if (g->wepfd >= 0)

@@ -1,14 +1,17 @@
 /* jobs.c: pool jobs: pure functions from bytes (and an immutable context) to bytes. */
 #include "jobs.h"
 
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "auth.h"
 #include "kcodec.h"
 #include "kipc.h"
 #include "kzip.h"
+#include "net.h"
 #include "stats.h"
 
 #define PREFIX ".qgate."
@@ -18,14 +21,20 @@
 static const char *const cmd_names[] = {GWCMDS(GWCMD_NAME)};
 #undef GWCMD_NAME
 
-int jobs_peek_command(const uint8_t *b, size_t n)
+int jobs_peek_command(const uint8_t *m, size_t len)
 {
+    if (len < 8 || m[2])
+        return 0;
+    const uint8_t *b = m + 8;
+    size_t n = len - 8;
     /* "..." : 0a attr count text */
     if (n >= 6 + PREFIX_LEN && b[0] == KT_CHAR && !memcmp(b + 6, PREFIX, PREFIX_LEN))
-        return 1;
+        return len <= GWCMD_MAX_LEN ? 1 : -1;
     /* (`.qgate.x; ...) : 00 attr count f5 name */
-    if (n >= 7 + PREFIX_LEN && b[0] == KT_LIST && (int8_t)b[6] == -KT_SYM && !memcmp(b + 7, PREFIX, PREFIX_LEN))
-        return 1;
+    if (n >= 7 + PREFIX_LEN && b[0] == KT_LIST && (int8_t)b[6] == -KT_SYM && !memcmp(b + 7, PREFIX, PREFIX_LEN)) {
+        uint32_t count = qg_ld32o(b + 2, m[0]);
+        return len <= GWCMD_MAX_LEN && count >= 1 && count <= 2 ? 1 : -1;
+    }
     return 0;
 }
 
@@ -118,6 +127,104 @@ void job_check_credentials(struct job *j)
         j->aux[0] = u->admin;
         j->aux[1] = u->max_conns;
         j->aux[2] = u->max_inflight;
+        snprintf(j->text, sizeof j->text, "%s", u->name);
+    }
+}
+
+void job_validate_msg(struct job *j)
+{
+    struct kipc_hdr h;
+    const char *why = "bad header";
+    j->result = 1;
+    if (kipc_hdr_parse(j->in, j->in_len, j->in_len, &h, &why) != QG_OK || h.len != j->in_len) {
+        snprintf(j->text, sizeof j->text, "%s", why);
+        return;
+    }
+    const uint8_t *body = j->in + 8;
+    size_t n = j->in_len - 8;
+    uint8_t *plain = NULL;
+    if (h.compressed) {
+        size_t len = kzip_uncompressed_len(j->in, j->in_len);
+        if (len < 9 || len > (uint64_t)j->aux[0]) {
+            snprintf(j->text, sizeof j->text, "compressed message declares %zu bytes", len);
+            return;
+        }
+        if (!(plain = malloc(len))) {
+            snprintf(j->text, sizeof j->text, "out of memory decompressing");
+            return;
+        }
+        if (kzip_decompress(j->in, j->in_len, plain, len, &why) != QG_OK) {
+            snprintf(j->text, sizeof j->text, "bad compressed message: %s", why);
+            free(plain);
+            return;
+        }
+        body = plain + 8;
+        n = len - 8;
+    }
+    struct kerr e;
+    if (kcodec_validate(body, n, h.le, NULL, &e) == QG_OK)
+        j->result = 0;
+    else
+        snprintf(j->text, sizeof j->text, "%s at byte %zu", e.why, e.off + 8);
+    free(plain);
+}
+
+void job_resolve(struct job *j)
+{
+    char host[256];
+    int port;
+    j->result = -1;
+    if (net_parse_hostport(j->ctx, "localhost", host, sizeof host, &port)) {
+        snprintf(j->text, sizeof j->text, "not host:port");
+        return;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(strcmp(host, "localhost") ? host : "127.0.0.1", ps, &hints, &ai);
+    if (rc) {
+        snprintf(j->text, sizeof j->text, "%s", gai_strerror(rc));
+        return;
+    }
+    if ((j->out = malloc(ai->ai_addrlen))) {
+        memcpy(j->out, ai->ai_addr, ai->ai_addrlen);
+        j->out_len = ai->ai_addrlen;
+        j->result = 0;
+    }
+    freeaddrinfo(ai);
+}
+
+void reload_job_free(void *ctx)
+{
+    struct reload_job *r = ctx;
+    if (!r)
+        return;
+    free(r->cfg);
+    auth_unref(r->auth);
+    free(r);
+}
+
+void job_load_config(struct job *j)
+{
+    struct reload_job *r = j->ctx;
+    r->cfg = malloc(sizeof *r->cfg);
+    if (!r->cfg) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        return;
+    }
+    if (config_build(r->cfg, r->path, &r->ov, r->err, sizeof r->err)) {
+        free(r->cfg);
+        r->cfg = NULL;
+        return;
+    }
+    if (!r->cfg->users_file[0])
+        return;
+    char err[480];
+    struct auth_db *db = auth_load(r->cfg->users_file, err, sizeof err);
+    if (!db || !(r->auth = auth_share(db))) {
+        snprintf(r->err, sizeof r->err, "users file: %s", db ? "out of memory" : err);
+        free(r->cfg);
+        r->cfg = NULL;
     }
 }
 
@@ -152,20 +259,12 @@ void job_encode_command(struct job *j)
     encode(j, x);
 }
 
-/* Does x hold a value of a type the capability cannot carry? */
-static int beyond_cap(const K x, int cap)
+/* Types a capability cannot carry: guid below 3, timestamp and timespan at 0. */
+static int beyond_cap(uint32_t seen, int cap)
 {
-    int t = x->t < 0 && x->t != KT_ERROR ? -x->t : x->t;
-    if (t == KT_GUID && cap < 3)
+    if ((seen & (1u << KT_GUID)) && cap < 3)
         return 1;
-    if ((t == KT_TIMESTAMP || t == KT_TIMESPAN) && cap < 1)
-        return 1;
-    if (t == KT_LIST || t == KT_TABLE || t == KT_DICT || t == KT_SORTED_DICT ||
-        (t >= KT_LAMBDA && t <= KT_EACHLEFT && t != KT_UNARY && t != KT_BINARY && t != KT_TERNARY))
-        for (int64_t i = 0; i < x->n; i++)
-            if (beyond_cap(kK(x)[i], cap))
-                return 1;
-    return 0;
+    return ((seen & (1u << KT_TIMESTAMP)) || (seen & (1u << KT_TIMESPAN))) && cap < 1;
 }
 
 void job_check_reply(struct job *j)
@@ -179,24 +278,24 @@ void job_check_reply(struct job *j)
         goto pass;
     if (h.compressed) {
         len = kzip_uncompressed_len(j->in, j->in_len);
-        if (len < 9 || !(plain = malloc(len)) || kzip_decompress(j->in, j->in_len, plain, len, &why) != QG_OK) {
+        if (len < 9 || len > (uint64_t)j->aux[0] || !(plain = malloc(len)) ||
+            kzip_decompress(j->in, j->in_len, plain, len, &why) != QG_OK) {
             free(plain == j->in ? NULL : plain);
-            goto pass;
-        }
-    }
-    K x;
-    struct kerr e;
-    if (kcodec_decode(plain + 8, len - 8, h.le, NULL, &x, &e) == QG_OK) {
-        int bad = beyond_cap(x, j->arg);
-        k_free(x);
-        if (bad) {
-            if (plain != j->in)
-                free(plain);
-            snprintf(j->text, sizeof j->text, "type");
+            snprintf(j->text, sizeof j->text, "qgate: the worker's compressed reply cannot be decompressed");
             job_encode_error(j);
             j->result = 1;
             return;
         }
+    }
+    uint32_t seen = 0;
+    struct kcodec_opts o = {.seen = &seen};
+    if (kcodec_validate(plain + 8, len - 8, h.le, &o, NULL) == QG_OK && beyond_cap(seen, j->arg)) {
+        if (plain != j->in)
+            free(plain);
+        snprintf(j->text, sizeof j->text, "type");
+        job_encode_error(j);
+        j->result = 1;
+        return;
     }
     if (plain != j->in && j->arg == 0) { /* capability 0 cannot take compressed messages */
         j->out = plain;

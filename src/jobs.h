@@ -2,6 +2,7 @@
 #ifndef JOBS_H
 #define JOBS_H
 
+#include "config.h"
 #include "pool.h"
 
 /* What the loop does with a completion (struct job.kind). */
@@ -9,7 +10,14 @@ enum job_kind {
     JK_COMMAND = 1, /* reader parsed a gateway command: result is an enum gwcmd */
     JK_REPLY,       /* writer made a reply (out) for request seq of the connection */
     JK_AUTH,        /* reader checked credentials: result 1 = accepted */
+    JK_CHECK,       /* reader validated request seq's body (in, handed back): result 0 = ok */
+    JK_NESTED,      /* reader validated a client's response to a worker's nested request */
+    JK_RESOLVE,     /* reader resolved a worker's address (aux[0] its serial): out = sockaddr */
+    JK_RELOAD,      /* reader read the config and users files (ctx: struct reload_job) */
 };
+
+/* A gateway command is short: longer messages that look like one are refused unread. */
+#define GWCMD_MAX_LEN 1024
 
 #define GWCMDS(X)                                                                          \
     X(UNKNOWN, "") X(PING, "ping") X(STATS, "stats") X(CLIENTS, "clients") X(RELOAD, "reload") \
@@ -18,17 +26,40 @@ enum job_kind {
 enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
 #undef GWCMD_ENUM
 
-/* Does the message body at p (n bytes) start like a gateway command: a string or a
- * functional call whose name starts with ".qgate."? A peek at a few bytes, no decoding. */
-int jobs_peek_command(const uint8_t *body, size_t n);
+/* Does the whole message m (len bytes, uncompressed) start like a gateway command: a string
+ * or a functional call whose name starts with ".qgate."? A peek at a few bytes, no decoding:
+ * 0 if not; 1 if it does and has a command's shape (at most GWCMD_MAX_LEN bytes; a call of
+ * at most one argument); -1 if it starts like one without that shape (refused unread). */
+int jobs_peek_command(const uint8_t *m, size_t len);
 
 /* Commands that change state or show other users: for users marked admin only. */
 int gwcmd_admin_only(int cmd);
 
 /* reader: j->in holds the credentials "user:password" a client sent, j->ctx the shared users
  * database: j->result = 1 if they match an entry (plain, MD5 or SHA-1, as q -U), else 0; then
- * aux = {admin, max_conns, max_inflight} of the entry. */
+ * aux = {admin, max_conns, max_inflight} of the entry and j->text its exact name. */
 void job_check_credentials(struct job *j);
+/* reader: is the whole message j->in one q would accept (header, then the body validated,
+ * decompressed first if need be, within aux[0] bytes)? result 0, or 1 with the reason in
+ * j->text. j->in is left in place for the loop to take back. */
+void job_validate_msg(struct job *j);
+/* reader: resolve "host:port" (j->ctx, a string) for TCP: result 0 with the sockaddr in
+ * j->out (out_len bytes), or -1 with the reason in j->text. */
+void job_resolve(struct job *j);
+
+/* What a reload reads off the loop: the file and overrides in; a built configuration and the
+ * users database (or an error) out. */
+struct reload_job {
+    char path[1024];
+    struct cfg_overrides ov;
+    struct config *cfg;         /* out: NULL on error */
+    struct auth_shared *auth;   /* out: the users file's database, NULL if none */
+    char err[512];
+};
+/* reader: build the configuration (defaults, file, overrides) and load its users file. */
+void job_load_config(struct job *j);
+/* Free a reload_job and what it still holds (a job's ctx_free). */
+void reload_job_free(void *ctx);
 /* reader: decode the whole message j->in and name the command (j->result, j->text); a
  * numeric argument (.qgate.disconnect[12]) goes to aux[0], -1 if none. */
 void job_parse_command(struct job *j);
@@ -38,8 +69,9 @@ void job_encode_error(struct job *j);
  * from ctx (struct stats_snapshot), clients a table from ctx (struct clients_snapshot). */
 void job_encode_command(struct job *j);
 /* reader: j->in is a whole response for a client of capability j->arg (below 3): decompress
- * it if the client cannot (capability 0), or make it the q error 'type if it holds values the
- * client's capability cannot carry (guid below 3, timestamp and timespan at 0), as q does. */
+ * it if the client cannot (capability 0; aux[0] bounds the size it may declare), or make it
+ * the q error 'type if it holds values the client's capability cannot carry (guid below 3,
+ * timestamp and timespan at 0), as q does. Walks the message without building it. */
 void job_check_reply(struct job *j);
 /* writer: j->out = j->in compressed as q compresses for remote peers, or j->in unchanged. */
 void job_compress_reply(struct job *j);

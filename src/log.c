@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 int log_level = LOG_INFO;
+void (*log_sink)(const char *line, size_t len);
 
 #define LOG_NAME(e, s) s,
 static const char *const names[] = {LOG_LEVELS(LOG_NAME)};
@@ -46,6 +47,10 @@ void log_write(int level, const char *prefix, const char *fmt, ...)
     if ((size_t)n >= sizeof line - 1)
         n = (int)sizeof line - 2;
     line[n++] = '\n';
+    if (log_sink) {
+        log_sink(line, (size_t)n);
+        return;
+    }
     ssize_t w = write(STDERR_FILENO, line, (size_t)n);
     (void)w;
 }

@@ -9,7 +9,11 @@
 enum log_level { LOG_LEVELS(LOG_ENUM) LOG_NLEVELS };
 #undef LOG_ENUM
 
+#include <stddef.h>
+
 extern int log_level;
+/* Where lines go instead of stderr when set (tests/sim keeps them in its trace). */
+extern void (*log_sink)(const char *line, size_t len);
 
 /* Parse "error", "warn", "info" or "debug"; -1 if unknown. */
 int log_level_parse(const char *s);

@@ -122,7 +122,7 @@ void timers_free(struct timers *ts)
  * says, and have a writer encode the reply. */
 static void on_command(struct gw *g, struct client *cl, struct job *j)
 {
-    struct req *r = cl->head;
+    struct req *r = client_head(cl);
     if (!r || r->seq != j->seq || r->state != RS_LOCAL)
         return;
     if (j->result == GWCMD_UNKNOWN) {
@@ -132,6 +132,12 @@ static void on_command(struct gw *g, struct client *cl, struct job *j)
     if (gwcmd_admin_only(j->result) && !(cl->us && cl->us->admin)) {
         log_warn(cl->c.name, "refused %s: not an admin", j->text);
         client_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
+        return;
+    }
+    if (j->result == GWCMD_RELOAD) { /* answered when the reload is done */
+        log_info(cl->c.name, ".qgate.reload[] by admin %s", cl->user);
+        if (gw_reload_loop(g, &cl->c, j->seq))
+            client_error_loop(g, cl, r, "qgate: a reload is already under way, and another waits");
         return;
     }
     struct job *w = job_new(job_encode_command, JK_REPLY);
@@ -147,27 +153,20 @@ static void on_command(struct gw *g, struct client *cl, struct job *j)
         w->ctx = gw_clients_snapshot(g);
         w->ctx_free = free;
         break;
-    case GWCMD_RELOAD:
-        log_info(cl->c.name, ".qgate.reload[] by admin %s", cl->user);
-        if (gw_reload_loop(g)) {
-            job_free(w);
-            client_error_loop(g, cl, r, "qgate: reload failed (see the gateway's log)");
-            return;
-        }
-        break;
     case GWCMD_DISCONNECT: {
+        /* the id .qgate.clients[] shows: a serial number, never reused */
         int64_t id = j->aux[0];
-        struct conn *x = id >= 0 && id < g->tab_cap ? g->tab[id] : NULL;
-        if (!x || x->kind != EV_CLIENT || x->closing) {
+        struct client *x = id > 0 ? client_by_serial(g, (uint64_t)id) : NULL;
+        if (!x) {
             job_free(w);
             client_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
             return;
         }
-        log_info(cl->c.name, "disconnecting client %lld (%s) as admin %s asked", (long long)id, x->name, cl->user);
+        log_info(cl->c.name, "disconnecting client %lld (%s) as admin %s asked", (long long)id, x->c.name, cl->user);
         char why[128];
         snprintf(why, sizeof why, "disconnected by admin %s", cl->user);
-        conn_close(g, x, why);
-        if (x == &cl->c) { /* it disconnected itself: nobody to answer */
+        conn_close(g, &x->c, why);
+        if (x == cl) { /* it disconnected itself: nobody to answer */
             job_free(w);
             return;
         }
@@ -181,6 +180,17 @@ static void on_command(struct gw *g, struct client *cl, struct job *j)
 
 void gw_completion_loop(struct gw *g, struct job *j)
 {
+    /* completions that name no client connection */
+    if (j->kind == JK_RESOLVE) {
+        worker_resolved_loop(g, j);
+        job_free(j);
+        return;
+    }
+    if (j->kind == JK_RELOAD) {
+        gw_reload_done_loop(g, j);
+        job_free(j);
+        return;
+    }
     struct conn *c = conn_lookup(g, j->conn_id, j->conn_gen);
     if (!c || c->kind != EV_CLIENT) { /* stale: the connection went, or its id was reused */
         job_free(j);
@@ -192,7 +202,13 @@ void gw_completion_loop(struct gw *g, struct job *j)
         on_command(g, cl, j);
         break;
     case JK_AUTH:
-        client_auth_done_loop(g, cl, j->result, (int)j->aux[0], (int)j->aux[1], (int)j->aux[2]);
+        client_auth_done_loop(g, cl, j->result, j->text, (int)j->aux[0], (int)j->aux[1], (int)j->aux[2]);
+        break;
+    case JK_CHECK:
+        client_checked_loop(g, cl, j);
+        break;
+    case JK_NESTED:
+        client_nested_checked_loop(g, cl, j);
         break;
     case JK_REPLY:
         if (j->out) {
@@ -231,25 +247,13 @@ static void on_signal(struct gw *g)
     while (read(g->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGHUP) {
             log_info(NULL, "SIGHUP: reloading %s", g->config_path[0] ? g->config_path : "(no config file)");
-            gw_reload_loop(g);
+            if (gw_reload_loop(g, NULL, 0))
+                log_error(NULL, "SIGHUP: out of memory starting the reload");
         } else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
             log_info(NULL, "%s: draining (up to %lld ms)", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
                      (long long)g->cfg.drain_timeout);
             gw_drain_loop(g);
         }
-    }
-}
-
-void gw_flush_dirty_loop(struct gw *g)
-{
-    struct conn *list = g->dirty;
-    g->dirty = NULL;
-    while (list) {
-        struct conn *c = list;
-        list = c->next_dirty;
-        c->dirty = 0;
-        if (!c->closing)
-            conn_flush_loop(g, c);
     }
 }
 
@@ -295,30 +299,49 @@ static int work_in_flight(struct gw *g)
         return 1;
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *c = g->tab[id];
-        if (c && c->kind == EV_CLIENT && (((struct client *)c)->head || c->out.bytes || ((struct client *)c)->piped))
+        if (c && c->kind == EV_CLIENT && (client_head((struct client *)c) || c->out.bytes || ((struct client *)c)->piped))
             return 1;
     }
     return 0;
 }
 
+void gw_clock_loop(struct gw *g)
+{
+    g->now_us = g->hooks.now_us ? g->hooks.now_us(g->hooks.ctx) : gw_now_us();
+    g->now_ms = g->now_us / 1000;
+}
+
+int gw_wait_ms(const struct gw *g)
+{
+    if (g->work_pending || !TAILQ_EMPTY(&g->dirty) || !TAILQ_EMPTY(&g->backlog))
+        return 0;
+    int64_t next = timers_next(&g->timers);
+    if (next < 0)
+        return -1;
+    return next <= g->now_ms ? 0 : (int)QG_MIN(next - g->now_ms, 60000);
+}
+
 int gw_run(struct gw *g)
 {
-    struct epoll_event evs[256];
     while (!g->stop) {
-        g->now_ms = gw_now_us() / 1000;
-        int timeout = -1;
-        int64_t next = timers_next(&g->timers);
-        if (g->work_pending || g->dirty)
-            timeout = 0;
-        else if (next >= 0)
-            timeout = next <= g->now_ms ? 0 : (int)QG_MIN(next - g->now_ms, 60000);
+        gw_clock_loop(g);
+        if (gw_step_loop(g, gw_wait_ms(g)))
+            return 1;
+    }
+    return g->exit_code;
+}
+
+int gw_step_loop(struct gw *g, int timeout)
+{
+    struct epoll_event evs[256];
+    {
         g->work_pending = 0;
         int n = epoll_wait(g->epfd, evs, (int)QG_ARRAY_LEN(evs), timeout);
         if (n < 0 && errno != EINTR) {
             log_error(NULL, "epoll_wait: %s", strerror(errno));
-            return 1;
+            return -1;
         }
-        g->now_ms = gw_now_us() / 1000;
+        gw_clock_loop(g);
         int since_service = 0, per_service = client_events_per_service(g);
         for (int i = 0; i < n; i++) {
             struct evsrc *s = evs[i].data.ptr;
@@ -359,5 +382,5 @@ int gw_run(struct gw *g)
             g->stop = 1;
         }
     }
-    return g->exit_code;
+    return 0;
 }

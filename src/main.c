@@ -70,7 +70,7 @@ int main(int argc, char **argv)
         return 0;
     }
     static struct gw g;
-    if (gw_init(&g, cfg, path, &qgate_overrides)) {
+    if (gw_init(&g, cfg, path, &qgate_overrides, NULL)) {
         fprintf(stderr, "qgate: cannot start (see the log above)\n");
         gw_free(&g);
         free(cfg);

@@ -38,7 +38,7 @@ struct pool {
     int efd;
     int nthreads;
     pthread_t *threads;
-    atomic_uint_fast64_t efd_writes, jobs_done;
+    atomic_uint_fast64_t efd_writes, jobs_done, jobs_submitted;
     atomic_int has_done; /* a hint that done is not empty, for pool_take_loop */
 };
 
@@ -132,6 +132,7 @@ int pool_fd(const struct pool *p) { return p->efd; }
 
 void pool_submit(struct pool *p, struct job *j)
 {
+    atomic_fetch_add(&p->jobs_submitted, 1);
     pthread_mutex_lock(&p->qlock);
     jlist_push(&p->queue, j);
     p->queued++;
@@ -225,3 +226,4 @@ void pool_destroy(struct pool *p)
 
 uint64_t pool_eventfd_writes(const struct pool *p) { return atomic_load(&((struct pool *)p)->efd_writes); }
 uint64_t pool_jobs_done(const struct pool *p) { return atomic_load(&((struct pool *)p)->jobs_done); }
+uint64_t pool_jobs_submitted(const struct pool *p) { return atomic_load(&((struct pool *)p)->jobs_submitted); }

@@ -60,5 +60,6 @@ void pool_destroy(struct pool *p);
 /* Counters, for tests and stats. */
 uint64_t pool_eventfd_writes(const struct pool *p);
 uint64_t pool_jobs_done(const struct pool *p);
+uint64_t pool_jobs_submitted(const struct pool *p);
 
 #endif

@@ -24,7 +24,7 @@ struct stats_row {
     char addr[300];
     char group[64];
     char state[16];
-    int64_t served, errors, inflight, queued;
+    int64_t served, errors, inflight, queued, dropped;
     struct hist lat;
 };
 
@@ -33,7 +33,8 @@ struct stats_snapshot {
     struct stats_row rows[];
 };
 
-/* The table ([] address; group; state; served; errors; inflight; queued; p50_us; p99_us). */
+/* The table ([] address; group; state; served; errors; inflight; queued; p50_us; p99_us;
+ * dropped): dropped counts async messages the worker sent while idle whose client had gone. */
 K stats_table(const struct stats_snapshot *s);
 
 /* One row of .qgate.clients[] (admin only). */

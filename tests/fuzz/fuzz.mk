@@ -25,7 +25,7 @@ FUZZ_SAVED_GOAL := $(.DEFAULT_GOAL)
 FUZZ_MK := $(lastword $(MAKEFILE_LIST))
 FUZZ_STANDALONE := $(if $(filter 1,$(words $(MAKEFILE_LIST))),1,)
 
-FUZZ_TARGETS := handshake frame codec kzip config
+FUZZ_TARGETS := handshake frame codec kzip config sim
 
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 5
@@ -45,6 +45,9 @@ FUZZ_SRC_frame     := src/kipc.c src/kcodec.c
 FUZZ_SRC_codec     := src/kcodec.c src/kipc.c
 FUZZ_SRC_kzip      := src/kzip.c src/kipc.c
 FUZZ_SRC_config    := src/config.c src/log.c src/net.c
+FUZZ_SRC_sim       := $(filter-out src/main.c,$(wildcard src/*.c)) tests/sim/sim.c
+# Extra flags per target (the simulation links the whole gateway, pools included).
+FUZZ_XFLAGS_sim    := -Itests/sim -pthread -lm
 
 # Longest input libFuzzer makes for each target (-max_len).
 FUZZ_MAXLEN_handshake := 2048
@@ -52,9 +55,10 @@ FUZZ_MAXLEN_frame     := 8192
 FUZZ_MAXLEN_codec     := 65536
 FUZZ_MAXLEN_kzip      := 65536
 FUZZ_MAXLEN_config    := 16384
+FUZZ_MAXLEN_sim       := 8192
 
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
-FUZZ_HDRS := $(wildcard src/*.h)
+FUZZ_HDRS := $(wildcard src/*.h) tests/sim/sim.h
 
 .PHONY: fuzz fuzz-smoke fuzz-bins fuzz-deps fuzz-seed
 
@@ -70,7 +74,7 @@ fuzz-seed: fuzz-deps
 define FUZZ_RULE
 $(FUZZ_DIR)/fuzz_$(1): tests/fuzz/fuzz_$(1).c $(FUZZ_SRC_$(1)) $(FUZZ_HDRS) $(FUZZ_MK) | fuzz-deps
 	@mkdir -p $(FUZZ_DIR)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $$@ tests/fuzz/fuzz_$(1).c $(FUZZ_SRC_$(1))
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $$@ tests/fuzz/fuzz_$(1).c $(FUZZ_SRC_$(1)) $(FUZZ_XFLAGS_$(1))
 endef
 $(foreach t,$(FUZZ_TARGETS),$(eval $(call FUZZ_RULE,$(t))))
 

@@ -5,6 +5,7 @@
 #     $QG_TESTDATA/qpython/*.out (default tests/data, as the unit tests); if those are
 #     absent, mkseed builds a few objects itself and says so.
 #   config: gateway.conf.example and the small configurations below.
+#   sim: byte strings made here from a fixed formula (every byte drives one choice).
 #   every target: the regression inputs kept in tests/fuzz/regress/<target>/.
 # Only build/fuzz/ is written; new corpus entries found by libFuzzer go there too.
 set -euo pipefail
@@ -22,6 +23,12 @@ if [ ! -x "$BIN" ] || [ -n "$(find tests/fuzz/mkseed.c src/kcodec.c src/kipc.c s
         -o "$BIN" tests/fuzz/mkseed.c src/kcodec.c src/kipc.c src/kzip.c
 fi
 "$BIN" "$TESTDATA" "$OUT"
+
+# sim: a few byte strings (each byte is the next choice of the simulation); libFuzzer finds more
+mkdir -p "$OUT/sim"
+for n in 1 2 3 4; do
+    awk -v n=$n 'BEGIN { s = n; for (i = 0; i < 2048; i++) { s = (s * 1103515245 + 12345) % 2147483648; printf "%c", int(s / 65536) % 256 } }' > "$OUT/sim/seed-$n"
+done
 
 # config: the reference file, small valid configurations, and a few broken ones
 C="$OUT/config"

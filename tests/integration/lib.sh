@@ -155,3 +155,26 @@ check_client_modes() {
     run_mode throw:boom 2;   expect_lines "$TMP/out" "^throw error :: boom in dur :: $TS\$" 2
     run_mode ssthrow:bang 2; expect_lines "$TMP/out" "^ssthrow error :: bang in dur :: $TS\$" 2
 }
+
+# release TAG PORT...: end the "hold TAG" request on whichever of these qworkers runs it
+release() {
+    local tag=$1 p
+    shift
+    for p in "$@"; do timeout 10 "$BIN/qsend" -g "127.0.0.1:$p" "release $tag" > /dev/null || true; done
+}
+
+# ---- raw clients on fd 3 (or FD), for bytes qsend would not send --------------------------
+export LC_ALL=C
+# raw_open PORT [FD]: connect; raw_close [FD]
+raw_open() { eval "exec ${2:-3}<>/dev/tcp/127.0.0.1/$1"; }
+raw_close() { eval "exec ${1:-3}<&- ${1:-3}>&-"; }
+# raw_hs USER:PASS [FD]: q's handshake with capability 3, and its answer byte
+raw_hs() { printf '%s\003\000' "$1" >&"${2:-3}"; head -c 1 <&"${2:-3}" > /dev/null; }
+le32() { printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 & 255)) $((($1 >> 8) & 255)) $((($1 >> 16) & 255)) $((($1 >> 24) & 255)); }
+# raw_text TYPE TEXT [FD]: a char vector message of TYPE (0 async, 1 sync)
+raw_text() {
+    local n=${#2}
+    printf '%b%s' "\\x01\\x0$1\\x00\\x00$(le32 $((14 + n)))\\x0a\\x00$(le32 "$n")" "$2" >&"${3:-3}"
+}
+# raw_read FILE SECONDS [FD]: what arrives within SECONDS (or until the gateway closes)
+raw_read() { timeout "$2" cat <&"${3:-3}" > "$1" || true; }

@@ -29,7 +29,7 @@ pass "every qclient mode: gw30, qgate and a worker give identical reply bytes"
 # for bench/run to measure, not for a test)
 "$BIN/qclient" -g "127.0.0.1:$G30" big 0 --count 4 --quiet 2> /dev/null &
 pb=$!
-sleep 0.2
+wait_any ": big" 30 "$TMP/W1.log" "$TMP/W2.log"   # big is under way
 "$BIN/qclient" -g "127.0.0.1:$G30" fast 20 --count 30 --csv "$TMP/f30.csv" --quiet 2> /dev/null
 wait $pb
 grep -q "ok,1," "$TMP/f30.csv" || fail "fast via gw30 failed"

@@ -34,11 +34,11 @@ for i in 1 2 3 4 5 6; do
     "$BIN/qclient" -g "$G" fast 0 --seconds 4 --quiet 2> "$TMP/load$i.err" & lpids+=($!)
 done
 "$BIN/qclient" -g "$G" big 0 --seconds 4 --quiet 2> "$TMP/load7.err" & lpids+=($!)
-sleep 1
+wait_count "$TMP/W1.log" ": fast" 20 20                                  # the load is on
 conf "127.0.0.1:$W2_PORT,127.0.0.1:$W3_PORT"
 kill -HUP "$GW_PID"
 wait_line "$TMP/GW.log" "reload: group main: removing worker 127.0.0.1:$W1_PORT" 10
-sleep 1.2
+wait_count "$TMP/W3.log" ": fast" 20 20                                  # the new set serves
 conf "127.0.0.1:$W1_PORT,127.0.0.1:$W3_PORT"
 kill -HUP "$GW_PID"
 wait_line "$TMP/GW.log" "reload: group main: removing worker 127.0.0.1:$W2_PORT" 10
@@ -69,13 +69,14 @@ pass "SIGTERM: new connections refused, the running request answered, exit 0"
 printf '[gateway]\nbind = 127.0.0.1\ndrain_timeout = 300\n[group main]\nworkers = 127.0.0.1:%s\n' "$W2_PORT" > "$TMP/d.conf"
 start_gateway D -c "$TMP/d.conf"
 G="127.0.0.1:$D_PORT"
-"$BIN/qsend" -g "$G" "sleep 3000" > "$TMP/t3.out" & p3=$!
-wait_line "$TMP/W2.log" "sleep 3000 ms" 5
+"$BIN/qsend" -g "$G" "hold t3" > "$TMP/t3.out" & p3=$!
+wait_line "$TMP/W2.log" "hold t3" 5
 kill -TERM "$D_PID"
 wait_exit "$D_PID" 10
 [ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS after drain_timeout"
 wait "$p3" || true
 expect_lines "$TMP/t3.out" "^'close\$" 1
+release t3 "$W2_PORT"
 expect_file_has "$TMP/D.log" "drain_timeout reached"
 pass "SIGTERM past drain_timeout: exits 0, the unfinished client sees the close"
 

@@ -13,6 +13,12 @@ first=$("$BIN/qsend" -g "127.0.0.1:$W_PORT" "rows 1" | sed -n 's/^table\[1\] `a 
 start_gateway GW --workers "127.0.0.1:$W_PORT"
 (cd tests/interop && timeout 180 node interop.js "$GW_PORT" "$first" 1000000) || fail "node-q against qgate"
 
+# node-q as a feed handler (publish and exit: everything sent before the close runs) and as a
+# subscriber (a worker's publish while idle reaches the client it served last)
+(cd tests/interop && timeout 60 node publish.js "$GW_PORT" publish 20) || fail "node-q publish"
+wait_count "$TMP/W.log" "async message" 20 30
+(cd tests/interop && timeout 60 node publish.js "$GW_PORT" subscribe) || fail "node-q subscribe"
+
 # with a users file: node-q with good and with bad credentials
 printf 'nq:%s\n' "$(printf 'nodepw' | md5sum | cut -d' ' -f1)" > "$TMP/users"
 printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/users" "$W_PORT" > "$TMP/auth.conf"

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,7 +35,7 @@ static int setup(void **state)
     cfg.loglevel = LOG_ERROR;
     cfg.splice = 0;
     config_group(&cfg, "main"); /* no workers: the tests add their own on socketpairs */
-    assert_int_equal(gw_init(&g, &cfg, NULL, NULL), 0);
+    assert_int_equal(gw_init(&g, &cfg, NULL, NULL, NULL), 0);
     return 0;
 }
 
@@ -62,8 +63,9 @@ static struct worker *fake_worker(const char *name, int *peer)
     assert_int_equal(conn_register(&g, &w->c, sv[0], EPOLLIN), 0);
     w->st = WS_IDLE;
     w->backoff = 1000;
-    w->gnext = w->grp->workers;
-    w->grp->workers = w;
+    STAILQ_INIT(&w->bq);
+    STAILQ_INIT(&w->bsent);
+    TAILQ_INSERT_TAIL(&w->grp->workers, w, glink);
     w->grp->nworkers++;
     w->grp->nup++;
     dispatch_worker_idle_loop(&g, w);
@@ -77,6 +79,8 @@ static struct client *fake_client(int *peer)
     pair(sv);
     struct client *c = calloc(1, sizeof *c);
     c->c.kind = EV_CLIENT;
+    STAILQ_INIT(&c->reqs);
+    STAILQ_INIT(&c->calls);
     assert_int_equal(conn_register(&g, &c->c, sv[0], EPOLLIN), 0);
     g.nclients++;
     c->st = CS_READY;
@@ -148,10 +152,13 @@ static int readable(int fd)
 
 /* One pass of the loop's work, without epoll: the given connections' events, completions,
  * dispatch, flush. */
+static uint64_t handled; /* completions handled: one per job submitted */
+
 static void step(void)
 {
-    gw_drain_pool_loop(&g, g.readers);
-    gw_drain_pool_loop(&g, g.writers);
+    client_backlog_loop(&g);
+    handled += (uint64_t)gw_drain_pool_loop(&g, g.readers);
+    handled += (uint64_t)gw_drain_pool_loop(&g, g.writers);
     dispatch_all_loop(&g);
     gw_flush_dirty_loop(&g);
     conn_reap_loop(&g);
@@ -169,14 +176,18 @@ static void worker_in(struct worker *w)
     step();
 }
 
-/* Wait for the pools to finish everything submitted, then handle the completions. */
+/* Wait until every job submitted (and every job those submit in turn) has come back and been
+ * handled: completions are what is waited for, never a time. */
 static void settle_pools(void)
 {
-    for (int i = 0; i < 200; i++) {
-        struct pollfd p[2] = {{.fd = pool_fd(g.readers), .events = POLLIN}, {.fd = pool_fd(g.writers), .events = POLLIN}};
-        poll(p, 2, 10);
+    for (int i = 0; i < 100000; i++) {
         step();
+        if (handled == pool_jobs_submitted(g.readers) + pool_jobs_submitted(g.writers))
+            return;
+        struct pollfd p[2] = {{.fd = pool_fd(g.readers), .events = POLLIN}, {.fd = pool_fd(g.writers), .events = POLLIN}};
+        poll(p, 2, 100);
     }
+    fail_msg("the pools did not finish their jobs");
 }
 
 /* The worker side answers the request it was sent with "r:" + the request text. */
@@ -310,26 +321,150 @@ static void test_async_chaser_and_commands(void **state)
     close(wp), close(pa);
 }
 
+/* A freed id is not handed out again until ID_QUARANTINE others have been freed after it, and
+ * then oldest first; a completion for the old (id, generation) never reaches the new owner. */
 static void test_stale_completion_dropped(void **state)
 {
     (void)state;
     int pa, pb;
     struct client *a = fake_client(&pa);
     uint32_t id = a->c.id, gen = a->c.gen;
-    send_text(pa, KIPC_SYNC, ".qgate.ping[]");
-    client_in(a); /* a reader job is now running for (id, gen) */
     conn_close(&g, &a->c, "gone");
     step();
-    struct client *b = fake_client(&pb); /* reuses the id with a new generation */
+    close(pa);
+    /* the next connections get other ids: the freed one waits its turn */
+    struct client *b = NULL;
+    int n = 0;
+    for (; n < 4000; n++) {
+        b = fake_client(&pb);
+        if (b->c.id == id)
+            break;
+        conn_close(&g, &b->c, "churn");
+        step();
+        close(pb);
+    }
+    assert_true(n >= 256); /* quarantined for that many connections at least */
     assert_int_equal(b->c.id, id);
     assert_int_not_equal(b->c.gen, gen);
     assert_null(conn_lookup(&g, id, gen));
+    /* b's own request 0 waits for a reader; a's old request 0 is answered late */
+    send_text(pb, KIPC_SYNC, ".qgate.ping[]");
+    client_in(b);
+    struct job *j = job_new(NULL, JK_REPLY);
+    K e = k_err("stale");
+    j->out = kcodec_encode_msg(e, KIPC_RESPONSE, &j->out_len);
+    k_free(e);
+    j->conn_id = id;
+    j->conn_gen = gen;
+    j->seq = 0;
+    gw_completion_loop(&g, j); /* for (id, old generation): dropped */
     settle_pools();
-    assert_int_equal(b->c.out.bytes, 0);
-    assert_false(readable(pb)); /* nothing meant for the old connection reached the new one */
+    char got[300];
+    assert_int_equal(recv_text(pb, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "1b"); /* its own answer, not the stale one */
+    assert_false(readable(pb));
     conn_close(&g, &b->c, "test");
     step();
-    close(pa), close(pb);
+    close(pb);
+}
+
+/* A client closed while it is on the backlog (messages left by frames_budget) and on the flush
+ * list is taken off both: nothing reads it after it is freed (ASan would say so). */
+static void test_close_leaves_every_list(void **state)
+{
+    (void)state;
+    int pa, wp;
+    struct worker *w = fake_worker("w1", &wp);
+    struct client *a = fake_client(&pa);
+    int64_t fb = g.cfg.frames_budget;
+    g.cfg.frames_budget = 1;
+    send_text(pa, KIPC_SYNC, "one");
+    send_text(pa, KIPC_SYNC, "two");
+    send_text(pa, KIPC_SYNC, "three");
+    client_on_event_loop(&g, a, EPOLLIN); /* one taken, two left: on the backlog */
+    assert_true(a->in_backlog);
+    outq_copy(&a->c.out, "x", 1);
+    conn_mark_dirty(&g, &a->c);
+    assert_true(a->c.dirty);
+    conn_close(&g, &a->c, "admin");
+    assert_true(TAILQ_EMPTY(&g.backlog));
+    assert_true(TAILQ_EMPTY(&g.dirty));
+    assert_int_equal(g.ndirty, 0);
+    step(); /* backlog, flush and reap: the freed client is on none of their lists */
+    client_backlog_loop(&g);
+    gw_flush_dirty_loop(&g);
+    g.cfg.frames_budget = (int)fb;
+    close(pa);
+    settle_pools();
+    worker_remove_loop(&g, w);
+    step();
+    close(wp);
+}
+
+/* Replies the gateway makes itself count against the client's output bound: a client that
+ * asks and never reads gets at most client_high_water (and one reply) queued, the rest of its
+ * requests wait; once it reads, everything comes, in order. */
+static void test_gateway_replies_bounded(void **state)
+{
+    (void)state;
+    int pa;
+    struct client *a = fake_client(&pa);
+    int small = 4096;
+    setsockopt(a->c.fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    int64_t hw = g.cfg.client_high_water, lw = g.cfg.client_low_water;
+    g.cfg.client_high_water = 2048; /* far below what the replies add up to */
+    g.cfg.client_low_water = 512;
+    enum { N = 20000 };
+    uint8_t *all = NULL;
+    size_t len = 0, one;
+    K x = k_str(".qgate.ping[]", 13);
+    uint8_t *m = kcodec_encode_msg(x, KIPC_SYNC, &one);
+    k_free(x);
+    all = malloc(one * N);
+    for (int i = 0; i < N; i++)
+        memcpy(all + (size_t)i * one, m, one);
+    free(m);
+    len = one * N;
+    size_t sent = 0, got = 0, max_out = 0;
+    int replies = 0;
+    uint8_t buf[65536];
+    /* send everything, reading nothing */
+    while (sent < len) {
+        ssize_t k = write(pa, all + sent, len - sent);
+        if (k > 0)
+            sent += (size_t)k;
+        client_on_event_loop(&g, a, EPOLLIN);
+        settle_pools();
+        max_out = QG_MAX(max_out, a->c.out.bytes);
+        if (k <= 0 && a->paused)
+            break; /* the gateway stopped reading it: too much held */
+    }
+    settle_pools();
+    max_out = QG_MAX(max_out, a->c.out.bytes);
+    assert_true(max_out <= (size_t)g.cfg.client_high_water + 64);
+    assert_non_null(client_head(a)); /* the rest wait their turn */
+    /* now it reads: every reply comes */
+    for (int i = 0; i < 100000 && replies < N; i++) {
+        if (sent < len) {
+            ssize_t k = write(pa, all + sent, len - sent);
+            if (k > 0)
+                sent += (size_t)k;
+        }
+        ssize_t r = read(pa, buf, sizeof buf);
+        if (r > 0) {
+            got += (size_t)r;
+            replies = (int)(got / 10); /* each 1b reply is 10 bytes */
+        }
+        client_on_event_loop(&g, a, EPOLLIN | EPOLLOUT);
+        settle_pools();
+    }
+    assert_int_equal(replies, N);
+    g.cfg.client_high_water = hw;
+    g.cfg.client_low_water = lw;
+    free(all);
+    conn_close(&g, &a->c, "test");
+    step();
+    close(pa);
 }
 
 static void test_worker_lost(void **state)
@@ -483,6 +618,8 @@ int main(void)
         cmocka_unit_test(test_n_plus_one),
         cmocka_unit_test(test_async_chaser_and_commands),
         cmocka_unit_test(test_stale_completion_dropped),
+        cmocka_unit_test(test_close_leaves_every_list),
+        cmocka_unit_test(test_gateway_replies_bounded),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_backpressure_and_splice),
         cmocka_unit_test(test_state_names),

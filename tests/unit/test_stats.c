@@ -168,8 +168,8 @@ static void test_hist_quantiles(void **state)
 
 /* ---- the stats table ----------------------------------------------------------------------- */
 
-static const char *const colnames[9] = {"address", "group", "state", "served", "errors",
-                                        "inflight", "queued", "p50_us", "p99_us"};
+static const char *const colnames[10] = {"address", "group", "state", "served", "errors",
+                                         "inflight", "queued", "p50_us", "p99_us", "dropped"};
 
 static void check_shape(K t, int64_t n)
 {
@@ -180,12 +180,12 @@ static void check_shape(K t, int64_t n)
     assert_int_equal(d->t, KT_DICT);
     K keys = kK(d)[0], cols = kK(d)[1];
     assert_int_equal(keys->t, KT_SYM);
-    assert_int_equal(keys->n, 9);
-    for (int i = 0; i < 9; i++)
+    assert_int_equal(keys->n, 10);
+    for (int i = 0; i < 10; i++)
         assert_string_equal(kS(keys)[i], colnames[i]);
     assert_int_equal(cols->t, KT_LIST);
-    assert_int_equal(cols->n, 9);
-    for (int c = 0; c < 9; c++) {
+    assert_int_equal(cols->n, 10);
+    for (int c = 0; c < 10; c++) {
         K col = kK(cols)[c];
         assert_non_null(col);
         assert_int_equal(col->t, c < 3 ? KT_SYM : KT_LONG);
@@ -206,8 +206,8 @@ static K encode_check(K t, int64_t nrows)
     assert_int_equal(kipc_hdr_parse(m, len, UINT64_MAX, &h, &why), QG_OK);
     assert_int_equal(h.type, KIPC_RESPONSE);
     assert_int_equal(h.len, len);
-    /* table, no attribute, dict, then the column names as a symbol vector of 9 */
-    static const uint8_t head[] = {98, 0, 99, 11, 0, 9, 0, 0, 0};
+    /* table, no attribute, dict, then the column names as a symbol vector of 10 */
+    static const uint8_t head[] = {98, 0, 99, 11, 0, 10, 0, 0, 0};
     assert_memory_equal(m + 8, head, sizeof head);
     assert_memory_equal(m + 8 + sizeof head, "address\0group\0state\0", 20);
     struct kerr err = {0};

@@ -1,0 +1,1881 @@
+/* sim.c: the deterministic simulation of qgate's loop (see sim.h). One run: a random
+ * configuration, then `steps` events chosen by the PRNG among what fake clients, fake workers,
+ * the pools, the clock and the operator can do, a gateway iteration being one of them; then a
+ * quiescence in which everyone finishes; then everyone leaves. Invariants are checked as bytes
+ * arrive (each side parses what it gets), after every gateway iteration (the gateway's lists
+ * and counts), at quiescence (nothing waits forever, nothing sent before a close was lost) and
+ * at the end (memory and fds back to their baseline). */
+#include "sim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gw.h"
+#include "jobs.h"
+#include "kcodec.h"
+#include "kipc.h"
+#include "kzip.h"
+#include "log.h"
+
+/* Sanitizer hooks, present when built with ASan (weak: absent otherwise). */
+size_t __sanitizer_get_current_allocated_bytes(void) __attribute__((weak));
+void __sanitizer_set_death_callback(void (*cb)(void)) __attribute__((weak));
+
+#define MAXC 12          /* fake clients connected at once */
+#define MAXW 10          /* fake worker identities (ports) */
+#define TRACE_N 600      /* events and gateway log lines kept for the report */
+#define TRACE_LINE 200
+#define WPORT0 21000     /* fake worker k listens on "127.0.0.1:(WPORT0 + k)" */
+
+/* ---- allocation accounting: what the simulation itself holds is not the gateway's -------- */
+
+static size_t sim_bytes;
+
+static void *sx_realloc(void *p, size_t old, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        abort();
+    sim_bytes = sim_bytes - (p ? (old ? old : 1) : 0) + (n ? n : 1);
+    return q;
+}
+
+static void sx_free(void *p, size_t n)
+{
+    if (p) {
+        free(p);
+        sim_bytes -= n ? n : 1;
+    }
+}
+
+struct sbuf {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+static void sb_reserve(struct sbuf *b, size_t need)
+{
+    if (need <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need)
+        cap *= 2;
+    b->p = sx_realloc(b->p, b->p ? b->cap : 0, cap);
+    b->cap = cap;
+}
+
+static void sb_add(struct sbuf *b, const void *p, size_t n)
+{
+    if (!n)
+        return;
+    sb_reserve(b, b->len + n);
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+static void sb_drop(struct sbuf *b, size_t n) /* remove the first n bytes */
+{
+    if (!n)
+        return;
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+}
+
+static void sb_free(struct sbuf *b)
+{
+    sx_free(b->p, b->cap);
+    *b = (struct sbuf){0};
+}
+
+/* A growable array of T (accounted). */
+#define VEC(T) struct { T *v; int n, cap; }
+#define VEC_PUSH(a, x)                                                                       \
+    do {                                                                                     \
+        if ((a).n == (a).cap) {                                                              \
+            int nc_ = (a).cap ? (a).cap * 2 : 16;                                            \
+            (a).v = sx_realloc((a).v, (size_t)(a).cap * sizeof *(a).v, (size_t)nc_ * sizeof *(a).v); \
+            (a).cap = nc_;                                                                   \
+        }                                                                                    \
+        (a).v[(a).n++] = (x);                                                                \
+    } while (0)
+#define VEC_FREE(a)                                                                          \
+    do {                                                                                     \
+        sx_free((a).v, (size_t)(a).cap * sizeof *(a).v);                                     \
+        (a).v = NULL;                                                                        \
+        (a).n = (a).cap = 0;                                                                 \
+    } while (0)
+
+/* ---- the world ---------------------------------------------------------------------------- */
+
+/* What a client asks. */
+enum op {
+    OP_ECHO, OP_BIG, OP_ERR, OP_PUSH, OP_CB, OP_GUID, OP_SLOW, /* sync, to a worker */
+    OP_ASYNC, OP_APUSH,                                         /* async, to a worker */
+    OP_PING, OP_STATS, OP_CLIENTS, OP_DISCONNECT, OP_RELOADCMD, OP_UNKNOWN, OP_BIGCMD, /* commands */
+    OP_BADHDR, OP_BADBODY, OP_RESP,
+};
+static const char *const op_names[] = {"echo", "big", "err", "push", "cb", "guid", "slow", "async", "apush",
+                                       "ping", "stats", "clients", "disconnect", "reload", "unknown",
+                                       "bigcmd", "badhdr", "badbody", "resp"};
+
+struct sent {
+    uint8_t type;        /* KIPC_SYNC or KIPC_ASYNC; KIPC_RESPONSE for our answers to callbacks */
+    uint8_t op;
+    uint8_t answered;    /* sync: its reply came */
+    uint8_t lost;        /* the gateway reported it lost with its worker */
+    uint8_t abandoned;   /* the gateway gave up on it (timeout, worker lost): the worker may still
+                          * run it later, out of order, as q runs what it received */
+    int seen;            /* workers that ran it */
+    int arg;
+    size_t end;          /* offset in the output stream where it ends */
+    int seq;             /* the gateway's request number, -1 for responses */
+};
+
+enum { FC_FREE, FC_HS, FC_READY, FC_DONE };
+
+struct fclient {
+    int st;
+    int cid;             /* the simulation's number for it (unique over the run) */
+    int fd;
+    uint32_t gid, ggen;  /* its connection in the gateway */
+    uint64_t serial;     /* the gateway's number for it (.qgate.clients[]) */
+    char user[80], pass[40];
+    int accept;          /* the credentials are good: a capability byte will come */
+    int longhs;          /* a handshake over 1 KiB */
+    int cap_req, cap;
+    int local;
+    int group;           /* the group its user is routed to */
+    int admin;
+    struct sbuf out;     /* bytes to write; out_off written so far */
+    size_t out_off, out_base; /* out_base: stream offset of out.p[0] */
+    struct sbuf in;
+    VEC(struct sent) sent;
+    int nseq;            /* requests made (the gateway numbers them the same way) */
+    VEC(int) pend;       /* sync requests awaiting their reply, oldest first (indices in sent) */
+    int pend_off;
+    int bad;             /* a malformed message was sent: nothing after it is answered */
+    int bad_seq;         /* its request number */
+    int stalled;         /* not reading */
+    int we_closed;       /* we closed it */
+    int gw_closed;       /* the gateway closed it (EOF) */
+    char why[96];        /* the gateway's reason, from its close hook */
+    int got_bytes;
+};
+
+enum { FW_DOWN, FW_HS, FW_UP };
+
+struct fworker {
+    int wid;
+    int in_config;       /* in the gateway's configuration now */
+    int group;
+    int fd;
+    int st;
+    int refuse;          /* connections refused (the worker is "down") */
+    struct sbuf in, out;
+    size_t out_off;
+    int waiting_cb;      /* a callback was sent: waiting for the client's response */
+    int cb_cid, cb_seq;
+    int64_t hold_until;  /* ms: nothing is written before */
+    int last_cid;        /* the client of the last request it ran */
+    int conns;           /* connections so far */
+    VEC(int) seen_async_last; /* per cid: the last async seq this worker ran (broadcast order) */
+};
+
+struct sim {
+    const struct sim_opts *o;
+    struct sim_result *res;
+    uint64_t rng;
+    size_t data_off;
+    jmp_buf fail;
+    struct gw g;
+    int64_t now_us;
+    char conf_path[64], users_path[64];
+    int users_file;
+    int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
+    int bc_group;
+    struct fclient cl[MAXC];
+    int next_cid;
+    VEC(int) last_seq;   /* per cid: the last sync or async seq a worker ran (group one) */
+    VEC(int) cid_group;  /* per cid: its group */
+    VEC(struct fclient *) by_cid;
+    struct fworker w[MAXW];
+    int nw;
+    long step;
+    int quiescing;
+    int in_gw;           /* inside a gateway call: the hooks may record */
+    int wdeaths;         /* workers that died or were dropped */
+    uint64_t moved;      /* bytes moved by fakes and jobs run: progress, for quiescence */
+};
+
+static struct sim *S; /* for the hooks and the death callback */
+
+/* ---- trace -------------------------------------------------------------------------------- */
+
+static char trace[TRACE_N][TRACE_LINE];
+static long trace_n;
+
+static void tr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void tr(const char *fmt, ...)
+{
+    char *line = trace[trace_n % TRACE_N];
+    int n = snprintf(line, TRACE_LINE, "%6ld t=%-8lld ", S ? S->step : 0L,
+                     S ? (long long)(S->now_us / 1000) : 0LL);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, TRACE_LINE - (size_t)n, fmt, ap);
+    va_end(ap);
+    trace_n++;
+    if (S && S->o->verbose)
+        fprintf(stderr, "%s\n", line);
+}
+
+static void on_log(const char *line, size_t n)
+{
+    /* drop the wall-clock date and time the gateway puts first */
+    const char *p = n > 24 ? line + 24 : line;
+    size_t len = n - (size_t)(p - line);
+    while (len && (p[len - 1] == '\n'))
+        len--;
+    tr("  gw %.*s", (int)len, p);
+}
+
+static void print_trace(void)
+{
+    long from = trace_n > TRACE_N ? trace_n - TRACE_N : 0;
+    fprintf(stderr, "--- the last %ld events and gateway log lines:\n", trace_n - from);
+    for (long i = from; i < trace_n; i++)
+        fprintf(stderr, "%s\n", trace[i % TRACE_N]);
+}
+
+static void dump_world(void);
+struct fworker;
+static struct worker *gw_worker_of(const struct fworker *w);
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    dump_world();
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(S->res->what, sizeof S->res->what, fmt, ap);
+    va_end(ap);
+    S->res->failed_step = S->step;
+    tr("VIOLATION: %s", S->res->what);
+    longjmp(S->fail, 1);
+}
+
+static void on_death(void)
+{
+    if (!S)
+        return;
+    fprintf(stderr, "sim: the process died at step %ld of seed %llu\n", S->step, (unsigned long long)S->o->seed);
+    print_trace();
+}
+
+/* ---- choices ------------------------------------------------------------------------------ */
+
+static uint64_t rnd64(void)
+{
+    if (S->o->data) { /* a fuzzer's bytes, then zeros */
+        uint64_t v = 0;
+        for (int i = 0; i < 4; i++)
+            v = v << 8 | (S->data_off < S->o->len ? S->o->data[S->data_off++] : 0);
+        return v;
+    }
+    uint64_t x = S->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    S->rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* 0 .. n-1 */
+static int rnd(int n) { return n <= 1 ? 0 : (int)(rnd64() % (uint64_t)n); }
+static int chance(int pct) { return rnd(100) < pct; }
+static int enabled(int k) { return !(S->o->disabled & (1u << k)); }
+
+static int unread(int fd)
+{
+    int n = 0;
+    return fd >= 0 && ioctl(fd, FIONREAD, &n) == 0 ? n : 0;
+}
+
+/* ---- hooks -------------------------------------------------------------------------------- */
+
+static int64_t hook_now(void *ctx)
+{
+    (void)ctx;
+    return S->now_us;
+}
+
+static struct fclient *client_of(uint32_t id, uint32_t gen)
+{
+    for (int i = 0; i < MAXC; i++)
+        if (S->cl[i].st != FC_FREE && S->cl[i].gid == id && S->cl[i].ggen == gen)
+            return &S->cl[i];
+    return NULL;
+}
+
+static struct sent *sent_of_seq(struct fclient *c, uint64_t seq)
+{
+    for (int i = 0; i < c->sent.n; i++)
+        if (c->sent.v[i].seq == (int)seq)
+            return &c->sent.v[i];
+    return NULL;
+}
+
+static void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq)
+{
+    (void)ctx;
+    struct fclient *c = client_of(id, gen);
+    struct sent *s = c ? sent_of_seq(c, seq) : NULL;
+    tr("gateway: request %llu of C%d lost with its worker", (unsigned long long)seq, c ? c->cid : -1);
+    if (s)
+        s->lost = s->abandoned = 1;
+}
+
+static void hook_closed(void *ctx, uint32_t id, uint32_t gen, const char *why)
+{
+    (void)ctx;
+    struct fclient *c = client_of(id, gen);
+    if (c)
+        snprintf(c->why, sizeof c->why, "%s", why);
+}
+
+static void set_sndbuf(int fd)
+{
+    int sz = 2048 << rnd(6); /* 2 KiB .. 64 KiB: writes come back short */
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+}
+
+static struct fworker *worker_of_addr(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    int port = colon ? atoi(colon + 1) : 0;
+    int k = port - WPORT0;
+    return k >= 0 && k < S->nw ? &S->w[k] : NULL;
+}
+
+static void fw_reset(struct fworker *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    w->fd = -1;
+    w->st = FW_DOWN;
+    w->in.len = 0;
+    w->out.len = 0;
+    w->out_off = 0;
+    w->waiting_cb = 0;
+    w->hold_until = 0;
+    w->last_cid = -1; /* what it publishes on a new connection is nobody's */
+}
+
+static int hook_connect(void *ctx, const char *addr)
+{
+    (void)ctx;
+    struct fworker *w = worker_of_addr(addr);
+    if (!w || w->refuse) {
+        tr("gateway connects to %s: refused", addr);
+        errno = ECONNREFUSED;
+        return -1;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
+        fail("socketpair: %s", strerror(errno));
+    set_sndbuf(sv[0]);
+    set_sndbuf(sv[1]);
+    fw_reset(w);
+    w->fd = sv[1];
+    w->st = FW_HS;
+    w->conns++;
+    tr("gateway connects to W%d", w->wid);
+    return sv[0];
+}
+
+/* ---- messages ----------------------------------------------------------------------------- */
+
+/* A whole message of type t carrying x (freed), appended to b. */
+static void put_msg(struct sbuf *b, int t, K x)
+{
+    size_t len;
+    uint8_t *m = kcodec_encode_msg(x, t, &len);
+    k_free(x);
+    if (!m)
+        fail("out of memory encoding");
+    sb_add(b, m, len);
+    free(m);
+}
+
+static void put_text(struct sbuf *b, int t, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void put_text(struct sbuf *b, int t, const char *fmt, ...)
+{
+    char s[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s, sizeof s, fmt, ap);
+    va_end(ap);
+    put_msg(b, t, k_str(s, strlen(s)));
+}
+
+/* Take one whole message from the front of b: its type and value (decompressed and decoded;
+ * the caller frees it). 0 if none is whole yet; -1 if the bytes are not a message q would
+ * accept (*why). *compressed says whether it came compressed. */
+static int take_msg(struct sbuf *b, int *type, K *x, int *compressed, const char **why)
+{
+    if (b->len < 8)
+        return 0;
+    struct kipc_hdr h;
+    if (kipc_hdr_parse(b->p, b->len, (uint64_t)1 << 32, &h, why) != QG_OK)
+        return -1;
+    if (b->len < h.len)
+        return 0;
+    uint8_t *plain = b->p;
+    size_t plen = (size_t)h.len;
+    if (h.compressed) {
+        plen = kzip_uncompressed_len(b->p, (size_t)h.len);
+        if (plen < 9 || plen > (1u << 28) || !(plain = malloc(plen)) ||
+            kzip_decompress(b->p, (size_t)h.len, plain, plen, why) != QG_OK) {
+            free(plain == b->p ? NULL : plain);
+            *why = "bad compressed message";
+            return -1;
+        }
+    }
+    struct kerr e;
+    qg_status st = kcodec_decode(plain + 8, plen - 8, h.le, NULL, x, &e);
+    if (plain != b->p)
+        free(plain);
+    if (st != QG_OK) {
+        *why = e.why;
+        return -1;
+    }
+    *type = h.type;
+    *compressed = h.compressed;
+    sb_drop(b, (size_t)h.len);
+    return 1;
+}
+
+/* The text of a char vector (or "" for anything else), NUL-terminated in buf. */
+static const char *text_of(K x, char *buf, size_t n)
+{
+    if (x->t != KT_CHAR) {
+        buf[0] = 0;
+        return buf;
+    }
+    snprintf(buf, n, "%.*s", (int)QG_MIN((int64_t)n - 1, x->n), kC(x));
+    return buf;
+}
+
+/* ---- fake workers ------------------------------------------------------------------------- */
+
+static int cid_group(int cid) { return cid >= 0 && cid < S->cid_group.n ? S->cid_group.v[cid] : -1; }
+
+/* A request "q CID SEQ OP ARG" or "a CID SEQ OP ARG" reached worker w: check where it came from
+ * and its order, then do what it asks. */
+static void worker_run(struct fworker *w, int type, const char *s)
+{
+    char kind;
+    int cid, seq, op, arg;
+    if (sscanf(s, "%c %d %d %d %d", &kind, &cid, &seq, &op, &arg) != 5 || cid < 0 || cid >= S->by_cid.n)
+        fail("W%d got a request it cannot read: \"%s\"", w->wid, s);
+    struct fclient *c = S->by_cid.v[cid];
+    if ((kind == 'q') != (type == KIPC_SYNC))
+        fail("W%d got \"%s\" as a %s message", w->wid, s, kipc_type_name(type));
+    if (cid_group(cid) != w->group)
+        fail("W%d (group %d) got \"%s\" of C%d, whose group is %d", w->wid, w->group, s, cid, cid_group(cid));
+    int bcast = w->group == S->bc_group && type == KIPC_ASYNC;
+    if (bcast) {
+        while (w->seen_async_last.n <= cid)
+            VEC_PUSH(w->seen_async_last, -1);
+        if (seq <= w->seen_async_last.v[cid])
+            fail("W%d ran async %d of C%d after %d (order)", w->wid, seq, cid, w->seen_async_last.v[cid]);
+        w->seen_async_last.v[cid] = seq;
+    }
+    struct sent *x = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
+    if (c && !x)
+        fail("W%d ran request %d of C%d, which it never sent", w->wid, seq, cid);
+    if (!bcast) {
+        if (seq <= S->last_seq.v[cid] && !(x && x->abandoned))
+            fail("W%d ran request %d of C%d after its request %d (order, or twice)", w->wid, seq, cid,
+                 S->last_seq.v[cid]);
+        if (seq > S->last_seq.v[cid])
+            S->last_seq.v[cid] = seq;
+    }
+    if (x)
+        x->seen++;
+    w->last_cid = cid;
+    tr("W%d runs %s", w->wid, s);
+    if (type == KIPC_ASYNC) {
+        if (op == OP_APUSH)
+            for (int i = 0; i < arg; i++)
+                put_text(&w->out, KIPC_ASYNC, "p %d %d %d", cid, seq, i);
+        return;
+    }
+    switch (op) {
+    case OP_PUSH:
+        for (int i = 0; i < arg; i++)
+            put_text(&w->out, KIPC_ASYNC, "p %d %d %d", cid, seq, i);
+        put_text(&w->out, KIPC_RESPONSE, "R %d %d", cid, seq);
+        break;
+    case OP_CB:
+        put_text(&w->out, KIPC_SYNC, "c %d %d", cid, seq);
+        w->waiting_cb = 1;
+        w->cb_cid = cid;
+        w->cb_seq = seq;
+        break;
+    case OP_ERR: {
+        char e[64];
+        snprintf(e, sizeof e, "E %d %d", cid, seq);
+        put_msg(&w->out, KIPC_RESPONSE, k_err(e));
+        break;
+    }
+    case OP_GUID: {
+        K l = k_list(2);
+        kK(l)[0] = k_atom(-KT_GUID);
+        char r[64];
+        snprintf(r, sizeof r, "R %d %d", cid, seq);
+        kK(l)[1] = k_str(r, strlen(r));
+        put_msg(&w->out, KIPC_RESPONSE, l);
+        break;
+    }
+    case OP_BIG: {
+        /* "R cid seq " then arg bytes: compressible, and big enough to stream */
+        char r[64];
+        int n = snprintf(r, sizeof r, "R %d %d ", cid, seq);
+        K v = k_vec(KT_CHAR, n + arg);
+        memcpy(kC(v), r, (size_t)n);
+        for (int i = 0; i < arg; i++)
+            kC(v)[n + i] = (char)('a' + (i / 7) % 3);
+        put_msg(&w->out, KIPC_RESPONSE, v);
+        break;
+    }
+    case OP_SLOW:
+        w->hold_until = S->now_us / 1000 + arg;
+        put_text(&w->out, KIPC_RESPONSE, "R %d %d", cid, seq);
+        break;
+    default:
+        put_text(&w->out, KIPC_RESPONSE, "R %d %d", cid, seq);
+        break;
+    }
+}
+
+/* Run what arrived, in order, as q does: one message at a time; a callback blocks the worker
+ * until the client's response comes. */
+static void worker_process(struct fworker *w, int max)
+{
+    while (max-- > 0 && w->fd >= 0) {
+        if (w->st == FW_HS) {
+            uint8_t *z = w->in.len ? memchr(w->in.p, 0, w->in.len) : NULL;
+            if (!z)
+                return;
+            sb_drop(&w->in, (size_t)(z - w->in.p) + 1);
+            uint8_t cap = 3;
+            sb_add(&w->out, &cap, 1);
+            w->st = FW_UP;
+            tr("W%d: handshake done", w->wid);
+            continue;
+        }
+        if (w->st != FW_UP || w->in.len < 8)
+            return;
+        /* what the gateway forwards must be a message q accepts: check the body too */
+        struct kipc_hdr h;
+        const char *why = "";
+        if (kipc_hdr_parse(w->in.p, w->in.len, (uint64_t)1 << 32, &h, &why) != QG_OK)
+            fail("W%d got a bad header: %s", w->wid, why);
+        if (w->in.len < h.len)
+            return;
+        if (!h.compressed) {
+            struct kerr e;
+            if (kcodec_validate(w->in.p + 8, (size_t)h.len - 8, h.le, NULL, &e) != QG_OK)
+                fail("W%d got a malformed message body (%s at %zu): q would reject it", w->wid, e.why, e.off);
+        }
+        if (w->waiting_cb && h.type != KIPC_RESPONSE)
+            return; /* blocked in the callback: the rest waits (q would read it later too) */
+        int type, comp;
+        K x;
+        int r = take_msg(&w->in, &type, &x, &comp, &why);
+        if (r < 0)
+            fail("W%d cannot decode what it got: %s", w->wid, why);
+        char s[256];
+        text_of(x, s, sizeof s);
+        if (type == KIPC_RESPONSE) {
+            int cid, seq;
+            if (!w->waiting_cb)
+                fail("W%d got a response it did not ask for: \"%s\"", w->wid, s);
+            if (x->t == KT_ERROR) {
+                tr("W%d: callback answered by the gateway: '%s", w->wid, x->s);
+            } else if (sscanf(s, "r %d %d", &cid, &seq) != 2 || cid != w->cb_cid || seq != w->cb_seq) {
+                fail("W%d waited for the answer to callback %d of C%d and got \"%s\"", w->wid, w->cb_seq,
+                     w->cb_cid, s);
+            }
+            w->waiting_cb = 0;
+            put_text(&w->out, KIPC_RESPONSE, "R %d %d", w->cb_cid, w->cb_seq);
+            tr("W%d: callback answered, replies", w->wid);
+        } else if (x->t == KT_CHAR && x->n == 0) { /* the gateway's chaser */
+            if (type == KIPC_SYNC) {
+                K n = k_prim(KT_UNARY, 0);
+                put_msg(&w->out, KIPC_RESPONSE, n);
+            }
+            tr("W%d: chaser", w->wid);
+        } else {
+            worker_run(w, type, s);
+        }
+        k_free(x);
+    }
+}
+
+static void worker_read(struct fworker *w, size_t want)
+{
+    if (w->fd < 0)
+        return;
+    sb_reserve(&w->in, w->in.len + want);
+    ssize_t n = read(w->fd, w->in.p + w->in.len, want);
+    if (n == 0) {
+        tr("W%d: the gateway closed the connection", w->wid);
+        fw_reset(w);
+        return;
+    }
+    if (n > 0) {
+        w->in.len += (size_t)n;
+        S->moved += (size_t)n;
+    }
+}
+
+static void worker_write(struct fworker *w, size_t want)
+{
+    if (w->fd < 0 || w->out_off == w->out.len || S->now_us / 1000 < w->hold_until)
+        return;
+    size_t n = QG_MIN(want, w->out.len - w->out_off);
+    ssize_t k = write(w->fd, w->out.p + w->out_off, n);
+    if (k > 0) {
+        S->moved += (size_t)k;
+        w->out_off += (size_t)k;
+        if (w->out_off == w->out.len)
+            w->out.len = w->out_off = 0;
+        else if (w->out_off > 65536) {
+            sb_drop(&w->out, w->out_off);
+            w->out_off = 0;
+        }
+    } else if (k < 0 && errno != EAGAIN) {
+        tr("W%d: write: %s", w->wid, strerror(errno));
+        fw_reset(w);
+    }
+}
+
+/* The gateway's worker for fake worker w, or NULL. */
+static struct worker *gw_worker_of(const struct fworker *w)
+{
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", WPORT0 + w->wid);
+    for (int i = 0; i < S->g.ngroups; i++) {
+        struct worker *x;
+        TAILQ_FOREACH(x, &S->g.groups[i].workers, glink)
+            if (!strcmp(x->addr, addr) && !x->removed)
+                return x;
+    }
+    return NULL;
+}
+
+/* A worker publishes while idle (a timer, a subscription): only while the gateway, too, sees
+ * it idle with nothing on the way to it, or the gateway cannot tell it from a message sent
+ * while serving the next request. Written at once, for the client it served last. */
+static void worker_idle_push(struct fworker *w)
+{
+    struct worker *gw = gw_worker_of(w);
+    int unread = 0;
+    if (w->st != FW_UP || w->last_cid < 0 || w->out_off < w->out.len || w->in.len || !gw || gw->st != WS_IDLE ||
+        gw->c.out.bytes || ioctl(w->fd, FIONREAD, &unread) || unread)
+        return;
+    struct sbuf b = {0};
+    put_text(&b, KIPC_ASYNC, "p %d -1 9", w->last_cid);
+    ssize_t k = write(w->fd, b.p, b.len);
+    if (k > 0 && (size_t)k < b.len)
+        sb_add(&w->out, b.p + k, b.len - (size_t)k);
+    sb_free(&b);
+    tr("W%d pushes to C%d while idle", w->wid, w->last_cid);
+}
+
+static void worker_die(struct fworker *w)
+{
+    tr("W%d dies (%zu bytes unread, %zu unsent)", w->wid, w->in.len, w->out.len - w->out_off);
+    fw_reset(w);
+    S->wdeaths++;
+    w->refuse = chance(50);
+}
+
+/* ---- fake clients ------------------------------------------------------------------------- */
+
+static const struct {
+    const char *user, *pass;
+    int admin, good;
+} creds[] = {
+    {"alice", "wonder", 1, 1}, {"bob", "builder", 0, 1}, {"carol", "s3cret", 0, 1}, {"dave", "d", 0, 1},
+    {"bea", "b", 0, 1},        {"mallory", "x", 0, 0},   {"alice", "wrong", 0, 0},
+};
+
+static int route_of(const char *user)
+{
+    if (S->ngroups > 1 && (!strcmp(user, "bob") || !strcmp(user, "bea")))
+        return S->bc_group;
+    return 0;
+}
+
+static int nopen_clients(void)
+{
+    int n = 0;
+    for (int i = 0; i < MAXC; i++)
+        n += S->cl[i].st == FC_HS || S->cl[i].st == FC_READY;
+    return n;
+}
+
+static void client_connect(void)
+{
+    int slot = -1;
+    for (int i = 0; i < MAXC; i++)
+        if (S->cl[i].st == FC_FREE) {
+            slot = i;
+            break;
+        }
+    if (slot < 0)
+        return;
+    struct fclient *c = &S->cl[slot];
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
+        fail("socketpair: %s", strerror(errno));
+    set_sndbuf(sv[0]);
+    set_sndbuf(sv[1]);
+    memset(c, 0, sizeof *c);
+    c->cid = S->next_cid++;
+    VEC_PUSH(S->last_seq, -1);
+    VEC_PUSH(S->by_cid, c);
+    c->fd = sv[1];
+    c->local = !(enabled(SIM_EV_REMOTE) && chance(30));
+    S->in_gw = 1;
+    struct client *gc = client_adopt_loop(&S->g, sv[0], 0, c->local);
+    S->in_gw = 0;
+    if (!gc)
+        fail("client_adopt_loop refused a socket");
+    c->gid = gc->c.id;
+    c->ggen = gc->c.gen;
+    c->serial = gc->serial;
+    int k = rnd((int)QG_ARRAY_LEN(creds));
+    if (!S->users_file)
+        k = rnd(5);
+    snprintf(c->user, sizeof c->user, "%s", creds[k].user);
+    snprintf(c->pass, sizeof c->pass, "%s", creds[k].pass);
+    c->accept = !S->users_file || creds[k].good;
+    c->admin = S->users_file && creds[k].admin;
+    static const int caps[] = {3, 3, 3, 6, 2, 1, 0};
+    c->cap_req = enabled(SIM_EV_OLDCAP) ? caps[rnd(7)] : 3;
+    c->group = route_of(c->user);
+    VEC_PUSH(S->cid_group, c->group);
+    c->st = FC_HS;
+    if (chance(3)) { /* a handshake q would not accept: over 1 KiB without its NUL */
+        c->longhs = 1;
+        c->accept = 0;
+        uint8_t junk[1100];
+        memset(junk, 'x', sizeof junk);
+        sb_add(&c->out, junk, sizeof junk);
+    } else {
+        char hs[128];
+        int n = snprintf(hs, sizeof hs, "%s:%s", c->user, c->pass);
+        sb_add(&c->out, hs, (size_t)n);
+        uint8_t tail[2] = {(uint8_t)c->cap_req, 0}; /* capability 0: old clients send no byte */
+        if (c->cap_req)
+            sb_add(&c->out, tail, 2);
+        else
+            sb_add(&c->out, tail + 1, 1);
+    }
+    tr("C%d connects as %s (the gateway's c%llu, slot %u.%u, cap %d, %s)", c->cid, c->user,
+       (unsigned long long)c->serial, c->gid, c->ggen, c->cap_req, c->local ? "local" : "remote");
+}
+
+static struct fclient *pick_client(int need_ready)
+{
+    int idx[MAXC], n = 0;
+    for (int i = 0; i < MAXC; i++)
+        if (S->cl[i].st == FC_READY || (!need_ready && S->cl[i].st == FC_HS))
+            idx[n++] = i;
+    return n ? &S->cl[idx[rnd(n)]] : NULL;
+}
+
+static void add_sent(struct fclient *c, int type, int op, int arg)
+{
+    struct sent s = {.type = (uint8_t)type, .op = (uint8_t)op, .arg = arg, .end = c->out_base + c->out.len,
+                     .seq = type == KIPC_RESPONSE ? -1 : c->nseq++};
+    VEC_PUSH(c->sent, s);
+    if (type == KIPC_SYNC)
+        VEC_PUSH(c->pend, c->sent.n - 1);
+}
+
+/* Append one request of kind op to c's output. */
+static void client_request(struct fclient *c, int op)
+{
+    int seq = c->nseq, arg = 0;
+    switch (op) {
+    case OP_BIG:
+    case OP_PUSH:
+    case OP_SLOW:
+    case OP_ECHO:
+    case OP_ERR:
+    case OP_GUID:
+    case OP_CB:
+        arg = op == OP_BIG ? 1000 + rnd(enabled(SIM_EV_BIGREPLY) ? 300000 : 3000)
+            : op == OP_PUSH ? 1 + rnd(4) : op == OP_SLOW ? 1 + rnd(2000) : 0;
+        put_text(&c->out, KIPC_SYNC, "q %d %d %d %d", c->cid, seq, op, arg);
+        break;
+    case OP_ASYNC:
+    case OP_APUSH:
+        arg = op == OP_APUSH ? 1 + rnd(3) : 0;
+        put_text(&c->out, KIPC_ASYNC, "a %d %d %d %d", c->cid, seq, op, arg);
+        break;
+    case OP_PING:
+        if (chance(50))
+            put_text(&c->out, KIPC_SYNC, ".qgate.ping[]");
+        else {
+            K l = k_list(2);
+            kK(l)[0] = k_sym(".qgate.ping");
+            kK(l)[1] = k_prim(KT_UNARY, 0);
+            put_msg(&c->out, KIPC_SYNC, l);
+        }
+        break;
+    case OP_STATS:
+    case OP_CLIENTS:
+    case OP_RELOADCMD:
+    case OP_UNKNOWN:
+        put_text(&c->out, KIPC_SYNC, "%s", op == OP_STATS     ? ".qgate.stats[]"
+                                         : op == OP_CLIENTS   ? ".qgate.clients[]"
+                                         : op == OP_RELOADCMD ? ".qgate.reload[]"
+                                                              : ".qgate.nosuch[]");
+        break;
+    case OP_DISCONNECT: {
+        /* an id the gateway showed, or one it never did */
+        struct fclient *v = pick_client(0);
+        arg = v && chance(80) ? (int)v->serial : 5000 + rnd(100);
+        put_text(&c->out, KIPC_SYNC, ".qgate.disconnect[%d]", arg);
+        break;
+    }
+    case OP_BIGCMD: { /* a command with a huge argument list */
+        int n = 1000 + rnd(20000);
+        K l = k_list(n + 1);
+        kK(l)[0] = k_sym(".qgate.ping");
+        for (int i = 0; i < n; i++) {
+            kK(l)[i + 1] = k_atom(-KT_LONG);
+            kK(l)[i + 1]->j = i;
+        }
+        put_msg(&c->out, KIPC_SYNC, l);
+        break;
+    }
+    case OP_BADHDR: {
+        static const uint8_t bad[][8] = {
+            {2, 1, 0, 0, 20, 0, 0, 0},  /* byte order 2 */
+            {1, 3, 0, 0, 20, 0, 0, 0},  /* type 3 */
+            {1, 1, 0, 0, 4, 0, 0, 0},   /* too short */
+            {1, 1, 0, 1, 20, 0, 0, 0},  /* byte 3 set: only with capability 6 */
+        };
+        sb_add(&c->out, bad[rnd(4)], 8);
+        c->bad = 1;
+        c->bad_seq = seq;
+        break;
+    }
+    case OP_BADBODY: { /* a whole message whose body q would reject */
+        uint8_t m[8 + 12] = {1, 1, 0, 0, 20, 0, 0, 0};
+        static const uint8_t bodies[][12] = {
+            {KT_CHAR, 0, 200, 0, 0, 0, 'x'},              /* count past the end */
+            {77, 0, 0, 0, 0, 0},                          /* unknown type */
+            {KT_SYM, 0, 1, 0, 0, 0, 'a', 'b', 'c', 'd', 'e', 'f'}, /* symbol without NUL */
+            {KT_LONG, 9, 0, 0, 0, 0},                     /* bad attribute */
+        };
+        memcpy(m + 8, bodies[rnd(4)], 12);
+        sb_add(&c->out, m, sizeof m);
+        c->bad = 1;
+        c->bad_seq = seq;
+        break;
+    }
+    default:
+        break;
+    }
+    int type = op == OP_ASYNC || op == OP_APUSH ? KIPC_ASYNC : KIPC_SYNC;
+    add_sent(c, type, op, arg);
+    tr("C%d queues %s %s (seq %d)", c->cid, type == KIPC_SYNC ? "sync" : "async", op_names[op], seq);
+}
+
+static int pick_op(void)
+{
+    for (;;) {
+        int r = rnd(100);
+        if (r < 22)
+            return OP_ECHO;
+        if (r < 30)
+            return enabled(SIM_EV_BIGREPLY) || chance(50) ? OP_BIG : OP_ECHO;
+        if (r < 34)
+            return OP_ERR;
+        if (r < 38 && enabled(SIM_EV_WPUSH))
+            return OP_PUSH;
+        if (r < 42 && enabled(SIM_EV_CALLBACK))
+            return OP_CB;
+        if (r < 45)
+            return OP_GUID;
+        if (r < 50)
+            return OP_SLOW;
+        if (r < 70 && enabled(SIM_EV_ASYNC))
+            return chance(80) || !enabled(SIM_EV_WPUSH) ? OP_ASYNC : OP_APUSH;
+        if (r < 80 && enabled(SIM_EV_COMMAND)) {
+            static const int cmds[] = {OP_PING, OP_PING, OP_STATS, OP_UNKNOWN, OP_BIGCMD};
+            return cmds[rnd(5)];
+        }
+        if (r < 86 && enabled(SIM_EV_ADMIN)) {
+            static const int cmds[] = {OP_CLIENTS, OP_DISCONNECT, OP_RELOADCMD};
+            return cmds[rnd(3)];
+        }
+        if (r < 88 && enabled(SIM_EV_BADMSG))
+            return chance(50) ? OP_BADHDR : OP_BADBODY;
+        if (r >= 88)
+            return OP_ECHO;
+    }
+}
+
+static void client_send(struct fclient *c, int burst)
+{
+    if (c->bad || c->we_closed)
+        return;
+    for (int i = 0; i < burst && !c->bad; i++)
+        client_request(c, pick_op());
+}
+
+/* A message for client c arrived: it must be for c, in order. */
+static void client_got(struct fclient *c, int type, K x, int compressed)
+{
+    char s[256];
+    text_of(x, s, sizeof s);
+    if (compressed && (c->local || c->cap < 1))
+        fail("C%d (%s, capability %d) got a compressed message", c->cid, c->local ? "local" : "remote", c->cap);
+    if (type == KIPC_ASYNC) {
+        int cid = -1;
+        if (sscanf(s, "p %d", &cid) != 1 || cid != c->cid)
+            fail("C%d got an async message that is not its own: \"%s\"", c->cid, s);
+        tr("C%d got push \"%s\"", c->cid, s);
+        return;
+    }
+    if (type == KIPC_SYNC) {
+        int cid = -1, seq = -1;
+        if (sscanf(s, "c %d %d", &cid, &seq) != 2 || cid != c->cid)
+            fail("C%d got a sync request that is not its own: \"%s\"", c->cid, s);
+        put_text(&c->out, KIPC_RESPONSE, "r %d %d", cid, seq);
+        add_sent(c, KIPC_RESPONSE, OP_RESP, seq);
+        tr("C%d answers callback %d", c->cid, seq);
+        return;
+    }
+    if (c->pend_off == c->pend.n)
+        fail("C%d got a reply with no request outstanding: \"%s\" (type %d)", c->cid, s, x->t);
+    struct sent *r = &c->sent.v[c->pend.v[c->pend_off++]];
+    r->answered = 1;
+    const char *op = op_names[r->op];
+    tr("C%d got the reply to %s %d: %s%s", c->cid, op, r->seq, x->t == KT_ERROR ? "'" : "",
+       x->t == KT_ERROR ? x->s : (s[0] ? s : "(value)"));
+    if (x->t == KT_ERROR && (!strncmp(x->s, "qgate: timeout (", 16) || !strncmp(x->s, "qgate: worker ", 14)))
+        r->abandoned = 1; /* the worker may still run it */
+    if (x->t == KT_ERROR && !strncmp(x->s, "qgate: ", 7)) {
+        if (!strncmp(x->s, "qgate: badmsg", 13) && r->op != OP_BADBODY && r->op != OP_BADHDR)
+            fail("C%d got '%s for its %s request %d", c->cid, x->s, op, r->seq);
+        return; /* busy, timeouts, a worker lost, no worker up, access: legitimate answers */
+    }
+    char want[64];
+    snprintf(want, sizeof want, "R %d %d", c->cid, r->seq);
+    size_t wl = strlen(want);
+    switch (r->op) {
+    case OP_ERR: {
+        char e[64];
+        snprintf(e, sizeof e, "E %d %d", c->cid, r->seq);
+        if (x->t != KT_ERROR || strcmp(x->s, e))
+            fail("C%d: request %d wanted '%s, got \"%s\"", c->cid, r->seq, e, x->t == KT_ERROR ? x->s : s);
+        return;
+    }
+    case OP_GUID:
+        if (c->cap < 3) {
+            if (x->t != KT_ERROR || strcmp(x->s, "type"))
+                fail("C%d (capability %d): request %d wanted 'type for a guid", c->cid, c->cap, r->seq);
+            return;
+        }
+        if (x->t != KT_LIST || x->n != 2 || kK(x)[0]->t != -KT_GUID || kK(x)[1]->t != KT_CHAR ||
+            (size_t)kK(x)[1]->n != wl || memcmp(kC(kK(x)[1]), want, wl))
+            fail("C%d: request %d wanted (guid; \"%s\")", c->cid, r->seq, want);
+        return;
+    case OP_PING:
+    case OP_DISCONNECT:
+    case OP_RELOADCMD:
+        if (x->t == KT_ERROR || (x->t == -KT_BOOL && x->g == 1))
+            return;
+        fail("C%d: %s wanted 1b", c->cid, op);
+    case OP_STATS:
+    case OP_CLIENTS:
+        if (x->t != KT_TABLE && x->t != KT_ERROR)
+            fail("C%d: %s wanted a table, got type %d", c->cid, op, x->t);
+        return;
+    case OP_UNKNOWN:
+    case OP_BIGCMD:
+        if (x->t != KT_ERROR)
+            fail("C%d: %s wanted an error, got type %d", c->cid, op, x->t);
+        return;
+    case OP_BADBODY:
+    case OP_BADHDR:
+        fail("C%d: a malformed message got an answer other than 'qgate: badmsg", c->cid);
+    default:
+        if (x->t == KT_ERROR)
+            fail("C%d: request %s %d got '%s", c->cid, op, r->seq, x->s);
+        if (x->t != KT_CHAR || (size_t)x->n < wl || memcmp(kC(x), want, wl) ||
+            ((size_t)x->n > wl && kC(x)[wl] != ' '))
+            fail("C%d: request %s %d wanted \"%s...\", got \"%s\"", c->cid, op, r->seq, want, s);
+        if (r->op == OP_BIG && (size_t)x->n != wl + 1 + (size_t)r->arg)
+            fail("C%d: big reply of %lld bytes, wanted %zu", c->cid, (long long)x->n, wl + 1 + (size_t)r->arg);
+        return;
+    }
+}
+
+static void client_gone(struct fclient *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->st = FC_DONE;
+}
+
+/* The gateway closed c: only for a reason a client can be told about. */
+static void client_eof(struct fclient *c)
+{
+    c->gw_closed = 1;
+    const char *why = c->why;
+    tr("C%d: closed by the gateway (%s)%s", c->cid, why[0] ? why : "?", c->in.len ? " in the middle of a message" : "");
+    int ok = 0;
+    if (!c->accept || c->longhs)
+        ok = !strcmp(why, "bad credentials ('access)") || !strcmp(why, "handshake too long") ||
+             !strcmp(why, "handshake timeout");
+    if (!strncmp(why, "handshake timeout", 17) || !strncmp(why, "over max_conns", 14) ||
+        !strncmp(why, "disconnected by admin", 21) || !strncmp(why, "stalled", 7))
+        ok = 1;
+    if (c->bad && (!strcmp(why, "closed after a bad message") || !why[0]))
+        ok = 1; /* after 'qgate: badmsg the gateway shuts its side first (linger) */
+    if ((!strcmp(why, "worker lost in the middle of the reply") ||
+         !strcmp(why, "worker lost in the middle of a message to it")) &&
+        (S->wdeaths || S->g.timeouts))
+        ok = 1; /* a worker died, or was dropped for a query timeout, while it sent */
+    if (!ok)
+        fail("C%d was closed by the gateway without a reason it may have: \"%s\"", c->cid, why);
+    client_gone(c);
+}
+
+static void client_read(struct fclient *c, size_t want)
+{
+    if (c->fd < 0 || c->st == FC_DONE)
+        return;
+    sb_reserve(&c->in, c->in.len + want);
+    ssize_t n = read(c->fd, c->in.p + c->in.len, want);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+        client_eof(c);
+        return;
+    }
+    if (n < 0)
+        return;
+    c->in.len += (size_t)n;
+    c->got_bytes += (int)n;
+    S->moved += (size_t)n;
+    if (c->st == FC_HS) {
+        if (!c->accept)
+            fail("C%d with bad credentials (or a bad handshake) got a byte", c->cid);
+        c->cap = c->in.p[0];
+        int want_cap = c->cap_req < 3 ? c->cap_req : 3;
+        if (c->cap != want_cap)
+            fail("C%d asked for capability %d and got %d", c->cid, c->cap_req, c->cap);
+        sb_drop(&c->in, 1);
+        c->st = FC_READY;
+        tr("C%d: capability %d", c->cid, c->cap);
+    }
+    for (;;) {
+        int type, comp;
+        K x;
+        const char *why = "";
+        int r = take_msg(&c->in, &type, &x, &comp, &why);
+        if (r == 0)
+            break;
+        if (r < 0)
+            fail("C%d cannot read what the gateway sent: %s", c->cid, why);
+        client_got(c, type, x, comp);
+        k_free(x);
+    }
+}
+
+static void client_write(struct fclient *c, size_t want)
+{
+    if (c->fd < 0 || c->out_off == c->out.len)
+        return;
+    size_t n = QG_MIN(want, c->out.len - c->out_off);
+    ssize_t k = write(c->fd, c->out.p + c->out_off, n);
+    if (k > 0) {
+        S->moved += (size_t)k;
+        c->out_off += (size_t)k;
+        if (c->out_off > 65536) {
+            sb_drop(&c->out, c->out_off);
+            c->out_base += c->out_off;
+            c->out_off = 0;
+        }
+    }
+}
+
+static void client_close(struct fclient *c)
+{
+    tr("C%d closes (%zu bytes unsent)", c->cid, c->out.len - c->out_off);
+    c->we_closed = 1;
+    client_gone(c);
+}
+
+/* ---- the gateway's own invariants ---------------------------------------------------------- */
+
+static int conn_live(struct gw *g, const struct conn *x)
+{
+    for (uint32_t id = 0; id < g->next_id; id++)
+        if (g->tab[id] == x)
+            return 1;
+    for (int i = 0; i < g->ngroups; i++) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink)
+            if (&w->c == x)
+                return 1;
+    }
+    return 0;
+}
+
+/* Every connection on exactly the lists its state says; counts that match. */
+static void check_gateway(void)
+{
+    struct gw *g = &S->g;
+    S->res->checks++;
+    int nclients = 0, backlog = 0, dirty = 0;
+    for (uint32_t id = 0; id < g->next_id; id++) {
+        struct conn *x = g->tab[id];
+        if (!x)
+            continue;
+        if (x->id != id)
+            fail("table slot %u holds connection %u", id, x->id);
+        if (x->closing)
+            fail("closed connection %s is still in the table", x->name);
+        if (x->dirty && x->fd < 0)
+            fail("%s is on the flush list without a socket", x->name);
+        if (x->kind != EV_CLIENT)
+            continue;
+        nclients++;
+        struct client *c = (struct client *)x;
+        struct req *h = client_head(c);
+        backlog += c->in_backlog;
+        if (c->w && (c->w->cl != c || c->w->st != WS_BUSY))
+            fail("%s points at worker %s, which is not running its request", x->name, c->w->addr);
+        if (c->queued != (h && h->state == RS_QUEUED))
+            fail("%s: queued %d, head request %s", x->name, c->queued, h ? "not queued" : "absent");
+        if ((c->st == CS_GONE) != (c->eof && c->st != CS_AUTH))
+            fail("%s: state %s with eof %d", x->name, client_state_name(c->st), c->eof);
+        if (c->eof && (x->fd >= 0 || c->has_pipe || c->stall_tm.pos))
+            fail("%s has gone but keeps its socket, pipe or stall timer", x->name);
+        if (c->st == CS_GONE && !h && !c->in_backlog && c->c.in.len == c->c.in.off)
+            fail("%s has gone with nothing left to run, and is still open", x->name);
+    }
+    if (nclients != g->nclients)
+        fail("nclients is %d, the table holds %d clients", g->nclients, nclients);
+    struct conn *x;
+    TAILQ_FOREACH(x, &g->dirty, dirty_link) {
+        dirty++;
+        if (!conn_live(g, x) || !x->dirty)
+            fail("a freed or unmarked connection is on the flush list");
+    }
+    if (dirty != g->ndirty)
+        fail("ndirty %d, the flush list holds %d", g->ndirty, dirty);
+    struct client *bc;
+    int nb = 0;
+    TAILQ_FOREACH(bc, &g->backlog, backlog_link) {
+        nb++;
+        if (!conn_live(g, &bc->c) || !bc->in_backlog)
+            fail("a freed or unmarked connection is on the backlog list");
+    }
+    if (nb != backlog)
+        fail("%d clients marked in the backlog, the list holds %d", backlog, nb);
+    for (int i = 0; i < g->ngroups; i++) {
+        struct group *grp = &g->groups[i];
+        int n = 0, up = 0, idle = 0, nidle = 0;
+        struct client *c;
+        TAILQ_FOREACH(c, &grp->queue, qlink) {
+            n++;
+            if (!c->queued || c->grp != grp || !conn_live(g, &c->c))
+                fail("group %s's queue holds %s, which is not queued there", grp->cfg.name, c->c.name);
+        }
+        if (n != grp->qlen)
+            fail("group %s: qlen %d, its queue holds %d", grp->cfg.name, grp->qlen, n);
+        struct worker *w;
+        TAILQ_FOREACH(w, &grp->idle, ilink) {
+            idle++;
+            if (w->st != WS_IDLE || !w->idle_listed)
+                fail("%s is on the idle list in state %s", w->c.name, worker_state_name(w->st));
+        }
+        TAILQ_FOREACH(w, &grp->workers, glink) {
+            up += w->st == WS_IDLE || w->st == WS_BUSY;
+            nidle += w->st == WS_IDLE;
+            if (w->cl && !conn_live(g, &w->cl->c))
+                fail("%s runs a request of a freed client", w->c.name);
+            if (w->st != WS_IDLE && w->st != WS_BUSY && (!STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->bsent)))
+                fail("%s is %s with broadcasts queued on it", w->c.name, worker_state_name(w->st));
+            if ((w->st == WS_DOWN || w->st == WS_RESOLVING) && w->c.fd >= 0)
+                fail("%s is %s with a socket", w->c.name, worker_state_name(w->st));
+        }
+        if (idle != nidle)
+            fail("group %s: %d idle workers, %d on the idle list", grp->cfg.name, nidle, idle);
+        if (up != grp->nup)
+            fail("group %s: nup %d, %d workers up", grp->cfg.name, grp->nup, up);
+    }
+    for (struct ustate *u = g->users; u; u = u->next) {
+        int inflight = 0, conns = 0;
+        for (uint32_t id = 0; id < g->next_id; id++) {
+            struct conn *y = g->tab[id];
+            if (y && y->kind == EV_CLIENT && ((struct client *)y)->us == u) {
+                conns++;
+                inflight += ((struct client *)y)->w != NULL;
+            }
+        }
+        if (u->inflight != inflight || u->conns != conns)
+            fail("user %s: inflight %d conns %d, counted %d and %d", u->name, u->inflight, u->conns, inflight, conns);
+    }
+}
+
+/* What everyone holds, for the report of a failure. */
+static void dump_world(void)
+{
+    static const char *const rs[] = {"WAITING", "CHECKING", "QUEUED", "RUNNING", "LOCAL", "READY"};
+    struct gw *g = &S->g;
+    if (!g->tab)
+        return;
+    tr("--- the world at the failure:");
+    for (uint32_t id = 0; id < g->next_id; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != EV_CLIENT)
+            continue;
+        struct client *c = (struct client *)x;
+        struct fclient *f = client_of(x->id, x->gen);
+        struct req *h = client_head(c);
+        tr("gw %s: %s, head %lld %s, out %zu held %zu piped %zu, paused %d calls %d, worker %s | C%d: %s, %zu unsent, "
+           "%d unread, %d pending", x->name, client_state_name(c->st), h ? (long long)h->seq : -1LL,
+           h ? rs[h->state] : "-", x->out.bytes, c->held.bytes, c->piped, c->paused, c->ncalls,
+           c->w ? c->w->addr : "-", f ? f->cid : -1, f ? (f->st == FC_DONE ? "closed" : f->stalled ? "stalled" : "reading") : "gone",
+           f ? f->out.len - f->out_off : 0, f ? unread(f->fd) : 0, f ? f->pend.n - f->pend_off : 0);
+    }
+    struct conn *d;
+    TAILQ_FOREACH(d, &g->dirty, dirty_link)
+        tr("on the flush list: %s (fd %d, out %zu, want_out %d, events %#x)", d->name, d->fd, d->out.bytes, d->want_out,
+           d->events);
+    tr("pools: %zu reader jobs, %zu writer jobs queued; reloading %d", pool_queued(g->readers),
+       pool_queued(g->writers), g->reloading);
+    for (int k = 0; k < S->nw; k++)
+        if (!gw_worker_of(&S->w[k]))
+            tr("W%d: %s the configuration, not in the gateway; fd %d, refuse %d", k,
+               S->w[k].in_config ? "in" : "out of", S->w[k].fd, S->w[k].refuse);
+    for (int i = 0; i < MAXC; i++) {
+        struct fclient *f = &S->cl[i];
+        if ((f->st == FC_HS || f->st == FC_READY) && !conn_lookup(g, f->gid, f->ggen))
+            tr("C%d (%s, %s): the gateway has no connection for it; %zu unsent, %d unread, %d pending, fd %d",
+               f->cid, f->st == FC_HS ? "handshake" : "ready", f->stalled ? "stalled" : "reading",
+               f->out.len - f->out_off, unread(f->fd), f->pend.n - f->pend_off, f->fd);
+    }
+    for (int i = 0; i < g->ngroups; i++) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink) {
+            struct fworker *fw = worker_of_addr(w->addr);
+            tr("gw w %s: %s, for %s, swallow %d, bq %d bsent %d, paused %d | W%d: fd %d, %zu in, %zu to send, cb %d, "
+               "%d unread", w->addr, worker_state_name(w->st), w->cl ? w->cl->c.name : "-", w->swallow,
+               !STAILQ_EMPTY(&w->bq), !STAILQ_EMPTY(&w->bsent), w->paused, fw ? fw->wid : -1, fw ? fw->fd : -1,
+               fw ? fw->in.len : 0, fw ? fw->out.len - fw->out_off : 0, fw ? fw->waiting_cb : 0,
+               fw ? unread(fw->fd) : 0);
+        }
+    }
+}
+
+/* ---- configuration ------------------------------------------------------------------------ */
+
+static void write_config(void)
+{
+    FILE *f = fopen(S->conf_path, "w");
+    if (!f)
+        fail("cannot write %s", S->conf_path);
+    const struct config *c = &S->g.cfg;
+    fprintf(f, "[gateway]\nport = 0\nbind = 127.0.0.1\nunix_socket = 0\nloglevel = %s\n", log_level_name(c->loglevel));
+    fprintf(f, "max_queue = %d\nqueue_timeout = %lld\nquery_timeout = %lld\nhandshake_timeout = %lld\n", c->max_queue,
+            (long long)c->queue_timeout, (long long)c->query_timeout, (long long)c->handshake_timeout);
+    fprintf(f, "frames_budget = %d\nread_budget = %lld\nwrite_budget = %lld\nchunk_size = %lld\n", c->frames_budget,
+            (long long)c->read_budget, (long long)c->write_budget, (long long)c->chunk_size);
+    fprintf(f, "client_high_water = %lld\nclient_low_water = %lld\nclient_max_pending = %lld\n",
+            (long long)c->client_high_water, (long long)c->client_low_water, (long long)c->client_max_pending);
+    fprintf(f, "reconnect_min = %lld\nreconnect_max = %lld\nworker_connect_timeout = %lld\n",
+            (long long)c->reconnect_min, (long long)c->reconnect_max, (long long)c->worker_connect_timeout);
+    fprintf(f, "compress = %d\ncompress_max = %lld\nsplice = %d\nmax_message = %lld\n", c->compress,
+            (long long)c->compress_max, c->splice, (long long)c->max_message);
+    if (S->users_file)
+        fprintf(f, "users_file = %s\n", S->users_path);
+    for (int gi = 0; gi < S->ngroups; gi++) {
+        fprintf(f, "[group %s]\nasync = %s\n", gi == S->bc_group ? "bc" : "main", gi == S->bc_group ? "broadcast" : "one");
+        if (gi == S->bc_group)
+            fprintf(f, "users = bob,bea\n");
+        fprintf(f, "workers = ");
+        int first = 1;
+        for (int k = 0; k < S->nw; k++)
+            if (S->w[k].in_config && S->w[k].group == gi) {
+                fprintf(f, "%s127.0.0.1:%d", first ? "" : ",", WPORT0 + k);
+                first = 0;
+            }
+        fprintf(f, "\n");
+    }
+    fclose(f);
+}
+
+static void random_config(struct config *c)
+{
+    config_defaults(c);
+    c->port = 0;
+    strcpy(c->bind, "127.0.0.1");
+    c->unix_socket = 0;
+    c->loglevel = chance(50) ? LOG_DEBUG : LOG_INFO;
+    if (getenv("SIM_DEBUG")) /* the gateway's debug lines in the trace, whatever the seed says */
+        c->loglevel = LOG_DEBUG;
+    c->max_queue = chance(30) ? 1 + rnd(4) : 1000;
+    c->queue_timeout = chance(30) ? 50 + rnd(500) : 0;
+    c->query_timeout = chance(30) ? 200 + rnd(3000) : 0;
+    c->handshake_timeout = 200 + rnd(5000);
+    c->frames_budget = chance(50) ? 1 + rnd(4) : 64;
+    c->read_budget = 4096 << rnd(5);
+    c->write_budget = 4096 << rnd(5);
+    c->chunk_size = 4096 << rnd(3);
+    c->client_high_water = 65536 << rnd(2);
+    c->client_low_water = c->client_high_water / (2 + rnd(4));
+    c->client_max_pending = 65536 << rnd(3);
+    c->reconnect_min = 10 + rnd(100);
+    c->reconnect_max = c->reconnect_min * (1 + rnd(20));
+    c->worker_connect_timeout = 100 + rnd(3000);
+    c->compress = chance(80);
+    c->compress_max = chance(20) ? 4096 : 64 << 20;
+    c->splice = chance(50);
+    c->max_message = chance(10) ? ((int64_t)1 << 33) : 2147483647;
+}
+
+static void write_users(void)
+{
+    FILE *f = fopen(S->users_path, "w");
+    if (!f)
+        fail("cannot write %s", S->users_path);
+    fprintf(f, "alice:wonder\tadmin=1\nbob:builder\ncarol:s3cret\tmax_inflight=1\ndave:d\tmax_conns=2\nbea:b\n");
+    fclose(f);
+}
+
+static void reload(void)
+{
+    /* add a worker, or remove one (a group keeps at least one) */
+    int k = rnd(MAXW);
+    if (k >= S->nw) {
+        if (S->nw == MAXW)
+            return;
+        k = S->nw++;
+        struct fworker *w = &S->w[k];
+        memset(w, 0, sizeof *w);
+        w->wid = k;
+        w->fd = -1;
+        w->group = rnd(S->ngroups);
+        w->in_config = 1;
+        w->last_cid = -1;
+        tr("reload: add W%d to group %d", k, w->group);
+    } else {
+        struct fworker *w = &S->w[k];
+        int others = 0;
+        for (int i = 0; i < S->nw; i++)
+            others += i != k && S->w[i].in_config && S->w[i].group == w->group;
+        if (!others && w->in_config)
+            return;
+        w->in_config = !w->in_config;
+        tr("reload: %s W%d", w->in_config ? "put back" : "remove", k);
+        if (!w->in_config)
+            S->wdeaths++;
+    }
+    write_config();
+    S->in_gw = 1;
+    if (gw_reload_loop(&S->g, NULL, 0))
+        fail("reload refused");
+    S->in_gw = 0;
+}
+
+/* ---- the driver --------------------------------------------------------------------------- */
+
+static void gw_step(void)
+{
+    S->in_gw = 1;
+    gw_step_loop(&S->g, 0);
+    S->in_gw = 0;
+    check_gateway();
+}
+
+static int run_pool(struct pool *p, int all)
+{
+    int ran = 0;
+    size_t n;
+    while ((n = pool_queued(p)) > 0) {
+        pool_run_one(p, (size_t)rnd((int)n));
+        ran++;
+        S->moved++;
+        if (!all)
+            break;
+    }
+    return ran;
+}
+
+static void advance_clock(int64_t ms)
+{
+    S->now_us += ms * 1000;
+    tr("clock +%lld ms", (long long)ms);
+}
+
+static void clock_event(void)
+{
+    int64_t next = timers_next(&S->g.timers);
+    if (next >= 0 && chance(40)) {
+        int64_t d = next - S->now_us / 1000;
+        advance_clock(d > 0 ? d : 0);
+    } else {
+        advance_clock(1 + rnd(chance(80) ? 20 : 400));
+    }
+}
+
+static void one_event(void)
+{
+    int k = rnd(100);
+    struct fclient *c;
+    struct fworker *w = S->nw ? &S->w[rnd(S->nw)] : NULL;
+    if (k < 4) {
+        if (enabled(SIM_EV_CONNECT) && nopen_clients() < MAXC)
+            client_connect();
+    } else if (k < 14) {
+        if (enabled(SIM_EV_SEND) && (c = pick_client(1)))
+            client_send(c, enabled(SIM_EV_PIPELINE) && chance(15) ? 2 + rnd(30) : 1);
+    } else if (k < 26) {
+        if (enabled(SIM_EV_WRITE) && (c = pick_client(0)))
+            client_write(c, chance(30) ? 1 + (size_t)rnd(16) : (size_t)(1 + rnd(70000)));
+    } else if (k < 38) {
+        if (enabled(SIM_EV_READ) && (c = pick_client(0)) && !c->stalled)
+            client_read(c, chance(20) ? 1 + (size_t)rnd(16) : (size_t)(1 + rnd(100000)));
+    } else if (k < 39) {
+        if (enabled(SIM_EV_CLOSE) && (c = pick_client(0)) && chance(50))
+            client_close(c);
+    } else if (k < 40) {
+        if (enabled(SIM_EV_STALL) && (c = pick_client(1))) {
+            c->stalled = !c->stalled;
+            tr("C%d %s reading", c->cid, c->stalled ? "stops" : "resumes");
+        }
+    } else if (k < 48) {
+        if (enabled(SIM_EV_WREAD) && w)
+            worker_read(w, chance(30) ? 1 + (size_t)rnd(16) : (size_t)(1 + rnd(100000)));
+    } else if (k < 56) {
+        if (enabled(SIM_EV_WPROCESS) && w)
+            worker_process(w, 1 + rnd(4));
+    } else if (k < 64) {
+        if (enabled(SIM_EV_WWRITE) && w)
+            worker_write(w, chance(30) ? 1 + (size_t)rnd(16) : (size_t)(1 + rnd(100000)));
+    } else if (k < 65) {
+        if (enabled(SIM_EV_WDIE) && w && chance(30)) {
+            if (w->fd >= 0)
+                worker_die(w);
+            else if (w->refuse) {
+                w->refuse = 0;
+                tr("W%d is back up", w->wid);
+            }
+        }
+    } else if (k < 66) {
+        if (enabled(SIM_EV_WPUSH) && w)
+            worker_idle_push(w);
+    } else if (k < 74) {
+        if (enabled(SIM_EV_POOL))
+            run_pool(chance(50) ? S->g.readers : S->g.writers, chance(20));
+    } else if (k < 79) {
+        if (enabled(SIM_EV_CLOCK))
+            clock_event();
+    } else if (k < 80) {
+        if (enabled(SIM_EV_RELOAD) && chance(20))
+            reload();
+    } else {
+        if (enabled(SIM_EV_STEP))
+            gw_step();
+    }
+}
+
+/* Work the gateway itself still holds: requests of clients (gone ones too), workers busy,
+ * bytes to send. */
+static char busy_why[256];
+
+static const char *gateway_busy(void)
+{
+    struct gw *g = &S->g;
+    if (worker_busy_count(g))
+        return "a worker is busy";
+    if (!TAILQ_EMPTY(&g->dirty))
+        return "a connection has output to flush";
+    if (!TAILQ_EMPTY(&g->backlog))
+        return "a client has messages in its backlog";
+    for (uint32_t id = 0; id < g->next_id; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != EV_CLIENT)
+            continue;
+        struct client *c = (struct client *)x;
+        struct fclient *f = client_of(x->id, x->gen);
+        if (f && f->stalled)
+            continue; /* its replies wait for it to read */
+        if (client_head(c) || (c->st == CS_GONE)) {
+            snprintf(busy_why, sizeof busy_why, "%.200s holds requests", x->name);
+            return busy_why;
+        }
+    }
+    return NULL;
+}
+
+/* Something left to do: a request unanswered, bytes unsent, a job unrun, a worker to bring
+ * back. NULL when the world is quiet, else what is left. */
+static const char *busy(int include_stalled)
+{
+    const char *why = gateway_busy();
+    if (why)
+        return why;
+    for (int i = 0; i < MAXC; i++) {
+        struct fclient *c = &S->cl[i];
+        if (c->st != FC_HS && c->st != FC_READY)
+            continue;
+        if (c->stalled && !include_stalled)
+            continue;
+        if (c->out_off < c->out.len || c->pend_off < c->pend.n || c->st == FC_HS || unread(c->fd)) {
+            snprintf(busy_why, sizeof busy_why, "C%d has bytes to send or read, or replies to wait for", c->cid);
+            return busy_why;
+        }
+    }
+    for (int k = 0; k < S->nw; k++) {
+        struct fworker *w = &S->w[k];
+        if ((w->fd >= 0 && (w->in.len || w->out_off < w->out.len || w->st == FW_HS || unread(w->fd))) ||
+            (w->fd < 0 && w->in_config && !w->refuse)) {
+            snprintf(busy_why, sizeof busy_why, "W%d has work, or is to be connected", k);
+            return busy_why;
+        }
+    }
+    return pool_queued(S->g.readers) || pool_queued(S->g.writers) ? "pool jobs are queued" : NULL;
+}
+
+/* A worker blocked in a callback to a client that stopped reading: as with q itself, it
+ * waits for that client (or query_timeout), so others may wait too. */
+static int callback_to_stalled(void)
+{
+    for (int k = 0; k < S->nw; k++) {
+        struct fworker *w = &S->w[k];
+        if (w->fd >= 0 && w->waiting_cb && w->cb_cid < S->by_cid.n) {
+            struct fclient *c = S->by_cid.v[w->cb_cid];
+            if (c && c->stalled)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Everyone does everything they can until nothing is left; time passes when only timers can
+ * make progress. A client still waiting after ten minutes of simulated time waits forever.
+ * include_stalled: clients that stopped reading read again. */
+static void quiesce(int include_stalled, const char *phase)
+{
+    S->quiescing = 1;
+    int64_t t_still = S->now_us / 1000; /* nothing has moved since */
+    for (int round = 0; round < 2000000; round++) {
+        uint64_t moved = S->moved;
+        for (int i = 0; i < MAXC; i++) {
+            struct fclient *c = &S->cl[i];
+            if (c->st == FC_HS || c->st == FC_READY) {
+                client_write(c, 1 << 20);
+                if (!c->stalled || include_stalled) {
+                    c->stalled = 0;
+                    client_read(c, 1 << 20);
+                }
+            }
+        }
+        for (int k = 0; k < S->nw; k++) {
+            struct fworker *w = &S->w[k];
+            w->refuse = 0;
+            w->hold_until = 0;
+            worker_read(w, 1 << 20);
+            worker_process(w, 1 << 20);
+            worker_write(w, 1 << 20);
+        }
+        run_pool(S->g.readers, 1);
+        run_pool(S->g.writers, 1);
+        gw_step();
+        if (!busy(include_stalled))
+            return;
+        if (S->moved != moved) {
+            t_still = S->now_us / 1000;
+            continue;
+        }
+        /* the gateway has work now, or events ready: no time passes (a peek at a level-triggered
+         * epoll set takes nothing from it) */
+        struct epoll_event ev;
+        if ((gw_wait_ms(&S->g) == 0 || epoll_wait(S->g.epfd, &ev, 1, 0) > 0) && round % 64)
+            continue;
+        /* nothing moved: only time can help (timers, back-offs, reconnects) */
+        int64_t next = timers_next(&S->g.timers);
+        int64_t d = next >= 0 ? next - S->now_us / 1000 : 1000;
+        advance_clock(QG_MAX(1, QG_MIN(d, 60000)));
+        if (S->now_us / 1000 - t_still > 600000)
+            break; /* ten simulated minutes and nothing moved: it waits forever */
+    }
+    if (!include_stalled && callback_to_stalled())
+        return;
+    for (int i = 0; i < MAXC; i++) {
+        struct fclient *c = &S->cl[i];
+        if ((c->st == FC_READY || c->st == FC_HS) && (!c->stalled || include_stalled) &&
+            (c->pend_off < c->pend.n || c->st == FC_HS)) {
+            const char *op = c->pend_off < c->pend.n ? op_names[c->sent.v[c->pend.v[c->pend_off]].op] : "handshake";
+            fail("%s: C%d waits forever for its %s", phase, c->cid, op);
+        }
+    }
+    fail("%s: the world never went quiet: %s", phase, busy(include_stalled));
+}
+
+/* Everything client c sent before it closed ran (order is checked as it runs). final: at
+ * the very end, when broadcasts had every chance to arrive. Returns 0 if some message may
+ * still be on its way (not final). */
+static int check_client_lost(struct fclient *c, int final)
+{
+    if (c->why[0] && strcmp(c->why, "closed after a bad message") && strcmp(c->why, "client closed the connection") &&
+        strcmp(c->why, "peer closed"))
+        return 1; /* closed by the gateway (with a reason it may have: checked): the rest was discarded */
+    size_t written = c->out_base + c->out_off;
+    for (int i = 0; i < c->sent.n; i++) {
+        struct sent *s = &c->sent.v[i];
+        if (s->type != KIPC_ASYNC || s->end > written || s->seen || s->lost || (c->bad && s->seq > c->bad_seq))
+            continue;
+        if (!final && c->group == S->bc_group)
+            return 0; /* a broadcast is let go of when sent, before it runs */
+        fail("C%d's async message %d (%s) was received by the gateway and never ran", c->cid, s->seq,
+             op_names[s->op]);
+    }
+    return 1;
+}
+
+static void check_nothing_lost(void)
+{
+    for (int cid = 0; cid < S->by_cid.n; cid++)
+        if (S->by_cid.v[cid])
+            check_client_lost(S->by_cid.v[cid], 1);
+}
+
+static size_t gw_heap(void)
+{
+    return __sanitizer_get_current_allocated_bytes ? __sanitizer_get_current_allocated_bytes() - sim_bytes : 0;
+}
+
+/* Heap the gateway may keep for good: tables that grew, workers, users. */
+static size_t gw_kept(void)
+{
+    struct gw *g = &S->g;
+    size_t n = (size_t)g->tab_cap * (sizeof(struct conn *) + 2 * sizeof(uint32_t));
+    n += (size_t)g->timers.cap * sizeof(struct timer *);
+    for (int i = 0; i < g->ngroups; i++) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink)
+            n += sizeof *w;
+    }
+    for (struct ustate *u = g->users; u; u = u->next)
+        n += sizeof *u;
+    return n;
+}
+
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static int workers_connected(void)
+{
+    int n = 0;
+    for (int k = 0; k < S->nw; k++)
+        n += S->w[k].fd >= 0;
+    return n;
+}
+
+static void free_world(void)
+{
+    for (int i = 0; i < MAXC; i++) {
+        struct fclient *c = &S->cl[i];
+        if (c->fd >= 0 && c->st != FC_FREE)
+            close(c->fd);
+        sb_free(&c->out);
+        sb_free(&c->in);
+        VEC_FREE(c->sent);
+        VEC_FREE(c->pend);
+    }
+    for (int k = 0; k < S->nw; k++) {
+        fw_reset(&S->w[k]);
+        sb_free(&S->w[k].in);
+        sb_free(&S->w[k].out);
+        VEC_FREE(S->w[k].seen_async_last);
+    }
+    VEC_FREE(S->last_seq);
+    VEC_FREE(S->cid_group);
+    VEC_FREE(S->by_cid);
+}
+
+/* A slot whose client is done takes a new one once the gateway has let go of the old one
+ * (whatever it sent has run by then, and is checked first). */
+static void recycle_clients(void)
+{
+    for (int i = 0; i < MAXC; i++) {
+        struct fclient *c = &S->cl[i];
+        if (c->st != FC_DONE || conn_lookup(&S->g, c->gid, c->ggen))
+            continue;
+        if (!check_client_lost(c, 0))
+            continue;
+        S->by_cid.v[c->cid] = NULL;
+        sb_free(&c->out);
+        sb_free(&c->in);
+        VEC_FREE(c->sent);
+        VEC_FREE(c->pend);
+        c->st = FC_FREE;
+    }
+}
+
+int sim_run(const struct sim_opts *o, struct sim_result *res)
+{
+    static struct sim sim;
+    memset(&sim, 0, sizeof sim);
+    memset(res, 0, sizeof *res);
+    res->failed_step = -1;
+    S = &sim;
+    S->o = o;
+    S->res = res;
+    S->rng = o->seed * 0x9E3779B97F4A7C15ULL + 0x1234567;
+    if (!S->rng)
+        S->rng = 1;
+    trace_n = 0;
+    S->now_us = 1000000000LL;
+    if (__sanitizer_set_death_callback)
+        __sanitizer_set_death_callback(on_death);
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 0; i < MAXC; i++)
+        S->cl[i].fd = -1;
+    snprintf(S->conf_path, sizeof S->conf_path, "/tmp/qgate-sim-%d.conf", (int)getpid());
+    snprintf(S->users_path, sizeof S->users_path, "/tmp/qgate-sim-%d.users", (int)getpid());
+    log_sink = on_log;
+    if (setjmp(S->fail)) {
+        if (!o->quiet) {
+            fprintf(stderr, "sim: seed %llu failed at step %ld: %s\n", (unsigned long long)o->seed, res->failed_step,
+                    res->what);
+            print_trace();
+        }
+        log_sink = NULL;
+        unlink(S->conf_path);
+        unlink(S->users_path);
+        return 1; /* the gateway's state is abandoned: the caller exits */
+    }
+
+    struct config *cfg = calloc(1, sizeof *cfg);
+    random_config(cfg);
+    S->ngroups = chance(60) ? 2 : 1;
+    S->bc_group = S->ngroups > 1 ? 1 : -1;
+    S->users_file = chance(40);
+    S->nw = S->ngroups + rnd(4); /* every group has one at least */
+    for (int k = 0; k < S->nw; k++) {
+        S->w[k] = (struct fworker){.wid = k, .fd = -1, .in_config = 1, .last_cid = -1,
+                                   .group = k < S->ngroups ? k : rnd(S->ngroups)};
+    }
+    /* the configuration goes through the file, as a reload reads it */
+    S->g.cfg = *cfg;
+    write_config();
+    if (S->users_file)
+        write_users();
+    char err[512];
+    if (config_build(cfg, S->conf_path, NULL, err, sizeof err))
+        fail("the simulation's configuration was refused: %s", err);
+    struct gw_hooks hooks = {.now_us = hook_now, .connect = hook_connect, .lost = hook_lost, .closed = hook_closed,
+                             .manual_pools = 1};
+    if (gw_init(&S->g, cfg, S->conf_path, NULL, &hooks))
+        fail("gw_init failed");
+    free(cfg);
+    tr("seed %llu: %d groups, %d workers, users file %d, max_queue %d, queue_timeout %lld, query_timeout %lld, "
+       "frames_budget %d, splice %d, compress %d", (unsigned long long)o->seed, S->ngroups, S->nw, S->users_file,
+       S->g.cfg.max_queue, (long long)S->g.cfg.queue_timeout, (long long)S->g.cfg.query_timeout,
+       S->g.cfg.frames_budget, S->g.cfg.splice, S->g.cfg.compress);
+
+    /* workers up: the baseline for memory and fds */
+    quiesce(1, "start");
+    S->quiescing = 0;
+    int fds0 = count_fds(), wup0 = workers_connected();
+    size_t heap0 = gw_heap(), kept0 = gw_kept();
+
+    long steps = o->steps > 0 ? o->steps : 3000;
+    for (S->step = 0; S->step < steps; S->step++) {
+        one_event();
+        res->steps++;
+        if (S->step % 64 == 0)
+            recycle_clients();
+    }
+    tr("quiescence");
+    quiesce(0, "quiescence (clients that stopped reading still stopped)");
+    quiesce(1, "quiescence");
+    check_nothing_lost();
+
+    /* everyone leaves */
+    for (int i = 0; i < MAXC; i++)
+        if (S->cl[i].st == FC_HS || S->cl[i].st == FC_READY)
+            client_close(&S->cl[i]);
+    for (int k = 0; k < S->nw; k++)
+        S->w[k].refuse = 0;
+    quiesce(1, "the end");
+    for (int i = 0; i < 50; i++) { /* the gateway sees the closes */
+        gw_step();
+        advance_clock(100);
+    }
+    quiesce(1, "the end");
+    check_nothing_lost();
+    if (S->g.nclients)
+        fail("the end: %d clients still in the gateway", S->g.nclients);
+    int fds1 = count_fds(), wup1 = workers_connected();
+    if (fds1 - fds0 != 2 * (wup1 - wup0))
+        fail("the end: %d fds open, %d at the start (workers connected %d, then %d)", fds1, fds0, wup0, wup1);
+    size_t heap1 = gw_heap(), kept1 = gw_kept();
+    if (heap0 && heap1 - heap0 != kept1 - kept0)
+        fail("the end: the gateway holds %zd bytes more than at the start (%zd accounted for)",
+             (ssize_t)(heap1 - heap0), (ssize_t)(kept1 - kept0));
+    tr("end: %ld steps, %ld checks", res->steps, res->checks);
+
+    gw_free(&S->g);
+    free_world();
+    log_sink = NULL;
+    unlink(S->conf_path);
+    unlink(S->users_path);
+    S = NULL;
+    return 0;
+}
+
+#define SIM_EV_NAME(e) #e,
+static const char *const event_names[] = {SIM_EVENTS(SIM_EV_NAME)};
+#undef SIM_EV_NAME
+
+const char *sim_event_name(int k) { return k >= 0 && k < SIM_EV_N ? event_names[k] : "?"; }

@@ -1,0 +1,45 @@
+/* sim.h: a deterministic simulation of qgate's loop. The real loop iteration (gw_step_loop)
+ * runs against fake q clients and fake q workers on socketpairs, with a fake clock and pools
+ * whose jobs run when the simulation says; a seeded PRNG (or a fuzzer's input) picks every
+ * next event, and invariants are checked after every step. */
+#ifndef SIM_H
+#define SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The kinds of event the driver picks from. A run can turn kinds off (the minimiser does, to
+ * find the smallest set of kinds that still fails). */
+#define SIM_EVENTS(X)                                                                          \
+    X(CONNECT) X(SEND) X(WRITE) X(READ) X(CLOSE) X(STALL) X(BADMSG) X(COMMAND) X(ADMIN)     \
+    X(ASYNC) X(PIPELINE) X(WREAD) X(WPROCESS) X(WWRITE) X(WDIE) X(WPUSH) X(CALLBACK) X(POOL) \
+    X(CLOCK) X(RELOAD) X(STEP) X(OLDCAP) X(REMOTE) X(BIGREPLY)
+#define SIM_EV_ENUM(e) SIM_EV_##e,
+enum sim_event { SIM_EVENTS(SIM_EV_ENUM) SIM_EV_N };
+#undef SIM_EV_ENUM
+
+struct sim_opts {
+    uint64_t seed;
+    long steps;           /* events before the final quiescence (default 3000) */
+    uint32_t disabled;    /* bit k set: event kind k never happens */
+    int verbose;          /* print the trace as it happens (to stderr) */
+    int quiet;            /* print nothing on failure (the minimiser's trial runs) */
+    const uint8_t *data;  /* a fuzzer's input drives the choices instead of the PRNG */
+    size_t len;
+};
+
+/* What a run did, for the report. */
+struct sim_result {
+    long steps;           /* events run */
+    long checks;          /* invariant checks made */
+    long failed_step;     /* the event at which an invariant failed, or -1 */
+    char what[256];       /* the invariant that failed */
+};
+
+/* Run one simulation in this process. 0 if every invariant held; 1 with the violation, the
+ * seed and the last events of the trace printed on stderr (unless quiet). */
+int sim_run(const struct sim_opts *o, struct sim_result *res);
+
+const char *sim_event_name(int k);
+
+#endif
