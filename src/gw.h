@@ -251,7 +251,9 @@ struct gw_hooks {
     int (*connect)(void *ctx, const char *addr);  /* a socket connected (or connecting) to the
                                                    * worker at addr, non-blocking; -1 = refused */
     void (*lost)(void *ctx, uint32_t id, uint32_t gen, uint64_t seq); /* a client's message
-                                                   * went down with the worker running it */
+                                                   * went down with the worker running it (or
+                                                   * the gateway gave up on that worker: it may
+                                                   * still run the message, late) */
     void (*closed)(void *ctx, uint32_t id, uint32_t gen, const char *why); /* a client closed */
     int manual_pools;                             /* pools without threads (pool_run_one) */
 };

@@ -864,11 +864,11 @@ void worker_teardown(struct gw *g, struct worker *w)
     if (c && busy) {
         client_set_worker(c, NULL);
         struct req *h = client_head(c);
+        for (struct req *r = h; g->hooks.lost && r && r->state == RS_RUNNING; r = STAILQ_NEXT(r, link))
+            g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, r->seq); /* given up on with the worker */
         if (cut || (sent_any && !c->eof)) {
             conn_close(g, &c->c, "worker lost in the middle of the reply");
         } else if (async_run || c->eof) {
-            for (struct req *r = h; g->hooks.lost && r && r->state == RS_RUNNING; r = STAILQ_NEXT(r, link))
-                g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, r->seq);
             client_head_done_loop(g, c);
         } else if (w->timed_out) {
             client_error_loop(g, c, h, "qgate: timeout (%s sent nothing for %lld ms)", w->addr,
