@@ -1,18 +1,26 @@
-/* conn.c: the connection table (id, generation), epoll registration, the flush list, output
- * flushing and the single teardown path. */
+/* conn.c: the connection table (id, generation), epoll registration, the lists a connection
+ * can be on (flush list, backlog, a group's queue or idle list, closed list) and its timers,
+ * its output (queued bytes, a splice pipe ahead of them, whole messages held for a message
+ * boundary), flushing, and the single teardown path. The kinds' own behaviour comes in
+ * through their struct connops. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "gw.h"
 #include "log.h"
+#include "pool.h"
+#include "qg.h"
 
 /* A freed id is reused only once this many others have been freed after it (and then oldest
  * first), so that a late completion or an admin's stale id meets a new generation rarely, and
  * never the next connection. */
 #define ID_QUARANTINE 256
+#define PIPE_SIZE (1 << 20)
 
 static int grow_table(struct gw *g)
 {
@@ -61,21 +69,22 @@ static int alloc_id(struct gw *g, uint32_t *id)
     return 0;
 }
 
-/* Workers live in their own epoll set (see gw_run), everything else in the main one. */
-static int epfd_of(const struct gw *g, const struct conn *c) { return c->kind == EV_WORKER ? g->wepfd : g->epfd; }
+/* Workers live in their own epoll set (served between batches), everything else in the main one. */
+static int epfd_of(const struct gw *g, const struct conn *c) { return c->kind == CONN_WORKER ? g->wepfd : g->epfd; }
 
-int conn_register(struct gw *g, struct conn *c, int fd, uint32_t events)
+int conn_register(struct gw *g, struct conn *c, const struct connops *ops, int kind, int fd, uint32_t events)
 {
     uint32_t id;
     if (alloc_id(g, &id))
         return -1;
+    c->ev.ops = &ops->ev;
+    c->kind = (uint8_t)kind;
     c->id = id;
     c->gen = ++g->gens[id];
     c->fd = fd;
     c->closing = 0;
     c->events = events;
-    struct epoll_event ev = {.events = events, .data.ptr = c};
-    if (epoll_ctl(epfd_of(g, c), EPOLL_CTL_ADD, fd, &ev)) {
+    if (loop_watch(g, fd, &c->ev, events, kind == CONN_WORKER)) {
         free_id(g, id);
         c->fd = -1;
         return -1;
@@ -96,10 +105,18 @@ void conn_set_events(struct gw *g, struct conn *c, uint32_t events)
 {
     if (c->events == events || c->fd < 0 || !c->registered)
         return;
-    struct epoll_event ev = {.events = events, .data.ptr = c};
+    struct epoll_event ev = {.events = events, .data.ptr = &c->ev};
     if (epoll_ctl(epfd_of(g, c), EPOLL_CTL_MOD, c->fd, &ev) == 0)
         c->events = events;
 }
+
+void conn_set_reading(struct gw *g, struct conn *c, int on)
+{
+    uint32_t bits = EPOLLIN | EPOLLRDHUP;
+    conn_set_events(g, c, on ? c->events | bits : c->events & ~bits);
+}
+
+/* ---- the lists ---------------------------------------------------------------------------- */
 
 void conn_mark_dirty(struct gw *g, struct conn *c)
 {
@@ -119,55 +136,145 @@ void conn_unmark_dirty(struct gw *g, struct conn *c)
     c->dirty = 0;
 }
 
-void conn_drop_socket(struct gw *g, struct conn *c)
+void conn_backlog_add(struct gw *g, struct conn *c)
 {
-    conn_unmark_dirty(g, c);
-    if (c->fd >= 0) {
-        if (c->registered)
-            epoll_ctl(epfd_of(g, c), EPOLL_CTL_DEL, c->fd, NULL);
-        close(c->fd);
-    }
-    c->fd = -1;
-    c->registered = 0;
-    outq_clear(&c->out);
-    c->events = 0;
-    c->want_out = 0;
-}
-
-/* Release the socket and the id. The struct itself lives on until the end of the iteration
- * (clients) or for good (workers reconnect under the same struct). */
-static void conn_detach(struct gw *g, struct conn *c)
-{
-    conn_drop_socket(g, c);
-    if (c->id < g->tab_cap && g->tab[c->id] == c) {
-        g->tab[c->id] = NULL;
-        g->gens[c->id]++;
-        free_id(g, c->id);
-    }
-    inbuf_free(&c->in);
-}
-
-void conn_close(struct gw *g, struct conn *c, const char *why)
-{
-    if (c->closing)
+    if (c->in_backlog || c->closing)
         return;
-    if (c->kind == EV_CLIENT) {
-        struct client *cl = (struct client *)c;
-        log_at(cl->st == CS_READY || cl->st == CS_GONE ? LOG_INFO : LOG_DEBUG, c->name, "closed: %s", why);
-        if (g->hooks.closed)
-            g->hooks.closed(g->hooks.ctx, c->id, c->gen, why);
-        c->closing = 1;
-        client_teardown(g, cl); /* off its queue, backlog, timers, worker, pipe */
-        conn_detach(g, c);
-        STAILQ_INSERT_TAIL(&g->closed, c, closed_link);
-        g->nclients--;
-    } else {
-        struct worker *w = (struct worker *)c;
-        if (c->fd < 0)
-            return;
-        log_at(w->removed ? LOG_INFO : LOG_WARN, c->name, "connection closed: %s", why);
-        conn_detach(g, c);
-        worker_teardown(g, w); /* fails or finishes its request, schedules the reconnect */
+    c->in_backlog = 1;
+    TAILQ_INSERT_TAIL(&g->backlog, c, backlog_link);
+    g->work_pending = 1;
+}
+
+void conn_backlog_remove(struct gw *g, struct conn *c)
+{
+    if (!c->in_backlog)
+        return;
+    TAILQ_REMOVE(&g->backlog, c, backlog_link);
+    c->in_backlog = 0;
+}
+
+struct conn *conn_backlog_pop(struct gw *g)
+{
+    struct conn *c = TAILQ_FIRST(&g->backlog);
+    if (c)
+        conn_backlog_remove(g, c);
+    return c;
+}
+
+void connq_init(struct connq *q)
+{
+    TAILQ_INIT(&q->h);
+    q->n = 0;
+}
+
+void conn_queue_in(struct connq *q, struct conn *c)
+{
+    if (c->q == q)
+        return;
+    conn_queue_out(c);
+    TAILQ_INSERT_TAIL(&q->h, c, qlink);
+    q->n++;
+    c->q = q;
+}
+
+void conn_queue_out(struct conn *c)
+{
+    if (!c->q)
+        return;
+    TAILQ_REMOVE(&c->q->h, c, qlink);
+    c->q->n--;
+    c->q = NULL;
+}
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+void conn_push_whole(struct gw *g, struct conn *c, struct chunk *ch)
+{
+    outq_push(c->streaming ? &c->held : &c->out, ch);
+    conn_mark_dirty(g, c);
+}
+
+void conn_stream_end(struct gw *g, struct conn *c)
+{
+    c->streaming = 0;
+    if (!c->held.head)
+        return;
+    while (c->held.head) { /* in the order they came */
+        struct chunk *ch = c->held.head;
+        c->held.head = ch->next;
+        outq_push(&c->out, ch);
+    }
+    c->held = (struct outq){0};
+    conn_mark_dirty(g, c);
+}
+
+size_t conn_pipe_room(struct conn *c)
+{
+    if (!c->has_pipe) {
+        int p[2];
+        if (pipe2(p, O_NONBLOCK | O_CLOEXEC))
+            return 0;
+        int cap = fcntl(p[1], F_SETPIPE_SZ, PIPE_SIZE);
+        if (cap <= 0)
+            cap = fcntl(p[1], F_GETPIPE_SZ);
+        c->pipe_rd = p[0];
+        c->pipe_wr = p[1];
+        c->pipe_cap = cap > 0 ? (size_t)cap : 65536;
+        c->has_pipe = 1;
+    }
+    return c->pipe_cap - c->piped;
+}
+
+void conn_pipe_close(struct conn *c)
+{
+    if (c->has_pipe) {
+        close(c->pipe_rd);
+        close(c->pipe_wr);
+        c->has_pipe = 0;
+        c->piped = 0;
+    }
+}
+
+/* The peer is gone (a write failed): the kind decides, by default the connection closes. */
+static void write_failed(struct gw *g, struct conn *c, const char *why)
+{
+    if (conn_ops(c)->on_gone)
+        conn_ops(c)->on_gone(g, c, why);
+    else
+        conn_close(g, c, why);
+}
+
+int conn_pipe_flush_loop(struct gw *g, struct conn *c)
+{
+    size_t budget = (size_t)g->cfg.write_budget;
+    while (c->piped && budget && c->fd >= 0) {
+        ssize_t n = splice(c->pipe_rd, NULL, c->fd, NULL, QG_MIN(c->piped, budget), SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n > 0) {
+            c->piped -= (size_t)n;
+            budget -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        write_failed(g, c, n == 0 ? "peer closed" : strerror(errno));
+        return -1;
+    }
+    if (c->piped && !budget) {
+        conn_mark_dirty(g, c);
+        g->work_pending = 1;
+    }
+    return 0;
+}
+
+/* EPOLLOUT while output waits and the flush list will not take it on. */
+static void want_out(struct gw *g, struct conn *c)
+{
+    int want = (c->out.bytes > 0 || c->piped > 0) && !c->dirty;
+    if (want != c->want_out) {
+        c->want_out = (uint8_t)want;
+        conn_set_events(g, c, want ? c->events | EPOLLOUT : c->events & ~(uint32_t)EPOLLOUT);
     }
 }
 
@@ -175,29 +282,13 @@ int conn_flush_loop(struct gw *g, struct conn *c)
 {
     if (c->fd < 0 || c->closing)
         return -1;
-    struct client *cl = c->kind == EV_CLIENT ? (struct client *)c : NULL;
-    size_t before = c->out.bytes + (cl ? cl->piped : 0);
-    if (cl && cl->piped) {
-        /* spliced bytes are older than anything in out: they go first */
-        if (client_pipe_flush_loop(g, cl))
-            return -1;
-        if (cl->piped) {
-            if (!c->want_out && !c->dirty) {
-                c->want_out = 1;
-                conn_set_events(g, c, c->events | EPOLLOUT);
-            }
-            client_flushed_loop(g, cl, before, before - cl->piped - c->out.bytes);
-            return 0;
-        }
-    }
-    if (c->out.bytes) {
+    size_t before = conn_pending(c);
+    if (c->piped && conn_pipe_flush_loop(g, c)) /* spliced bytes are older than anything in out */
+        return -1;
+    if (!c->piped && c->out.bytes) {
         ssize_t w = outq_flush(&c->out, c->fd, (size_t)g->cfg.write_budget);
         if (w < 0) {
-            const char *why = errno == EPIPE || errno == ECONNRESET ? "peer closed" : strerror(errno);
-            if (cl)
-                client_peer_gone_loop(g, cl, why); /* what it sent before still runs */
-            else
-                conn_close(g, c, why);
+            write_failed(g, c, errno == EPIPE || errno == ECONNRESET ? "peer closed" : strerror(errno));
             return -1;
         }
         if (c->out.bytes && (size_t)w >= (size_t)g->cfg.write_budget) {
@@ -205,13 +296,9 @@ int conn_flush_loop(struct gw *g, struct conn *c)
             g->work_pending = 1;
         }
     }
-    int want = c->out.bytes > 0 && !c->dirty;
-    if (want != c->want_out) {
-        c->want_out = (uint8_t)want;
-        conn_set_events(g, c, want ? c->events | EPOLLOUT : c->events & ~(uint32_t)EPOLLOUT);
-    }
-    if (cl)
-        client_flushed_loop(g, cl, before, before - c->out.bytes - cl->piped);
+    want_out(g, c);
+    if (conn_ops(c)->on_flushed)
+        conn_ops(c)->on_flushed(g, c, before, before - conn_pending(c));
     return 0;
 }
 
@@ -226,14 +313,87 @@ void gw_flush_dirty_loop(struct gw *g)
     }
 }
 
+/* ---- teardown ----------------------------------------------------------------------------- */
+
+void conn_drop_socket(struct gw *g, struct conn *c)
+{
+    conn_unmark_dirty(g, c);
+    conn_pipe_close(c);
+    if (c->fd >= 0) {
+        if (c->registered)
+            epoll_ctl(epfd_of(g, c), EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+    }
+    c->fd = -1;
+    c->registered = 0;
+    outq_clear(&c->out);
+    outq_clear(&c->held);
+    c->streaming = 0;
+    c->events = 0;
+    c->want_out = 0;
+}
+
+/* Off every list it can be on, its timers cancelled. */
+static void leave_lists(struct gw *g, struct conn *c)
+{
+    conn_unmark_dirty(g, c);
+    conn_backlog_remove(g, c);
+    conn_queue_out(c);
+    for (int i = 0; i < CONN_TIMERS; i++)
+        timer_cancel(g, &c->tm[i]);
+}
+
+/* Release the socket and the id; the struct lives on until the end of the iteration (clients)
+ * or until it leaves the configuration (workers reconnect under the same struct). */
+static void detach(struct gw *g, struct conn *c)
+{
+    conn_drop_socket(g, c);
+    if (c->id < g->tab_cap && g->tab[c->id] == c) {
+        g->tab[c->id] = NULL;
+        g->gens[c->id]++;
+        free_id(g, c->id);
+    }
+    inbuf_free(&c->in);
+}
+
+void conn_close(struct gw *g, struct conn *c, const char *why)
+{
+    if (c->closing || (c->kind == CONN_WORKER && c->fd < 0))
+        return;
+    if (c->kind == CONN_CLIENT && g->hooks.closed)
+        g->hooks.closed(g->hooks.ctx, c->id, c->gen, why);
+    c->closing = 1; /* while it closes: what its teardown sets off cannot close it again */
+    leave_lists(g, c);
+    conn_ops(c)->on_close(g, c, why); /* the kind's teardown: it logs why */
+    detach(g, c);
+    if (c->kind == CONN_CLIENT)
+        conn_free_later(g, c); /* a client goes for good */
+    else if (!c->doomed)
+        c->closing = 0; /* a worker connects again under the same struct */
+}
+
+void conn_free_later(struct gw *g, struct conn *c)
+{
+    leave_lists(g, c);
+    c->closing = 1;
+    if (!c->doomed)
+        STAILQ_INSERT_TAIL(&g->closed, c, closed_link);
+    c->doomed = 1;
+}
+
 void conn_reap_loop(struct gw *g)
 {
     while (!STAILQ_EMPTY(&g->closed)) {
         struct conn *c = STAILQ_FIRST(&g->closed);
         STAILQ_REMOVE_HEAD(&g->closed, closed_link);
-        if (c->kind == EV_WORKER)
-            worker_free((struct worker *)c);
-        else
-            free(c);
+        conn_ops(c)->free(c);
     }
+}
+
+void conn_submit(struct pool *p, struct job *j, const struct conn *c, uint64_t seq)
+{
+    j->conn_id = c->id;
+    j->conn_gen = c->gen;
+    j->seq = seq;
+    pool_submit(p, j);
 }

@@ -1,18 +1,19 @@
-/* loop.c: the loop thread: epoll, the timer heap, signals, and the iteration of DESIGN.md:
- * clock, wait, ready fds within budgets, completions drained whole, dispatch, flush, timers,
- * reclaim. */
+/* loop.c: the loop thread: epoll over event sources (each carries its ops), the timer heap,
+ * completions handed to their kind's handler, and the iteration of DESIGN.md: clock, wait,
+ * ready sources within budgets (the worker set served between batches), completions drained
+ * whole, then the phases the gateway set (backlog, dispatch, flush), timers, reclaim. It knows
+ * no kind of connection and no kind of job. */
 #include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gw.h"
-#include "jobs.h"
 #include "log.h"
+#include "qg.h"
+#include "pool.h"
 
 int64_t gw_now_us(void)
 {
@@ -116,111 +117,67 @@ void timers_free(struct timers *ts)
     *ts = (struct timers){0};
 }
 
-/* ---- completions ------------------------------------------------------------------------ */
+/* ---- sources and completions ------------------------------------------------------------ */
 
-/* A reader named the gateway command of cl's head request: check who may run it, do what it
- * says, and have a writer encode the reply. */
-static void on_command(struct gw *g, struct client *cl, struct job *j)
+/* The worker set, as one source of the main set: its events are served with the pools. */
+static void on_backends(struct gw *g, struct evsrc *s, uint32_t ev);
+static const struct evops backends_ops = {.on_event = on_backends};
+
+int loop_init(struct gw *g)
 {
-    struct req *r = client_head(cl);
-    if (!r || r->seq != j->seq || r->state != RS_LOCAL)
-        return;
-    if (j->result == GWCMD_UNKNOWN) {
-        client_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
-        return;
-    }
-    if (gwcmd_admin_only(j->result) && !(cl->us && cl->us->admin)) {
-        log_warn(cl->c.name, "refused %s: not an admin", j->text);
-        client_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
-        return;
-    }
-    if (j->result == GWCMD_RELOAD) { /* answered when the reload is done */
-        log_info(cl->c.name, ".qgate.reload[] by admin %s", cl->user);
-        if (gw_reload_loop(g, &cl->c, j->seq))
-            client_error_loop(g, cl, r, "qgate: a reload is already under way, and another waits");
-        return;
-    }
-    struct job *w = job_new(job_encode_command, JK_REPLY);
-    if (!w)
-        return;
-    w->arg = j->result;
-    switch (j->result) {
-    case GWCMD_STATS:
-        w->ctx = gw_stats_snapshot(g);
-        w->ctx_free = free;
-        break;
-    case GWCMD_CLIENTS:
-        w->ctx = gw_clients_snapshot(g);
-        w->ctx_free = free;
-        break;
-    case GWCMD_DISCONNECT: {
-        /* the id .qgate.clients[] shows: a serial number, never reused */
-        int64_t id = j->aux[0];
-        struct client *x = id > 0 ? client_by_serial(g, (uint64_t)id) : NULL;
-        if (!x) {
-            job_free(w);
-            client_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
-            return;
-        }
-        log_info(cl->c.name, "disconnecting client %lld (%s) as admin %s asked", (long long)id, x->c.name, cl->user);
-        char why[128];
-        snprintf(why, sizeof why, "disconnected by admin %s", cl->user);
-        conn_close(g, &x->c, why);
-        if (x == cl) { /* it disconnected itself: nobody to answer */
-            job_free(w);
-            return;
-        }
-        break;
-    }
-    default:
-        break;
-    }
-    gw_submit(g, g->writers, w, &cl->c, j->seq);
+    g->epfd = epoll_create1(EPOLL_CLOEXEC);
+    g->wepfd = epoll_create1(EPOLL_CLOEXEC);
+    if (g->epfd < 0 || g->wepfd < 0)
+        return -1;
+    g->ev_backends.ops = &backends_ops;
+    return loop_watch(g, g->wepfd, &g->ev_backends, EPOLLIN, 0);
+}
+
+int loop_watch(struct gw *g, int fd, struct evsrc *s, uint32_t events, int backend)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = s};
+    return epoll_ctl(backend ? g->wepfd : g->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void loop_on_job(struct gw *g, int kind, job_done_fn fn)
+{
+    if (kind >= 0 && kind < LOOP_JOB_KINDS)
+        g->on_job[kind] = fn;
+}
+
+static void on_pool(struct gw *g, struct evsrc *s, uint32_t ev)
+{
+    (void)ev; /* clear the eventfd and take the list */
+    gw_drain_pool_loop(g, ((struct pool_src *)s)->pool);
+}
+static const struct evops pool_ops = {.on_event = on_pool};
+
+int loop_watch_pool(struct gw *g, struct pool *p, struct evsrc *s)
+{
+    struct pool_src *ps = (struct pool_src *)s;
+    if (g->npools == (int)QG_ARRAY_LEN(g->psrc))
+        return -1;
+    ps->pool = p;
+    ps->ev.ops = &pool_ops;
+    g->psrc[g->npools++] = ps;
+    return loop_watch(g, pool_fd(p), s, EPOLLIN, 0);
+}
+
+void loop_free(struct gw *g)
+{
+    if (g->epfd >= 0)
+        close(g->epfd);
+    if (g->wepfd >= 0)
+        close(g->wepfd);
+    g->epfd = g->wepfd = -1;
+    timers_free(&g->timers);
 }
 
 void gw_completion_loop(struct gw *g, struct job *j)
 {
-    /* completions that name no client connection */
-    if (j->kind == JK_RESOLVE) {
-        worker_resolved_loop(g, j);
-        job_free(j);
-        return;
-    }
-    if (j->kind == JK_RELOAD) {
-        gw_reload_done_loop(g, j);
-        job_free(j);
-        return;
-    }
-    struct conn *c = conn_lookup(g, j->conn_id, j->conn_gen);
-    if (!c || c->kind != EV_CLIENT) { /* stale: the connection went, or its id was reused */
-        job_free(j);
-        return;
-    }
-    struct client *cl = (struct client *)c;
-    switch (j->kind) {
-    case JK_COMMAND:
-        on_command(g, cl, j);
-        break;
-    case JK_AUTH:
-        client_auth_done_loop(g, cl, j->result, j->text, (int)j->aux[0], (int)j->aux[1], (int)j->aux[2]);
-        break;
-    case JK_CHECK:
-        client_checked_loop(g, cl, j);
-        break;
-    case JK_NESTED:
-        client_nested_checked_loop(g, cl, j);
-        break;
-    case JK_REPLY:
-        if (j->out) {
-            client_reply_loop(g, cl, j->seq, j->out, j->out_len);
-            j->out = NULL;
-        } else {
-            conn_close(g, c, "out of memory making a reply");
-        }
-        break;
-    default:
-        break;
-    }
+    job_done_fn fn = j->kind >= 0 && j->kind < LOOP_JOB_KINDS ? g->on_job[j->kind] : NULL;
+    if (fn)
+        fn(g, j);
     job_free(j);
 }
 
@@ -239,71 +196,50 @@ static int handle_completions(struct gw *g, struct job *j)
 int gw_drain_pool_loop(struct gw *g, struct pool *p) { return handle_completions(g, pool_drain_loop(p)); }
 
 /* Completions already posted, taken between wake-ups without a system call. */
-static int take_pool(struct gw *g, struct pool *p) { return handle_completions(g, pool_take_loop(p)); }
-
-static void on_signal(struct gw *g)
+static void take_pools(struct gw *g)
 {
-    struct signalfd_siginfo si;
-    while (read(g->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGHUP) {
-            log_info(NULL, "SIGHUP: reloading %s", g->config_path[0] ? g->config_path : "(no config file)");
-            if (gw_reload_loop(g, NULL, 0))
-                log_error(NULL, "SIGHUP: out of memory starting the reload");
-        } else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
-            log_info(NULL, "%s: draining (up to %lld ms)", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
-                     (long long)g->cfg.drain_timeout);
-            gw_drain_loop(g);
-        }
-    }
+    for (int i = 0; i < g->npools; i++)
+        handle_completions(g, pool_take_loop(g->psrc[i]->pool));
+}
+
+static void phase(struct gw *g, void (*fn)(struct gw *))
+{
+    if (fn)
+        fn(g);
 }
 
 /* Serve the workers and the pools: replies, completions, the next requests to the workers
- * that are free, then the bytes. gw_run calls this between every few client events as well as when the worker
- * set is ready, so that a worker's round trip never waits for a whole sweep of clients: one
- * request per worker per iteration would cap a busy gateway's worker throughput at the rate
- * of iterations (the ssdb defect, on the worker side). */
-static void service_workers(struct gw *g)
+ * that are free, then the bytes. gw_step_loop calls this between every few client events as
+ * well as when the worker set is ready, so that a worker's round trip never waits for a whole
+ * sweep of clients: one request per worker per iteration would cap a busy gateway's worker
+ * throughput at the rate of iterations (the ssdb defect, on the worker side). */
+static void service_backends(struct gw *g)
 {
     struct epoll_event evs[64];
     int n = epoll_wait(g->wepfd, evs, (int)QG_ARRAY_LEN(evs), 0);
     for (int i = 0; i < n; i++) {
-        struct worker *w = evs[i].data.ptr;
-        if (!w->c.closing)
-            worker_on_event_loop(g, w, evs[i].events);
+        struct evsrc *s = evs[i].data.ptr;
+        s->ops->on_event(g, s, evs[i].events);
     }
     /* completions too: a gateway command takes a reader hop and a writer hop, and should not
      * wait a whole iteration for each */
-    take_pool(g, g->readers);
-    take_pool(g, g->writers);
-    dispatch_all_loop(g);
-    gw_flush_dirty_loop(g);
+    take_pools(g);
+    phase(g, g->phases.dispatch);
+    phase(g, g->phases.flush);
 }
 
-/* How many client events between two services of the workers and pools. Each service lets
- * every worker finish one round trip, so with 2 x workers client events between services,
- * requests bound for workers and requests the gateway answers itself share the loop about
- * evenly (measured with bench/run mix: 200 fast and 200 .qgate.ping[] connections). */
-static int client_events_per_service(const struct gw *g)
+static void on_backends(struct gw *g, struct evsrc *s, uint32_t ev)
 {
-    int w = 0;
-    for (int i = 0; i < g->ngroups; i++)
-        w += g->groups[i].nworkers;
-    return QG_MAX(4, QG_MIN(64, 2 * w));
+    (void)s;
+    (void)ev;
+    service_backends(g);
 }
 
-/* Is anything received still to be answered: a worker busy, a client with requests held or
- * reply bytes unsent? (SIGTERM waits for this to be false.) */
-static int work_in_flight(struct gw *g)
-{
-    if (worker_busy_count(g))
-        return 1;
-    for (uint32_t id = 0; id < g->next_id; id++) {
-        struct conn *c = g->tab[id];
-        if (c && c->kind == EV_CLIENT && (client_head((struct client *)c) || c->out.bytes || ((struct client *)c)->piped))
-            return 1;
-    }
-    return 0;
-}
+/* How many events between two services of the workers and pools. Each service lets every
+ * worker finish one round trip, so with 2 x workers client events between services, requests
+ * bound for workers and requests the gateway answers itself share the loop about evenly
+ * (measured with bench/run mix: 200 fast and 200 .qgate.ping[] connections). */
+static int events_per_service(const struct gw *g) { return QG_MAX(4, QG_MIN(64, 2 * g->nbackends)); }
 
 void gw_clock_loop(struct gw *g)
 {
@@ -334,53 +270,33 @@ int gw_run(struct gw *g)
 int gw_step_loop(struct gw *g, int timeout)
 {
     struct epoll_event evs[256];
-    {
-        g->work_pending = 0;
-        int n = epoll_wait(g->epfd, evs, (int)QG_ARRAY_LEN(evs), timeout);
-        if (n < 0 && errno != EINTR) {
-            log_error(NULL, "epoll_wait: %s", strerror(errno));
-            return -1;
+    g->work_pending = 0;
+    int n = epoll_wait(g->epfd, evs, (int)QG_ARRAY_LEN(evs), timeout);
+    if (n < 0 && errno != EINTR) {
+        log_error(NULL, "epoll_wait: %s", strerror(errno));
+        return -1;
+    }
+    gw_clock_loop(g);
+    int since_service = 0, per_service = events_per_service(g);
+    for (int i = 0; i < n; i++) {
+        struct evsrc *s = evs[i].data.ptr;
+        if (++since_service == per_service) {
+            since_service = 0;
+            service_backends(g);
         }
-        gw_clock_loop(g);
-        int since_service = 0, per_service = client_events_per_service(g);
-        for (int i = 0; i < n; i++) {
-            struct evsrc *s = evs[i].data.ptr;
-            if (++since_service == per_service) {
-                since_service = 0;
-                service_workers(g);
-            }
-            switch (s->kind) {
-            case EV_LISTENER:
-                client_accept_loop(g, s == &g->ev_listen_tcp ? g->lfd_tcp : g->lfd_uds, s == &g->ev_listen_uds);
-                break;
-            case EV_POOL: /* clear the eventfd and take the list */
-                gw_drain_pool_loop(g, s == &g->ev_readers ? g->readers : g->writers);
-                break;
-            case EV_SIGNAL:
-                on_signal(g);
-                break;
-            case EV_CLIENT:
-                if (!((struct conn *)s)->closing)
-                    client_on_event_loop(g, (struct client *)s, evs[i].events);
-                break;
-            case EV_WORKERS:
-                service_workers(g);
-                break;
-            }
-        }
-        client_backlog_loop(g);
-        take_pool(g, g->readers);
-        take_pool(g, g->writers);
-        dispatch_all_loop(g);
-        gw_flush_dirty_loop(g);
-        struct timer *t;
-        while ((t = timers_pop_due(&g->timers, g->now_ms)))
-            t->fn(g, t);
-        conn_reap_loop(g);
-        if (g->draining && !work_in_flight(g)) {
-            log_info(NULL, "drained: exiting");
-            g->stop = 1;
-        }
+        s->ops->on_event(g, s, evs[i].events);
+    }
+    phase(g, g->phases.backlog);
+    take_pools(g);
+    phase(g, g->phases.dispatch);
+    phase(g, g->phases.flush);
+    struct timer *t;
+    while ((t = timers_pop_due(&g->timers, g->now_ms)))
+        t->fn(g, t);
+    phase(g, g->phases.reap);
+    if (g->draining && !(g->phases.in_flight && g->phases.in_flight(g))) {
+        log_info(NULL, "drained: exiting");
+        g->stop = 1;
     }
     return 0;
 }

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "gw.h"
+#include "gateway.h"
 #include "log.h"
 
 static struct cfg_overrides qgate_overrides;

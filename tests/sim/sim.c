@@ -21,7 +21,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "client.h"
+#include "conn.h"
+#include "dispatch.h"
+#include "gateway.h"
 #include "gw.h"
+#include "worker.h"
 #include "jobs.h"
 #include "kcodec.h"
 #include "kipc.h"
@@ -320,7 +325,7 @@ static int64_t hook_now(void *ctx)
     return S->now_us;
 }
 
-static struct fclient *client_of(uint32_t id, uint32_t gen)
+static struct fclient *fclient_of(uint32_t id, uint32_t gen)
 {
     for (int i = 0; i < MAXC; i++)
         if (S->cl[i].st != FC_FREE && S->cl[i].gid == id && S->cl[i].ggen == gen)
@@ -339,7 +344,7 @@ static struct sent *sent_of_seq(struct fclient *c, uint64_t seq)
 static void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq)
 {
     (void)ctx;
-    struct fclient *c = client_of(id, gen);
+    struct fclient *c = fclient_of(id, gen);
     struct sent *s = c ? sent_of_seq(c, seq) : NULL;
     tr("gateway: request %llu of C%d lost with its worker", (unsigned long long)seq, c ? c->cid : -1);
     if (s)
@@ -349,7 +354,7 @@ static void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq)
 static void hook_closed(void *ctx, uint32_t id, uint32_t gen, const char *why)
 {
     (void)ctx;
-    struct fclient *c = client_of(id, gen);
+    struct fclient *c = fclient_of(id, gen);
     if (c)
         snprintf(c->why, sizeof c->why, "%s", why);
 }
@@ -1171,21 +1176,24 @@ static void check_gateway(void)
             fail("closed connection %s is still in the table", x->name);
         if (x->dirty && x->fd < 0)
             fail("%s is on the flush list without a socket", x->name);
-        if (x->kind != EV_CLIENT)
+        if (x->kind != CONN_CLIENT)
             continue;
         nclients++;
         struct client *c = (struct client *)x;
         struct req *h = client_head(c);
-        backlog += c->in_backlog;
+        backlog += x->in_backlog;
         if (c->w && (c->w->cl != c || c->w->st != WS_BUSY))
             fail("%s points at worker %s, which is not running its request", x->name, c->w->addr);
-        if (c->queued != (h && h->state == RS_QUEUED))
-            fail("%s: queued %d, head request %s", x->name, c->queued, h ? "not queued" : "absent");
+        int queued = c->grp && x->q == &c->grp->queue;
+        if (x->q && !queued)
+            fail("%s is on a list that is not its group's queue", x->name);
+        if (queued != (h && h->state == RS_QUEUED))
+            fail("%s: queued %d, head request %s", x->name, queued, h ? "not queued" : "absent");
         if ((c->st == CS_GONE) != (c->eof && c->st != CS_AUTH))
             fail("%s: state %s with eof %d", x->name, client_state_name(c->st), c->eof);
-        if (c->eof && (x->fd >= 0 || c->has_pipe || c->stall_tm.pos))
+        if (c->eof && (x->fd >= 0 || x->has_pipe || x->tm[CLIENT_TM_STALL].pos))
             fail("%s has gone but keeps its socket, pipe or stall timer", x->name);
-        if (c->st == CS_GONE && !h && !c->in_backlog && c->c.in.len == c->c.in.off)
+        if (c->st == CS_GONE && !h && !x->in_backlog && c->c.in.len == c->c.in.off)
             fail("%s has gone with nothing left to run, and is still open", x->name);
     }
     if (nclients != g->nclients)
@@ -1198,11 +1206,10 @@ static void check_gateway(void)
     }
     if (dirty != g->ndirty)
         fail("ndirty %d, the flush list holds %d", g->ndirty, dirty);
-    struct client *bc;
     int nb = 0;
-    TAILQ_FOREACH(bc, &g->backlog, backlog_link) {
+    TAILQ_FOREACH(x, &g->backlog, backlog_link) {
         nb++;
-        if (!conn_live(g, &bc->c) || !bc->in_backlog)
+        if (!conn_live(g, x) || !x->in_backlog)
             fail("a freed or unmarked connection is on the backlog list");
     }
     if (nb != backlog)
@@ -1210,20 +1217,25 @@ static void check_gateway(void)
     for (int i = 0; i < g->ngroups; i++) {
         struct group *grp = &g->groups[i];
         int n = 0, up = 0, idle = 0, nidle = 0;
-        struct client *c;
-        TAILQ_FOREACH(c, &grp->queue, qlink) {
+        for (struct conn *y = connq_first(&grp->queue); y; y = connq_next(y)) {
             n++;
-            if (!c->queued || c->grp != grp || !conn_live(g, &c->c))
-                fail("group %s's queue holds %s, which is not queued there", grp->cfg.name, c->c.name);
+            struct client *c = client_of(y);
+            struct req *h = client_head(c);
+            if (y->kind != CONN_CLIENT || y->q != &grp->queue || c->grp != grp || !conn_live(g, y) || !h ||
+                h->state != RS_QUEUED)
+                fail("group %s's queue holds %s, which is not queued there", grp->cfg.name, y->name);
         }
-        if (n != grp->qlen)
-            fail("group %s: qlen %d, its queue holds %d", grp->cfg.name, grp->qlen, n);
-        struct worker *w;
-        TAILQ_FOREACH(w, &grp->idle, ilink) {
+        if (n != grp->queue.n)
+            fail("group %s: queue.n %d, its queue holds %d", grp->cfg.name, grp->queue.n, n);
+        for (struct conn *y = connq_first(&grp->idle); y; y = connq_next(y)) {
             idle++;
-            if (w->st != WS_IDLE || !w->idle_listed)
-                fail("%s is on the idle list in state %s", w->c.name, worker_state_name(w->st));
+            struct worker *w = worker_of(y);
+            if (y->kind != CONN_WORKER || w->st != WS_IDLE || y->q != &grp->idle)
+                fail("%s is on the idle list in state %s", y->name, worker_state_name(w->st));
         }
+        if (idle != grp->idle.n)
+            fail("group %s: idle.n %d, its idle list holds %d", grp->cfg.name, grp->idle.n, idle);
+        struct worker *w;
         TAILQ_FOREACH(w, &grp->workers, glink) {
             up += w->st == WS_IDLE || w->st == WS_BUSY;
             nidle += w->st == WS_IDLE;
@@ -1239,11 +1251,12 @@ static void check_gateway(void)
         if (up != grp->nup)
             fail("group %s: nup %d, %d workers up", grp->cfg.name, grp->nup, up);
     }
-    for (struct ustate *u = g->users; u; u = u->next) {
+    struct ustate *u;
+    SLIST_FOREACH(u, &g->users, link) {
         int inflight = 0, conns = 0;
         for (uint32_t id = 0; id < g->next_id; id++) {
             struct conn *y = g->tab[id];
-            if (y && y->kind == EV_CLIENT && ((struct client *)y)->us == u) {
+            if (y && y->kind == CONN_CLIENT && ((struct client *)y)->us == u) {
                 conns++;
                 inflight += ((struct client *)y)->w != NULL;
             }
@@ -1263,14 +1276,14 @@ static void dump_world(void)
     tr("--- the world at the failure:");
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *x = g->tab[id];
-        if (!x || x->kind != EV_CLIENT)
+        if (!x || x->kind != CONN_CLIENT)
             continue;
         struct client *c = (struct client *)x;
-        struct fclient *f = client_of(x->id, x->gen);
+        struct fclient *f = fclient_of(x->id, x->gen);
         struct req *h = client_head(c);
         tr("gw %s: %s, head %lld %s, out %zu held %zu piped %zu, paused %d calls %d, worker %s | C%d: %s, %zu unsent, "
            "%d unread, %d pending", x->name, client_state_name(c->st), h ? (long long)h->seq : -1LL,
-           h ? rs[h->state] : "-", x->out.bytes, c->held.bytes, c->piped, c->paused, c->ncalls,
+           h ? rs[h->state] : "-", x->out.bytes, x->held.bytes, x->piped, c->paused, c->ncalls,
            c->w ? c->w->addr : "-", f ? f->cid : -1, f ? (f->st == FC_DONE ? "closed" : f->stalled ? "stalled" : "reading") : "gone",
            f ? f->out.len - f->out_off : 0, f ? unread(f->fd) : 0, f ? f->pend.n - f->pend_off : 0);
     }
@@ -1531,10 +1544,10 @@ static const char *gateway_busy(void)
         return "a client has messages in its backlog";
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *x = g->tab[id];
-        if (!x || x->kind != EV_CLIENT)
+        if (!x || x->kind != CONN_CLIENT)
             continue;
         struct client *c = (struct client *)x;
-        struct fclient *f = client_of(x->id, x->gen);
+        struct fclient *f = fclient_of(x->id, x->gen);
         if (f && f->stalled)
             continue; /* its replies wait for it to read */
         if (client_head(c) || (c->st == CS_GONE)) {
@@ -1694,7 +1707,8 @@ static size_t gw_kept(void)
         TAILQ_FOREACH(w, &g->groups[i].workers, glink)
             n += sizeof *w;
     }
-    for (struct ustate *u = g->users; u; u = u->next)
+    struct ustate *u;
+    SLIST_FOREACH(u, &g->users, link)
         n += sizeof *u;
     return n;
 }

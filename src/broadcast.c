@@ -1,0 +1,136 @@
+/* broadcast.c: an async message a client sends to every worker of its group (a publish to the
+ * pool, DESIGN.md): one copy of its bytes, referenced by a node queued on each worker up. A
+ * worker sends what it owes before its next request, a chaser after each sender's run of them;
+ * until that chaser's reply returns, what the worker sends is that sender's (relay.c routes
+ * it). The sender's turn comes back when every worker has taken the message. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker.h"
+#include "gw.h"
+#include "kipc.h"
+#include "log.h"
+
+#define BATCH_MAX 4096
+
+/* Give the client of a finished broadcast its turn back. */
+static void bmsg_release(struct gw *g, struct bmsg *m)
+{
+    if (--m->refs > 0)
+        return;
+    struct conn *x = conn_lookup(g, m->cl_id, m->cl_gen);
+    if (x && x->kind == CONN_CLIENT) {
+        struct client *c = client_of(x);
+        struct req *h = client_head(c);
+        if (h && h->seq == m->seq && h->state == RS_RUNNING && !c->w)
+            client_head_done_loop(g, c);
+    }
+    free(m);
+}
+
+/* Sent broadcasts ran (the chaser after one client's run came back: one segment), or went
+ * down with the worker (all: lost, told to the test hook). */
+void broadcast_forget_sent(struct gw *g, struct worker *w, int lost)
+{
+    while (!STAILQ_EMPTY(&w->bsent)) {
+        struct bnode *b = STAILQ_FIRST(&w->bsent);
+        STAILQ_REMOVE_HEAD(&w->bsent, link);
+        int end = b->seg_end;
+        if (lost && g->hooks.lost)
+            g->hooks.lost(g->hooks.ctx, b->cl_id, b->cl_gen, b->seq);
+        free(b);
+        if (end && !lost)
+            return;
+    }
+}
+
+void broadcast_drop_loop(struct gw *g, struct worker *w)
+{
+    /* the worker is DOWN already: releasing one can start its client's next broadcast, which
+     * must not be queued here again */
+    while (!STAILQ_EMPTY(&w->bq)) {
+        struct bnode *b = STAILQ_FIRST(&w->bq);
+        STAILQ_REMOVE_HEAD(&w->bq, link);
+        if (g->hooks.lost)
+            g->hooks.lost(g->hooks.ctx, b->cl_id, b->cl_gen, b->seq);
+        bmsg_release(g, b->m);
+        free(b);
+    }
+    broadcast_forget_sent(g, w, 1);
+}
+
+void broadcast_free(struct worker *w)
+{
+    while (!STAILQ_EMPTY(&w->bq)) {
+        struct bnode *b = STAILQ_FIRST(&w->bq);
+        STAILQ_REMOVE_HEAD(&w->bq, link);
+        if (--b->m->refs == 0)
+            free(b->m);
+        free(b);
+    }
+    while (!STAILQ_EMPTY(&w->bsent)) {
+        struct bnode *b = STAILQ_FIRST(&w->bsent);
+        STAILQ_REMOVE_HEAD(&w->bsent, link);
+        free(b);
+    }
+}
+
+int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, struct req *r)
+{
+    int up = 0;
+    struct worker *w;
+    TAILQ_FOREACH(w, &grp->workers, glink)
+        up += worker_is_up(w) && !w->removed;
+    struct bmsg *m = up ? malloc(sizeof *m + r->len) : NULL;
+    if (!m)
+        return 0;
+    *m = (struct bmsg){.refs = up, .cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .len = r->len};
+    memcpy(m->data, r->msg, r->len);
+    TAILQ_FOREACH(w, &grp->workers, glink) {
+        if (!worker_is_up(w) || w->removed)
+            continue;
+        struct bnode *b = malloc(sizeof *b);
+        if (!b) {
+            bmsg_release(g, m);
+            continue;
+        }
+        *b = (struct bnode){.m = m, .cl_id = m->cl_id, .cl_gen = m->cl_gen, .seq = m->seq};
+        STAILQ_INSERT_TAIL(&w->bq, b, link);
+    }
+    g->work_pending = 1;
+    return up;
+}
+
+/* Send every broadcast queued on w, and those that releasing them queues next (a client's
+ * following broadcasts), up to a batch; a chaser after each client's run of them, so that what
+ * the worker sends meanwhile is known to be that client's. Returns the chasers sent. */
+int broadcast_send_loop(struct gw *g, struct worker *w)
+{
+    int n = 0, chasers = 0;
+    struct bnode *prev = NULL;
+    while (!STAILQ_EMPTY(&w->bq) && n < BATCH_MAX) {
+        struct bnode *b = STAILQ_FIRST(&w->bq);
+        STAILQ_REMOVE_HEAD(&w->bq, link);
+        if (prev && (prev->cl_id != b->cl_id || prev->cl_gen != b->cl_gen)) {
+            outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
+            prev->seg_end = 1;
+            chasers++;
+        }
+        outq_copy(&w->c.out, b->m->data, b->m->len);
+        w->last_id = b->cl_id; /* its sender is the client this worker served last */
+        w->last_gen = b->cl_gen;
+        struct bmsg *m = b->m;
+        b->m = NULL;
+        STAILQ_INSERT_TAIL(&w->bsent, b, link);
+        prev = b;
+        bmsg_release(g, m); /* may queue the client's next broadcast on w->bq */
+        n++;
+    }
+    if (prev) {
+        outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
+        prev->seg_end = 1;
+        chasers++;
+    }
+    return chasers;
+}
+

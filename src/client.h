@@ -1,0 +1,179 @@
+/* client.h: the client side: a q client's connection (client.c: accept, handshake, reading,
+ * leaving, the output bound) and its requests, answered in order (request.c: framing and
+ * validation, the FIFO, replies, answers to workers' callbacks). */
+#ifndef CLIENT_H
+#define CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "conn.h"
+#include "dispatch.h"
+
+struct job;
+struct worker;
+
+/* Client states:
+ *   HANDSHAKE --parsed, no users file--> READY
+ *   HANDSHAKE --parsed--> AUTH (a reader checks the credentials) --ok--> READY
+ *   HANDSHAKE or AUTH --too long, timeout, bad credentials--> CLOSING (no byte sent)
+ *   READY --input ended (EOF, reset)--> GONE: the socket is closed; the requests it sent before
+ *     still run, in order, their replies dropped --the last one done--> CLOSING
+ *   READY --bad message--> FLUSHING (error queued after the replies owed, nothing more read)
+ *     --sent--> LINGER (write side shut, input read and dropped so the error is not lost to a
+ *     reset) --EOF or 2 s--> CLOSING
+ *   FLUSHING --input ended--> GONE
+ *   any --stalled (client_stall_timeout), admin, out of memory--> CLOSING
+ * A client in AUTH whose input ends stays in AUTH (eof set) and goes on to GONE or CLOSING when
+ * the check returns. */
+#define CLIENT_STATES(X) X(HANDSHAKE) X(AUTH) X(READY) X(FLUSHING) X(LINGER) X(GONE) X(CLOSING)
+#define ST_ENUM(e) CS_##e,
+enum client_state { CLIENT_STATES(ST_ENUM) };
+#undef ST_ENUM
+
+/* Request states (a client's FIFO, answered in order; only the head is ever started):
+ *   WAITING (behind the head) -> CHECKING (a reader validates its body) -> WAITING
+ *   WAITING -> QUEUED (on its group's queue) -> RUNNING (on a worker, or broadcast)
+ *   WAITING -> LOCAL (a pool job is making its reply) -> READY (reply bytes held) -> sent
+ * req_set_state is the one setter: QUEUED is being on the group's queue. */
+#define REQ_STATES(X) X(WAITING) X(CHECKING) X(QUEUED) X(RUNNING) X(LOCAL) X(READY)
+#define ST_ENUM(e) RS_##e,
+enum req_state { REQ_STATES(ST_ENUM) };
+#undef ST_ENUM
+
+struct req {
+    STAILQ_ENTRY(req) link;
+    uint64_t seq;
+    uint8_t type;        /* KIPC_SYNC or KIPC_ASYNC */
+    uint8_t state;
+    uint8_t close_after; /* close the client once this reply is sent (badmsg) */
+    uint8_t unchecked;   /* its body is validated on the reader pool before it may run */
+    uint8_t *msg;        /* the request bytes until sent to a worker */
+    size_t len;
+    struct chunk *reply; /* READY: the reply */
+    int64_t t_arrive;    /* ms */
+};
+STAILQ_HEAD(reqlist, req);
+
+/* What a held request costs, counted against client_max_pending: its bytes and its
+ * bookkeeping (a flood of tiny async messages is bounded too). */
+static inline size_t req_cost(const struct req *r) { return r->len + sizeof(struct req) + 32; }
+
+/* A worker's callback (a sync request with .z.w) relayed to a client: its answer, the next
+ * response the client sends, goes back to that worker connection, if it is still there and
+ * still waiting. Answers match callbacks in order, as q matches them. */
+struct call {
+    STAILQ_ENTRY(call) link;
+    uint32_t w_id, w_gen;
+    uint8_t cancelled;   /* the worker was told the answer is not coming: drop it */
+};
+STAILQ_HEAD(calllist, call);
+
+/* A user of the users file: its limits and how much it uses now. Keyed by the exact name of
+ * its users-file entry. */
+struct ustate {
+    SLIST_ENTRY(ustate) link;
+    char name[64];
+    int conns, inflight;            /* connections open; requests on workers */
+    int max_conns, max_inflight;    /* 0 = unlimited */
+    uint8_t admin;
+};
+SLIST_HEAD(ustatelist, ustate);
+
+/* Its timers (struct conn tm[]). */
+enum { CLIENT_TM_STATE = 0, /* handshake, then the head's queue timeout, then linger */
+       CLIENT_TM_STALL = 1 /* client_stall_timeout while output waits */ };
+
+struct client {
+    struct conn c;
+    uint8_t st;
+    uint8_t cap;         /* negotiated capability */
+    uint8_t local;       /* on this host: never compressed */
+    uint8_t paused;      /* reading stopped: too many bytes waiting their turn */
+    uint8_t eof;         /* its input ended: nothing more will be read, nothing sent */
+    uint64_t serial;     /* its number, shown in logs and .qgate.clients[]; never reused */
+    char user[64];       /* as sent, made printable and cut, for logs */
+    char peer[64];
+    struct ustate *us;   /* with a users file: the user's limits and counts */
+    struct group *grp;
+    struct reqlist reqs;
+    size_t pending;      /* bytes of requests held */
+    uint64_t next_seq;
+    int64_t stall_since; /* ms: output has waited (without a byte accepted) since */
+    struct worker *w;    /* worker running the head request */
+    struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
+    int ncalls;
+};
+
+static inline struct req *client_head(const struct client *c) { return STAILQ_FIRST(&c->reqs); }
+static inline struct client *client_of(struct conn *c) { return (struct client *)c; }
+
+/* ---- client.c --------------------------------------------------------------------------- */
+extern const struct connops client_connops;
+extern const struct evops client_listener_ops;
+extern const struct frontend_ops client_frontend;
+/* Take a connected client socket (from accept, or a test): returns the client, or NULL (fd closed). */
+struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local);
+/* The one setter of a client's state. */
+void client_set_state(struct client *c, enum client_state st);
+const char *client_state_name(int st);
+/* Reading stops past client_max_pending bytes held (unless it owes a callback an answer), and
+ * goes on below half of it. */
+void client_check_pending(struct gw *g, struct client *c);
+/* Its input ended (EOF, reset, a failed write): what it sent still runs, with the replies
+ * dropped; it is closed when the last one is done. */
+void client_peer_gone_loop(struct gw *g, struct client *c, const char *why);
+/* A reader checked the credentials of a client in AUTH (the job of kind JK_AUTH). */
+void client_auth_done_loop(struct gw *g, struct job *j);
+/* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */
+int client_output_full(const struct gw *g, const struct client *c);
+/* The one setter of the worker running c's head request; keeps the user's count. */
+void client_set_worker(struct client *c, struct worker *w);
+/* The client with this serial (as shown by .qgate.clients[]), or NULL. */
+struct client *client_by_serial(struct gw *g, uint64_t serial);
+/* The .qgate.clients[] snapshot (malloc'd). */
+struct clients_snapshot *client_snapshot(struct gw *g);
+/* SIGTERM: nothing more is read from any client. */
+void client_pause_all_loop(struct gw *g);
+/* The users file changed (a reload): connected users get its admin flags and limits. */
+void client_users_reloaded_loop(struct gw *g);
+void client_users_free(struct gw *g);
+
+/* ---- request.c -------------------------------------------------------------------------- */
+/* The one setter of a request's state: QUEUED puts the client on its group's queue, leaving
+ * QUEUED takes it off. */
+void req_set_state(struct gw *g, struct client *c, struct req *r, enum req_state st);
+void req_free(struct req *r);
+/* Turn whole messages at the front of the input into requests (frames budget permitting). */
+void client_take_messages(struct gw *g, struct client *c);
+/* Take the messages that the frames budget left in clients' buffers. */
+void client_backlog_loop(struct gw *g);
+/* Start the head request if it is waiting, and send every finished reply at the head; loops
+ * (never recurses) over however many requests finish at once. */
+void client_advance_loop(struct gw *g, struct client *c);
+/* The head request finished (its reply fully relayed or dropped). */
+void client_head_done_loop(struct gw *g, struct client *c);
+/* Answer request r with the q error text (via the writer pool). */
+void client_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Completions: a reply made by a pool job (JK_REPLY); a body validated (JK_CHECK); a
+ * response to a callback validated (JK_NESTED). */
+void client_reply_done_loop(struct gw *g, struct job *j);
+void client_checked_loop(struct gw *g, struct job *j);
+void client_nested_checked_loop(struct gw *g, struct job *j);
+/* Queue c's reply to request seq (msg owned now). */
+void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
+/* Worker w sends c a callback: its answer is expected, and c is read until it comes. 0, or -1
+ * on ENOMEM. */
+int client_callback_loop(struct gw *g, struct client *c, const struct conn *w);
+/* c will not answer w's callbacks (NULL: anyone's): each such worker is told so. */
+void client_cancel_calls_loop(struct gw *g, struct client *c, const struct conn *w);
+/* Does a worker wait for c's answer to a callback? */
+int client_owes_answer(struct gw *g, const struct client *c);
+/* Drop every request and callback of a client that is closing. */
+void client_requests_free(struct gw *g, struct client *c);
+/* A client whose input ended goes once everything it sent has run. */
+void client_finish_if_gone(struct gw *g, struct client *c);
+
+#endif

@@ -1,0 +1,132 @@
+/* conn.h: connections: the table (id, generation), their sockets, their output (queued bytes,
+ * a splice pipe ahead of them, whole messages held for a message boundary), and every list a
+ * connection can be on (the flush list, the backlog, a group's queue or idle list, the closed
+ * list) and its timers. conn.c is the one module that enters and leaves those lists, and the
+ * one close path takes a connection off all of them before its kind's own teardown. */
+#ifndef CONN_H
+#define CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "buf.h"
+#include "loop.h"
+
+enum conn_kind { CONN_CLIENT = 1, CONN_WORKER };
+
+struct conn;
+
+/* A list of connections (a group's queue of clients, its idle workers). */
+struct connq {
+    TAILQ_HEAD(, conn) h;
+    int n;
+};
+
+/* What a kind of connection does on the events the connection layer sees. */
+struct connops {
+    struct evops ev;  /* first: a connection is an event source */
+    /* The connection is closing (it is already off every list): the kind's own teardown. */
+    void (*on_close)(struct gw *g, struct conn *c, const char *why);
+    /* Output was written: before, bytes pending (queued, piped, held) before; wrote, how many
+     * went. NULL if the kind does not care. */
+    void (*on_flushed)(struct gw *g, struct conn *c, size_t before, size_t wrote);
+    /* Writing failed (the peer reset or closed). NULL: the connection is closed. */
+    void (*on_gone)(struct gw *g, struct conn *c, const char *why);
+    /* Free the struct (after the iteration it closed in). */
+    void (*free)(struct conn *c);
+};
+
+#define CONN_TIMERS 2
+
+struct conn {
+    struct evsrc ev;     /* first: epoll's data points here; ev.ops is a struct connops */
+    uint8_t kind;        /* enum conn_kind */
+    uint8_t closing;     /* being closed, or closed for good (doomed) */
+    uint8_t doomed;      /* on the closed list: freed at the end of the iteration */
+    uint8_t dirty;       /* on the flush list */
+    uint8_t want_out;    /* EPOLLOUT registered */
+    uint8_t registered;  /* fd is in an epoll set */
+    uint8_t in_backlog;  /* on the backlog */
+    uint8_t has_pipe;
+    uint8_t streaming;   /* a message to this connection is half written into out: whole ones
+                          * from elsewhere wait in held */
+    uint32_t id, gen;
+    int fd;
+    uint32_t events;     /* registered epoll mask */
+    struct outq out;
+    struct outq held;    /* whole messages waiting for the message being streamed to end */
+    int pipe_rd, pipe_wr; /* bytes spliced from another socket, ahead of everything in out */
+    size_t piped, pipe_cap;
+    struct inbuf in;
+    struct timer tm[CONN_TIMERS];
+    struct connq *q;     /* the queue or idle list it is on, or NULL */
+    TAILQ_ENTRY(conn) qlink;
+    TAILQ_ENTRY(conn) dirty_link;
+    TAILQ_ENTRY(conn) backlog_link;
+    STAILQ_ENTRY(conn) closed_link;
+    char name[160];      /* log prefix */
+};
+
+TAILQ_HEAD(connlist, conn);
+STAILQ_HEAD(connslist, conn);
+
+static inline const struct connops *conn_ops(const struct conn *c) { return (const struct connops *)c->ev.ops; }
+
+/* Register a new connection of kind (its id and generation) with epoll (workers in the set
+ * served between batches). 0 or -1 (fd left to the caller). */
+int conn_register(struct gw *g, struct conn *c, const struct connops *ops, int kind, int fd, uint32_t events);
+/* The live connection with this id and generation, or NULL (gone or reused). */
+struct conn *conn_lookup(struct gw *g, uint32_t id, uint32_t gen);
+void conn_set_events(struct gw *g, struct conn *c, uint32_t events);
+/* Reading on or off (EPOLLIN | EPOLLRDHUP). */
+void conn_set_reading(struct gw *g, struct conn *c, int on);
+
+/* The lists. Each is entered and left here only. */
+void conn_mark_dirty(struct gw *g, struct conn *c);    /* output queued: flush this iteration */
+void conn_unmark_dirty(struct gw *g, struct conn *c);
+void conn_backlog_add(struct gw *g, struct conn *c);   /* whole messages left over by a budget */
+/* Take the backlog's oldest off it, or NULL. */
+struct conn *conn_backlog_pop(struct gw *g);
+void conn_backlog_remove(struct gw *g, struct conn *c);
+void conn_queue_in(struct connq *q, struct conn *c);   /* onto a group's queue or idle list */
+void conn_queue_out(struct conn *c);                   /* off whichever it is on */
+void connq_init(struct connq *q);
+static inline struct conn *connq_first(const struct connq *q) { return TAILQ_FIRST(&q->h); }
+static inline struct conn *connq_next(const struct conn *c) { return TAILQ_NEXT(c, qlink); }
+
+/* Output. */
+/* Bytes waiting: queued, piped and held. */
+static inline size_t conn_pending(const struct conn *c) { return c->out.bytes + c->piped + c->held.bytes; }
+/* A whole message from elsewhere: into out, or held while a message is being streamed. */
+void conn_push_whole(struct gw *g, struct conn *c, struct chunk *ch);
+/* The message being streamed into out has ended: what was held goes out now. */
+void conn_stream_end(struct gw *g, struct conn *c);
+/* Room in the splice pipe (made on first use); 0 if splicing is not possible. */
+size_t conn_pipe_room(struct conn *c);
+/* Send what the pipe holds; -1 if the connection failed (its on_gone ran). */
+int conn_pipe_flush_loop(struct gw *g, struct conn *c);
+void conn_pipe_close(struct conn *c);
+/* Write what is pending within the write budget (the pipe first). -1 if the connection failed. */
+int conn_flush_loop(struct gw *g, struct conn *c);
+/* Write what connections have pending (step 6 of the iteration). */
+void gw_flush_dirty_loop(struct gw *g);
+
+/* Close the socket but keep the connection (its id stays valid), dropping its output: a client
+ * whose input ended while its requests still run. */
+void conn_drop_socket(struct gw *g, struct conn *c);
+/* The one teardown path: log why, take it off every list and cancel its timers, run its
+ * kind's teardown, release the id; freed (clients) at the end of the iteration. */
+void conn_close(struct gw *g, struct conn *c, const char *why);
+/* Put a connection on the closed list (a worker leaving the configuration). */
+void conn_free_later(struct gw *g, struct conn *c);
+/* Free the connections closed during this iteration (their kind's free). */
+void conn_reap_loop(struct gw *g);
+
+struct pool;
+struct job;
+/* Send job to pool for connection c's request seq: its completion names (id, generation), so
+ * one for a connection that has gone, or whose id was reused, is dropped. */
+void conn_submit(struct pool *p, struct job *j, const struct conn *c, uint64_t seq);
+
+#endif

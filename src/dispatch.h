@@ -1,0 +1,78 @@
+/* dispatch.h: worker groups (routing, the queue of waiting clients, the idle workers) and the
+ * pairing of the two, round-robin. The two sides reach each other through the ops below: the
+ * client side (client.c, request.c) and the worker side (worker.c, relay.c) each fill one, so
+ * that neither needs the other's header to be told what happened. */
+#ifndef DISPATCH_H
+#define DISPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "config.h"
+#include "conn.h"
+
+struct gw;
+struct worker;
+struct client;
+struct req;
+
+TAILQ_HEAD(workerlist, worker);
+
+struct group {
+    struct group_cfg cfg;
+    int index;
+    struct workerlist workers; /* every worker of the group, in configuration order */
+    int nworkers;
+    struct connq idle;   /* workers IDLE (worker_set_state keeps it) */
+    struct connq queue;  /* clients whose head request is QUEUED (req_set_state keeps it) */
+    int nup;             /* workers connected (IDLE or BUSY) */
+    uint8_t unavailable; /* none up and the last attempt to connect one failed */
+};
+
+/* What dispatch may start for a queued client (frontend ops ready). */
+enum { WAIT_NOT_NOW = 0, WAIT_WORKER = 1, WAIT_BROADCAST = 2 };
+
+/* The client side, as dispatch sees it (client.c). */
+struct frontend_ops {
+    /* A queued client: may its head start now, and on what? (enum above) */
+    int (*ready)(struct gw *g, struct conn *client);
+    /* Its head is a broadcast and a worker is up: send it to every worker up. */
+    void (*broadcast)(struct gw *g, struct conn *client);
+    /* No worker of its group is up and connecting failed: a sync head is answered. */
+    void (*no_worker)(struct gw *g, struct conn *client);
+};
+
+/* The worker side, as dispatch and the client side see it (worker.c, relay.c). */
+struct backend_ops {
+    /* Run client's head request (and any async ones right behind it) on idle worker w; with
+     * no client, only the broadcasts w owes. */
+    void (*start)(struct gw *g, struct conn *w, struct conn *client);
+    int (*owes_broadcasts)(const struct conn *w);
+    /* The client of w's request has gone (closed, or its input ended): drain its reply. */
+    void (*client_gone)(struct gw *g, struct worker *w);
+    /* The client's output drained: w may stream again. */
+    void (*resume)(struct gw *g, struct worker *w);
+    /* The client's answer to w's callback (its bytes, owned now). */
+    void (*answer)(struct gw *g, struct conn *w, uint8_t *msg, size_t len);
+    /* Queue broadcast message r of client on every worker of grp that is up; how many. */
+    int (*broadcast)(struct gw *g, struct group *grp, struct client *client, struct req *r);
+};
+
+/* The groups (g->groups), set up by the gateway. */
+struct group *dispatch_group_add(struct gw *g, const struct group_cfg *gc);
+struct group *dispatch_group_find(struct gw *g, const char *name);
+/* The group a user is routed to: the first listing it in users, else the first listing none. */
+struct group *dispatch_route(struct gw *g, const char *user);
+/* Are max_queue clients waiting already, with no worker idle? (Then a sync request is refused;
+ * an async message cannot be answered: it always waits its turn.) */
+int dispatch_full(const struct gw *g, const struct group *grp);
+/* Put client (its request seq) on its group's queue: req_set_state's, entering QUEUED. */
+void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq);
+/* Hand queued requests to idle workers, round-robin across waiting clients. */
+void dispatch_run_loop(struct gw *g, struct group *grp);
+void dispatch_all_loop(struct gw *g);
+/* No worker of the group is up and connecting failed: answer every sync request waiting. */
+void dispatch_fail_group_loop(struct gw *g, struct group *grp);
+
+#endif

@@ -1,0 +1,548 @@
+/* relay.c: what runs on a worker, and where what it sends goes. A run is a client's request
+ * (with the async messages right behind it and a chaser), or the broadcasts the worker owes;
+ * replies stream to the client as they arrive (cut-through, through a splice pipe when they
+ * are big) with backpressure, or are collected whole when a pool job must change them.
+ *
+ * Where a worker's message goes (struct wmsg, route):
+ *   response to the running request  -> STREAM to its client (COLLECT for a pool job; DROP if
+ *                                       the client has gone or was answered already)
+ *   response to a chaser             -> SWALLOW
+ *   async, while running a client's broadcasts -> FORWARD to that broadcast's sender
+ *   async, while serving a request   -> STREAM to that request's client
+ *   async, while idle                -> FORWARD to the client it served last, if still
+ *                                       connected; else DROP, counted (w->dropped)
+ *   sync (a callback, with .z.w)     -> STREAM to the running request's client, which answers;
+ *                                       with no such client the worker gets an error
+ * FORWARD collects the message whole and puts it into the client's output at a message
+ * boundary (conn_push_whole): another worker may be streaming to that client meanwhile. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "worker.h"
+#include "gw.h"
+#include "jobs.h"
+#include "kcodec.h"
+#include "kipc.h"
+#include "kzip.h"
+#include "log.h"
+
+#define BOUNDARY_READ 65536
+#define ASYNC_BATCH_MAX 4096
+#define SPLICE_MIN 65536
+
+/* ---- starting a run --------------------------------------------------------------------------- */
+
+/* The request's bytes go to the worker as they are: no copy, no decoding. */
+static void send_request(struct gw *g, struct worker *w, struct client *c, struct req *x)
+{
+    req_set_state(g, c, x, RS_RUNNING);
+    c->pending -= req_cost(x);
+    struct chunk *ch = chunk_wrap(x->msg, x->len);
+    x->msg = NULL;
+    if (ch)
+        outq_push(&w->c.out, ch);
+}
+
+/* c's head, and the async messages right behind it (one chaser after them). */
+static int send_head(struct gw *g, struct worker *w, struct client *c)
+{
+    struct req *r = client_head(c);
+    timer_cancel(g, &c->c.tm[CLIENT_TM_STATE]);
+    if (r->type == KIPC_SYNC) {
+        send_request(g, w, c, r);
+        w->run = RUN_REQUEST;
+        return 0;
+    }
+    int n = 0;
+    for (struct req *x = r; x && x->type == KIPC_ASYNC && n < ASYNC_BATCH_MAX; x = STAILQ_NEXT(x, link), n++) {
+        if (x != r && (x->state != RS_WAITING || x->unchecked))
+            break;
+        send_request(g, w, c, x);
+    }
+    outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
+    w->run = RUN_ASYNC;
+    return 1;
+}
+
+void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
+{
+    w->cl = NULL;
+    worker_set_state(g, w, WS_BUSY); /* before the broadcasts: releasing one must not start here */
+    int swallow = broadcast_send_loop(g, w);
+    w->run = RUN_BROADCASTS;
+    w->cl = c;
+    if (c) {
+        struct req *r = client_head(c);
+        swallow += send_head(g, w, c);
+        w->last_id = c->c.id;
+        w->last_gen = c->c.gen;
+        w->req_seq = r->seq;
+        client_set_worker(c, w);
+        log_debug(w->c.name, "running %s request %llu of %s", r->type == KIPC_SYNC ? "sync" : "async",
+                  (unsigned long long)r->seq, c->c.name);
+    }
+    w->swallow = swallow;
+    w->t_start_us = g->now_us;
+    worker_arm_query_timer(g, w);
+    conn_mark_dirty(g, &w->c);
+}
+
+/* ---- finishing a run ------------------------------------------------------------------------- */
+
+/* Hand a collected reply to the pool job that transforms it for c. */
+static void submit_collected(struct gw *g, struct worker *w, struct client *c)
+{
+    struct req *r = client_head(c);
+    int old = c->cap < 3;
+    struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_REPLY);
+    client_set_worker(c, NULL);
+    if (!j || !r) {
+        job_free(j);
+        conn_close(g, &c->c, "out of memory");
+        return;
+    }
+    req_set_state(g, c, r, RS_LOCAL);
+    j->arg = c->cap;
+    j->aux[0] = g->cfg.max_message;
+    j->in = w->coll.p;
+    j->in_len = w->coll.len;
+    w->coll = (struct inbuf){0};
+    conn_submit(old ? g->readers : g->writers, j, &c->c, r->seq);
+}
+
+/* The run is finished on the worker: its client goes on, the worker takes the next one. */
+static void request_done(struct gw *g, struct worker *w)
+{
+    struct client *c = w->cl;
+    if (w->run == RUN_REQUEST) {
+        hist_add(&w->lat, (uint64_t)(g->now_us - w->t_start_us));
+        w->served++;
+        w->errors += w->is_error;
+    }
+    while (!STAILQ_EMPTY(&w->bsent)) /* their chasers came back before this reply */
+        broadcast_forget_sent(g, w, 0);
+    w->cl = NULL;
+    timer_cancel(g, &w->c.tm[WORKER_TM]);
+    if (c) {
+        if (w->busy == WB_COLLECTING && !c->eof)
+            submit_collected(g, w, c);
+        else
+            client_head_done_loop(g, c);
+    }
+    inbuf_free(&w->coll);
+    if (w->removed) {
+        conn_close(g, &w->c, "removed from the configuration");
+        return;
+    }
+    worker_set_state(g, w, WS_IDLE);
+    relay_resume_loop(g, w); /* paused for its client's output, which has its whole reply now */
+}
+
+/* ---- backpressure ---------------------------------------------------------------------------- */
+
+void relay_pause_loop(struct gw *g, struct worker *w)
+{
+    w->paused = 1;
+    conn_set_reading(g, &w->c, 0);
+    timer_cancel(g, &w->c.tm[WORKER_TM]); /* a slow client is not a slow query: client_stall_timeout watches it */
+}
+
+static void pause_if_full(struct gw *g, struct worker *w, struct client *c)
+{
+    if (!w->paused && c->c.out.bytes > (size_t)g->cfg.client_high_water) {
+        relay_pause_loop(g, w);
+        log_debug(w->c.name, "paused: %s has %zu bytes unsent", c->c.name, c->c.out.bytes);
+    }
+}
+
+void relay_resume_loop(struct gw *g, struct worker *w)
+{
+    if (!w->paused || w->c.fd < 0)
+        return;
+    w->paused = 0;
+    conn_set_reading(g, &w->c, 1);
+    worker_arm_query_timer(g, w);
+}
+
+/* ---- routing what the worker sends ----------------------------------------------------------- */
+
+static int collect_bytes(struct gw *g, struct worker *w, const uint8_t *p, size_t n)
+{
+    if (inbuf_reserve(&w->coll, w->coll.len + n)) {
+        conn_close(g, &w->c, "out of memory collecting a message");
+        return -1;
+    }
+    memcpy(w->coll.p + w->coll.len, p, n);
+    w->coll.len += n;
+    return 0;
+}
+
+/* Bytes of the message being read, where its route says. A whole chunk streams without a copy. */
+static void deliver(struct gw *g, struct worker *w, struct chunk *ch, const uint8_t *p, size_t n)
+{
+    struct client *c = w->cl;
+    switch (w->msg.route) {
+    case ROUTE_COLLECT:
+    case ROUTE_FORWARD:
+        collect_bytes(g, w, p, n);
+        break;
+    case ROUTE_STREAM:
+        if (ch) {
+            outq_push(&c->c.out, ch);
+            ch = NULL;
+        } else if (outq_copy(&c->c.out, p, n)) {
+            conn_close(g, &c->c, "out of memory");
+            break;
+        }
+        conn_mark_dirty(g, &c->c);
+        pause_if_full(g, w, c);
+        break;
+    default: /* dropped, swallowed */
+        break;
+    }
+    chunk_free(ch);
+}
+
+/* A live client that can be sent a message, or NULL. */
+static struct client *reachable(struct gw *g, uint32_t id, uint32_t gen)
+{
+    struct conn *x = gen ? conn_lookup(g, id, gen) : NULL;
+    struct client *c = x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
+    if (!c || c->eof || x->closing || (c->st != CS_READY && c->st != CS_FLUSHING))
+        return NULL;
+    return c;
+}
+
+/* A whole message for a client other than the running request's (an idle worker's publish, a
+ * broadcast's sender): into its stream at a message boundary, or dropped if it has gone. */
+static void deliver_whole(struct gw *g, struct worker *w)
+{
+    struct client *c = reachable(g, w->msg.to_id, w->msg.to_gen);
+    if (!c) {
+        w->dropped++;
+        inbuf_free(&w->coll);
+        return;
+    }
+    struct chunk *ch = chunk_wrap(w->coll.p, w->coll.len);
+    w->coll = (struct inbuf){0};
+    if (!ch) {
+        conn_close(g, &c->c, "out of memory");
+        return;
+    }
+    conn_push_whole(g, &c->c, ch);
+}
+
+/* Replies that must be collected for c: to check them for an old client, or to compress them
+ * for a remote one. An old client's reply over compress_max is refused instead (-1). */
+static int needs_collect(struct gw *g, const struct client *c, const struct kipc_hdr *h)
+{
+    if (c->cap < 3)
+        return h->len <= (uint64_t)g->cfg.compress_max ? 1 : -1;
+    return g->cfg.compress && !c->local && c->cap >= 1 && !h->compressed && h->len >= KZIP_MIN_LEN &&
+           h->len <= (uint64_t)g->cfg.compress_max;
+}
+
+/* The route of the running request's reply. */
+static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
+{
+    struct client *c = w->cl;
+    w->msg.first_byte = 1;
+    w->is_error = 0;
+    if (!c || c->eof) {
+        worker_set_busy(w, WB_DRAINING);
+        return ROUTE_DROP;
+    }
+    int nc = needs_collect(g, c, h);
+    if (nc < 0) { /* too big to check for an old client: it is told, the reply drained */
+        client_error_loop(g, c, client_head(c), "qgate: reply too large for capability %d (%llu bytes, over compress_max)",
+                          c->cap, (unsigned long long)h->len);
+        w->cl = NULL; /* its reply is made: a loss now touches nothing */
+        client_set_worker(c, NULL);
+        worker_set_busy(w, WB_DRAINING);
+        return ROUTE_DROP;
+    }
+    worker_set_busy(w, nc ? WB_COLLECTING : WB_RELAYING); /* collected: grown as bytes arrive */
+    return nc ? ROUTE_COLLECT : ROUTE_STREAM;
+}
+
+/* An async message: to the sender of the broadcasts running, else the running request's
+ * client, else (idle) the client served last, if it is still there. */
+static int route_async(struct gw *g, struct worker *w)
+{
+    uint32_t id = w->last_id, gen = w->last_gen;
+    if (!STAILQ_EMPTY(&w->bsent)) {
+        id = STAILQ_FIRST(&w->bsent)->cl_id;
+        gen = STAILQ_FIRST(&w->bsent)->cl_gen;
+    } else if (w->st == WS_BUSY && w->cl) {
+        return w->cl->eof ? ROUTE_DROP : ROUTE_STREAM;
+    }
+    if (!reachable(g, id, gen)) {
+        w->dropped++;
+        log_debug(w->c.name, "async message for a client that is gone: dropped");
+        return ROUTE_DROP;
+    }
+    w->msg.to_id = id;
+    w->msg.to_gen = gen;
+    return ROUTE_FORWARD;
+}
+
+/* A callback (a sync request with .z.w): the running request's client answers it, if it reads;
+ * otherwise (none, or a broadcast's sender, which waits for nothing) the worker is told so. */
+static int route_callback(struct gw *g, struct worker *w)
+{
+    struct client *c = w->cl;
+    if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent) &&
+        client_callback_loop(g, c, &w->c) == 0)
+        return ROUTE_STREAM;
+    outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len);
+    conn_mark_dirty(g, &w->c);
+    return ROUTE_DROP;
+}
+
+/* A whole header has arrived: decide where the message goes. -1 if the worker is broken. */
+static int on_header(struct gw *g, struct worker *w)
+{
+    struct kipc_hdr h;
+    const char *why;
+    if (kipc_hdr_parse(w->msg.hdr, 8, (uint64_t)g->cfg.max_message, &h, &why) != QG_OK) {
+        char text[96];
+        snprintf(text, sizeof text, "bad message header from the worker: %s", why);
+        conn_close(g, &w->c, text);
+        return -1;
+    }
+    w->msg.type = h.type;
+    w->msg.left = h.len - 8;
+    w->msg.first_byte = 0;
+    int route = ROUTE_DROP;
+    if (h.type == KIPC_RESPONSE && w->st == WS_BUSY)
+        route = w->swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, &h);
+    else if (h.type == KIPC_ASYNC)
+        route = route_async(g, w);
+    else if (h.type == KIPC_SYNC)
+        route = route_callback(g, w);
+    w->msg.route = (uint8_t)route;
+    if (route == ROUTE_STREAM)
+        w->cl->c.streaming = 1; /* nothing else goes into its stream until this message ends */
+    return 0;
+}
+
+static void on_message_end(struct gw *g, struct worker *w)
+{
+    w->msg.hdr_have = 0;
+    if (w->msg.route == ROUTE_FORWARD)
+        deliver_whole(g, w);
+    else if (w->msg.route == ROUTE_STREAM)
+        conn_stream_end(g, &w->cl->c);
+    int route = w->msg.route;
+    w->msg.route = ROUTE_DROP;
+    if (w->msg.type != KIPC_RESPONSE || w->st != WS_BUSY)
+        return;
+    if (route == ROUTE_SWALLOW) {
+        broadcast_forget_sent(g, w, 0); /* a chaser came back: one client's broadcasts before it ran */
+        if (--w->swallow == 0 && w->run != RUN_REQUEST)
+            request_done(g, w);
+        return;
+    }
+    request_done(g, w);
+}
+
+/* Route the bytes of one read: headers, then message bodies, message by message. */
+static void route_read(struct gw *g, struct worker *w, struct chunk *ch)
+{
+    struct wmsg *m = &w->msg;
+    const uint8_t *p = ch->p;
+    size_t n = ch->len, off = 0;
+    while (off < n && w->c.fd >= 0) {
+        if (m->hdr_have < 8) {
+            size_t k = QG_MIN(8u - m->hdr_have, n - off);
+            memcpy(m->hdr + m->hdr_have, p + off, k);
+            m->hdr_have = (uint8_t)(m->hdr_have + k);
+            off += k;
+            if (m->hdr_have < 8 || on_header(g, w))
+                break;
+            deliver(g, w, NULL, m->hdr, 8); /* a body follows: a header claims at least one byte */
+            continue;
+        }
+        size_t k = (size_t)QG_MIN((uint64_t)(n - off), m->left);
+        if (m->first_byte && k) {
+            w->is_error = p[off] == (uint8_t)KT_ERROR;
+            m->first_byte = 0;
+        }
+        if (off == 0 && k == n) {
+            deliver(g, w, ch, p, k);
+            ch = NULL;
+        } else {
+            deliver(g, w, NULL, p + off, k);
+        }
+        off += k;
+        m->left -= k;
+        if (m->left == 0)
+            on_message_end(g, w);
+    }
+    chunk_free(ch);
+}
+
+/* Move reply bytes from the worker's socket to the client's inside the kernel, through the
+ * client's pipe: only for the body of a streamed reply whose first byte was seen, and only when
+ * nothing is queued in the client's out (the pipe goes ahead of it). Returns bytes moved, 0
+ * when splicing does not apply or nothing came, -1 if the worker connection was closed. */
+static ssize_t splice_body(struct gw *g, struct worker *w, size_t budget)
+{
+    struct client *c = w->cl;
+    const struct wmsg *m = &w->msg;
+    if (!g->cfg.splice || m->route != ROUTE_STREAM || m->type != KIPC_RESPONSE || m->first_byte ||
+        m->hdr_have < 8 || m->left < SPLICE_MIN || c->c.out.bytes || c->c.fd < 0)
+        return 0;
+    size_t room = conn_pipe_room(&c->c);
+    if (!room) {
+        if (c->c.has_pipe) /* full: wait for the client to take some */
+            relay_pause_loop(g, w);
+        return 0;
+    }
+    ssize_t n = splice(w->c.fd, NULL, c->c.pipe_wr, NULL, (size_t)QG_MIN((uint64_t)QG_MIN(room, budget), m->left),
+                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n == 0) {
+        conn_close(g, &w->c, "worker closed the connection");
+        return -1;
+    }
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR)
+            return 0;
+        conn_close(g, &w->c, strerror(errno));
+        return -1;
+    }
+    c->c.piped += (size_t)n;
+    w->msg.left -= (uint64_t)n;
+    if (conn_pipe_flush_loop(g, &c->c) == 0 && c->c.piped == c->c.pipe_cap)
+        relay_pause_loop(g, w); /* the client is not keeping up: stop reading until it does */
+    if (c->c.piped)
+        conn_mark_dirty(g, &c->c);
+    if (w->msg.left == 0)
+        on_message_end(g, w);
+    return n;
+}
+
+/* One read into a chunk the size the message being read wants, routed. 1: the socket may have
+ * more; 0: it is empty for now; -1: the connection was closed. */
+static int read_chunk(struct gw *g, struct worker *w, size_t *budget)
+{
+    const struct wmsg *m = &w->msg;
+    size_t want = m->hdr_have == 8 && m->left ? (size_t)QG_MIN(m->left, (uint64_t)g->cfg.chunk_size)
+                                              : (size_t)QG_MIN(BOUNDARY_READ, g->cfg.chunk_size);
+    want = QG_MIN(want, *budget);
+    struct chunk *ch = chunk_new(want);
+    if (!ch) {
+        conn_close(g, &w->c, "out of memory");
+        return -1;
+    }
+    ssize_t r = read(w->c.fd, ch->p, want);
+    if (r <= 0) {
+        chunk_free(ch);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            return 0;
+        conn_close(g, &w->c, r == 0 ? "worker closed the connection" : strerror(errno));
+        return -1;
+    }
+    ch->len = (size_t)r;
+    *budget -= (size_t)r;
+    if (w->st == WS_BUSY)
+        worker_arm_query_timer(g, w);
+    route_read(g, w, ch);
+    return (size_t)r == want;
+}
+
+void relay_read_loop(struct gw *g, struct worker *w)
+{
+    size_t budget = (size_t)g->cfg.read_budget;
+    while (budget && w->c.fd >= 0 && !w->paused) {
+        ssize_t n = splice_body(g, w, budget);
+        if (n < 0)
+            return;
+        if (n > 0) {
+            budget -= QG_MIN((size_t)n, budget);
+            if (w->st == WS_BUSY)
+                worker_arm_query_timer(g, w);
+            continue;
+        }
+        if (w->paused)
+            break;
+        int more = read_chunk(g, w, &budget);
+        if (more < 0)
+            return;
+        if (!more)
+            break;
+    }
+    if (budget == 0)
+        g->work_pending = 1;
+}
+
+/* ---- the other side going ------------------------------------------------------------------- */
+
+void relay_client_gone_loop(struct gw *g, struct worker *w)
+{
+    struct client *c = w->cl;
+    if (!c)
+        return;
+    client_cancel_calls_loop(g, c, &w->c); /* a callback it waits on gets its error */
+    if (w->msg.route == ROUTE_STREAM || w->msg.route == ROUTE_COLLECT) { /* drained, dropped */
+        w->msg.route = ROUTE_DROP;
+        inbuf_free(&w->coll);
+        if (w->busy != WB_SENT)
+            worker_set_busy(w, WB_DRAINING);
+    }
+    if (c->c.closing)
+        w->cl = NULL; /* closed for good; one whose input ended still has its FIFO advanced */
+    relay_resume_loop(g, w);
+}
+
+/* The client of a request that went down with the worker: closed if a message to it was cut,
+ * else answered (or, for async runs and clients gone, just moved on). */
+static void fail_request(struct gw *g, struct worker *w, struct client *c, int cut, int run)
+{
+    client_set_worker(c, NULL);
+    struct req *h = client_head(c);
+    for (struct req *r = h; g->hooks.lost && r && r->state == RS_RUNNING; r = STAILQ_NEXT(r, link))
+        g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, r->seq); /* given up on with the worker */
+    if (cut)
+        conn_close(g, &c->c, "worker lost in the middle of the reply");
+    else if (run != RUN_REQUEST || c->eof)
+        client_head_done_loop(g, c);
+    else if (w->timed_out)
+        client_error_loop(g, c, h, "qgate: timeout (%s sent nothing for %lld ms)", w->addr,
+                          (long long)g->cfg.query_timeout);
+    else
+        client_error_loop(g, c, h, "qgate: worker %s lost", w->addr);
+}
+
+void relay_lost_loop(struct gw *g, struct worker *w)
+{
+    struct client *c = w->cl;
+    int busy = w->st == WS_BUSY, run = w->run;
+    /* a message cut in the middle of its stream leaves the client's stream broken */
+    int cut = w->msg.route == ROUTE_STREAM && w->msg.hdr_have == 8 && c && !c->eof;
+    w->cl = NULL;
+    inbuf_free(&w->coll);
+    w->msg = (struct wmsg){0};
+    w->swallow = 0;
+    w->paused = 0;
+    /* down first: what follows may start a client's next request, never on this worker */
+    worker_set_state(g, w, WS_DOWN);
+    if (c && busy)
+        fail_request(g, w, c, cut, run);
+    w->timed_out = 0;
+    broadcast_drop_loop(g, w);
+}
+
+void relay_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len)
+{
+    struct chunk *ch = chunk_wrap(msg, len);
+    if (!ch)
+        return;
+    outq_push(&wc->out, ch);
+    conn_mark_dirty(g, wc);
+}

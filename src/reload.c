@@ -1,0 +1,185 @@
+/* reload.c: SIGHUP and .qgate.reload[]: the configuration and users file are read on the reader
+ * pool (files are never read on the loop), then applied on the loop: workers added and removed
+ * group by group (a busy one goes after its request), the users file swapped (checks under way
+ * keep theirs), the live keys taken. Keys that need a restart are kept, with a warning. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway.h"
+#include "auth.h"
+#include "client.h"
+#include "jobs.h"
+#include "log.h"
+#include "worker.h"
+
+static int has_addr(const char *list, const char *addr)
+{
+    char a[300];
+    for (const char *p = list; config_list_next(&p, a, sizeof a);)
+        if (!strcmp(a, addr))
+            return 1;
+    return 0;
+}
+
+/* Keys that need a restart: warn when a reload changes them. */
+static void warn_restart(const struct config *old, const struct config *nw)
+{
+    if (old->port != nw->port || strcmp(old->bind, nw->bind) || old->unix_socket != nw->unix_socket ||
+        old->reader_threads != nw->reader_threads || old->writer_threads != nw->writer_threads)
+        log_warn(NULL, "reload: port, bind, unix_socket and thread counts change only on restart");
+}
+
+static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_t seq)
+{
+    struct job *j = job_new(job_load_config, JK_RELOAD);
+    struct reload_job *r = calloc(1, sizeof *r);
+    if (!j || !r) {
+        job_free(j);
+        free(r);
+        return -1;
+    }
+    snprintf(r->path, sizeof r->path, "%s", g->config_path);
+    r->ov = g->overrides;
+    j->ctx = r;
+    j->ctx_free = reload_job_free;
+    if (req_gen) {
+        j->conn_id = req_id;
+        j->conn_gen = req_gen;
+        j->seq = seq;
+        j->arg = 1;
+    }
+    g->reloading = 1;
+    pool_submit(g->readers, j);
+    return 0;
+}
+
+int gw_reload_loop(struct gw *g, struct conn *requester, uint64_t seq)
+{
+    if (!g->reloading)
+        return start_reload(g, requester ? requester->id : 0, requester ? requester->gen : 0, seq);
+    if (requester && g->reload_req_gen)
+        return -1; /* another client already waits for the next one */
+    g->reload_again = 1;
+    if (requester) {
+        g->reload_req_id = requester->id;
+        g->reload_req_gen = requester->gen;
+        g->reload_req_seq = seq;
+    }
+    return 0;
+}
+
+/* Answer the client that asked for the reload (if it is still there). */
+static void reload_answer(struct gw *g, struct job *j, const char *err)
+{
+    struct conn *x = j->arg ? conn_lookup(g, j->conn_id, j->conn_gen) : NULL;
+    if (!x || x->kind != CONN_CLIENT)
+        return;
+    struct client *c = client_of(x);
+    struct req *r = client_head(c);
+    if (!r || r->seq != j->seq || r->state != RS_LOCAL)
+        return;
+    if (err) {
+        client_error_loop(g, c, r, "qgate: reload failed: %s", err);
+        return;
+    }
+    struct job *w = job_new(job_encode_command, JK_REPLY);
+    if (!w) {
+        conn_close(g, x, "out of memory");
+        return;
+    }
+    w->arg = GWCMD_RELOAD;
+    conn_submit(g->writers, w, x, j->seq);
+}
+
+/* One group's new worker list: the addresses it did not have join, those it lost leave. */
+static void reload_group(struct gw *g, struct group *grp, const struct group_cfg *gc)
+{
+    char addr[300];
+    for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);) {
+        int found = 0;
+        struct worker *w;
+        TAILQ_FOREACH(w, &grp->workers, glink)
+            found |= !strcmp(w->addr, addr) && !w->removed;
+        if (!found) {
+            log_info(NULL, "reload: group %s: adding worker %s", grp->cfg.name, addr);
+            worker_new(g, grp, addr);
+        }
+    }
+    for (struct worker *w = TAILQ_FIRST(&grp->workers), *n; w; w = n) {
+        n = TAILQ_NEXT(w, glink);
+        if (!w->removed && !has_addr(gc->workers, w->addr)) {
+            log_info(NULL, "reload: group %s: removing worker %s", grp->cfg.name, w->addr);
+            worker_remove_loop(g, w);
+        }
+    }
+    grp->cfg = *gc;
+}
+
+static void reload_groups(struct gw *g, const struct config *nc)
+{
+    for (int i = 0; i < nc->ngroups; i++) {
+        struct group *grp = dispatch_group_find(g, nc->groups[i].name);
+        if (grp)
+            reload_group(g, grp, &nc->groups[i]);
+        else if (!gw_add_group(g, &nc->groups[i]))
+            log_error(NULL, "reload: too many groups, %s not added", nc->groups[i].name);
+    }
+    for (int i = 0; i < g->ngroups; i++) {
+        int kept = 0;
+        for (int k = 0; k < nc->ngroups; k++)
+            kept |= !strcmp(nc->groups[k].name, g->groups[i].cfg.name);
+        if (!kept)
+            log_warn(NULL, "reload: group %s is no longer configured; it stays until restart", g->groups[i].cfg.name);
+    }
+}
+
+/* Apply a configuration read by a reload job: the worker sets and the live keys. */
+static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *auth)
+{
+    warn_restart(&g->cfg, nc);
+    if (auth)
+        log_info(NULL, "reload: users file %s: %d users", nc->users_file, auth_db_of(auth)->n);
+    auth_unref(g->auth); /* checks under way keep their own reference */
+    g->auth = auth;
+    client_users_reloaded_loop(g); /* admin flags and limits as the file says now */
+    reload_groups(g, nc);
+    /* live keys: limits, timeouts, budgets, compression, log level */
+    struct config keep = g->cfg;
+    g->cfg = *nc;
+    g->cfg.port = keep.port;
+    strcpy(g->cfg.bind, keep.bind);
+    g->cfg.unix_socket = keep.unix_socket;
+    g->cfg.reader_threads = keep.reader_threads;
+    g->cfg.writer_threads = keep.writer_threads;
+    log_level = g->cfg.loglevel;
+    g->work_pending = 1;
+}
+
+void gw_reload_done_loop(struct gw *g, struct job *j)
+{
+    struct reload_job *r = j->ctx;
+    g->reloading = 0;
+    if (g->reload_again) { /* asked for again meanwhile: the newest file is read next */
+        g->reload_again = 0;
+        uint32_t id = g->reload_req_id, gen = g->reload_req_gen;
+        g->reload_req_id = g->reload_req_gen = 0;
+        if (start_reload(g, id, gen, g->reload_req_seq))
+            log_error(NULL, "reload: out of memory starting the next one");
+    }
+    const char *err = NULL;
+    if (!r->cfg)
+        err = r->err;
+    else if (g->auth && !r->cfg->users_file[0])
+        err = "the new configuration has no users_file: a reload does not turn authentication off "
+              "(restart to do that)";
+    if (err) {
+        log_error(NULL, "reload failed, keeping the running configuration: %s", err);
+        reload_answer(g, j, err);
+        return;
+    }
+    reload_apply(g, r->cfg, r->auth);
+    r->auth = NULL; /* the gateway holds it now */
+    log_info(NULL, "reload: done");
+    reload_answer(g, j, NULL);
+}

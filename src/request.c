@@ -1,0 +1,555 @@
+/* request.c: a client's requests, answered in order: framing and validation of what it sends,
+ * the FIFO (only the head is started, and the FIFO is walked by one loop, never by
+ * recursion), replies made by the pools, bad messages, and the answers a client gives to its
+ * workers' callbacks. The client side's ops for dispatch are here too. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "gw.h"
+#include "jobs.h"
+#include "kcodec.h"
+#include "kipc.h"
+#include "log.h"
+
+/* Bodies up to this size are validated on the loop as they arrive: walking them costs no more
+ * than copying them would (bench-codec, "validate small"); larger or compressed ones are
+ * validated on the reader pool before they run. */
+#define VALIDATE_ON_LOOP_MAX 16384
+
+void req_set_state(struct gw *g, struct client *c, struct req *r, enum req_state st)
+{
+    if (r->state == RS_QUEUED && st != RS_QUEUED)
+        conn_queue_out(&c->c);
+    else if (st == RS_QUEUED && r->state != RS_QUEUED)
+        dispatch_queue_loop(g, c->grp, &c->c, r->seq);
+    r->state = (uint8_t)st;
+}
+
+void req_free(struct req *r)
+{
+    free(r->msg);
+    chunk_free(r->reply);
+    free(r);
+}
+
+/* Drop the request bytes (sent, or answered without a worker). */
+static void req_drop_msg(struct client *c, struct req *r)
+{
+    if (r->msg) {
+        c->pending -= req_cost(r);
+        free(r->msg);
+        r->msg = NULL;
+    }
+}
+
+static void pop_head(struct gw *g, struct client *c)
+{
+    struct req *r = client_head(c);
+    req_set_state(g, c, r, RS_WAITING); /* off the group's queue, if it was on it */
+    STAILQ_REMOVE_HEAD(&c->reqs, link);
+    req_drop_msg(c, r);
+    req_free(r);
+}
+
+/* Drop every request behind the head (a bad message: nothing after it is answered). */
+static void drop_behind_head(struct gw *g, struct client *c)
+{
+    struct req *r = client_head(c);
+    STAILQ_REMOVE_HEAD(&c->reqs, link);
+    while (client_head(c))
+        pop_head(g, c);
+    STAILQ_INSERT_HEAD(&c->reqs, r, link);
+}
+
+void client_requests_free(struct gw *g, struct client *c)
+{
+    client_cancel_calls_loop(g, c, NULL);
+    struct call *k;
+    while ((k = STAILQ_FIRST(&c->calls))) {
+        STAILQ_REMOVE_HEAD(&c->calls, link);
+        free(k);
+    }
+    c->ncalls = 0;
+    while (client_head(c)) {
+        struct req *r = client_head(c);
+        STAILQ_REMOVE_HEAD(&c->reqs, link);
+        req_free(r);
+    }
+    c->pending = 0;
+}
+
+void client_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
+{
+    struct job *j = job_new(job_encode_error, JK_REPLY);
+    va_list ap;
+    va_start(ap, fmt);
+    if (j)
+        vsnprintf(j->text, sizeof j->text, fmt, ap);
+    va_end(ap);
+    req_drop_msg(c, r);
+    if (r == client_head(c))
+        timer_cancel(g, &c->c.tm[CLIENT_TM_STATE]); /* its queue timeout */
+    if (!j) {
+        conn_close(g, &c->c, "out of memory");
+        return;
+    }
+    log_debug(c->c.name, "request %llu: error '%s", (unsigned long long)r->seq, j->text);
+    req_set_state(g, c, r, RS_LOCAL);
+    conn_submit(g->writers, j, &c->c, r->seq);
+}
+
+static void on_queue_timeout(struct gw *g, struct timer *t)
+{
+    struct client *c = (struct client *)((char *)(t - CLIENT_TM_STATE) - offsetof(struct client, c.tm));
+    struct req *r = client_head(c);
+    if (!r || r->state != RS_QUEUED)
+        return;
+    g->timeouts++;
+    log_info(c->c.name, "request waited %lld ms for a worker", (long long)(g->now_ms - r->t_arrive));
+    client_error_loop(g, c, r, "qgate: timeout (queued %lld ms)", (long long)(g->now_ms - r->t_arrive));
+    client_check_pending(g, c);
+}
+
+/* Hand request r's bytes to a reader job (it owns them now): validation or a command. */
+static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, int kind, int state)
+{
+    struct job *j = job_new(fn, kind);
+    if (!j) {
+        conn_close(g, &c->c, "out of memory");
+        return;
+    }
+    j->in = r->msg;
+    j->in_len = r->len;
+    j->aux[0] = g->cfg.max_message;
+    r->msg = NULL;
+    c->pending -= req_cost(r);
+    req_set_state(g, c, r, (enum req_state)state);
+    conn_submit(g->readers, j, &c->c, r->seq);
+}
+
+/* Start the head request: a body to validate goes to a reader first, a gateway command to a
+ * reader, a broadcast to every worker up, anything else to its group's queue. It never
+ * finishes here, so the FIFO is walked by client_advance_loop alone, without recursion. */
+static void start_head(struct gw *g, struct client *c, struct req *r)
+{
+    if (r->unchecked) {
+        to_reader(g, c, r, job_validate_msg, JK_CHECK, RS_CHECKING);
+        return;
+    }
+    int cmd = r->type == KIPC_SYNC ? jobs_peek_command(r->msg, r->len) : 0;
+    if (cmd < 0) {
+        client_error_loop(g, c, r, "qgate: bad command: a command is .qgate.name[] or (`.qgate.name; arg), "
+                                   "under %d bytes", GWCMD_MAX_LEN);
+        return;
+    }
+    if (cmd) {
+        to_reader(g, c, r, job_parse_command, JK_COMMAND, RS_LOCAL);
+        return;
+    }
+    if (r->type == KIPC_ASYNC && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST && c->grp->nup) {
+        req_set_state(g, c, r, RS_RUNNING);
+        if (g->back->broadcast(g, c->grp, c, r))
+            return;
+        req_set_state(g, c, r, RS_WAITING); /* none could take it: it waits in the queue */
+    }
+    if (c->grp->unavailable && r->type == KIPC_SYNC) {
+        client_error_loop(g, c, r, "qgate: no worker of group %s is up", c->grp->cfg.name);
+        return;
+    }
+    if (r->type == KIPC_SYNC && dispatch_full(g, c->grp)) { /* an async message always waits */
+        g->busy_replies++;
+        client_error_loop(g, c, r, "qgate: busy");
+        return;
+    }
+    req_set_state(g, c, r, RS_QUEUED);
+    if (g->cfg.queue_timeout > 0 && r->type == KIPC_SYNC)
+        timer_arm(g, &c->c.tm[CLIENT_TM_STATE], r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
+}
+
+/* Whole messages still unread in the input buffer? */
+static int has_whole_message(const struct gw *g, const struct client *c)
+{
+    struct kipc_hdr h;
+    size_t need;
+    const char *why;
+    return kipc_frame_check(inbuf_data(&c->c.in), inbuf_avail(&c->c.in), (uint64_t)g->cfg.max_message, &h, &need,
+                            &why) == QG_OK;
+}
+
+void client_finish_if_gone(struct gw *g, struct client *c)
+{
+    if (c->eof && !c->c.closing && c->st != CS_AUTH && !client_head(c) && !c->c.in_backlog &&
+        !has_whole_message(g, c))
+        conn_close(g, &c->c, "client closed the connection");
+}
+
+void client_advance_loop(struct gw *g, struct client *c)
+{
+    struct req *r;
+    while (!c->c.closing && (r = client_head(c))) {
+        if (r->state == RS_READY) {
+            STAILQ_REMOVE_HEAD(&c->reqs, link);
+            log_debug(c->c.name, "request %llu: reply of %zu bytes%s", (unsigned long long)r->seq,
+                      r->reply ? r->reply->len : 0, c->c.fd >= 0 ? "" : " dropped (the client has gone)");
+            if (r->type == KIPC_SYNC && c->c.fd >= 0) {
+                outq_push(&c->c.out, r->reply);
+                r->reply = NULL;
+                conn_mark_dirty(g, &c->c);
+            }
+            req_free(r);
+            continue;
+        }
+        /* a client that reads nothing gets nothing more: its output bounds what it costs */
+        if (r->state == RS_WAITING && !client_output_full(g, c))
+            start_head(g, c, r);
+        break;
+    }
+    if (c->c.closing)
+        return;
+    client_check_pending(g, c);
+    client_finish_if_gone(g, c);
+}
+
+void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len)
+{
+    /* the head's, usually; a bad message's error is made as soon as it is seen, behind the
+     * requests still owed, and waits there for its turn */
+    struct req *r;
+    STAILQ_FOREACH(r, &c->reqs, link)
+        if (r->seq == seq)
+            break;
+    if (!r || r->state != RS_LOCAL) {
+        free(msg);
+        return;
+    }
+    if (r->type != KIPC_SYNC) { /* nobody waits for an async message's reply */
+        free(msg);
+        if (r == client_head(c))
+            client_head_done_loop(g, c);
+        return;
+    }
+    r->reply = chunk_wrap(msg, len);
+    if (!r->reply) {
+        conn_close(g, &c->c, "out of memory");
+        return;
+    }
+    req_set_state(g, c, r, RS_READY);
+    if (r->close_after && r == client_head(c)) /* the bad message's error: nothing after it */
+        drop_behind_head(g, c);
+    client_advance_loop(g, c);
+}
+
+static struct client *client_of_job(struct gw *g, const struct job *j)
+{
+    struct conn *x = conn_lookup(g, j->conn_id, j->conn_gen);
+    return x && x->kind == CONN_CLIENT ? client_of(x) : NULL; /* stale: gone, or id reused */
+}
+
+void client_reply_done_loop(struct gw *g, struct job *j)
+{
+    struct client *c = client_of_job(g, j);
+    if (!c)
+        return;
+    if (!j->out) {
+        conn_close(g, &c->c, "out of memory making a reply");
+        return;
+    }
+    client_reply_loop(g, c, j->seq, j->out, j->out_len);
+    j->out = NULL;
+}
+
+void client_head_done_loop(struct gw *g, struct client *c)
+{
+    client_set_worker(c, NULL);
+    if (c->c.has_pipe && !c->c.piped)
+        conn_pipe_close(&c->c);
+    timer_cancel(g, &c->c.tm[CLIENT_TM_STATE]);
+    while (client_head(c) && client_head(c)->state == RS_RUNNING)
+        pop_head(g, c);
+    client_advance_loop(g, c);
+}
+
+/* ---- bad messages ---------------------------------------------------------------------------- */
+
+/* Stop reading after a bad message: 'qgate: badmsg comes after the replies owed, then close. */
+static void stop_for_bad_message(struct gw *g, struct client *c, const char *why)
+{
+    g->badmsgs++;
+    log_info(c->c.name, "bad message: %s", why);
+    client_cancel_calls_loop(g, c, NULL); /* q reads nothing after a bad message: no answer comes */
+    if (c->st != CS_GONE)
+        client_set_state(c, CS_FLUSHING);
+    conn_set_reading(g, &c->c, 0);
+    inbuf_free(&c->c.in);
+    conn_backlog_remove(g, &c->c);
+}
+
+/* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
+ * 'qgate: badmsg after the replies owed. */
+static void bad_message(struct gw *g, struct client *c, const char *why)
+{
+    stop_for_bad_message(g, c, why);
+    if (c->eof) /* nobody to tell: what came before still runs */
+        return;
+    struct req *r = calloc(1, sizeof *r);
+    if (!r) {
+        conn_close(g, &c->c, "out of memory");
+        return;
+    }
+    r->seq = c->next_seq++;
+    r->type = KIPC_SYNC;
+    r->close_after = 1;
+    r->t_arrive = g->now_ms;
+    STAILQ_INSERT_TAIL(&c->reqs, r, link);
+    client_error_loop(g, c, r, "qgate: badmsg %s", why);
+}
+
+void client_checked_loop(struct gw *g, struct job *j)
+{
+    struct client *c = client_of_job(g, j);
+    struct req *r = c ? client_head(c) : NULL;
+    if (!r || r->seq != j->seq || r->state != RS_CHECKING)
+        return;
+    if (!j->result) {
+        r->msg = j->in;
+        j->in = NULL;
+        c->pending += req_cost(r);
+        r->unchecked = 0;
+        req_set_state(g, c, r, RS_WAITING);
+        client_advance_loop(g, c);
+        return;
+    }
+    /* its body failed: it is answered 'qgate: badmsg in its place, what came after dropped */
+    drop_behind_head(g, c);
+    stop_for_bad_message(g, c, j->text);
+    if (c->eof) {
+        pop_head(g, c);
+        client_finish_if_gone(g, c);
+        return;
+    }
+    r->type = KIPC_SYNC;
+    r->close_after = 1;
+    r->unchecked = 0;
+    client_error_loop(g, c, r, "qgate: badmsg %s", j->text);
+}
+
+/* ---- workers' callbacks, and the client's answers ------------------------------------------- */
+
+int client_callback_loop(struct gw *g, struct client *c, const struct conn *w)
+{
+    struct call *k = calloc(1, sizeof *k);
+    if (!k)
+        return -1;
+    k->w_id = w->id;
+    k->w_gen = w->gen;
+    STAILQ_INSERT_TAIL(&c->calls, k, link);
+    c->ncalls++;
+    client_check_pending(g, c);
+    return 0;
+}
+
+int client_owes_answer(struct gw *g, const struct client *c)
+{
+    const struct call *k;
+    STAILQ_FOREACH(k, &c->calls, link)
+        if (!k->cancelled && conn_lookup(g, k->w_id, k->w_gen))
+            return 1;
+    return 0;
+}
+
+static void tell_no_answer(struct gw *g, struct call *k)
+{
+    struct conn *wc = k->cancelled ? NULL : conn_lookup(g, k->w_id, k->w_gen);
+    k->cancelled = 1;
+    if (wc && wc->kind == CONN_WORKER) {
+        outq_copy(&wc->out, g->no_client_err, g->no_client_err_len);
+        conn_mark_dirty(g, wc);
+    }
+}
+
+void client_cancel_calls_loop(struct gw *g, struct client *c, const struct conn *w)
+{
+    struct call *k;
+    STAILQ_FOREACH(k, &c->calls, link)
+        if (!w || (k->w_id == w->id && k->w_gen == w->gen))
+            tell_no_answer(g, k);
+}
+
+/* A response from the client: the answer to the oldest callback relayed to it. */
+static void take_response(struct gw *g, struct client *c, uint8_t *msg, size_t len)
+{
+    struct call *k = STAILQ_FIRST(&c->calls), kept = {0};
+    if (k) {
+        STAILQ_REMOVE_HEAD(&c->calls, link);
+        c->ncalls--;
+        kept = *k;
+        free(k);
+    }
+    struct conn *wc = k && !kept.cancelled ? conn_lookup(g, kept.w_id, kept.w_gen) : NULL;
+    client_check_pending(g, c); /* the pause for client_max_pending may apply again */
+    if (!wc || wc->kind != CONN_WORKER) {
+        log_warn(c->c.name, k ? "answer to a callback whose worker has gone: dropped"
+                              : "response message nobody asked for: dropped");
+        free(msg);
+        return;
+    }
+    if (msg[2] || len > VALIDATE_ON_LOOP_MAX) { /* a reader validates it before it goes on */
+        struct job *j = job_new(job_validate_msg, JK_NESTED);
+        if (!j) {
+            free(msg);
+            conn_close(g, &c->c, "out of memory");
+            return;
+        }
+        j->in = msg;
+        j->in_len = len;
+        j->aux[0] = g->cfg.max_message;
+        j->aux[1] = kept.w_id;
+        j->aux[2] = kept.w_gen;
+        conn_submit(g->readers, j, &c->c, 0);
+        return;
+    }
+    struct kerr e;
+    if (kcodec_validate(msg + 8, len - 8, msg[0], NULL, &e) != QG_OK) {
+        free(msg);
+        tell_no_answer(g, &kept); /* the worker is told its answer is not coming */
+        char why[96];
+        snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
+        bad_message(g, c, why);
+        return;
+    }
+    g->back->answer(g, wc, msg, len);
+}
+
+void client_nested_checked_loop(struct gw *g, struct job *j)
+{
+    struct client *c = client_of_job(g, j);
+    if (!c)
+        return;
+    struct call k = {.w_id = (uint32_t)j->aux[1], .w_gen = (uint32_t)j->aux[2]};
+    struct conn *wc = conn_lookup(g, k.w_id, k.w_gen);
+    if (j->result) {
+        tell_no_answer(g, &k);
+        bad_message(g, c, j->text);
+        return;
+    }
+    if (wc && wc->kind == CONN_WORKER) {
+        g->back->answer(g, wc, j->in, j->in_len);
+        j->in = NULL;
+    }
+}
+
+/* ---- framing ----------------------------------------------------------------------------------- */
+
+/* Take one whole message of h.len bytes as a request (or an answer): 0, or -1 to stop. */
+static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
+{
+    uint8_t *msg = inbuf_take(&c->c.in, (size_t)h->len);
+    if (!msg) {
+        conn_close(g, &c->c, "out of memory");
+        return -1;
+    }
+    if (h->type == KIPC_RESPONSE) {
+        take_response(g, c, msg, (size_t)h->len);
+        return 0;
+    }
+    int unchecked = h->compressed || h->len > VALIDATE_ON_LOOP_MAX;
+    struct kerr e;
+    if (!unchecked && !(h->type == KIPC_SYNC && jobs_peek_command(msg, (size_t)h->len)) &&
+        kcodec_validate(msg + 8, (size_t)h->len - 8, h->le, NULL, &e) != QG_OK) {
+        free(msg);
+        char bad[96];
+        snprintf(bad, sizeof bad, "%s at byte %zu", e.why, e.off + 8);
+        bad_message(g, c, bad);
+        return -1;
+    }
+    struct req *r = calloc(1, sizeof *r);
+    if (!r) {
+        free(msg);
+        conn_close(g, &c->c, "out of memory");
+        return -1;
+    }
+    *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
+                      .unchecked = (uint8_t)unchecked, .t_arrive = g->now_ms};
+    c->pending += req_cost(r);
+    STAILQ_INSERT_TAIL(&c->reqs, r, link);
+    log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
+              unchecked ? ", validated on a reader" : "");
+    return 0;
+}
+
+void client_take_messages(struct gw *g, struct client *c)
+{
+    int frames = 0;
+    while ((c->st == CS_READY || c->st == CS_GONE) && !c->c.closing) {
+        struct kipc_hdr h;
+        size_t need;
+        const char *why;
+        qg_status st = kipc_frame_check(inbuf_data(&c->c.in), inbuf_avail(&c->c.in), (uint64_t)g->cfg.max_message,
+                                        &h, &need, &why);
+        if (st == QG_ERR) {
+            bad_message(g, c, why);
+            break;
+        }
+        if (st == QG_AGAIN)
+            break;
+        if (frames++ == g->cfg.frames_budget) {
+            conn_backlog_add(g, &c->c);
+            break;
+        }
+        if (take_one(g, c, &h))
+            break;
+    }
+    if (c->c.closing)
+        return;
+    if (c->eof && !c->c.in_backlog) /* a message cut by the close never arrives */
+        inbuf_free(&c->c.in);
+    inbuf_release_idle(&c->c.in);
+    client_advance_loop(g, c);
+}
+
+void client_backlog_loop(struct gw *g)
+{
+    struct conn *x;
+    for (int n = g->nclients + 1; n > 0 && (x = conn_backlog_pop(g)); n--)
+        client_take_messages(g, client_of(x)); /* may put it back, at the tail */
+}
+
+/* ---- the client side, as dispatch sees it ---------------------------------------------------------- */
+
+static int front_ready(struct gw *g, struct conn *x)
+{
+    (void)g;
+    struct client *c = client_of(x);
+    struct req *r = client_head(c);
+    if (r->type == KIPC_ASYNC && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST)
+        return WAIT_BROADCAST;
+    if (c->us && c->us->max_inflight > 0 && c->us->inflight >= c->us->max_inflight)
+        return WAIT_NOT_NOW;
+    return WAIT_WORKER;
+}
+
+static void front_broadcast(struct gw *g, struct conn *x)
+{
+    struct client *c = client_of(x);
+    struct req *r = client_head(c);
+    req_set_state(g, c, r, RS_RUNNING);
+    if (!g->back->broadcast(g, c->grp, c, r)) /* out of memory: it waits again */
+        req_set_state(g, c, r, RS_QUEUED);
+}
+
+static void front_no_worker(struct gw *g, struct conn *x)
+{
+    struct client *c = client_of(x);
+    struct req *r = client_head(c);
+    if (r && r->state == RS_QUEUED && r->type == KIPC_SYNC)
+        client_error_loop(g, c, r, "qgate: no worker of group %s is up", c->grp->cfg.name);
+}
+
+const struct frontend_ops client_frontend = {
+    .ready = front_ready,
+    .broadcast = front_broadcast,
+    .no_worker = front_no_worker,
+};

@@ -1,0 +1,148 @@
+/* worker.h: the worker side: a back-end q connection (worker.c: resolve, connect, handshake,
+ * reconnect, loss) and what runs on it (relay.c: requests and broadcasts sent, and every
+ * message read back routed: streamed to its client, collected, passed to another client at a
+ * message boundary, or dropped). The state tables are at the top of worker.c. */
+#ifndef WORKER_H
+#define WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include "client.h"
+#include "conn.h"
+#include "dispatch.h"
+#include "stats.h"
+
+#define WORKER_STATES(X) X(DOWN) X(RESOLVING) X(CONNECTING) X(HANDSHAKE) X(IDLE) X(BUSY)
+#define ST_ENUM(e) WS_##e,
+enum worker_state { WORKER_STATES(ST_ENUM) };
+#undef ST_ENUM
+
+/* What a BUSY worker's current request has come to (its sub-state). */
+#define BUSY_STATES(X) X(SENT) X(RELAYING) X(COLLECTING) X(DRAINING)
+#define ST_ENUM(e) WB_##e,
+enum worker_busy { BUSY_STATES(ST_ENUM) };
+#undef ST_ENUM
+
+/* What a run is: a client's sync request, a client's async batch, or broadcasts only. */
+enum run_kind { RUN_REQUEST, RUN_ASYNC, RUN_BROADCASTS };
+
+/* Where the message being read goes. */
+enum route { ROUTE_DROP, ROUTE_STREAM, ROUTE_COLLECT, ROUTE_FORWARD, ROUTE_SWALLOW };
+
+/* A broadcast async message waiting to be sent to workers. */
+struct bmsg {
+    int refs;            /* workers that have yet to take it */
+    uint32_t cl_id, cl_gen;
+    uint64_t seq;
+    size_t len;
+    uint8_t data[];
+};
+
+/* A broadcast on its way to one worker: queued (bq) or sent and not yet run (bsent, which
+ * keeps only its client and number once the message itself is let go). */
+struct bnode {
+    STAILQ_ENTRY(bnode) link;
+    struct bmsg *m;
+    uint32_t cl_id, cl_gen;
+    uint64_t seq;
+    uint8_t seg_end;     /* bsent: a chaser follows it (the last of one client's run) */
+};
+STAILQ_HEAD(bnodelist, bnode);
+
+/* The message being read from the worker: its header, and where its bytes go. */
+struct wmsg {
+    uint8_t hdr[8];
+    uint8_t hdr_have;
+    uint8_t type;        /* its kipc type */
+    uint8_t route;       /* enum route */
+    uint8_t first_byte;  /* the next body byte tells whether a reply is an error */
+    uint64_t left;       /* body bytes still to come */
+    uint32_t to_id, to_gen; /* ROUTE_FORWARD: the client it goes to */
+};
+
+/* Its timer (struct conn tm[]): connecting, back-off, or the query timeout. */
+enum { WORKER_TM = 0 };
+
+struct worker {
+    struct conn c;
+    uint8_t st;          /* enum worker_state */
+    uint8_t busy;        /* enum worker_busy, while BUSY */
+    uint8_t run;         /* enum run_kind, while BUSY */
+    uint8_t cap;
+    uint8_t paused;      /* reading stopped: its client's output is over high water */
+    uint8_t removed;     /* dropped by a reload: goes when idle */
+    uint8_t resolved;    /* sa holds its address */
+    uint8_t timed_out;   /* its connection is being dropped for query_timeout */
+    uint8_t is_error;    /* the reply being relayed is a q error */
+    int swallow;         /* chaser replies to drop before the request's own */
+    struct wmsg msg;
+    uint64_t serial;     /* names it to pool jobs (resolution) */
+    struct group *grp;
+    TAILQ_ENTRY(worker) glink;
+    char addr[300];
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    struct client *cl;   /* client of the current request; NULL once it is gone */
+    uint32_t last_id, last_gen; /* the client it served last: gets its async messages when idle */
+    uint64_t req_seq;
+    struct inbuf coll;   /* a message collected whole */
+    int64_t backoff;     /* ms */
+    struct bnodelist bq;    /* broadcasts to send before the next request */
+    struct bnodelist bsent; /* broadcasts sent, not yet known to have run: until a run's
+                             * chaser returns, the worker is running that client's messages */
+    int64_t t_start_us;
+    uint64_t served, errors, dropped;
+    struct hist lat;
+};
+
+static inline struct worker *worker_of(struct conn *c) { return (struct worker *)c; }
+static inline int worker_is_up(const struct worker *w) { return w->st == WS_IDLE || w->st == WS_BUSY; }
+
+/* ---- worker.c --------------------------------------------------------------------------- */
+extern const struct connops worker_connops;
+extern const struct backend_ops worker_backend;
+struct worker *worker_new(struct gw *g, struct group *grp, const char *addr);
+void worker_free_conn(struct conn *c);
+/* The one setter of a worker's state: keeps the group's idle list and count of workers up. */
+void worker_set_state(struct gw *g, struct worker *w, enum worker_state st);
+/* The one setter of a busy worker's sub-state. */
+void worker_set_busy(struct worker *w, enum worker_busy b);
+const char *worker_state_name(int st);
+/* A reader resolved a worker's address (the job of kind JK_RESOLVE). */
+void worker_resolved_loop(struct gw *g, struct job *j);
+/* A reload dropped it: close now if idle or down, after its request if busy. */
+void worker_remove_loop(struct gw *g, struct worker *w);
+int worker_busy_count(const struct gw *g);
+void worker_arm_query_timer(struct gw *g, struct worker *w);
+
+/* ---- relay.c ---------------------------------------------------------------------------- */
+/* Send c's head request (and async ones right behind it) to idle worker w, the broadcasts w
+ * owes first; c NULL: the broadcasts alone. */
+void relay_start_loop(struct gw *g, struct worker *w, struct client *c);
+/* Read and route what the worker sent, within the read budget. */
+void relay_read_loop(struct gw *g, struct worker *w);
+/* The client of w's request has gone. */
+void relay_client_gone_loop(struct gw *g, struct worker *w);
+void relay_resume_loop(struct gw *g, struct worker *w);
+void relay_pause_loop(struct gw *g, struct worker *w);
+/* The worker's connection is gone: fail or finish its request (reason: timeout or loss). */
+void relay_lost_loop(struct gw *g, struct worker *w);
+void relay_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
+
+/* ---- broadcast.c ------------------------------------------------------------------------ */
+/* Queue broadcast message r of client c on every worker of grp that is up; how many. */
+int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, struct req *r);
+/* Send what w owes (and what releasing those queues next: a client's following broadcasts),
+ * a chaser after each sender's run; returns the chasers sent. */
+int broadcast_send_loop(struct gw *g, struct worker *w);
+/* A chaser came back: the sent broadcasts of one sender ran. lost: all went down with the
+ * worker (told to the test hook). */
+void broadcast_forget_sent(struct gw *g, struct worker *w, int lost);
+/* Broadcasts queued on or sent to a worker that went down are dropped (reported lost). */
+void broadcast_drop_loop(struct gw *g, struct worker *w);
+void broadcast_free(struct worker *w);
+
+#endif
