@@ -32,7 +32,7 @@ UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/bench-codec $(B)/gw30
 GW_BIN    := $(B)/qgate
 
-.PHONY: all bins unit sim test-sim test test-unit test-integration test-interop test-tsan demo bench deps-test clean bench-codec
+.PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-tsan demo bench deps-test clean bench-codec
 all: bins
 
 bins: $(GW_BIN) $(BENCH_BIN)
@@ -89,7 +89,7 @@ deps-test:
 	@tests/deps.sh
 
 test: deps-test
-	$(MAKE) --no-print-directory SANITIZE=address test-unit test-sim test-integration test-interop
+	$(MAKE) --no-print-directory SANITIZE=address test-layering test-unit test-sim test-integration test-interop
 	$(MAKE) --no-print-directory SANITIZE=thread test-tsan
 	$(MAKE) --no-print-directory fuzz-smoke
 	@echo "make test: all passed"
@@ -100,6 +100,10 @@ TSAN_UNITS := $(B)/tests/test_pool $(B)/tests/test_gateway
 test-tsan: $(TSAN_UNITS) bins
 	@set -e; for t in $(TSAN_UNITS); do echo "== $$t (tsan)"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" $$t; done
 	@echo "== tests/integration/test_gateway.sh (tsan)"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" BIN=$(B) bash tests/integration/test_gateway.sh
+
+# The shape of src/: includes down the layers, no cycle, pool code reaching no loop function.
+test-layering: $(B)/libqgate.a
+	@echo "== tests/layering"; bash tests/layering/selftest.sh $(B)/libqgate.a
 
 test-unit: unit
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done

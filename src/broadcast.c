@@ -18,7 +18,7 @@ static void bmsg_release(struct gw *g, struct bmsg *m)
 {
     if (--m->refs > 0)
         return;
-    struct conn *x = conn_lookup(g, m->cl_id, m->cl_gen);
+    struct conn *x = conn_lookup_loop(g, m->cl_id, m->cl_gen);
     if (x && x->kind == CONN_CLIENT) {
         struct client *c = client_of(x);
         struct req *h = client_head(c);
@@ -30,7 +30,7 @@ static void bmsg_release(struct gw *g, struct bmsg *m)
 
 /* Sent broadcasts ran (the chaser after one client's run came back: one segment), or went
  * down with the worker (all: lost, told to the test hook). */
-void broadcast_forget_sent(struct gw *g, struct worker *w, int lost)
+void broadcast_forget_sent_loop(struct gw *g, struct worker *w, int lost)
 {
     while (!STAILQ_EMPTY(&w->bsent)) {
         struct bnode *b = STAILQ_FIRST(&w->bsent);
@@ -56,10 +56,10 @@ void broadcast_drop_loop(struct gw *g, struct worker *w)
         bmsg_release(g, b->m);
         free(b);
     }
-    broadcast_forget_sent(g, w, 1);
+    broadcast_forget_sent_loop(g, w, 1);
 }
 
-void broadcast_free(struct worker *w)
+void broadcast_free_loop(struct worker *w)
 {
     while (!STAILQ_EMPTY(&w->bq)) {
         struct bnode *b = STAILQ_FIRST(&w->bq);
@@ -97,7 +97,7 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
         *b = (struct bnode){.m = m, .cl_id = m->cl_id, .cl_gen = m->cl_gen, .seq = m->seq};
         STAILQ_INSERT_TAIL(&w->bq, b, link);
     }
-    g->work_pending = 1;
+    g->loop.work_pending = 1;
     return up;
 }
 

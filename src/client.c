@@ -28,7 +28,7 @@ static const char *const state_names[] = {CLIENT_STATES(ST_NAME)};
 
 const char *client_state_name(int st) { return st >= 0 && st <= CS_CLOSING ? state_names[st] : "?"; }
 
-void client_set_state(struct client *c, enum client_state st)
+void client_set_state_loop(struct client *c, enum client_state st)
 {
     log_debug(c->c.name, "state %s -> %s", client_state_name(c->st), client_state_name(st));
     c->st = (uint8_t)st;
@@ -50,7 +50,7 @@ static void on_handshake_timeout(struct gw *g, struct timer *t)
     struct client *c = of_timer(t, CLIENT_TM_STATE);
     g->handshake_failures++;
     log_info(c->c.name, "handshake not done within %lld ms", (long long)g->cfg.handshake_timeout);
-    conn_close(g, &c->c, "handshake timeout");
+    conn_close_loop(g, &c->c, "handshake timeout");
 }
 
 /* ---- accept ------------------------------------------------------------------------------- */
@@ -61,10 +61,10 @@ static void on_handshake_timeout(struct gw *g, struct timer *t)
 static void refuse_for_emfile(struct gw *g, int lfd)
 {
     g->emfile_refused++;
-    if (g->now_ms - g->emfile_logged_ms >= 1000) {
+    if (g->loop.now_ms - g->emfile_logged_ms >= 1000) {
         log_warn(NULL, "out of file descriptors: refusing connections (%llu so far)",
                  (unsigned long long)g->emfile_refused);
-        g->emfile_logged_ms = g->now_ms;
+        g->emfile_logged_ms = g->loop.now_ms;
     }
     if (g->reserve_fd < 0)
         return;
@@ -112,7 +112,7 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local)
     c->local = (uint8_t)local;
     STAILQ_INIT(&c->reqs);
     STAILQ_INIT(&c->calls);
-    if (conn_register(g, &c->c, &client_connops, CONN_CLIENT, fd, EPOLLIN | EPOLLRDHUP)) {
+    if (conn_register_loop(g, &c->c, &client_connops, CONN_CLIENT, fd, EPOLLIN | EPOLLRDHUP)) {
         close(fd);
         free(c);
         return NULL;
@@ -125,26 +125,26 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local)
         net_peer_name(fd, c->peer, sizeof c->peer);
     update_name(c);
     log_debug(c->c.name, "connected");
-    timer_arm(g, &c->c.tm[CLIENT_TM_STATE], g->now_ms + g->cfg.handshake_timeout, on_handshake_timeout);
+    timer_arm_loop(g, &c->c.tm[CLIENT_TM_STATE], g->loop.now_ms + g->cfg.handshake_timeout, on_handshake_timeout);
     return c;
 }
 
 /* ---- the pause for client_max_pending ------------------------------------------------------ */
 
-void client_check_pending(struct gw *g, struct client *c)
+void client_check_pending_loop(struct gw *g, struct client *c)
 {
-    int owes = c->ncalls && client_owes_answer(g, c);
+    int owes = c->ncalls && client_owes_answer_loop(g, c);
     int may_read = c->st == CS_READY && !g->draining && !c->eof;
     if (c->paused && owes && may_read) { /* its answer may be behind what it sent since */
         c->paused = 0;
-        conn_set_reading(g, &c->c, 1);
+        conn_set_reading_loop(g, &c->c, 1);
     } else if (!c->paused && c->pending > (size_t)g->cfg.client_max_pending && !owes) {
         c->paused = 1;
-        conn_set_reading(g, &c->c, 0);
+        conn_set_reading_loop(g, &c->c, 0);
         log_debug(c->c.name, "paused: %zu bytes of requests waiting", c->pending);
     } else if (c->paused && c->pending <= (size_t)g->cfg.client_max_pending / 2 && may_read) {
         c->paused = 0;
-        conn_set_reading(g, &c->c, 1);
+        conn_set_reading_loop(g, &c->c, 1);
     }
 }
 
@@ -154,13 +154,13 @@ void client_check_pending(struct gw *g, struct client *c)
 static void finish_handshake(struct gw *g, struct client *c)
 {
     if (c->c.fd >= 0 && outq_copy(&c->c.out, &c->cap, 1)) {
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    conn_mark_dirty(g, &c->c);
-    timer_cancel(g, &c->c.tm[CLIENT_TM_STATE]);
-    c->grp = dispatch_route(g, c->us ? c->us->name : c->user);
-    client_set_state(c, c->eof ? CS_GONE : CS_READY);
+    conn_mark_dirty_loop(g, &c->c);
+    timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STATE]);
+    c->grp = dispatch_route_loop(g, c->us ? c->us->name : c->user);
+    client_set_state_loop(c, c->eof ? CS_GONE : CS_READY);
     g->handshakes++;
     log_debug(c->c.name, "handshake: capability %d, group %s", c->cap, c->grp->cfg.name);
 }
@@ -172,7 +172,7 @@ static int check_credentials(struct gw *g, struct client *c, const struct kipc_h
     size_t clen = hs->pass_len ? hs->user_len + 1 + hs->pass_len : hs->user_len;
     if (!j || !(j->in = malloc(clen ? clen : 1))) {
         job_free(j);
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return -1;
     }
     memcpy(j->in, inbuf_data(&c->c.in), clen);
@@ -180,9 +180,9 @@ static int check_credentials(struct gw *g, struct client *c, const struct kipc_h
     j->ctx = auth_ref(g->auth);
     j->ctx_free = auth_unref;
     inbuf_consume(&c->c.in, hs->len);
-    client_set_state(c, CS_AUTH);
-    conn_set_reading(g, &c->c, 0);
-    conn_submit(g->readers, j, &c->c, 0);
+    client_set_state_loop(c, CS_AUTH);
+    conn_set_reading_loop(g, &c->c, 0);
+    conn_submit_loop(g->readers, j, &c->c, 0);
     return 0;
 }
 
@@ -195,7 +195,7 @@ static int do_handshake(struct gw *g, struct client *c)
     if (st != QG_OK) {
         g->handshake_failures++;
         log_info(c->c.name, "handshake longer than %d bytes", KIPC_HS_MAX_DEFAULT);
-        conn_close(g, &c->c, "handshake too long");
+        conn_close_loop(g, &c->c, "handshake too long");
         return -1;
     }
     snprintf(c->user, sizeof c->user, "%.*s", (int)QG_MIN(hs.user_len, sizeof c->user - 1), hs.user);
@@ -233,7 +233,7 @@ void client_users_free(struct gw *g)
     }
 }
 
-void client_set_worker(struct client *c, struct worker *w)
+void client_set_worker_loop(struct client *c, struct worker *w)
 {
     if (c->us && !c->w && w)
         c->us->inflight++;
@@ -244,19 +244,19 @@ void client_set_worker(struct client *c, struct worker *w)
 
 void client_auth_done_loop(struct gw *g, struct job *j)
 {
-    struct conn *x = conn_lookup(g, j->conn_id, j->conn_gen);
+    struct conn *x = conn_lookup_loop(g, j->conn_id, j->conn_gen);
     struct client *c = x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
     if (!c || c->st != CS_AUTH)
         return;
     if (!j->result) {
         g->handshake_failures++;
         log_warn(c->c.name, "access denied: user '%s' from %s", c->user, c->peer);
-        conn_close(g, &c->c, "bad credentials ('access)");
+        conn_close_loop(g, &c->c, "bad credentials ('access)");
         return;
     }
     struct ustate *u = user_state(g, j->text); /* the entry's exact name, not the printable one */
     if (!u) {
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return;
     }
     u->admin = (uint8_t)j->aux[0]; /* the users file as loaded now */
@@ -265,7 +265,7 @@ void client_auth_done_loop(struct gw *g, struct job *j)
     if (u->max_conns > 0 && u->conns >= u->max_conns) {
         g->handshake_failures++;
         log_warn(c->c.name, "user '%s' already has %d connections (max_conns): refused", c->user, u->conns);
-        conn_close(g, &c->c, "over max_conns ('access)");
+        conn_close_loop(g, &c->c, "over max_conns ('access)");
         return;
     }
     u->conns++;
@@ -274,8 +274,8 @@ void client_auth_done_loop(struct gw *g, struct job *j)
     if (c->c.closing)
         return;
     if (!c->eof)
-        conn_set_reading(g, &c->c, 1);
-    client_take_messages(g, c);
+        conn_set_reading_loop(g, &c->c, 1);
+    client_take_messages_loop(g, c);
 }
 
 void client_users_reloaded_loop(struct gw *g)
@@ -320,7 +320,7 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
     if (c->c.closing || c->eof)
         return;
     if (c->st == CS_HANDSHAKE || c->st == CS_LINGER) {
-        conn_close(g, &c->c, why);
+        conn_close_loop(g, &c->c, why);
         return;
     }
     drain_input(c);
@@ -329,15 +329,15 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
               inbuf_avail(&c->c.in));
     c->eof = 1;
     c->paused = 0;
-    timer_cancel(g, &c->c.tm[CLIENT_TM_STALL]);
-    conn_drop_socket(g, &c->c);
+    timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STALL]);
+    conn_drop_socket_loop(g, &c->c);
     if (c->w)
         g->back->client_gone(g, c->w); /* its reply is drained */
     client_cancel_calls_loop(g, c, NULL); /* a worker waiting on a callback gets an error */
     if (c->st == CS_AUTH) /* the credentials check returns first */
         return;
-    client_set_state(c, CS_GONE);
-    client_take_messages(g, c);
+    client_set_state_loop(c, CS_GONE);
+    client_take_messages_loop(g, c);
 }
 
 static void on_gone(struct gw *g, struct conn *x, const char *why) { client_peer_gone_loop(g, client_of(x), why); }
@@ -355,7 +355,7 @@ static void read_some(struct gw *g, struct client *c)
             want = QG_MAX(want, (size_t)h.len - avail); /* grows with what arrives */
         want = QG_MIN(want, budget);
         if (inbuf_reserve(&c->c.in, avail + want)) {
-            conn_close(g, &c->c, "out of memory");
+            conn_close_loop(g, &c->c, "out of memory");
             return;
         }
         ssize_t n = read(c->c.fd, c->c.in.p + c->c.in.len, want);
@@ -373,27 +373,27 @@ static void read_some(struct gw *g, struct client *c)
         if (c->st == CS_HANDSHAKE && do_handshake(g, c))
             return;
         if (c->st == CS_READY && !c->c.in_backlog)
-            client_take_messages(g, c);
+            client_take_messages_loop(g, c);
         if ((size_t)n < want)
             break;
     }
     if (budget == 0)
-        g->work_pending = 1;
+        g->loop.work_pending = 1;
 }
 
 static void on_linger_timeout(struct gw *g, struct timer *t)
 {
-    conn_close(g, &of_timer(t, CLIENT_TM_STATE)->c, "closed after a bad message");
+    conn_close_loop(g, &of_timer(t, CLIENT_TM_STATE)->c, "closed after a bad message");
 }
 
 /* Everything owed was sent after a bad message: shut our side, drain theirs, then close. */
 static void linger(struct gw *g, struct client *c)
 {
-    client_set_state(c, CS_LINGER);
+    client_set_state_loop(c, CS_LINGER);
     shutdown(c->c.fd, SHUT_WR);
     c->paused = 0;
-    conn_set_reading(g, &c->c, 1);
-    timer_arm(g, &c->c.tm[CLIENT_TM_STATE], g->now_ms + 2000, on_linger_timeout);
+    conn_set_reading_loop(g, &c->c, 1);
+    timer_arm_loop(g, &c->c.tm[CLIENT_TM_STATE], g->loop.now_ms + 2000, on_linger_timeout);
 }
 
 /* Read and drop whatever the client still sends, until it closes. */
@@ -406,7 +406,7 @@ static void linger_read(struct gw *g, struct client *c)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return;
-        conn_close(g, &c->c, "closed after a bad message");
+        conn_close_loop(g, &c->c, "closed after a bad message");
         return;
     }
 }
@@ -434,7 +434,7 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
 
 /* ---- the output bound ------------------------------------------------------------------------ */
 
-int client_output_full(const struct gw *g, const struct client *c)
+int client_output_full_loop(const struct gw *g, const struct client *c)
 {
     return conn_pending(&c->c) > (size_t)g->cfg.client_high_water;
 }
@@ -444,14 +444,14 @@ static void on_stall_timeout(struct gw *g, struct timer *t)
     struct client *c = of_timer(t, CLIENT_TM_STALL);
     if (!c->c.out.bytes && !c->c.piped)
         return;
-    int64_t quiet = g->now_ms - c->stall_since;
+    int64_t quiet = g->loop.now_ms - c->stall_since;
     if (quiet < g->cfg.client_stall_timeout) {
-        timer_arm(g, t, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
+        timer_arm_loop(g, t, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
         return;
     }
     g->stalls++;
     log_info(c->c.name, "accepted no byte of %zu waiting for %lld ms", c->c.out.bytes + c->c.piped, (long long)quiet);
-    conn_close(g, &c->c, "stalled: accepted no byte of its reply within client_stall_timeout");
+    conn_close_loop(g, &c->c, "stalled: accepted no byte of its reply within client_stall_timeout");
 }
 
 /* After a flush: output drained below the low-water mark lets its worker stream again and its
@@ -461,7 +461,7 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
     struct client *c = client_of(x);
     size_t now = conn_pending(x);
     if (!x->piped && !c->w)
-        conn_pipe_close(x); /* memory follows active connections */
+        conn_pipe_close_loop(x); /* memory follows active connections */
     if (c->w && now <= (size_t)g->cfg.client_low_water)
         g->back->resume(g, c->w);
     if (before > (size_t)g->cfg.client_low_water && now <= (size_t)g->cfg.client_low_water) {
@@ -477,15 +477,15 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
     }
     struct timer *t = &x->tm[CLIENT_TM_STALL];
     if (!now) {
-        timer_cancel(g, t);
+        timer_cancel_loop(g, t);
         return;
     }
     if (g->cfg.client_stall_timeout <= 0)
         return;
     if (wrote || !t->pos) /* the clock starts, or starts again, with a byte accepted */
-        c->stall_since = g->now_ms;
+        c->stall_since = g->loop.now_ms;
     if (!t->pos)
-        timer_arm(g, t, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
+        timer_arm_loop(g, t, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
 }
 
 void client_pause_all_loop(struct gw *g)
@@ -494,7 +494,7 @@ void client_pause_all_loop(struct gw *g)
         struct conn *x = g->tab[id];
         if (x && x->kind == CONN_CLIENT && !x->closing) {
             client_of(x)->paused = 1;
-            conn_set_reading(g, x, 0);
+            conn_set_reading_loop(g, x, 0);
         }
     }
 }
@@ -507,11 +507,11 @@ static void on_close(struct gw *g, struct conn *x, const char *why)
     log_at(c->st == CS_READY || c->st == CS_GONE ? LOG_INFO : LOG_DEBUG, x->name, "closed: %s", why);
     if (c->w) {
         g->back->client_gone(g, c->w); /* its reply is drained and dropped */
-        client_set_worker(c, NULL);
+        client_set_worker_loop(c, NULL);
     }
     if (c->us)
         c->us->conns--;
-    client_requests_free(g, c);
+    client_requests_free_loop(g, c);
     g->nclients--;
 }
 
@@ -525,7 +525,7 @@ const struct connops client_connops = {
     .free = client_free,
 };
 
-struct client *client_by_serial(struct gw *g, uint64_t serial)
+struct client *client_by_serial_loop(struct gw *g, uint64_t serial)
 {
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *x = g->tab[id];
@@ -535,7 +535,7 @@ struct client *client_by_serial(struct gw *g, uint64_t serial)
     return NULL;
 }
 
-struct clients_snapshot *client_snapshot(struct gw *g)
+struct clients_snapshot *client_snapshot_loop(struct gw *g)
 {
     struct clients_snapshot *s = calloc(1, sizeof *s + (size_t)g->nclients * sizeof s->rows[0]);
     if (!s)

@@ -36,7 +36,7 @@ enum client_state { CLIENT_STATES(ST_ENUM) };
  *   WAITING (behind the head) -> CHECKING (a reader validates its body) -> WAITING
  *   WAITING -> QUEUED (on its group's queue) -> RUNNING (on a worker, or broadcast)
  *   WAITING -> LOCAL (a pool job is making its reply) -> READY (reply bytes held) -> sent
- * req_set_state is the one setter: QUEUED is being on the group's queue. */
+ * req_set_state_loop is the one setter: QUEUED is being on the group's queue. */
 #define REQ_STATES(X) X(WAITING) X(CHECKING) X(QUEUED) X(RUNNING) X(LOCAL) X(READY)
 #define ST_ENUM(e) RS_##e,
 enum req_state { REQ_STATES(ST_ENUM) };
@@ -116,24 +116,24 @@ extern const struct frontend_ops client_frontend;
 /* Take a connected client socket (from accept, or a test): returns the client, or NULL (fd closed). */
 struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local);
 /* The one setter of a client's state. */
-void client_set_state(struct client *c, enum client_state st);
+void client_set_state_loop(struct client *c, enum client_state st);
 const char *client_state_name(int st);
 /* Reading stops past client_max_pending bytes held (unless it owes a callback an answer), and
  * goes on below half of it. */
-void client_check_pending(struct gw *g, struct client *c);
+void client_check_pending_loop(struct gw *g, struct client *c);
 /* Its input ended (EOF, reset, a failed write): what it sent still runs, with the replies
  * dropped; it is closed when the last one is done. */
 void client_peer_gone_loop(struct gw *g, struct client *c, const char *why);
 /* A reader checked the credentials of a client in AUTH (the job of kind JK_AUTH). */
 void client_auth_done_loop(struct gw *g, struct job *j);
 /* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */
-int client_output_full(const struct gw *g, const struct client *c);
+int client_output_full_loop(const struct gw *g, const struct client *c);
 /* The one setter of the worker running c's head request; keeps the user's count. */
-void client_set_worker(struct client *c, struct worker *w);
+void client_set_worker_loop(struct client *c, struct worker *w);
 /* The client with this serial (as shown by .qgate.clients[]), or NULL. */
-struct client *client_by_serial(struct gw *g, uint64_t serial);
+struct client *client_by_serial_loop(struct gw *g, uint64_t serial);
 /* The .qgate.clients[] snapshot (malloc'd). */
-struct clients_snapshot *client_snapshot(struct gw *g);
+struct clients_snapshot *client_snapshot_loop(struct gw *g);
 /* SIGTERM: nothing more is read from any client. */
 void client_pause_all_loop(struct gw *g);
 /* The users file changed (a reload): connected users get its admin flags and limits. */
@@ -143,10 +143,10 @@ void client_users_free(struct gw *g);
 /* ---- request.c -------------------------------------------------------------------------- */
 /* The one setter of a request's state: QUEUED puts the client on its group's queue, leaving
  * QUEUED takes it off. */
-void req_set_state(struct gw *g, struct client *c, struct req *r, enum req_state st);
+void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st);
 void req_free(struct req *r);
 /* Turn whole messages at the front of the input into requests (frames budget permitting). */
-void client_take_messages(struct gw *g, struct client *c);
+void client_take_messages_loop(struct gw *g, struct client *c);
 /* Take the messages that the frames budget left in clients' buffers. */
 void client_backlog_loop(struct gw *g);
 /* Start the head request if it is waiting, and send every finished reply at the head; loops
@@ -170,10 +170,10 @@ int client_callback_loop(struct gw *g, struct client *c, const struct conn *w);
 /* c will not answer w's callbacks (NULL: anyone's): each such worker is told so. */
 void client_cancel_calls_loop(struct gw *g, struct client *c, const struct conn *w);
 /* Does a worker wait for c's answer to a callback? */
-int client_owes_answer(struct gw *g, const struct client *c);
+int client_owes_answer_loop(struct gw *g, const struct client *c);
 /* Drop every request and callback of a client that is closing. */
-void client_requests_free(struct gw *g, struct client *c);
+void client_requests_free_loop(struct gw *g, struct client *c);
 /* A client whose input ended goes once everything it sent has run. */
-void client_finish_if_gone(struct gw *g, struct client *c);
+void client_finish_if_gone_loop(struct gw *g, struct client *c);
 
 #endif

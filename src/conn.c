@@ -70,9 +70,9 @@ static int alloc_id(struct gw *g, uint32_t *id)
 }
 
 /* Workers live in their own epoll set (served between batches), everything else in the main one. */
-static int epfd_of(const struct gw *g, const struct conn *c) { return c->kind == CONN_WORKER ? g->wepfd : g->epfd; }
+static int backend(const struct conn *c) { return c->kind == CONN_WORKER; }
 
-int conn_register(struct gw *g, struct conn *c, const struct connops *ops, int kind, int fd, uint32_t events)
+int conn_register_loop(struct gw *g, struct conn *c, const struct connops *ops, int kind, int fd, uint32_t events)
 {
     uint32_t id;
     if (alloc_id(g, &id))
@@ -84,7 +84,7 @@ int conn_register(struct gw *g, struct conn *c, const struct connops *ops, int k
     c->fd = fd;
     c->closing = 0;
     c->events = events;
-    if (loop_watch(g, fd, &c->ev, events, kind == CONN_WORKER)) {
+    if (loop_watch(g, fd, &c->ev, events, backend(c))) {
         free_id(g, id);
         c->fd = -1;
         return -1;
@@ -94,31 +94,30 @@ int conn_register(struct gw *g, struct conn *c, const struct connops *ops, int k
     return 0;
 }
 
-struct conn *conn_lookup(struct gw *g, uint32_t id, uint32_t gen)
+struct conn *conn_lookup_loop(struct gw *g, uint32_t id, uint32_t gen)
 {
     if (id >= g->tab_cap || !g->tab[id] || g->gens[id] != gen)
         return NULL;
     return g->tab[id];
 }
 
-void conn_set_events(struct gw *g, struct conn *c, uint32_t events)
+void conn_set_events_loop(struct gw *g, struct conn *c, uint32_t events)
 {
     if (c->events == events || c->fd < 0 || !c->registered)
         return;
-    struct epoll_event ev = {.events = events, .data.ptr = &c->ev};
-    if (epoll_ctl(epfd_of(g, c), EPOLL_CTL_MOD, c->fd, &ev) == 0)
+    if (loop_modify_loop(g, c->fd, &c->ev, events, backend(c)) == 0)
         c->events = events;
 }
 
-void conn_set_reading(struct gw *g, struct conn *c, int on)
+void conn_set_reading_loop(struct gw *g, struct conn *c, int on)
 {
     uint32_t bits = EPOLLIN | EPOLLRDHUP;
-    conn_set_events(g, c, on ? c->events | bits : c->events & ~bits);
+    conn_set_events_loop(g, c, on ? c->events | bits : c->events & ~bits);
 }
 
 /* ---- the lists ---------------------------------------------------------------------------- */
 
-void conn_mark_dirty(struct gw *g, struct conn *c)
+void conn_mark_dirty_loop(struct gw *g, struct conn *c)
 {
     if (c->dirty || c->closing || c->fd < 0)
         return;
@@ -127,7 +126,7 @@ void conn_mark_dirty(struct gw *g, struct conn *c)
     g->ndirty++;
 }
 
-void conn_unmark_dirty(struct gw *g, struct conn *c)
+void conn_unmark_dirty_loop(struct gw *g, struct conn *c)
 {
     if (!c->dirty)
         return;
@@ -136,16 +135,16 @@ void conn_unmark_dirty(struct gw *g, struct conn *c)
     c->dirty = 0;
 }
 
-void conn_backlog_add(struct gw *g, struct conn *c)
+void conn_backlog_add_loop(struct gw *g, struct conn *c)
 {
     if (c->in_backlog || c->closing)
         return;
     c->in_backlog = 1;
     TAILQ_INSERT_TAIL(&g->backlog, c, backlog_link);
-    g->work_pending = 1;
+    g->loop.work_pending = 1;
 }
 
-void conn_backlog_remove(struct gw *g, struct conn *c)
+void conn_backlog_remove_loop(struct gw *g, struct conn *c)
 {
     if (!c->in_backlog)
         return;
@@ -153,11 +152,11 @@ void conn_backlog_remove(struct gw *g, struct conn *c)
     c->in_backlog = 0;
 }
 
-struct conn *conn_backlog_pop(struct gw *g)
+struct conn *conn_backlog_pop_loop(struct gw *g)
 {
     struct conn *c = TAILQ_FIRST(&g->backlog);
     if (c)
-        conn_backlog_remove(g, c);
+        conn_backlog_remove_loop(g, c);
     return c;
 }
 
@@ -167,17 +166,17 @@ void connq_init(struct connq *q)
     q->n = 0;
 }
 
-void conn_queue_in(struct connq *q, struct conn *c)
+void conn_queue_in_loop(struct connq *q, struct conn *c)
 {
     if (c->q == q)
         return;
-    conn_queue_out(c);
+    conn_queue_out_loop(c);
     TAILQ_INSERT_TAIL(&q->h, c, qlink);
     q->n++;
     c->q = q;
 }
 
-void conn_queue_out(struct conn *c)
+void conn_queue_out_loop(struct conn *c)
 {
     if (!c->q)
         return;
@@ -188,13 +187,13 @@ void conn_queue_out(struct conn *c)
 
 /* ---- output ------------------------------------------------------------------------------- */
 
-void conn_push_whole(struct gw *g, struct conn *c, struct chunk *ch)
+void conn_push_whole_loop(struct gw *g, struct conn *c, struct chunk *ch)
 {
     outq_push(c->streaming ? &c->held : &c->out, ch);
-    conn_mark_dirty(g, c);
+    conn_mark_dirty_loop(g, c);
 }
 
-void conn_stream_end(struct gw *g, struct conn *c)
+void conn_stream_end_loop(struct gw *g, struct conn *c)
 {
     c->streaming = 0;
     if (!c->held.head)
@@ -205,10 +204,10 @@ void conn_stream_end(struct gw *g, struct conn *c)
         outq_push(&c->out, ch);
     }
     c->held = (struct outq){0};
-    conn_mark_dirty(g, c);
+    conn_mark_dirty_loop(g, c);
 }
 
-size_t conn_pipe_room(struct conn *c)
+size_t conn_pipe_room_loop(struct conn *c)
 {
     if (!c->has_pipe) {
         int p[2];
@@ -225,7 +224,7 @@ size_t conn_pipe_room(struct conn *c)
     return c->pipe_cap - c->piped;
 }
 
-void conn_pipe_close(struct conn *c)
+void conn_pipe_close_loop(struct conn *c)
 {
     if (c->has_pipe) {
         close(c->pipe_rd);
@@ -241,7 +240,7 @@ static void write_failed(struct gw *g, struct conn *c, const char *why)
     if (conn_ops(c)->on_gone)
         conn_ops(c)->on_gone(g, c, why);
     else
-        conn_close(g, c, why);
+        conn_close_loop(g, c, why);
 }
 
 int conn_pipe_flush_loop(struct gw *g, struct conn *c)
@@ -262,8 +261,8 @@ int conn_pipe_flush_loop(struct gw *g, struct conn *c)
         return -1;
     }
     if (c->piped && !budget) {
-        conn_mark_dirty(g, c);
-        g->work_pending = 1;
+        conn_mark_dirty_loop(g, c);
+        g->loop.work_pending = 1;
     }
     return 0;
 }
@@ -274,7 +273,7 @@ static void want_out(struct gw *g, struct conn *c)
     int want = (c->out.bytes > 0 || c->piped > 0) && !c->dirty;
     if (want != c->want_out) {
         c->want_out = (uint8_t)want;
-        conn_set_events(g, c, want ? c->events | EPOLLOUT : c->events & ~(uint32_t)EPOLLOUT);
+        conn_set_events_loop(g, c, want ? c->events | EPOLLOUT : c->events & ~(uint32_t)EPOLLOUT);
     }
 }
 
@@ -292,8 +291,8 @@ int conn_flush_loop(struct gw *g, struct conn *c)
             return -1;
         }
         if (c->out.bytes && (size_t)w >= (size_t)g->cfg.write_budget) {
-            conn_mark_dirty(g, c); /* budget used up: more next iteration */
-            g->work_pending = 1;
+            conn_mark_dirty_loop(g, c); /* budget used up: more next iteration */
+            g->loop.work_pending = 1;
         }
     }
     want_out(g, c);
@@ -308,20 +307,20 @@ void gw_flush_dirty_loop(struct gw *g)
      * next iteration; a connection closed meanwhile has left the list */
     for (int n = g->ndirty; n > 0 && !TAILQ_EMPTY(&g->dirty); n--) {
         struct conn *c = TAILQ_FIRST(&g->dirty);
-        conn_unmark_dirty(g, c);
+        conn_unmark_dirty_loop(g, c);
         conn_flush_loop(g, c);
     }
 }
 
 /* ---- teardown ----------------------------------------------------------------------------- */
 
-void conn_drop_socket(struct gw *g, struct conn *c)
+void conn_drop_socket_loop(struct gw *g, struct conn *c)
 {
-    conn_unmark_dirty(g, c);
-    conn_pipe_close(c);
+    conn_unmark_dirty_loop(g, c);
+    conn_pipe_close_loop(c);
     if (c->fd >= 0) {
         if (c->registered)
-            epoll_ctl(epfd_of(g, c), EPOLL_CTL_DEL, c->fd, NULL);
+            loop_unwatch_loop(g, c->fd, backend(c));
         close(c->fd);
     }
     c->fd = -1;
@@ -336,18 +335,18 @@ void conn_drop_socket(struct gw *g, struct conn *c)
 /* Off every list it can be on, its timers cancelled. */
 static void leave_lists(struct gw *g, struct conn *c)
 {
-    conn_unmark_dirty(g, c);
-    conn_backlog_remove(g, c);
-    conn_queue_out(c);
+    conn_unmark_dirty_loop(g, c);
+    conn_backlog_remove_loop(g, c);
+    conn_queue_out_loop(c);
     for (int i = 0; i < CONN_TIMERS; i++)
-        timer_cancel(g, &c->tm[i]);
+        timer_cancel_loop(g, &c->tm[i]);
 }
 
 /* Release the socket and the id; the struct lives on until the end of the iteration (clients)
  * or until it leaves the configuration (workers reconnect under the same struct). */
 static void detach(struct gw *g, struct conn *c)
 {
-    conn_drop_socket(g, c);
+    conn_drop_socket_loop(g, c);
     if (c->id < g->tab_cap && g->tab[c->id] == c) {
         g->tab[c->id] = NULL;
         g->gens[c->id]++;
@@ -356,7 +355,7 @@ static void detach(struct gw *g, struct conn *c)
     inbuf_free(&c->in);
 }
 
-void conn_close(struct gw *g, struct conn *c, const char *why)
+void conn_close_loop(struct gw *g, struct conn *c, const char *why)
 {
     if (c->closing || (c->kind == CONN_WORKER && c->fd < 0))
         return;
@@ -367,12 +366,12 @@ void conn_close(struct gw *g, struct conn *c, const char *why)
     conn_ops(c)->on_close(g, c, why); /* the kind's teardown: it logs why */
     detach(g, c);
     if (c->kind == CONN_CLIENT)
-        conn_free_later(g, c); /* a client goes for good */
+        conn_free_later_loop(g, c); /* a client goes for good */
     else if (!c->doomed)
         c->closing = 0; /* a worker connects again under the same struct */
 }
 
-void conn_free_later(struct gw *g, struct conn *c)
+void conn_free_later_loop(struct gw *g, struct conn *c)
 {
     leave_lists(g, c);
     c->closing = 1;
@@ -390,7 +389,7 @@ void conn_reap_loop(struct gw *g)
     }
 }
 
-void conn_submit(struct pool *p, struct job *j, const struct conn *c, uint64_t seq)
+void conn_submit_loop(struct pool *p, struct job *j, const struct conn *c, uint64_t seq)
 {
     j->conn_id = c->id;
     j->conn_gen = c->gen;

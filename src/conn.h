@@ -75,22 +75,22 @@ static inline const struct connops *conn_ops(const struct conn *c) { return (con
 
 /* Register a new connection of kind (its id and generation) with epoll (workers in the set
  * served between batches). 0 or -1 (fd left to the caller). */
-int conn_register(struct gw *g, struct conn *c, const struct connops *ops, int kind, int fd, uint32_t events);
+int conn_register_loop(struct gw *g, struct conn *c, const struct connops *ops, int kind, int fd, uint32_t events);
 /* The live connection with this id and generation, or NULL (gone or reused). */
-struct conn *conn_lookup(struct gw *g, uint32_t id, uint32_t gen);
-void conn_set_events(struct gw *g, struct conn *c, uint32_t events);
+struct conn *conn_lookup_loop(struct gw *g, uint32_t id, uint32_t gen);
+void conn_set_events_loop(struct gw *g, struct conn *c, uint32_t events);
 /* Reading on or off (EPOLLIN | EPOLLRDHUP). */
-void conn_set_reading(struct gw *g, struct conn *c, int on);
+void conn_set_reading_loop(struct gw *g, struct conn *c, int on);
 
 /* The lists. Each is entered and left here only. */
-void conn_mark_dirty(struct gw *g, struct conn *c);    /* output queued: flush this iteration */
-void conn_unmark_dirty(struct gw *g, struct conn *c);
-void conn_backlog_add(struct gw *g, struct conn *c);   /* whole messages left over by a budget */
+void conn_mark_dirty_loop(struct gw *g, struct conn *c);    /* output queued: flush this iteration */
+void conn_unmark_dirty_loop(struct gw *g, struct conn *c);
+void conn_backlog_add_loop(struct gw *g, struct conn *c);   /* whole messages left over by a budget */
 /* Take the backlog's oldest off it, or NULL. */
-struct conn *conn_backlog_pop(struct gw *g);
-void conn_backlog_remove(struct gw *g, struct conn *c);
-void conn_queue_in(struct connq *q, struct conn *c);   /* onto a group's queue or idle list */
-void conn_queue_out(struct conn *c);                   /* off whichever it is on */
+struct conn *conn_backlog_pop_loop(struct gw *g);
+void conn_backlog_remove_loop(struct gw *g, struct conn *c);
+void conn_queue_in_loop(struct connq *q, struct conn *c);   /* onto a group's queue or idle list */
+void conn_queue_out_loop(struct conn *c);                   /* off whichever it is on */
 void connq_init(struct connq *q);
 static inline struct conn *connq_first(const struct connq *q) { return TAILQ_FIRST(&q->h); }
 static inline struct conn *connq_next(const struct conn *c) { return TAILQ_NEXT(c, qlink); }
@@ -99,14 +99,14 @@ static inline struct conn *connq_next(const struct conn *c) { return TAILQ_NEXT(
 /* Bytes waiting: queued, piped and held. */
 static inline size_t conn_pending(const struct conn *c) { return c->out.bytes + c->piped + c->held.bytes; }
 /* A whole message from elsewhere: into out, or held while a message is being streamed. */
-void conn_push_whole(struct gw *g, struct conn *c, struct chunk *ch);
+void conn_push_whole_loop(struct gw *g, struct conn *c, struct chunk *ch);
 /* The message being streamed into out has ended: what was held goes out now. */
-void conn_stream_end(struct gw *g, struct conn *c);
+void conn_stream_end_loop(struct gw *g, struct conn *c);
 /* Room in the splice pipe (made on first use); 0 if splicing is not possible. */
-size_t conn_pipe_room(struct conn *c);
+size_t conn_pipe_room_loop(struct conn *c);
 /* Send what the pipe holds; -1 if the connection failed (its on_gone ran). */
 int conn_pipe_flush_loop(struct gw *g, struct conn *c);
-void conn_pipe_close(struct conn *c);
+void conn_pipe_close_loop(struct conn *c);
 /* Write what is pending within the write budget (the pipe first). -1 if the connection failed. */
 int conn_flush_loop(struct gw *g, struct conn *c);
 /* Write what connections have pending (step 6 of the iteration). */
@@ -114,12 +114,12 @@ void gw_flush_dirty_loop(struct gw *g);
 
 /* Close the socket but keep the connection (its id stays valid), dropping its output: a client
  * whose input ended while its requests still run. */
-void conn_drop_socket(struct gw *g, struct conn *c);
+void conn_drop_socket_loop(struct gw *g, struct conn *c);
 /* The one teardown path: log why, take it off every list and cancel its timers, run its
  * kind's teardown, release the id; freed (clients) at the end of the iteration. */
-void conn_close(struct gw *g, struct conn *c, const char *why);
+void conn_close_loop(struct gw *g, struct conn *c, const char *why);
 /* Put a connection on the closed list (a worker leaving the configuration). */
-void conn_free_later(struct gw *g, struct conn *c);
+void conn_free_later_loop(struct gw *g, struct conn *c);
 /* Free the connections closed during this iteration (their kind's free). */
 void conn_reap_loop(struct gw *g);
 
@@ -127,6 +127,6 @@ struct pool;
 struct job;
 /* Send job to pool for connection c's request seq: its completion names (id, generation), so
  * one for a connection that has gone, or whose id was reused, is dropped. */
-void conn_submit(struct pool *p, struct job *j, const struct conn *c, uint64_t seq);
+void conn_submit_loop(struct pool *p, struct job *j, const struct conn *c, uint64_t seq);
 
 #endif

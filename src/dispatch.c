@@ -8,7 +8,7 @@
 #include "gw.h"
 #include "log.h"
 
-struct group *dispatch_group_add(struct gw *g, const struct group_cfg *gc)
+struct group *dispatch_group_add_loop(struct gw *g, const struct group_cfg *gc)
 {
     if (g->ngroups == CFG_MAX_GROUPS)
         return NULL;
@@ -22,7 +22,7 @@ struct group *dispatch_group_add(struct gw *g, const struct group_cfg *gc)
     return grp;
 }
 
-struct group *dispatch_group_find(struct gw *g, const char *name)
+struct group *dispatch_group_find_loop(struct gw *g, const char *name)
 {
     for (int i = 0; i < g->ngroups; i++)
         if (!strcmp(g->groups[i].cfg.name, name))
@@ -39,7 +39,7 @@ static int in_list(const char *list, const char *user)
     return 0;
 }
 
-struct group *dispatch_route(struct gw *g, const char *user)
+struct group *dispatch_route_loop(struct gw *g, const char *user)
 {
     for (int i = 0; i < g->ngroups; i++)
         if (g->groups[i].cfg.users[0] && in_list(g->groups[i].cfg.users, user))
@@ -50,15 +50,15 @@ struct group *dispatch_route(struct gw *g, const char *user)
     return &g->groups[0];
 }
 
-int dispatch_full(const struct gw *g, const struct group *grp)
+int dispatch_full_loop(const struct gw *g, const struct group *grp)
 {
     return grp->queue.n >= g->cfg.max_queue && !grp->idle.n;
 }
 
 void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq)
 {
-    conn_queue_in(&grp->queue, client);
-    g->work_pending = 1; /* dispatched this iteration */
+    conn_queue_in_loop(&grp->queue, client);
+    g->loop.work_pending = 1; /* dispatched this iteration */
     log_debug(client->name, "request %llu queued in group %s (%d waiting)", (unsigned long long)seq, grp->cfg.name,
               grp->queue.n);
 }

@@ -24,8 +24,8 @@ struct group {
     int index;
     struct workerlist workers; /* every worker of the group, in configuration order */
     int nworkers;
-    struct connq idle;   /* workers IDLE (worker_set_state keeps it) */
-    struct connq queue;  /* clients whose head request is QUEUED (req_set_state keeps it) */
+    struct connq idle;   /* workers IDLE (worker_set_state_loop keeps it) */
+    struct connq queue;  /* clients whose head request is QUEUED (req_set_state_loop keeps it) */
     int nup;             /* workers connected (IDLE or BUSY) */
     uint8_t unavailable; /* none up and the last attempt to connect one failed */
 };
@@ -60,14 +60,14 @@ struct backend_ops {
 };
 
 /* The groups (g->groups), set up by the gateway. */
-struct group *dispatch_group_add(struct gw *g, const struct group_cfg *gc);
-struct group *dispatch_group_find(struct gw *g, const char *name);
+struct group *dispatch_group_add_loop(struct gw *g, const struct group_cfg *gc);
+struct group *dispatch_group_find_loop(struct gw *g, const char *name);
 /* The group a user is routed to: the first listing it in users, else the first listing none. */
-struct group *dispatch_route(struct gw *g, const char *user);
+struct group *dispatch_route_loop(struct gw *g, const char *user);
 /* Are max_queue clients waiting already, with no worker idle? (Then a sync request is refused;
  * an async message cannot be answered: it always waits its turn.) */
-int dispatch_full(const struct gw *g, const struct group *grp);
-/* Put client (its request seq) on its group's queue: req_set_state's, entering QUEUED. */
+int dispatch_full_loop(const struct gw *g, const struct group *grp);
+/* Put client (its request seq) on its group's queue: req_set_state_loop's, entering QUEUED. */
 void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq);
 /* Hand queued requests to idle workers, round-robin across waiting clients. */
 void dispatch_run_loop(struct gw *g, struct group *grp);

@@ -24,14 +24,14 @@
 #include "net.h"
 #include "worker.h"
 
-struct group *gw_add_group(struct gw *g, const struct group_cfg *gc)
+struct group *gw_add_group_loop(struct gw *g, const struct group_cfg *gc)
 {
-    struct group *grp = dispatch_group_add(g, gc);
+    struct group *grp = dispatch_group_add_loop(g, gc);
     if (!grp)
         return NULL;
     char addr[300];
     for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);)
-        worker_new(g, grp, addr);
+        worker_new_loop(g, grp, addr);
     log_info(NULL, "group %s: %d workers (%s), async %s", gc->name, grp->nworkers, gc->workers,
              gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one");
     return grp;
@@ -72,7 +72,7 @@ static struct stats_snapshot *stats_snapshot(struct gw *g)
  * the reply is to be made, 1 if answered (or nobody is left to answer). */
 static int disconnect(struct gw *g, struct client *cl, struct req *r, int64_t id)
 {
-    struct client *x = id > 0 ? client_by_serial(g, (uint64_t)id) : NULL;
+    struct client *x = id > 0 ? client_by_serial_loop(g, (uint64_t)id) : NULL;
     if (!x) {
         client_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
         return 1;
@@ -80,7 +80,7 @@ static int disconnect(struct gw *g, struct client *cl, struct req *r, int64_t id
     log_info(cl->c.name, "disconnecting client %lld (%s) as admin %s asked", (long long)id, x->c.name, cl->user);
     char why[128];
     snprintf(why, sizeof why, "disconnected by admin %s", cl->user);
-    conn_close(g, &x->c, why);
+    conn_close_loop(g, &x->c, why);
     return x == cl; /* it disconnected itself: nobody to answer */
 }
 
@@ -88,7 +88,7 @@ static int disconnect(struct gw *g, struct client *cl, struct req *r, int64_t id
  * run it, do what it says, and have a writer encode the reply. */
 static void on_command(struct gw *g, struct job *j)
 {
-    struct conn *x = conn_lookup(g, j->conn_id, j->conn_gen);
+    struct conn *x = conn_lookup_loop(g, j->conn_id, j->conn_gen);
     struct client *cl = x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
     struct req *r = cl ? client_head(cl) : NULL;
     if (!r || r->seq != j->seq || r->state != RS_LOCAL)
@@ -117,9 +117,9 @@ static void on_command(struct gw *g, struct job *j)
     if (j->result == GWCMD_STATS)
         w->ctx = stats_snapshot(g);
     else if (j->result == GWCMD_CLIENTS)
-        w->ctx = client_snapshot(g);
+        w->ctx = client_snapshot_loop(g);
     w->ctx_free = free;
-    conn_submit(g->writers, w, &cl->c, j->seq);
+    conn_submit_loop(g->writers, w, &cl->c, j->seq);
 }
 
 /* ---- signals, draining ------------------------------------------------------------------------- */
@@ -148,14 +148,14 @@ static void on_drain_timeout(struct gw *g, struct timer *t)
 {
     (void)t;
     log_warn(NULL, "drain_timeout reached with work in flight: exiting");
-    g->stop = 1;
+    g->loop.stop = 1;
 }
 
 static void close_listener(struct gw *g, struct listener *l)
 {
     if (l->fd < 0)
         return;
-    epoll_ctl(g->epfd, EPOLL_CTL_DEL, l->fd, NULL);
+    loop_unwatch_loop(g, l->fd, 0);
     close(l->fd);
     l->fd = -1;
 }
@@ -168,15 +168,15 @@ void gw_drain_loop(struct gw *g)
     close_listener(g, &g->listen_tcp);
     close_listener(g, &g->listen_uds);
     client_pause_all_loop(g);
-    timer_arm(g, &g->drain_tm, g->now_ms + g->cfg.drain_timeout, on_drain_timeout);
-    g->work_pending = 1;
+    timer_arm_loop(g, &g->drain_tm, g->loop.now_ms + g->cfg.drain_timeout, on_drain_timeout);
+    g->loop.work_pending = 1;
 }
 
 /* Is anything received still to be answered: a worker busy, a client with requests held or
  * reply bytes unsent? (SIGTERM waits for this to be false.) */
 static int work_in_flight(struct gw *g)
 {
-    if (worker_busy_count(g))
+    if (worker_busy_count_loop(g))
         return 1;
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *c = g->tab[id];
@@ -188,16 +188,28 @@ static int work_in_flight(struct gw *g)
 
 /* ---- setting up ------------------------------------------------------------------------------- */
 
-/* The loop's phases, the completion handlers, and the two sides' ops for dispatch. */
+static int waiting(struct gw *g) { return !TAILQ_EMPTY(&g->dirty) || !TAILQ_EMPTY(&g->backlog); }
+
+static int drained(struct gw *g)
+{
+    if (!g->draining || work_in_flight(g))
+        return 0;
+    log_info(NULL, "drained: exiting");
+    return 1;
+}
+
+static const struct loop_phases phases = {
+    .backlog = client_backlog_loop,
+    .dispatch = dispatch_all_loop,
+    .flush = gw_flush_dirty_loop,
+    .reap = conn_reap_loop,
+    .waiting = waiting,
+    .finished = drained,
+};
+
+/* The completion handlers, and the two sides' ops for dispatch. */
 static void wire(struct gw *g)
 {
-    g->phases = (struct loop_phases){
-        .backlog = client_backlog_loop,
-        .dispatch = dispatch_all_loop,
-        .flush = gw_flush_dirty_loop,
-        .reap = conn_reap_loop,
-        .in_flight = work_in_flight,
-    };
     loop_on_job(g, JK_COMMAND, on_command);
     loop_on_job(g, JK_REPLY, client_reply_done_loop);
     loop_on_job(g, JK_AUTH, client_auth_done_loop);
@@ -313,7 +325,7 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     if (ov)
         g->overrides = *ov;
     g->cfg = *cfg;
-    g->listen_tcp.fd = g->listen_uds.fd = g->sigfd = g->epfd = g->wepfd = -1;
+    g->listen_tcp.fd = g->listen_uds.fd = g->sigfd = g->loop.epfd = g->loop.wepfd = -1;
     TAILQ_INIT(&g->dirty);
     TAILQ_INIT(&g->backlog);
     STAILQ_INIT(&g->closed);
@@ -322,14 +334,13 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     snprintf(g->config_path, sizeof g->config_path, "%s", config_path ? config_path : "");
     log_level = cfg->loglevel;
     wire(g);
-    gw_clock_loop(g);
-    if (!(g->groups = calloc(CFG_MAX_GROUPS, sizeof *g->groups)) || loop_init(g))
+    if (!(g->groups = calloc(CFG_MAX_GROUPS, sizeof *g->groups)) || loop_init(g, &phases, g->hooks.now_us, g->hooks.ctx))
         return -1;
     raise_fd_limit(cfg);
     if (listen_all(g, cfg) || watch_signals(g) || start_pools(g, cfg) || make_messages(g) || load_users(g, cfg))
         return -1;
     for (int i = 0; i < cfg->ngroups; i++)
-        gw_add_group(g, &cfg->groups[i]);
+        gw_add_group_loop(g, &cfg->groups[i]);
     log_info(NULL, "listening on %s:%d%s", cfg->bind, g->port, g->listen_uds.fd >= 0 ? " and q's Unix socket" : "");
     return 0;
 }
@@ -338,13 +349,13 @@ void gw_free(struct gw *g)
 {
     for (uint32_t id = 0; id < g->next_id; id++)
         if (g->tab && g->tab[id])
-            conn_close(g, g->tab[id], "gateway exiting");
+            conn_close_loop(g, g->tab[id], "gateway exiting");
     for (int i = 0; g->groups && i < g->ngroups; i++) {
         struct group *grp = &g->groups[i];
         while (!TAILQ_EMPTY(&grp->workers)) {
             struct worker *w = TAILQ_FIRST(&grp->workers);
             TAILQ_REMOVE(&grp->workers, w, glink);
-            worker_free_conn(&w->c); /* one that left the configuration is on the closed list */
+            worker_free_loop(&w->c); /* one that left the configuration is on the closed list */
         }
     }
     conn_reap_loop(g);

@@ -17,7 +17,7 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
             const struct gw_hooks *hooks);
 void gw_free(struct gw *g);
 /* A group from its configuration, with its workers (at start, and when a reload adds one). */
-struct group *gw_add_group(struct gw *g, const struct group_cfg *gc);
+struct group *gw_add_group_loop(struct gw *g, const struct group_cfg *gc);
 /* SIGTERM: stop accepting, stop reading, and exit once everything received is answered (or
  * drain_timeout passes). */
 void gw_drain_loop(struct gw *g);

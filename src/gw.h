@@ -5,6 +5,7 @@
 #ifndef GW_H
 #define GW_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -41,32 +42,12 @@ struct listener {
     int is_uds;
 };
 
-/* A pool whose completions the loop takes (loop_watch_pool). */
-struct pool_src {
-    struct evsrc ev;
-    struct pool *pool;
-};
-
 struct gw {
+    struct loop loop;    /* first: the loop's own (loop.h) */
     struct config cfg;
     struct gw_hooks hooks;
-    int64_t now_us, now_ms; /* cached clock, read once per iteration */
     char config_path[1024];
     struct cfg_overrides overrides; /* command-line keys, applied again on reload */
-
-    /* the loop (loop.c) */
-    int epfd;            /* listeners, clients, pools, signals, and wepfd itself */
-    int wepfd;           /* worker connections alone: served between batches of clients */
-    struct evsrc ev_backends;
-    struct timers timers;
-    job_done_fn on_job[LOOP_JOB_KINDS];
-    struct loop_phases phases;
-    struct pool_src *psrc[2];
-    int npools;
-    int nbackends;       /* connections in the worker set (workers configured) */
-    int work_pending;    /* something to do without waiting: epoll timeout 0 */
-    int stop;            /* leave the loop */
-    int exit_code;
 
     /* connections (conn.c): the table by id, and the lists */
     struct conn **tab;
@@ -108,5 +89,7 @@ struct gw {
     struct auth_shared *auth; /* users file, or NULL: any credentials */
     SLIST_HEAD(, ustate) users;
 };
+
+_Static_assert(offsetof(struct gw, loop) == 0, "the loop reaches its state through struct gw *");
 
 #endif

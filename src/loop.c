@@ -10,10 +10,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gw.h"
 #include "log.h"
+#include "loop.h"
 #include "qg.h"
 #include "pool.h"
+
+/* Its state is the first member of struct gw (gw.h): the loop knows nothing else of it. */
+static struct loop *lp(struct gw *g) { return (struct loop *)(void *)g; }
+static const struct loop *lpc(const struct gw *g) { return (const struct loop *)(const void *)g; }
 
 int64_t gw_now_us(void)
 {
@@ -72,9 +76,9 @@ static void heap_remove(struct timers *ts, struct timer *t)
     t->pos = 0;
 }
 
-void timer_arm(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct gw *, struct timer *))
+void timer_arm_loop(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct gw *, struct timer *))
 {
-    struct timers *ts = &g->timers;
+    struct timers *ts = &lp(g)->timers;
     if (t->pos)
         heap_remove(ts, t);
     if (ts->n == ts->cap) {
@@ -94,10 +98,10 @@ void timer_arm(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct
     heap_up(ts, ts->n - 1);
 }
 
-void timer_cancel(struct gw *g, struct timer *t)
+void timer_cancel_loop(struct gw *g, struct timer *t)
 {
     if (t->pos)
-        heap_remove(&g->timers, t);
+        heap_remove(&lp(g)->timers, t);
 }
 
 int64_t timers_next(const struct timers *ts) { return ts->n ? ts->h[0]->when : -1; }
@@ -123,26 +127,41 @@ void timers_free(struct timers *ts)
 static void on_backends(struct gw *g, struct evsrc *s, uint32_t ev);
 static const struct evops backends_ops = {.on_event = on_backends};
 
-int loop_init(struct gw *g)
+int loop_init(struct gw *g, const struct loop_phases *phases, int64_t (*clock)(void *), void *clock_ctx)
 {
-    g->epfd = epoll_create1(EPOLL_CLOEXEC);
-    g->wepfd = epoll_create1(EPOLL_CLOEXEC);
-    if (g->epfd < 0 || g->wepfd < 0)
+    lp(g)->phases = *phases;
+    lp(g)->clock = clock;
+    lp(g)->clock_ctx = clock_ctx;
+    gw_clock_loop(g);
+    lp(g)->epfd = epoll_create1(EPOLL_CLOEXEC);
+    lp(g)->wepfd = epoll_create1(EPOLL_CLOEXEC);
+    if (lp(g)->epfd < 0 || lp(g)->wepfd < 0)
         return -1;
-    g->ev_backends.ops = &backends_ops;
-    return loop_watch(g, g->wepfd, &g->ev_backends, EPOLLIN, 0);
+    lp(g)->ev_backends.ops = &backends_ops;
+    return loop_watch(g, lp(g)->wepfd, &lp(g)->ev_backends, EPOLLIN, 0);
 }
 
 int loop_watch(struct gw *g, int fd, struct evsrc *s, uint32_t events, int backend)
 {
     struct epoll_event ev = {.events = events, .data.ptr = s};
-    return epoll_ctl(backend ? g->wepfd : g->epfd, EPOLL_CTL_ADD, fd, &ev);
+    return epoll_ctl(backend ? lp(g)->wepfd : lp(g)->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+int loop_modify_loop(struct gw *g, int fd, struct evsrc *s, uint32_t events, int backend)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = s};
+    return epoll_ctl(backend ? lp(g)->wepfd : lp(g)->epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+
+void loop_unwatch_loop(struct gw *g, int fd, int backend)
+{
+    epoll_ctl(backend ? lp(g)->wepfd : lp(g)->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
 void loop_on_job(struct gw *g, int kind, job_done_fn fn)
 {
     if (kind >= 0 && kind < LOOP_JOB_KINDS)
-        g->on_job[kind] = fn;
+        lp(g)->on_job[kind] = fn;
 }
 
 static void on_pool(struct gw *g, struct evsrc *s, uint32_t ev)
@@ -155,27 +174,27 @@ static const struct evops pool_ops = {.on_event = on_pool};
 int loop_watch_pool(struct gw *g, struct pool *p, struct evsrc *s)
 {
     struct pool_src *ps = (struct pool_src *)s;
-    if (g->npools == (int)QG_ARRAY_LEN(g->psrc))
+    if (lp(g)->npools == (int)QG_ARRAY_LEN(lp(g)->psrc))
         return -1;
     ps->pool = p;
     ps->ev.ops = &pool_ops;
-    g->psrc[g->npools++] = ps;
+    lp(g)->psrc[lp(g)->npools++] = ps;
     return loop_watch(g, pool_fd(p), s, EPOLLIN, 0);
 }
 
 void loop_free(struct gw *g)
 {
-    if (g->epfd >= 0)
-        close(g->epfd);
-    if (g->wepfd >= 0)
-        close(g->wepfd);
-    g->epfd = g->wepfd = -1;
-    timers_free(&g->timers);
+    if (lp(g)->epfd >= 0)
+        close(lp(g)->epfd);
+    if (lp(g)->wepfd >= 0)
+        close(lp(g)->wepfd);
+    lp(g)->epfd = lp(g)->wepfd = -1;
+    timers_free(&lp(g)->timers);
 }
 
 void gw_completion_loop(struct gw *g, struct job *j)
 {
-    job_done_fn fn = j->kind >= 0 && j->kind < LOOP_JOB_KINDS ? g->on_job[j->kind] : NULL;
+    job_done_fn fn = j->kind >= 0 && j->kind < LOOP_JOB_KINDS ? lp(g)->on_job[j->kind] : NULL;
     if (fn)
         fn(g, j);
     job_free(j);
@@ -198,8 +217,8 @@ int gw_drain_pool_loop(struct gw *g, struct pool *p) { return handle_completions
 /* Completions already posted, taken between wake-ups without a system call. */
 static void take_pools(struct gw *g)
 {
-    for (int i = 0; i < g->npools; i++)
-        handle_completions(g, pool_take_loop(g->psrc[i]->pool));
+    for (int i = 0; i < lp(g)->npools; i++)
+        handle_completions(g, pool_take_loop(lp(g)->psrc[i]->pool));
 }
 
 static void phase(struct gw *g, void (*fn)(struct gw *))
@@ -216,7 +235,7 @@ static void phase(struct gw *g, void (*fn)(struct gw *))
 static void service_backends(struct gw *g)
 {
     struct epoll_event evs[64];
-    int n = epoll_wait(g->wepfd, evs, (int)QG_ARRAY_LEN(evs), 0);
+    int n = epoll_wait(lp(g)->wepfd, evs, (int)QG_ARRAY_LEN(evs), 0);
     for (int i = 0; i < n; i++) {
         struct evsrc *s = evs[i].data.ptr;
         s->ops->on_event(g, s, evs[i].events);
@@ -224,8 +243,8 @@ static void service_backends(struct gw *g)
     /* completions too: a gateway command takes a reader hop and a writer hop, and should not
      * wait a whole iteration for each */
     take_pools(g);
-    phase(g, g->phases.dispatch);
-    phase(g, g->phases.flush);
+    phase(g, lp(g)->phases.dispatch);
+    phase(g, lp(g)->phases.flush);
 }
 
 static void on_backends(struct gw *g, struct evsrc *s, uint32_t ev)
@@ -239,39 +258,39 @@ static void on_backends(struct gw *g, struct evsrc *s, uint32_t ev)
  * worker finish one round trip, so with 2 x workers client events between services, requests
  * bound for workers and requests the gateway answers itself share the loop about evenly
  * (measured with bench/run mix: 200 fast and 200 .qgate.ping[] connections). */
-static int events_per_service(const struct gw *g) { return QG_MAX(4, QG_MIN(64, 2 * g->nbackends)); }
+static int events_per_service(const struct gw *g) { return QG_MAX(4, QG_MIN(64, 2 * lpc(g)->nbackends)); }
 
 void gw_clock_loop(struct gw *g)
 {
-    g->now_us = g->hooks.now_us ? g->hooks.now_us(g->hooks.ctx) : gw_now_us();
-    g->now_ms = g->now_us / 1000;
+    lp(g)->now_us = lp(g)->clock ? lp(g)->clock(lp(g)->clock_ctx) : gw_now_us();
+    lp(g)->now_ms = lp(g)->now_us / 1000;
 }
 
-int gw_wait_ms(const struct gw *g)
+int gw_wait_ms_loop(struct gw *g)
 {
-    if (g->work_pending || !TAILQ_EMPTY(&g->dirty) || !TAILQ_EMPTY(&g->backlog))
+    if (lp(g)->work_pending || (lp(g)->phases.waiting && lp(g)->phases.waiting(g)))
         return 0;
-    int64_t next = timers_next(&g->timers);
+    int64_t next = timers_next(&lp(g)->timers);
     if (next < 0)
         return -1;
-    return next <= g->now_ms ? 0 : (int)QG_MIN(next - g->now_ms, 60000);
+    return next <= lp(g)->now_ms ? 0 : (int)QG_MIN(next - lp(g)->now_ms, 60000);
 }
 
-int gw_run(struct gw *g)
+int gw_run_loop(struct gw *g)
 {
-    while (!g->stop) {
+    while (!lp(g)->stop) {
         gw_clock_loop(g);
-        if (gw_step_loop(g, gw_wait_ms(g)))
+        if (gw_step_loop(g, gw_wait_ms_loop(g)))
             return 1;
     }
-    return g->exit_code;
+    return lp(g)->exit_code;
 }
 
 int gw_step_loop(struct gw *g, int timeout)
 {
     struct epoll_event evs[256];
-    g->work_pending = 0;
-    int n = epoll_wait(g->epfd, evs, (int)QG_ARRAY_LEN(evs), timeout);
+    lp(g)->work_pending = 0;
+    int n = epoll_wait(lp(g)->epfd, evs, (int)QG_ARRAY_LEN(evs), timeout);
     if (n < 0 && errno != EINTR) {
         log_error(NULL, "epoll_wait: %s", strerror(errno));
         return -1;
@@ -286,17 +305,15 @@ int gw_step_loop(struct gw *g, int timeout)
         }
         s->ops->on_event(g, s, evs[i].events);
     }
-    phase(g, g->phases.backlog);
+    phase(g, lp(g)->phases.backlog);
     take_pools(g);
-    phase(g, g->phases.dispatch);
-    phase(g, g->phases.flush);
+    phase(g, lp(g)->phases.dispatch);
+    phase(g, lp(g)->phases.flush);
     struct timer *t;
-    while ((t = timers_pop_due(&g->timers, g->now_ms)))
+    while ((t = timers_pop_due(&lp(g)->timers, lp(g)->now_ms)))
         t->fn(g, t);
-    phase(g, g->phases.reap);
-    if (g->draining && !(g->phases.in_flight && g->phases.in_flight(g))) {
-        log_info(NULL, "drained: exiting");
-        g->stop = 1;
-    }
+    phase(g, lp(g)->phases.reap);
+    if (lp(g)->phases.finished && lp(g)->phases.finished(g))
+        lp(g)->stop = 1;
     return 0;
 }

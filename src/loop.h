@@ -44,17 +44,50 @@ struct loop_phases {
     void (*dispatch)(struct gw *g);  /* queued requests to idle workers */
     void (*flush)(struct gw *g);     /* output of connections marked dirty */
     void (*reap)(struct gw *g);      /* free what closed this iteration */
-    int (*in_flight)(struct gw *g);  /* work received and not finished (SIGTERM waits for it) */
+    int (*waiting)(struct gw *g);    /* work is waiting: the next epoll_wait must not block */
+    int (*finished)(struct gw *g);   /* leave the loop (a drain is complete) */
 };
 
 /* A completion's handler (struct job.kind indexes them). The loop frees the job after it. */
 typedef void (*job_done_fn)(struct gw *g, struct job *j);
 #define LOOP_JOB_KINDS 16
 
-/* Create the two epoll sets (sources, and the worker set served between batches). 0 or -1. */
-int loop_init(struct gw *g);
+/* A pool whose completions the loop takes (loop_watch_pool). */
+struct pool_src {
+    struct evsrc ev;
+    struct pool *pool;
+};
+
+/* The loop's state: the first member of struct gw (gw.h), so that the loop reaches it from
+ * the struct gw * every callback carries without knowing the rest. The fields above the line
+ * are read (and work_pending, stop, nbackends set) by the other modules. */
+struct loop {
+    int64_t now_us, now_ms; /* cached clock, read once per iteration */
+    int work_pending;       /* something to do without waiting: epoll timeout 0 */
+    int stop;               /* leave the loop */
+    int exit_code;
+    int nbackends;          /* connections in the worker set (workers configured) */
+    /* ---- */
+    int epfd;               /* listeners, clients, pools, signals, and wepfd itself */
+    int wepfd;              /* worker connections alone: served between batches of clients */
+    struct evsrc ev_backends;
+    struct timers timers;
+    job_done_fn on_job[LOOP_JOB_KINDS];
+    struct loop_phases phases;
+    struct pool_src *psrc[2];
+    int npools;
+    int64_t (*clock)(void *ctx); /* NULL = CLOCK_MONOTONIC (tests/sim brings its own) */
+    void *clock_ctx;
+};
+
+/* Create the two epoll sets (sources, and the worker set served between batches), with the
+ * iteration's phases and a clock (NULL: CLOCK_MONOTONIC). 0 or -1. */
+int loop_init(struct gw *g, const struct loop_phases *phases, int64_t (*clock)(void *), void *clock_ctx);
 /* Watch fd for events in the main set (the second set: backend != 0). 0 or -1. */
 int loop_watch(struct gw *g, int fd, struct evsrc *s, uint32_t events, int backend);
+/* Change what fd is watched for; stop watching it (before it is closed). 0 or -1. */
+int loop_modify_loop(struct gw *g, int fd, struct evsrc *s, uint32_t events, int backend);
+void loop_unwatch_loop(struct gw *g, int fd, int backend);
 /* Handle completions of kind with fn. */
 void loop_on_job(struct gw *g, int kind, job_done_fn fn);
 /* Watch a pool's completion eventfd; its completions are handed to their kinds' handlers. */
@@ -62,19 +95,19 @@ int loop_watch_pool(struct gw *g, struct pool *p, struct evsrc *s);
 void loop_free(struct gw *g);
 
 int64_t gw_now_us(void);
-/* Read the clock (the hook's, or CLOCK_MONOTONIC) into g->now_us and g->now_ms. */
+/* Read the clock into now_us and now_ms. */
 void gw_clock_loop(struct gw *g);
 /* How long the next iteration may wait in epoll: 0 if work is pending, else until the next
  * timer (at most 60 s), -1 for no limit. */
-int gw_wait_ms(const struct gw *g);
+int gw_wait_ms_loop(struct gw *g);
 /* One iteration of the loop (DESIGN.md): epoll_wait up to timeout_ms, clock, ready sources
  * within budgets, completions, the phases, timers, reclaim. 0, or -1 if epoll failed. */
 int gw_step_loop(struct gw *g, int timeout_ms);
-/* Run the loop until SIGTERM has drained or g->stop is set. */
-int gw_run(struct gw *g);
+/* Run the loop until the finished phase says so or stop is set. */
+int gw_run_loop(struct gw *g);
 
-void timer_arm(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct gw *, struct timer *));
-void timer_cancel(struct gw *g, struct timer *t);
+void timer_arm_loop(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct gw *, struct timer *));
+void timer_cancel_loop(struct gw *g, struct timer *t);
 int64_t timers_next(const struct timers *ts);
 /* Remove and return the earliest timer due at or before now, or NULL. */
 struct timer *timers_pop_due(struct timers *ts, int64_t now);

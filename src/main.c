@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     printf("qgate listening on %s:%d\n", cfg->bind, g.port);
     fflush(stdout);
     free(cfg);
-    int rc = gw_run(&g);
+    int rc = gw_run_loop(&g);
     gw_free(&g);
     return rc;
 }

@@ -14,7 +14,7 @@
  *   sync (a callback, with .z.w)     -> STREAM to the running request's client, which answers;
  *                                       with no such client the worker gets an error
  * FORWARD collects the message whole and puts it into the client's output at a message
- * boundary (conn_push_whole): another worker may be streaming to that client meanwhile. */
+ * boundary (conn_push_whole_loop): another worker may be streaming to that client meanwhile. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -40,7 +40,7 @@
 /* The request's bytes go to the worker as they are: no copy, no decoding. */
 static void send_request(struct gw *g, struct worker *w, struct client *c, struct req *x)
 {
-    req_set_state(g, c, x, RS_RUNNING);
+    req_set_state_loop(g, c, x, RS_RUNNING);
     c->pending -= req_cost(x);
     struct chunk *ch = chunk_wrap(x->msg, x->len);
     x->msg = NULL;
@@ -52,7 +52,7 @@ static void send_request(struct gw *g, struct worker *w, struct client *c, struc
 static int send_head(struct gw *g, struct worker *w, struct client *c)
 {
     struct req *r = client_head(c);
-    timer_cancel(g, &c->c.tm[CLIENT_TM_STATE]);
+    timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STATE]);
     if (r->type == KIPC_SYNC) {
         send_request(g, w, c, r);
         w->run = RUN_REQUEST;
@@ -72,7 +72,7 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
 void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
 {
     w->cl = NULL;
-    worker_set_state(g, w, WS_BUSY); /* before the broadcasts: releasing one must not start here */
+    worker_set_state_loop(g, w, WS_BUSY); /* before the broadcasts: releasing one must not start here */
     int swallow = broadcast_send_loop(g, w);
     w->run = RUN_BROADCASTS;
     w->cl = c;
@@ -82,14 +82,14 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
         w->last_id = c->c.id;
         w->last_gen = c->c.gen;
         w->req_seq = r->seq;
-        client_set_worker(c, w);
+        client_set_worker_loop(c, w);
         log_debug(w->c.name, "running %s request %llu of %s", r->type == KIPC_SYNC ? "sync" : "async",
                   (unsigned long long)r->seq, c->c.name);
     }
     w->swallow = swallow;
-    w->t_start_us = g->now_us;
-    worker_arm_query_timer(g, w);
-    conn_mark_dirty(g, &w->c);
+    w->t_start_us = g->loop.now_us;
+    worker_arm_query_timer_loop(g, w);
+    conn_mark_dirty_loop(g, &w->c);
 }
 
 /* ---- finishing a run ------------------------------------------------------------------------- */
@@ -100,19 +100,19 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
     struct req *r = client_head(c);
     int old = c->cap < 3;
     struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_REPLY);
-    client_set_worker(c, NULL);
+    client_set_worker_loop(c, NULL);
     if (!j || !r) {
         job_free(j);
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    req_set_state(g, c, r, RS_LOCAL);
+    req_set_state_loop(g, c, r, RS_LOCAL);
     j->arg = c->cap;
     j->aux[0] = g->cfg.max_message;
     j->in = w->coll.p;
     j->in_len = w->coll.len;
     w->coll = (struct inbuf){0};
-    conn_submit(old ? g->readers : g->writers, j, &c->c, r->seq);
+    conn_submit_loop(old ? g->readers : g->writers, j, &c->c, r->seq);
 }
 
 /* The run is finished on the worker: its client goes on, the worker takes the next one. */
@@ -120,14 +120,14 @@ static void request_done(struct gw *g, struct worker *w)
 {
     struct client *c = w->cl;
     if (w->run == RUN_REQUEST) {
-        hist_add(&w->lat, (uint64_t)(g->now_us - w->t_start_us));
+        hist_add(&w->lat, (uint64_t)(g->loop.now_us - w->t_start_us));
         w->served++;
         w->errors += w->is_error;
     }
     while (!STAILQ_EMPTY(&w->bsent)) /* their chasers came back before this reply */
-        broadcast_forget_sent(g, w, 0);
+        broadcast_forget_sent_loop(g, w, 0);
     w->cl = NULL;
-    timer_cancel(g, &w->c.tm[WORKER_TM]);
+    timer_cancel_loop(g, &w->c.tm[WORKER_TM]);
     if (c) {
         if (w->busy == WB_COLLECTING && !c->eof)
             submit_collected(g, w, c);
@@ -136,10 +136,10 @@ static void request_done(struct gw *g, struct worker *w)
     }
     inbuf_free(&w->coll);
     if (w->removed) {
-        conn_close(g, &w->c, "removed from the configuration");
+        conn_close_loop(g, &w->c, "removed from the configuration");
         return;
     }
-    worker_set_state(g, w, WS_IDLE);
+    worker_set_state_loop(g, w, WS_IDLE);
     relay_resume_loop(g, w); /* paused for its client's output, which has its whole reply now */
 }
 
@@ -148,8 +148,8 @@ static void request_done(struct gw *g, struct worker *w)
 void relay_pause_loop(struct gw *g, struct worker *w)
 {
     w->paused = 1;
-    conn_set_reading(g, &w->c, 0);
-    timer_cancel(g, &w->c.tm[WORKER_TM]); /* a slow client is not a slow query: client_stall_timeout watches it */
+    conn_set_reading_loop(g, &w->c, 0);
+    timer_cancel_loop(g, &w->c.tm[WORKER_TM]); /* a slow client is not a slow query: client_stall_timeout watches it */
 }
 
 static void pause_if_full(struct gw *g, struct worker *w, struct client *c)
@@ -165,8 +165,8 @@ void relay_resume_loop(struct gw *g, struct worker *w)
     if (!w->paused || w->c.fd < 0)
         return;
     w->paused = 0;
-    conn_set_reading(g, &w->c, 1);
-    worker_arm_query_timer(g, w);
+    conn_set_reading_loop(g, &w->c, 1);
+    worker_arm_query_timer_loop(g, w);
 }
 
 /* ---- routing what the worker sends ----------------------------------------------------------- */
@@ -174,7 +174,7 @@ void relay_resume_loop(struct gw *g, struct worker *w)
 static int collect_bytes(struct gw *g, struct worker *w, const uint8_t *p, size_t n)
 {
     if (inbuf_reserve(&w->coll, w->coll.len + n)) {
-        conn_close(g, &w->c, "out of memory collecting a message");
+        conn_close_loop(g, &w->c, "out of memory collecting a message");
         return -1;
     }
     memcpy(w->coll.p + w->coll.len, p, n);
@@ -196,10 +196,10 @@ static void deliver(struct gw *g, struct worker *w, struct chunk *ch, const uint
             outq_push(&c->c.out, ch);
             ch = NULL;
         } else if (outq_copy(&c->c.out, p, n)) {
-            conn_close(g, &c->c, "out of memory");
+            conn_close_loop(g, &c->c, "out of memory");
             break;
         }
-        conn_mark_dirty(g, &c->c);
+        conn_mark_dirty_loop(g, &c->c);
         pause_if_full(g, w, c);
         break;
     default: /* dropped, swallowed */
@@ -211,7 +211,7 @@ static void deliver(struct gw *g, struct worker *w, struct chunk *ch, const uint
 /* A live client that can be sent a message, or NULL. */
 static struct client *reachable(struct gw *g, uint32_t id, uint32_t gen)
 {
-    struct conn *x = gen ? conn_lookup(g, id, gen) : NULL;
+    struct conn *x = gen ? conn_lookup_loop(g, id, gen) : NULL;
     struct client *c = x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
     if (!c || c->eof || x->closing || (c->st != CS_READY && c->st != CS_FLUSHING))
         return NULL;
@@ -231,10 +231,10 @@ static void deliver_whole(struct gw *g, struct worker *w)
     struct chunk *ch = chunk_wrap(w->coll.p, w->coll.len);
     w->coll = (struct inbuf){0};
     if (!ch) {
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    conn_push_whole(g, &c->c, ch);
+    conn_push_whole_loop(g, &c->c, ch);
 }
 
 /* Replies that must be collected for c: to check them for an old client, or to compress them
@@ -254,19 +254,20 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
     w->msg.first_byte = 1;
     w->is_error = 0;
     if (!c || c->eof) {
-        worker_set_busy(w, WB_DRAINING);
+        worker_set_busy_loop(w, WB_DRAINING);
         return ROUTE_DROP;
     }
     int nc = needs_collect(g, c, h);
     if (nc < 0) { /* too big to check for an old client: it is told, the reply drained */
-        client_error_loop(g, c, client_head(c), "qgate: reply too large for capability %d (%llu bytes, over compress_max)",
-                          c->cap, (unsigned long long)h->len);
+        client_error_loop(g, c, client_head(c),
+                          "qgate: reply too large for capability %d (%llu bytes, over compress_max)", c->cap,
+                          (unsigned long long)h->len);
         w->cl = NULL; /* its reply is made: a loss now touches nothing */
-        client_set_worker(c, NULL);
-        worker_set_busy(w, WB_DRAINING);
+        client_set_worker_loop(c, NULL);
+        worker_set_busy_loop(w, WB_DRAINING);
         return ROUTE_DROP;
     }
-    worker_set_busy(w, nc ? WB_COLLECTING : WB_RELAYING); /* collected: grown as bytes arrive */
+    worker_set_busy_loop(w, nc ? WB_COLLECTING : WB_RELAYING); /* collected: grown as bytes arrive */
     return nc ? ROUTE_COLLECT : ROUTE_STREAM;
 }
 
@@ -300,7 +301,7 @@ static int route_callback(struct gw *g, struct worker *w)
         client_callback_loop(g, c, &w->c) == 0)
         return ROUTE_STREAM;
     outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len);
-    conn_mark_dirty(g, &w->c);
+    conn_mark_dirty_loop(g, &w->c);
     return ROUTE_DROP;
 }
 
@@ -312,7 +313,7 @@ static int on_header(struct gw *g, struct worker *w)
     if (kipc_hdr_parse(w->msg.hdr, 8, (uint64_t)g->cfg.max_message, &h, &why) != QG_OK) {
         char text[96];
         snprintf(text, sizeof text, "bad message header from the worker: %s", why);
-        conn_close(g, &w->c, text);
+        conn_close_loop(g, &w->c, text);
         return -1;
     }
     w->msg.type = h.type;
@@ -337,13 +338,13 @@ static void on_message_end(struct gw *g, struct worker *w)
     if (w->msg.route == ROUTE_FORWARD)
         deliver_whole(g, w);
     else if (w->msg.route == ROUTE_STREAM)
-        conn_stream_end(g, &w->cl->c);
+        conn_stream_end_loop(g, &w->cl->c);
     int route = w->msg.route;
     w->msg.route = ROUTE_DROP;
     if (w->msg.type != KIPC_RESPONSE || w->st != WS_BUSY)
         return;
     if (route == ROUTE_SWALLOW) {
-        broadcast_forget_sent(g, w, 0); /* a chaser came back: one client's broadcasts before it ran */
+        broadcast_forget_sent_loop(g, w, 0); /* a chaser came back: one client's broadcasts before it ran */
         if (--w->swallow == 0 && w->run != RUN_REQUEST)
             request_done(g, w);
         return;
@@ -398,7 +399,7 @@ static ssize_t splice_body(struct gw *g, struct worker *w, size_t budget)
     if (!g->cfg.splice || m->route != ROUTE_STREAM || m->type != KIPC_RESPONSE || m->first_byte ||
         m->hdr_have < 8 || m->left < SPLICE_MIN || c->c.out.bytes || c->c.fd < 0)
         return 0;
-    size_t room = conn_pipe_room(&c->c);
+    size_t room = conn_pipe_room_loop(&c->c);
     if (!room) {
         if (c->c.has_pipe) /* full: wait for the client to take some */
             relay_pause_loop(g, w);
@@ -407,13 +408,13 @@ static ssize_t splice_body(struct gw *g, struct worker *w, size_t budget)
     ssize_t n = splice(w->c.fd, NULL, c->c.pipe_wr, NULL, (size_t)QG_MIN((uint64_t)QG_MIN(room, budget), m->left),
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
     if (n == 0) {
-        conn_close(g, &w->c, "worker closed the connection");
+        conn_close_loop(g, &w->c, "worker closed the connection");
         return -1;
     }
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR)
             return 0;
-        conn_close(g, &w->c, strerror(errno));
+        conn_close_loop(g, &w->c, strerror(errno));
         return -1;
     }
     c->c.piped += (size_t)n;
@@ -421,7 +422,7 @@ static ssize_t splice_body(struct gw *g, struct worker *w, size_t budget)
     if (conn_pipe_flush_loop(g, &c->c) == 0 && c->c.piped == c->c.pipe_cap)
         relay_pause_loop(g, w); /* the client is not keeping up: stop reading until it does */
     if (c->c.piped)
-        conn_mark_dirty(g, &c->c);
+        conn_mark_dirty_loop(g, &c->c);
     if (w->msg.left == 0)
         on_message_end(g, w);
     return n;
@@ -437,7 +438,7 @@ static int read_chunk(struct gw *g, struct worker *w, size_t *budget)
     want = QG_MIN(want, *budget);
     struct chunk *ch = chunk_new(want);
     if (!ch) {
-        conn_close(g, &w->c, "out of memory");
+        conn_close_loop(g, &w->c, "out of memory");
         return -1;
     }
     ssize_t r = read(w->c.fd, ch->p, want);
@@ -445,13 +446,13 @@ static int read_chunk(struct gw *g, struct worker *w, size_t *budget)
         chunk_free(ch);
         if (r < 0 && (errno == EAGAIN || errno == EINTR))
             return 0;
-        conn_close(g, &w->c, r == 0 ? "worker closed the connection" : strerror(errno));
+        conn_close_loop(g, &w->c, r == 0 ? "worker closed the connection" : strerror(errno));
         return -1;
     }
     ch->len = (size_t)r;
     *budget -= (size_t)r;
     if (w->st == WS_BUSY)
-        worker_arm_query_timer(g, w);
+        worker_arm_query_timer_loop(g, w);
     route_read(g, w, ch);
     return (size_t)r == want;
 }
@@ -466,7 +467,7 @@ void relay_read_loop(struct gw *g, struct worker *w)
         if (n > 0) {
             budget -= QG_MIN((size_t)n, budget);
             if (w->st == WS_BUSY)
-                worker_arm_query_timer(g, w);
+                worker_arm_query_timer_loop(g, w);
             continue;
         }
         if (w->paused)
@@ -478,7 +479,7 @@ void relay_read_loop(struct gw *g, struct worker *w)
             break;
     }
     if (budget == 0)
-        g->work_pending = 1;
+        g->loop.work_pending = 1;
 }
 
 /* ---- the other side going ------------------------------------------------------------------- */
@@ -493,7 +494,7 @@ void relay_client_gone_loop(struct gw *g, struct worker *w)
         w->msg.route = ROUTE_DROP;
         inbuf_free(&w->coll);
         if (w->busy != WB_SENT)
-            worker_set_busy(w, WB_DRAINING);
+            worker_set_busy_loop(w, WB_DRAINING);
     }
     if (c->c.closing)
         w->cl = NULL; /* closed for good; one whose input ended still has its FIFO advanced */
@@ -504,12 +505,12 @@ void relay_client_gone_loop(struct gw *g, struct worker *w)
  * else answered (or, for async runs and clients gone, just moved on). */
 static void fail_request(struct gw *g, struct worker *w, struct client *c, int cut, int run)
 {
-    client_set_worker(c, NULL);
+    client_set_worker_loop(c, NULL);
     struct req *h = client_head(c);
     for (struct req *r = h; g->hooks.lost && r && r->state == RS_RUNNING; r = STAILQ_NEXT(r, link))
         g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, r->seq); /* given up on with the worker */
     if (cut)
-        conn_close(g, &c->c, "worker lost in the middle of the reply");
+        conn_close_loop(g, &c->c, "worker lost in the middle of the reply");
     else if (run != RUN_REQUEST || c->eof)
         client_head_done_loop(g, c);
     else if (w->timed_out)
@@ -531,7 +532,7 @@ void relay_lost_loop(struct gw *g, struct worker *w)
     w->swallow = 0;
     w->paused = 0;
     /* down first: what follows may start a client's next request, never on this worker */
-    worker_set_state(g, w, WS_DOWN);
+    worker_set_state_loop(g, w, WS_DOWN);
     if (c && busy)
         fail_request(g, w, c, cut, run);
     w->timed_out = 0;
@@ -544,5 +545,5 @@ void relay_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len)
     if (!ch)
         return;
     outq_push(&wc->out, ch);
-    conn_mark_dirty(g, wc);
+    conn_mark_dirty_loop(g, wc);
 }

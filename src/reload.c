@@ -72,7 +72,7 @@ int gw_reload_loop(struct gw *g, struct conn *requester, uint64_t seq)
 /* Answer the client that asked for the reload (if it is still there). */
 static void reload_answer(struct gw *g, struct job *j, const char *err)
 {
-    struct conn *x = j->arg ? conn_lookup(g, j->conn_id, j->conn_gen) : NULL;
+    struct conn *x = j->arg ? conn_lookup_loop(g, j->conn_id, j->conn_gen) : NULL;
     if (!x || x->kind != CONN_CLIENT)
         return;
     struct client *c = client_of(x);
@@ -85,11 +85,11 @@ static void reload_answer(struct gw *g, struct job *j, const char *err)
     }
     struct job *w = job_new(job_encode_command, JK_REPLY);
     if (!w) {
-        conn_close(g, x, "out of memory");
+        conn_close_loop(g, x, "out of memory");
         return;
     }
     w->arg = GWCMD_RELOAD;
-    conn_submit(g->writers, w, x, j->seq);
+    conn_submit_loop(g->writers, w, x, j->seq);
 }
 
 /* One group's new worker list: the addresses it did not have join, those it lost leave. */
@@ -103,7 +103,7 @@ static void reload_group(struct gw *g, struct group *grp, const struct group_cfg
             found |= !strcmp(w->addr, addr) && !w->removed;
         if (!found) {
             log_info(NULL, "reload: group %s: adding worker %s", grp->cfg.name, addr);
-            worker_new(g, grp, addr);
+            worker_new_loop(g, grp, addr);
         }
     }
     for (struct worker *w = TAILQ_FIRST(&grp->workers), *n; w; w = n) {
@@ -119,10 +119,10 @@ static void reload_group(struct gw *g, struct group *grp, const struct group_cfg
 static void reload_groups(struct gw *g, const struct config *nc)
 {
     for (int i = 0; i < nc->ngroups; i++) {
-        struct group *grp = dispatch_group_find(g, nc->groups[i].name);
+        struct group *grp = dispatch_group_find_loop(g, nc->groups[i].name);
         if (grp)
             reload_group(g, grp, &nc->groups[i]);
-        else if (!gw_add_group(g, &nc->groups[i]))
+        else if (!gw_add_group_loop(g, &nc->groups[i]))
             log_error(NULL, "reload: too many groups, %s not added", nc->groups[i].name);
     }
     for (int i = 0; i < g->ngroups; i++) {
@@ -153,7 +153,7 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     g->cfg.reader_threads = keep.reader_threads;
     g->cfg.writer_threads = keep.writer_threads;
     log_level = g->cfg.loglevel;
-    g->work_pending = 1;
+    g->loop.work_pending = 1;
 }
 
 void gw_reload_done_loop(struct gw *g, struct job *j)

@@ -19,10 +19,10 @@
  * validated on the reader pool before they run. */
 #define VALIDATE_ON_LOOP_MAX 16384
 
-void req_set_state(struct gw *g, struct client *c, struct req *r, enum req_state st)
+void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st)
 {
     if (r->state == RS_QUEUED && st != RS_QUEUED)
-        conn_queue_out(&c->c);
+        conn_queue_out_loop(&c->c);
     else if (st == RS_QUEUED && r->state != RS_QUEUED)
         dispatch_queue_loop(g, c->grp, &c->c, r->seq);
     r->state = (uint8_t)st;
@@ -48,7 +48,7 @@ static void req_drop_msg(struct client *c, struct req *r)
 static void pop_head(struct gw *g, struct client *c)
 {
     struct req *r = client_head(c);
-    req_set_state(g, c, r, RS_WAITING); /* off the group's queue, if it was on it */
+    req_set_state_loop(g, c, r, RS_WAITING); /* off the group's queue, if it was on it */
     STAILQ_REMOVE_HEAD(&c->reqs, link);
     req_drop_msg(c, r);
     req_free(r);
@@ -64,7 +64,7 @@ static void drop_behind_head(struct gw *g, struct client *c)
     STAILQ_INSERT_HEAD(&c->reqs, r, link);
 }
 
-void client_requests_free(struct gw *g, struct client *c)
+void client_requests_free_loop(struct gw *g, struct client *c)
 {
     client_cancel_calls_loop(g, c, NULL);
     struct call *k;
@@ -91,14 +91,14 @@ void client_error_loop(struct gw *g, struct client *c, struct req *r, const char
     va_end(ap);
     req_drop_msg(c, r);
     if (r == client_head(c))
-        timer_cancel(g, &c->c.tm[CLIENT_TM_STATE]); /* its queue timeout */
+        timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STATE]); /* its queue timeout */
     if (!j) {
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return;
     }
     log_debug(c->c.name, "request %llu: error '%s", (unsigned long long)r->seq, j->text);
-    req_set_state(g, c, r, RS_LOCAL);
-    conn_submit(g->writers, j, &c->c, r->seq);
+    req_set_state_loop(g, c, r, RS_LOCAL);
+    conn_submit_loop(g->writers, j, &c->c, r->seq);
 }
 
 static void on_queue_timeout(struct gw *g, struct timer *t)
@@ -108,9 +108,9 @@ static void on_queue_timeout(struct gw *g, struct timer *t)
     if (!r || r->state != RS_QUEUED)
         return;
     g->timeouts++;
-    log_info(c->c.name, "request waited %lld ms for a worker", (long long)(g->now_ms - r->t_arrive));
-    client_error_loop(g, c, r, "qgate: timeout (queued %lld ms)", (long long)(g->now_ms - r->t_arrive));
-    client_check_pending(g, c);
+    log_info(c->c.name, "request waited %lld ms for a worker", (long long)(g->loop.now_ms - r->t_arrive));
+    client_error_loop(g, c, r, "qgate: timeout (queued %lld ms)", (long long)(g->loop.now_ms - r->t_arrive));
+    client_check_pending_loop(g, c);
 }
 
 /* Hand request r's bytes to a reader job (it owns them now): validation or a command. */
@@ -118,7 +118,7 @@ static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, 
 {
     struct job *j = job_new(fn, kind);
     if (!j) {
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return;
     }
     j->in = r->msg;
@@ -126,8 +126,8 @@ static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, 
     j->aux[0] = g->cfg.max_message;
     r->msg = NULL;
     c->pending -= req_cost(r);
-    req_set_state(g, c, r, (enum req_state)state);
-    conn_submit(g->readers, j, &c->c, r->seq);
+    req_set_state_loop(g, c, r, (enum req_state)state);
+    conn_submit_loop(g->readers, j, &c->c, r->seq);
 }
 
 /* Start the head request: a body to validate goes to a reader first, a gateway command to a
@@ -150,23 +150,23 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         return;
     }
     if (r->type == KIPC_ASYNC && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST && c->grp->nup) {
-        req_set_state(g, c, r, RS_RUNNING);
+        req_set_state_loop(g, c, r, RS_RUNNING);
         if (g->back->broadcast(g, c->grp, c, r))
             return;
-        req_set_state(g, c, r, RS_WAITING); /* none could take it: it waits in the queue */
+        req_set_state_loop(g, c, r, RS_WAITING); /* none could take it: it waits in the queue */
     }
     if (c->grp->unavailable && r->type == KIPC_SYNC) {
         client_error_loop(g, c, r, "qgate: no worker of group %s is up", c->grp->cfg.name);
         return;
     }
-    if (r->type == KIPC_SYNC && dispatch_full(g, c->grp)) { /* an async message always waits */
+    if (r->type == KIPC_SYNC && dispatch_full_loop(g, c->grp)) { /* an async message always waits */
         g->busy_replies++;
         client_error_loop(g, c, r, "qgate: busy");
         return;
     }
-    req_set_state(g, c, r, RS_QUEUED);
+    req_set_state_loop(g, c, r, RS_QUEUED);
     if (g->cfg.queue_timeout > 0 && r->type == KIPC_SYNC)
-        timer_arm(g, &c->c.tm[CLIENT_TM_STATE], r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
+        timer_arm_loop(g, &c->c.tm[CLIENT_TM_STATE], r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
 }
 
 /* Whole messages still unread in the input buffer? */
@@ -179,11 +179,11 @@ static int has_whole_message(const struct gw *g, const struct client *c)
                             &why) == QG_OK;
 }
 
-void client_finish_if_gone(struct gw *g, struct client *c)
+void client_finish_if_gone_loop(struct gw *g, struct client *c)
 {
     if (c->eof && !c->c.closing && c->st != CS_AUTH && !client_head(c) && !c->c.in_backlog &&
         !has_whole_message(g, c))
-        conn_close(g, &c->c, "client closed the connection");
+        conn_close_loop(g, &c->c, "client closed the connection");
 }
 
 void client_advance_loop(struct gw *g, struct client *c)
@@ -197,20 +197,20 @@ void client_advance_loop(struct gw *g, struct client *c)
             if (r->type == KIPC_SYNC && c->c.fd >= 0) {
                 outq_push(&c->c.out, r->reply);
                 r->reply = NULL;
-                conn_mark_dirty(g, &c->c);
+                conn_mark_dirty_loop(g, &c->c);
             }
             req_free(r);
             continue;
         }
         /* a client that reads nothing gets nothing more: its output bounds what it costs */
-        if (r->state == RS_WAITING && !client_output_full(g, c))
+        if (r->state == RS_WAITING && !client_output_full_loop(g, c))
             start_head(g, c, r);
         break;
     }
     if (c->c.closing)
         return;
-    client_check_pending(g, c);
-    client_finish_if_gone(g, c);
+    client_check_pending_loop(g, c);
+    client_finish_if_gone_loop(g, c);
 }
 
 void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len)
@@ -233,10 +233,10 @@ void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *ms
     }
     r->reply = chunk_wrap(msg, len);
     if (!r->reply) {
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    req_set_state(g, c, r, RS_READY);
+    req_set_state_loop(g, c, r, RS_READY);
     if (r->close_after && r == client_head(c)) /* the bad message's error: nothing after it */
         drop_behind_head(g, c);
     client_advance_loop(g, c);
@@ -244,7 +244,7 @@ void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *ms
 
 static struct client *client_of_job(struct gw *g, const struct job *j)
 {
-    struct conn *x = conn_lookup(g, j->conn_id, j->conn_gen);
+    struct conn *x = conn_lookup_loop(g, j->conn_id, j->conn_gen);
     return x && x->kind == CONN_CLIENT ? client_of(x) : NULL; /* stale: gone, or id reused */
 }
 
@@ -254,7 +254,7 @@ void client_reply_done_loop(struct gw *g, struct job *j)
     if (!c)
         return;
     if (!j->out) {
-        conn_close(g, &c->c, "out of memory making a reply");
+        conn_close_loop(g, &c->c, "out of memory making a reply");
         return;
     }
     client_reply_loop(g, c, j->seq, j->out, j->out_len);
@@ -263,10 +263,10 @@ void client_reply_done_loop(struct gw *g, struct job *j)
 
 void client_head_done_loop(struct gw *g, struct client *c)
 {
-    client_set_worker(c, NULL);
+    client_set_worker_loop(c, NULL);
     if (c->c.has_pipe && !c->c.piped)
-        conn_pipe_close(&c->c);
-    timer_cancel(g, &c->c.tm[CLIENT_TM_STATE]);
+        conn_pipe_close_loop(&c->c);
+    timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STATE]);
     while (client_head(c) && client_head(c)->state == RS_RUNNING)
         pop_head(g, c);
     client_advance_loop(g, c);
@@ -281,10 +281,10 @@ static void stop_for_bad_message(struct gw *g, struct client *c, const char *why
     log_info(c->c.name, "bad message: %s", why);
     client_cancel_calls_loop(g, c, NULL); /* q reads nothing after a bad message: no answer comes */
     if (c->st != CS_GONE)
-        client_set_state(c, CS_FLUSHING);
-    conn_set_reading(g, &c->c, 0);
+        client_set_state_loop(c, CS_FLUSHING);
+    conn_set_reading_loop(g, &c->c, 0);
     inbuf_free(&c->c.in);
-    conn_backlog_remove(g, &c->c);
+    conn_backlog_remove_loop(g, &c->c);
 }
 
 /* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
@@ -296,13 +296,13 @@ static void bad_message(struct gw *g, struct client *c, const char *why)
         return;
     struct req *r = calloc(1, sizeof *r);
     if (!r) {
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return;
     }
     r->seq = c->next_seq++;
     r->type = KIPC_SYNC;
     r->close_after = 1;
-    r->t_arrive = g->now_ms;
+    r->t_arrive = g->loop.now_ms;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     client_error_loop(g, c, r, "qgate: badmsg %s", why);
 }
@@ -318,7 +318,7 @@ void client_checked_loop(struct gw *g, struct job *j)
         j->in = NULL;
         c->pending += req_cost(r);
         r->unchecked = 0;
-        req_set_state(g, c, r, RS_WAITING);
+        req_set_state_loop(g, c, r, RS_WAITING);
         client_advance_loop(g, c);
         return;
     }
@@ -327,7 +327,7 @@ void client_checked_loop(struct gw *g, struct job *j)
     stop_for_bad_message(g, c, j->text);
     if (c->eof) {
         pop_head(g, c);
-        client_finish_if_gone(g, c);
+        client_finish_if_gone_loop(g, c);
         return;
     }
     r->type = KIPC_SYNC;
@@ -347,26 +347,26 @@ int client_callback_loop(struct gw *g, struct client *c, const struct conn *w)
     k->w_gen = w->gen;
     STAILQ_INSERT_TAIL(&c->calls, k, link);
     c->ncalls++;
-    client_check_pending(g, c);
+    client_check_pending_loop(g, c);
     return 0;
 }
 
-int client_owes_answer(struct gw *g, const struct client *c)
+int client_owes_answer_loop(struct gw *g, const struct client *c)
 {
     const struct call *k;
     STAILQ_FOREACH(k, &c->calls, link)
-        if (!k->cancelled && conn_lookup(g, k->w_id, k->w_gen))
+        if (!k->cancelled && conn_lookup_loop(g, k->w_id, k->w_gen))
             return 1;
     return 0;
 }
 
 static void tell_no_answer(struct gw *g, struct call *k)
 {
-    struct conn *wc = k->cancelled ? NULL : conn_lookup(g, k->w_id, k->w_gen);
+    struct conn *wc = k->cancelled ? NULL : conn_lookup_loop(g, k->w_id, k->w_gen);
     k->cancelled = 1;
     if (wc && wc->kind == CONN_WORKER) {
         outq_copy(&wc->out, g->no_client_err, g->no_client_err_len);
-        conn_mark_dirty(g, wc);
+        conn_mark_dirty_loop(g, wc);
     }
 }
 
@@ -388,8 +388,8 @@ static void take_response(struct gw *g, struct client *c, uint8_t *msg, size_t l
         kept = *k;
         free(k);
     }
-    struct conn *wc = k && !kept.cancelled ? conn_lookup(g, kept.w_id, kept.w_gen) : NULL;
-    client_check_pending(g, c); /* the pause for client_max_pending may apply again */
+    struct conn *wc = k && !kept.cancelled ? conn_lookup_loop(g, kept.w_id, kept.w_gen) : NULL;
+    client_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
     if (!wc || wc->kind != CONN_WORKER) {
         log_warn(c->c.name, k ? "answer to a callback whose worker has gone: dropped"
                               : "response message nobody asked for: dropped");
@@ -400,7 +400,7 @@ static void take_response(struct gw *g, struct client *c, uint8_t *msg, size_t l
         struct job *j = job_new(job_validate_msg, JK_NESTED);
         if (!j) {
             free(msg);
-            conn_close(g, &c->c, "out of memory");
+            conn_close_loop(g, &c->c, "out of memory");
             return;
         }
         j->in = msg;
@@ -408,7 +408,7 @@ static void take_response(struct gw *g, struct client *c, uint8_t *msg, size_t l
         j->aux[0] = g->cfg.max_message;
         j->aux[1] = kept.w_id;
         j->aux[2] = kept.w_gen;
-        conn_submit(g->readers, j, &c->c, 0);
+        conn_submit_loop(g->readers, j, &c->c, 0);
         return;
     }
     struct kerr e;
@@ -429,7 +429,7 @@ void client_nested_checked_loop(struct gw *g, struct job *j)
     if (!c)
         return;
     struct call k = {.w_id = (uint32_t)j->aux[1], .w_gen = (uint32_t)j->aux[2]};
-    struct conn *wc = conn_lookup(g, k.w_id, k.w_gen);
+    struct conn *wc = conn_lookup_loop(g, k.w_id, k.w_gen);
     if (j->result) {
         tell_no_answer(g, &k);
         bad_message(g, c, j->text);
@@ -448,7 +448,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
 {
     uint8_t *msg = inbuf_take(&c->c.in, (size_t)h->len);
     if (!msg) {
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return -1;
     }
     if (h->type == KIPC_RESPONSE) {
@@ -468,11 +468,11 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
     struct req *r = calloc(1, sizeof *r);
     if (!r) {
         free(msg);
-        conn_close(g, &c->c, "out of memory");
+        conn_close_loop(g, &c->c, "out of memory");
         return -1;
     }
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
-                      .unchecked = (uint8_t)unchecked, .t_arrive = g->now_ms};
+                      .unchecked = (uint8_t)unchecked, .t_arrive = g->loop.now_ms};
     c->pending += req_cost(r);
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
@@ -480,7 +480,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
     return 0;
 }
 
-void client_take_messages(struct gw *g, struct client *c)
+void client_take_messages_loop(struct gw *g, struct client *c)
 {
     int frames = 0;
     while ((c->st == CS_READY || c->st == CS_GONE) && !c->c.closing) {
@@ -496,7 +496,7 @@ void client_take_messages(struct gw *g, struct client *c)
         if (st == QG_AGAIN)
             break;
         if (frames++ == g->cfg.frames_budget) {
-            conn_backlog_add(g, &c->c);
+            conn_backlog_add_loop(g, &c->c);
             break;
         }
         if (take_one(g, c, &h))
@@ -513,8 +513,8 @@ void client_take_messages(struct gw *g, struct client *c)
 void client_backlog_loop(struct gw *g)
 {
     struct conn *x;
-    for (int n = g->nclients + 1; n > 0 && (x = conn_backlog_pop(g)); n--)
-        client_take_messages(g, client_of(x)); /* may put it back, at the tail */
+    for (int n = g->nclients + 1; n > 0 && (x = conn_backlog_pop_loop(g)); n--)
+        client_take_messages_loop(g, client_of(x)); /* may put it back, at the tail */
 }
 
 /* ---- the client side, as dispatch sees it ---------------------------------------------------------- */
@@ -535,9 +535,9 @@ static void front_broadcast(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
     struct req *r = client_head(c);
-    req_set_state(g, c, r, RS_RUNNING);
+    req_set_state_loop(g, c, r, RS_RUNNING);
     if (!g->back->broadcast(g, c->grp, c, r)) /* out of memory: it waits again */
-        req_set_state(g, c, r, RS_QUEUED);
+        req_set_state_loop(g, c, r, RS_QUEUED);
 }
 
 static void front_no_worker(struct gw *g, struct conn *x)

@@ -2,7 +2,7 @@
  * reconnect with back-off, query_timeout, loss, removal by a reload. What runs on it, and
  * where what it sends goes, is relay.c's.
  *
- * States (worker_set_state is the one setter: it keeps the group's idle list and its count of
+ * States (worker_set_state_loop is the one setter: it keeps the group's idle list and its count of
  * workers up in step):
  *   DOWN --back-off timer, address known--> CONNECTING
  *   DOWN --back-off timer, address unknown--> RESOLVING (a reader resolves) --> CONNECTING
@@ -10,7 +10,7 @@
  *   IDLE --dispatch: a request, or broadcasts owed--> BUSY --its reply has ended--> IDLE
  *   any --error, EOF, timeout--> DOWN (reconnect with back-off), or gone when removed
  *
- * Sub-states of BUSY (worker_set_busy), what the current request has come to:
+ * Sub-states of BUSY (worker_set_busy_loop), what the current request has come to:
  *   SENT --the reply's header, to stream--> RELAYING (a loss now cuts the client's stream:
  *     the client is closed)
  *   SENT --the reply's header, to transform--> COLLECTING (held whole for a pool job)
@@ -41,7 +41,7 @@ static const char *const busy_names[] = {BUSY_STATES(ST_NAME)};
 
 const char *worker_state_name(int st) { return st >= 0 && st <= WS_BUSY ? state_names[st] : "?"; }
 
-void worker_set_state(struct gw *g, struct worker *w, enum worker_state st)
+void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
 {
     (void)g;
     log_debug(w->c.name, "state %s -> %s", worker_state_name(w->st), worker_state_name(st));
@@ -49,16 +49,16 @@ void worker_set_state(struct gw *g, struct worker *w, enum worker_state st)
     w->st = (uint8_t)st;
     w->grp->nup += worker_is_up(w) - was;
     if (st == WS_IDLE) {
-        conn_queue_in(&w->grp->idle, &w->c);
-        g->work_pending = 1; /* something may be waiting for it */
+        conn_queue_in_loop(&w->grp->idle, &w->c);
+        g->loop.work_pending = 1; /* something may be waiting for it */
     } else {
-        conn_queue_out(&w->c);
+        conn_queue_out_loop(&w->c);
     }
     if (st == WS_BUSY)
         w->busy = WB_SENT;
 }
 
-void worker_set_busy(struct worker *w, enum worker_busy b)
+void worker_set_busy_loop(struct worker *w, enum worker_busy b)
 {
     if (w->busy != b)
         log_debug(w->c.name, "busy %s -> %s", busy_names[w->busy], busy_names[b]);
@@ -74,7 +74,7 @@ static void on_reconnect_timer(struct gw *g, struct timer *t);
 
 static void schedule_reconnect(struct gw *g, struct worker *w)
 {
-    timer_arm(g, &w->c.tm[WORKER_TM], g->now_ms + w->backoff, on_reconnect_timer);
+    timer_arm_loop(g, &w->c.tm[WORKER_TM], g->loop.now_ms + w->backoff, on_reconnect_timer);
     log_debug(w->c.name, "reconnecting in %lld ms", (long long)w->backoff);
     w->backoff = QG_MIN(w->backoff * 2, g->cfg.reconnect_max);
 }
@@ -91,7 +91,7 @@ static void connect_failed(struct gw *g, struct worker *w)
     schedule_reconnect(g, w);
 }
 
-struct worker *worker_new(struct gw *g, struct group *grp, const char *addr)
+struct worker *worker_new_loop(struct gw *g, struct group *grp, const char *addr)
 {
     struct worker *w = calloc(1, sizeof *w);
     if (!w)
@@ -108,15 +108,15 @@ struct worker *worker_new(struct gw *g, struct group *grp, const char *addr)
     w->backoff = g->cfg.reconnect_min;
     TAILQ_INSERT_TAIL(&grp->workers, w, glink);
     grp->nworkers++;
-    g->nbackends++;
-    timer_arm(g, &w->c.tm[WORKER_TM], g->now_ms, on_reconnect_timer);
+    g->loop.nbackends++;
+    timer_arm_loop(g, &w->c.tm[WORKER_TM], g->loop.now_ms, on_reconnect_timer);
     return w;
 }
 
-void worker_free_conn(struct conn *c)
+void worker_free_loop(struct conn *c)
 {
     struct worker *w = worker_of(c);
-    broadcast_free(w);
+    broadcast_free_loop(w);
     inbuf_free(&w->coll);
     free(w);
 }
@@ -124,7 +124,7 @@ void worker_free_conn(struct conn *c)
 static void on_connect_timeout(struct gw *g, struct timer *t)
 {
     struct worker *w = of_timer(t);
-    conn_close(g, &w->c, w->st == WS_CONNECTING ? "connect timed out" : "handshake timed out");
+    conn_close_loop(g, &w->c, w->st == WS_CONNECTING ? "connect timed out" : "handshake timed out");
 }
 
 /* Start connecting to the address in w->sa (or the test's hook). */
@@ -144,16 +144,16 @@ static void connect_now(struct gw *g, struct worker *w)
     } else {
         log_warn(w->c.name, "socket: %s", strerror(errno));
     }
-    if (fd < 0 || conn_register(g, &w->c, &worker_connops, CONN_WORKER, fd, EPOLLOUT)) {
+    if (fd < 0 || conn_register_loop(g, &w->c, &worker_connops, CONN_WORKER, fd, EPOLLOUT)) {
         if (fd >= 0)
             close(fd);
-        worker_set_state(g, w, WS_DOWN);
+        worker_set_state_loop(g, w, WS_DOWN);
         connect_failed(g, w);
         return;
     }
     w->c.want_out = 1;
-    worker_set_state(g, w, WS_CONNECTING);
-    timer_arm(g, &w->c.tm[WORKER_TM], g->now_ms + g->cfg.worker_connect_timeout, on_connect_timeout);
+    worker_set_state_loop(g, w, WS_CONNECTING);
+    timer_arm_loop(g, &w->c.tm[WORKER_TM], g->loop.now_ms + g->cfg.worker_connect_timeout, on_connect_timeout);
 }
 
 static void worker_connect_loop(struct gw *g, struct worker *w)
@@ -173,7 +173,7 @@ static void worker_connect_loop(struct gw *g, struct worker *w)
     }
     j->ctx_free = free;
     j->aux[0] = (int64_t)w->serial;
-    worker_set_state(g, w, WS_RESOLVING);
+    worker_set_state_loop(g, w, WS_RESOLVING);
     pool_submit(g->readers, j);
 }
 
@@ -197,7 +197,7 @@ void worker_resolved_loop(struct gw *g, struct job *j)
     struct worker *w = worker_by_serial(g, (uint64_t)j->aux[0]);
     if (!w || w->st != WS_RESOLVING) /* removed meanwhile */
         return;
-    worker_set_state(g, w, WS_DOWN);
+    worker_set_state_loop(g, w, WS_DOWN);
     if (w->removed) {
         unlink_removed(g, w);
         return;
@@ -218,13 +218,13 @@ static void send_handshake(struct gw *g, struct worker *w)
     uint8_t hs[600];
     size_t n = kipc_hs_build(hs, sizeof hs, w->grp->cfg.user, w->grp->cfg.password, KIPC_CAP_MAX);
     if (!n || outq_copy(&w->c.out, hs, n)) {
-        conn_close(g, &w->c, "cannot build the handshake");
+        conn_close_loop(g, &w->c, "cannot build the handshake");
         return;
     }
-    worker_set_state(g, w, WS_HANDSHAKE);
+    worker_set_state_loop(g, w, WS_HANDSHAKE);
     w->c.want_out = 0;
-    conn_set_events(g, &w->c, EPOLLIN);
-    conn_mark_dirty(g, &w->c);
+    conn_set_events_loop(g, &w->c, EPOLLIN);
+    conn_mark_dirty_loop(g, &w->c);
 }
 
 static void finish_connect(struct gw *g, struct worker *w)
@@ -232,7 +232,7 @@ static void finish_connect(struct gw *g, struct worker *w)
     int err = 0;
     socklen_t len = sizeof err;
     if (getsockopt(w->c.fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
-        conn_close(g, &w->c, err ? strerror(err) : "connect failed");
+        conn_close_loop(g, &w->c, err ? strerror(err) : "connect failed");
         return;
     }
     send_handshake(g, w);
@@ -245,15 +245,15 @@ static void read_capability(struct gw *g, struct worker *w)
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (r != 1) {
-        conn_close(g, &w->c, "closed during the handshake ('access: check the group's user and password)");
+        conn_close_loop(g, &w->c, "closed during the handshake ('access: check the group's user and password)");
         return;
     }
     w->cap = cap;
     w->backoff = g->cfg.reconnect_min;
     w->grp->unavailable = 0;
-    timer_cancel(g, &w->c.tm[WORKER_TM]);
+    timer_cancel_loop(g, &w->c.tm[WORKER_TM]);
     log_info(w->c.name, "connected (capability %d)", cap);
-    worker_set_state(g, w, WS_IDLE);
+    worker_set_state_loop(g, w, WS_IDLE);
 }
 
 static void on_query_timeout(struct gw *g, struct timer *t)
@@ -263,13 +263,13 @@ static void on_query_timeout(struct gw *g, struct timer *t)
     log_warn(w->c.name, "no reply byte for %lld ms: dropping the connection", (long long)g->cfg.query_timeout);
     w->timed_out = 1; /* the loss answers 'qgate: timeout, unless a message to the client was cut */
     w->backoff = g->cfg.reconnect_min;
-    conn_close(g, &w->c, "query timeout");
+    conn_close_loop(g, &w->c, "query timeout");
 }
 
-void worker_arm_query_timer(struct gw *g, struct worker *w)
+void worker_arm_query_timer_loop(struct gw *g, struct worker *w)
 {
     if (g->cfg.query_timeout > 0 && w->st == WS_BUSY && !w->paused)
-        timer_arm(g, &w->c.tm[WORKER_TM], g->now_ms + g->cfg.query_timeout, on_query_timeout);
+        timer_arm_loop(g, &w->c.tm[WORKER_TM], g->loop.now_ms + g->cfg.query_timeout, on_query_timeout);
 }
 
 static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
@@ -297,8 +297,8 @@ static void unlink_removed(struct gw *g, struct worker *w)
 {
     TAILQ_REMOVE(&w->grp->workers, w, glink);
     w->grp->nworkers--;
-    g->nbackends--;
-    conn_free_later(g, &w->c);
+    g->loop.nbackends--;
+    conn_free_later_loop(g, &w->c);
 }
 
 /* The socket is gone: fail or finish the request, then reconnect (or go, if removed). */
@@ -329,14 +329,14 @@ void worker_remove_loop(struct gw *g, struct worker *w)
     if (w->st == WS_RESOLVING) /* the resolution's completion finishes it */
         return;
     if (w->c.fd >= 0) {
-        conn_close(g, &w->c, "removed from the configuration");
+        conn_close_loop(g, &w->c, "removed from the configuration");
         return;
     }
-    timer_cancel(g, &w->c.tm[WORKER_TM]); /* down: no socket, nothing running */
+    timer_cancel_loop(g, &w->c.tm[WORKER_TM]); /* down: no socket, nothing running */
     unlink_removed(g, w);
 }
 
-int worker_busy_count(const struct gw *g)
+int worker_busy_count_loop(const struct gw *g)
 {
     int n = 0;
     for (int i = 0; i < g->ngroups; i++) {
@@ -350,10 +350,13 @@ int worker_busy_count(const struct gw *g)
 const struct connops worker_connops = {
     .ev = {.on_event = on_event},
     .on_close = on_close,
-    .free = worker_free_conn,
+    .free = worker_free_loop,
 };
 
-static void back_start(struct gw *g, struct conn *w, struct conn *c) { relay_start_loop(g, worker_of(w), c ? client_of(c) : NULL); }
+static void back_start(struct gw *g, struct conn *w, struct conn *c)
+{
+    relay_start_loop(g, worker_of(w), c ? client_of(c) : NULL);
+}
 static int back_owes(const struct conn *w) { return !STAILQ_EMPTY(&((const struct worker *)w)->bq); }
 
 const struct backend_ops worker_backend = {

@@ -104,19 +104,19 @@ static inline int worker_is_up(const struct worker *w) { return w->st == WS_IDLE
 /* ---- worker.c --------------------------------------------------------------------------- */
 extern const struct connops worker_connops;
 extern const struct backend_ops worker_backend;
-struct worker *worker_new(struct gw *g, struct group *grp, const char *addr);
-void worker_free_conn(struct conn *c);
+struct worker *worker_new_loop(struct gw *g, struct group *grp, const char *addr);
+void worker_free_loop(struct conn *c);
 /* The one setter of a worker's state: keeps the group's idle list and count of workers up. */
-void worker_set_state(struct gw *g, struct worker *w, enum worker_state st);
+void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st);
 /* The one setter of a busy worker's sub-state. */
-void worker_set_busy(struct worker *w, enum worker_busy b);
+void worker_set_busy_loop(struct worker *w, enum worker_busy b);
 const char *worker_state_name(int st);
 /* A reader resolved a worker's address (the job of kind JK_RESOLVE). */
 void worker_resolved_loop(struct gw *g, struct job *j);
 /* A reload dropped it: close now if idle or down, after its request if busy. */
 void worker_remove_loop(struct gw *g, struct worker *w);
-int worker_busy_count(const struct gw *g);
-void worker_arm_query_timer(struct gw *g, struct worker *w);
+int worker_busy_count_loop(const struct gw *g);
+void worker_arm_query_timer_loop(struct gw *g, struct worker *w);
 
 /* ---- relay.c ---------------------------------------------------------------------------- */
 /* Send c's head request (and async ones right behind it) to idle worker w, the broadcasts w
@@ -140,9 +140,9 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
 int broadcast_send_loop(struct gw *g, struct worker *w);
 /* A chaser came back: the sent broadcasts of one sender ran. lost: all went down with the
  * worker (told to the test hook). */
-void broadcast_forget_sent(struct gw *g, struct worker *w, int lost);
+void broadcast_forget_sent_loop(struct gw *g, struct worker *w, int lost);
 /* Broadcasts queued on or sent to a worker that went down are dropped (reported lost). */
 void broadcast_drop_loop(struct gw *g, struct worker *w);
-void broadcast_free(struct worker *w);
+void broadcast_free_loop(struct worker *w);
 
 #endif

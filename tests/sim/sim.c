@@ -1299,7 +1299,7 @@ static void dump_world(void)
                S->w[k].in_config ? "in" : "out of", S->w[k].fd, S->w[k].refuse);
     for (int i = 0; i < MAXC; i++) {
         struct fclient *f = &S->cl[i];
-        if ((f->st == FC_HS || f->st == FC_READY) && !conn_lookup(g, f->gid, f->ggen))
+        if ((f->st == FC_HS || f->st == FC_READY) && !conn_lookup_loop(g, f->gid, f->ggen))
             tr("C%d (%s, %s): the gateway has no connection for it; %zu unsent, %d unread, %d pending, fd %d",
                f->cid, f->st == FC_HS ? "handshake" : "ready", f->stalled ? "stalled" : "reading",
                f->out.len - f->out_off, unread(f->fd), f->pend.n - f->pend_off, f->fd);
@@ -1459,7 +1459,7 @@ static void advance_clock(int64_t ms)
 
 static void clock_event(void)
 {
-    int64_t next = timers_next(&S->g.timers);
+    int64_t next = timers_next(&S->g.loop.timers);
     if (next >= 0 && chance(40)) {
         int64_t d = next - S->now_us / 1000;
         advance_clock(d > 0 ? d : 0);
@@ -1536,7 +1536,7 @@ static char busy_why[256];
 static const char *gateway_busy(void)
 {
     struct gw *g = &S->g;
-    if (worker_busy_count(g))
+    if (worker_busy_count_loop(g))
         return "a worker is busy";
     if (!TAILQ_EMPTY(&g->dirty))
         return "a connection has output to flush";
@@ -1641,10 +1641,10 @@ static void quiesce(int include_stalled, const char *phase)
         /* the gateway has work now, or events ready: no time passes (a peek at a level-triggered
          * epoll set takes nothing from it) */
         struct epoll_event ev;
-        if ((gw_wait_ms(&S->g) == 0 || epoll_wait(S->g.epfd, &ev, 1, 0) > 0) && round % 64)
+        if ((gw_wait_ms_loop(&S->g) == 0 || epoll_wait(S->g.loop.epfd, &ev, 1, 0) > 0) && round % 64)
             continue;
         /* nothing moved: only time can help (timers, back-offs, reconnects) */
-        int64_t next = timers_next(&S->g.timers);
+        int64_t next = timers_next(&S->g.loop.timers);
         int64_t d = next >= 0 ? next - S->now_us / 1000 : 1000;
         advance_clock(QG_MAX(1, QG_MIN(d, 60000)));
         if (S->now_us / 1000 - t_still > 600000)
@@ -1701,7 +1701,7 @@ static size_t gw_kept(void)
 {
     struct gw *g = &S->g;
     size_t n = (size_t)g->tab_cap * (sizeof(struct conn *) + 2 * sizeof(uint32_t));
-    n += (size_t)g->timers.cap * sizeof(struct timer *);
+    n += (size_t)g->loop.timers.cap * sizeof(struct timer *);
     for (int i = 0; i < g->ngroups; i++) {
         struct worker *w;
         TAILQ_FOREACH(w, &g->groups[i].workers, glink)
@@ -1762,7 +1762,7 @@ static void recycle_clients(void)
 {
     for (int i = 0; i < MAXC; i++) {
         struct fclient *c = &S->cl[i];
-        if (c->st != FC_DONE || conn_lookup(&S->g, c->gid, c->ggen))
+        if (c->st != FC_DONE || conn_lookup_loop(&S->g, c->gid, c->ggen))
             continue;
         if (!check_client_lost(c, 0))
             continue;

@@ -64,14 +64,14 @@ static struct worker *fake_worker(const char *name, int *peer)
     w->grp = &g.groups[0];
     snprintf(w->addr, sizeof w->addr, "%s", name);
     snprintf(w->c.name, sizeof w->c.name, "w %s", name);
-    assert_int_equal(conn_register(&g, &w->c, &worker_connops, CONN_WORKER, sv[0], EPOLLIN), 0);
+    assert_int_equal(conn_register_loop(&g, &w->c, &worker_connops, CONN_WORKER, sv[0], EPOLLIN), 0);
     w->backoff = 1000;
     STAILQ_INIT(&w->bq);
     STAILQ_INIT(&w->bsent);
     TAILQ_INSERT_TAIL(&w->grp->workers, w, glink);
     w->grp->nworkers++;
-    g.nbackends++;
-    worker_set_state(&g, w, WS_IDLE);
+    g.loop.nbackends++;
+    worker_set_state_loop(&g, w, WS_IDLE);
     *peer = sv[1];
     return w;
 }
@@ -83,7 +83,7 @@ static struct client *fake_client(int *peer)
     struct client *c = calloc(1, sizeof *c);
     STAILQ_INIT(&c->reqs);
     STAILQ_INIT(&c->calls);
-    assert_int_equal(conn_register(&g, &c->c, &client_connops, CONN_CLIENT, sv[0], EPOLLIN), 0);
+    assert_int_equal(conn_register_loop(&g, &c->c, &client_connops, CONN_CLIENT, sv[0], EPOLLIN), 0);
     g.nclients++;
     c->st = CS_READY;
     c->cap = 3;
@@ -238,9 +238,9 @@ static void test_fairness_round_robin(void **state)
     assert_string_equal(got, "r:c1");
     assert_int_equal(w->served, 5);
     assert_int_equal(w->st, WS_IDLE);
-    conn_close(&g, &a->c, "test");
-    conn_close(&g, &b->c, "test");
-    conn_close(&g, &c->c, "test");
+    conn_close_loop(&g, &a->c, "test");
+    conn_close_loop(&g, &b->c, "test");
+    conn_close_loop(&g, &c->c, "test");
     step();
     close(pa), close(pb), close(pc);
     worker_remove_loop(&g, w);
@@ -279,9 +279,9 @@ static void test_n_plus_one(void **state)
     worker_answer(slow, speer, got, sizeof got);
     assert_int_equal(recv_text(pa, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "r:slow");
-    conn_close(&g, &a->c, "test");
-    conn_close(&g, &b->c, "test");
-    conn_close(&g, &c->c, "test");
+    conn_close_loop(&g, &a->c, "test");
+    conn_close_loop(&g, &b->c, "test");
+    conn_close_loop(&g, &c->c, "test");
     worker_remove_loop(&g, w1);
     worker_remove_loop(&g, w2);
     step();
@@ -320,7 +320,7 @@ static void test_async_chaser_and_commands(void **state)
     assert_int_equal(recv_text(pa, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "r:get");
     assert_false(readable(pa)); /* the chaser's reply was dropped */
-    conn_close(&g, &a->c, "test");
+    conn_close_loop(&g, &a->c, "test");
     worker_remove_loop(&g, w);
     step();
     close(wp), close(pa);
@@ -334,7 +334,7 @@ static void test_stale_completion_dropped(void **state)
     int pa, pb;
     struct client *a = fake_client(&pa);
     uint32_t id = a->c.id, gen = a->c.gen;
-    conn_close(&g, &a->c, "gone");
+    conn_close_loop(&g, &a->c, "gone");
     step();
     close(pa);
     /* the next connections get other ids: the freed one waits its turn */
@@ -344,14 +344,14 @@ static void test_stale_completion_dropped(void **state)
         b = fake_client(&pb);
         if (b->c.id == id)
             break;
-        conn_close(&g, &b->c, "churn");
+        conn_close_loop(&g, &b->c, "churn");
         step();
         close(pb);
     }
     assert_true(n >= 256); /* quarantined for that many connections at least */
     assert_int_equal(b->c.id, id);
     assert_int_not_equal(b->c.gen, gen);
-    assert_null(conn_lookup(&g, id, gen));
+    assert_null(conn_lookup_loop(&g, id, gen));
     /* b's own request 0 waits for a reader; a's old request 0 is answered late */
     send_text(pb, KIPC_SYNC, ".qgate.ping[]");
     client_in(b);
@@ -368,7 +368,7 @@ static void test_stale_completion_dropped(void **state)
     assert_int_equal(recv_text(pb, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "1b"); /* its own answer, not the stale one */
     assert_false(readable(pb));
-    conn_close(&g, &b->c, "test");
+    conn_close_loop(&g, &b->c, "test");
     step();
     close(pb);
 }
@@ -389,9 +389,9 @@ static void test_close_leaves_every_list(void **state)
     event(&a->c, EPOLLIN); /* one taken, two left: on the backlog */
     assert_true(a->c.in_backlog);
     outq_copy(&a->c.out, "x", 1);
-    conn_mark_dirty(&g, &a->c);
+    conn_mark_dirty_loop(&g, &a->c);
     assert_true(a->c.dirty);
-    conn_close(&g, &a->c, "admin");
+    conn_close_loop(&g, &a->c, "admin");
     assert_true(TAILQ_EMPTY(&g.backlog));
     assert_true(TAILQ_EMPTY(&g.dirty));
     assert_int_equal(g.ndirty, 0);
@@ -467,7 +467,7 @@ static void test_gateway_replies_bounded(void **state)
     g.cfg.client_high_water = hw;
     g.cfg.client_low_water = lw;
     free(all);
-    conn_close(&g, &a->c, "test");
+    conn_close_loop(&g, &a->c, "test");
     step();
     close(pa);
 }
@@ -502,7 +502,7 @@ static void test_worker_lost(void **state)
     close(wp);
     worker_in(w2); /* the client is closed and freed here */
     assert_int_equal(w2->st, WS_DOWN);
-    assert_null(conn_lookup(&g, id, gen));
+    assert_null(conn_lookup_loop(&g, id, gen));
     uint8_t seen[64];
     ssize_t n = read(pa, seen, sizeof seen); /* the partial reply, then the close */
     assert_int_equal(n, 20);
@@ -568,7 +568,7 @@ static void test_backpressure_and_splice(void **state)
         assert_int_equal(w->st, WS_IDLE);
         free(m);
         free(all);
-        conn_close(&g, &a->c, "test");
+        conn_close_loop(&g, &a->c, "test");
         worker_remove_loop(&g, w);
         step();
         close(wp), close(pa);
@@ -594,18 +594,18 @@ static void test_timers_heap(void **state)
     uint64_t seed = 11;
     for (int i = 0; i < 500; i++) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        timer_arm(&g, &t[i], (int64_t)(seed >> 40) % 100000, NULL);
+        timer_arm_loop(&g, &t[i], (int64_t)(seed >> 40) % 100000, NULL);
     }
     for (int i = 0; i < 500; i += 3)
-        timer_cancel(&g, &t[i]);
+        timer_cancel_loop(&g, &t[i]);
     for (int i = 1; i < 500; i += 7) /* re-arming moves a timer, or arms a cancelled one */
-        timer_arm(&g, &t[i], 50000, NULL);
+        timer_arm_loop(&g, &t[i], 50000, NULL);
     for (int i = 0; i < 500; i++)
         armed += t[i].pos != 0;
     int64_t last = -1;
     int n = 0;
     struct timer *x;
-    while ((x = timers_pop_due(&g.timers, INT64_MAX))) {
+    while ((x = timers_pop_due(&g.loop.timers, INT64_MAX))) {
         assert_true(x->when >= last);
         assert_int_equal(x->pos, 0);
         last = x->when;
@@ -613,7 +613,7 @@ static void test_timers_heap(void **state)
     }
     assert_int_equal(n, armed);
     assert_true(armed > 300 && armed < 400);
-    assert_int_equal(timers_next(&g.timers), -1);
+    assert_int_equal(timers_next(&g.loop.timers), -1);
 }
 
 int main(void)
