@@ -1,4 +1,5 @@
-/* kcodec.c: K objects: validation without allocation, decoding either byte order, encoding. */
+/* kcodec.c: K objects: construction, decoding either byte order (of input kvalidate.c
+ * accepted), encoding. */
 #include "kcodec.h"
 #include "kipc.h"
 
@@ -7,21 +8,15 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "kcodec assumes a little-endian host");
 
-static const int8_t type_sizes[20] = {
+const int8_t ktype_sizes[20] = {
     [KT_BOOL] = 1, [KT_GUID] = 16, [KT_BYTE] = 1, [KT_SHORT] = 2, [KT_INT] = 4, [KT_LONG] = 8,
     [KT_REAL] = 4, [KT_FLOAT] = 8, [KT_CHAR] = 1, [KT_SYM] = 0, [KT_TIMESTAMP] = 8,
     [KT_MONTH] = 4, [KT_DATE] = 4, [KT_DATETIME] = 8, [KT_TIMESPAN] = 8, [KT_MINUTE] = 4,
     [KT_SECOND] = 4, [KT_TIME] = 4,
 };
 
-int ktype_size(int t)
-{
-    if (t < 0)
-        t = -t;
-    return t < 20 ? type_sizes[t] : 0;
-}
-
-static int is_basic(int t) { return t >= 1 && t <= 19 && t != 3; }
+int ktype_basic(int t) { return t >= 1 && t <= 19 && t != 3; }
+static int is_basic(int t) { return ktype_basic(t); }
 static int has_kids(int t)
 {
     return t == KT_LIST || t == KT_TABLE || t == KT_DICT || t == KT_SORTED_DICT ||
@@ -153,207 +148,6 @@ void k_free(K x)
     free(x);
 }
 
-/* ---- validation ------------------------------------------------------------------------ */
-
-struct vctx {
-    const uint8_t *p;
-    size_t n;
-    int le;
-    int maxd;
-    struct kerr *err;
-    uint32_t *seen;
-};
-
-#define VBAD ((size_t)-1)
-
-static size_t vfail(struct vctx *v, size_t off, const char *why)
-{
-    v->err->why = why;
-    v->err->off = off;
-    return VBAD;
-}
-
-static int32_t rd32(const struct vctx *v, size_t o) { return (int32_t)qg_ld32o(v->p + o, v->le); }
-
-/* Skip a NUL-terminated string at o; VBAD if there is no NUL before the end. */
-static size_t v_cstr(struct vctx *v, size_t o, const char *why)
-{
-    const uint8_t *z = o < v->n ? memchr(v->p + o, 0, v->n - o) : NULL;
-    return z ? (size_t)(z - v->p) + 1 : vfail(v, o, why);
-}
-
-static size_t v_obj(struct vctx *v, size_t o, int d, int64_t *count);
-
-/* A count field at o: non-negative and, given each item takes at least min_item bytes, not
- * past the end of the message. */
-static size_t v_count(struct vctx *v, size_t o, size_t min_item, int32_t *cnt)
-{
-    if (v->n - o < 4)
-        return vfail(v, o, "truncated count");
-    *cnt = rd32(v, o);
-    if (*cnt < 0)
-        return vfail(v, o, "negative count");
-    if ((uint64_t)*cnt * min_item > v->n - o - 4)
-        return vfail(v, o, "count past end of message");
-    return o + 4;
-}
-
-static size_t v_table(struct vctx *v, size_t o, int d, int64_t *count)
-{
-    if (v->n - o < 2)
-        return vfail(v, o, "truncated table");
-    if (v->p[o + 1] > KATTR_MAX)
-        return vfail(v, o + 1, "bad attribute");
-    o += 2;
-    if (o >= v->n || v->p[o] != KT_DICT)
-        return vfail(v, o, "table without column dictionary");
-    o++;
-    if (o >= v->n || v->p[o] != KT_SYM)
-        return vfail(v, o, "table column names not symbols");
-    int64_t ncol, nval;
-    if ((o = v_obj(v, o, d + 2, &ncol)) == VBAD)
-        return VBAD;
-    if (o >= v->n || v->p[o] != KT_LIST)
-        return vfail(v, o, "table columns not a general list");
-    if (d + 2 > v->maxd)
-        return vfail(v, o, "nesting too deep");
-    if (v->n - o < 2)
-        return vfail(v, o, "truncated vector header");
-    if (v->p[o + 1] > KATTR_MAX)
-        return vfail(v, o + 1, "bad attribute");
-    int32_t cnt;
-    size_t cnt_off = o + 2;
-    if ((o = v_count(v, cnt_off, 1, &cnt)) == VBAD)
-        return VBAD;
-    nval = cnt;
-    if (nval != ncol)
-        return vfail(v, cnt_off, "table names and columns differ in count");
-    int64_t rows = -1;
-    for (int32_t i = 0; i < cnt; i++) {
-        size_t c0 = o;
-        int64_t len;
-        if (o >= v->n)
-            return vfail(v, o, "truncated column");
-        int ct = (int8_t)v->p[o];
-        if (ct != KT_LIST && !is_basic(ct))
-            return vfail(v, o, "table column not a list");
-        if ((o = v_obj(v, o, d + 3, &len)) == VBAD)
-            return VBAD;
-        if (rows >= 0 && len != rows)
-            return vfail(v, c0, "table columns differ in length");
-        rows = len;
-    }
-    *count = rows < 0 ? 0 : rows;
-    return o;
-}
-
-/* Validate the object at o at nesting depth d; return the offset after it, or VBAD.
- * *count receives the item count of vectors and lists (rows for tables), else -1. */
-static size_t v_obj(struct vctx *v, size_t o, int d, int64_t *count)
-{
-    *count = -1;
-    if (d > v->maxd)
-        return vfail(v, o, "nesting too deep");
-    if (o >= v->n)
-        return vfail(v, o, "truncated: object expected");
-    int t = (int8_t)v->p[o];
-    int64_t sub;
-    int32_t cnt;
-    if (v->seen && t != KT_ERROR && is_basic(t < 0 ? -t : t))
-        *v->seen |= 1u << (t < 0 ? -t : t);
-    if (t < 0) {
-        if (t == KT_ERROR)
-            return v_cstr(v, o + 1, "error text without NUL");
-        if (!is_basic(-t))
-            return vfail(v, o, "unknown type");
-        if (t == -KT_SYM)
-            return v_cstr(v, o + 1, "symbol without NUL");
-        size_t sz = (size_t)type_sizes[-t];
-        if (v->n - o - 1 < sz)
-            return vfail(v, o, "truncated atom");
-        return o + 1 + sz;
-    }
-    if (t == KT_LIST || is_basic(t)) {
-        if (v->n - o < 2)
-            return vfail(v, o, "truncated vector header");
-        if (v->p[o + 1] > KATTR_MAX)
-            return vfail(v, o + 1, "bad attribute");
-        size_t item = t == KT_LIST || t == KT_SYM ? 1 : (size_t)type_sizes[t];
-        if ((o = v_count(v, o + 2, item, &cnt)) == VBAD)
-            return VBAD;
-        *count = cnt;
-        if (t == KT_LIST) {
-            for (int32_t i = 0; i < cnt; i++)
-                if ((o = v_obj(v, o, d + 1, &sub)) == VBAD)
-                    return VBAD;
-            return o;
-        }
-        if (t == KT_SYM) {
-            for (int32_t i = 0; i < cnt; i++)
-                if ((o = v_cstr(v, o, "symbol without NUL")) == VBAD)
-                    return VBAD;
-            return o;
-        }
-        return o + (size_t)cnt * item;
-    }
-    switch (t) {
-    case KT_TABLE:
-        return v_table(v, o, d, count);
-    case KT_DICT:
-    case KT_SORTED_DICT:
-        if ((o = v_obj(v, o + 1, d + 1, &sub)) == VBAD)
-            return VBAD;
-        return v_obj(v, o, d + 1, &sub);
-    case KT_LAMBDA:
-        if ((o = v_cstr(v, o + 1, "lambda context without NUL")) == VBAD)
-            return VBAD;
-        if (o >= v->n || v->p[o] != KT_CHAR)
-            return vfail(v, o, "lambda source not a char vector");
-        return v_obj(v, o, d + 1, &sub);
-    case KT_UNARY:
-    case KT_BINARY:
-    case KT_TERNARY:
-        if (v->n - o < 2)
-            return vfail(v, o, "truncated primitive");
-        return o + 2;
-    case KT_PROJECTION:
-    case KT_COMPOSITION:
-        if ((o = v_count(v, o + 1, 1, &cnt)) == VBAD)
-            return VBAD;
-        if (cnt == 0)
-            return vfail(v, o - 4, "empty projection or composition");
-        for (int32_t i = 0; i < cnt; i++)
-            if ((o = v_obj(v, o, d + 1, &sub)) == VBAD)
-                return VBAD;
-        return o;
-    default:
-        if (t >= KT_EACH && t <= KT_EACHLEFT)
-            return v_obj(v, o + 1, d + 1, &sub);
-        return vfail(v, o, "unknown type");
-    }
-}
-
-qg_status kcodec_validate(const uint8_t *p, size_t n, int le, const struct kcodec_opts *o,
-                          struct kerr *err)
-{
-    struct kerr dummy;
-    struct vctx v = {
-        .p = p, .n = n, .le = le,
-        .maxd = o && o->max_depth > 0 ? o->max_depth : KCODEC_DEPTH_DEFAULT,
-        .err = err ? err : &dummy,
-        .seen = o ? o->seen : NULL,
-    };
-    int64_t cnt;
-    size_t end = v_obj(&v, 0, 0, &cnt);
-    if (end == VBAD)
-        return QG_ERR;
-    if (end != n) {
-        vfail(&v, end, "bytes after object");
-        return QG_ERR;
-    }
-    return QG_OK;
-}
-
 /* ---- decoding (input already validated) ------------------------------------------------- */
 
 struct dctx {
@@ -453,7 +247,7 @@ static K d_obj(struct dctx *c, size_t *o)
             return d_textobj(c, t, o, 0);
         if (!(x = k_atom(t)))
             return NULL;
-        int sz = type_sizes[-t];
+        int sz = ktype_sizes[-t];
         memcpy(x->u, c->p + *o, (size_t)sz);
         if (!c->le && t != -KT_GUID)
             swap_items(x->u, 1, sz);
@@ -472,7 +266,7 @@ static K d_obj(struct dctx *c, size_t *o)
             x->attr = attr;
             return d_kids(c, x, o);
         }
-        int sz = type_sizes[t];
+        int sz = ktype_sizes[t];
         if (!(x = k_vec(t, n)))
             return NULL;
         x->attr = attr;
@@ -537,11 +331,11 @@ size_t kcodec_size(const K x)
     if (t < 0) {
         if (t == KT_ERROR || t == -KT_SYM)
             return 1 + strlen(x->s) + 1;
-        return 1 + (size_t)type_sizes[-t];
+        return 1 + (size_t)ktype_sizes[-t];
     }
     if (is_basic(t)) {
         if (t != KT_SYM)
-            return 6 + (size_t)x->n * (size_t)type_sizes[t];
+            return 6 + (size_t)x->n * (size_t)ktype_sizes[t];
         for (int64_t i = 0; i < x->n; i++)
             s += strlen(kS(x)[i]) + 1;
         return 6 + s;
@@ -588,7 +382,7 @@ uint8_t *kcodec_write(const K x, uint8_t *o, int le)
     if (t < 0) {
         if (t == KT_ERROR || t == -KT_SYM)
             return wtext(o, x->s);
-        int sz = type_sizes[-t];
+        int sz = ktype_sizes[-t];
         memcpy(o, x->u, (size_t)sz);
         if (!le && t != -KT_GUID)
             swap_items(o, 1, sz);
@@ -603,10 +397,10 @@ uint8_t *kcodec_write(const K x, uint8_t *o, int le)
             return o;
         }
         if (t != KT_LIST) {
-            size_t len = (size_t)x->n * (size_t)type_sizes[t];
+            size_t len = (size_t)x->n * (size_t)ktype_sizes[t];
             memcpy(o, x->data, len);
-            if (!le && type_sizes[t] > 1 && t != KT_GUID)
-                swap_items(o, x->n, type_sizes[t]);
+            if (!le && ktype_sizes[t] > 1 && t != KT_GUID)
+                swap_items(o, x->n, ktype_sizes[t]);
             return o + len;
         }
     } else {

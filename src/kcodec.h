@@ -58,10 +58,19 @@ _Static_assert(sizeof(struct k0) == 32, "K header is 32 bytes; data[] is 16-alig
 #define kS(x) ((const char **)(void *)(x)->data)
 #define kK(x) ((K *)(void *)(x)->data)
 
-/* Bytes per item of vector type t (0 for symbols and unknown types); guid is 16. */
-int ktype_size(int t);
+/* Bytes per item of vector type t (0 for symbols and unknown types); guid is 16. Inline: the
+ * validator asks it for every vector. */
+extern const int8_t ktype_sizes[20];
+static inline int ktype_size(int t)
+{
+    if (t < 0)
+        t = -t;
+    return t < 20 ? ktype_sizes[t] : 0;
+}
 /* Is t a type code that may appear on the wire? */
 int ktype_valid(int t);
+/* Is t (positive) a basic vector type: boolean to time, 1..19 but 3? */
+int ktype_basic(int t);
 
 /* Constructors. All return NULL only on allocation failure. */
 K k_atom(int8_t t);                     /* value zeroed; set it through the union */

@@ -115,20 +115,65 @@ static inline void copy_exact(uint8_t *out, size_t src, size_t w, size_t len)
 #define GROUP_OUT_MAX (8 * 257 + 16)
 #define GROUP_IN_MAX 17
 
-/* The hash table update of kdb-ipc.md 4.2, restated so that it needs no reads of the output:
- * a literal hashes the pair it completes (previous byte, this byte) at w-1 when the previous
- * item was a literal too ("pend"); a back-reference with slot h completes the pair at w-1 with
- * its first byte (out[src]), and the pair at its own start equals the one at src, whose hash
- * is h, so last[h] becomes w. Pairs inside a copy are never hashed. */
-#define LITERAL(b)                                  \
-    do {                                            \
-        uint8_t b_ = (b);                           \
-        if (pend)                                   \
-            last[prev ^ b_] = (uint32_t)(w - 1);    \
-        out[w++] = b_;                              \
-        prev = b_;                                  \
-        pend = 1;                                   \
-    } while (0)
+/* The decompressor's state. The hash table update of kdb-ipc.md 4.2, restated so that it
+ * needs no reads of the output: a literal hashes the pair it completes (previous byte, this
+ * byte) at w-1 when the previous item was a literal too ("pend"); a back-reference with slot h
+ * completes the pair at w-1 with its first byte (out[src]), and the pair at its own start
+ * equals the one at src, whose hash is h, so last[h] becomes w. Pairs inside a copy are never
+ * hashed. */
+struct unz {
+    const uint8_t *c;
+    size_t clen, r;
+    uint8_t *out;
+    size_t n, w;
+    unsigned prev, pend;
+    uint32_t last[256];
+};
+
+static inline void unz_literal(struct unz *u)
+{
+    uint8_t b = u->c[u->r++];
+    if (u->pend)
+        u->last[u->prev ^ b] = (uint32_t)(u->w - 1);
+    u->out[u->w++] = b;
+    u->prev = b;
+    u->pend = 1;
+}
+
+/* A back-reference (2 bytes in: slot, length - 2). fast: room to spare, copy_fast may overrun;
+ * else bounded by the declared length. NULL, or why it is bad. */
+static inline const char *unz_ref(struct unz *u, int fast)
+{
+    unsigned h = u->c[u->r];
+    size_t src = u->last[h], len = 2 + (size_t)u->c[u->r + 1];
+    u->r += 2;
+    if (src == 0)
+        return "back-reference to an empty slot";
+    if (!fast && len > u->n - u->w)
+        return "back-reference past the declared length";
+    if (u->pend)
+        u->last[u->prev ^ u->out[src]] = (uint32_t)(u->w - 1);
+    if (fast)
+        copy_fast(u->out, src, u->w, len);
+    else
+        copy_exact(u->out, src, u->w, len);
+    u->last[h] = (uint32_t)u->w;
+    u->w += len;
+    u->pend = 0;
+    return NULL;
+}
+
+/* A whole group of 8 items with room to spare in and out: no bounds checks per item. */
+static inline const char *unz_group_fast(struct unz *u)
+{
+    unsigned f = u->c[u->r++];
+    for (int k = 0; k < 8; k++, f >>= 1) {
+        const char *why = f & 1 ? unz_ref(u, 1) : (unz_literal(u), NULL);
+        if (why)
+            return why;
+    }
+    return NULL;
+}
 
 qg_status kzip_decompress(const uint8_t *c, size_t clen, uint8_t *out, size_t n, const char **why)
 {
@@ -136,77 +181,36 @@ qg_status kzip_decompress(const uint8_t *c, size_t clen, uint8_t *out, size_t n,
         *why = "compressed header inconsistent";
         return QG_ERR;
     }
-    uint32_t last[256] = {0};
+    struct unz u = {.c = c, .clen = clen, .r = 12, .out = out, .n = n, .w = 8};
     memcpy(out, c, 8);
     out[2] = 0;
     st32o(out + 4, (uint32_t)n, c[0]);
-    size_t w = 8, r = 12;
-    unsigned flags = 0, bit = 0, prev = 0, pend = 0;
-    while (w < n) {
-        if (bit == 0 && clen - r >= GROUP_IN_MAX && n - w >= GROUP_OUT_MAX) {
-            /* a whole group with room to spare: no bounds checks per item */
-            unsigned f = c[r++];
-            for (int k = 0; k < 8; k++, f >>= 1) {
-                if (f & 1) {
-                    unsigned h = c[r];
-                    size_t src = last[h], len = 2 + (size_t)c[r + 1];
-                    r += 2;
-                    if (src == 0)
-                        goto empty_slot;
-                    if (pend)
-                        last[prev ^ out[src]] = (uint32_t)(w - 1);
-                    copy_fast(out, src, w, len);
-                    last[h] = (uint32_t)w;
-                    w += len;
-                    pend = 0;
-                } else {
-                    LITERAL(c[r]);
-                    r++;
-                }
-            }
+    unsigned flags = 0, bit = 0;
+    const char *bad = NULL;
+    while (u.w < n && !bad) {
+        if (bit == 0 && clen - u.r >= GROUP_IN_MAX && n - u.w >= GROUP_OUT_MAX) {
+            bad = unz_group_fast(&u);
             continue;
         }
         if (bit == 0) {
-            if (r >= clen)
-                goto short_stream;
-            flags = c[r++];
+            if (u.r >= clen)
+                break;
+            flags = c[u.r++];
             bit = 1;
         }
-        if (flags & bit) {
-            if (clen - r < 2)
-                goto short_stream;
-            unsigned h = c[r];
-            size_t src = last[h], len = 2 + (size_t)c[r + 1];
-            r += 2;
-            if (src == 0)
-                goto empty_slot;
-            if (len > n - w) {
-                *why = "back-reference past the declared length";
-                return QG_ERR;
-            }
-            if (pend)
-                last[prev ^ out[src]] = (uint32_t)(w - 1);
-            copy_exact(out, src, w, len);
-            last[h] = (uint32_t)w;
-            w += len;
-            pend = 0;
-        } else {
-            if (r >= clen)
-                goto short_stream;
-            LITERAL(c[r]);
-            r++;
-        }
+        if (u.r + ((flags & bit) ? 2 : 1) > clen)
+            break;
+        if (flags & bit)
+            bad = unz_ref(&u, 0);
+        else
+            unz_literal(&u);
         bit = (bit << 1) & 0xff;
     }
-    if (r != clen) {
-        *why = "compressed stream longer than its contents";
-        return QG_ERR;
-    }
-    return QG_OK;
-empty_slot:
-    *why = "back-reference to an empty slot";
-    return QG_ERR;
-short_stream:
-    *why = "compressed stream truncated";
-    return QG_ERR;
+    if (!bad && u.w < n)
+        bad = "compressed stream truncated";
+    if (!bad && u.r != clen)
+        bad = "compressed stream longer than its contents";
+    if (bad)
+        *why = bad;
+    return bad ? QG_ERR : QG_OK;
 }

@@ -205,7 +205,7 @@ static int handle_completions(struct gw *g, struct job *j)
 {
     int n = 0;
     for (struct job *next; j; j = next) {
-        next = j->next;
+        next = job_next(j);
         gw_completion_loop(g, j);
         n++;
     }

@@ -64,26 +64,46 @@ static int resolve(const char *host, int port, int passive, struct addrinfo **ou
     return 0;
 }
 
-int net_listen_tcp(const char *host, int port, int backlog, int nonblock, int *bound)
+/* Close fd, keeping the errno that made it useless. */
+static void close_keep_errno(int fd)
+{
+    int e = errno;
+    close(fd);
+    errno = e;
+}
+
+/* A socket for the first of host:port's addresses that use() accepts (0), or -1 with errno
+ * from the last attempt. */
+static int first_socket(const char *host, int port, int passive, int flags,
+                        int (*use)(int fd, const struct addrinfo *a, void *arg), void *arg)
 {
     struct addrinfo *ai;
-    if (resolve(host, port, 1, &ai))
+    if (resolve(host, port, passive, &ai))
         return -1;
     int fd = -1;
     for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | flags, 0);
         if (fd < 0)
             continue;
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, backlog) == 0)
+        if (use(fd, a, arg) == 0)
             break;
-        int e = errno;
-        close(fd);
-        errno = e;
+        close_keep_errno(fd);
         fd = -1;
     }
     freeaddrinfo(ai);
+    return fd;
+}
+
+static int use_listen(int fd, const struct addrinfo *a, void *arg)
+{
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    return bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, *(int *)arg) == 0 ? 0 : -1;
+}
+
+int net_listen_tcp(const char *host, int port, int backlog, int nonblock, int *bound)
+{
+    int fd = first_socket(host, port, 1, 0, use_listen, &backlog);
     if (fd < 0)
         return -1;
     if (nonblock && set_nonblock(fd)) {
@@ -144,34 +164,22 @@ int net_connect_uds(int port, int nonblock)
     if (fd < 0)
         return -1;
     if (connect(fd, (struct sockaddr *)&sa, len) && !(nonblock && errno == EINPROGRESS)) {
-        int e = errno;
-        close(fd);
-        errno = e;
+        close_keep_errno(fd);
         return -1;
     }
     return fd;
 }
 
+static int use_connect(int fd, const struct addrinfo *a, void *arg)
+{
+    int nonblock = *(int *)arg;
+    net_tune(fd);
+    return connect(fd, a->ai_addr, a->ai_addrlen) == 0 || (nonblock && errno == EINPROGRESS) ? 0 : -1;
+}
+
 int net_connect_tcp(const char *host, int port, int nonblock)
 {
-    struct addrinfo *ai;
-    if (resolve(host, port, 0, &ai))
-        return -1;
-    int fd = -1;
-    for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
-        if (fd < 0)
-            continue;
-        net_tune(fd);
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 || (nonblock && errno == EINPROGRESS))
-            break;
-        int e = errno;
-        close(fd);
-        errno = e;
-        fd = -1;
-    }
-    freeaddrinfo(ai);
-    return fd;
+    return first_socket(host, port, 0, nonblock ? SOCK_NONBLOCK : 0, use_connect, &nonblock);
 }
 
 void net_tune(int fd)

@@ -12,29 +12,15 @@
 
 #include "log.h"
 
-struct jlist {
-    struct job *head, *tail;
-};
-
-static void jlist_push(struct jlist *l, struct job *j)
-{
-    j->next = NULL;
-    if (l->tail)
-        l->tail->next = j;
-    else
-        l->head = j;
-    l->tail = j;
-}
-
 struct pool {
     char name[16];
     pthread_mutex_t qlock; /* jobs waiting for a thread */
     pthread_cond_t qcond;
-    struct jlist queue;
+    struct joblist queue;
     size_t queued;         /* jobs in queue */
     int stop;
     pthread_mutex_t clock; /* completions waiting for the loop */
-    struct jlist done;
+    struct joblist done;
     int efd;
     int nthreads;
     pthread_t *threads;
@@ -68,8 +54,8 @@ void pool_complete(struct pool *p, struct job *j)
     /* counted before it can be taken: a job the loop holds has always been counted */
     atomic_fetch_add(&p->jobs_done, 1);
     pthread_mutex_lock(&p->clock);
-    int was_empty = p->done.head == NULL;
-    jlist_push(&p->done, j);
+    int was_empty = STAILQ_EMPTY(&p->done);
+    STAILQ_INSERT_TAIL(&p->done, j, link);
     atomic_store(&p->has_done, 1);
     pthread_mutex_unlock(&p->clock);
     if (was_empty) {
@@ -85,16 +71,14 @@ static void *pool_main(void *arg)
     struct pool *p = arg;
     for (;;) {
         pthread_mutex_lock(&p->qlock);
-        while (!p->queue.head && !p->stop)
+        while (STAILQ_EMPTY(&p->queue) && !p->stop)
             pthread_cond_wait(&p->qcond, &p->qlock);
         if (p->stop) {
             pthread_mutex_unlock(&p->qlock);
             return NULL;
         }
-        struct job *j = p->queue.head;
-        p->queue.head = j->next;
-        if (!p->queue.head)
-            p->queue.tail = NULL;
+        struct job *j = STAILQ_FIRST(&p->queue);
+        STAILQ_REMOVE_HEAD(&p->queue, link);
         p->queued--;
         pthread_mutex_unlock(&p->qlock);
         j->run(j);
@@ -112,6 +96,8 @@ struct pool *pool_create(const char *name, int nthreads)
     pthread_mutex_init(&p->qlock, NULL);
     pthread_cond_init(&p->qcond, NULL);
     pthread_mutex_init(&p->clock, NULL);
+    STAILQ_INIT(&p->queue);
+    STAILQ_INIT(&p->done);
     p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->threads = calloc((size_t)(nthreads ? nthreads : 1), sizeof *p->threads);
     if (p->efd < 0 || !p->threads) {
@@ -134,7 +120,7 @@ void pool_submit(struct pool *p, struct job *j)
 {
     atomic_fetch_add(&p->jobs_submitted, 1);
     pthread_mutex_lock(&p->qlock);
-    jlist_push(&p->queue, j);
+    STAILQ_INSERT_TAIL(&p->queue, j, link);
     p->queued++;
     pthread_cond_signal(&p->qcond);
     pthread_mutex_unlock(&p->qlock);
@@ -151,16 +137,11 @@ size_t pool_queued(struct pool *p)
 int pool_run_one(struct pool *p, size_t k)
 {
     pthread_mutex_lock(&p->qlock);
-    struct job **pp = &p->queue.head, *prev = NULL;
-    for (size_t i = 0; *pp && i < k; i++) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    struct job *j = *pp;
+    struct job *j = STAILQ_FIRST(&p->queue);
+    for (size_t i = 0; j && i < k; i++)
+        j = STAILQ_NEXT(j, link);
     if (j) {
-        *pp = j->next;
-        if (p->queue.tail == j)
-            p->queue.tail = prev;
+        STAILQ_REMOVE(&p->queue, j, job, link);
         p->queued--;
     }
     pthread_mutex_unlock(&p->qlock);
@@ -171,12 +152,12 @@ int pool_run_one(struct pool *p, size_t k)
     return 0;
 }
 
-/* Splice the whole completion list out under the lock. */
-static struct job *pool_take_loop_locked(struct pool *p)
+/* Splice the whole completion list out under the lock: the jobs stay linked (job_next). */
+static struct job *take_all(struct pool *p)
 {
     pthread_mutex_lock(&p->clock);
-    struct job *all = p->done.head;
-    p->done.head = p->done.tail = NULL;
+    struct job *all = STAILQ_FIRST(&p->done);
+    STAILQ_INIT(&p->done);
     atomic_store(&p->has_done, 0);
     pthread_mutex_unlock(&p->clock);
     return all;
@@ -187,14 +168,14 @@ struct job *pool_drain_loop(struct pool *p)
     uint64_t n;
     ssize_t r = read(p->efd, &n, sizeof n);
     (void)r; /* EAGAIN when a previous drain already took what this wake-up announced */
-    return pool_take_loop_locked(p);
+    return take_all(p);
 }
 
 struct job *pool_take_loop(struct pool *p)
 {
     if (!atomic_load(&p->has_done))
         return NULL;
-    return pool_take_loop_locked(p);
+    return take_all(p);
 }
 
 void pool_destroy(struct pool *p)
@@ -207,12 +188,13 @@ void pool_destroy(struct pool *p)
     pthread_mutex_unlock(&p->qlock);
     for (int i = 0; i < p->nthreads; i++)
         pthread_join(p->threads[i], NULL);
-    for (struct job *j = p->queue.head, *n; j; j = n) {
-        n = j->next;
+    struct job *j;
+    while ((j = STAILQ_FIRST(&p->queue))) {
+        STAILQ_REMOVE_HEAD(&p->queue, link);
         job_free(j);
     }
-    for (struct job *j = p->done.head, *n; j; j = n) {
-        n = j->next;
+    while ((j = STAILQ_FIRST(&p->done))) {
+        STAILQ_REMOVE_HEAD(&p->done, link);
         job_free(j);
     }
     if (p->efd >= 0)

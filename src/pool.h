@@ -6,12 +6,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 struct job;
 typedef void (*job_fn)(struct job *j);
 
 struct job {
-    struct job *next;
+    STAILQ_ENTRY(job) link;     /* on a pool's queue or completion list; job_next walks a drained one */
     job_fn run;                 /* runs on a pool thread; touches only this job */
     int kind;                   /* what the loop does with the completion */
     uint32_t conn_id, conn_gen; /* the connection it is for: a stale one is dropped */
@@ -28,7 +29,11 @@ struct job {
     char text[192];             /* error text, command name */
 };
 
+STAILQ_HEAD(joblist, job);
+
 struct job *job_new(job_fn run, int kind);
+/* The job after j in a list taken by pool_drain_loop or pool_take_loop, or NULL. */
+static inline struct job *job_next(const struct job *j) { return STAILQ_NEXT(j, link); }
 void job_free(struct job *j);
 
 struct pool;

@@ -48,7 +48,7 @@ static void check_and_free_fifo(struct job *list, uint64_t first, uint64_t n)
 {
     uint64_t got = 0;
     for (struct job *j = list, *next; j; j = next) {
-        next = j->next;
+        next = job_next(j);
         if (j->seq != first + got)
             fail_msg("completion %llu has id %llu, expected %llu", (unsigned long long)got,
                      (unsigned long long)j->seq, (unsigned long long)(first + got));
@@ -83,7 +83,7 @@ static void test_job_new_free(void **state)
     assert_non_null(j);
     assert_ptr_equal(j->run, never_run);
     assert_int_equal(j->kind, 3);
-    assert_null(j->next);
+    assert_null(job_next(j));
     assert_null(j->in);
     assert_null(j->out);
     assert_null(j->ctx);
@@ -155,7 +155,7 @@ static void test_completion_batching(void **state)
     assert_int_equal(pool_eventfd_writes(p), 4);
     struct job *one = pool_drain_loop(p);
     assert_non_null(one);
-    assert_null(one->next);
+    assert_null(job_next(one));
     check_and_free_fifo(one, 300, 1);
     pool_destroy(p);
 }
@@ -232,7 +232,7 @@ static void test_threads(void **state)
         if (list)
             nonempty_drains++;
         for (struct job *j = list, *next; j; j = next) {
-            next = j->next;
+            next = job_next(j);
             assert_true(j->seq < NJOBS);
             if (seen[j->seq])
                 fail_msg("job %llu came back twice", (unsigned long long)j->seq);
