@@ -86,6 +86,7 @@ struct gw {
     uint64_t next_serial, next_worker_serial;
     int nclients;
     uint64_t handshakes, handshake_failures, badmsgs, busy_replies, timeouts, stalls;
+    uint64_t bad_transitions; /* state changes the tables do not allow (worker.c): a bug */
     struct auth_shared *auth; /* users file, or NULL: any credentials */
     SLIST_HEAD(, ustate) users;
 };

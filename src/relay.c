@@ -254,7 +254,7 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
     w->msg.first_byte = 1;
     w->is_error = 0;
     if (!c || c->eof) {
-        worker_set_busy_loop(w, WB_DRAINING);
+        worker_set_busy_loop(g, w, WB_DRAINING);
         return ROUTE_DROP;
     }
     int nc = needs_collect(g, c, h);
@@ -264,10 +264,10 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
                           (unsigned long long)h->len);
         w->cl = NULL; /* its reply is made: a loss now touches nothing */
         client_set_worker_loop(c, NULL);
-        worker_set_busy_loop(w, WB_DRAINING);
+        worker_set_busy_loop(g, w, WB_DRAINING);
         return ROUTE_DROP;
     }
-    worker_set_busy_loop(w, nc ? WB_COLLECTING : WB_RELAYING); /* collected: grown as bytes arrive */
+    worker_set_busy_loop(g, w, nc ? WB_COLLECTING : WB_RELAYING); /* collected: grown as bytes arrive */
     return nc ? ROUTE_COLLECT : ROUTE_STREAM;
 }
 
@@ -494,7 +494,7 @@ void relay_client_gone_loop(struct gw *g, struct worker *w)
         w->msg.route = ROUTE_DROP;
         inbuf_free(&w->coll);
         if (w->busy != WB_SENT)
-            worker_set_busy_loop(w, WB_DRAINING);
+            worker_set_busy_loop(g, w, WB_DRAINING);
     }
     if (c->c.closing)
         w->cl = NULL; /* closed for good; one whose input ended still has its FIFO advanced */

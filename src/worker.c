@@ -2,23 +2,26 @@
  * reconnect with back-off, query_timeout, loss, removal by a reload. What runs on it, and
  * where what it sends goes, is relay.c's.
  *
- * States (worker_set_state_loop is the one setter: it keeps the group's idle list and its count of
- * workers up in step):
+ * States, and the transitions the tables below allow (worker_set_state_loop is the one setter:
+ * it keeps the group's idle list and its count of workers up in step, and counts a transition
+ * the table does not allow in g->bad_transitions, which tests/sim requires to stay 0):
  *   DOWN --back-off timer, address known--> CONNECTING
- *   DOWN --back-off timer, address unknown--> RESOLVING (a reader resolves) --> CONNECTING
+ *   DOWN --back-off timer, address unknown--> RESOLVING (a reader resolves) --> DOWN -->
+ *     CONNECTING, or DOWN again if connecting fails at once
  *   CONNECTING --writable--> HANDSHAKE --capability byte--> IDLE (on the idle list)
- *   IDLE --dispatch: a request, or broadcasts owed--> BUSY --its reply has ended--> IDLE
- *   any --error, EOF, timeout--> DOWN (reconnect with back-off), or gone when removed
+ *   IDLE --dispatch: a request, or broadcasts owed--> BUSY --its run has ended--> IDLE
+ *   CONNECTING, HANDSHAKE, IDLE, BUSY --error, EOF, timeout--> DOWN (reconnect with back-off,
+ *     or freed when a reload removed it)
  *
- * Sub-states of BUSY (worker_set_busy_loop), what the current request has come to:
- *   SENT --the reply's header, to stream--> RELAYING (a loss now cuts the client's stream:
- *     the client is closed)
- *   SENT --the reply's header, to transform--> COLLECTING (held whole for a pool job)
- *   SENT or RELAYING or COLLECTING --its client gone, or already answered--> DRAINING (read
- *     and dropped)
+ * Sub-states of BUSY (worker_set_busy_loop), what the current request's reply has come to:
+ *   SENT --its header, to stream--> RELAYING (a loss now cuts the client's stream: the client
+ *     is closed)
+ *   SENT --its header, to transform--> COLLECTING (held whole for a pool job)
+ *   SENT --its header, client gone or answered already (too large for it)--> DRAINING
+ *   RELAYING or COLLECTING --the client gone--> DRAINING (read and dropped)
  *   any --the reply ends--> (IDLE)
  * Chaser replies (the sync "" after async batches and broadcast runs) are swallowed while
- * swallow > 0; a message is routed by struct wmsg (relay.c). */
+ * swallow > 0, whatever the sub-state; every message is routed by struct wmsg (relay.c). */
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -39,12 +42,40 @@ static const char *const state_names[] = {WORKER_STATES(ST_NAME)};
 static const char *const busy_names[] = {BUSY_STATES(ST_NAME)};
 #undef ST_NAME
 
+#define TO(s) (1u << WS_##s)
+static const unsigned allowed[] = {
+    [WS_DOWN] = TO(DOWN) | TO(RESOLVING) | TO(CONNECTING),
+    [WS_RESOLVING] = TO(DOWN),
+    [WS_CONNECTING] = TO(HANDSHAKE) | TO(DOWN),
+    [WS_HANDSHAKE] = TO(IDLE) | TO(DOWN),
+    [WS_IDLE] = TO(BUSY) | TO(DOWN),
+    [WS_BUSY] = TO(IDLE) | TO(DOWN),
+};
+#undef TO
+#define TO(s) (1u << WB_##s)
+static const unsigned busy_allowed[] = {
+    [WB_SENT] = TO(RELAYING) | TO(COLLECTING) | TO(DRAINING),
+    [WB_RELAYING] = TO(DRAINING),
+    [WB_COLLECTING] = TO(DRAINING),
+    [WB_DRAINING] = 0,
+};
+#undef TO
+
 const char *worker_state_name(int st) { return st >= 0 && st <= WS_BUSY ? state_names[st] : "?"; }
+
+static void transition(struct gw *g, struct worker *w, const char *what, const char *from, const char *to, int ok)
+{
+    if (ok) {
+        log_debug(w->c.name, "%s %s -> %s", what, from, to);
+        return;
+    }
+    g->bad_transitions++;
+    log_error(w->c.name, "%s %s -> %s is not in worker.c's table", what, from, to);
+}
 
 void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
 {
-    (void)g;
-    log_debug(w->c.name, "state %s -> %s", worker_state_name(w->st), worker_state_name(st));
+    transition(g, w, "state", worker_state_name(w->st), worker_state_name(st), (allowed[w->st] >> st) & 1);
     int was = worker_is_up(w);
     w->st = (uint8_t)st;
     w->grp->nup += worker_is_up(w) - was;
@@ -58,10 +89,11 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
         w->busy = WB_SENT;
 }
 
-void worker_set_busy_loop(struct worker *w, enum worker_busy b)
+void worker_set_busy_loop(struct gw *g, struct worker *w, enum worker_busy b)
 {
-    if (w->busy != b)
-        log_debug(w->c.name, "busy %s -> %s", busy_names[w->busy], busy_names[b]);
+    if (w->busy == b)
+        return;
+    transition(g, w, "busy", busy_names[w->busy], busy_names[b], w->st == WS_BUSY && ((busy_allowed[w->busy] >> b) & 1));
     w->busy = (uint8_t)b;
 }
 

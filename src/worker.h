@@ -109,7 +109,7 @@ void worker_free_loop(struct conn *c);
 /* The one setter of a worker's state: keeps the group's idle list and count of workers up. */
 void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st);
 /* The one setter of a busy worker's sub-state. */
-void worker_set_busy_loop(struct worker *w, enum worker_busy b);
+void worker_set_busy_loop(struct gw *g, struct worker *w, enum worker_busy b);
 const char *worker_state_name(int st);
 /* A reader resolved a worker's address (the job of kind JK_RESOLVE). */
 void worker_resolved_loop(struct gw *g, struct job *j);

@@ -1196,6 +1196,8 @@ static void check_gateway(void)
         if (c->st == CS_GONE && !h && !x->in_backlog && c->c.in.len == c->c.in.off)
             fail("%s has gone with nothing left to run, and is still open", x->name);
     }
+    if (g->bad_transitions)
+        fail("%llu worker state transitions outside worker.c's table (see the log)", (unsigned long long)g->bad_transitions);
     if (nclients != g->nclients)
         fail("nclients is %d, the table holds %d clients", g->nclients, nclients);
     struct conn *x;
