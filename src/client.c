@@ -40,14 +40,9 @@ static void update_name(struct client *c)
              c->user[0] ? " " : "", c->user);
 }
 
-static struct client *of_timer(struct timer *t, int which)
+static void on_handshake_timeout(struct gw *g, struct conn *x)
 {
-    return (struct client *)((char *)(t - which) - offsetof(struct client, c.tm));
-}
-
-static void on_handshake_timeout(struct gw *g, struct timer *t)
-{
-    struct client *c = of_timer(t, CLIENT_TM_STATE);
+    struct client *c = client_of(x);
     g->handshake_failures++;
     log_info(c->c.name, "handshake not done within %lld ms", (long long)g->cfg.handshake_timeout);
     conn_close_loop(g, &c->c, "handshake timeout");
@@ -125,7 +120,7 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local)
         net_peer_name(fd, c->peer, sizeof c->peer);
     update_name(c);
     log_debug(c->c.name, "connected");
-    timer_arm_loop(g, &c->c.tm[CLIENT_TM_STATE], g->loop.now_ms + g->cfg.handshake_timeout, on_handshake_timeout);
+    conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + g->cfg.handshake_timeout, on_handshake_timeout);
     return c;
 }
 
@@ -158,7 +153,7 @@ static void finish_handshake(struct gw *g, struct client *c)
         return;
     }
     conn_mark_dirty_loop(g, &c->c);
-    timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STATE]);
+    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     c->grp = dispatch_route_loop(g, c->us ? c->us->name : c->user);
     client_set_state_loop(c, c->eof ? CS_GONE : CS_READY);
     g->handshakes++;
@@ -329,7 +324,7 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
               inbuf_avail(&c->c.in));
     c->eof = 1;
     c->paused = 0;
-    timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STALL]);
+    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STALL);
     conn_drop_socket_loop(g, &c->c);
     if (c->w)
         g->back->client_gone(g, c->w); /* its reply is drained */
@@ -381,10 +376,7 @@ static void read_some(struct gw *g, struct client *c)
         g->loop.work_pending = 1;
 }
 
-static void on_linger_timeout(struct gw *g, struct timer *t)
-{
-    conn_close_loop(g, &of_timer(t, CLIENT_TM_STATE)->c, "closed after a bad message");
-}
+static void on_linger_timeout(struct gw *g, struct conn *x) { conn_close_loop(g, x, "closed after a bad message"); }
 
 /* Everything owed was sent after a bad message: shut our side, drain theirs, then close. */
 static void linger(struct gw *g, struct client *c)
@@ -393,7 +385,7 @@ static void linger(struct gw *g, struct client *c)
     shutdown(c->c.fd, SHUT_WR);
     c->paused = 0;
     conn_set_reading_loop(g, &c->c, 1);
-    timer_arm_loop(g, &c->c.tm[CLIENT_TM_STATE], g->loop.now_ms + 2000, on_linger_timeout);
+    conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + 2000, on_linger_timeout);
 }
 
 /* Read and drop whatever the client still sends, until it closes. */
@@ -439,14 +431,14 @@ int client_output_full_loop(const struct gw *g, const struct client *c)
     return conn_pending(&c->c) > (size_t)g->cfg.client_high_water;
 }
 
-static void on_stall_timeout(struct gw *g, struct timer *t)
+static void on_stall_timeout(struct gw *g, struct conn *x)
 {
-    struct client *c = of_timer(t, CLIENT_TM_STALL);
+    struct client *c = client_of(x);
     if (!c->c.out.bytes && !c->c.piped)
         return;
     int64_t quiet = g->loop.now_ms - c->stall_since;
     if (quiet < g->cfg.client_stall_timeout) {
-        timer_arm_loop(g, t, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
+        conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
         return;
     }
     g->stalls++;
@@ -475,17 +467,17 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
         linger(g, c);
         return;
     }
-    struct timer *t = &x->tm[CLIENT_TM_STALL];
     if (!now) {
-        timer_cancel_loop(g, t);
+        conn_timer_cancel_loop(g, x, CLIENT_TM_STALL);
         return;
     }
     if (g->cfg.client_stall_timeout <= 0)
         return;
-    if (wrote || !t->pos) /* the clock starts, or starts again, with a byte accepted */
+    int armed = conn_timer_armed(x, CLIENT_TM_STALL);
+    if (wrote || !armed) /* the clock starts, or starts again, with a byte accepted */
         c->stall_since = g->loop.now_ms;
-    if (!t->pos)
-        timer_arm_loop(g, t, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
+    if (!armed)
+        conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
 }
 
 void client_pause_all_loop(struct gw *g)

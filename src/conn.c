@@ -185,6 +185,21 @@ void conn_queue_out_loop(struct conn *c)
     c->q = NULL;
 }
 
+static void on_timer(struct gw *g, struct timer *t)
+{
+    struct conn_timer *ct = (struct conn_timer *)t;
+    ct->fn(g, ct->c);
+}
+
+void conn_timer_arm_loop(struct gw *g, struct conn *c, int which, int64_t when_ms, conn_timer_fn fn)
+{
+    c->tm[which].c = c;
+    c->tm[which].fn = fn;
+    timer_arm_loop(g, &c->tm[which].t, when_ms, on_timer);
+}
+
+void conn_timer_cancel_loop(struct gw *g, struct conn *c, int which) { timer_cancel_loop(g, &c->tm[which].t); }
+
 /* ---- output ------------------------------------------------------------------------------- */
 
 void conn_push_whole_loop(struct gw *g, struct conn *c, struct chunk *ch)
@@ -339,7 +354,7 @@ static void leave_lists(struct gw *g, struct conn *c)
     conn_backlog_remove_loop(g, c);
     conn_queue_out_loop(c);
     for (int i = 0; i < CONN_TIMERS; i++)
-        timer_cancel_loop(g, &c->tm[i]);
+        conn_timer_cancel_loop(g, c, i);
 }
 
 /* Release the socket and the id; the struct lives on until the end of the iteration (clients)

@@ -39,6 +39,14 @@ struct connops {
 
 #define CONN_TIMERS 2
 
+/* What a connection's timer runs when it is due. */
+typedef void (*conn_timer_fn)(struct gw *g, struct conn *c);
+struct conn_timer {
+    struct timer t;      /* first: the loop's heap holds it */
+    struct conn *c;
+    conn_timer_fn fn;
+};
+
 struct conn {
     struct evsrc ev;     /* first: epoll's data points here; ev.ops is a struct connops */
     uint8_t kind;        /* enum conn_kind */
@@ -59,7 +67,7 @@ struct conn {
     int pipe_rd, pipe_wr; /* bytes spliced from another socket, ahead of everything in out */
     size_t piped, pipe_cap;
     struct inbuf in;
-    struct timer tm[CONN_TIMERS];
+    struct conn_timer tm[CONN_TIMERS]; /* what each is for is the kind's (client.h, worker.h) */
     struct connq *q;     /* the queue or idle list it is on, or NULL */
     TAILQ_ENTRY(conn) qlink;
     TAILQ_ENTRY(conn) dirty_link;
@@ -94,6 +102,11 @@ void conn_queue_out_loop(struct conn *c);                   /* off whichever it 
 void connq_init(struct connq *q);
 static inline struct conn *connq_first(const struct connq *q) { return TAILQ_FIRST(&q->h); }
 static inline struct conn *connq_next(const struct conn *c) { return TAILQ_NEXT(c, qlink); }
+
+/* Its timers: armed and cancelled here (closing cancels them all). */
+void conn_timer_arm_loop(struct gw *g, struct conn *c, int which, int64_t when_ms, conn_timer_fn fn);
+void conn_timer_cancel_loop(struct gw *g, struct conn *c, int which);
+static inline int conn_timer_armed(const struct conn *c, int which) { return c->tm[which].t.pos != 0; }
 
 /* Output. */
 /* Bytes waiting: queued, piped and held. */

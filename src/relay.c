@@ -52,7 +52,7 @@ static void send_request(struct gw *g, struct worker *w, struct client *c, struc
 static int send_head(struct gw *g, struct worker *w, struct client *c)
 {
     struct req *r = client_head(c);
-    timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STATE]);
+    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     if (r->type == KIPC_SYNC) {
         send_request(g, w, c, r);
         w->run = RUN_REQUEST;
@@ -127,7 +127,7 @@ static void request_done(struct gw *g, struct worker *w)
     while (!STAILQ_EMPTY(&w->bsent)) /* their chasers came back before this reply */
         broadcast_forget_sent_loop(g, w, 0);
     w->cl = NULL;
-    timer_cancel_loop(g, &w->c.tm[WORKER_TM]);
+    conn_timer_cancel_loop(g, &w->c, WORKER_TM);
     if (c) {
         if (w->busy == WB_COLLECTING && !c->eof)
             submit_collected(g, w, c);
@@ -149,7 +149,7 @@ void relay_pause_loop(struct gw *g, struct worker *w)
 {
     w->paused = 1;
     conn_set_reading_loop(g, &w->c, 0);
-    timer_cancel_loop(g, &w->c.tm[WORKER_TM]); /* a slow client is not a slow query: client_stall_timeout watches it */
+    conn_timer_cancel_loop(g, &w->c, WORKER_TM); /* a slow client is not a slow query: client_stall_timeout watches it */
 }
 
 static void pause_if_full(struct gw *g, struct worker *w, struct client *c)

@@ -91,7 +91,7 @@ void client_error_loop(struct gw *g, struct client *c, struct req *r, const char
     va_end(ap);
     req_drop_msg(c, r);
     if (r == client_head(c))
-        timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STATE]); /* its queue timeout */
+        conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE); /* its queue timeout */
     if (!j) {
         conn_close_loop(g, &c->c, "out of memory");
         return;
@@ -101,9 +101,9 @@ void client_error_loop(struct gw *g, struct client *c, struct req *r, const char
     conn_submit_loop(g->writers, j, &c->c, r->seq);
 }
 
-static void on_queue_timeout(struct gw *g, struct timer *t)
+static void on_queue_timeout(struct gw *g, struct conn *x)
 {
-    struct client *c = (struct client *)((char *)(t - CLIENT_TM_STATE) - offsetof(struct client, c.tm));
+    struct client *c = client_of(x);
     struct req *r = client_head(c);
     if (!r || r->state != RS_QUEUED)
         return;
@@ -166,7 +166,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
     }
     req_set_state_loop(g, c, r, RS_QUEUED);
     if (g->cfg.queue_timeout > 0 && r->type == KIPC_SYNC)
-        timer_arm_loop(g, &c->c.tm[CLIENT_TM_STATE], r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
+        conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
 }
 
 /* Whole messages still unread in the input buffer? */
@@ -266,7 +266,7 @@ void client_head_done_loop(struct gw *g, struct client *c)
     client_set_worker_loop(c, NULL);
     if (c->c.has_pipe && !c->c.piped)
         conn_pipe_close_loop(&c->c);
-    timer_cancel_loop(g, &c->c.tm[CLIENT_TM_STATE]);
+    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     while (client_head(c) && client_head(c)->state == RS_RUNNING)
         pop_head(g, c);
     client_advance_loop(g, c);

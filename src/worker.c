@@ -97,16 +97,11 @@ void worker_set_busy_loop(struct gw *g, struct worker *w, enum worker_busy b)
     w->busy = (uint8_t)b;
 }
 
-static struct worker *of_timer(struct timer *t)
-{
-    return (struct worker *)((char *)(t - WORKER_TM) - offsetof(struct worker, c.tm));
-}
-
-static void on_reconnect_timer(struct gw *g, struct timer *t);
+static void on_reconnect_timer(struct gw *g, struct conn *c);
 
 static void schedule_reconnect(struct gw *g, struct worker *w)
 {
-    timer_arm_loop(g, &w->c.tm[WORKER_TM], g->loop.now_ms + w->backoff, on_reconnect_timer);
+    conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms + w->backoff, on_reconnect_timer);
     log_debug(w->c.name, "reconnecting in %lld ms", (long long)w->backoff);
     w->backoff = QG_MIN(w->backoff * 2, g->cfg.reconnect_max);
 }
@@ -141,7 +136,7 @@ struct worker *worker_new_loop(struct gw *g, struct group *grp, const char *addr
     TAILQ_INSERT_TAIL(&grp->workers, w, glink);
     grp->nworkers++;
     g->loop.nbackends++;
-    timer_arm_loop(g, &w->c.tm[WORKER_TM], g->loop.now_ms, on_reconnect_timer);
+    conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms, on_reconnect_timer);
     return w;
 }
 
@@ -153,9 +148,9 @@ void worker_free_loop(struct conn *c)
     free(w);
 }
 
-static void on_connect_timeout(struct gw *g, struct timer *t)
+static void on_connect_timeout(struct gw *g, struct conn *c)
 {
-    struct worker *w = of_timer(t);
+    struct worker *w = worker_of(c);
     conn_close_loop(g, &w->c, w->st == WS_CONNECTING ? "connect timed out" : "handshake timed out");
 }
 
@@ -185,7 +180,7 @@ static void connect_now(struct gw *g, struct worker *w)
     }
     w->c.want_out = 1;
     worker_set_state_loop(g, w, WS_CONNECTING);
-    timer_arm_loop(g, &w->c.tm[WORKER_TM], g->loop.now_ms + g->cfg.worker_connect_timeout, on_connect_timeout);
+    conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms + g->cfg.worker_connect_timeout, on_connect_timeout);
 }
 
 static void worker_connect_loop(struct gw *g, struct worker *w)
@@ -209,7 +204,7 @@ static void worker_connect_loop(struct gw *g, struct worker *w)
     pool_submit(g->readers, j);
 }
 
-static void on_reconnect_timer(struct gw *g, struct timer *t) { worker_connect_loop(g, of_timer(t)); }
+static void on_reconnect_timer(struct gw *g, struct conn *c) { worker_connect_loop(g, worker_of(c)); }
 
 static struct worker *worker_by_serial(struct gw *g, uint64_t serial)
 {
@@ -283,14 +278,14 @@ static void read_capability(struct gw *g, struct worker *w)
     w->cap = cap;
     w->backoff = g->cfg.reconnect_min;
     w->grp->unavailable = 0;
-    timer_cancel_loop(g, &w->c.tm[WORKER_TM]);
+    conn_timer_cancel_loop(g, &w->c, WORKER_TM);
     log_info(w->c.name, "connected (capability %d)", cap);
     worker_set_state_loop(g, w, WS_IDLE);
 }
 
-static void on_query_timeout(struct gw *g, struct timer *t)
+static void on_query_timeout(struct gw *g, struct conn *c)
 {
-    struct worker *w = of_timer(t);
+    struct worker *w = worker_of(c);
     g->timeouts++;
     log_warn(w->c.name, "no reply byte for %lld ms: dropping the connection", (long long)g->cfg.query_timeout);
     w->timed_out = 1; /* the loss answers 'qgate: timeout, unless a message to the client was cut */
@@ -301,7 +296,7 @@ static void on_query_timeout(struct gw *g, struct timer *t)
 void worker_arm_query_timer_loop(struct gw *g, struct worker *w)
 {
     if (g->cfg.query_timeout > 0 && w->st == WS_BUSY && !w->paused)
-        timer_arm_loop(g, &w->c.tm[WORKER_TM], g->loop.now_ms + g->cfg.query_timeout, on_query_timeout);
+        conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms + g->cfg.query_timeout, on_query_timeout);
 }
 
 static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
@@ -364,7 +359,7 @@ void worker_remove_loop(struct gw *g, struct worker *w)
         conn_close_loop(g, &w->c, "removed from the configuration");
         return;
     }
-    timer_cancel_loop(g, &w->c.tm[WORKER_TM]); /* down: no socket, nothing running */
+    conn_timer_cancel_loop(g, &w->c, WORKER_TM); /* down: no socket, nothing running */
     unlink_removed(g, w);
 }
 

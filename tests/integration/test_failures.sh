@@ -75,7 +75,7 @@ G="127.0.0.1:$D_PORT"
 "$BIN/qsend" -g "$G" "hold d1" > "$TMP/d1.out" & p1=$!
 wait_line "$TMP/W.log" "hold d1" 10
 "$BIN/qsend" -g "$G" "echo queued" > "$TMP/d2.out" & p2=$!
-wait_line "$TMP/D.log" "queued in group main \\(1 waiting\\)" 10
+wait_line "$TMP/D.log" "c2 .*: request 0 queued in group main \\(1 waiting\\)" 10 # c2's, not c1's
 q "echo third"
 expect_lines "$TMP/q.out" "^'qgate: busy\$" 1
 release d1 "$W_PORT"
@@ -160,7 +160,7 @@ G="127.0.0.1:$I_PORT"
 wait_line "$TMP/W.log" "sleep 800 ms" 10
 raw_open "$I_PORT"; printf 'u:p\003\000' >&3; head -c 1 <&3 > /dev/null
 printf '\001\001\000\000\027\000\000\000\012\000\011\000\000\000sleep 777' >&3
-wait_line "$TMP/I.log" "queued in group main" 10
+wait_line "$TMP/I.log" "c2 .*: request 0 queued in group main" 10
 raw_close                                                          # gone while queued
 wait_line "$TMP/W.log" "sleep 777 ms" 10                           # ... and it still ran
 wait "$p1"

@@ -1191,7 +1191,7 @@ static void check_gateway(void)
             fail("%s: queued %d, head request %s", x->name, queued, h ? "not queued" : "absent");
         if ((c->st == CS_GONE) != (c->eof && c->st != CS_AUTH))
             fail("%s: state %s with eof %d", x->name, client_state_name(c->st), c->eof);
-        if (c->eof && (x->fd >= 0 || x->has_pipe || x->tm[CLIENT_TM_STALL].pos))
+        if (c->eof && (x->fd >= 0 || x->has_pipe || conn_timer_armed(x, CLIENT_TM_STALL)))
             fail("%s has gone but keeps its socket, pipe or stall timer", x->name);
         if (c->st == CS_GONE && !h && !x->in_backlog && c->c.in.len == c->c.in.off)
             fail("%s has gone with nothing left to run, and is still open", x->name);
