@@ -37,6 +37,19 @@ void chunk_free(struct chunk *c)
     }
 }
 
+void outq_append(struct outq *dst, struct outq *src)
+{
+    if (!src->head)
+        return;
+    if (dst->tail)
+        dst->tail->next = src->head;
+    else
+        dst->head = src->head;
+    dst->tail = src->tail;
+    dst->bytes += src->bytes;
+    *src = (struct outq){0};
+}
+
 void outq_push(struct outq *q, struct chunk *c)
 {
     c->next = NULL;

@@ -23,12 +23,16 @@ struct chunk *chunk_new(size_t cap);
 struct chunk *chunk_wrap(uint8_t *buf, size_t len);
 void chunk_free(struct chunk *c);
 
+/* A FIFO of chunks. Valid all-zero, as the calloc'd connections holding it are: hence head and
+ * tail by hand rather than an STAILQ, which must be initialised. */
 struct outq {
     struct chunk *head, *tail;
     size_t bytes; /* unwritten bytes */
 };
 
 void outq_push(struct outq *q, struct chunk *c);
+/* Move every chunk of src to the end of dst, in order; src is left empty. */
+void outq_append(struct outq *dst, struct outq *src);
 /* Copy len bytes in, into the tail chunk when it has room. 0, or -1 on ENOMEM. */
 int outq_copy(struct outq *q, const void *p, size_t len);
 /* writev up to budget bytes (IOV_MAX pieces); frees written chunks. Returns bytes written,

@@ -213,12 +213,7 @@ void conn_stream_end_loop(struct gw *g, struct conn *c)
     c->streaming = 0;
     if (!c->held.head)
         return;
-    while (c->held.head) { /* in the order they came */
-        struct chunk *ch = c->held.head;
-        c->held.head = ch->next;
-        outq_push(&c->out, ch);
-    }
-    c->held = (struct outq){0};
+    outq_append(&c->out, &c->held); /* in the order they came */
     conn_mark_dirty_loop(g, c);
 }
 

@@ -178,12 +178,10 @@ void job_resolve(struct job *j)
         snprintf(j->text, sizeof j->text, "not host:port");
         return;
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    int rc = getaddrinfo(strcmp(host, "localhost") ? host : "127.0.0.1", ps, &hints, &ai);
-    if (rc) {
-        snprintf(j->text, sizeof j->text, "%s", gai_strerror(rc));
+    struct addrinfo *ai;
+    const char *why = "cannot resolve";
+    if (net_resolve(host, port, 0, &ai, &why)) {
+        snprintf(j->text, sizeof j->text, "%s", why);
         return;
     }
     if ((j->out = malloc(ai->ai_addrlen))) {

@@ -46,8 +46,7 @@ static int set_nonblock(int fd)
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-/* Resolve host for TCP (IPv4 or IPv6). */
-static int resolve(const char *host, int port, int passive, struct addrinfo **out)
+int net_resolve(const char *host, int port, int passive, struct addrinfo **out, const char **why)
 {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
@@ -58,6 +57,8 @@ static int resolve(const char *host, int port, int passive, struct addrinfo **ou
         h = "127.0.0.1";
     int rc = getaddrinfo(h, ps, &hints, out);
     if (rc) {
+        if (why)
+            *why = gai_strerror(rc);
         errno = EHOSTUNREACH;
         return -1;
     }
@@ -78,7 +79,7 @@ static int first_socket(const char *host, int port, int passive, int flags,
                         int (*use)(int fd, const struct addrinfo *a, void *arg), void *arg)
 {
     struct addrinfo *ai;
-    if (resolve(host, port, passive, &ai))
+    if (net_resolve(host, port, passive, &ai, NULL))
         return -1;
     int fd = -1;
     for (struct addrinfo *a = ai; a; a = a->ai_next) {

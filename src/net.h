@@ -10,6 +10,11 @@ int net_parse_hostport(const char *s, const char *def_host, char *host, size_t h
 
 /* Listen on TCP host:port (port 0 picks one). Sets SO_REUSEADDR, O_NONBLOCK when nonblock.
  * Returns the fd and stores the bound port in *bound, or -1 with errno set. */
+struct addrinfo;
+/* Resolve host:port for TCP, IPv4 or IPv6 ("localhost" is 127.0.0.1; empty or "*" with passive:
+ * any address). May block: the loop never calls it (worker addresses: job_resolve). 0, or -1
+ * with errno EHOSTUNREACH and the resolver's reason in *why (if why). */
+int net_resolve(const char *host, int port, int passive, struct addrinfo **out, const char **why);
 int net_listen_tcp(const char *host, int port, int backlog, int nonblock, int *bound);
 
 /* q's Unix socket for a port: on Linux the abstract name "\0$QUDSPATH/kx.PORT" (QUDSPATH

@@ -41,8 +41,8 @@ FUZZ_CFLAGS := -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined
 # The project sources each fuzzer is built with (compiled straight into it, with the fuzzer's
 # instrumentation; config.c needs log.c and net.c).
 FUZZ_SRC_handshake := src/kipc.c
-FUZZ_SRC_frame     := src/kipc.c src/kcodec.c
-FUZZ_SRC_codec     := src/kcodec.c src/kipc.c
+FUZZ_SRC_frame     := src/kipc.c src/kcodec.c src/kvalidate.c
+FUZZ_SRC_codec     := src/kcodec.c src/kvalidate.c src/kipc.c
 FUZZ_SRC_kzip      := src/kzip.c src/kipc.c
 FUZZ_SRC_config    := src/config.c src/log.c src/net.c
 FUZZ_SRC_sim       := $(filter-out src/main.c,$(wildcard src/*.c)) tests/sim/sim.c

@@ -47,6 +47,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    assert_int_equal(g.bad_transitions, 0); /* every worker state change was in worker.c's table */
     gw_free(&g);
     return 0;
 }
@@ -71,6 +72,7 @@ static struct worker *fake_worker(const char *name, int *peer)
     TAILQ_INSERT_TAIL(&w->grp->workers, w, glink);
     w->grp->nworkers++;
     g.loop.nbackends++;
+    w->st = WS_HANDSHAKE; /* as if q's handshake had just been done on the socketpair */
     worker_set_state_loop(&g, w, WS_IDLE);
     *peer = sv[1];
     return w;
