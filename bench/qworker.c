@@ -1,5 +1,6 @@
 /* qworker.c: a stand-in for q/worker.q on machines without q: q's handshake, tbl2, and the
  * requests of q/client.q answered with the bytes q would send. One thread, like q. */
+#include <ctype.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -224,6 +225,71 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
     return (struct reply){0};
 }
 
+/* Globals, as q keeps them: one set per process, seen by every connection. "NAME:TEXT" sets
+ * NAME (answers TEXT), "NAME" answers it or the q error 'NAME, "delete NAME from `." removes
+ * it (a session's reset query). Text values only: enough to show where state lives. */
+#define NGLOBALS 64
+static struct {
+    char name[32];
+    char *val;
+} globals[NGLOBALS];
+
+static int is_name(const char *s, size_t n)
+{
+    if (n == 0 || n >= sizeof globals[0].name || !isalpha((unsigned char)s[0]))
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (!isalnum((unsigned char)s[i]))
+            return 0;
+    return 1;
+}
+
+static int global_find(const char *s, size_t n)
+{
+    for (int i = 0; i < NGLOBALS; i++)
+        if (globals[i].val && strlen(globals[i].name) == n && !memcmp(globals[i].name, s, n))
+            return i;
+    return -1;
+}
+
+static struct reply eval_global(struct wconn *c, const char *s, size_t n)
+{
+    const char *colon = memchr(s, ':', n);
+    if (colon && is_name(s, (size_t)(colon - s))) {
+        size_t nl = (size_t)(colon - s);
+        int i = global_find(s, nl);
+        for (int k = 0; i < 0 && k < NGLOBALS; k++)
+            if (!globals[k].val)
+                i = k;
+        if (i < 0)
+            return (struct reply){.k = k_err("wsfull")};
+        free(globals[i].val);
+        memcpy(globals[i].name, s, nl);
+        globals[i].name[nl] = 0;
+        globals[i].val = strndup(colon + 1, n - nl - 1);
+        logf_(c, "set %s", globals[i].name);
+        return (struct reply){.k = k_str(colon + 1, n - nl - 1)};
+    }
+    if (is_name(s, n)) {
+        int i = global_find(s, n);
+        if (i >= 0)
+            return (struct reply){.k = k_str(globals[i].val, strlen(globals[i].val))};
+        char e[40];
+        snprintf(e, sizeof e, "%.*s", (int)n, s);
+        return (struct reply){.k = k_err(e)};
+    }
+    if (n > 7 + 8 && !memcmp(s, "delete ", 7) && !memcmp(s + n - 8, " from `.", 8) && is_name(s + 7, n - 15)) {
+        int i = global_find(s + 7, n - 15);
+        if (i >= 0) {
+            logf_(c, "deleted %s", globals[i].name);
+            free(globals[i].val);
+            globals[i].val = NULL;
+        }
+        return (struct reply){.k = k_sym(".")};
+    }
+    return (struct reply){0};
+}
+
 /* The plain char vector queries tests use: "", rows N, sleep MS, echo X, err X, notify N X,
  * callback X, later MS X (answers MS at once, then publishes X async MS ms later), hold TAG
  * (answers TAG when "release TAG" comes, on any connection; that answers how many it ended). */
@@ -298,6 +364,9 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
             return (struct reply){.k = k_long(v)};
         }
     }
+    struct reply gr = eval_global(c, s, n);
+    if (gr.k)
+        return gr;
     snprintf(buf, sizeof buf, "query \"%.*s\"", (int)(n > 40 ? 40 : n), s);
     return unsupported(buf);
 }
@@ -557,6 +626,7 @@ static void usage(void)
             "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
+            "  back, then N), globals (\"a:X\", \"a\", \"delete a from `.\", one set per process)\n"
             "  back, then N) and \"callback X\" (sync request X back; its answer is the reply).\n"
             "  Port 0 picks a free port; the\n"
             "  first line on stdout is \"qworker listening on HOST:PORT\". Replies over 2000 bytes\n"

@@ -501,6 +501,8 @@ static void on_close(struct gw *g, struct conn *x, const char *why)
         g->back->client_gone(g, c->w); /* its reply is drained and dropped */
         client_set_worker_loop(c, NULL);
     }
+    if (c->sess)
+        g->back->release(g, c->sess); /* pool = session: its worker is let go */
     if (c->us)
         c->us->conns--;
     client_requests_free_loop(g, c);

@@ -1,6 +1,7 @@
 /* client.h: the client side: a q client's connection (client.c: accept, handshake, reading,
- * leaving, the output bound) and its requests, answered in order (request.c: framing and
- * validation, the FIFO, replies, answers to workers' callbacks). */
+ * leaving, the output bound), its requests, answered in order (request.c: framing and
+ * validation, the FIFO, replies, bad messages), and its answers to workers' callbacks
+ * (callback.c). */
 #ifndef CLIENT_H
 #define CLIENT_H
 
@@ -102,6 +103,7 @@ struct client {
     uint64_t next_seq;
     int64_t stall_since; /* ms: output has waited (without a byte accepted) since */
     struct worker *w;    /* worker running the head request */
+    struct worker *sess; /* pool = session: the worker given to it, from its first request on */
     struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
     int ncalls;
 };
@@ -140,6 +142,11 @@ void client_pause_all_loop(struct gw *g);
 void client_users_reloaded_loop(struct gw *g);
 void client_users_free(struct gw *g);
 
+/* Bodies up to this size are validated on the loop as they arrive: walking them costs no more
+ * than copying them would (bench-codec, "validate small"); larger or compressed ones are
+ * validated on the reader pool before they run. */
+#define VALIDATE_ON_LOOP_MAX 16384
+
 /* ---- request.c -------------------------------------------------------------------------- */
 /* The one setter of a request's state: QUEUED puts the client on its group's queue, leaving
  * QUEUED takes it off. */
@@ -157,13 +164,29 @@ void client_head_done_loop(struct gw *g, struct client *c);
 /* Answer request r with the q error text (via the writer pool). */
 void client_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Completions: a reply made by a pool job (JK_REPLY); a body validated (JK_CHECK); a
- * response to a callback validated (JK_NESTED). */
+/* Completions: a reply made by a pool job (JK_REPLY); a body validated (JK_CHECK). */
 void client_reply_done_loop(struct gw *g, struct job *j);
 void client_checked_loop(struct gw *g, struct job *j);
-void client_nested_checked_loop(struct gw *g, struct job *j);
 /* Queue c's reply to request seq (msg owned now). */
 void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
+/* The client of pool job j (by its connection id and generation), or NULL if it has gone. */
+struct client *client_of_job_loop(struct gw *g, const struct job *j);
+/* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
+ * 'qgate: badmsg after the replies owed, then the client is closed. */
+void client_bad_message_loop(struct gw *g, struct client *c, const char *why);
+
+/* Drop every request and callback of a client that is closing. */
+void client_requests_free_loop(struct gw *g, struct client *c);
+/* pool = session: its worker went down (text says why; cut: in the middle of a message to
+ * it). As if its q had died: the first sync request not yet answered gets text, nothing after
+ * it runs, and the client is closed once what it is owed is sent. */
+void client_session_lost_loop(struct gw *g, struct client *c, int cut, const char *text);
+/* A client whose input ended goes once everything it sent has run. */
+void client_finish_if_gone_loop(struct gw *g, struct client *c);
+
+/* ---- callback.c ------------------------------------------------------------------------- */
+/* A response from the client: the answer to the oldest callback relayed to it (msg owned). */
+void client_take_response_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len);
 /* Worker w sends c a callback: its answer is expected, and c is read until it comes. 0, or -1
  * on ENOMEM. */
 int client_callback_loop(struct gw *g, struct client *c, const struct conn *w);
@@ -171,9 +194,7 @@ int client_callback_loop(struct gw *g, struct client *c, const struct conn *w);
 void client_cancel_calls_loop(struct gw *g, struct client *c, const struct conn *w);
 /* Does a worker wait for c's answer to a callback? */
 int client_owes_answer_loop(struct gw *g, const struct client *c);
-/* Drop every request and callback of a client that is closing. */
-void client_requests_free_loop(struct gw *g, struct client *c);
-/* A client whose input ended goes once everything it sent has run. */
-void client_finish_if_gone_loop(struct gw *g, struct client *c);
+/* A response to a callback validated by a reader (JK_NESTED). */
+void client_nested_checked_loop(struct gw *g, struct job *j);
 
 #endif

@@ -11,6 +11,7 @@
 #include "net.h"
 
 static const char *const async_choices[] = {"one", "broadcast", NULL};
+static const char *const pool_choices[] = {"request", "session", NULL};
 static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
 
 #define G(field) offsetof(struct config, field), sizeof(((struct config *)0)->field)
@@ -84,6 +85,10 @@ const struct cfg_key cfg_keys[] = {
      "async messages: one (a worker runs them, busy until done) or broadcast (every worker, in order)"},
     {"group", "users", CFG_STR, "", 0, 1023, W(users), NULL,
      "client users routed to this group (comma list); others use the first group without users"},
+    {"group", "pool", CFG_ENUM, "request", 0, 0, W(pool_mode), pool_choices,
+     "request (each request to any idle worker) or session (a client keeps one worker from its first request until it goes)"},
+    {"group", "reset_query", CFG_STR, "", 0, 1023, W(reset_query), NULL,
+     "pool = session: q sent to the worker when its client goes, before another may have it; empty = none"},
 };
 const int cfg_nkeys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);
 
@@ -353,6 +358,11 @@ int config_validate(const struct config *c, char *err, size_t errlen)
         const struct group_cfg *g = &c->groups[i];
         if (!g->workers[0]) {
             snprintf(err, errlen, "group %s: workers is empty", g->name);
+            return -1;
+        }
+        if (g->pool_mode == CFG_POOL_SESSION && g->async_mode == CFG_ASYNC_BROADCAST) {
+            snprintf(err, errlen, "group %s: pool = session sends a client's messages to its one worker: "
+                                  "async = broadcast does not apply", g->name);
             return -1;
         }
         char a[300];

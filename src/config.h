@@ -15,9 +15,12 @@ struct group_cfg {
     char password[256];
     int async_mode;       /* enum cfg_async */
     char users[1024];     /* client users routed to this group; empty = the default route */
+    int pool_mode;        /* enum cfg_pool */
+    char reset_query[1024]; /* pool = session: sent to a worker when its session ends; empty = none */
 };
 
 enum cfg_async { CFG_ASYNC_ONE = 0, CFG_ASYNC_BROADCAST = 1 };
+enum cfg_pool { CFG_POOL_REQUEST = 0, CFG_POOL_SESSION = 1 };
 
 struct config {
     int port;

@@ -49,6 +49,12 @@ struct backend_ops {
      * no client, only the broadcasts w owes. */
     void (*start)(struct gw *g, struct conn *w, struct conn *client);
     int (*owes_broadcasts)(const struct conn *w);
+    /* pool = session: run client's head on the worker given to it, if that worker is free
+     * (1); 0 if it is still finishing the last run (it starts the head when it has). */
+    int (*session_start)(struct gw *g, struct worker *w, struct client *client);
+    /* pool = session: the client has gone for good: its worker is let go (after the reset
+     * query, if any). */
+    void (*release)(struct gw *g, struct worker *w);
     /* The client of w's request has gone (closed, or its input ended): drain its reply. */
     void (*client_gone)(struct gw *g, struct worker *w);
     /* The client's output drained: w may stream again. */

@@ -32,8 +32,9 @@ struct group *gw_add_group_loop(struct gw *g, const struct group_cfg *gc)
     char addr[300];
     for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);)
         worker_new_loop(g, grp, addr);
-    log_info(NULL, "group %s: %d workers (%s), async %s", gc->name, grp->nworkers, gc->workers,
-             gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one");
+    log_info(NULL, "group %s: %d workers (%s), async %s, pool %s", gc->name, grp->nworkers, gc->workers,
+             gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one",
+             gc->pool_mode == CFG_POOL_SESSION ? "session" : "request");
     return grp;
 }
 
@@ -60,6 +61,7 @@ static struct stats_snapshot *stats_snapshot(struct gw *g)
             r->served = (int64_t)w->served;
             r->errors = (int64_t)w->errors;
             r->dropped = (int64_t)w->dropped;
+            r->session = w->sess ? (int64_t)w->sess->serial : INT64_MIN; /* 0N: given to nobody */
             r->inflight = w->st == WS_BUSY;
             r->queued = grp->queue.n;
             r->lat = w->lat;

@@ -32,6 +32,10 @@ struct gw_hooks {
                                                    * the gateway gave up on that worker: it may
                                                    * still run the message, late) */
     void (*closed)(void *ctx, uint32_t id, uint32_t gen, const char *why); /* a client closed */
+    void (*unread)(void *ctx, uint32_t id, uint32_t gen, uint64_t next_seq); /* nothing more is
+                                                   * read from a client (a bad message, its
+                                                   * session's worker lost): its messages from
+                                                   * next_seq on are never taken */
     int manual_pools;                             /* pools without threads (pool_run_one) */
 };
 

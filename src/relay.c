@@ -78,6 +78,7 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
     w->cl = c;
     if (c) {
         struct req *r = client_head(c);
+        session_begin_loop(g, w, c);
         swallow += send_head(g, w, c);
         w->last_id = c->c.id;
         w->last_gen = c->c.gen;
@@ -127,6 +128,7 @@ static void request_done(struct gw *g, struct worker *w)
     while (!STAILQ_EMPTY(&w->bsent)) /* their chasers came back before this reply */
         broadcast_forget_sent_loop(g, w, 0);
     w->cl = NULL;
+    relay_resume_loop(g, w); /* paused for its client's output, which has its whole reply now */
     conn_timer_cancel_loop(g, &w->c, WORKER_TM);
     if (c) {
         if (w->busy == WB_COLLECTING && !c->eof)
@@ -135,13 +137,9 @@ static void request_done(struct gw *g, struct worker *w)
             client_head_done_loop(g, c);
     }
     inbuf_free(&w->coll);
-    if (w->removed) {
-        conn_close_loop(g, &w->c, "removed from the configuration");
-        return;
-    }
-    worker_set_state_loop(g, w, WS_IDLE);
-    relay_resume_loop(g, w); /* paused for its client's output, which has its whole reply now */
+    session_run_ended_loop(g, w); /* its session goes on, or the reset query, or free */
 }
+
 
 /* ---- backpressure ---------------------------------------------------------------------------- */
 
@@ -501,14 +499,20 @@ void relay_client_gone_loop(struct gw *g, struct worker *w)
     relay_resume_loop(g, w);
 }
 
+/* The requests of c running on a worker that went down: given up on (the sim's hook). */
+static void note_lost(struct gw *g, struct client *c)
+{
+    for (struct req *r = client_head(c); g->hooks.lost && r && r->state == RS_RUNNING; r = STAILQ_NEXT(r, link))
+        g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, r->seq);
+}
+
 /* The client of a request that went down with the worker: closed if a message to it was cut,
  * else answered (or, for async runs and clients gone, just moved on). */
 static void fail_request(struct gw *g, struct worker *w, struct client *c, int cut, int run)
 {
     client_set_worker_loop(c, NULL);
     struct req *h = client_head(c);
-    for (struct req *r = h; g->hooks.lost && r && r->state == RS_RUNNING; r = STAILQ_NEXT(r, link))
-        g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, r->seq); /* given up on with the worker */
+    note_lost(g, c);
     if (cut)
         conn_close_loop(g, &c->c, "worker lost in the middle of the reply");
     else if (run != RUN_REQUEST || c->eof)
@@ -522,8 +526,13 @@ static void fail_request(struct gw *g, struct worker *w, struct client *c, int c
 
 void relay_lost_loop(struct gw *g, struct worker *w)
 {
-    struct client *c = w->cl;
+    struct client *c = w->cl, *s = w->sess;
     int busy = w->st == WS_BUSY, run = w->run;
+    if (s) { /* as if its q had died: the client is told, then closed */
+        s->sess = NULL;
+        w->sess = NULL;
+    }
+    w->reset_owed = 0;
     /* a message cut in the middle of its stream leaves the client's stream broken */
     int cut = w->msg.route == ROUTE_STREAM && w->msg.hdr_have == 8 && c && !c->eof;
     w->cl = NULL;
@@ -533,8 +542,21 @@ void relay_lost_loop(struct gw *g, struct worker *w)
     w->paused = 0;
     /* down first: what follows may start a client's next request, never on this worker */
     worker_set_state_loop(g, w, WS_DOWN);
-    if (c && busy)
+    if (s) {
+        char text[400];
+        if (w->timed_out)
+            snprintf(text, sizeof text, "qgate: timeout (%s sent nothing for %lld ms)", w->addr,
+                     (long long)g->cfg.query_timeout);
+        else
+            snprintf(text, sizeof text, "qgate: worker %s lost", w->addr);
+        if (c == s && busy)
+            note_lost(g, s);
+        if (s->w == w)
+            client_set_worker_loop(s, NULL);
+        client_session_lost_loop(g, s, cut && c == s, text);
+    } else if (c && busy) {
         fail_request(g, w, c, cut, run);
+    }
     w->timed_out = 0;
     broadcast_drop_loop(g, w);
 }

@@ -1,7 +1,7 @@
 /* request.c: a client's requests, answered in order: framing and validation of what it sends,
  * the FIFO (only the head is started, and the FIFO is walked by one loop, never by
- * recursion), replies made by the pools, bad messages, and the answers a client gives to its
- * workers' callbacks. The client side's ops for dispatch are here too. */
+ * recursion), replies made by the pools, bad messages, and a session's end when its worker is
+ * lost. The client side's ops for dispatch are here too. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +13,6 @@
 #include "kcodec.h"
 #include "kipc.h"
 #include "log.h"
-
-/* Bodies up to this size are validated on the loop as they arrive: walking them costs no more
- * than copying them would (bench-codec, "validate small"); larger or compressed ones are
- * validated on the reader pool before they run. */
-#define VALIDATE_ON_LOOP_MAX 16384
 
 void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st)
 {
@@ -45,24 +40,28 @@ static void req_drop_msg(struct client *c, struct req *r)
     }
 }
 
-static void pop_head(struct gw *g, struct client *c)
+static void req_remove(struct gw *g, struct client *c, struct req *x);
+static void pop_head(struct gw *g, struct client *c) { req_remove(g, c, client_head(c)); }
+
+/* Take request x out of the FIFO and free it. */
+static void req_remove(struct gw *g, struct client *c, struct req *x)
 {
-    struct req *r = client_head(c);
-    req_set_state_loop(g, c, r, RS_WAITING); /* off the group's queue, if it was on it */
-    STAILQ_REMOVE_HEAD(&c->reqs, link);
-    req_drop_msg(c, r);
-    req_free(r);
+    req_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
+    STAILQ_REMOVE(&c->reqs, x, req, link);
+    req_drop_msg(c, x);
+    req_free(x);
+}
+
+/* Drop every request behind r (nothing after it is answered). */
+static void drop_after(struct gw *g, struct client *c, struct req *r)
+{
+    struct req *x;
+    while ((x = STAILQ_NEXT(r, link)))
+        req_remove(g, c, x);
 }
 
 /* Drop every request behind the head (a bad message: nothing after it is answered). */
-static void drop_behind_head(struct gw *g, struct client *c)
-{
-    struct req *r = client_head(c);
-    STAILQ_REMOVE_HEAD(&c->reqs, link);
-    while (client_head(c))
-        pop_head(g, c);
-    STAILQ_INSERT_HEAD(&c->reqs, r, link);
-}
+static void drop_behind_head(struct gw *g, struct client *c) { drop_after(g, c, client_head(c)); }
 
 void client_requests_free_loop(struct gw *g, struct client *c)
 {
@@ -147,6 +146,10 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
     }
     if (cmd) {
         to_reader(g, c, r, job_parse_command, JK_COMMAND, RS_LOCAL);
+        return;
+    }
+    if (c->sess) { /* pool = session: on its own worker, now or when that finishes its last run */
+        g->back->session_start(g, c->sess, c);
         return;
     }
     if (r->type == KIPC_ASYNC && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST && c->grp->nup) {
@@ -242,7 +245,7 @@ void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *ms
     client_advance_loop(g, c);
 }
 
-static struct client *client_of_job(struct gw *g, const struct job *j)
+struct client *client_of_job_loop(struct gw *g, const struct job *j)
 {
     struct conn *x = conn_lookup_loop(g, j->conn_id, j->conn_gen);
     return x && x->kind == CONN_CLIENT ? client_of(x) : NULL; /* stale: gone, or id reused */
@@ -250,7 +253,7 @@ static struct client *client_of_job(struct gw *g, const struct job *j)
 
 void client_reply_done_loop(struct gw *g, struct job *j)
 {
-    struct client *c = client_of_job(g, j);
+    struct client *c = client_of_job_loop(g, j);
     if (!c)
         return;
     if (!j->out) {
@@ -274,22 +277,30 @@ void client_head_done_loop(struct gw *g, struct client *c)
 
 /* ---- bad messages ---------------------------------------------------------------------------- */
 
-/* Stop reading after a bad message: 'qgate: badmsg comes after the replies owed, then close. */
-static void stop_for_bad_message(struct gw *g, struct client *c, const char *why)
+/* Nothing more is read: what is owed is sent, then the client is closed (FLUSHING). */
+static void stop_reading(struct gw *g, struct client *c)
 {
-    g->badmsgs++;
-    log_info(c->c.name, "bad message: %s", why);
-    client_cancel_calls_loop(g, c, NULL); /* q reads nothing after a bad message: no answer comes */
-    if (c->st != CS_GONE)
+    if (g->hooks.unread)
+        g->hooks.unread(g->hooks.ctx, c->c.id, c->c.gen, c->next_seq);
+    client_cancel_calls_loop(g, c, NULL); /* q reads nothing more: no answer comes */
+    if (c->st != CS_GONE && c->st != CS_FLUSHING)
         client_set_state_loop(c, CS_FLUSHING);
     conn_set_reading_loop(g, &c->c, 0);
     inbuf_free(&c->c.in);
     conn_backlog_remove_loop(g, &c->c);
 }
 
+/* Stop reading after a bad message: 'qgate: badmsg comes after the replies owed, then close. */
+static void stop_for_bad_message(struct gw *g, struct client *c, const char *why)
+{
+    g->badmsgs++;
+    log_info(c->c.name, "bad message: %s", why);
+    stop_reading(g, c);
+}
+
 /* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
  * 'qgate: badmsg after the replies owed. */
-static void bad_message(struct gw *g, struct client *c, const char *why)
+void client_bad_message_loop(struct gw *g, struct client *c, const char *why)
 {
     stop_for_bad_message(g, c, why);
     if (c->eof) /* nobody to tell: what came before still runs */
@@ -307,9 +318,53 @@ static void bad_message(struct gw *g, struct client *c, const char *why)
     client_error_loop(g, c, r, "qgate: badmsg %s", why);
 }
 
+/* Request x will not run: its session's worker is gone (named to tests/sim's lost hook). */
+static void give_up(struct gw *g, struct client *c, struct req *x)
+{
+    if (g->hooks.lost)
+        g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, x->seq);
+    req_remove(g, c, x);
+}
+
+void client_session_lost_loop(struct gw *g, struct client *c, int cut, const char *text)
+{
+    if (c->c.closing)
+        return;
+    log_info(c->c.name, "session: %s", text + strlen("qgate: "));
+    if (cut || c->eof) { /* its stream is broken, or nobody is left to tell */
+        conn_close_loop(g, &c->c, "its session's worker was lost");
+        return;
+    }
+    while (client_head(c) && client_head(c)->state == RS_RUNNING && client_head(c)->type == KIPC_ASYNC)
+        pop_head(g, c); /* ran, or went down with the worker */
+    stop_reading(g, c);
+    struct req *r;
+    STAILQ_FOREACH(r, &c->reqs, link)
+        if (r->type == KIPC_SYNC && r->state != RS_LOCAL && r->state != RS_READY)
+            break;
+    if (r)
+        while (STAILQ_NEXT(r, link))
+            give_up(g, c, STAILQ_NEXT(r, link)); /* nothing after it */
+    /* before it, what has not run never will; replies made (commands, errors) still go */
+    for (struct req *x = client_head(c), *n; x && x != r; x = n) {
+        n = STAILQ_NEXT(x, link);
+        if (x->state != RS_LOCAL && x->state != RS_READY)
+            give_up(g, c, x);
+    }
+    if (r) {
+        r->close_after = 1;
+        client_error_loop(g, c, r, "%s", text);
+        return;
+    }
+    if (!client_head(c) && !conn_pending(&c->c))
+        conn_close_loop(g, &c->c, "its session's worker was lost");
+    else
+        client_advance_loop(g, c); /* replies made before go, then the close (FLUSHING) */
+}
+
 void client_checked_loop(struct gw *g, struct job *j)
 {
-    struct client *c = client_of_job(g, j);
+    struct client *c = client_of_job_loop(g, j);
     struct req *r = c ? client_head(c) : NULL;
     if (!r || r->seq != j->seq || r->state != RS_CHECKING)
         return;
@@ -336,111 +391,6 @@ void client_checked_loop(struct gw *g, struct job *j)
     client_error_loop(g, c, r, "qgate: badmsg %s", j->text);
 }
 
-/* ---- workers' callbacks, and the client's answers ------------------------------------------- */
-
-int client_callback_loop(struct gw *g, struct client *c, const struct conn *w)
-{
-    struct call *k = calloc(1, sizeof *k);
-    if (!k)
-        return -1;
-    k->w_id = w->id;
-    k->w_gen = w->gen;
-    STAILQ_INSERT_TAIL(&c->calls, k, link);
-    c->ncalls++;
-    client_check_pending_loop(g, c);
-    return 0;
-}
-
-int client_owes_answer_loop(struct gw *g, const struct client *c)
-{
-    const struct call *k;
-    STAILQ_FOREACH(k, &c->calls, link)
-        if (!k->cancelled && conn_lookup_loop(g, k->w_id, k->w_gen))
-            return 1;
-    return 0;
-}
-
-static void tell_no_answer(struct gw *g, struct call *k)
-{
-    struct conn *wc = k->cancelled ? NULL : conn_lookup_loop(g, k->w_id, k->w_gen);
-    k->cancelled = 1;
-    if (wc && wc->kind == CONN_WORKER) {
-        outq_copy(&wc->out, g->no_client_err, g->no_client_err_len);
-        conn_mark_dirty_loop(g, wc);
-    }
-}
-
-void client_cancel_calls_loop(struct gw *g, struct client *c, const struct conn *w)
-{
-    struct call *k;
-    STAILQ_FOREACH(k, &c->calls, link)
-        if (!w || (k->w_id == w->id && k->w_gen == w->gen))
-            tell_no_answer(g, k);
-}
-
-/* A response from the client: the answer to the oldest callback relayed to it. */
-static void take_response(struct gw *g, struct client *c, uint8_t *msg, size_t len)
-{
-    struct call *k = STAILQ_FIRST(&c->calls), kept = {0};
-    if (k) {
-        STAILQ_REMOVE_HEAD(&c->calls, link);
-        c->ncalls--;
-        kept = *k;
-        free(k);
-    }
-    struct conn *wc = k && !kept.cancelled ? conn_lookup_loop(g, kept.w_id, kept.w_gen) : NULL;
-    client_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
-    if (!wc || wc->kind != CONN_WORKER) {
-        log_warn(c->c.name, k ? "answer to a callback whose worker has gone: dropped"
-                              : "response message nobody asked for: dropped");
-        free(msg);
-        return;
-    }
-    if (msg[2] || len > VALIDATE_ON_LOOP_MAX) { /* a reader validates it before it goes on */
-        struct job *j = job_new(job_validate_msg, JK_NESTED);
-        if (!j) {
-            free(msg);
-            conn_close_loop(g, &c->c, "out of memory");
-            return;
-        }
-        j->in = msg;
-        j->in_len = len;
-        j->aux[0] = g->cfg.max_message;
-        j->aux[1] = kept.w_id;
-        j->aux[2] = kept.w_gen;
-        conn_submit_loop(g->readers, j, &c->c, 0);
-        return;
-    }
-    struct kerr e;
-    if (kcodec_validate(msg + 8, len - 8, msg[0], NULL, &e) != QG_OK) {
-        free(msg);
-        tell_no_answer(g, &kept); /* the worker is told its answer is not coming */
-        char why[96];
-        snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
-        bad_message(g, c, why);
-        return;
-    }
-    g->back->answer(g, wc, msg, len);
-}
-
-void client_nested_checked_loop(struct gw *g, struct job *j)
-{
-    struct client *c = client_of_job(g, j);
-    if (!c)
-        return;
-    struct call k = {.w_id = (uint32_t)j->aux[1], .w_gen = (uint32_t)j->aux[2]};
-    struct conn *wc = conn_lookup_loop(g, k.w_id, k.w_gen);
-    if (j->result) {
-        tell_no_answer(g, &k);
-        bad_message(g, c, j->text);
-        return;
-    }
-    if (wc && wc->kind == CONN_WORKER) {
-        g->back->answer(g, wc, j->in, j->in_len);
-        j->in = NULL;
-    }
-}
-
 /* ---- framing ----------------------------------------------------------------------------------- */
 
 /* Take one whole message of h.len bytes as a request (or an answer): 0, or -1 to stop. */
@@ -452,7 +402,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
         return -1;
     }
     if (h->type == KIPC_RESPONSE) {
-        take_response(g, c, msg, (size_t)h->len);
+        client_take_response_loop(g, c, msg, (size_t)h->len);
         return 0;
     }
     int unchecked = h->compressed || h->len > VALIDATE_ON_LOOP_MAX;
@@ -462,7 +412,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
         free(msg);
         char bad[96];
         snprintf(bad, sizeof bad, "%s at byte %zu", e.why, e.off + 8);
-        bad_message(g, c, bad);
+        client_bad_message_loop(g, c, bad);
         return -1;
     }
     struct req *r = calloc(1, sizeof *r);
@@ -490,7 +440,7 @@ void client_take_messages_loop(struct gw *g, struct client *c)
         qg_status st = kipc_frame_check(inbuf_data(&c->c.in), inbuf_avail(&c->c.in), (uint64_t)g->cfg.max_message,
                                         &h, &need, &why);
         if (st == QG_ERR) {
-            bad_message(g, c, why);
+            client_bad_message_loop(g, c, why);
             break;
         }
         if (st == QG_AGAIN)

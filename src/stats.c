@@ -66,16 +66,17 @@ static K syms_of(const struct stats_snapshot *s, size_t off)
 K stats_table(const struct stats_snapshot *s)
 {
     static const char *names[] = {"address", "group", "state", "served", "errors",
-                                  "inflight", "queued", "p50_us", "p99_us", "dropped"};
-    K cols = k_list(10);
+                                  "inflight", "queued", "p50_us", "p99_us", "dropped", "session"};
+    enum { NCOLS = sizeof names / sizeof names[0] };
+    K cols = k_list(NCOLS);
     if (!cols)
         return NULL;
     kK(cols)[0] = syms_of(s, offsetof(struct stats_row, addr));
     kK(cols)[1] = syms_of(s, offsetof(struct stats_row, group));
     kK(cols)[2] = syms_of(s, offsetof(struct stats_row, state));
-    for (int c = 3; c < 10; c++)
+    for (int c = 3; c < NCOLS; c++)
         kK(cols)[c] = k_vec(KT_LONG, s->n);
-    for (int c = 0; c < 10; c++)
+    for (int c = 0; c < NCOLS; c++)
         if (!kK(cols)[c]) {
             k_free(cols);
             return NULL;
@@ -89,8 +90,9 @@ K stats_table(const struct stats_snapshot *s)
         kJ(kK(cols)[7])[i] = (int64_t)hist_quantile(&r->lat, 0.50);
         kJ(kK(cols)[8])[i] = (int64_t)hist_quantile(&r->lat, 0.99);
         kJ(kK(cols)[9])[i] = r->dropped;
+        kJ(kK(cols)[10])[i] = r->session;
     }
-    return k_table(k_dict(k_symv(10, names), cols));
+    return k_table(k_dict(k_symv(NCOLS, names), cols));
 }
 
 K clients_table(const struct clients_snapshot *s)

@@ -25,6 +25,7 @@ struct stats_row {
     char group[64];
     char state[16];
     int64_t served, errors, inflight, queued, dropped;
+    int64_t session;     /* pool = session: the id (.qgate.clients[]) of the client it is given to, or 0N */
     struct hist lat;
 };
 
@@ -34,7 +35,8 @@ struct stats_snapshot {
 };
 
 /* The table ([] address; group; state; served; errors; inflight; queued; p50_us; p99_us;
- * dropped): dropped counts async messages the worker sent while idle whose client had gone. */
+ * dropped; session): dropped counts async messages the worker sent while idle whose client had
+ * gone; session is the id of the client a pool = session worker is given to (0N: none). */
 K stats_table(const struct stats_snapshot *s);
 
 /* One row of .qgate.clients[] (admin only). */

@@ -10,7 +10,10 @@
  *     CONNECTING, or DOWN again if connecting fails at once
  *   CONNECTING --writable--> HANDSHAKE --capability byte--> IDLE (on the idle list)
  *   IDLE --dispatch: a request, or broadcasts owed--> BUSY --its run has ended--> IDLE
- *   CONNECTING, HANDSHAKE, IDLE, BUSY --error, EOF, timeout--> DOWN (reconnect with back-off,
+ *   pool = session: BUSY --the run of a session's request has ended--> PINNED (given to that
+ *     client alone, off the idle list) --its next request--> BUSY; PINNED --the client has
+ *     gone--> BUSY (the reset query) or IDLE
+ *   CONNECTING, HANDSHAKE, IDLE, BUSY, PINNED --error, EOF, timeout--> DOWN (reconnect with back-off,
  *     or freed when a reload removed it)
  *
  * Sub-states of BUSY (worker_set_busy_loop), what the current request's reply has come to:
@@ -49,7 +52,8 @@ static const unsigned allowed[] = {
     [WS_CONNECTING] = TO(HANDSHAKE) | TO(DOWN),
     [WS_HANDSHAKE] = TO(IDLE) | TO(DOWN),
     [WS_IDLE] = TO(BUSY) | TO(DOWN),
-    [WS_BUSY] = TO(IDLE) | TO(DOWN),
+    [WS_BUSY] = TO(IDLE) | TO(DOWN) | TO(PINNED),
+    [WS_PINNED] = TO(BUSY) | TO(IDLE) | TO(DOWN),
 };
 #undef TO
 #define TO(s) (1u << WB_##s)
@@ -61,7 +65,7 @@ static const unsigned busy_allowed[] = {
 };
 #undef TO
 
-const char *worker_state_name(int st) { return st >= 0 && st <= WS_BUSY ? state_names[st] : "?"; }
+const char *worker_state_name(int st) { return st >= 0 && st <= WS_PINNED ? state_names[st] : "?"; }
 
 static void transition(struct gw *g, struct worker *w, const char *what, const char *from, const char *to, int ok)
 {
@@ -349,8 +353,9 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
 void worker_remove_loop(struct gw *g, struct worker *w)
 {
     w->removed = 1;
-    if (w->st == WS_BUSY) {
-        log_info(w->c.name, "removed from the configuration: closing after the current request");
+    if (w->st == WS_BUSY || w->st == WS_PINNED) {
+        log_info(w->c.name, "removed from the configuration: closing after %s",
+                 w->sess ? "its session" : "the current request");
         return;
     }
     if (w->st == WS_RESOLVING) /* the resolution's completion finishes it */
@@ -388,6 +393,8 @@ static int back_owes(const struct conn *w) { return !STAILQ_EMPTY(&((const struc
 
 const struct backend_ops worker_backend = {
     .start = back_start,
+    .session_start = session_start_loop,
+    .release = session_release_loop,
     .owes_broadcasts = back_owes,
     .client_gone = relay_client_gone_loop,
     .resume = relay_resume_loop,

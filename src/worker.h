@@ -15,7 +15,7 @@
 #include "dispatch.h"
 #include "stats.h"
 
-#define WORKER_STATES(X) X(DOWN) X(RESOLVING) X(CONNECTING) X(HANDSHAKE) X(IDLE) X(BUSY)
+#define WORKER_STATES(X) X(DOWN) X(RESOLVING) X(CONNECTING) X(HANDSHAKE) X(IDLE) X(BUSY) X(PINNED)
 #define ST_ENUM(e) WS_##e,
 enum worker_state { WORKER_STATES(ST_ENUM) };
 #undef ST_ENUM
@@ -77,6 +77,7 @@ struct worker {
     uint8_t resolved;    /* sa holds its address */
     uint8_t timed_out;   /* its connection is being dropped for query_timeout */
     uint8_t is_error;    /* the reply being relayed is a q error */
+    uint8_t reset_owed;  /* its session ended while it was busy: the reset query runs next */
     int swallow;         /* chaser replies to drop before the request's own */
     struct wmsg msg;
     uint64_t serial;     /* names it to pool jobs (resolution) */
@@ -86,6 +87,7 @@ struct worker {
     struct sockaddr_storage sa;
     socklen_t salen;
     struct client *cl;   /* client of the current request; NULL once it is gone */
+    struct client *sess; /* pool = session: the client it is given to (c->sess is this worker) */
     uint32_t last_id, last_gen; /* the client it served last: gets its async messages when idle */
     uint64_t req_seq;
     struct inbuf coll;   /* a message collected whole */
@@ -99,7 +101,10 @@ struct worker {
 };
 
 static inline struct worker *worker_of(struct conn *c) { return (struct worker *)c; }
-static inline int worker_is_up(const struct worker *w) { return w->st == WS_IDLE || w->st == WS_BUSY; }
+static inline int worker_is_up(const struct worker *w)
+{
+    return w->st == WS_IDLE || w->st == WS_BUSY || w->st == WS_PINNED;
+}
 
 /* ---- worker.c --------------------------------------------------------------------------- */
 extern const struct connops worker_connops;
@@ -126,6 +131,7 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c);
 void relay_read_loop(struct gw *g, struct worker *w);
 /* The client of w's request has gone. */
 void relay_client_gone_loop(struct gw *g, struct worker *w);
+
 void relay_resume_loop(struct gw *g, struct worker *w);
 void relay_pause_loop(struct gw *g, struct worker *w);
 /* The worker's connection is gone: fail or finish its request (reason: timeout or loss). */
@@ -144,5 +150,17 @@ void broadcast_forget_sent_loop(struct gw *g, struct worker *w, int lost);
 /* Broadcasts queued on or sent to a worker that went down are dropped (reported lost). */
 void broadcast_drop_loop(struct gw *g, struct worker *w);
 void broadcast_free_loop(struct worker *w);
+
+/* ---- session.c (pool = session) -------------------------------------------------------- */
+/* w starts c's request: in a session group, a client without a worker is given w. */
+void session_begin_loop(struct gw *g, struct worker *w, struct client *c);
+/* w's run has ended: its session's next request may start (PINNED), or the reset query it
+ * owes runs, or it goes (removed), or it is IDLE. */
+void session_run_ended_loop(struct gw *g, struct worker *w);
+/* Start c's head on w, the worker given to it, if w is PINNED (1), else 0 (w starts it when its
+ * run ends). */
+int session_start_loop(struct gw *g, struct worker *w, struct client *c);
+/* w's client has gone for good: the reset query, then IDLE. */
+void session_release_loop(struct gw *g, struct worker *w);
 
 #endif

@@ -19,6 +19,17 @@ start_gateway GW --workers "127.0.0.1:$W_PORT"
 wait_count "$TMP/W.log" "async message" 20 30
 (cd tests/interop && timeout 60 node publish.js "$GW_PORT" subscribe) || fail "node-q subscribe"
 
+# pool = session: node-q keeps one worker for its connection, as if it had opened that q
+start_worker S1 --rows 1000
+start_worker S2 --rows 1000
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\npool = session\n' \
+    "$S1_PORT" "$S2_PORT" > "$TMP/session.conf"
+start_gateway SE -c "$TMP/session.conf"
+wait_count "$TMP/SE.log" "connected \(capability" 2
+(cd tests/interop && timeout 60 node session.js "$SE_PORT") || fail "node-q session"
+expect_file_has "$TMP/SE.log" "session: given to c1 "
+expect_file_has "$TMP/SE.log" "session: given to c2 "
+
 # with a users file: node-q with good and with bad credentials
 printf 'nq:%s\n' "$(printf 'nodepw' | md5sum | cut -d' ' -f1)" > "$TMP/users"
 printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/users" "$W_PORT" > "$TMP/auth.conf"

@@ -171,6 +171,7 @@ struct fclient {
     int pend_off;
     int bad;             /* a malformed message was sent: nothing after it is answered */
     int bad_seq;         /* its request number */
+    int unread_from;     /* the gateway reads nothing from this request on (its unread hook), or -1 */
     int stalled;         /* not reading */
     int we_closed;       /* we closed it */
     int gw_closed;       /* the gateway closed it (EOF) */
@@ -209,6 +210,8 @@ struct sim {
     int users_file;
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
+    int session;         /* group main has pool = session */
+    VEC(int) sess_wid;   /* per cid (session): the worker that ran its first message, or -1 */
     struct fclient cl[MAXC];
     int next_cid;
     VEC(int) last_seq;   /* per cid: the last sync or async seq a worker ran (group one) */
@@ -357,6 +360,15 @@ static void hook_closed(void *ctx, uint32_t id, uint32_t gen, const char *why)
     struct fclient *c = fclient_of(id, gen);
     if (c)
         snprintf(c->why, sizeof c->why, "%s", why);
+}
+
+static void hook_unread(void *ctx, uint32_t id, uint32_t gen, uint64_t next_seq)
+{
+    (void)ctx;
+    struct fclient *c = fclient_of(id, gen);
+    tr("gateway: reads nothing more from C%d (from its message %llu on)", c ? c->cid : -1, (unsigned long long)next_seq);
+    if (c && c->unread_from < 0)
+        c->unread_from = (int)next_seq;
 }
 
 static void set_sndbuf(int fd)
@@ -516,6 +528,14 @@ static void worker_run(struct fworker *w, int type, const char *s)
                  S->last_seq.v[cid]);
         if (seq > S->last_seq.v[cid])
             S->last_seq.v[cid] = seq;
+    }
+    if (S->session && w->group != S->bc_group) { /* one worker for all a session sends */
+        while (S->sess_wid.n <= cid)
+            VEC_PUSH(S->sess_wid, -1);
+        if (S->sess_wid.v[cid] < 0)
+            S->sess_wid.v[cid] = w->wid;
+        else if (S->sess_wid.v[cid] != w->wid)
+            fail("W%d ran \"%s\" of C%d, whose session is on W%d", w->wid, s, cid, S->sess_wid.v[cid]);
     }
     if (x)
         x->seen++;
@@ -762,6 +782,7 @@ static void client_connect(void)
     set_sndbuf(sv[1]);
     memset(c, 0, sizeof *c);
     c->cid = S->next_cid++;
+    c->unread_from = -1;
     VEC_PUSH(S->last_seq, -1);
     VEC_PUSH(S->by_cid, c);
     c->fd = sv[1];
@@ -991,6 +1012,7 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
        x->t == KT_ERROR ? x->s : (s[0] ? s : "(value)"));
     if (x->t == KT_ERROR && (!strncmp(x->s, "qgate: timeout (", 16) || !strncmp(x->s, "qgate: worker ", 14)))
         r->abandoned = 1; /* the worker may still run it */
+
     if (x->t == KT_ERROR && !strncmp(x->s, "qgate: ", 7)) {
         if (!strncmp(x->s, "qgate: badmsg", 13) && r->op != OP_BADBODY && r->op != OP_BADHDR)
             fail("C%d got '%s for its %s request %d", c->cid, x->s, op, r->seq);
@@ -1075,6 +1097,9 @@ static void client_eof(struct fclient *c)
          !strcmp(why, "worker lost in the middle of a message to it")) &&
         (S->wdeaths || S->g.timeouts))
         ok = 1; /* a worker died, or was dropped for a query timeout, while it sent */
+    if (S->session && (S->wdeaths || S->g.timeouts) &&
+        (!strcmp(why, "its session's worker was lost") || !strcmp(why, "closed after a bad message") || !why[0]))
+        ok = 1; /* its session's worker died: told (then the gateway shuts its side), or just closed */
     if (!ok)
         fail("C%d was closed by the gateway without a reason it may have: \"%s\"", c->cid, why);
     client_gone(c);
@@ -1184,7 +1209,11 @@ static void check_gateway(void)
         backlog += x->in_backlog;
         if (c->w && (c->w->cl != c || c->w->st != WS_BUSY))
             fail("%s points at worker %s, which is not running its request", x->name, c->w->addr);
+        if (c->sess && (c->sess->sess != c || (c->w && c->w != c->sess)))
+            fail("%s has session worker %s, which is not its, or runs its request on another", x->name, c->sess->addr);
         int queued = c->grp && x->q == &c->grp->queue;
+        if (c->sess && queued)
+            fail("%s has a session worker, and is on its group's queue", x->name);
         if (x->q && !queued)
             fail("%s is on a list that is not its group's queue", x->name);
         if (queued != (h && h->state == RS_QUEUED))
@@ -1239,7 +1268,14 @@ static void check_gateway(void)
             fail("group %s: idle.n %d, its idle list holds %d", grp->cfg.name, grp->idle.n, idle);
         struct worker *w;
         TAILQ_FOREACH(w, &grp->workers, glink) {
-            up += w->st == WS_IDLE || w->st == WS_BUSY;
+            up += worker_is_up(w);
+            if (w->st == WS_PINNED && (!w->sess || w->sess->sess != w))
+                fail("%s is pinned, but not to a client that has it", w->c.name);
+            if (w->sess && (w->sess->sess != w || !conn_live(g, &w->sess->c) || (w->st != WS_BUSY && w->st != WS_PINNED)))
+                fail("%s (%s) is given to %s, which does not have it, or is freed", w->c.name, worker_state_name(w->st),
+                     w->sess->c.name);
+            if (w->sess && !S->session)
+                fail("%s is in a session, in a group with pool = request", w->c.name);
             nidle += w->st == WS_IDLE;
             if (w->cl && !conn_live(g, &w->cl->c))
                 fail("%s runs a request of a freed client", w->c.name);
@@ -1342,6 +1378,8 @@ static void write_config(void)
         fprintf(f, "users_file = %s\n", S->users_path);
     for (int gi = 0; gi < S->ngroups; gi++) {
         fprintf(f, "[group %s]\nasync = %s\n", gi == S->bc_group ? "bc" : "main", gi == S->bc_group ? "broadcast" : "one");
+        if (S->session && gi != S->bc_group)
+            fprintf(f, "pool = session\n");
         if (gi == S->bc_group)
             fprintf(f, "users = bob,bea\n");
         fprintf(f, "workers = ");
@@ -1550,8 +1588,8 @@ static const char *gateway_busy(void)
             continue;
         struct client *c = (struct client *)x;
         struct fclient *f = fclient_of(x->id, x->gen);
-        if (f && f->stalled)
-            continue; /* its replies wait for it to read */
+        if (f && f->stalled && f->st != FC_DONE)
+            continue; /* its replies wait for it to read (once it has closed, nothing waits for it) */
         if (client_head(c) || (c->st == CS_GONE)) {
             snprintf(busy_why, sizeof busy_why, "%.200s holds requests", x->name);
             return busy_why;
@@ -1604,6 +1642,34 @@ static int callback_to_stalled(void)
     return 0;
 }
 
+/* pool = session: clients wait for a worker while every worker is given to a session whose
+ * client has nothing more to ask. Such a user goes home (closes), as users do: 1 if one did. */
+static int end_idle_session(void)
+{
+    struct gw *g = &S->g;
+    int waiting = 0;
+    for (int i = 0; i < g->ngroups; i++)
+        waiting |= connq_first(&g->groups[i].queue) && !connq_first(&g->groups[i].idle);
+    for (int i = 0; waiting && i < MAXC; i++) {
+        struct fclient *c = &S->cl[i];
+        struct conn *x = c->st == FC_READY ? conn_lookup_loop(g, c->gid, c->ggen) : NULL;
+        struct client *gc = x && x->kind == CONN_CLIENT ? (struct client *)x : NULL;
+        if (!gc || !gc->sess || gc->sess->st != WS_PINNED || client_head(gc) || conn_pending(x))
+            continue;
+        if (c->stalled) { /* its replies wait in its socket: it reads them first */
+            tr("C%d, idle in its session, reads again", c->cid);
+            c->stalled = 0;
+            return 1;
+        }
+        if (c->pend_off == c->pend.n && c->out_off == c->out.len) {
+            tr("C%d, idle in its session, goes home", c->cid);
+            client_close(c);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Everyone does everything they can until nothing is left; time passes when only timers can
  * make progress. A client still waiting after ten minutes of simulated time waits forever.
  * include_stalled: clients that stopped reading read again. */
@@ -1645,6 +1711,8 @@ static void quiesce(int include_stalled, const char *phase)
         struct epoll_event ev;
         if ((gw_wait_ms_loop(&S->g) == 0 || epoll_wait(S->g.loop.epfd, &ev, 1, 0) > 0) && round % 64)
             continue;
+        if (S->session && end_idle_session())
+            continue;
         /* nothing moved: only time can help (timers, back-offs, reconnects) */
         int64_t next = timers_next(&S->g.loop.timers);
         int64_t d = next >= 0 ? next - S->now_us / 1000 : 1000;
@@ -1676,7 +1744,8 @@ static int check_client_lost(struct fclient *c, int final)
     size_t written = c->out_base + c->out_off;
     for (int i = 0; i < c->sent.n; i++) {
         struct sent *s = &c->sent.v[i];
-        if (s->type != KIPC_ASYNC || s->end > written || s->seen || s->lost || (c->bad && s->seq > c->bad_seq))
+        if (s->type != KIPC_ASYNC || s->end > written || s->seen || s->lost || (c->bad && s->seq > c->bad_seq) ||
+            (c->unread_from >= 0 && s->seq >= c->unread_from))
             continue;
         if (!final && c->group == S->bc_group)
             return 0; /* a broadcast is let go of when sent, before it runs */
@@ -1755,6 +1824,7 @@ static void free_world(void)
     }
     VEC_FREE(S->last_seq);
     VEC_FREE(S->cid_group);
+    VEC_FREE(S->sess_wid);
     VEC_FREE(S->by_cid);
 }
 
@@ -1816,6 +1886,9 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     S->ngroups = chance(60) ? 2 : 1;
     S->bc_group = S->ngroups > 1 ? 1 : -1;
     S->users_file = chance(40);
+    S->session = chance(30);
+    if (S->session && !cfg->queue_timeout) /* a client waiting for a session's worker may wait for ever */
+        cfg->queue_timeout = 50 + rnd(2000);
     S->nw = S->ngroups + rnd(4); /* every group has one at least */
     for (int k = 0; k < S->nw; k++) {
         S->w[k] = (struct fworker){.wid = k, .fd = -1, .in_config = 1, .last_cid = -1,
@@ -1829,13 +1902,14 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     char err[512];
     if (config_build(cfg, S->conf_path, NULL, err, sizeof err))
         fail("the simulation's configuration was refused: %s", err);
-    struct gw_hooks hooks = {.now_us = hook_now, .connect = hook_connect, .lost = hook_lost, .closed = hook_closed,
+    struct gw_hooks hooks = {.now_us = hook_now, .connect = hook_connect, .lost = hook_lost, .closed = hook_closed, .unread = hook_unread,
                              .manual_pools = 1};
     if (gw_init(&S->g, cfg, S->conf_path, NULL, &hooks))
         fail("gw_init failed");
     free(cfg);
-    tr("seed %llu: %d groups, %d workers, users file %d, max_queue %d, queue_timeout %lld, query_timeout %lld, "
-       "frames_budget %d, splice %d, compress %d", (unsigned long long)o->seed, S->ngroups, S->nw, S->users_file,
+    tr("seed %llu: %d groups (main pool %s), %d workers, users file %d, max_queue %d, queue_timeout %lld, query_timeout %lld, "
+       "frames_budget %d, splice %d, compress %d", (unsigned long long)o->seed, S->ngroups,
+       S->session ? "session" : "request", S->nw, S->users_file,
        S->g.cfg.max_queue, (long long)S->g.cfg.queue_timeout, (long long)S->g.cfg.query_timeout,
        S->g.cfg.frames_budget, S->g.cfg.splice, S->g.cfg.compress);
 

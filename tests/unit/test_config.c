@@ -482,6 +482,20 @@ static void test_load_booleans_and_enums(void **state)
         assert_int_equal(c->ngroups, 1);
         assert_int_equal(c->groups[0].async_mode, i);
     }
+    static const char *const pools[] = {"request", "session"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text, "[group g]\npool = %s\nreset_query = delete a from `.\n", pools[i]);
+        config_defaults(c);
+        write_temp(path, sizeof path, text);
+        assert_int_equal(config_load(c, path, err, sizeof err), 0);
+        unlink(path);
+        assert_int_equal(c->groups[0].pool_mode, i);
+        assert_string_equal(c->groups[0].reset_query, "delete a from `.");
+    }
+    config_defaults(c);
+    write_temp(path, sizeof path, "[group g]\npool = sessions\n");
+    assert_int_equal(config_load(c, path, err, sizeof err), -1);
+    unlink(path);
     /* config_set directly: bounds are inclusive */
     config_defaults(c);
     assert_int_equal(config_set(c, -1, "port", "65535", err, sizeof err), 0);
@@ -648,6 +662,12 @@ static void test_validate(void **state)
     expect_invalid(c, "client_low_water must be below client_high_water");
     c->client_low_water = c->client_high_water - 1;
     assert_int_equal(config_validate(c, err, sizeof err), 0);
+
+    good_config(c);
+    c->groups[0].pool_mode = CFG_POOL_SESSION;
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+    c->groups[0].async_mode = CFG_ASYNC_BROADCAST;
+    expect_invalid(c, "pool = session sends a client's messages to its one worker");
 
     good_config(c);
     c->reconnect_min = c->reconnect_max + 1;

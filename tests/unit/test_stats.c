@@ -168,8 +168,9 @@ static void test_hist_quantiles(void **state)
 
 /* ---- the stats table ----------------------------------------------------------------------- */
 
-static const char *const colnames[10] = {"address", "group", "state", "served", "errors",
-                                         "inflight", "queued", "p50_us", "p99_us", "dropped"};
+#define NCOLS 11
+static const char *const colnames[NCOLS] = {"address", "group", "state", "served", "errors", "inflight",
+                                            "queued", "p50_us", "p99_us", "dropped", "session"};
 
 static void check_shape(K t, int64_t n)
 {
@@ -180,12 +181,12 @@ static void check_shape(K t, int64_t n)
     assert_int_equal(d->t, KT_DICT);
     K keys = kK(d)[0], cols = kK(d)[1];
     assert_int_equal(keys->t, KT_SYM);
-    assert_int_equal(keys->n, 10);
-    for (int i = 0; i < 10; i++)
+    assert_int_equal(keys->n, NCOLS);
+    for (int i = 0; i < NCOLS; i++)
         assert_string_equal(kS(keys)[i], colnames[i]);
     assert_int_equal(cols->t, KT_LIST);
-    assert_int_equal(cols->n, 10);
-    for (int c = 0; c < 10; c++) {
+    assert_int_equal(cols->n, NCOLS);
+    for (int c = 0; c < NCOLS; c++) {
         K col = kK(cols)[c];
         assert_non_null(col);
         assert_int_equal(col->t, c < 3 ? KT_SYM : KT_LONG);
@@ -206,8 +207,8 @@ static K encode_check(K t, int64_t nrows)
     assert_int_equal(kipc_hdr_parse(m, len, UINT64_MAX, &h, &why), QG_OK);
     assert_int_equal(h.type, KIPC_RESPONSE);
     assert_int_equal(h.len, len);
-    /* table, no attribute, dict, then the column names as a symbol vector of 10 */
-    static const uint8_t head[] = {98, 0, 99, 11, 0, 10, 0, 0, 0};
+    /* table, no attribute, dict, then the column names as a symbol vector of 11 */
+    static const uint8_t head[] = {98, 0, 99, 11, 0, NCOLS, 0, 0, 0};
     assert_memory_equal(m + 8, head, sizeof head);
     assert_memory_equal(m + 8 + sizeof head, "address\0group\0state\0", 20);
     struct kerr err = {0};
@@ -250,6 +251,8 @@ static void test_table_two_rows(void **state)
     s->rows[1].errors = 1LL << 40; /* a long, not an int */
     s->rows[1].inflight = 0;
     s->rows[1].queued = 99;
+    s->rows[0].session = 42;        /* given to client 42 */
+    s->rows[1].session = INT64_MIN; /* 0N: given to nobody */
     /* row 1 has an empty histogram: quantiles 0 */
 
     K t = stats_table(s);
@@ -272,6 +275,8 @@ static void test_table_two_rows(void **state)
     assert_close_above((uint64_t)p99, 70000);
     assert_int_equal(kJ(kK(cols)[7])[1], 0);
     assert_int_equal(kJ(kK(cols)[8])[1], 0);
+    assert_true(kJ(kK(cols)[10])[0] == 42);
+    assert_true(kJ(kK(cols)[10])[1] == INT64_MIN);
     /* the table owns copies of the strings, not pointers into the snapshot */
     memset(s->rows, 0, 2 * sizeof s->rows[0]);
     assert_string_equal(kS(kK(cols)[0])[0], "localhost:5001");

@@ -1,0 +1,105 @@
+/* session.c: pool = session, the worker side. A client of a session group is given the worker
+ * that runs its first request, and keeps it until it goes: every request it sends runs there
+ * (request.c starts them through backend_ops.session_start), and what the worker publishes
+ * goes to it (relay.c routes to the client served last). Between its requests the worker is
+ * PINNED: up, off the idle list. When the client has gone for good (client.c's close calls
+ * backend_ops.release) the worker runs the group's reset_query, if any, then is IDLE again.
+ * When the worker is lost, relay.c tells the client (client_session_lost_loop). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker.h"
+#include "gw.h"
+#include "kcodec.h"
+#include "kipc.h"
+#include "log.h"
+
+void session_begin_loop(struct gw *g, struct worker *w, struct client *c)
+{
+    (void)g;
+    if (c->grp->cfg.pool_mode != CFG_POOL_SESSION || c->sess)
+        return;
+    c->sess = w; /* w is this client's alone until it goes */
+    w->sess = c;
+    log_info(w->c.name, "session: given to %s", c->c.name);
+}
+
+/* The group's reset_query, sent as a sync message: its reply is swallowed like a chaser's, and
+ * the worker is free when it comes. 0, or -1 if there is none (or no memory for it). */
+static int start_reset(struct gw *g, struct worker *w)
+{
+    const char *q = w->grp->cfg.reset_query;
+    size_t n = strlen(q), len = 8 + 6 + n;
+    uint8_t *m = n ? malloc(len) : NULL;
+    if (!m)
+        return -1;
+    kipc_hdr_write(m, KIPC_SYNC, 0, len);
+    m[8] = KT_CHAR;
+    m[9] = 0;
+    qg_st32(m + 10, (uint32_t)n);
+    memcpy(m + 14, q, n);
+    struct chunk *ch = chunk_wrap(m, len);
+    if (!ch) {
+        free(m);
+        return -1;
+    }
+    worker_set_state_loop(g, w, WS_BUSY);
+    outq_push(&w->c.out, ch);
+    w->run = RUN_BROADCASTS; /* no client's: nothing it sends reaches anyone */
+    w->cl = NULL;
+    w->last_id = w->last_gen = 0;
+    w->swallow = 1;
+    w->t_start_us = g->loop.now_us;
+    worker_arm_query_timer_loop(g, w);
+    conn_mark_dirty_loop(g, &w->c);
+    log_debug(w->c.name, "session ended: running the reset query");
+    return 0;
+}
+
+/* Free of its last run and of any session: the reset query it owes, or the next client. */
+static void let_go(struct gw *g, struct worker *w)
+{
+    if (w->reset_owed) {
+        w->reset_owed = 0;
+        if (start_reset(g, w) == 0)
+            return;
+    }
+    if (w->removed) {
+        conn_close_loop(g, &w->c, "removed from the configuration");
+        return;
+    }
+    worker_set_state_loop(g, w, WS_IDLE);
+}
+
+void session_run_ended_loop(struct gw *g, struct worker *w)
+{
+    if (w->sess) { /* its session goes on: the client's next request may start now */
+        worker_set_state_loop(g, w, WS_PINNED);
+        client_advance_loop(g, w->sess);
+        return;
+    }
+    let_go(g, w);
+}
+
+int session_start_loop(struct gw *g, struct worker *w, struct client *c)
+{
+    if (w->st != WS_PINNED)
+        return 0;
+    relay_start_loop(g, w, c);
+    return 1;
+}
+
+void session_release_loop(struct gw *g, struct worker *w)
+{
+    struct client *c = w->sess;
+    if (!c)
+        return;
+    c->sess = NULL;
+    w->sess = NULL;
+    log_info(w->c.name, "session: %s has gone, the worker is free", c->c.name);
+    w->last_id = w->last_gen = 0; /* what it publishes now is nobody's */
+    w->reset_owed = w->grp->cfg.reset_query[0] != 0;
+    if (w->st == WS_PINNED)
+        let_go(g, w);
+    /* BUSY: its run ends first (the client's reply drained), then session_run_ended_loop */
+}

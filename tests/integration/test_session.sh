@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# pool = session: a client keeps one worker from its first request until it goes, as if it
+# had opened that q itself. State across requests, every message to the one worker, a session
+# waiting for a free worker, the reset query, pushes, the worker lost mid-session, stats.
+. "$(dirname "$0")/lib.sh"
+
+# conf FILE WORKERS [GROUPKEY=VALUE...]: one group, its keys as given
+conf() {
+    local f=$1 workers=$2 kv
+    shift 2
+    { printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = %s\n' "$workers"
+      for kv in "$@"; do echo "${kv%%=*} = ${kv#*=}"; done; } > "$f"
+}
+# raw_query FD TEXT BYTES: a sync char vector on raw client FD, and the BYTES of its reply
+raw_query() {
+    raw_text 1 "$2" "$1"
+    timeout 10 head -c "$3" <&"$1" > "$TMP/raw$1.out" || fail "no reply to '$2' on fd $1"
+}
+
+start_worker W1 --rows 1000
+start_worker W2 --rows 1000
+TWO="127.0.0.1:$W1_PORT,127.0.0.1:$W2_PORT"
+
+# --- the configuration: session and broadcast do not mix --------------------------------
+conf "$TMP/bad.conf" "$TWO" pool=session async=broadcast
+set +e; "$BIN/qgate" --check -c "$TMP/bad.conf" 2> "$TMP/err"; rc=$?; set -e
+[ $rc -ne 0 ] || fail "--check accepted pool = session with async = broadcast"
+expect_file_has "$TMP/err" "group main: pool = session .*async = broadcast does not apply"
+pass "pool = session with async = broadcast is refused by --check"
+
+# --- request mode (the default): state set by one request is not seen by the next ---------
+conf "$TMP/r.conf" "$TWO"
+start_gateway R -c "$TMP/r.conf"
+wait_count "$TMP/R.log" "connected \(capability" 2   # both idle: the next request takes the other
+G="127.0.0.1:$R_PORT"
+q "a:1" "a"
+expect_lines "$TMP/q.out" '^"1"$' 1
+expect_lines "$TMP/q.out" "^'a\$" 1
+pass "pool = request: h\"a:1\" then h\"a\" ran on two workers ('a), as before"
+
+# --- session: one worker for everything the client sends ---------------------------------
+conf "$TMP/s.conf" "$TWO" pool=session
+start_gateway S -c "$TMP/s.conf" --loglevel debug
+wait_count "$TMP/S.log" "connected \(capability" 2
+G="127.0.0.1:$S_PORT"
+q "a:1" "a" "neg:n1:1" "neg:n2:1" "neg:n3:1" "neg:n4:1" "n4" "a"
+expect_lines "$TMP/q.out" '^"1"$' 4
+grep -q "'" "$TMP/q.out" && fail "a session request failed: $(cat "$TMP/q.out")"
+sets1=$(grep -c "set n[1-4]$" "$TMP/W1.log" || true)
+sets2=$(grep -c "set n[1-4]$" "$TMP/W2.log" || true)
+[ "$sets1/$sets2" = "4/0" ] || [ "$sets1/$sets2" = "0/4" ] ||
+    fail "a session's async messages were split over the workers: $sets1 / $sets2"
+wait_line "$TMP/S.log" "session: c1 .* has gone, the worker is free"
+pass "pool = session: state survives across requests; sync and async went to one worker"
+
+# --- a session holds its worker while idle: the next client waits; stats show the pair ----
+conf "$TMP/one.conf" "127.0.0.1:$W1_PORT" pool=session
+start_gateway O -c "$TMP/one.conf" --loglevel debug
+G="127.0.0.1:$O_PORT"
+raw_open "$O_PORT" 3
+raw_hs "alice:x" 3
+raw_query 3 "x:1" 15                        # "1": 8 + 6 + 1 bytes
+wait_line "$TMP/O.log" "session: given to c1 "
+timeout 60 "$BIN/qsend" -g "$G" "x" > "$TMP/c2.out" 2>&1 3<&- &   # not holding the raw fd
+C2=$!
+wait_line "$TMP/O.log" "c2 .*: request 0 queued in group main"
+q ".qgate.stats[]"                          # answered by the gateway: no worker needed
+expect_file_has "$TMP/q.out" '`dropped `session \| ,`127\.0\.0\.1:[0-9]+ \| ,`main \| ,`pinned \|.* \| ,1$'
+kill -0 $C2 2>/dev/null || fail "the second client did not wait for the session's worker"
+raw_close 3                                 # the session ends: the waiting client gets the worker
+wait $C2 || true
+expect_lines "$TMP/c2.out" '^"1"$' 1        # no reset query: the first session's x is there
+pass "an idle session keeps its worker; the next client waits in the queue, then gets it; .qgate.stats[] shows pinned to client 1"
+
+# --- queue_timeout applies to a client waiting for a session's worker ------------------
+conf "$TMP/qt.conf" "127.0.0.1:$W1_PORT" pool=session
+printf 'queue_timeout = 300\n' > "$TMP/qt.gw"
+sed -i "/^\[gateway\]/r $TMP/qt.gw" "$TMP/qt.conf"
+start_gateway T -c "$TMP/qt.conf"
+raw_open "$T_PORT" 3
+raw_hs "alice:x" 3
+raw_query 3 "x:2" 15
+G="127.0.0.1:$T_PORT"
+q "x"
+expect_lines "$TMP/q.out" "^'qgate: timeout \\(queued [0-9]+ ms\\)\$" 1
+raw_close 3
+pass "queue_timeout: a client waiting for a free session worker is told"
+
+# --- reset_query runs when a session ends, before the worker is given again -------------
+conf "$TMP/rs.conf" "127.0.0.1:$W2_PORT" pool=session 'reset_query=delete x from `.'
+start_gateway X -c "$TMP/rs.conf" --loglevel debug
+G="127.0.0.1:$X_PORT"
+q "x:3" "x"
+expect_lines "$TMP/q.out" '^"3"$' 2
+q "x"
+expect_lines "$TMP/q.out" "^'x\$" 1
+expect_file_has "$TMP/W2.log" "deleted x$"
+expect_file_has "$TMP/X.log" "session ended: running the reset query"
+pass "reset_query: the next session starts clean"
+
+# --- pushes: what a session's worker publishes later reaches that client ----------------
+G="127.0.0.1:$S_PORT"
+raw_open "$S_PORT" 3
+raw_hs "alice:x" 3
+raw_open "$S_PORT" 4
+raw_hs "bob:x" 4
+raw_query 3 "a:1" 15
+raw_query 4 "b:1" 15                        # two sessions, one worker each
+raw_text 1 "later 100 tick3" 3
+raw_text 1 "later 50 tick4" 4
+timeout 10 head -c $((17 + 19)) <&3 > "$TMP/p3.out" || fail "client 3 got no publish"
+timeout 10 head -c $((17 + 19)) <&4 > "$TMP/p4.out" || fail "client 4 got no publish"
+grep -aq "tick3" "$TMP/p3.out" && ! grep -aq "tick4" "$TMP/p3.out" || fail "client 3 got $(od -c "$TMP/p3.out" | head -3)"
+grep -aq "tick4" "$TMP/p4.out" && ! grep -aq "tick3" "$TMP/p4.out" || fail "client 4 got $(od -c "$TMP/p4.out" | head -3)"
+raw_close 3
+raw_close 4
+pass "each session's worker publishes to its own client, after the reply"
+
+# --- the worker lost in the middle of a session: told, then closed, as if q had died ----
+start_worker W3 --rows 1000
+conf "$TMP/l.conf" "127.0.0.1:$W3_PORT" pool=session
+start_gateway L -c "$TMP/l.conf"
+G="127.0.0.1:$L_PORT"
+timeout 60 "$BIN/qsend" -g "$G" "y:1" "hold lost1" "y" > "$TMP/l1.out" 2>&1 &
+L1=$!
+wait_line "$TMP/W3.log" "hold lost1"
+kill -9 "$W3_PID"
+set +e; wait $L1; rc=$?; set -e
+expect_lines "$TMP/l1.out" "^'qgate: worker 127\\.0\\.0\\.1:$W3_PORT lost\$" 1
+expect_lines "$TMP/l1.out" "^'close\$" 1
+expect_file_has "$TMP/L.log" "session: worker 127\\.0\\.0\\.1:$W3_PORT lost"
+[ $rc -ne 0 ] || fail "the client's connection was not closed after its session's worker died"
+pass "the worker lost mid-request: 'qgate: worker host:port lost, then the connection closes"
+
+start_worker W4 --rows 1000
+conf "$TMP/l2.conf" "127.0.0.1:$W4_PORT" pool=session
+start_gateway M -c "$TMP/l2.conf"
+raw_open "$M_PORT" 3
+raw_hs "alice:x" 3
+raw_query 3 "z:1" 15
+kill -9 "$W4_PID"
+timeout 10 cat <&3 > "$TMP/m.out" || fail "the gateway kept an idle session whose worker died"
+[ ! -s "$TMP/m.out" ] || fail "an idle session got bytes when its worker died: $(od -c "$TMP/m.out" | head -2)"
+raw_close 3
+expect_file_has "$TMP/M.log" "c1 .*: session: worker 127\\.0\\.0\\.1:$W4_PORT lost"
+pass "the worker lost while the session is idle: the client's connection closes"
