@@ -16,7 +16,8 @@ static void usage(void)
             "usage: qsend [-g host:port] [-u user:pass] [--async] [--pipeline] [--timeout MS] TEXT...\n"
             "  sends each TEXT as a char vector (sync unless --async) and prints each reply\n"
             "  in q-like form, one line each; errors print as 'text. --pipeline sends every\n"
-            "  message before reading any reply; a TEXT starting with \"neg:\" is sent async.\n"
+            "  message before reading any reply; a TEXT starting with \"neg:\" is sent async;\n"
+            "  \"on:GROUP:TEXT\" sends (`.qgate.on; `GROUP; \"TEXT\") (\"neg:on:G:T\" async).\n"
             "  Async messages received are printed as \"async: ...\"; sync requests received\n"
             "  are answered with the string \"qsend got: TEXT\". --read-rate BPS sends the\n"
             "  first TEXT and reads its reply at BPS bytes a second (a slow consumer);\n"
@@ -29,10 +30,19 @@ static void usage(void)
     exit(2);
 }
 
-/* TEXT as a char vector message of type (malloc'd, its length in *len), or NULL. */
+/* TEXT as a char vector message of type (malloc'd, its length in *len), or NULL.
+ * "on:GROUP:TEXT" is (`.qgate.on; `GROUP; "TEXT"), a request routed by the gateway. */
 static uint8_t *text_msg(const char *text, int type, size_t *len)
 {
-    K q = k_str(text, strlen(text));
+    const char *colon = !strncmp(text, "on:", 3) ? strchr(text + 3, ':') : NULL;
+    K q = colon ? k_list(3) : k_str(text, strlen(text));
+    if (colon && q) {
+        char grp[64];
+        snprintf(grp, sizeof grp, "%.*s", (int)(colon - text - 3), text + 3);
+        kK(q)[0] = k_sym(".qgate.on");
+        kK(q)[1] = k_sym(grp);
+        kK(q)[2] = k_str(colon + 1, strlen(colon + 1));
+    }
     uint8_t *m = kcodec_encode_msg(q, type, len);
     k_free(q);
     return m;

@@ -85,7 +85,7 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
     if (!m)
         return 0;
     *m = (struct bmsg){.refs = up, .cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .len = r->len};
-    memcpy(m->data, r->msg, r->len);
+    memcpy(m->data, r->msg + r->off, r->len);
     TAILQ_FOREACH(w, &grp->workers, glink) {
         if (!worker_is_up(w) || w->removed)
             continue;

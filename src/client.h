@@ -50,8 +50,12 @@ struct req {
     uint8_t state;
     uint8_t close_after; /* close the client once this reply is sent (badmsg) */
     uint8_t unchecked;   /* its body is validated on the reader pool before it may run */
-    uint8_t *msg;        /* the request bytes until sent to a worker */
+    uint8_t route;       /* (`.qgate.on; `group; query): to be routed (then query alone is sent) */
+    uint8_t routed;      /* it was: its bytes are query's, sent as they are to a worker of grp */
+    struct group *grp;   /* the group it runs on: its client's, or the one it was routed to */
+    uint8_t *msg;        /* the request bytes until sent to a worker (they start at off) */
     size_t len;
+    uint32_t off;        /* routed: the wrapper's bytes before the query's message */
     struct chunk *reply; /* READY: the reply */
     int64_t t_arrive;    /* ms */
 };

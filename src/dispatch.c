@@ -50,6 +50,16 @@ struct group *dispatch_route_loop(struct gw *g, const char *user)
     return &g->groups[0];
 }
 
+int dispatch_admits_loop(const struct gw *g, const struct group *grp, const char *user)
+{
+    if (grp->cfg.users[0])
+        return in_list(grp->cfg.users, user);
+    for (int i = 0; i < g->ngroups; i++)
+        if (g->groups[i].cfg.users[0] && in_list(g->groups[i].cfg.users, user))
+            return 0;
+    return 1;
+}
+
 int dispatch_full_loop(const struct gw *g, const struct group *grp)
 {
     return grp->queue.n >= g->cfg.max_queue && !grp->idle.n;

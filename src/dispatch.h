@@ -70,6 +70,9 @@ struct group *dispatch_group_add_loop(struct gw *g, const struct group_cfg *gc);
 struct group *dispatch_group_find_loop(struct gw *g, const char *name);
 /* The group a user is routed to: the first listing it in users, else the first listing none. */
 struct group *dispatch_route_loop(struct gw *g, const char *user);
+/* May user route requests to grp (.qgate.on)? A group with a users list admits those users;
+ * one without admits the users no group lists (users limited by a list keep to theirs). */
+int dispatch_admits_loop(const struct gw *g, const struct group *grp, const char *user);
 /* Are max_queue clients waiting already, with no worker idle? (Then a sync request is refused;
  * an async message cannot be answered: it always waits its turn.) */
 int dispatch_full_loop(const struct gw *g, const struct group *grp);

@@ -38,6 +38,33 @@ int jobs_peek_command(const uint8_t *m, size_t len)
     return 0;
 }
 
+int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size_t *qoff)
+{
+    static const char on[] = ".qgate.on";
+    const size_t onlen = sizeof on - 1;
+    if (len < 8 || m[2])
+        return 0;
+    const uint8_t *b = m + 8;
+    size_t n = len - 8, o;
+    if (n < 6 + 1 + onlen + 1 || b[0] != KT_LIST)
+        return 0;
+    if ((int8_t)b[6] == -KT_SYM && !memcmp(b + 7, on, onlen + 1)) /* `.qgate.on */
+        o = 7 + onlen + 1;
+    else if (b[6] == KT_CHAR && n >= 12 + onlen && qg_ld32o(b + 8, m[0]) == onlen && !memcmp(b + 12, on, onlen))
+        o = 12 + onlen; /* ".qgate.on", as node-q sends a name: q's value takes either */
+    else
+        return 0;
+    if (qg_ld32o(b + 2, m[0]) != 3 || o + 2 > n || (int8_t)b[o] != -KT_SYM)
+        return -1;
+    const uint8_t *name = b + o + 1, *z = memchr(name, 0, n - o - 1);
+    if (!z || z == name || (size_t)(z - name) >= grplen || z + 1 >= b + n)
+        return -1;
+    memcpy(grp, name, (size_t)(z - name));
+    grp[z - name] = 0;
+    *qoff = (size_t)(z + 1 - m);
+    return 1;
+}
+
 int gwcmd_admin_only(int cmd) { return cmd == GWCMD_CLIENTS || cmd == GWCMD_RELOAD || cmd == GWCMD_DISCONNECT; }
 
 static enum gwcmd lookup(const char *name, size_t len)
@@ -166,6 +193,16 @@ void job_validate_msg(struct job *j)
         j->result = 0;
     else
         snprintf(j->text, sizeof j->text, "%s at byte %zu", e.why, e.off + 8);
+    char grp[64];
+    size_t qoff;
+    if (plain && !j->result) { /* a route is taken apart on the loop: it needs the plain bytes */
+        kipc_hdr_len_write(plain, (uint32_t)(n + 8));
+        if (jobs_peek_route(plain, n + 8, grp, sizeof grp, &qoff)) {
+            j->out = plain;
+            j->out_len = n + 8;
+            return;
+        }
+    }
     free(plain);
 }
 

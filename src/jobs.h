@@ -31,6 +31,11 @@ enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
  * 0 if not; 1 if it does and has a command's shape (at most GWCMD_MAX_LEN bytes; a call of
  * at most one argument); -1 if it starts like one without that shape (refused unread). */
 int jobs_peek_command(const uint8_t *m, size_t len);
+/* Is whole message m (uncompressed) (`.qgate.on; `group; query)? Then 1, the group's name in
+ * grp (NUL-terminated) and *qoff the offset of query's bytes in m (they run to its end: the
+ * last item of the list); -1 if it starts like one but is not one; 0 if not. Reads the
+ * bytes only up to the query: no decoding. */
+int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size_t *qoff);
 
 /* Commands that change state or show other users: for users marked admin only. */
 int gwcmd_admin_only(int cmd);

@@ -68,6 +68,17 @@ void kipc_hdr_write(uint8_t out[KIPC_HDR_LEN], enum kipc_msgtype type, int compr
     qg_st32(out + 4, (uint32_t)len);
 }
 
+void kipc_hdr_len_write(uint8_t m[KIPC_HDR_LEN], uint32_t len)
+{
+    m[2] = 0;
+    m[3] = 0;
+    if (m[0])
+        qg_st32(m + 4, len);
+    else
+        for (int i = 0; i < 4; i++)
+            m[4 + i] = (uint8_t)(len >> (24 - 8 * i));
+}
+
 qg_status kipc_hs_parse(const uint8_t *p, size_t n, size_t max_len, struct kipc_hs *hs)
 {
     size_t lim = n < max_len ? n : max_len;

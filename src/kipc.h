@@ -38,6 +38,8 @@ qg_status kipc_frame_check(const uint8_t *p, size_t n, uint64_t max_len, struct 
 
 /* Write a little-endian header for a message of len bytes in total. */
 void kipc_hdr_write(uint8_t out[KIPC_HDR_LEN], enum kipc_msgtype type, int compressed, uint64_t len);
+/* Set the length of message m (uncompressed now) to len, in m's byte order (m[0]). */
+void kipc_hdr_len_write(uint8_t m[KIPC_HDR_LEN], uint32_t len);
 
 /* A parsed client handshake. Pointers refer into the caller's buffer. */
 struct kipc_hs {

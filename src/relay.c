@@ -42,10 +42,12 @@ static void send_request(struct gw *g, struct worker *w, struct client *c, struc
 {
     req_set_state_loop(g, c, x, RS_RUNNING);
     c->pending -= req_cost(x);
-    struct chunk *ch = chunk_wrap(x->msg, x->len);
+    struct chunk *ch = chunk_wrap(x->msg, x->off + x->len);
     x->msg = NULL;
-    if (ch)
+    if (ch) {
+        ch->off = x->off; /* a routed request's wrapper is not sent */
         outq_push(&w->c.out, ch);
+    }
 }
 
 /* c's head, and the async messages right behind it (one chaser after them). */
@@ -60,8 +62,8 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
     }
     int n = 0;
     for (struct req *x = r; x && x->type == KIPC_ASYNC && n < ASYNC_BATCH_MAX; x = STAILQ_NEXT(x, link), n++) {
-        if (x != r && (x->state != RS_WAITING || x->unchecked))
-            break;
+        if (x != r && (x->state != RS_WAITING || x->unchecked || x->route || x->grp != r->grp))
+            break; /* only what is ready to run here, as it is */
         send_request(g, w, c, x);
     }
     outq_copy(&w->c.out, g->chaser, sizeof g->chaser);

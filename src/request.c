@@ -19,7 +19,7 @@ void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_
     if (r->state == RS_QUEUED && st != RS_QUEUED)
         conn_queue_out_loop(&c->c);
     else if (st == RS_QUEUED && r->state != RS_QUEUED)
-        dispatch_queue_loop(g, c->grp, &c->c, r->seq);
+        dispatch_queue_loop(g, r->grp, &c->c, r->seq);
     r->state = (uint8_t)st;
 }
 
@@ -129,16 +129,61 @@ static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, 
     conn_submit_loop(g->readers, j, &c->c, r->seq);
 }
 
+/* (`.qgate.on; `group; query): query's bytes become the request, to run on group. 1 if routed,
+ * -1 if answered instead (no such group, not admitted, not of that shape). */
+static int route(struct gw *g, struct client *c, struct req *r)
+{
+    char name[CFG_NAME_MAX];
+    size_t qoff = 0;
+    int rt = jobs_peek_route(r->msg, r->len, name, sizeof name, &qoff);
+    struct group *to = rt > 0 ? dispatch_group_find_loop(g, name) : NULL;
+    const char *user = c->us ? c->us->name : c->user;
+    if (rt <= 0 || !to || !dispatch_admits_loop(g, to, user)) {
+        if (r->type == KIPC_ASYNC) { /* nobody to tell: done with, as if run */
+            req_drop_msg(c, r);
+            req_set_state_loop(g, c, r, RS_READY);
+        } else if (rt <= 0)
+            client_error_loop(g, c, r, "qgate: bad route: it is (`.qgate.on; `group; query)");
+        else if (!to)
+            client_error_loop(g, c, r, "qgate: no group %s", name);
+        else
+            client_error_loop(g, c, r, "qgate: access: group %s does not admit user '%s'", name, user);
+        log_info(c->c.name, "request %llu not routed%s", (unsigned long long)r->seq,
+                 r->type == KIPC_ASYNC ? " (async: dropped)" : "");
+        return -1;
+    }
+    /* no copy: a header for query's bytes goes over the end of the wrapper, and the message
+     * starts there (r->off) */
+    size_t qn = r->len - qoff, nl = 8 + qn;
+    uint8_t *h = r->msg + qoff - 8;
+    uint8_t type = r->msg[1], order = r->msg[0];
+    h[0] = order;
+    h[1] = type;
+    kipc_hdr_len_write(h, (uint32_t)nl);
+    c->pending -= req_cost(r);
+    r->off = (uint32_t)(qoff - 8);
+    r->len = nl;
+    c->pending += req_cost(r);
+    r->grp = to;
+    r->route = 0;
+    r->routed = 1;
+    log_debug(c->c.name, "request %llu: routed to group %s", (unsigned long long)r->seq, to->cfg.name);
+    return 1;
+}
+
 /* Start the head request: a body to validate goes to a reader first, a gateway command to a
- * reader, a broadcast to every worker up, anything else to its group's queue. It never
- * finishes here, so the FIFO is walked by client_advance_loop alone, without recursion. */
+ * reader, a route to its group, a broadcast to every worker up, anything else to its group's
+ * queue (or its session's worker). It never finishes here, so the FIFO is walked by
+ * client_advance_loop alone, without recursion. */
 static void start_head(struct gw *g, struct client *c, struct req *r)
 {
     if (r->unchecked) {
         to_reader(g, c, r, job_validate_msg, JK_CHECK, RS_CHECKING);
         return;
     }
-    int cmd = r->type == KIPC_SYNC ? jobs_peek_command(r->msg, r->len) : 0;
+    if (r->route && route(g, c, r) < 0)
+        return;
+    int cmd = r->type == KIPC_SYNC && !r->routed ? jobs_peek_command(r->msg, r->len) : 0;
     if (cmd < 0) {
         client_error_loop(g, c, r, "qgate: bad command: a command is .qgate.name[] or (`.qgate.name; arg), "
                                    "under %d bytes", GWCMD_MAX_LEN);
@@ -148,21 +193,22 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         to_reader(g, c, r, job_parse_command, JK_COMMAND, RS_LOCAL);
         return;
     }
-    if (c->sess) { /* pool = session: on its own worker, now or when that finishes its last run */
+    struct group *grp = r->grp;
+    if (c->sess && grp == c->grp) { /* pool = session: on its own worker, now or when that is free */
         g->back->session_start(g, c->sess, c);
         return;
     }
-    if (r->type == KIPC_ASYNC && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST && c->grp->nup) {
+    if (r->type == KIPC_ASYNC && grp->cfg.async_mode == CFG_ASYNC_BROADCAST && grp->nup) {
         req_set_state_loop(g, c, r, RS_RUNNING);
-        if (g->back->broadcast(g, c->grp, c, r))
+        if (g->back->broadcast(g, grp, c, r))
             return;
         req_set_state_loop(g, c, r, RS_WAITING); /* none could take it: it waits in the queue */
     }
-    if (c->grp->unavailable && r->type == KIPC_SYNC) {
-        client_error_loop(g, c, r, "qgate: no worker of group %s is up", c->grp->cfg.name);
+    if (grp->unavailable && r->type == KIPC_SYNC) {
+        client_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
         return;
     }
-    if (r->type == KIPC_SYNC && dispatch_full_loop(g, c->grp)) { /* an async message always waits */
+    if (r->type == KIPC_SYNC && dispatch_full_loop(g, grp)) { /* an async message always waits */
         g->busy_replies++;
         client_error_loop(g, c, r, "qgate: busy");
         return;
@@ -206,8 +252,11 @@ void client_advance_loop(struct gw *g, struct client *c)
             continue;
         }
         /* a client that reads nothing gets nothing more: its output bounds what it costs */
-        if (r->state == RS_WAITING && !client_output_full_loop(g, c))
+        if (r->state == RS_WAITING && !client_output_full_loop(g, c)) {
             start_head(g, c, r);
+            if (!c->c.closing && client_head(c) == r && r->state == RS_READY)
+                continue; /* done with at once (an async route to nowhere): on to the next */
+        }
         break;
     }
     if (c->c.closing)
@@ -312,6 +361,7 @@ void client_bad_message_loop(struct gw *g, struct client *c, const char *why)
     }
     r->seq = c->next_seq++;
     r->type = KIPC_SYNC;
+    r->grp = c->grp;
     r->close_after = 1;
     r->t_arrive = g->loop.now_ms;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
@@ -369,8 +419,13 @@ void client_checked_loop(struct gw *g, struct job *j)
     if (!r || r->seq != j->seq || r->state != RS_CHECKING)
         return;
     if (!j->result) {
-        r->msg = j->in;
-        j->in = NULL;
+        r->msg = j->out ? j->out : j->in; /* a compressed route comes back decompressed */
+        r->len = j->out ? j->out_len : r->len;
+        r->route = j->out != NULL;
+        if (j->out)
+            j->out = NULL;
+        else
+            j->in = NULL;
         c->pending += req_cost(r);
         r->unchecked = 0;
         req_set_state_loop(g, c, r, RS_WAITING);
@@ -406,8 +461,11 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
         return 0;
     }
     int unchecked = h->compressed || h->len > VALIDATE_ON_LOOP_MAX;
+    char grp[CFG_NAME_MAX];
+    size_t qoff;
+    int route = !h->compressed && jobs_peek_route(msg, (size_t)h->len, grp, sizeof grp, &qoff) != 0;
     struct kerr e;
-    if (!unchecked && !(h->type == KIPC_SYNC && jobs_peek_command(msg, (size_t)h->len)) &&
+    if (!unchecked && !(h->type == KIPC_SYNC && !route && jobs_peek_command(msg, (size_t)h->len)) &&
         kcodec_validate(msg + 8, (size_t)h->len - 8, h->le, NULL, &e) != QG_OK) {
         free(msg);
         char bad[96];
@@ -422,7 +480,8 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
         return -1;
     }
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
-                      .unchecked = (uint8_t)unchecked, .t_arrive = g->loop.now_ms};
+                      .unchecked = (uint8_t)unchecked, .route = (uint8_t)route, .grp = c->grp,
+                      .t_arrive = g->loop.now_ms};
     c->pending += req_cost(r);
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
@@ -474,7 +533,7 @@ static int front_ready(struct gw *g, struct conn *x)
     (void)g;
     struct client *c = client_of(x);
     struct req *r = client_head(c);
-    if (r->type == KIPC_ASYNC && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST)
+    if (r->type == KIPC_ASYNC && r->grp->cfg.async_mode == CFG_ASYNC_BROADCAST)
         return WAIT_BROADCAST;
     if (c->us && c->us->max_inflight > 0 && c->us->inflight >= c->us->max_inflight)
         return WAIT_NOT_NOW;
@@ -486,7 +545,7 @@ static void front_broadcast(struct gw *g, struct conn *x)
     struct client *c = client_of(x);
     struct req *r = client_head(c);
     req_set_state_loop(g, c, r, RS_RUNNING);
-    if (!g->back->broadcast(g, c->grp, c, r)) /* out of memory: it waits again */
+    if (!g->back->broadcast(g, r->grp, c, r)) /* out of memory: it waits again */
         req_set_state_loop(g, c, r, RS_QUEUED);
 }
 
@@ -495,7 +554,7 @@ static void front_no_worker(struct gw *g, struct conn *x)
     struct client *c = client_of(x);
     struct req *r = client_head(c);
     if (r && r->state == RS_QUEUED && r->type == KIPC_SYNC)
-        client_error_loop(g, c, r, "qgate: no worker of group %s is up", c->grp->cfg.name);
+        client_error_loop(g, c, r, "qgate: no worker of group %s is up", r->grp->cfg.name);
 }
 
 const struct frontend_ops client_frontend = {

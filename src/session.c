@@ -17,8 +17,8 @@
 void session_begin_loop(struct gw *g, struct worker *w, struct client *c)
 {
     (void)g;
-    if (c->grp->cfg.pool_mode != CFG_POOL_SESSION || c->sess)
-        return;
+    if (w->grp != c->grp || c->grp->cfg.pool_mode != CFG_POOL_SESSION || c->sess)
+        return; /* a request routed to another group runs there once, unpinned */
     c->sess = w; /* w is this client's alone until it goes */
     w->sess = c;
     log_info(w->c.name, "session: given to %s", c->c.name);

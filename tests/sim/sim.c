@@ -142,6 +142,8 @@ struct sent {
     uint8_t abandoned;   /* the gateway gave up on it (timeout, worker lost): the worker may still
                           * run it later, out of order, as q runs what it received */
     int seen;            /* workers that ran it */
+    int grp;             /* the group it may run on: its client's, or where it was routed; -1:
+                          * a route the gateway refuses (no such group, not admitted): never */
     int arg;
     size_t end;          /* offset in the output stream where it ends */
     int seq;             /* the gateway's request number, -1 for responses */
@@ -509,8 +511,10 @@ static void worker_run(struct fworker *w, int type, const char *s)
     struct fclient *c = S->by_cid.v[cid];
     if ((kind == 'q') != (type == KIPC_SYNC))
         fail("W%d got \"%s\" as a %s message", w->wid, s, kipc_type_name(type));
-    if (cid_group(cid) != w->group)
-        fail("W%d (group %d) got \"%s\" of C%d, whose group is %d", w->wid, w->group, s, cid, cid_group(cid));
+    struct sent *x0 = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
+    int want = x0 ? x0->grp : cid_group(cid);
+    if (want != w->group)
+        fail("W%d (group %d) got \"%s\" of C%d, which may run on group %d only", w->wid, w->group, s, cid, want);
     int bcast = w->group == S->bc_group && type == KIPC_ASYNC;
     if (bcast) {
         while (w->seen_async_last.n <= cid)
@@ -839,15 +843,36 @@ static struct fclient *pick_client(int need_ready)
 static void add_sent(struct fclient *c, int type, int op, int arg)
 {
     struct sent s = {.type = (uint8_t)type, .op = (uint8_t)op, .arg = arg, .end = c->out_base + c->out.len,
-                     .seq = type == KIPC_RESPONSE ? -1 : c->nseq++};
+                     .seq = type == KIPC_RESPONSE ? -1 : c->nseq++, .grp = c->group};
     VEC_PUSH(c->sent, s);
     if (type == KIPC_SYNC)
         VEC_PUSH(c->pend, c->sent.n - 1);
 }
 
+/* A request for a worker, as text, or (ROUTE) wrapped: (`.qgate.on; `G; text), G its own group
+ * (admitted), the other (bob and bea keep to bc, the others to main: refused) or none. The
+ * group it may run on, or -1 if the gateway must refuse it. */
+static int put_request(struct fclient *c, int type, const char *text)
+{
+    if (!enabled(SIM_EV_ROUTE) || !chance(15)) {
+        put_text(&c->out, type, "%s", text);
+        return c->group;
+    }
+    int r = rnd(10), other = S->ngroups > 1 ? 1 - c->group : -1;
+    int to = r < 7 ? c->group : r < 9 && other >= 0 ? other : -1;
+    K l = k_list(3);
+    kK(l)[0] = chance(50) ? k_sym(".qgate.on") : k_str(".qgate.on", 9);
+    kK(l)[1] = k_sym(to < 0 ? "nosuch" : to == S->bc_group ? "bc" : "main");
+    kK(l)[2] = k_str(text, strlen(text));
+    put_msg(&c->out, type, l);
+    return to == c->group ? to : -1;
+}
+
 /* Append one request of kind op to c's output. */
 static void client_request(struct fclient *c, int op)
 {
+    char text[96];
+    int to = -2;
     int seq = c->nseq, arg = 0;
     switch (op) {
     case OP_BIG:
@@ -859,12 +884,14 @@ static void client_request(struct fclient *c, int op)
     case OP_CB:
         arg = op == OP_BIG ? 1000 + rnd(enabled(SIM_EV_BIGREPLY) ? 300000 : 3000)
             : op == OP_PUSH ? 1 + rnd(4) : op == OP_SLOW ? 1 + rnd(2000) : 0;
-        put_text(&c->out, KIPC_SYNC, "q %d %d %d %d", c->cid, seq, op, arg);
+        snprintf(text, sizeof text, "q %d %d %d %d", c->cid, seq, op, arg);
+        to = put_request(c, KIPC_SYNC, text);
         break;
     case OP_ASYNC:
     case OP_APUSH:
         arg = op == OP_APUSH ? 1 + rnd(3) : 0;
-        put_text(&c->out, KIPC_ASYNC, "a %d %d %d %d", c->cid, seq, op, arg);
+        snprintf(text, sizeof text, "a %d %d %d %d", c->cid, seq, op, arg);
+        to = put_request(c, KIPC_ASYNC, text);
         break;
     case OP_PING:
         if (chance(50))
@@ -934,7 +961,13 @@ static void client_request(struct fclient *c, int op)
     }
     int type = op == OP_ASYNC || op == OP_APUSH ? KIPC_ASYNC : KIPC_SYNC;
     add_sent(c, type, op, arg);
-    tr("C%d queues %s %s (seq %d)", c->cid, type == KIPC_SYNC ? "sync" : "async", op_names[op], seq);
+    if (to != -2) {
+        struct sent *x = &c->sent.v[c->sent.n - 1];
+        x->grp = to;
+        x->lost = to < 0 && type == KIPC_ASYNC; /* refused, with nobody to tell: never runs */
+    }
+    tr("C%d queues %s %s (seq %d)%s", c->cid, type == KIPC_SYNC ? "sync" : "async", op_names[op], seq,
+       to == -1 ? ", routed where it may not go" : "");
 }
 
 static int pick_op(void)
@@ -1211,7 +1244,7 @@ static void check_gateway(void)
             fail("%s points at worker %s, which is not running its request", x->name, c->w->addr);
         if (c->sess && (c->sess->sess != c || (c->w && c->w != c->sess)))
             fail("%s has session worker %s, which is not its, or runs its request on another", x->name, c->sess->addr);
-        int queued = c->grp && x->q == &c->grp->queue;
+        int queued = h && x->q == &h->grp->queue; /* the head's group: its client's, or routed to */
         if (c->sess && queued)
             fail("%s has a session worker, and is on its group's queue", x->name);
         if (x->q && !queued)

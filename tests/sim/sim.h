@@ -13,7 +13,7 @@
 #define SIM_EVENTS(X)                                                                          \
     X(CONNECT) X(SEND) X(WRITE) X(READ) X(CLOSE) X(STALL) X(BADMSG) X(COMMAND) X(ADMIN)     \
     X(ASYNC) X(PIPELINE) X(WREAD) X(WPROCESS) X(WWRITE) X(WDIE) X(WPUSH) X(CALLBACK) X(POOL) \
-    X(CLOCK) X(RELOAD) X(STEP) X(OLDCAP) X(REMOTE) X(BIGREPLY)
+    X(CLOCK) X(RELOAD) X(STEP) X(OLDCAP) X(REMOTE) X(BIGREPLY) X(ROUTE)
 #define SIM_EV_ENUM(e) SIM_EV_##e,
 enum sim_event { SIM_EVENTS(SIM_EV_ENUM) SIM_EV_N };
 #undef SIM_EV_ENUM

@@ -1,0 +1,30 @@
+// route.js: node-q routing requests to a group by name, as a q user would write
+// h(`.qgate.on; `hdb; "k:7"). usage: node route.js PORT
+//   the name as a symbol ("`.qgate.on") and as a string (".qgate.on", node-q's way to name a
+//   function: q's value takes either); async with ks; an unknown group's error.
+"use strict";
+const nodeq = require("node-q");
+const assert = require("assert");
+
+const port = Number(process.argv[2]);
+const timer = setTimeout(() => { console.error("FAIL: timed out"); process.exit(1); }, 60000);
+function fail(what, e) { console.error("FAIL: node-q " + what + ": " + (e && e.message || e)); process.exit(1); }
+
+nodeq.connect({host: "127.0.0.1", port: port, user: "nq", password: "pw"}, (err, con) => {
+  if (err) fail("connect", err);
+  con.on("error", (e) => fail("connection", e));
+  const q = (...args) => new Promise((res) => con.k(...args, (e, r) => res(e ? {err: e.message} : r)));
+  (async () => {
+    try {
+      assert.strictEqual(await q("`.qgate.on", "`hdb", "k:7"), "7");
+      assert.deepStrictEqual(await q("k"), {err: "k"});                 // main's worker: no k
+      assert.strictEqual(await q(".qgate.on", "`hdb", "k"), "7");       // the name as a string
+      await new Promise((res) => con.ks("`.qgate.on", "`hdb", "j:8", res));
+      assert.strictEqual(await q("`.qgate.on", "`hdb", "j"), "8");      // the async one ran first
+      assert.deepStrictEqual(await q("`.qgate.on", "`nosuch", "k"), {err: "qgate: no group nosuch"});
+    } catch (x) { fail("route", x); }
+    clearTimeout(timer);
+    console.log("ok - node-q: (`.qgate.on; `hdb; query) sync and async, the name as symbol or string; an unknown group's error");
+    con.close(() => process.exit(0));
+  })();
+});
