@@ -16,6 +16,7 @@
 
 #include "kcodec.h"
 #include "kipc.h"
+#include "kmerge.h"
 #include "modes.h"
 #include "net.h"
 #include "qconn.h"
@@ -91,6 +92,7 @@ struct gconn {
     int ready;
     uint8_t cap;
     int busy;          /* worker in use */
+    int widx;          /* worker: its place in --workers */
     struct msgbuf in;
     char peer[64];
     struct gconn *next;
@@ -101,13 +103,16 @@ struct pending {
     struct gconn *client;
     K query;
     struct pending *next;
+    /* .gateway.all: sent to each of the first fan workers as it frees, results razed */
+    int fan, sent, left;
+    K res[16];
 };
 
 static struct pending *queue_head, *queue_tail; /* waiting for a free worker, oldest first */
 static struct pending *running;                 /* sent to a worker */
 static struct gconn *conns;
 static int64_t next_id;
-static int epfd, quiet;
+static int epfd, quiet, fan_workers = 0;
 static struct gconn listener;
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -143,34 +148,73 @@ static struct gconn *free_worker(void)
     return NULL;
 }
 
+/* neg[w] (.gw.run; id; query) */
+static void send_run(struct gconn *w, struct pending *p, int64_t id)
+{
+    K call = k_list(3);
+    if (!call)
+        return;
+    kK(call)[0] = k_lambda("", QMODE_GW_RUN);
+    kK(call)[1] = k_atom(-KT_LONG);
+    kK(call)[1]->j = id;
+    kK(call)[2] = p->query; /* lent for the send */
+    w->busy = 1;
+    send_k(w, call, KIPC_ASYNC);
+    kK(call)[2] = NULL;
+    call->n = 2;
+    k_free(call);
+}
+
+/* The i-th worker of --workers (fan-out parts go to the first fan_workers, in order), or NULL. */
+static struct gconn *nth_worker(int i)
+{
+    for (struct gconn *c = conns; c; c = c->next)
+        if (c->kind == WORKER && c->widx == i)
+            return c;
+    return NULL;
+}
+
+/* .gateway.all at the head of the queue: its parts to each of its workers that is free, in
+ * worker order; it leaves the queue when every part is sent. 1 if it still waits. */
+static int dispatch_fan(struct pending *p)
+{
+    struct gconn *w;
+    while (p->sent < p->fan && (w = nth_worker(p->sent)) && !w->busy) {
+        send_run(w, p, 16 * 1000000000LL + p->id * 16 + p->sent); /* a part: its number in the low bits */
+        p->sent++;
+    }
+    if (p->sent < p->fan)
+        return 1;
+    queue_head = p->next;
+    if (!queue_head)
+        queue_tail = NULL;
+    p->next = running;
+    running = p;
+    return 0;
+}
+
 /* .gw.dispatch: the oldest waiting request to a free worker, as neg[w] (.gw.run; id; query) */
 static void dispatch(void)
 {
     struct gconn *w;
-    while (queue_head && (w = free_worker())) {
+    while (queue_head && queue_head->fan) {
+        if (dispatch_fan(queue_head))
+            return;
+    }
+    while (queue_head && !queue_head->fan && (w = free_worker())) {
         struct pending *p = queue_head;
         queue_head = p->next;
         if (!queue_head)
             queue_tail = NULL;
-        K call = k_list(3);
-        if (!call)
-            return;
-        kK(call)[0] = k_lambda("", QMODE_GW_RUN);
-        kK(call)[1] = k_atom(-KT_LONG);
-        kK(call)[1]->j = p->id;
-        kK(call)[2] = p->query; /* lent for the send */
-        w->busy = 1;
-        send_k(w, call, KIPC_ASYNC);
-        kK(call)[2] = NULL;
-        call->n = 2;
-        k_free(call);
+        send_run(w, p, p->id);
         p->next = running;
         running = p;
     }
 }
 
-/* .gateway.exec[q]: record, dispatch, defer the reply with -30!(::) */
-static void gateway_exec(struct gconn *c, K q)
+/* .gateway.exec[q] (fan 0), .gateway.all[q] (fan: its workers): record, dispatch, defer the
+ * reply with -30!(::) */
+static void gateway_exec(struct gconn *c, K q, int fan)
 {
     struct pending *p = calloc(1, sizeof *p);
     if (!p) {
@@ -181,6 +225,7 @@ static void gateway_exec(struct gconn *c, K q)
     p->id = ++next_id;
     p->client = c;
     p->query = q;
+    p->fan = p->left = fan;
     if (queue_tail)
         queue_tail->next = p;
     else
@@ -189,12 +234,41 @@ static void gateway_exec(struct gconn *c, K q)
     dispatch();
 }
 
+/* A fan-out part's result: kept until all are in, then razed on this thread (as the KX
+ * example's raze runs in the gateway's q), the first error winning, and sent. */
+static void fan_reply(struct gconn *w, int64_t id, K res)
+{
+    (void)w;
+    struct pending **pp = &running, *p;
+    while (*pp && (*pp)->id != id / 16)
+        pp = &(*pp)->next;
+    if (!(p = *pp) || res->t != KT_LIST || res->n != 2)
+        return;
+    p->res[id % 16] = kK(res)[0]->g ? k_err("fan-out part failed") : kK(res)[1];
+    if (!kK(res)[0]->g)
+        kK(res)[1] = NULL, res->n = 1; /* kept */
+    if (--p->left)
+        return;
+    *pp = p->next;
+    K v = kmerge(p->res, p->fan, 0);
+    if (p->client && v)
+        send_k(p->client, v, KIPC_RESPONSE);
+    k_free(v);
+    k_free(p->query);
+    free(p);
+}
+
 /* .gateway.reply[id; res]: free the worker, -30!(client; isError; result), dispatch */
 static void gateway_reply(struct gconn *w, K x)
 {
     int64_t id = kK(x)[1]->j;
     K res = kK(x)[2];
     w->busy = 0;
+    if (id >= 16 * 1000000000LL) { /* a fan-out part */
+        fan_reply(w, id - 16 * 1000000000LL, res);
+        dispatch();
+        return;
+    }
     struct pending **pp = &running;
     while (*pp && (*pp)->id != id)
         pp = &(*pp)->next;
@@ -220,13 +294,14 @@ static void gateway_reply(struct gconn *w, K x)
 /* A client's message: value x, as 30gw.q's default .z.pg does. */
 static void on_client_message(struct gconn *c, int type, K x)
 {
-    if (x->t == KT_LIST && x->n == 2 && kname_eq(kK(x)[0], ".gateway.exec")) {
+    int all = x->t == KT_LIST && x->n == 2 && kname_eq(kK(x)[0], ".gateway.all") && fan_workers > 0;
+    if (x->t == KT_LIST && x->n == 2 && (all || kname_eq(kK(x)[0], ".gateway.exec"))) {
         K q = kK(x)[1];
         kK(x)[1] = NULL;
         x->n = 1;
         k_free(x);
         if (type == KIPC_SYNC)
-            gateway_exec(c, q);
+            gateway_exec(c, q, all ? fan_workers : 0);
         else
             k_free(q);
         return;
@@ -352,15 +427,18 @@ static void add_conn(struct gconn *c)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: gw30 -p [host:]port --workers host:port[,host:port...] [--quiet]\n"
+    fprintf(stderr, "usage: gw30 -p [host:]port --workers host:port[,host:port...] [--fan-workers N] [--quiet]\n"
                     "  a model of q/30gw.q (the -30! gateway) for machines without q; the first\n"
-                    "  line on stdout is \"gw30 listening on HOST:PORT\".\n");
+                    "  line on stdout is \"gw30 listening on HOST:PORT\". --fan-workers N: the\n"
+                    "  KX example's fan-out, (.gateway.all; q) to the first N workers, their results\n"
+                    "  razed on the one thread, as q's raze runs in that q.\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     const char *at = NULL, *workers = NULL;
+    int nworkers = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-p") && i + 1 < argc)
             at = argv[++i];
@@ -368,9 +446,13 @@ int main(int argc, char **argv)
             workers = argv[++i];
         else if (!strcmp(argv[i], "--quiet"))
             quiet = 1;
+        else if (!strcmp(argv[i], "--fan-workers") && i + 1 < argc)
+            fan_workers = atoi(argv[++i]);
         else
             usage();
     }
+    if (fan_workers < 0 || fan_workers > 16)
+        usage();
     if (!at || !workers)
         usage();
     signal(SIGPIPE, SIG_IGN);
@@ -395,6 +477,7 @@ int main(int argc, char **argv)
         w->fd = q.fd;
         w->ready = 1;
         w->cap = q.cap;
+        w->widx = nworkers++;
         snprintf(w->peer, sizeof w->peer, "%s", a);
         add_conn(w);
     }

@@ -13,11 +13,13 @@
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: qsend [-g host:port] [-u user:pass] [--async] [--pipeline] [--timeout MS] TEXT...\n"
+            "usage: qsend [-g host:port] [-u user:pass] [--async] [--pipeline] [--timeout MS] [--raw FILE] TEXT...\n"
             "  sends each TEXT as a char vector (sync unless --async) and prints each reply\n"
             "  in q-like form, one line each; errors print as 'text. --pipeline sends every\n"
             "  message before reading any reply; a TEXT starting with \"neg:\" is sent async;\n"
-            "  \"on:GROUP:TEXT\" sends (`.qgate.on; `GROUP; \"TEXT\") (\"neg:on:G:T\" async).\n"
+            "  \"on:GROUP:TEXT\" sends (`.qgate.on; `GROUP; \"TEXT\") (\"neg:on:G:T\" async);\n"
+            "  \"all:GROUP:TEXT\" (`.qgate.all; `GROUP; \"TEXT\"), \"all-list:G:T\" the same with `list.\n"
+            "  --raw FILE appends every reply's bytes (header included, uncompressed) to FILE.\n"
             "  Async messages received are printed as \"async: ...\"; sync requests received\n"
             "  are answered with the string \"qsend got: TEXT\". --read-rate BPS sends the\n"
             "  first TEXT and reads its reply at BPS bytes a second (a slow consumer);\n"
@@ -34,14 +36,21 @@ static void usage(void)
  * "on:GROUP:TEXT" is (`.qgate.on; `GROUP; "TEXT"), a request routed by the gateway. */
 static uint8_t *text_msg(const char *text, int type, size_t *len)
 {
-    const char *colon = !strncmp(text, "on:", 3) ? strchr(text + 3, ':') : NULL;
-    K q = colon ? k_list(3) : k_str(text, strlen(text));
+    static const char *const forms[][2] = {{"on:", ".qgate.on"}, {"all:", ".qgate.all"}, {"all-list:", ".qgate.all"}};
+    int f = -1;
+    for (int i = 0; i < 3 && f < 0; i++)
+        if (!strncmp(text, forms[i][0], strlen(forms[i][0])))
+            f = i;
+    const char *g0 = f >= 0 ? text + strlen(forms[f][0]) : NULL, *colon = g0 ? strchr(g0, ':') : NULL;
+    K q = colon ? k_list(f == 2 ? 4 : 3) : k_str(text, strlen(text));
     if (colon && q) {
         char grp[64];
-        snprintf(grp, sizeof grp, "%.*s", (int)(colon - text - 3), text + 3);
-        kK(q)[0] = k_sym(".qgate.on");
+        snprintf(grp, sizeof grp, "%.*s", (int)(colon - g0), g0);
+        kK(q)[0] = k_sym(forms[f][1]);
         kK(q)[1] = k_sym(grp);
         kK(q)[2] = k_str(colon + 1, strlen(colon + 1));
+        if (f == 2)
+            kK(q)[3] = k_sym("list");
     }
     uint8_t *m = kcodec_encode_msg(q, type, len);
     k_free(q);
@@ -137,6 +146,8 @@ static void on_incoming(struct qconn *c)
 
 /* Wait for the next response (answering or printing what the other side sends meanwhile) and
  * print it. 0, or the qconn error (printed as 'reason). */
+static FILE *raw; /* --raw FILE: every reply's bytes, as received (uncompressed), appended */
+
 static int print_reply(struct qconn *c, int timeout)
 {
     int rc;
@@ -146,6 +157,8 @@ static int print_reply(struct qconn *c, int timeout)
         printf("'%s\n", qconn_strerror(rc));
         return rc;
     }
+    if (raw && (fwrite(c->buf, 1, c->len, raw) != c->len || fflush(raw)))
+        fprintf(stderr, "qsend: --raw: cannot write\n");
     K x;
     struct kerr e;
     if (kcodec_decode(c->buf + 8, c->len - 8, c->hdr.le, NULL, &x, &e) != QG_OK) {
@@ -184,6 +197,12 @@ int main(int argc, char **argv)
             call = atol(argv[++i]);
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--raw") && i + 1 < argc) {
+            if (!(raw = fopen(argv[++i], "ab"))) {
+                perror(argv[i]);
+                return 2;
+            }
+        }
         else if (argv[i][0] == '-' && argv[i][1] == '-')
             usage();
         else {

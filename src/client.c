@@ -462,6 +462,7 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
             client_advance_loop(g, c); /* it was held back by the output bound */
         if (x->closing)
             return;
+        now = conn_pending(x); /* the advance may have queued replies (a request done at once) */
     }
     if (c->st == CS_FLUSHING && now == 0 && !client_head(c)) {
         linger(g, c);
@@ -503,6 +504,8 @@ static void on_close(struct gw *g, struct conn *x, const char *why)
     }
     if (c->sess)
         g->back->release(g, c->sess); /* pool = session: its worker is let go */
+    if (c->fo)
+        g->back->fanout_cancel(g, c->fo); /* .qgate.all: given up */
     if (c->us)
         c->us->conns--;
     client_requests_free_loop(g, c);

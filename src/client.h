@@ -14,6 +14,7 @@
 
 struct job;
 struct worker;
+struct fanout;
 
 /* Client states:
  *   HANDSHAKE --parsed, no users file--> READY
@@ -52,6 +53,7 @@ struct req {
     uint8_t unchecked;   /* its body is validated on the reader pool before it may run */
     uint8_t route;       /* (`.qgate.on; `group; query): to be routed (then query alone is sent) */
     uint8_t routed;      /* it was: its bytes are query's, sent as they are to a worker of grp */
+    uint8_t fan;         /* .qgate.all: 1 the replies merged, 2 their list (`list) */
     struct group *grp;   /* the group it runs on: its client's, or the one it was routed to */
     uint8_t *msg;        /* the request bytes until sent to a worker (they start at off) */
     size_t len;
@@ -108,6 +110,7 @@ struct client {
     int64_t stall_since; /* ms: output has waited (without a byte accepted) since */
     struct worker *w;    /* worker running the head request */
     struct worker *sess; /* pool = session: the worker given to it, from its first request on */
+    struct fanout *fo;   /* .qgate.all: its head running on every worker of a group */
     struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
     int ncalls;
 };

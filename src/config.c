@@ -69,6 +69,8 @@ const struct cfg_key cfg_keys[] = {
      "compress replies to remote clients as q does (over 2000 bytes, when under half)"},
     {"gateway", "compress_max", CFG_SIZE, "67108864", 0, KMAX, G(compress_max), NULL,
      "largest reply held whole to change it: compressed for remote clients (larger go plain), checked for old clients (capability below 3: larger get 'qgate: reply too large)"},
+    {"gateway", "merge_max", CFG_SIZE, "268435456", 0, KMAX, G(merge_max), NULL,
+     "bytes of the replies a .qgate.all collects to merge; beyond, the client gets 'qgate: merge too large"},
     {"gateway", "splice", CFG_BOOL, "1", 0, 1, G(splice), NULL,
      "move reply bytes that need no change from worker to client inside the kernel (splice)"},
     {"gateway", "loglevel", CFG_ENUM, "info", 0, 0, G(loglevel), level_choices,

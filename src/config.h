@@ -37,6 +37,7 @@ struct config {
     int64_t worker_connect_timeout, reconnect_min, reconnect_max;
     int compress;
     int64_t compress_max;
+    int64_t merge_max;
     int splice;
     int loglevel;
     char users_file[1024];

@@ -80,6 +80,8 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
         n = connq_next(w);
         if (g->back->owes_broadcasts(w))
             g->back->start(g, w, NULL);
+        if (n && n->q != &grp->idle) /* a start may start others (a broadcast released): again */
+            n = connq_first(&grp->idle);
     }
     /* the worker idle longest takes the client waiting longest that may start (a user under
      * its max_inflight: one user cannot take every worker); a broadcast takes no worker of its

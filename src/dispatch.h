@@ -16,6 +16,7 @@ struct gw;
 struct worker;
 struct client;
 struct req;
+struct fanout;
 
 TAILQ_HEAD(workerlist, worker);
 
@@ -61,6 +62,12 @@ struct backend_ops {
     void (*resume)(struct gw *g, struct worker *w);
     /* The client's answer to w's callback (its bytes, owned now). */
     void (*answer)(struct gw *g, struct conn *w, uint8_t *msg, size_t len);
+    /* .qgate.all: run request r of client (its head) on every worker of grp that is up, and
+     * answer it with their replies merged. 0, or -1 on ENOMEM. */
+    int (*fanout)(struct gw *g, struct group *grp, struct client *client, struct req *r);
+    /* The client of a fan-out has gone for good: its parts not begun are dropped, the others'
+     * replies drained. */
+    void (*fanout_cancel)(struct gw *g, struct fanout *fo);
     /* Queue broadcast message r of client on every worker of grp that is up; how many. */
     int (*broadcast)(struct gw *g, struct group *grp, struct client *client, struct req *r);
 };

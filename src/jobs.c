@@ -10,6 +10,7 @@
 #include "auth.h"
 #include "kcodec.h"
 #include "kipc.h"
+#include "kmerge.h"
 #include "kzip.h"
 #include "net.h"
 #include "stats.h"
@@ -38,31 +39,39 @@ int jobs_peek_command(const uint8_t *m, size_t len)
     return 0;
 }
 
-int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size_t *qoff)
+int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size_t *qoff, size_t *qend, int *as_list)
 {
-    static const char on[] = ".qgate.on";
-    const size_t onlen = sizeof on - 1;
+    static const char *const names[] = {NULL, ".qgate.on", ".qgate.all"};
     if (len < 8 || m[2])
         return 0;
     const uint8_t *b = m + 8;
-    size_t n = len - 8, o;
-    if (n < 6 + 1 + onlen + 1 || b[0] != KT_LIST)
+    size_t n = len - 8, o = 0;
+    int kind = 0;
+    if (n < 6 + 1 + 9 + 1 || b[0] != KT_LIST)
         return 0;
-    if ((int8_t)b[6] == -KT_SYM && !memcmp(b + 7, on, onlen + 1)) /* `.qgate.on */
-        o = 7 + onlen + 1;
-    else if (b[6] == KT_CHAR && n >= 12 + onlen && qg_ld32o(b + 8, m[0]) == onlen && !memcmp(b + 12, on, onlen))
-        o = 12 + onlen; /* ".qgate.on", as node-q sends a name: q's value takes either */
-    else
+    for (int k = 1; k <= 2 && !kind; k++) {
+        size_t nl = strlen(names[k]);
+        if ((int8_t)b[6] == -KT_SYM && n >= 7 + nl + 1 && !memcmp(b + 7, names[k], nl + 1)) /* `.qgate.on */
+            kind = k, o = 7 + nl + 1;
+        else if (b[6] == KT_CHAR && n >= 12 + nl && qg_ld32o(b + 8, m[0]) == nl && !memcmp(b + 12, names[k], nl))
+            kind = k, o = 12 + nl; /* ".qgate.on", as node-q sends a name: q's value takes either */
+    }
+    if (!kind)
         return 0;
-    if (qg_ld32o(b + 2, m[0]) != 3 || o + 2 > n || (int8_t)b[o] != -KT_SYM)
+    uint32_t count = qg_ld32o(b + 2, m[0]);
+    static const uint8_t list_sym[] = {0xf5, 'l', 'i', 's', 't', 0};
+    *as_list = kind == 2 && count == 4 && n >= sizeof list_sym && !memcmp(b + n - sizeof list_sym, list_sym, sizeof list_sym);
+    if ((count != 3 && !*as_list) || o + 2 > n || (int8_t)b[o] != -KT_SYM)
         return -1;
     const uint8_t *name = b + o + 1, *z = memchr(name, 0, n - o - 1);
-    if (!z || z == name || (size_t)(z - name) >= grplen || z + 1 >= b + n)
+    size_t end = *as_list ? n - sizeof list_sym : n;
+    if (!z || z == name || (size_t)(z - name) >= grplen || (size_t)(z + 1 - b) >= end)
         return -1;
     memcpy(grp, name, (size_t)(z - name));
     grp[z - name] = 0;
     *qoff = (size_t)(z + 1 - m);
-    return 1;
+    *qend = 8 + end;
+    return kind;
 }
 
 int gwcmd_admin_only(int cmd) { return cmd == GWCMD_CLIENTS || cmd == GWCMD_RELOAD || cmd == GWCMD_DISCONNECT; }
@@ -197,7 +206,9 @@ void job_validate_msg(struct job *j)
     size_t qoff;
     if (plain && !j->result) { /* a route is taken apart on the loop: it needs the plain bytes */
         kipc_hdr_len_write(plain, (uint32_t)(n + 8));
-        if (jobs_peek_route(plain, n + 8, grp, sizeof grp, &qoff)) {
+        size_t qend;
+        int as_list;
+        if (jobs_peek_route(plain, n + 8, grp, sizeof grp, &qoff, &qend, &as_list)) {
             j->out = plain;
             j->out_len = n + 8;
             return;
@@ -358,4 +369,70 @@ void job_compress_reply(struct job *j)
     j->out = j->in;
     j->out_len = j->in_len;
     j->in = NULL;
+}
+
+void merge_in_free(void *ctx)
+{
+    struct merge_in *in = ctx;
+    for (int i = 0; in && i < in->n; i++)
+        free(in->part[i].p);
+    free(in);
+}
+
+/* A worker's reply decoded: decompressed first if it came compressed. NULL if unreadable. */
+static K decode_reply(const uint8_t *m, size_t len, size_t max)
+{
+    struct kipc_hdr h;
+    const char *why;
+    if (kipc_hdr_parse(m, len, len, &h, &why) != QG_OK || h.len != len)
+        return NULL;
+    uint8_t *plain = NULL;
+    if (h.compressed) {
+        size_t n = kzip_uncompressed_len(m, len);
+        if (n < 9 || n > max || !(plain = malloc(n)) || kzip_decompress(m, len, plain, n, &why) != QG_OK) {
+            free(plain);
+            return NULL;
+        }
+        m = plain;
+        len = n;
+    }
+    K x = NULL;
+    struct kerr e;
+    if (kcodec_decode(m + 8, len - 8, h.le, NULL, &x, &e) != QG_OK)
+        x = NULL;
+    free(plain);
+    return x;
+}
+
+void job_merge(struct job *j)
+{
+    struct merge_in *in = j->ctx;
+    K *parts = calloc((size_t)(in->n ? in->n : 1), sizeof *parts);
+    int bad = !parts;
+    for (int i = 0; !bad && i < in->n; i++)
+        bad = !(parts[i] = decode_reply(in->part[i].p, in->part[i].len, (size_t)j->aux[0]));
+    K x = bad ? NULL : kmerge(parts, in->n, in->as_list);
+    for (int i = 0; parts && i < in->n; i++)
+        k_free(parts[i]);
+    free(parts);
+    size_t len = 0;
+    uint8_t *m = x ? kcodec_encode_msg(x, KIPC_RESPONSE, &len) : NULL;
+    k_free(x);
+    if (!m) {
+        snprintf(j->text, sizeof j->text, "qgate: a .qgate.all reply could not be merged");
+        job_encode_error(j);
+        return;
+    }
+    free(j->in);
+    j->in = m;
+    j->in_len = len;
+    if (j->arg < 3)
+        job_check_reply(j); /* an old client: what its capability cannot carry is 'type */
+    else if (j->aux[1] && len <= (size_t)j->aux[2])
+        job_compress_reply(j);
+    else {
+        j->out = j->in;
+        j->out_len = j->in_len;
+        j->in = NULL;
+    }
 }

@@ -31,11 +31,13 @@ enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
  * 0 if not; 1 if it does and has a command's shape (at most GWCMD_MAX_LEN bytes; a call of
  * at most one argument); -1 if it starts like one without that shape (refused unread). */
 int jobs_peek_command(const uint8_t *m, size_t len);
-/* Is whole message m (uncompressed) (`.qgate.on; `group; query)? Then 1, the group's name in
- * grp (NUL-terminated) and *qoff the offset of query's bytes in m (they run to its end: the
- * last item of the list); -1 if it starts like one but is not one; 0 if not. Reads the
- * bytes only up to the query: no decoding. */
-int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size_t *qoff);
+/* Is whole message m (uncompressed) (`.qgate.on; `group; query) (1), or (`.qgate.all; `group;
+ * query) or (`.qgate.all; `group; query; `list) (2, *as_list set for the last)? Then the
+ * group's name in grp (NUL-terminated), and query's bytes are m[*qoff, *qend) (the list's
+ * items lie one after another); -1 if it starts like one but is not one; 0 if not. Reads the
+ * bytes only up to the query (and the trailing `list): no decoding. */
+int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size_t *qoff, size_t *qend,
+                    int *as_list);
 
 /* Commands that change state or show other users: for users marked admin only. */
 int gwcmd_admin_only(int cmd);
@@ -80,5 +82,21 @@ void job_encode_command(struct job *j);
 void job_check_reply(struct job *j);
 /* writer: j->out = j->in compressed as q compresses for remote peers, or j->in unchanged. */
 void job_compress_reply(struct job *j);
+
+/* .qgate.all: the workers' replies (whole messages, as they sent them) in worker order. */
+struct merge_in {
+    int n;
+    int as_list;
+    struct {
+        uint8_t *p;
+        size_t len;
+    } part[];
+};
+void merge_in_free(void *ctx);
+/* writer: j->ctx a struct merge_in: j->out = the response to send a client of capability
+ * j->arg: the replies merged (kmerge.c), or their list; compressed when aux[1] says (under
+ * aux[2] bytes), checked for an old client as job_check_reply does. aux[0] bounds what a
+ * compressed reply may declare. A reply that cannot be read: the q error saying so. */
+void job_merge(struct job *j);
 
 #endif

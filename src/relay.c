@@ -73,6 +73,8 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
 
 void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
 {
+    if (!c && fanout_run_owed_loop(g, w)) /* a .qgate.all's part, its broadcasts sent */
+        return;
     w->cl = NULL;
     worker_set_state_loop(g, w, WS_BUSY); /* before the broadcasts: releasing one must not start here */
     int swallow = broadcast_send_loop(g, w);
@@ -138,6 +140,8 @@ static void request_done(struct gw *g, struct worker *w)
         else
             client_head_done_loop(g, c);
     }
+    if (w->run == RUN_FANOUT)
+        fanout_part_done_loop(g, w); /* its reply, collected, goes to its fan-out */
     inbuf_free(&w->coll);
     session_run_ended_loop(g, w); /* its session goes on, or the reset query, or free */
 }
@@ -253,6 +257,8 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
     struct client *c = w->cl;
     w->msg.first_byte = 1;
     w->is_error = 0;
+    if (w->run == RUN_FANOUT)
+        return fanout_route_loop(g, w, h->len);
     if (!c || c->eof) {
         worker_set_busy_loop(g, w, WB_DRAINING);
         return ROUTE_DROP;
@@ -281,6 +287,9 @@ static int route_async(struct gw *g, struct worker *w)
         gen = STAILQ_FIRST(&w->bsent)->cl_gen;
     } else if (w->st == WS_BUSY && w->cl) {
         return w->cl->eof ? ROUTE_DROP : ROUTE_STREAM;
+    } else if (w->st == WS_BUSY && w->run == RUN_FANOUT) {
+        w->dropped++; /* a .qgate.all's client gets the merged replies, nothing else */
+        return ROUTE_DROP;
     }
     if (!reachable(g, id, gen)) {
         w->dropped++;
@@ -544,13 +553,14 @@ void relay_lost_loop(struct gw *g, struct worker *w)
     w->paused = 0;
     /* down first: what follows may start a client's next request, never on this worker */
     worker_set_state_loop(g, w, WS_DOWN);
+    char text[400];
+    if (w->timed_out)
+        snprintf(text, sizeof text, "qgate: timeout (%s sent nothing for %lld ms)", w->addr,
+                 (long long)g->cfg.query_timeout);
+    else
+        snprintf(text, sizeof text, "qgate: worker %s lost", w->addr);
+    fanout_worker_lost_loop(g, w, text); /* a .qgate.all it ran, or owed, fails */
     if (s) {
-        char text[400];
-        if (w->timed_out)
-            snprintf(text, sizeof text, "qgate: timeout (%s sent nothing for %lld ms)", w->addr,
-                     (long long)g->cfg.query_timeout);
-        else
-            snprintf(text, sizeof text, "qgate: worker %s lost", w->addr);
         if (c == s && busy)
             note_lost(g, s);
         if (s->w == w)

@@ -129,23 +129,29 @@ static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, 
     conn_submit_loop(g->readers, j, &c->c, r->seq);
 }
 
-/* (`.qgate.on; `group; query): query's bytes become the request, to run on group. 1 if routed,
- * -1 if answered instead (no such group, not admitted, not of that shape). */
+/* (`.qgate.on; `group; query), (`.qgate.all; `group; query[; `list]): query's bytes become
+ * the request, to run on group (on every worker of it, for .qgate.all). 1 if routed, -1 if
+ * answered instead (no such group, not admitted, not of that shape). */
 static int route(struct gw *g, struct client *c, struct req *r)
 {
     char name[CFG_NAME_MAX];
-    size_t qoff = 0;
-    int rt = jobs_peek_route(r->msg, r->len, name, sizeof name, &qoff);
+    size_t qoff = 0, qend = 0;
+    int as_list = 0;
+    int rt = jobs_peek_route(r->msg, r->len, name, sizeof name, &qoff, &qend, &as_list);
     struct group *to = rt > 0 ? dispatch_group_find_loop(g, name) : NULL;
     const char *user = c->us ? c->us->name : c->user;
-    if (rt <= 0 || !to || !dispatch_admits_loop(g, to, user)) {
+    int session_all = to && rt == 2 && to->cfg.pool_mode == CFG_POOL_SESSION;
+    if (rt <= 0 || !to || !dispatch_admits_loop(g, to, user) || session_all) {
         if (r->type == KIPC_ASYNC) { /* nobody to tell: done with, as if run */
             req_drop_msg(c, r);
             req_set_state_loop(g, c, r, RS_READY);
         } else if (rt <= 0)
-            client_error_loop(g, c, r, "qgate: bad route: it is (`.qgate.on; `group; query)");
+            client_error_loop(g, c, r, "qgate: bad route: it is (`.qgate.on; `group; query) or "
+                                       "(`.qgate.all; `group; query[; `list])");
         else if (!to)
             client_error_loop(g, c, r, "qgate: no group %s", name);
+        else if (session_all)
+            client_error_loop(g, c, r, "qgate: .qgate.all does not apply to group %s (pool = session)", name);
         else
             client_error_loop(g, c, r, "qgate: access: group %s does not admit user '%s'", name, user);
         log_info(c->c.name, "request %llu not routed%s", (unsigned long long)r->seq,
@@ -154,7 +160,7 @@ static int route(struct gw *g, struct client *c, struct req *r)
     }
     /* no copy: a header for query's bytes goes over the end of the wrapper, and the message
      * starts there (r->off) */
-    size_t qn = r->len - qoff, nl = 8 + qn;
+    size_t nl = 8 + qend - qoff;
     uint8_t *h = r->msg + qoff - 8;
     uint8_t type = r->msg[1], order = r->msg[0];
     h[0] = order;
@@ -167,7 +173,9 @@ static int route(struct gw *g, struct client *c, struct req *r)
     r->grp = to;
     r->route = 0;
     r->routed = 1;
-    log_debug(c->c.name, "request %llu: routed to group %s", (unsigned long long)r->seq, to->cfg.name);
+    r->fan = (uint8_t)(rt == 2 ? 1 + as_list : 0);
+    log_debug(c->c.name, "request %llu: %s group %s", (unsigned long long)r->seq, rt == 2 ? "to every worker of" : "routed to",
+              to->cfg.name);
     return 1;
 }
 
@@ -194,11 +202,21 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         return;
     }
     struct group *grp = r->grp;
-    if (c->sess && grp == c->grp) { /* pool = session: on its own worker, now or when that is free */
+    if (r->fan && r->type == KIPC_SYNC) { /* .qgate.all: every worker up runs it, the replies merged */
+        if (!grp->nup) {
+            client_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
+            return;
+        }
+        req_set_state_loop(g, c, r, RS_RUNNING);
+        if (g->back->fanout(g, grp, c, r))
+            conn_close_loop(g, &c->c, "out of memory");
+        return;
+    }
+    if (c->sess && grp == c->grp && !r->fan) { /* pool = session: on its own worker, now or when that is free */
         g->back->session_start(g, c->sess, c);
         return;
     }
-    if (r->type == KIPC_ASYNC && grp->cfg.async_mode == CFG_ASYNC_BROADCAST && grp->nup) {
+    if (r->type == KIPC_ASYNC && (grp->cfg.async_mode == CFG_ASYNC_BROADCAST || r->fan) && grp->nup) {
         req_set_state_loop(g, c, r, RS_RUNNING);
         if (g->back->broadcast(g, grp, c, r))
             return;
@@ -462,8 +480,9 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
     }
     int unchecked = h->compressed || h->len > VALIDATE_ON_LOOP_MAX;
     char grp[CFG_NAME_MAX];
-    size_t qoff;
-    int route = !h->compressed && jobs_peek_route(msg, (size_t)h->len, grp, sizeof grp, &qoff) != 0;
+    size_t qoff, qend;
+    int as_list;
+    int route = !h->compressed && jobs_peek_route(msg, (size_t)h->len, grp, sizeof grp, &qoff, &qend, &as_list) != 0;
     struct kerr e;
     if (!unchecked && !(h->type == KIPC_SYNC && !route && jobs_peek_command(msg, (size_t)h->len)) &&
         kcodec_validate(msg + 8, (size_t)h->len - 8, h->le, NULL, &e) != QG_OK) {
@@ -533,8 +552,8 @@ static int front_ready(struct gw *g, struct conn *x)
     (void)g;
     struct client *c = client_of(x);
     struct req *r = client_head(c);
-    if (r->type == KIPC_ASYNC && r->grp->cfg.async_mode == CFG_ASYNC_BROADCAST)
-        return WAIT_BROADCAST;
+    if (r->type == KIPC_ASYNC && (r->grp->cfg.async_mode == CFG_ASYNC_BROADCAST || r->fan))
+        return WAIT_BROADCAST; /* an async .qgate.all goes to every worker, as a broadcast */
     if (c->us && c->us->max_inflight > 0 && c->us->inflight >= c->us->max_inflight)
         return WAIT_NOT_NOW;
     return WAIT_WORKER;

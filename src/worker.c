@@ -134,6 +134,7 @@ struct worker *worker_new_loop(struct gw *g, struct group *grp, const char *addr
     w->serial = ++g->next_worker_serial;
     STAILQ_INIT(&w->bq);
     STAILQ_INIT(&w->bsent);
+    STAILQ_INIT(&w->fq);
     snprintf(w->addr, sizeof w->addr, "%s", addr);
     snprintf(w->c.name, sizeof w->c.name, "w %s", addr);
     w->backoff = g->cfg.reconnect_min;
@@ -389,7 +390,11 @@ static void back_start(struct gw *g, struct conn *w, struct conn *c)
 {
     relay_start_loop(g, worker_of(w), c ? client_of(c) : NULL);
 }
-static int back_owes(const struct conn *w) { return !STAILQ_EMPTY(&((const struct worker *)w)->bq); }
+static int back_owes(const struct conn *x)
+{
+    const struct worker *w = (const struct worker *)x;
+    return !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq); /* broadcasts, fan-out parts */
+}
 
 const struct backend_ops worker_backend = {
     .start = back_start,
@@ -400,4 +405,6 @@ const struct backend_ops worker_backend = {
     .resume = relay_resume_loop,
     .answer = relay_answer_loop,
     .broadcast = broadcast_queue_loop,
+    .fanout = fanout_start_loop,
+    .fanout_cancel = fanout_cancel_loop,
 };

@@ -26,8 +26,9 @@ enum worker_state { WORKER_STATES(ST_ENUM) };
 enum worker_busy { BUSY_STATES(ST_ENUM) };
 #undef ST_ENUM
 
-/* What a run is: a client's sync request, a client's async batch, or broadcasts only. */
-enum run_kind { RUN_REQUEST, RUN_ASYNC, RUN_BROADCASTS };
+/* What a run is: a client's sync request, a client's async batch, broadcasts only, or one
+ * worker's part of a .qgate.all (fanout.c). */
+enum run_kind { RUN_REQUEST, RUN_ASYNC, RUN_BROADCASTS, RUN_FANOUT };
 
 /* Where the message being read goes. */
 enum route { ROUTE_DROP, ROUTE_STREAM, ROUTE_COLLECT, ROUTE_FORWARD, ROUTE_SWALLOW };
@@ -51,6 +52,30 @@ struct bnode {
     uint8_t seg_end;     /* bsent: a chaser follows it (the last of one client's run) */
 };
 STAILQ_HEAD(bnodelist, bnode);
+
+/* .qgate.all (fanout.c): one request run on every worker of a group that is up, each worker's
+ * part owed (on its fq) until it is free, then run; the replies collected, then merged on the
+ * writer pool. A part outlives its fan-out when that is given up while the part runs. */
+struct fanout;
+enum { FP_OWED, FP_RUNNING, FP_DONE };
+struct fpart {
+    STAILQ_ENTRY(fpart) link; /* on its worker's fq while owed */
+    struct fanout *fo;   /* NULL once its fan-out was given up: its reply is drained */
+    struct worker *w;
+    uint8_t st;          /* FP_* */
+    struct inbuf reply;  /* FP_DONE: the worker's whole reply */
+};
+STAILQ_HEAD(fpartlist, fpart);
+struct fanout {
+    uint32_t cl_id, cl_gen; /* the client, and its request */
+    uint64_t seq;
+    uint8_t as_list;
+    int n, left;         /* parts; those not done */
+    size_t total;        /* reply bytes collected, bounded by merge_max */
+    uint8_t *msg;        /* the query, sent to each worker as its part begins */
+    size_t len;
+    struct fpart *part[];
+};
 
 /* The message being read from the worker: its header, and where its bytes go. */
 struct wmsg {
@@ -95,6 +120,8 @@ struct worker {
     struct bnodelist bq;    /* broadcasts to send before the next request */
     struct bnodelist bsent; /* broadcasts sent, not yet known to have run: until a run's
                              * chaser returns, the worker is running that client's messages */
+    struct fpartlist fq; /* fan-out parts owed, run before any request (after broadcasts) */
+    struct fpart *fp;    /* RUN_FANOUT: the part running */
     int64_t t_start_us;
     uint64_t served, errors, dropped;
     struct hist lat;
@@ -162,5 +189,18 @@ void session_run_ended_loop(struct gw *g, struct worker *w);
 int session_start_loop(struct gw *g, struct worker *w, struct client *c);
 /* w's client has gone for good: the reset query, then IDLE. */
 void session_release_loop(struct gw *g, struct worker *w);
+
+/* ---- fanout.c (.qgate.all) ------------------------------------------------------------ */
+/* backend_ops.fanout and .fanout_cancel (dispatch.h). */
+int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct req *r);
+void fanout_cancel_loop(struct gw *g, struct fanout *fo);
+/* Idle w owes a part: run it (1), or 0 if it owes none. */
+int fanout_run_owed_loop(struct gw *g, struct worker *w);
+/* The header of the running part's reply: where it goes (ROUTE_COLLECT, or ROUTE_DROP). */
+int fanout_route_loop(struct gw *g, struct worker *w, uint64_t len);
+/* The running part's reply has ended (collected in w->coll, taken). */
+void fanout_part_done_loop(struct gw *g, struct worker *w);
+/* w is down: the part it ran and those it owed fail their fan-outs. */
+void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why);
 
 #endif

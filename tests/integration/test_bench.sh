@@ -7,13 +7,14 @@ BIN=$BIN bench/run --smoke --out "$TMP/results" all > "$TMP/bench.log" 2>&1 || {
 R="$TMP/results"
 for s in "seed|direct|fast p99 ms" "seed|gw30|fast p99 ms" "seed|qgate|fast p99 ms" "slow|qgate" "nplus1|qgate" \
          "throughput 64 clients|qgate|requests/s" "bigreply|qgate|peak RSS" "mix|qgate|fast share" "mix|gw30|ping share" \
-         "connections|qgate|RSS per idle client" "connections|gw30|handshakes/s"; do
+         "connections|qgate|RSS per idle client" "connections|gw30|handshakes/s" "fanout|fan-out (4 x" "fanout|fast p99 ms"; do
     scen=${s%%|*}; rest=${s#*|}; target=${rest%%|*}; metric=${rest#*|}
     [ "$metric" = "$rest" ] && metric=""
     grep -q "^| $scen | $metric" "$R/summary.md" || fail "summary.md has no row for $scen $metric"
 done
 for t in direct gw30 qgate; do
     grep -q "^seed,$t,fast," "$R/samples.csv" || fail "no seed samples for $t"
+    grep -q "^fanout,$t,fanout,.*,ok$" "$R/samples.csv" || fail "no fan-out answered for $t"
 done
 grep -q "^qgate,64," "$R/throughput.csv" || fail "throughput.csv lacks qgate at 64 clients"
 if command -v gnuplot > /dev/null; then

@@ -1,5 +1,6 @@
 // route.js: node-q routing requests to a group by name, as a q user would write
-// h(`.qgate.on; `hdb; "k:7"). usage: node route.js PORT
+// h(`.qgate.on; `hdb; "k:7"), and fanning one out to every worker of a group,
+// h(`.qgate.all; `both; "q"). usage: node route.js PORT
 //   the name as a symbol ("`.qgate.on") and as a string (".qgate.on", node-q's way to name a
 //   function: q's value takes either); async with ks; an unknown group's error.
 "use strict";
@@ -22,9 +23,13 @@ nodeq.connect({host: "127.0.0.1", port: port, user: "nq", password: "pw"}, (err,
       await new Promise((res) => con.ks("`.qgate.on", "`hdb", "j:8", res));
       assert.strictEqual(await q("`.qgate.on", "`hdb", "j"), "8");      // the async one ran first
       assert.deepStrictEqual(await q("`.qgate.on", "`nosuch", "k"), {err: "qgate: no group nosuch"});
+      // fan-out over the two workers of group both: joined, and as a list
+      assert.strictEqual(await q("`.qgate.all", "`both", "echo ab"), "abab");
+      assert.deepStrictEqual(await q("`.qgate.all", "`both", "echo ab", "`list"), ["ab", "ab"]);
+      assert.deepStrictEqual(await q("`.qgate.all", "`both", "err boom"), {err: "boom"});
     } catch (x) { fail("route", x); }
     clearTimeout(timer);
-    console.log("ok - node-q: (`.qgate.on; `hdb; query) sync and async, the name as symbol or string; an unknown group's error");
+    console.log("ok - node-q: (`.qgate.on; `hdb; query) sync and async, the name as symbol or string; an unknown group's error; (`.qgate.all; `both; query[; `list]) joined, listed, and its q error");
     con.close(() => process.exit(0));
   })();
 });

@@ -30,11 +30,11 @@ wait_count "$TMP/SE.log" "connected \(capability" 2
 expect_file_has "$TMP/SE.log" "session: given to c1 "
 expect_file_has "$TMP/SE.log" "session: given to c2 "
 
-# per-query routing: (`.qgate.on; `group; query) from node-q
-printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n[group hdb]\nworkers = 127.0.0.1:%s\n' \
-    "$S1_PORT" "$S2_PORT" > "$TMP/route.conf"
+# per-query routing and fan-out: (`.qgate.on; `group; query), (`.qgate.all; `group; query) from node-q
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n[group hdb]\nworkers = 127.0.0.1:%s\n[group both]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
+    "$S1_PORT" "$S2_PORT" "$S1_PORT" "$S2_PORT" > "$TMP/route.conf"
 start_gateway RT -c "$TMP/route.conf"
-wait_count "$TMP/RT.log" "connected \(capability" 2
+wait_count "$TMP/RT.log" "connected \(capability" 4
 (cd tests/interop && timeout 60 node route.js "$RT_PORT") || fail "node-q route"
 
 # with a users file: node-q with good and with bad credentials

@@ -129,10 +129,11 @@ enum op {
     OP_ASYNC, OP_APUSH,                                         /* async, to a worker */
     OP_PING, OP_STATS, OP_CLIENTS, OP_DISCONNECT, OP_RELOADCMD, OP_UNKNOWN, OP_BIGCMD, /* commands */
     OP_BADHDR, OP_BADBODY, OP_RESP,
+    OP_ALL, /* (`.qgate.all; `G; "q ..."[; `list]): on every worker of its group up, merged */
 };
 static const char *const op_names[] = {"echo", "big", "err", "push", "cb", "guid", "slow", "async", "apush",
                                        "ping", "stats", "clients", "disconnect", "reload", "unknown",
-                                       "bigcmd", "badhdr", "badbody", "resp"};
+                                       "bigcmd", "badhdr", "badbody", "resp", "all"};
 
 struct sent {
     uint8_t type;        /* KIPC_SYNC or KIPC_ASYNC; KIPC_RESPONSE for our answers to callbacks */
@@ -144,6 +145,7 @@ struct sent {
     int seen;            /* workers that ran it */
     int grp;             /* the group it may run on: its client's, or where it was routed; -1:
                           * a route the gateway refuses (no such group, not admitted): never */
+    uint8_t fan;         /* OP_ALL: 1 merged, 2 `list: runs on several workers, once on each */
     int arg;
     size_t end;          /* offset in the output stream where it ends */
     int seq;             /* the gateway's request number, -1 for responses */
@@ -214,6 +216,8 @@ struct sim {
     int bc_group;
     int session;         /* group main has pool = session */
     VEC(int) sess_wid;   /* per cid (session): the worker that ran its first message, or -1 */
+    VEC(int) fan_given_up; /* per cid: a .qgate.all of it was given up: its parts may run late,
+                            * after the client itself is forgotten */
     struct fclient cl[MAXC];
     int next_cid;
     VEC(int) last_seq;   /* per cid: the last sync or async seq a worker ran (group one) */
@@ -354,6 +358,11 @@ static void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq)
     tr("gateway: request %llu of C%d lost with its worker", (unsigned long long)seq, c ? c->cid : -1);
     if (s)
         s->lost = s->abandoned = 1;
+    if (s && s->fan) {
+        while (S->fan_given_up.n <= c->cid)
+            VEC_PUSH(S->fan_given_up, 0);
+        S->fan_given_up.v[c->cid] = 1;
+    }
 }
 
 static void hook_closed(void *ctx, uint32_t id, uint32_t gen, const char *why)
@@ -515,7 +524,8 @@ static void worker_run(struct fworker *w, int type, const char *s)
     int want = x0 ? x0->grp : cid_group(cid);
     if (want != w->group)
         fail("W%d (group %d) got \"%s\" of C%d, which may run on group %d only", w->wid, w->group, s, cid, want);
-    int bcast = w->group == S->bc_group && type == KIPC_ASYNC;
+    int fan = (x0 && x0->fan) || (!c && cid < S->fan_given_up.n && S->fan_given_up.v[cid] && seq <= S->last_seq.v[cid]);
+    int bcast = (w->group == S->bc_group && type == KIPC_ASYNC) || fan; /* on each worker once, in order */
     if (bcast) {
         while (w->seen_async_last.n <= cid)
             VEC_PUSH(w->seen_async_last, -1);
@@ -526,6 +536,10 @@ static void worker_run(struct fworker *w, int type, const char *s)
     struct sent *x = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
     if (c && !x)
         fail("W%d ran request %d of C%d, which it never sent", w->wid, seq, cid);
+    if (fan && seq < S->last_seq.v[cid] && x && !x->abandoned)
+        fail("W%d ran its part of request %d of C%d after its request %d (order)", w->wid, seq, cid, S->last_seq.v[cid]);
+    if (fan && seq > S->last_seq.v[cid])
+        S->last_seq.v[cid] = seq;
     if (!bcast) {
         if (seq <= S->last_seq.v[cid] && !(x && x->abandoned))
             fail("W%d ran request %d of C%d after its request %d (order, or twice)", w->wid, seq, cid,
@@ -893,6 +907,21 @@ static void client_request(struct fclient *c, int op)
         snprintf(text, sizeof text, "a %d %d %d %d", c->cid, seq, op, arg);
         to = put_request(c, KIPC_ASYNC, text);
         break;
+    case OP_ALL: {
+        int as_list = chance(50);
+        K l = k_list(3 + as_list);
+        char t[96];
+        snprintf(t, sizeof t, "q %d %d %d 0", c->cid, seq, op);
+        kK(l)[0] = k_sym(".qgate.all");
+        kK(l)[1] = k_sym(c->group == S->bc_group ? "bc" : "main");
+        kK(l)[2] = k_str(t, strlen(t));
+        if (as_list)
+            kK(l)[3] = k_sym("list");
+        put_msg(&c->out, KIPC_SYNC, l);
+        to = S->session && c->group != S->bc_group ? -1 : c->group; /* not for a session group */
+        arg = 1 + as_list;
+        break;
+    }
     case OP_PING:
         if (chance(50))
             put_text(&c->out, KIPC_SYNC, ".qgate.ping[]");
@@ -964,6 +993,7 @@ static void client_request(struct fclient *c, int op)
     if (to != -2) {
         struct sent *x = &c->sent.v[c->sent.n - 1];
         x->grp = to;
+        x->fan = (uint8_t)(op == OP_ALL ? arg : 0);
         x->lost = to < 0 && type == KIPC_ASYNC; /* refused, with nobody to tell: never runs */
     }
     tr("C%d queues %s %s (seq %d)%s", c->cid, type == KIPC_SYNC ? "sync" : "async", op_names[op], seq,
@@ -1000,6 +1030,8 @@ static int pick_op(void)
         }
         if (r < 88 && enabled(SIM_EV_BADMSG))
             return chance(50) ? OP_BADHDR : OP_BADBODY;
+        if (r < 91 && enabled(SIM_EV_ROUTE))
+            return OP_ALL;
         if (r >= 88)
             return OP_ECHO;
     }
@@ -1087,6 +1119,23 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
     case OP_BIGCMD:
         if (x->t != KT_ERROR)
             fail("C%d: %s wanted an error, got type %d", c->cid, op, x->t);
+        return;
+    case OP_ALL: /* k >= 1 replies "R cid seq": merged (one string), or their list */
+        if (r->arg == 2) {
+            if (x->t != KT_LIST || x->n < 1)
+                fail("C%d: .qgate.all %d with `list wanted a list of replies, got type %d", c->cid, r->seq, x->t);
+            for (int64_t i = 0; i < x->n; i++) {
+                K y = kK(x)[i];
+                if (y->t != KT_CHAR || (size_t)y->n != wl || memcmp(kC(y), want, wl))
+                    fail("C%d: .qgate.all %d: item %lld is not \"%s\"", c->cid, r->seq, (long long)i, want);
+            }
+        } else {
+            if (x->t != KT_CHAR || x->n < 1 || (size_t)x->n % wl)
+                fail("C%d: .qgate.all %d wanted \"%s\" razed, got type %d", c->cid, r->seq, want, x->t);
+            for (int64_t i = 0; i < x->n; i += (int64_t)wl)
+                if (memcmp(kC(x) + i, want, wl))
+                    fail("C%d: .qgate.all %d: \"%s\" razed, not at %lld", c->cid, r->seq, want, (long long)i);
+        }
         return;
     case OP_BADBODY:
     case OP_BADHDR:
@@ -1242,6 +1291,10 @@ static void check_gateway(void)
         backlog += x->in_backlog;
         if (c->w && (c->w->cl != c || c->w->st != WS_BUSY))
             fail("%s points at worker %s, which is not running its request", x->name, c->w->addr);
+        if (c->fo && (!h || h->state != RS_RUNNING || !h->fan))
+            fail("%s has a fan-out, and its head is not a running .qgate.all", x->name);
+        if (h && h->fan && h->type == KIPC_SYNC && h->state == RS_RUNNING && !c->fo)
+            fail("%s: its head .qgate.all runs with no fan-out", x->name);
         if (c->sess && (c->sess->sess != c || (c->w && c->w != c->sess)))
             fail("%s has session worker %s, which is not its, or runs its request on another", x->name, c->sess->addr);
         int queued = h && x->q == &h->grp->queue; /* the head's group: its client's, or routed to */
@@ -1302,6 +1355,10 @@ static void check_gateway(void)
         struct worker *w;
         TAILQ_FOREACH(w, &grp->workers, glink) {
             up += worker_is_up(w);
+            if (w->fp && (w->st != WS_BUSY || w->run != RUN_FANOUT))
+                fail("%s (%s) holds a fan-out part outside a fan-out run", w->c.name, worker_state_name(w->st));
+            if (!STAILQ_EMPTY(&w->fq) && w->st != WS_IDLE && w->st != WS_BUSY)
+                fail("%s is %s and owes fan-out parts", w->c.name, worker_state_name(w->st));
             if (w->st == WS_PINNED && (!w->sess || w->sess->sess != w))
                 fail("%s is pinned, but not to a client that has it", w->c.name);
             if (w->sess && (w->sess->sess != w || !conn_live(g, &w->sess->c) || (w->st != WS_BUSY && w->st != WS_PINNED)))
@@ -1858,6 +1915,7 @@ static void free_world(void)
     VEC_FREE(S->last_seq);
     VEC_FREE(S->cid_group);
     VEC_FREE(S->sess_wid);
+    VEC_FREE(S->fan_given_up);
     VEC_FREE(S->by_cid);
 }
 

@@ -32,11 +32,14 @@ static void test_peek_route(void **state)
 {
     (void)state;
     char grp[64];
-    size_t len, qoff = 0, qlen;
+    size_t len, qoff = 0, qlen, qend = 0;
+    int as_list = 0;
+    uint8_t *m;
     for (int sym = 0; sym < 2; sym++) {
-        uint8_t *m = route_msg(".qgate.on", sym, k_sym("hdb"), k_str("select from t", 13), &len);
-        assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff), 1);
+        m = route_msg(".qgate.on", sym, k_sym("hdb"), k_str("select from t", 13), &len);
+        assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 1);
         assert_string_equal(grp, "hdb");
+        assert_int_equal(qend, len);
         /* the query's bytes are the tail: exactly what q would serialise for the query alone */
         K q = k_str("select from t", 13);
         uint8_t *alone = kcodec_encode_msg(q, KIPC_SYNC, &qlen);
@@ -46,33 +49,59 @@ static void test_peek_route(void **state)
         free(alone);
         free(m);
     }
+    /* (`.qgate.all; `g; query) and (`.qgate.all; `g; query; `list): 2, the query before `list */
+    for (int four = 0; four < 2; four++) {
+        K l = k_list(3 + four);
+        kK(l)[0] = k_sym(".qgate.all");
+        kK(l)[1] = k_sym("hdb");
+        kK(l)[2] = k_str("count t", 7);
+        if (four)
+            kK(l)[3] = k_sym("list");
+        m = kcodec_encode_msg(l, KIPC_SYNC, &len);
+        k_free(l);
+        assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 2);
+        assert_int_equal(as_list, four);
+        assert_string_equal(grp, "hdb");
+        assert_int_equal(qend - qoff, 6 + 7);
+        assert_memory_equal(m + qoff + 6, "count t", 7);
+        free(m);
+    }
+    K bad4 = k_list(4); /* a fourth item that is not `list */
+    kK(bad4)[0] = k_sym(".qgate.all");
+    kK(bad4)[1] = k_sym("hdb");
+    kK(bad4)[2] = k_str("x", 1);
+    kK(bad4)[3] = k_sym("lost");
+    m = kcodec_encode_msg(bad4, KIPC_SYNC, &len);
+    k_free(bad4);
+    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
+    free(m);
     /* not routes: another name, a plain string, a compressed message, a command */
-    uint8_t *m = route_msg(".qgate.one", 1, k_sym("hdb"), k_str("x", 1), &len);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff), 0);
+    m = route_msg(".qgate.one", 1, k_sym("hdb"), k_str("x", 1), &len);
+    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 0);
     free(m);
     K s = k_str(".qgate.on", 9);
     m = kcodec_encode_msg(s, KIPC_SYNC, &len);
     k_free(s);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff), 0);
+    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 0);
     m[2] = 1;
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff), 0);
+    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 0);
     free(m);
     /* shaped wrong: the group a string, a name too long, two items, four */
     m = route_msg(".qgate.on", 1, k_str("hdb", 3), k_str("x", 1), &len);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff), -1);
+    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
     free(m);
     char longname[100];
     memset(longname, 'g', sizeof longname - 1);
     longname[sizeof longname - 1] = 0;
     m = route_msg(".qgate.on", 1, k_sym(longname), k_str("x", 1), &len);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff), -1);
+    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
     free(m);
     K two = k_list(2);
     kK(two)[0] = k_sym(".qgate.on");
     kK(two)[1] = k_sym("hdb");
     m = kcodec_encode_msg(two, KIPC_SYNC, &len);
     k_free(two);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff), -1);
+    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
     free(m);
     K four = k_list(4);
     kK(four)[0] = k_sym(".qgate.on");
@@ -81,12 +110,12 @@ static void test_peek_route(void **state)
     kK(four)[3] = k_str("y", 1);
     m = kcodec_encode_msg(four, KIPC_SYNC, &len);
     k_free(four);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff), -1);
+    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
     /* every prefix of a route is no route, or a malformed one: never a read past the end */
     for (size_t n = 0; n < len; n++) {
         uint8_t *p = malloc(n ? n : 1);
         memcpy(p, m, n);
-        assert_true(jobs_peek_route(p, n, grp, sizeof grp, &qoff) <= 0);
+        assert_true(jobs_peek_route(p, n, grp, sizeof grp, &qoff, &qend, &as_list) <= 0);
         free(p);
     }
     free(m);
@@ -119,8 +148,9 @@ static void test_validate_hands_back_compressed_route(void **state)
             assert_int_equal(j->out_len, len);
             assert_memory_equal(j->out, plain, len); /* byte 2 = 0, the plain length */
             char grp[64];
-            size_t qoff;
-            assert_int_equal(jobs_peek_route(j->out, j->out_len, grp, sizeof grp, &qoff), 1);
+            size_t qoff, qend;
+            int as_list;
+            assert_int_equal(jobs_peek_route(j->out, j->out_len, grp, sizeof grp, &qoff, &qend, &as_list), 1);
         } else {
             assert_null(j->out);
         }
@@ -129,9 +159,111 @@ static void test_validate_hands_back_compressed_route(void **state)
     free(plain);
 }
 
+static struct job *merge_job(K *parts, int n, int compress_first, int cap, int compress)
+{
+    struct merge_in *in = calloc(1, sizeof *in + (size_t)n * sizeof in->part[0]);
+    in->n = n;
+    for (int i = 0; i < n; i++) {
+        size_t len;
+        uint8_t *m = kcodec_encode_msg(parts[i], KIPC_RESPONSE, &len);
+        if (i == 0 && compress_first) { /* a remote worker compressed its reply */
+            uint8_t *z = malloc(len);
+            size_t zl = kzip_compress(m, len, z);
+            assert_true(zl > 0);
+            free(m);
+            m = z;
+            len = zl;
+        }
+        in->part[i].p = m;
+        in->part[i].len = len;
+        k_free(parts[i]);
+    }
+    struct job *j = job_new(job_merge, 0);
+    j->ctx = in;
+    j->ctx_free = merge_in_free;
+    j->arg = cap;
+    j->aux[0] = 1 << 24;
+    j->aux[1] = compress;
+    j->aux[2] = 1 << 24;
+    job_merge(j);
+    return j;
+}
+
+static K decoded_out(struct job *j)
+{
+    struct kipc_hdr h;
+    const char *why;
+    assert_non_null(j->out);
+    assert_int_equal(kipc_hdr_parse(j->out, j->out_len, j->out_len, &h, &why), QG_OK);
+    assert_int_equal(h.type, KIPC_RESPONSE);
+    uint8_t *plain = j->out;
+    if (h.compressed) {
+        size_t n = kzip_uncompressed_len(j->out, j->out_len);
+        plain = malloc(n);
+        assert_int_equal(kzip_decompress(j->out, j->out_len, plain, n, &why), QG_OK);
+    }
+    K x = NULL;
+    struct kerr e;
+    size_t plen = h.compressed ? kzip_uncompressed_len(j->out, j->out_len) : j->out_len;
+    assert_int_equal(kcodec_decode(plain + 8, plen - 8, 1, NULL, &x, &e), QG_OK);
+    if (plain != j->out)
+        free(plain);
+    return x;
+}
+
+/* The writer's merge job: replies decoded (a compressed one too), merged in worker order,
+ * encoded for the client (compressed for a remote one, checked for an old one). */
+static void test_merge_job(void **state)
+{
+    (void)state;
+    char text[3000];
+    memset(text, 'q', sizeof text);
+    K parts[3] = {k_str(text, sizeof text), k_str("ab", 2), k_str("cd", 2)};
+    struct job *j = merge_job(parts, 3, 1, 3, 0);
+    K x = decoded_out(j);
+    assert_int_equal(x->t, KT_CHAR);
+    assert_int_equal(x->n, 3004);
+    assert_memory_equal(kC(x) + 3000, "abcd", 4);
+    k_free(x);
+    job_free(j);
+    /* a remote client: the merged reply compressed as q compresses */
+    K p2[2] = {k_str(text, sizeof text), k_str(text, sizeof text)};
+    j = merge_job(p2, 2, 0, 3, 1);
+    assert_int_equal(j->out[2], 1);
+    x = decoded_out(j);
+    assert_int_equal(x->n, 6000);
+    k_free(x);
+    job_free(j);
+    /* a capability-2 client cannot take a guid: 'type, as q answers it */
+    K p3[2] = {k_atom(-KT_GUID), k_atom(-KT_GUID)};
+    j = merge_job(p3, 2, 0, 2, 0);
+    x = decoded_out(j);
+    assert_int_equal(x->t, KT_ERROR);
+    assert_string_equal(x->s, "type");
+    k_free(x);
+    job_free(j);
+    /* a reply that cannot be read: the client is told */
+    struct merge_in *in = calloc(1, sizeof *in + sizeof in->part[0]);
+    in->n = 1;
+    in->part[0].p = malloc(9);
+    memcpy(in->part[0].p, "\x01\x02\x00\x00\x09\x00\x00\x00\x4d", 9); /* type 77 */
+    in->part[0].len = 9;
+    j = job_new(job_merge, 0);
+    j->ctx = in;
+    j->ctx_free = merge_in_free;
+    j->arg = 3;
+    job_merge(j);
+    x = decoded_out(j);
+    assert_int_equal(x->t, KT_ERROR);
+    assert_string_equal(x->s, "qgate: a .qgate.all reply could not be merged");
+    k_free(x);
+    job_free(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_merge_job),
         cmocka_unit_test(test_peek_route),
         cmocka_unit_test(test_validate_hands_back_compressed_route),
     };

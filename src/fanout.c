@@ -1,0 +1,232 @@
+/* fanout.c: (`.qgate.all; `group; query[; `list]): the query runs on every worker of the group
+ * that is up when it starts, each counting as busy while it does, and the client gets their
+ * replies merged (kmerge.c, on the writer pool) or, with `list, their list.
+ *
+ * Each worker gets a part (struct fpart): run at once if the worker is idle, else owed (its
+ * fq) and run when it is free, before any request (dispatch asks owes_broadcasts). A part's
+ * reply is collected whole (bounded, with the others, by merge_max). The first failure
+ * answers the client at once: a worker lost ('qgate: worker host:port lost), a timeout, merge
+ * too large; the parts not begun are dropped, the running ones drained (their fo is NULL).
+ * The client going for good gives the fan-out up the same way, silently. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker.h"
+#include "gw.h"
+#include "jobs.h"
+#include "kipc.h"
+#include "log.h"
+
+static struct client *client_of_fanout(struct gw *g, const struct fanout *fo)
+{
+    struct conn *x = conn_lookup_loop(g, fo->cl_id, fo->cl_gen);
+    return x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
+}
+
+static void start_part(struct gw *g, struct worker *w, struct fpart *p)
+{
+    worker_set_state_loop(g, w, WS_BUSY);
+    w->run = RUN_FANOUT;
+    w->cl = NULL;
+    w->fp = p;
+    w->swallow = 0;
+    w->last_id = p->fo->cl_id; /* it serves that client: what it publishes when idle goes there */
+    w->last_gen = p->fo->cl_gen;
+    p->st = FP_RUNNING;
+    if (outq_copy(&w->c.out, p->fo->msg, p->fo->len)) {
+        conn_close_loop(g, &w->c, "out of memory");
+        return;
+    }
+    w->t_start_us = g->loop.now_us;
+    worker_arm_query_timer_loop(g, w);
+    conn_mark_dirty_loop(g, &w->c);
+    log_debug(w->c.name, "running its part of a .qgate.all");
+}
+
+/* Let fo go: parts owed leave their workers, running ones are drained, done ones freed. */
+static void fanout_free(struct gw *g, struct fanout *fo)
+{
+    (void)g;
+    for (int i = 0; i < fo->n; i++) {
+        struct fpart *p = fo->part[i];
+        if (p->st == FP_RUNNING) {
+            p->fo = NULL; /* its worker drains the reply and frees it */
+            continue;
+        }
+        if (p->st == FP_OWED)
+            STAILQ_REMOVE(&p->w->fq, p, fpart, link);
+        inbuf_free(&p->reply);
+        free(p);
+    }
+    free(fo->msg);
+    free(fo);
+}
+
+/* The fan-out failed (why): its client is told, if it still waits. */
+static void fail(struct gw *g, struct fanout *fo, const char *why)
+{
+    struct client *c = client_of_fanout(g, fo);
+    struct req *r = c ? client_head(c) : NULL;
+    uint64_t seq = fo->seq;
+    if (c)
+        c->fo = NULL;
+    if (g->hooks.lost) /* given up on: its running parts may still run, late (tests/sim) */
+        g->hooks.lost(g->hooks.ctx, fo->cl_id, fo->cl_gen, seq);
+    fanout_free(g, fo);
+    if (!r || r->seq != seq || r->state != RS_RUNNING)
+        return;
+    log_info(c->c.name, "request %llu: .qgate.all failed: %s", (unsigned long long)r->seq, why);
+    client_error_loop(g, c, r, "%s", why);
+}
+
+/* Every part has its reply: the writer pool merges them for the client. */
+static void complete(struct gw *g, struct fanout *fo)
+{
+    struct client *c = client_of_fanout(g, fo);
+    struct req *r = c ? client_head(c) : NULL;
+    if (c)
+        c->fo = NULL;
+    if (!r || r->seq != fo->seq || r->state != RS_RUNNING) {
+        fanout_free(g, fo);
+        return;
+    }
+    struct merge_in *in = calloc(1, sizeof *in + (size_t)fo->n * sizeof in->part[0]);
+    struct job *j = in ? job_new(job_merge, JK_REPLY) : NULL;
+    if (!j) {
+        free(in);
+        fanout_free(g, fo);
+        conn_close_loop(g, &c->c, "out of memory");
+        return;
+    }
+    in->n = fo->n;
+    in->as_list = fo->as_list;
+    for (int i = 0; i < fo->n; i++) { /* the replies go to the job, in worker order */
+        in->part[i].p = fo->part[i]->reply.p;
+        in->part[i].len = fo->part[i]->reply.len;
+        fo->part[i]->reply = (struct inbuf){0};
+    }
+    fanout_free(g, fo);
+    j->ctx = in;
+    j->ctx_free = merge_in_free;
+    j->arg = c->cap;
+    j->aux[0] = g->cfg.max_message;
+    j->aux[1] = g->cfg.compress && !c->local && c->cap >= 1;
+    j->aux[2] = g->cfg.compress_max;
+    req_set_state_loop(g, c, r, RS_LOCAL);
+    conn_submit_loop(g->writers, j, &c->c, r->seq);
+}
+
+int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct req *r)
+{
+    int n = 0;
+    struct worker *w;
+    TAILQ_FOREACH(w, &grp->workers, glink)
+        n += (w->st == WS_IDLE || w->st == WS_BUSY) && !w->removed;
+    struct fanout *fo = calloc(1, sizeof *fo + (size_t)n * sizeof fo->part[0]);
+    if (!fo)
+        return -1;
+    *fo = (struct fanout){.cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .as_list = r->fan == 2,
+                          .msg = r->msg, .len = r->len};
+    if (r->off) /* a routed request's message starts past its wrapper */
+        memmove(r->msg, r->msg + r->off, r->len);
+    r->msg = NULL;
+    c->pending -= req_cost(r);
+    TAILQ_FOREACH(w, &grp->workers, glink) {
+        if ((w->st != WS_IDLE && w->st != WS_BUSY) || w->removed)
+            continue;
+        struct fpart *p = calloc(1, sizeof *p);
+        if (!p) {
+            fanout_free(g, fo);
+            return -1;
+        }
+        *p = (struct fpart){.fo = fo, .w = w, .st = FP_OWED};
+        fo->part[fo->n++] = p;
+        STAILQ_INSERT_TAIL(&w->fq, p, link);
+    }
+    fo->left = fo->n;
+    c->fo = fo;
+    g->loop.work_pending = 1; /* dispatched this iteration (never here: this may run inside a start) */
+    if (!fo->n) { /* every worker up is leaving the configuration */
+        char why[CFG_NAME_MAX + 48];
+        snprintf(why, sizeof why, "qgate: no worker of group %s is up", grp->cfg.name);
+        fail(g, fo, why);
+        return 0;
+    }
+    log_debug(c->c.name, "request %llu: on the %d workers of group %s up", (unsigned long long)r->seq, fo->n,
+              grp->cfg.name);
+    return 0; /* dispatch starts the parts: at once on idle workers, on the others when free */
+}
+
+void fanout_cancel_loop(struct gw *g, struct fanout *fo)
+{
+    struct client *c = client_of_fanout(g, fo);
+    if (c)
+        c->fo = NULL;
+    if (g->hooks.lost) /* given up on: its running parts may still run, late (tests/sim) */
+        g->hooks.lost(g->hooks.ctx, fo->cl_id, fo->cl_gen, fo->seq);
+    fanout_free(g, fo);
+}
+
+int fanout_run_owed_loop(struct gw *g, struct worker *w)
+{
+    struct fpart *p = STAILQ_FIRST(&w->fq);
+    if (!p || w->st != WS_IDLE || !STAILQ_EMPTY(&w->bq)) /* broadcasts first: a client's order */
+        return 0;
+    STAILQ_REMOVE_HEAD(&w->fq, link);
+    start_part(g, w, p);
+    return 1;
+}
+
+int fanout_route_loop(struct gw *g, struct worker *w, uint64_t len)
+{
+    struct fanout *fo = w->fp ? w->fp->fo : NULL;
+    if (fo && fo->total + len > (uint64_t)g->cfg.merge_max) {
+        char why[96];
+        snprintf(why, sizeof why, "qgate: merge too large (over merge_max, %lld bytes)", (long long)g->cfg.merge_max);
+        fail(g, fo, why); /* w->fp->fo is NULL now */
+        fo = NULL;
+    }
+    if (!fo) {
+        worker_set_busy_loop(g, w, WB_DRAINING);
+        return ROUTE_DROP;
+    }
+    fo->total += len;
+    worker_set_busy_loop(g, w, WB_COLLECTING);
+    return ROUTE_COLLECT;
+}
+
+void fanout_part_done_loop(struct gw *g, struct worker *w)
+{
+    struct fpart *p = w->fp;
+    w->fp = NULL;
+    if (!p)
+        return;
+    struct fanout *fo = p->fo;
+    if (!fo) { /* given up meanwhile */
+        inbuf_free(&w->coll);
+        free(p);
+        return;
+    }
+    p->reply = w->coll;
+    w->coll = (struct inbuf){0};
+    p->st = FP_DONE;
+    if (--fo->left == 0)
+        complete(g, fo);
+}
+
+void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why)
+{
+    struct fpart *p = w->fp;
+    w->fp = NULL;
+    if (p) {
+        struct fanout *fo = p->fo;
+        p->st = FP_DONE; /* freed with its fan-out, or here if that is gone */
+        if (fo)
+            fail(g, fo, why);
+        else
+            free(p);
+    }
+    while ((p = STAILQ_FIRST(&w->fq))) /* fail removes each from fq */
+        fail(g, p->fo, why);
+}

@@ -1,0 +1,214 @@
+/* kmerge.c: the merge of a fan-out's replies, one per worker in worker order, into one value,
+ * as the KX -30! gateway example razes them (runs on the writer pool; pure).
+ *   any q error               -> the first one, in worker order
+ *   tables, the same columns  -> one table, rows in worker order (q's raze)
+ *   keyed tables, the same key and value columns -> likewise, by rows (no upsert)
+ *   lists of one type (a general list, or a vector of one type) -> concatenated
+ *   anything else, or as_list -> the general list of the replies
+ * A column whose type differs between replies becomes a general list of its items, as q's
+ * join makes it. Attributes are dropped: q keeps them only where it can prove they hold. */
+#include "kmerge.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Items of vector v (type 0..19) appended to list out (type 0) from *pos, as atoms or the
+ * list's own children (moved: v keeps none). -1 on ENOMEM. */
+static int explode(K out, int64_t *pos, K v)
+{
+    for (int64_t i = 0; i < v->n; i++) {
+        K a;
+        if (v->t == KT_LIST) {
+            a = kK(v)[i];
+            kK(v)[i] = NULL;
+        } else if (v->t == KT_SYM) {
+            a = k_sym(kS(v)[i]);
+        } else {
+            int sz = ktype_size(v->t);
+            a = k_atom((int8_t)-v->t);
+            if (a)
+                memcpy(a->u, kG(v) + (size_t)i * (size_t)sz, (size_t)sz);
+        }
+        if (!a)
+            return -1;
+        kK(out)[(*pos)++] = a;
+    }
+    return 0;
+}
+
+/* The vectors v[0..n) (types 0..19) joined: of their one type, or a general list of their
+ * items if the types differ. Children of general lists are moved out. NULL on ENOMEM. */
+static K join(K *v, int n)
+{
+    int64_t total = 0;
+    int same = 1;
+    for (int i = 0; i < n; i++) {
+        total += v[i]->n;
+        same &= v[i]->t == v[0]->t;
+    }
+    int t = same ? v[0]->t : KT_LIST;
+    if (t == KT_SYM) {
+        const char **s = malloc((size_t)(total ? total : 1) * sizeof *s);
+        if (!s)
+            return NULL;
+        int64_t k = 0;
+        for (int i = 0; i < n; i++)
+            for (int64_t j = 0; j < v[i]->n; j++)
+                s[k++] = kS(v[i])[j];
+        K x = k_symv(total, s);
+        free(s);
+        return x;
+    }
+    K x = t == KT_LIST ? k_list(total) : k_vec((int8_t)t, total);
+    if (!x)
+        return NULL;
+    int64_t pos = 0;
+    for (int i = 0; i < n; i++) {
+        if (t != KT_LIST) {
+            size_t sz = (size_t)ktype_size(t), bytes = (size_t)v[i]->n * sz;
+            memcpy(kG(x) + (size_t)pos * sz, kG(v[i]), bytes);
+            pos += v[i]->n;
+        } else if (explode(x, &pos, v[i])) {
+            x->n = pos; /* free what was made, not the NULLs after it */
+            k_free(x);
+            return NULL;
+        }
+    }
+    return x;
+}
+
+static int is_vector(const K x) { return x->t == KT_LIST || (x->t >= 1 && x->t <= 19 && ktype_valid(x->t)); }
+
+static int same_names(const K a, const K b)
+{
+    if (a->t != KT_SYM || b->t != KT_SYM || a->n != b->n)
+        return 0;
+    for (int64_t i = 0; i < a->n; i++)
+        if (strcmp(kS(a)[i], kS(b)[i]))
+            return 0;
+    return 1;
+}
+
+/* The dict of a table, with its names (symbols) and columns (a general list of vectors). */
+static int table_shape(const K t, K *names, K *cols)
+{
+    if (t->t != KT_TABLE)
+        return 0;
+    K d = kK(t)[0];
+    *names = kK(d)[0];
+    *cols = kK(d)[1];
+    if ((*names)->t != KT_SYM || (*cols)->t != KT_LIST || (*cols)->n != (*names)->n)
+        return 0;
+    for (int64_t c = 0; c < (*cols)->n; c++)
+        if (!is_vector(kK(*cols)[c]))
+            return 0;
+    return 1;
+}
+
+/* Tables p[0..n) with the same columns (checked by the caller): one table. */
+static K join_tables(K *p, int n)
+{
+    K names0, cols0;
+    table_shape(p[0], &names0, &cols0);
+    K *col = malloc((size_t)n * sizeof *col);
+    K names = k_symv(names0->n, kS(names0)), cols = k_list(cols0->n);
+    if (!col || !names || !cols) {
+        free(col);
+        k_free(names);
+        k_free(cols);
+        return NULL;
+    }
+    for (int64_t c = 0; c < cols0->n; c++) {
+        for (int i = 0; i < n; i++) {
+            K nm, cl;
+            table_shape(p[i], &nm, &cl);
+            col[i] = kK(cl)[c];
+        }
+        if (!(kK(cols)[c] = join(col, n))) {
+            cols->n = c;
+            free(col);
+            k_free(names);
+            k_free(cols);
+            return NULL;
+        }
+    }
+    free(col);
+    return k_table(k_dict(names, cols));
+}
+
+static int tables_match(K *p, int n)
+{
+    K n0, c0, ni, ci;
+    if (!table_shape(p[0], &n0, &c0))
+        return 0;
+    for (int i = 1; i < n; i++)
+        if (!table_shape(p[i], &ni, &ci) || !same_names(n0, ni))
+            return 0;
+    return 1;
+}
+
+static int is_keyed(const K x) { return x->t == KT_DICT && kK(x)[0]->t == KT_TABLE && kK(x)[1]->t == KT_TABLE; }
+
+/* The general list of p[0..n), moved. */
+static K as_general(K *p, int n)
+{
+    K x = k_list(n);
+    if (!x)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        kK(x)[i] = p[i];
+        p[i] = NULL;
+    }
+    return x;
+}
+
+K kmerge(K *p, int n, int as_list)
+{
+    K x = NULL;
+    if (n <= 0)
+        return k_list(0);
+    for (int i = 0; i < n && !as_list; i++)
+        if (p[i]->t == KT_ERROR) { /* the first error wins */
+            x = p[i];
+            p[i] = NULL;
+            goto done;
+        }
+    int keyed = !as_list, vecs = !as_list, same_t = 1;
+    for (int i = 0; i < n; i++) {
+        keyed &= is_keyed(p[i]);
+        vecs &= is_vector(p[i]);
+        same_t &= p[i]->t == p[0]->t;
+    }
+    if (as_list) {
+        x = as_general(p, n);
+    } else if (tables_match(p, n)) {
+        x = join_tables(p, n);
+    } else if (keyed) {
+        K *k = malloc(2 * (size_t)n * sizeof *k), *v = k ? k + n : NULL;
+        if (k) {
+            for (int i = 0; i < n; i++) {
+                k[i] = kK(p[i])[0];
+                v[i] = kK(p[i])[1];
+            }
+            if (tables_match(k, n) && tables_match(v, n)) {
+                K keys = join_tables(k, n), vals = keys ? join_tables(v, n) : NULL;
+                x = vals ? k_dict(keys, vals) : NULL;
+                if (!vals)
+                    k_free(keys);
+            } else {
+                x = as_general(p, n);
+            }
+            free(k);
+        }
+    } else if (vecs && same_t) {
+        x = join(p, n);
+    } else {
+        x = as_general(p, n);
+    }
+done:
+    for (int i = 0; i < n; i++) {
+        k_free(p[i]);
+        p[i] = NULL;
+    }
+    return x;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Fan-out: (`.qgate.all; `group; query[; `list]) runs query on every worker of the group up and
+# answers with the replies merged (tables razed, lists joined) or listed; errors, a worker lost
+# midway, merge_max; neg[h] the same without a reply.
+. "$(dirname "$0")/lib.sh"
+
+ROWS=${FANOUT_ROWS:-1000000}
+for i in 1 2 3 4; do start_worker W$i --rows "$ROWS" --seed $((i * 7)); done
+ALL="127.0.0.1:$W1_PORT,127.0.0.1:$W2_PORT,127.0.0.1:$W3_PORT,127.0.0.1:$W4_PORT"
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = %s\n' "$ALL" > "$TMP/gw.conf"
+start_gateway G -c "$TMP/gw.conf" --loglevel debug
+wait_count "$TMP/G.log" "connected \\(capability" 4
+G="127.0.0.1:$G_PORT"
+
+# --- 4 workers x 1,000,000 rows: the merged table is the 4 direct answers, razed -------------
+for i in 1 2 3 4; do
+    p="W${i}_PORT"
+    timeout 60 "$BIN/qsend" -g "127.0.0.1:${!p}" --raw "$TMP/d$i.bin" "rows $ROWS" > /dev/null
+done
+timeout 120 "$BIN/qsend" -g "$G" --raw "$TMP/f.bin" "all:main:rows $ROWS" > "$TMP/q.out" 2>&1 || true
+expect_lines "$TMP/q.out" "^table\\[$((4 * ROWS))\\] \`a" 1
+# q's bytes of raze: a one-column table of strings is header, 17 bytes (98 0 99, the names,
+# the list of columns), the column's type, attribute and count, then its items: the merge is
+# the first's 17 bytes, the count of all, every worker's items in worker order
+items=0
+for i in 1 2 3 4; do
+    tail -c +32 "$TMP/d$i.bin" > "$TMP/items$i.bin"
+    items=$((items + $(stat -c %s "$TMP/items$i.bin")))
+done
+le32() { printf '%08x' "$1" | sed 's/\(..\)\(..\)\(..\)\(..\)/\\x\4\\x\3\\x\2\\x\1/'; }
+{ printf '\x01\x02\x00\x00'; printf "$(le32 $((8 + 17 + 6 + items)))"
+  head -c 25 "$TMP/d1.bin" | tail -c 17; printf '\x00\x00'; printf "$(le32 $((4 * ROWS)))"
+  cat "$TMP/items1.bin" "$TMP/items2.bin" "$TMP/items3.bin" "$TMP/items4.bin"; } > "$TMP/want.bin"
+cmp "$TMP/want.bin" "$TMP/f.bin" || fail "the merged reply is not the four direct answers razed"
+pass ".qgate.all over 4 workers x $ROWS rows: byte for byte the raze of the 4 direct answers"
+
+# --- lists joined, `list, errors, async -------------------------------------------------
+q "all:main:echo ab" "all-list:main:echo ab" "all:main:err boom" "all:nosuch:x" "neg:all:main:k:1" "all-list:main:k"
+expect_lines "$TMP/q.out" '^"abababab"$' 1
+expect_lines "$TMP/q.out" '^\("ab";"ab";"ab";"ab"\)$' 1
+expect_lines "$TMP/q.out" "^'boom\$" 1
+expect_lines "$TMP/q.out" "^'qgate: no group nosuch\$" 1
+expect_lines "$TMP/q.out" '^\("1";"1";"1";"1"\)$' 1
+pass "lists joined; \`list gives each reply; the first q error wins; neg[h] runs on every worker, no reply"
+
+# --- a worker lost midway: the whole request fails; the others' replies are drained -------
+timeout 60 "$BIN/qsend" -g "$G" "all:main:hold fo1" "echo after" > "$TMP/l.out" 2>&1 &
+L=$!
+for i in 1 2 3 4; do wait_line "$TMP/W$i.log" "hold fo1"; done
+kill -9 "$W4_PID"
+wait_line "$TMP/l.out" "qgate: worker 127\\.0\\.0\\.1:$W4_PORT lost"
+release fo1 "$W1_PORT" "$W2_PORT" "$W3_PORT"
+wait $L || true
+expect_lines "$TMP/l.out" "^'qgate: worker 127\\.0\\.0\\.1:$W4_PORT lost\$" 1
+expect_lines "$TMP/l.out" '^"after"$' 1
+q "all-list:main:echo x"                    # three workers up now: three replies
+expect_lines "$TMP/q.out" '^\("x";"x";"x"\)$' 1
+pass "a worker lost midway: 'qgate: worker host:port lost for the whole request; the rest go on"
+
+# --- merge_max -----------------------------------------------------------------------------
+printf '[gateway]\nbind = 127.0.0.1\nmerge_max = 10000\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
+    "$W1_PORT" "$W2_PORT" > "$TMP/small.conf"
+start_gateway S -c "$TMP/small.conf"
+wait_count "$TMP/S.log" "connected \\(capability" 2
+G="127.0.0.1:$S_PORT"
+q "all:main:rows 1000" "all:main:echo fits"
+expect_lines "$TMP/q.out" "^'qgate: merge too large \\(over merge_max, 10000 bytes\\)\$" 1
+expect_lines "$TMP/q.out" '^"fitsfits"$' 1
+pass "replies over merge_max: 'qgate: merge too large; the next fan-out is served"
