@@ -404,19 +404,51 @@ static K decode_reply(const uint8_t *m, size_t len, size_t max)
     return x;
 }
 
+/* The merge on the replies' bytes (kmerge_bytes), the compressed ones decompressed first;
+ * NULL if it does not apply. */
+static uint8_t *merge_on_bytes(const struct merge_in *in, size_t max, size_t *len)
+{
+    const uint8_t **m = calloc((size_t)in->n, sizeof *m);
+    size_t *l = calloc((size_t)in->n, sizeof *l);
+    uint8_t **plain = calloc((size_t)in->n, sizeof *plain);
+    int ok = m && l && plain;
+    for (int i = 0; ok && i < in->n; i++) {
+        m[i] = in->part[i].p;
+        l[i] = in->part[i].len;
+        if (l[i] < 8 || !m[i][2])
+            continue;
+        const char *why;
+        size_t n = kzip_uncompressed_len(m[i], l[i]);
+        ok = n >= 9 && n <= max && (plain[i] = malloc(n)) && kzip_decompress(m[i], l[i], plain[i], n, &why) == QG_OK;
+        m[i] = plain[i];
+        l[i] = n;
+    }
+    uint8_t *out = ok ? kmerge_bytes(m, l, in->n, in->as_list, len) : NULL;
+    for (int i = 0; plain && i < in->n; i++)
+        free(plain[i]);
+    free(plain);
+    free(l);
+    free(m);
+    return out;
+}
+
 void job_merge(struct job *j)
 {
     struct merge_in *in = j->ctx;
-    K *parts = calloc((size_t)(in->n ? in->n : 1), sizeof *parts);
-    int bad = !parts;
-    for (int i = 0; !bad && i < in->n; i++)
-        bad = !(parts[i] = decode_reply(in->part[i].p, in->part[i].len, (size_t)j->aux[0]));
-    K x = bad ? NULL : kmerge(parts, in->n, in->as_list);
-    for (int i = 0; parts && i < in->n; i++)
-        k_free(parts[i]);
-    free(parts);
     size_t len = 0;
-    uint8_t *m = x ? kcodec_encode_msg(x, KIPC_RESPONSE, &len) : NULL;
+    uint8_t *m = merge_on_bytes(in, (size_t)j->aux[0], &len); /* tables and lists: no objects built */
+    K x = NULL;
+    if (!m) {
+        K *parts = calloc((size_t)(in->n ? in->n : 1), sizeof *parts);
+        int bad = !parts;
+        for (int i = 0; !bad && i < in->n; i++)
+            bad = !(parts[i] = decode_reply(in->part[i].p, in->part[i].len, (size_t)j->aux[0]));
+        x = bad ? NULL : kmerge(parts, in->n, in->as_list);
+        for (int i = 0; parts && i < in->n; i++)
+            k_free(parts[i]);
+        free(parts);
+        m = x ? kcodec_encode_msg(x, KIPC_RESPONSE, &len) : NULL;
+    }
     k_free(x);
     if (!m) {
         snprintf(j->text, sizeof j->text, "qgate: a .qgate.all reply could not be merged");

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kipc.h"
+
 /* Items of vector v (type 0..19) appended to list out (type 0) from *pos, as atoms or the
  * list's own children (moved: v keeps none). -1 on ENOMEM. */
 static int explode(K out, int64_t *pos, K v)
@@ -211,4 +213,181 @@ done:
         p[i] = NULL;
     }
     return x;
+}
+
+/* ---- on the bytes: what can be merged without building a K object ------------------------- */
+
+/* Bytes appended to a growing buffer; err set on ENOMEM. */
+struct obuf {
+    uint8_t *p;
+    size_t len, cap;
+    int err;
+};
+
+static uint8_t *ob_room(struct obuf *o, size_t n)
+{
+    if (o->err)
+        return NULL;
+    if (o->len + n > o->cap) {
+        size_t cap = o->cap ? o->cap : 4096;
+        while (cap < o->len + n)
+            cap *= 2;
+        uint8_t *p = realloc(o->p, cap);
+        if (!p) {
+            o->err = 1;
+            return NULL;
+        }
+        o->p = p;
+        o->cap = cap;
+    }
+    uint8_t *at = o->p + o->len;
+    o->len += n;
+    return at;
+}
+
+static void ob_add(struct obuf *o, const void *p, size_t n)
+{
+    uint8_t *at = ob_room(o, n);
+    if (at)
+        memcpy(at, p, n);
+}
+
+/* One part's body as the merge walks it. */
+struct bpart {
+    const uint8_t *b;
+    size_t n;
+};
+
+static int splice_type(int t) { return t == KT_LIST || (t >= 1 && t <= 19 && t != 3); }
+
+/* The vectors at b[i] + off[i] (each ends at end[i]), all of type t: one vector, their items in
+ * order, attribute dropped. */
+static void splice_vectors(struct obuf *o, const struct bpart *p, const size_t *off, const size_t *end, int n)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += qg_ld32(p[i].b + off[i] + 2);
+    uint8_t h[6] = {p[0].b[off[0]], 0};
+    qg_st32(h + 2, (uint32_t)total);
+    ob_add(o, h, sizeof h);
+    for (int i = 0; i < n; i++)
+        ob_add(o, p[i].b + off[i] + 6, end[i] - off[i] - 6);
+}
+
+/* Tables at b[i] + at[i]: the same column names and, column by column, one type: spliced
+ * (1), or 0 if they are not such tables (nothing written then). *next[i]: the end of each. */
+static int splice_tables(struct obuf *o, const struct bpart *p, const size_t *at, size_t *next, int n)
+{
+    size_t *off = malloc(2 * (size_t)n * sizeof *off), *end = off ? off + n : NULL;
+    size_t names = at[0] + 3, names_end = 0, ncols = 0;
+    int ok = off != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        const uint8_t *b = p[i].b + at[i];
+        size_t ne = at[i] + 3 < p[i].n ? kcodec_extent(p[i].b, p[i].n, at[i] + 3, 1) : 0;
+        ok = at[i] + 3 < p[i].n && b[0] == KT_TABLE && b[2] == KT_DICT && b[3] == KT_SYM && ne &&
+             ne + 6 <= p[i].n && p[i].b[ne] == KT_LIST;
+        if (!ok)
+            break;
+        if (i == 0) {
+            names_end = ne;
+            ncols = qg_ld32(p[0].b + ne + 2);
+        }
+        ok = ne - (at[i] + 3) == names_end - names && !memcmp(b + 3 + 6, p[0].b + names + 6, names_end - names - 6) &&
+             qg_ld32(p[i].b + ne + 2) == ncols;
+        off[i] = ne + 6; /* the first column */
+    }
+    /* every column of one splicable type in every part */
+    size_t *cur = ok ? malloc((size_t)n * sizeof *cur) : NULL;
+    ok = ok && cur;
+    for (int i = 0; ok && i < n; i++)
+        cur[i] = off[i];
+    for (size_t c = 0; ok && c < ncols; c++) {
+        int t0 = cur[0] < p[0].n ? (int8_t)p[0].b[cur[0]] : -1;
+        for (int i = 0; ok && i < n; i++) {
+            size_t e = kcodec_extent(p[i].b, p[i].n, cur[i], 1);
+            ok = e && (int8_t)p[i].b[cur[i]] == t0 && splice_type(t0);
+            cur[i] = e;
+        }
+    }
+    if (ok) {
+        uint8_t h[3] = {KT_TABLE, 0, KT_DICT};
+        ob_add(o, h, 3);
+        uint8_t nh[2] = {KT_SYM, 0};
+        ob_add(o, nh, 2);
+        ob_add(o, p[0].b + names + 2, names_end - names - 2);
+        uint8_t lh[6] = {KT_LIST, 0};
+        qg_st32(lh + 2, (uint32_t)ncols);
+        ob_add(o, lh, 6);
+        for (size_t c = 0; c < ncols; c++) {
+            for (int i = 0; i < n; i++)
+                end[i] = kcodec_extent(p[i].b, p[i].n, off[i], 1);
+            splice_vectors(o, p, off, end, n);
+            for (int i = 0; i < n; i++)
+                off[i] = end[i];
+        }
+        for (int i = 0; i < n; i++)
+            next[i] = off[i];
+    }
+    free(cur);
+    free(off);
+    return ok;
+}
+
+uint8_t *kmerge_bytes(const uint8_t *const *m, const size_t *len, int n, int as_list, size_t *out_len)
+{
+    if (n <= 0)
+        return NULL;
+    struct bpart *p = malloc((size_t)n * sizeof *p);
+    size_t *at = p ? calloc(2 * (size_t)n, sizeof *at) : NULL, *next = at ? at + n : NULL;
+    struct obuf o = {0};
+    int ok = at != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        ok = len[i] > 8 && m[i][0] == 1 && !m[i][2]; /* little-endian, plain: else K objects */
+        p[i] = (struct bpart){m[i] + 8, len[i] - 8};
+    }
+    int first_error = -1;
+    for (int i = 0; ok && i < n && first_error < 0; i++)
+        if ((int8_t)p[i].b[0] == KT_ERROR)
+            first_error = i;
+    int t = ok ? (int8_t)p[0].b[0] : 0, same = 1;
+    for (int i = 1; ok && i < n; i++)
+        same &= (int8_t)p[i].b[0] == t;
+    ob_room(&o, 8); /* the header, written last */
+    if (!ok) {
+    } else if (as_list) { /* (`.qgate.all; g; q; `list): the replies as they are */
+        uint8_t h[6] = {KT_LIST, 0};
+        qg_st32(h + 2, (uint32_t)n);
+        ob_add(&o, h, 6);
+        for (int i = 0; i < n; i++)
+            ob_add(&o, p[i].b, p[i].n);
+    } else if (first_error >= 0) {
+        ob_add(&o, p[first_error].b, p[first_error].n);
+    } else if (same && splice_type(t)) {
+        for (int i = 0; i < n; i++)
+            next[i] = p[i].n;
+        splice_vectors(&o, p, at, next, n);
+    } else if (same && t == KT_TABLE) {
+        ok = splice_tables(&o, p, at, next, n) && next[0] == p[0].n;
+    } else if (same && t == KT_DICT) { /* keyed tables: the keys, then the values */
+        for (int i = 0; i < n; i++)
+            at[i] = 1;
+        ob_add(&o, p[0].b, 1);
+        ok = splice_tables(&o, p, at, next, n);
+        for (int i = 0; ok && i < n; i++)
+            at[i] = next[i];
+        ok = ok && splice_tables(&o, p, at, next, n);
+        for (int i = 0; ok && i < n; i++)
+            ok = next[i] == p[i].n;
+    } else {
+        ok = 0;
+    }
+    free(p);
+    free(at);
+    if (!ok || o.err) {
+        free(o.p);
+        return NULL;
+    }
+    kipc_hdr_write(o.p, KIPC_RESPONSE, 0, o.len);
+    *out_len = o.len;
+    return o.p;
 }

@@ -225,3 +225,11 @@ qg_status kcodec_validate(const uint8_t *p, size_t n, int le, const struct kcode
     return QG_OK;
 }
 
+size_t kcodec_extent(const uint8_t *p, size_t n, size_t off, int le)
+{
+    struct kerr e;
+    struct vctx v = {.p = p, .n = n, .le = le, .maxd = KCODEC_DEPTH_DEFAULT, .err = &e};
+    int64_t cnt;
+    size_t end = off < n ? v_obj(&v, off, 0, &cnt) : VBAD;
+    return end == VBAD ? 0 : end;
+}

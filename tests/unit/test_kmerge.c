@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kcodec.h"
+#include "kipc.h"
 #include "kmerge.h"
 #include "qg.h"
 #include "tutil.h"
@@ -67,6 +68,37 @@ static K table_twice(const uint8_t *b, size_t len)
     return t;
 }
 
+/* kmerge_bytes on the parts' messages gives exactly the bytes of kmerge's value (or does not
+ * apply); both ways, and `list too. The parts are left as they were. */
+static int bytes_applied;
+static void bytes_path_agrees(K *parts, int n, const char *what)
+{
+    for (int as_list = 0; as_list < 2; as_list++) {
+        uint8_t *m[4];
+        size_t l[4];
+        K copy[4];
+        for (int i = 0; i < n; i++) {
+            m[i] = kcodec_encode_msg(parts[i], KIPC_RESPONSE, &l[i]);
+            copy[i] = decode(m[i] + 8, l[i] - 8);
+        }
+        size_t bl = 0;
+        uint8_t *bm = kmerge_bytes((const uint8_t *const *)m, l, n, as_list, &bl);
+        K x = kmerge(copy, n, as_list);
+        size_t kl;
+        uint8_t *km = kcodec_encode_msg(x, KIPC_RESPONSE, &kl);
+        if (bm) {
+            bytes_applied++;
+            if (bl != kl || memcmp(bm, km, kl))
+                fail_msg("kmerge_bytes of %s (as_list %d): %zu bytes, kmerge's %zu, differ", what, as_list, bl, kl);
+        }
+        free(bm);
+        free(km);
+        k_free(x);
+        for (int i = 0; i < n; i++)
+            free(m[i]);
+    }
+}
+
 static int is_list_type(int t) { return t == KT_LIST || (t >= 1 && t <= 19 && t != 3); }
 
 static void test_real_q_lists_and_tables(void **state)
@@ -93,6 +125,7 @@ static void test_real_q_lists_and_tables(void **state)
             K want2 = decode(wb, wl);
             free(wb);
             K pp[2] = {decode(b, len), decode(b2, len2)};
+            bytes_path_agrees(pp, 2, v[i].expr);
             K got2 = kmerge(pp, 2, 0);
             size_t g2l, w2l;
             uint8_t *g2 = encode(got2, &g2l), *w2 = encode(want2, &w2l);
@@ -123,6 +156,7 @@ static void test_real_q_lists_and_tables(void **state)
             continue;
         }
         K parts[2] = {decode(b, len), decode(b, len)};
+        bytes_path_agrees(parts, 2, v[i].expr);
         K got = kmerge(parts, 2, 0);
         assert_null(parts[0]);
         assert_non_null(got);
@@ -141,6 +175,7 @@ static void test_real_q_lists_and_tables(void **state)
     assert_true(keyed >= 2);
     print_message("merged %d lists (%d with another value of their type), %d tables, %d keyed tables\n", lists, others, tables, keyed);
     assert_true(others >= 20); /* merged with a different value of the same type */
+    assert_true(bytes_applied >= 2 * (lists + others) + tables + keyed); /* the bytes path took them */
     tutil_free_vectors(v, n);
 }
 
