@@ -176,7 +176,8 @@ void client_reply_done_loop(struct gw *g, struct job *j);
 void client_checked_loop(struct gw *g, struct job *j);
 /* Queue c's reply to request seq (msg owned now). */
 void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
-/* The client of pool job j (by its connection id and generation), or NULL if it has gone. */
+/* The client of connection (id, gen), or NULL if it has gone; of pool job j likewise. */
+struct client *client_lookup_loop(struct gw *g, uint32_t id, uint32_t gen);
 struct client *client_of_job_loop(struct gw *g, const struct job *j);
 /* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
  * 'qgate: badmsg after the replies owed, then the client is closed. */

@@ -20,9 +20,11 @@
 
 static struct client *client_of_fanout(struct gw *g, const struct fanout *fo)
 {
-    struct conn *x = conn_lookup_loop(g, fo->cl_id, fo->cl_gen);
-    return x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
+    return client_lookup_loop(g, fo->cl_id, fo->cl_gen);
 }
+
+/* Does w take a part of a fan-out starting now? */
+static int takes_part(const struct worker *w) { return (w->st == WS_IDLE || w->st == WS_BUSY) && !w->removed; }
 
 static void start_part(struct gw *g, struct worker *w, struct fpart *p)
 {
@@ -122,7 +124,7 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     int n = 0;
     struct worker *w;
     TAILQ_FOREACH(w, &grp->workers, glink)
-        n += (w->st == WS_IDLE || w->st == WS_BUSY) && !w->removed;
+        n += takes_part(w);
     struct fanout *fo = calloc(1, sizeof *fo + (size_t)n * sizeof fo->part[0]);
     if (!fo)
         return -1;
@@ -133,7 +135,7 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     r->msg = NULL;
     c->pending -= req_cost(r);
     TAILQ_FOREACH(w, &grp->workers, glink) {
-        if ((w->st != WS_IDLE && w->st != WS_BUSY) || w->removed)
+        if (!takes_part(w))
             continue;
         struct fpart *p = calloc(1, sizeof *p);
         if (!p) {

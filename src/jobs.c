@@ -379,54 +379,52 @@ void merge_in_free(void *ctx)
     free(in);
 }
 
-/* A worker's reply decoded: decompressed first if it came compressed. NULL if unreadable. */
-static K decode_reply(const uint8_t *m, size_t len, size_t max)
+/* The compressed replies made plain, in place, once: both ways of merging read plain bytes.
+ * 0, or -1 if one cannot be. */
+static int make_plain(struct merge_in *in, size_t max)
+{
+    for (int i = 0; i < in->n; i++) {
+        const uint8_t *m = in->part[i].p;
+        size_t len = in->part[i].len, n = len >= 8 && m[2] ? kzip_uncompressed_len(m, len) : 0;
+        if (len >= 8 && !m[2])
+            continue;
+        const char *why;
+        uint8_t *plain = n >= 9 && n <= max ? malloc(n) : NULL;
+        if (!plain || kzip_decompress(m, len, plain, n, &why) != QG_OK) {
+            free(plain);
+            return -1;
+        }
+        free(in->part[i].p);
+        in->part[i].p = plain;
+        in->part[i].len = n;
+    }
+    return 0;
+}
+
+/* A worker's (plain) reply decoded, or NULL if unreadable. */
+static K decode_reply(const uint8_t *m, size_t len)
 {
     struct kipc_hdr h;
     const char *why;
-    if (kipc_hdr_parse(m, len, len, &h, &why) != QG_OK || h.len != len)
-        return NULL;
-    uint8_t *plain = NULL;
-    if (h.compressed) {
-        size_t n = kzip_uncompressed_len(m, len);
-        if (n < 9 || n > max || !(plain = malloc(n)) || kzip_decompress(m, len, plain, n, &why) != QG_OK) {
-            free(plain);
-            return NULL;
-        }
-        m = plain;
-        len = n;
-    }
     K x = NULL;
     struct kerr e;
-    if (kcodec_decode(m + 8, len - 8, h.le, NULL, &x, &e) != QG_OK)
-        x = NULL;
-    free(plain);
+    if (kipc_hdr_parse(m, len, len, &h, &why) != QG_OK || h.len != len ||
+        kcodec_decode(m + 8, len - 8, h.le, NULL, &x, &e) != QG_OK)
+        return NULL;
     return x;
 }
 
-/* The merge on the replies' bytes (kmerge_bytes), the compressed ones decompressed first;
- * NULL if it does not apply. */
-static uint8_t *merge_on_bytes(const struct merge_in *in, size_t max, size_t *len)
+/* The merge on the replies' bytes (kmerge_bytes); NULL if it does not apply. */
+static uint8_t *merge_on_bytes(const struct merge_in *in, size_t *len)
 {
-    const uint8_t **m = calloc((size_t)in->n, sizeof *m);
-    size_t *l = calloc((size_t)in->n, sizeof *l);
-    uint8_t **plain = calloc((size_t)in->n, sizeof *plain);
-    int ok = m && l && plain;
-    for (int i = 0; ok && i < in->n; i++) {
+    size_t n = in->n > 0 ? (size_t)in->n : 1;
+    const uint8_t **m = calloc(n, sizeof *m);
+    size_t *l = calloc(n, sizeof *l);
+    for (int i = 0; m && l && i < in->n; i++) {
         m[i] = in->part[i].p;
         l[i] = in->part[i].len;
-        if (l[i] < 8 || !m[i][2])
-            continue;
-        const char *why;
-        size_t n = kzip_uncompressed_len(m[i], l[i]);
-        ok = n >= 9 && n <= max && (plain[i] = malloc(n)) && kzip_decompress(m[i], l[i], plain[i], n, &why) == QG_OK;
-        m[i] = plain[i];
-        l[i] = n;
     }
-    uint8_t *out = ok ? kmerge_bytes(m, l, in->n, in->as_list, len) : NULL;
-    for (int i = 0; plain && i < in->n; i++)
-        free(plain[i]);
-    free(plain);
+    uint8_t *out = m && l ? kmerge_bytes(m, l, in->n, in->as_list, len) : NULL;
     free(l);
     free(m);
     return out;
@@ -436,13 +434,14 @@ void job_merge(struct job *j)
 {
     struct merge_in *in = j->ctx;
     size_t len = 0;
-    uint8_t *m = merge_on_bytes(in, (size_t)j->aux[0], &len); /* tables and lists: no objects built */
+    int plain = make_plain(in, (size_t)j->aux[0]) == 0;
+    uint8_t *m = plain ? merge_on_bytes(in, &len) : NULL; /* tables and lists: no objects built */
     K x = NULL;
-    if (!m) {
+    if (!m && plain) {
         K *parts = calloc((size_t)(in->n ? in->n : 1), sizeof *parts);
         int bad = !parts;
         for (int i = 0; !bad && i < in->n; i++)
-            bad = !(parts[i] = decode_reply(in->part[i].p, in->part[i].len, (size_t)j->aux[0]));
+            bad = !(parts[i] = decode_reply(in->part[i].p, in->part[i].len));
         x = bad ? NULL : kmerge(parts, in->n, in->as_list);
         for (int i = 0; parts && i < in->n; i++)
             k_free(parts[i]);

@@ -79,7 +79,9 @@ static K join(K *v, int n)
     return x;
 }
 
-static int is_vector(const K x) { return x->t == KT_LIST || (x->t >= 1 && x->t <= 19 && ktype_valid(x->t)); }
+/* A general list, or a vector of one basic type: what joins item by item. */
+static int is_list_type(int t) { return t == KT_LIST || ktype_basic(t); }
+static int is_vector(const K x) { return is_list_type(x->t); }
 
 static int same_names(const K a, const K b)
 {
@@ -258,8 +260,6 @@ struct bpart {
     size_t n;
 };
 
-static int splice_type(int t) { return t == KT_LIST || (t >= 1 && t <= 19 && t != 3); }
-
 /* The vectors at b[i] + off[i] (each ends at end[i]), all of type t: one vector, their items in
  * order, attribute dropped. */
 static void splice_vectors(struct obuf *o, const struct bpart *p, const size_t *off, const size_t *end, int n)
@@ -305,7 +305,7 @@ static int splice_tables(struct obuf *o, const struct bpart *p, const size_t *at
         int t0 = cur[0] < p[0].n ? (int8_t)p[0].b[cur[0]] : -1;
         for (int i = 0; ok && i < n; i++) {
             size_t e = kcodec_extent(p[i].b, p[i].n, cur[i], 1);
-            ok = e && (int8_t)p[i].b[cur[i]] == t0 && splice_type(t0);
+            ok = e && (int8_t)p[i].b[cur[i]] == t0 && is_list_type(t0);
             cur[i] = e;
         }
     }
@@ -362,7 +362,7 @@ uint8_t *kmerge_bytes(const uint8_t *const *m, const size_t *len, int n, int as_
             ob_add(&o, p[i].b, p[i].n);
     } else if (first_error >= 0) {
         ob_add(&o, p[first_error].b, p[first_error].n);
-    } else if (same && splice_type(t)) {
+    } else if (same && is_list_type(t)) {
         for (int i = 0; i < n; i++)
             next[i] = p[i].n;
         splice_vectors(&o, p, at, next, n);

@@ -518,8 +518,8 @@ static void note_lost(struct gw *g, struct client *c)
 }
 
 /* The client of a request that went down with the worker: closed if a message to it was cut,
- * else answered (or, for async runs and clients gone, just moved on). */
-static void fail_request(struct gw *g, struct worker *w, struct client *c, int cut, int run)
+ * else answered with text (or, for async runs and clients gone, just moved on). */
+static void fail_request(struct gw *g, struct client *c, int cut, int run, const char *text)
 {
     client_set_worker_loop(c, NULL);
     struct req *h = client_head(c);
@@ -528,11 +528,8 @@ static void fail_request(struct gw *g, struct worker *w, struct client *c, int c
         conn_close_loop(g, &c->c, "worker lost in the middle of the reply");
     else if (run != RUN_REQUEST || c->eof)
         client_head_done_loop(g, c);
-    else if (w->timed_out)
-        client_error_loop(g, c, h, "qgate: timeout (%s sent nothing for %lld ms)", w->addr,
-                          (long long)g->cfg.query_timeout);
     else
-        client_error_loop(g, c, h, "qgate: worker %s lost", w->addr);
+        client_error_loop(g, c, h, "%s", text);
 }
 
 void relay_lost_loop(struct gw *g, struct worker *w)
@@ -567,7 +564,7 @@ void relay_lost_loop(struct gw *g, struct worker *w)
             client_set_worker_loop(s, NULL);
         client_session_lost_loop(g, s, cut && c == s, text);
     } else if (c && busy) {
-        fail_request(g, w, c, cut, run);
+        fail_request(g, c, cut, run, text);
     }
     w->timed_out = 0;
     broadcast_drop_loop(g, w);

@@ -312,11 +312,13 @@ void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *ms
     client_advance_loop(g, c);
 }
 
-struct client *client_of_job_loop(struct gw *g, const struct job *j)
+struct client *client_lookup_loop(struct gw *g, uint32_t id, uint32_t gen)
 {
-    struct conn *x = conn_lookup_loop(g, j->conn_id, j->conn_gen);
+    struct conn *x = conn_lookup_loop(g, id, gen);
     return x && x->kind == CONN_CLIENT ? client_of(x) : NULL; /* stale: gone, or id reused */
 }
+
+struct client *client_of_job_loop(struct gw *g, const struct job *j) { return client_lookup_loop(g, j->conn_id, j->conn_gen); }
 
 void client_reply_done_loop(struct gw *g, struct job *j)
 {

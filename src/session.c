@@ -29,20 +29,13 @@ void session_begin_loop(struct gw *g, struct worker *w, struct client *c)
 static int start_reset(struct gw *g, struct worker *w)
 {
     const char *q = w->grp->cfg.reset_query;
-    size_t n = strlen(q), len = 8 + 6 + n;
-    uint8_t *m = n ? malloc(len) : NULL;
-    if (!m)
+    K x = q[0] ? k_str(q, strlen(q)) : NULL;
+    size_t len = 0;
+    uint8_t *m = x ? kcodec_encode_msg(x, KIPC_SYNC, &len) : NULL;
+    k_free(x);
+    struct chunk *ch = m ? chunk_wrap(m, len) : NULL; /* chunk_wrap frees m if it fails */
+    if (!ch)
         return -1;
-    kipc_hdr_write(m, KIPC_SYNC, 0, len);
-    m[8] = KT_CHAR;
-    m[9] = 0;
-    qg_st32(m + 10, (uint32_t)n);
-    memcpy(m + 14, q, n);
-    struct chunk *ch = chunk_wrap(m, len);
-    if (!ch) {
-        free(m);
-        return -1;
-    }
     worker_set_state_loop(g, w, WS_BUSY);
     outq_push(&w->c.out, ch);
     w->run = RUN_BROADCASTS; /* no client's: nothing it sends reaches anyone */

@@ -695,21 +695,32 @@ static void worker_read(struct fworker *w, size_t want)
     }
 }
 
+/* Write up to want bytes of b from *off to fd; what was written is dropped from b's front now
+ * and then (counted in *base, if given). Returns what write returned. */
+static ssize_t sb_send(int fd, struct sbuf *b, size_t *off, size_t *base, size_t want)
+{
+    ssize_t k = write(fd, b->p + *off, QG_MIN(want, b->len - *off));
+    if (k <= 0)
+        return k;
+    S->moved += (size_t)k;
+    *off += (size_t)k;
+    if (*off > 65536) {
+        sb_drop(b, *off);
+        if (base)
+            *base += *off;
+        *off = 0;
+    }
+    return k;
+}
+
 static void worker_write(struct fworker *w, size_t want)
 {
     if (w->fd < 0 || w->out_off == w->out.len || S->now_us / 1000 < w->hold_until)
         return;
-    size_t n = QG_MIN(want, w->out.len - w->out_off);
-    ssize_t k = write(w->fd, w->out.p + w->out_off, n);
+    ssize_t k = sb_send(w->fd, &w->out, &w->out_off, NULL, want);
     if (k > 0) {
-        S->moved += (size_t)k;
-        w->out_off += (size_t)k;
         if (w->out_off == w->out.len)
             w->out.len = w->out_off = 0;
-        else if (w->out_off > 65536) {
-            sb_drop(&w->out, w->out_off);
-            w->out_off = 0;
-        }
     } else if (k < 0 && errno != EAGAIN) {
         tr("W%d: write: %s", w->wid, strerror(errno));
         fw_reset(w);
@@ -1231,17 +1242,7 @@ static void client_write(struct fclient *c, size_t want)
 {
     if (c->fd < 0 || c->out_off == c->out.len)
         return;
-    size_t n = QG_MIN(want, c->out.len - c->out_off);
-    ssize_t k = write(c->fd, c->out.p + c->out_off, n);
-    if (k > 0) {
-        S->moved += (size_t)k;
-        c->out_off += (size_t)k;
-        if (c->out_off > 65536) {
-            sb_drop(&c->out, c->out_off);
-            c->out_base += c->out_off;
-            c->out_off = 0;
-        }
-    }
+    sb_send(c->fd, &c->out, &c->out_off, &c->out_base, want);
 }
 
 static void client_close(struct fclient *c)
