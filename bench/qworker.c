@@ -305,8 +305,10 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
         if (r.k)
             return r;
     }
-    if (n > 5 && !memcmp(s, "echo ", 5))
+    if (n > 5 && !memcmp(s, "echo ", 5)) {
+        logf_(c, "echo %.*s", (int)QG_MIN(n - 5, (size_t)60), s + 5);
         return (struct reply){.k = k_str(s + 5, n - 5)};
+    }
     if (n > 5 && n < sizeof buf && !memcmp(s, "hold ", 5)) {
         free(c->hold);
         c->hold = strndup(s + 5, n - 5);
@@ -622,7 +624,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: qworker -p [host:]port [--rows N] [--seed S] [--user u:p] [--quiet] [--no-uds]\n"
-            "               [--compress] [--fault hang|garbage|bighdr|hsclose]\n"
+            "               [--uds-path PATH] [--uds-mute] [--compress]\n"
+            "               [--fault hang|garbage|bighdr|hsclose]\n"
             "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
@@ -634,7 +637,11 @@ static void usage(void)
             "  --user u:p closes connections with other credentials, as q -U does.\n"
             "  --fault makes it a broken worker for tests: hang (never answers), garbage (answers\n"
             "  with random bytes), bighdr (a header claiming 2 GB, then nothing), hsclose (closes\n"
-            "  during the handshake).\n");
+            "  during the handshake).\n"
+            "  It listens on q's abstract Unix socket for its port too (@/tmp/kx.PORT, as q -p\n"
+            "  does) unless --no-uds; --uds-path listens on a filesystem socket PATH instead;\n"
+            "  --uds-mute closes each Unix-socket connection at once (a socket that does not\n"
+            "  answer q's handshake).\n");
     exit(2);
 }
 
@@ -643,7 +650,8 @@ int main(int argc, char **argv)
     const char *listen_at = NULL;
     int64_t rows = 10000000;
     uint64_t seed = 42;
-    int uds = 1;
+    int uds = 1, uds_mute = 0;
+    const char *uds_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-p") && i + 1 < argc)
@@ -662,6 +670,10 @@ int main(int argc, char **argv)
             opt.fault = argv[++i];
         else if (!strcmp(a, "--no-uds"))
             uds = 0;
+        else if (!strcmp(a, "--uds-path") && i + 1 < argc)
+            uds_path = argv[++i];
+        else if (!strcmp(a, "--uds-mute"))
+            uds_mute = 1;
         else
             usage();
     }
@@ -687,9 +699,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "qworker: cannot listen on %s:%d: %s\n", host, port, strerror(errno));
         return 1;
     }
-    int ufd = uds ? net_listen_uds(bound, 512, 1) : -2;
-    printf("qworker listening on %s:%d rows=%lld built_ms=%.0f\n", host, bound, (long long)rows,
-           (double)(t1 - t0) / 1e6);
+    int ufd = !uds ? -2 : uds_path ? net_listen_uds_path(uds_path, 512, 1) : net_listen_uds(bound, 512, 1);
+    if (uds && ufd < 0)
+        fprintf(stderr, "qworker: no Unix socket (%s): %s\n", uds_path ? uds_path : "abstract", strerror(errno));
+    printf("qworker listening on %s:%d rows=%lld built_ms=%.0f%s\n", host, bound, (long long)rows,
+           (double)(t1 - t0) / 1e6, ufd >= 0 ? " unix" : "");
     fflush(stdout);
 
     struct pollfd *pfd = NULL;
@@ -734,6 +748,10 @@ int main(int argc, char **argv)
             if (fd < 0 || n + 1 >= cap) {
                 if (fd >= 0)
                     close(fd);
+                continue;
+            }
+            if (l == 1 && uds_mute) {
+                close(fd);
                 continue;
             }
             net_tune(fd);

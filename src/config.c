@@ -13,6 +13,7 @@
 static const char *const async_choices[] = {"one", "broadcast", NULL};
 static const char *const pool_choices[] = {"request", "session", NULL};
 static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
+static const char *const local_choices[] = {"unix", "tcp", NULL};
 
 #define G(field) offsetof(struct config, field), sizeof(((struct config *)0)->field)
 #define W(field) offsetof(struct group_cfg, field), sizeof(((struct group_cfg *)0)->field)
@@ -73,12 +74,14 @@ const struct cfg_key cfg_keys[] = {
      "bytes of the replies a .qgate.all collects to merge; beyond, the client gets 'qgate: merge too large"},
     {"gateway", "splice", CFG_BOOL, "1", 0, 1, G(splice), NULL,
      "move reply bytes that need no change from worker to client inside the kernel (splice)"},
+    {"gateway", "local_workers", CFG_ENUM, "unix", 0, 0, G(local_workers), local_choices,
+     "a worker at localhost, 127.0.0.1 or this host's own address: unix (over its Unix socket when that answers q's handshake, else TCP) or tcp"},
     {"gateway", "loglevel", CFG_ENUM, "info", 0, 0, G(loglevel), level_choices,
      "error, warn, info or debug"},
     {"gateway", "users_file", CFG_STR, "", 0, 1023, G(users_file), NULL,
      "q -U style users file (user:password, MD5 or SHA-1 hex); empty = any credentials"},
     {"group", "workers", CFG_STR, "", 0, 4095, W(workers), NULL,
-     "the group's workers, host:port,host:port (required)"},
+     "the group's workers (required): host:port, unix://PORT (q's Unix socket for PORT) or unix:///path, comma-separated"},
     {"group", "user", CFG_STR, "", 0, 255, W(user), NULL,
      "user name qgate presents to these workers"},
     {"group", "password", CFG_STR, "", 0, 255, W(password), NULL,
@@ -369,9 +372,8 @@ int config_validate(const struct config *c, char *err, size_t errlen)
         }
         char a[300];
         for (const char *p = g->workers; config_list_next(&p, a, sizeof a);) {
-            char host[256];
-            int port;
-            if (net_parse_hostport(a, "localhost", host, sizeof host, &port) || port == 0) {
+            struct net_target t;
+            if (net_parse_target(a, "localhost", &t)) {
                 snprintf(err, errlen, "group %s: bad worker address '%s'", g->name, a);
                 return -1;
             }

@@ -10,7 +10,7 @@
 
 struct group_cfg {
     char name[CFG_NAME_MAX];
-    char workers[4096];   /* host:port,host:port */
+    char workers[4096];   /* host:port, unix://PORT or unix:///path, comma-separated */
     char user[256];       /* credentials qgate presents to these workers */
     char password[256];
     int async_mode;       /* enum cfg_async */
@@ -21,6 +21,7 @@ struct group_cfg {
 
 enum cfg_async { CFG_ASYNC_ONE = 0, CFG_ASYNC_BROADCAST = 1 };
 enum cfg_pool { CFG_POOL_REQUEST = 0, CFG_POOL_SESSION = 1 };
+enum cfg_local { CFG_LOCAL_UNIX = 0, CFG_LOCAL_TCP = 1 };
 
 struct config {
     int port;
@@ -39,6 +40,7 @@ struct config {
     int64_t compress_max;
     int64_t merge_max;
     int splice;
+    int local_workers;    /* enum cfg_local */
     int loglevel;
     char users_file[1024];
     struct group_cfg groups[CFG_MAX_GROUPS];

@@ -58,6 +58,7 @@ static struct stats_snapshot *stats_snapshot(struct gw *g)
             snprintf(r->state, sizeof r->state, "%s", worker_state_name(w->st));
             for (char *p = r->state; *p; p++)
                 *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+            snprintf(r->transport, sizeof r->transport, "%s", worker_via_name(w->via));
             r->served = (int64_t)w->served;
             r->errors = (int64_t)w->errors;
             r->dropped = (int64_t)w->dropped;

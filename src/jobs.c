@@ -219,25 +219,39 @@ void job_validate_msg(struct job *j)
 
 void job_resolve(struct job *j)
 {
-    char host[256];
-    int port;
+    struct net_target t;
+    struct net_addrs *na = calloc(1, sizeof *na);
     j->result = -1;
-    if (net_parse_hostport(j->ctx, "localhost", host, sizeof host, &port)) {
-        snprintf(j->text, sizeof j->text, "not host:port");
+    if (!na) {
+        snprintf(j->text, sizeof j->text, "out of memory");
+        return;
+    }
+    j->out = (uint8_t *)na;
+    j->out_len = sizeof *na;
+    if (net_parse_target(j->ctx, "localhost", &t)) {
+        snprintf(j->text, sizeof j->text, "not host:port, unix://PORT or unix:///path");
+        return;
+    }
+    if (t.kind != NET_TCP) {
+        if (net_uds_addr(&t, &na->uds, &na->udslen) == 0)
+            j->result = 0;
+        else
+            snprintf(j->text, sizeof j->text, "no Unix socket (QUDSPATH is set and empty)");
         return;
     }
     struct addrinfo *ai;
     const char *why = "cannot resolve";
-    if (net_resolve(host, port, 0, &ai, &why)) {
+    if (net_resolve(t.host, t.port, 0, &ai, &why)) {
         snprintf(j->text, sizeof j->text, "%s", why);
         return;
     }
-    if ((j->out = malloc(ai->ai_addrlen))) {
-        memcpy(j->out, ai->ai_addr, ai->ai_addrlen);
-        j->out_len = ai->ai_addrlen;
-        j->result = 0;
-    }
+    memcpy(&na->tcp, ai->ai_addr, QG_MIN((size_t)ai->ai_addrlen, sizeof na->tcp));
+    na->tcplen = (socklen_t)QG_MIN((size_t)ai->ai_addrlen, sizeof na->tcp);
+    /* aux[1]: local_workers = unix: a worker on this host is tried over q's Unix socket first */
+    if (j->aux[1] == CFG_LOCAL_UNIX && net_addr_is_local(ai->ai_addr) && net_uds_addr(&t, &na->uds, &na->udslen))
+        na->udslen = 0;
     freeaddrinfo(ai);
+    j->result = 0;
 }
 
 void reload_job_free(void *ctx)

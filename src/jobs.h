@@ -50,8 +50,9 @@ void job_check_credentials(struct job *j);
  * decompressed first if need be, within aux[0] bytes)? result 0, or 1 with the reason in
  * j->text. j->in is left in place for the loop to take back. */
 void job_validate_msg(struct job *j);
-/* reader: resolve "host:port" (j->ctx, a string) for TCP: result 0 with the sockaddr in
- * j->out (out_len bytes), or -1 with the reason in j->text. */
+/* reader: where a worker's address (j->ctx, a string) is: result 0 with a struct net_addrs in
+ * out, its TCP address when it has a host, its Unix socket when it is unix://... or, with
+ * aux[1] CFG_LOCAL_UNIX, when the host is this one; -1 with the reason in text. */
 void job_resolve(struct job *j);
 
 /* What a reload reads off the loop: the file and overrides in; a built configuration and the

@@ -4,14 +4,17 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -135,31 +138,125 @@ static int uds_addr(int port, struct sockaddr_un *sa, socklen_t *len)
     return 0;
 }
 
+static int path_addr(const char *path, struct sockaddr_un *sa, socklen_t *len)
+{
+    size_t n = strlen(path);
+    if (!n || n >= sizeof sa->sun_path)
+        return -1;
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path, path, n);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    return 0;
+}
+
+int net_uds_addr(const struct net_target *t, struct sockaddr_un *sa, socklen_t *len)
+{
+    return t->kind == NET_UNIX_PATH ? path_addr(t->host, sa, len) : uds_addr(t->port, sa, len) ? -1 : 0;
+}
+
+const char *net_uds_name(const struct sockaddr_un *sa, socklen_t len, char *buf, size_t buflen)
+{
+    size_t n = len > offsetof(struct sockaddr_un, sun_path) ? len - offsetof(struct sockaddr_un, sun_path) : 0;
+    if (n && !sa->sun_path[0]) /* abstract: "@" then the name */
+        snprintf(buf, buflen, "@%.*s", (int)(n - 1), sa->sun_path + 1);
+    else
+        snprintf(buf, buflen, "%.*s", (int)strnlen(sa->sun_path, n), sa->sun_path);
+    return buf;
+}
+
+int net_parse_target(const char *s, const char *def_host, struct net_target *t)
+{
+    memset(t, 0, sizeof *t);
+    if (strncmp(s, "unix://", 7)) {
+        t->kind = NET_TCP;
+        return net_parse_hostport(s, def_host, t->host, sizeof t->host, &t->port) || t->port == 0 ? -1 : 0;
+    }
+    s += 7;
+    if (*s == '/') {
+        struct sockaddr_un sa;
+        socklen_t len;
+        t->kind = NET_UNIX_PATH;
+        snprintf(t->host, sizeof t->host, "%s", s);
+        return strlen(s) < sizeof t->host && path_addr(s, &sa, &len) == 0 ? 0 : -1;
+    }
+    char *end;
+    long p = strtol(s, &end, 10);
+    t->kind = NET_UNIX_PORT;
+    t->port = (int)p;
+    return *s >= '0' && *s <= '9' && !*end && p > 0 && p <= 65535 ? 0 : -1;
+}
+
+static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+    if (!a || !b || a->sa_family != b->sa_family)
+        return 0;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return a->sa_family == AF_INET6 && !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                                               &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+}
+
+int net_addr_is_local(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+        if ((a >> 24) == 127 || a == INADDR_ANY)
+            return 1;
+    } else if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a) || IN6_IS_ADDR_UNSPECIFIED(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127))
+            return 1;
+    } else {
+        return 0;
+    }
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs))
+        return 0;
+    int local = 0;
+    for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next)
+        local = same_addr(i->ifa_addr, sa);
+    freeifaddrs(ifs);
+    return local;
+}
+
+static int listen_un(const struct sockaddr_un *sa, socklen_t len, int backlog, int nonblock)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (const struct sockaddr *)sa, len) || listen(fd, backlog)) {
+        close_keep_errno(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int net_listen_uds(int port, int backlog, int nonblock)
 {
     struct sockaddr_un sa;
     socklen_t len;
     int rc = uds_addr(port, &sa, &len);
-    if (rc)
-        return rc;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
-    if (fd < 0)
+    return rc ? rc : listen_un(&sa, len, backlog, nonblock);
+}
+
+int net_listen_uds_path(const char *path, int backlog, int nonblock)
+{
+    struct sockaddr_un sa;
+    socklen_t len;
+    if (path_addr(path, &sa, &len))
         return -1;
-    if (bind(fd, (struct sockaddr *)&sa, len) || listen(fd, backlog)) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path); /* a socket left by an earlier run */
+    return listen_un(&sa, len, backlog, nonblock);
 }
 
 int net_connect_uds(int port, int nonblock)
 {
     struct sockaddr_un sa;
     socklen_t len;
-    int rc = uds_addr(port, &sa, &len);
-    if (rc)
+    if (uds_addr(port, &sa, &len))
         return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
     if (fd < 0)

@@ -3,6 +3,8 @@
 #define NET_H
 
 #include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 /* Parse "host:port", ":port" or "port" (host defaults to def_host). 0 on success, -1 if the
  * port is not a number in 0..65535 or the host does not fit in hostlen. */
@@ -21,6 +23,36 @@ int net_listen_tcp(const char *host, int port, int backlog, int nonblock, int *b
  * defaults to /tmp; set and empty disables it). Returns the fd, -1 on error, -2 if disabled. */
 int net_listen_uds(int port, int backlog, int nonblock);
 int net_connect_uds(int port, int nonblock);
+/* A listening socket at a filesystem path (a stale socket file there is removed first). */
+int net_listen_uds_path(const char *path, int backlog, int nonblock);
+
+/* A worker's address: "host:port" (TCP), "unix://PORT" (q's Unix socket for PORT) or
+ * "unix:///path" (a filesystem socket). */
+enum net_kind { NET_TCP, NET_UNIX_PORT, NET_UNIX_PATH };
+struct net_target {
+    int kind;
+    char host[256]; /* NET_TCP: the host; NET_UNIX_PATH: the path */
+    int port;       /* NET_TCP, NET_UNIX_PORT: 1..65535 */
+};
+/* 0, or -1 if s is none of the three (a TCP port 0 is refused too). */
+int net_parse_target(const char *s, const char *def_host, struct net_target *t);
+
+/* Where to connect to a worker: over TCP (tcplen > 0), its Unix socket (udslen > 0), or
+ * both (the Unix socket first, TCP when it does not answer). */
+struct net_addrs {
+    struct sockaddr_storage tcp;
+    socklen_t tcplen;
+    struct sockaddr_un uds;
+    socklen_t udslen;
+};
+/* The Unix socket of a NET_UNIX_PORT or NET_UNIX_PATH target (or of a TCP target's port, q's
+ * abstract one). 0, or -1 (QUDSPATH set and empty, or the path too long). */
+int net_uds_addr(const struct net_target *t, struct sockaddr_un *sa, socklen_t *len);
+/* "@/tmp/kx.5001" (abstract) or the path, for logs. */
+const char *net_uds_name(const struct sockaddr_un *sa, socklen_t len, char *buf, size_t buflen);
+/* Is sa this host: loopback, the wildcard, or one of its interfaces' addresses? May call
+ * getifaddrs: not on the loop. */
+int net_addr_is_local(const struct sockaddr *sa);
 
 /* Connect to host:port over TCP. With nonblock the connect may still be in progress (check
  * for writability, then SO_ERROR). Returns the fd or -1 with errno set. */

@@ -66,7 +66,8 @@ static K syms_of(const struct stats_snapshot *s, size_t off)
 K stats_table(const struct stats_snapshot *s)
 {
     static const char *names[] = {"address", "group", "state", "served", "errors",
-                                  "inflight", "queued", "p50_us", "p99_us", "dropped", "session"};
+                                  "inflight", "queued", "p50_us", "p99_us", "dropped", "session",
+                                  "transport"};
     enum { NCOLS = sizeof names / sizeof names[0] };
     K cols = k_list(NCOLS);
     if (!cols)
@@ -74,8 +75,9 @@ K stats_table(const struct stats_snapshot *s)
     kK(cols)[0] = syms_of(s, offsetof(struct stats_row, addr));
     kK(cols)[1] = syms_of(s, offsetof(struct stats_row, group));
     kK(cols)[2] = syms_of(s, offsetof(struct stats_row, state));
-    for (int c = 3; c < NCOLS; c++)
+    for (int c = 3; c < NCOLS - 1; c++)
         kK(cols)[c] = k_vec(KT_LONG, s->n);
+    kK(cols)[NCOLS - 1] = syms_of(s, offsetof(struct stats_row, transport));
     for (int c = 0; c < NCOLS; c++)
         if (!kK(cols)[c]) {
             k_free(cols);

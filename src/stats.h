@@ -24,6 +24,7 @@ struct stats_row {
     char addr[300];
     char group[64];
     char state[16];
+    char transport[8];   /* unix, tcp, or empty: never tried */
     int64_t served, errors, inflight, queued, dropped;
     int64_t session;     /* pool = session: the id (.qgate.clients[]) of the client it is given to, or 0N */
     struct hist lat;
@@ -35,8 +36,9 @@ struct stats_snapshot {
 };
 
 /* The table ([] address; group; state; served; errors; inflight; queued; p50_us; p99_us;
- * dropped; session): dropped counts async messages the worker sent while idle whose client had
- * gone; session is the id of the client a pool = session worker is given to (0N: none). */
+ * dropped; session; transport): dropped counts async messages the worker sent while idle whose client had
+ * gone; session is the id of the client a pool = session worker is given to (0N: none);
+ * transport is how its connection (or the last attempt) goes: `unix or `tcp. */
 K stats_table(const struct stats_snapshot *s);
 
 /* One row of .qgate.clients[] (admin only). */

@@ -65,6 +65,8 @@ static const unsigned busy_allowed[] = {
 };
 #undef TO
 
+const char *worker_via_name(int via) { return via == VIA_UNIX ? "unix" : via == VIA_TCP ? "tcp" : ""; }
+
 const char *worker_state_name(int st) { return st >= 0 && st <= WS_PINNED ? state_names[st] : "?"; }
 
 static void transition(struct gw *g, struct worker *w, const char *what, const char *from, const char *to, int ok)
@@ -159,22 +161,55 @@ static void on_connect_timeout(struct gw *g, struct conn *c)
     conn_close_loop(g, &w->c, w->st == WS_CONNECTING ? "connect timed out" : "handshake timed out");
 }
 
-/* Start connecting to the address in w->sa (or the test's hook). */
+/* A non-blocking connect to one address: the fd, or -1 with errno. */
+static int connect_to(const void *sa, socklen_t len)
+{
+    const struct sockaddr *a = sa;
+    int fd = socket(a->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (a->sa_family != AF_UNIX)
+        net_tune(fd);
+    if (connect(fd, a, len) == 0 || errno == EINPROGRESS)
+        return fd;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+/* Its Unix socket did not answer (why): this attempt, or the next, goes over TCP. */
+static void uds_passed_over(struct worker *w, const char *why)
+{
+    char name[110];
+    snprintf(w->uds_why, sizeof w->uds_why, "%s: %s", net_uds_name(&w->na.uds, w->na.udslen, name, sizeof name), why);
+    log_debug(w->c.name, "Unix socket %s: trying TCP", w->uds_why);
+}
+
+/* Start connecting: over its Unix socket when it has one that did not just fail to answer,
+ * else over TCP (or through the test's hook). */
 static void connect_now(struct gw *g, struct worker *w)
 {
-    int fd;
+    int fd = -1;
+    const struct net_addrs *na = &w->na;
     if (g->hooks.connect) {
+        w->via = VIA_TCP;
         fd = g->hooks.connect(g->hooks.ctx, w->addr);
-    } else if ((fd = socket(w->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) >= 0) {
-        net_tune(fd);
-        if (connect(fd, (struct sockaddr *)&w->sa, w->salen) && errno != EINPROGRESS) {
+    } else {
+        if (na->udslen && !w->skip_uds) {
+            w->via = VIA_UNIX;
+            if ((fd = connect_to(&na->uds, na->udslen)) < 0 && na->tcplen)
+                uds_passed_over(w, strerror(errno));
+        }
+        w->skip_uds = 0;
+        if (fd < 0 && na->tcplen) {
+            w->via = VIA_TCP;
+            fd = connect_to(&na->tcp, na->tcplen);
+        }
+        if (fd < 0) {
             log_debug(w->c.name, "connect: %s", strerror(errno));
-            close(fd);
-            fd = -1;
             w->resolved = 0; /* resolve again next time: the address may have moved */
         }
-    } else {
-        log_warn(w->c.name, "socket: %s", strerror(errno));
     }
     if (fd < 0 || conn_register_loop(g, &w->c, &worker_connops, CONN_WORKER, fd, EPOLLOUT)) {
         if (fd >= 0)
@@ -205,6 +240,7 @@ static void worker_connect_loop(struct gw *g, struct worker *w)
     }
     j->ctx_free = free;
     j->aux[0] = (int64_t)w->serial;
+    j->aux[1] = g->cfg.local_workers;
     worker_set_state_loop(g, w, WS_RESOLVING);
     pool_submit(g->readers, j);
 }
@@ -234,13 +270,12 @@ void worker_resolved_loop(struct gw *g, struct job *j)
         unlink_removed(g, w);
         return;
     }
-    if (j->result || j->out_len > sizeof w->sa) {
+    if (j->result || j->out_len != sizeof w->na) {
         log_warn(w->c.name, "cannot resolve %s: %s; will retry", w->addr, j->text);
         connect_failed(g, w);
         return;
     }
-    memcpy(&w->sa, j->out, j->out_len);
-    w->salen = (socklen_t)j->out_len;
+    memcpy(&w->na, j->out, sizeof w->na);
     w->resolved = 1;
     connect_now(g, w);
 }
@@ -284,7 +319,14 @@ static void read_capability(struct gw *g, struct worker *w)
     w->backoff = g->cfg.reconnect_min;
     w->grp->unavailable = 0;
     conn_timer_cancel_loop(g, &w->c, WORKER_TM);
-    log_info(w->c.name, "connected (capability %d)", cap);
+    char name[110] = "";
+    if (w->via == VIA_UNIX)
+        net_uds_name(&w->na.uds, w->na.udslen, name, sizeof name);
+    else if (w->c.fd >= 0)
+        net_peer_name(w->c.fd, name, sizeof name);
+    log_info(w->c.name, "connected (capability %d) over %s %s%s%s", cap, worker_via_name(w->via), name,
+             w->uds_why[0] && w->via == VIA_TCP ? "; its Unix socket " : "", w->via == VIA_TCP ? w->uds_why : "");
+    w->uds_why[0] = 0;
     worker_set_state_loop(g, w, WS_IDLE);
 }
 
@@ -339,16 +381,22 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     struct worker *w = worker_of(c);
     log_at(w->removed ? LOG_INFO : LOG_WARN, c->name, "connection closed: %s", why);
     int was_up = worker_is_up(w);
+    int fall_back = !was_up && w->via == VIA_UNIX && w->na.tcplen && !w->removed;
     relay_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
     w->last_id = w->last_gen = 0; /* a new connection has served nobody yet */
     if (w->removed) {
         unlink_removed(g, w);
         return;
     }
-    if (was_up)
+    if (fall_back) { /* its Unix socket did not answer the handshake: TCP, now */
+        uds_passed_over(w, why);
+        w->skip_uds = 1;
+        conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms, on_reconnect_timer);
+    } else if (was_up) {
         schedule_reconnect(g, w);
-    else
+    } else {
         connect_failed(g, w);
+    }
 }
 
 void worker_remove_loop(struct gw *g, struct worker *w)

@@ -13,6 +13,7 @@
 #include "client.h"
 #include "conn.h"
 #include "dispatch.h"
+#include "net.h"
 #include "stats.h"
 
 #define WORKER_STATES(X) X(DOWN) X(RESOLVING) X(CONNECTING) X(HANDSHAKE) X(IDLE) X(BUSY) X(PINNED)
@@ -88,6 +89,9 @@ struct wmsg {
     uint32_t to_id, to_gen; /* ROUTE_FORWARD: the client it goes to */
 };
 
+/* How a worker is reached. */
+enum worker_via { VIA_NONE, VIA_TCP, VIA_UNIX };
+
 /* Its timer (struct conn tm[]): connecting, back-off, or the query timeout. */
 enum { WORKER_TM = 0 };
 
@@ -99,7 +103,9 @@ struct worker {
     uint8_t cap;
     uint8_t paused;      /* reading stopped: its client's output is over high water */
     uint8_t removed;     /* dropped by a reload: goes when idle */
-    uint8_t resolved;    /* sa holds its address */
+    uint8_t resolved;    /* na holds its addresses */
+    uint8_t via;         /* enum worker_via: how its connection (or the attempt) goes */
+    uint8_t skip_uds;    /* the next attempt goes over TCP: its Unix socket did not answer */
     uint8_t timed_out;   /* its connection is being dropped for query_timeout */
     uint8_t is_error;    /* the reply being relayed is a q error */
     uint8_t reset_owed;  /* its session ended while it was busy: the reset query runs next */
@@ -109,8 +115,8 @@ struct worker {
     struct group *grp;
     TAILQ_ENTRY(worker) glink;
     char addr[300];
-    struct sockaddr_storage sa;
-    socklen_t salen;
+    struct net_addrs na; /* over TCP, its Unix socket, or both (that first) */
+    char uds_why[96];    /* why its Unix socket was passed over for TCP last, for the log */
     struct client *cl;   /* client of the current request; NULL once it is gone */
     struct client *sess; /* pool = session: the client it is given to (c->sess is this worker) */
     uint32_t last_id, last_gen; /* the client it served last: gets its async messages when idle */
@@ -143,6 +149,8 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
 /* The one setter of a busy worker's sub-state. */
 void worker_set_busy_loop(struct gw *g, struct worker *w, enum worker_busy b);
 const char *worker_state_name(int st);
+/* "unix", "tcp", or "" (never tried). */
+const char *worker_via_name(int via);
 /* A reader resolved a worker's address (the job of kind JK_RESOLVE). */
 void worker_resolved_loop(struct gw *g, struct job *j);
 /* A reload dropped it: close now if idle or down, after its request if busy. */

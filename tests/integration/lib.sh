@@ -62,11 +62,13 @@ count_at_least() { [ "$(grep -cE "$2" "$1" 2>/dev/null || true)" -ge "$3" ]; }
 # wait_line FILE REGEX [SECONDS]: wait until FILE has a line matching REGEX
 wait_line() { wait_for "${3:-30}" "/$2/ in $1" has_line "$1" "$2"; }
 
-# start_worker NAME ARGS...: start a qworker on an ephemeral port; sets NAME_PORT, NAME_PID
+# start_worker NAME ARGS...: start a qworker on an ephemeral port (AT=host:port names one), on
+# TCP only (UDS=1: on q's Unix socket for its port too, as q is); sets NAME_PORT, NAME_PID
 start_worker() {
-    local name=$1
+    local name=$1 uds=(--no-uds)
     shift
-    "$BIN/qworker" -p 127.0.0.1:0 --no-uds "$@" >"$TMP/$name.out" 2>"$TMP/$name.log" &
+    [ "${UDS:-0}" = 1 ] && uds=()
+    "$BIN/qworker" -p "${AT:-127.0.0.1:0}" "${uds[@]}" "$@" >"$TMP/$name.out" 2>"$TMP/$name.log" &
     local pid=$!
     PIDS+=("$pid")
     wait_line "$TMP/$name.out" "listening on" 60

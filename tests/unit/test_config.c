@@ -492,6 +492,21 @@ static void test_load_booleans_and_enums(void **state)
         assert_int_equal(c->groups[0].pool_mode, i);
         assert_string_equal(c->groups[0].reset_query, "delete a from `.");
     }
+    static const char *const locals[] = {"unix", "tcp"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof text, "[gateway]\nlocal_workers = %s\n", locals[i]);
+        config_defaults(c);
+        c->local_workers = -1;
+        write_temp(path, sizeof path, text);
+        assert_int_equal(config_load(c, path, err, sizeof err), 0);
+        unlink(path);
+        assert_int_equal(c->local_workers, i == 0 ? CFG_LOCAL_UNIX : CFG_LOCAL_TCP);
+    }
+    config_defaults(c);
+    assert_int_equal(c->local_workers, CFG_LOCAL_UNIX); /* the default */
+    write_temp(path, sizeof path, "[gateway]\nlocal_workers = udp\n");
+    assert_int_equal(config_load(c, path, err, sizeof err), -1);
+    unlink(path);
     config_defaults(c);
     write_temp(path, sizeof path, "[group g]\npool = sessions\n");
     assert_int_equal(config_load(c, path, err, sizeof err), -1);
@@ -645,7 +660,8 @@ static void test_validate(void **state)
     assert_int_equal(config_group(c, "empty"), 1);
     expect_invalid(c, "group empty: workers is empty");
 
-    static const char *const bad[] = {"nohost", "h:0", "h:99999", "h:", "h:12x"};
+    static const char *const bad[] = {"nohost", "h:0", "h:99999", "h:", "h:12x", "unix://", "unix://0",
+                                      "unix://70000", "unix://12x", "unix://-5", "unix:// 5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         good_config(c);
         assert_int_equal(config_group(c, "second"), 1);
@@ -654,6 +670,15 @@ static void test_validate(void **state)
         snprintf(why, sizeof why, "group second: bad worker address '%s'", bad[i]);
         expect_invalid(c, why);
     }
+
+    good_config(c); /* q's Unix socket for a port, a socket file, beside TCP */
+    snprintf(c->groups[0].workers, sizeof c->groups[0].workers, "unix://5001,unix:///run/q/w1.sock,h:5002");
+    if (config_validate(c, err, sizeof err))
+        fail_msg("Unix-socket workers refused: %s", err);
+    char longpath[200] = "unix:///";
+    memset(longpath + 8, 'x', 150); /* past sun_path's 108 */
+    snprintf(c->groups[0].workers, sizeof c->groups[0].workers, "%s", longpath);
+    expect_invalid(c, "bad worker address 'unix:///xxx");
 
     good_config(c);
     c->client_low_water = c->client_high_water;

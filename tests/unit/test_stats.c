@@ -168,9 +168,9 @@ static void test_hist_quantiles(void **state)
 
 /* ---- the stats table ----------------------------------------------------------------------- */
 
-#define NCOLS 11
+#define NCOLS 12
 static const char *const colnames[NCOLS] = {"address", "group", "state", "served", "errors", "inflight",
-                                            "queued", "p50_us", "p99_us", "dropped", "session"};
+                                            "queued", "p50_us", "p99_us", "dropped", "session", "transport"};
 
 static void check_shape(K t, int64_t n)
 {
@@ -189,7 +189,7 @@ static void check_shape(K t, int64_t n)
     for (int c = 0; c < NCOLS; c++) {
         K col = kK(cols)[c];
         assert_non_null(col);
-        assert_int_equal(col->t, c < 3 ? KT_SYM : KT_LONG);
+        assert_int_equal(col->t, c < 3 || c == NCOLS - 1 ? KT_SYM : KT_LONG);
         assert_int_equal(col->n, n);
     }
 }
@@ -207,7 +207,7 @@ static K encode_check(K t, int64_t nrows)
     assert_int_equal(kipc_hdr_parse(m, len, UINT64_MAX, &h, &why), QG_OK);
     assert_int_equal(h.type, KIPC_RESPONSE);
     assert_int_equal(h.len, len);
-    /* table, no attribute, dict, then the column names as a symbol vector of 11 */
+    /* table, no attribute, dict, then the column names as a symbol vector of 12 */
     static const uint8_t head[] = {98, 0, 99, 11, 0, NCOLS, 0, 0, 0};
     assert_memory_equal(m + 8, head, sizeof head);
     assert_memory_equal(m + 8 + sizeof head, "address\0group\0state\0", 20);
@@ -253,6 +253,8 @@ static void test_table_two_rows(void **state)
     s->rows[1].queued = 99;
     s->rows[0].session = 42;        /* given to client 42 */
     s->rows[1].session = INT64_MIN; /* 0N: given to nobody */
+    strcpy(s->rows[0].transport, "unix");
+    /* row 1 never tried: an empty symbol */
     /* row 1 has an empty histogram: quantiles 0 */
 
     K t = stats_table(s);
@@ -277,6 +279,8 @@ static void test_table_two_rows(void **state)
     assert_int_equal(kJ(kK(cols)[8])[1], 0);
     assert_true(kJ(kK(cols)[10])[0] == 42);
     assert_true(kJ(kK(cols)[10])[1] == INT64_MIN);
+    assert_string_equal(kS(kK(cols)[11])[0], "unix");
+    assert_string_equal(kS(kK(cols)[11])[1], "");
     /* the table owns copies of the strings, not pointers into the snapshot */
     memset(s->rows, 0, 2 * sizeof s->rows[0]);
     assert_string_equal(kS(kK(cols)[0])[0], "localhost:5001");

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Workers over Unix sockets: unix://PORT (q's abstract socket for a port), unix:///path, and
+# local_workers = unix choosing it for a worker on this host; TCP when that socket refuses or
+# does not answer the handshake; reconnects over each; a large reply streamed over it byte
+# for byte; .qgate.stats[] `transport.
+. "$(dirname "$0")/lib.sh"
+
+# conf FILE WORKERS [GATEWAYKEY=VALUE...]
+conf() {
+    local f=$1 workers=$2 kv
+    shift 2
+    { printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\nreconnect_max = 200\n'
+      for kv in "$@"; do echo "${kv%%=*} = ${kv#*=}"; done
+      printf '[group main]\nworkers = %s\n' "$workers"; } > "$f"
+}
+# transport_is WANT: the gateway G's one worker shows `transport WANT in .qgate.stats[]
+transport_is() {
+    q ".qgate.stats[]"
+    grep -qE "^table\\[1\\] .*\`transport \\| .* \\| ,\`$1\$" "$TMP/q.out"
+}
+# served_over NAME WHAT: the worker NAME's log shows a request from a peer of kind WHAT
+# (unix, or 127.0.0.1 for TCP)
+served_over() { grep -qE "qworker $2[^ ]*: .*echo $3" "$TMP/$1.log"; }
+
+UDS=1 start_worker U --rows 1000000
+start_worker T --rows 1000            # TCP only: its Unix socket refuses
+UDS=1 start_worker M --rows 1000 --uds-mute   # its Unix socket closes at once
+UDS=1 start_worker P --rows 1000 --uds-path "$TMP/p.sock"
+
+# --- unix://PORT: q's abstract socket -------------------------------------------------------
+conf "$TMP/a.conf" "unix://$U_PORT"
+start_gateway A -c "$TMP/a.conf"
+wait_line "$TMP/A.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$"
+G="127.0.0.1:$A_PORT"
+q "echo a1"
+expect_lines "$TMP/q.out" '^"a1"$' 1
+served_over U unix a1 || fail "the worker did not see echo a1 over its Unix socket: $(tail -3 "$TMP/U.log")"
+transport_is unix || fail "stats: $(cat "$TMP/q.out")"
+pass "unix://PORT: the worker is reached over @/tmp/kx.PORT; .qgate.stats[] says \`unix"
+
+# --- unix:///path: a filesystem socket ----------------------------------------------------
+conf "$TMP/p.conf" "unix://$TMP/p.sock"
+start_gateway PG -c "$TMP/p.conf"
+wait_line "$TMP/PG.log" "connected \(capability 3\) over unix $TMP/p.sock\$"
+G="127.0.0.1:$PG_PORT"
+q "echo p1"
+expect_lines "$TMP/q.out" '^"p1"$' 1
+served_over P unix p1 || fail "the worker did not see echo p1 over $TMP/p.sock"
+transport_is unix || fail "stats: $(cat "$TMP/q.out")"
+pass "unix:///path: the worker is reached over the socket file"
+
+# --- 127.0.0.1:PORT with local_workers = unix (the default): its Unix socket ---------------
+conf "$TMP/l.conf" "127.0.0.1:$U_PORT"
+start_gateway L -c "$TMP/l.conf"
+wait_line "$TMP/L.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$"
+G="127.0.0.1:$L_PORT"
+q "echo l1"
+expect_lines "$TMP/q.out" '^"l1"$' 1
+served_over U unix l1 || fail "127.0.0.1:$U_PORT was not reached over the Unix socket"
+transport_is unix || fail "stats: $(cat "$TMP/q.out")"
+# ... and localhost too
+conf "$TMP/lh.conf" "localhost:$U_PORT"
+start_gateway LH -c "$TMP/lh.conf"
+wait_line "$TMP/LH.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$"
+pass "127.0.0.1:PORT and localhost:PORT go over q's Unix socket when it answers"
+
+# --- local_workers = tcp: TCP, always ------------------------------------------------------
+conf "$TMP/t.conf" "127.0.0.1:$U_PORT" local_workers=tcp
+start_gateway TG -c "$TMP/t.conf"
+wait_line "$TMP/TG.log" "connected \(capability 3\) over tcp 127.0.0.1:$U_PORT\$"
+G="127.0.0.1:$TG_PORT"
+q "echo t1"
+expect_lines "$TMP/q.out" '^"t1"$' 1
+served_over U 127.0.0.1 t1 || fail "local_workers = tcp: echo t1 did not come over TCP"
+transport_is tcp || fail "stats: $(cat "$TMP/q.out")"
+pass "local_workers = tcp: a local worker is reached over TCP; stats say \`tcp"
+
+# --- fallback: the Unix socket refuses, or accepts and does not answer the handshake -------
+conf "$TMP/f.conf" "127.0.0.1:$T_PORT"
+start_gateway F -c "$TMP/f.conf"
+wait_line "$TMP/F.log" "connected \(capability 3\) over tcp 127.0.0.1:$T_PORT; its Unix socket @/tmp/kx.$T_PORT: Connection refused"
+G="127.0.0.1:$F_PORT"
+q "echo f1"
+expect_lines "$TMP/q.out" '^"f1"$' 1
+transport_is tcp || fail "stats: $(cat "$TMP/q.out")"
+conf "$TMP/m.conf" "127.0.0.1:$M_PORT"
+start_gateway MG -c "$TMP/m.conf"
+wait_line "$TMP/MG.log" "connected \(capability 3\) over tcp 127.0.0.1:$M_PORT; its Unix socket @/tmp/kx.$M_PORT: closed during the handshake"
+G="127.0.0.1:$MG_PORT"
+q "echo m1"
+expect_lines "$TMP/q.out" '^"m1"$' 1
+served_over M 127.0.0.1 m1 || fail "the fallback did not go over TCP"
+pass "fallback to TCP when the Unix socket refuses, and when it closes during the handshake"
+
+# --- a large reply over the Unix socket: spliced, byte for byte what the worker sends -------
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$U_PORT" --raw "$TMP/direct.bin" "rows 1000000" > /dev/null
+G="127.0.0.1:$A_PORT"
+timeout 60 "$BIN/qsend" -g "$G" --raw "$TMP/gw.bin" "rows 1000000" > "$TMP/q.out" 2>&1 || true
+[ -s "$TMP/gw.bin" ] && cmp -s "$TMP/direct.bin" "$TMP/gw.bin" ||
+    fail "the 1000000-row reply over the Unix socket differs from the worker's ($(stat -c %s "$TMP/gw.bin" 2>/dev/null) bytes)"
+pass "a $(stat -c %s "$TMP/gw.bin")-byte reply over the Unix socket arrives byte for byte"
+
+# --- backpressure over it: a client that does not read stops the worker's reads, then gets
+# --- every byte (splice = 0 streams through qgate's buffers and says when it pauses)
+conf "$TMP/b.conf" "unix://$U_PORT" splice=0 client_high_water=65536 client_low_water=16384
+start_gateway B -c "$TMP/b.conf" --loglevel debug
+wait_line "$TMP/B.log" "connected \(capability 3\) over unix"
+raw_open "$B_PORT" 3
+raw_hs "u:p" 3
+raw_text 1 "rows 1000000" 3
+wait_line "$TMP/B.log" "w unix://$U_PORT: paused: c1 .* has [0-9]+ bytes unsent"
+timeout 30 head -c "$(stat -c %s "$TMP/direct.bin")" <&3 > "$TMP/slow.bin" || true
+raw_close 3
+cmp -s "$TMP/direct.bin" "$TMP/slow.bin" || fail "the reply read after the pause differs from the worker's"
+pass "backpressure over the Unix socket: the worker's reads pause for a client that does not read; every byte arrives"
+
+# --- reconnect over each: the worker restarts on its port, or at its path ------------------
+kill -9 "$U_PID"
+wait_line "$TMP/A.log" "w unix://$U_PORT: connection closed"
+wait_line "$TMP/L.log" "w 127.0.0.1:$U_PORT: connection closed"
+wait_line "$TMP/TG.log" "w 127.0.0.1:$U_PORT: connection closed"
+AT="127.0.0.1:$U_PORT" UDS=1 start_worker U2 --rows 1000
+wait_count "$TMP/A.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$" 2
+wait_count "$TMP/L.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$" 2
+wait_count "$TMP/TG.log" "connected \(capability 3\) over tcp 127.0.0.1:$U_PORT\$" 2
+for gw in A L TG; do
+    p=${gw}_PORT
+    G="127.0.0.1:${!p}"
+    q "echo r$gw"
+    expect_lines "$TMP/q.out" "^\"r$gw\"\$" 1
+done
+served_over U2 unix rA && served_over U2 unix rL && served_over U2 127.0.0.1 rTG ||
+    fail "after the restart the requests did not come over the transports chosen: $(grep echo "$TMP/U2.log")"
+kill -9 "$P_PID"
+wait_line "$TMP/PG.log" "w unix://$TMP/p.sock: connection closed"
+UDS=1 start_worker P2 --rows 1000 --uds-path "$TMP/p.sock"
+wait_count "$TMP/PG.log" "connected \(capability 3\) over unix $TMP/p.sock\$" 2
+G="127.0.0.1:$PG_PORT"
+q "echo rp"
+expect_lines "$TMP/q.out" '^"rp"$' 1
+served_over P2 unix rp || fail "the path worker's restart was not reached over its socket"
+pass "a worker restarted is reconnected over unix://PORT, the path, the automatic choice and TCP"
+
+# --- a worker restarted without its Unix socket: the automatic choice goes to TCP ------------
+kill -9 "$U2_PID"
+wait_count "$TMP/L.log" "w 127.0.0.1:$U_PORT: connection closed" 2
+AT="127.0.0.1:$U_PORT" start_worker U3 --rows 1000
+wait_line "$TMP/L.log" "connected \(capability 3\) over tcp 127.0.0.1:$U_PORT; its Unix socket @/tmp/kx.$U_PORT: Connection refused"
+G="127.0.0.1:$L_PORT"
+transport_is tcp || fail "stats: $(cat "$TMP/q.out")"
+pass "a restarted worker without its Unix socket is reached over TCP, and stats say so"
