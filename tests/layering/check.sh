@@ -72,7 +72,7 @@ done
 # setup/teardown and pure functions of the loop-only modules
 allowed="gw_init gw_free loop_init loop_free loop_watch loop_watch_pool loop_on_job gw_now_us
          timers_next timers_pop_due timers_free connq_init client_users_free client_state_name
-         worker_state_name req_free"
+         worker_state_name worker_via_name req_free"
 for s in $core_defs; do
     case "$s" in *_loop) continue ;; esac
     case " $(echo $allowed) " in *" $s "*) continue ;; esac
