@@ -76,6 +76,8 @@ static struct {
     int sending;                 /* closed loop running: send after each reply */
     long outstanding;            /* requests sent and not answered */
     int64_t mstart, mend;        /* measurement window */
+    int cpu_pids[8], ncpu_pids;  /* --cpu: processes whose CPU time the window is charged */
+    double cpu0, cpu1;           /* their user + system seconds at its start and end */
     FILE *csv;
     const char *label;
     long sample;
@@ -88,6 +90,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: qload -g host:port[,host:port...] [-u user:pass] [--class NAME:MODE:COUNT]...\n"
             "             [--seconds S] [--warmup S] [--csv FILE] [--label TEXT] [--sample N]\n"
+            "             [--cpu PID[,PID...]]\n"
             "       qload -g host:port[,...] [-u user:pass] --idle N [--hold S]\n"
             "  one thread, epoll: COUNT closed-loop connections per class, each sending MODE's\n"
             "  request again as soon as the reply is in. MODE: a q/client.q mode (fast, med, big,\n"
@@ -97,6 +100,9 @@ static void usage(void)
             "  --seconds (default 5) are; then up to 5 s for outstanding replies.\n"
             "  stdout, one line per class:\n"
             "    qload class=NAME mode=MODE conns=N requests=R rps=X p50_us=A p99_us=B max_us=C qerrors=E failed=F\n"
+            "  --cpu: each line also says cpu_us_per_req=U, the user + system CPU those\n"
+            "  processes spent (every thread, from /proc/PID/stat) over the counted seconds,\n"
+            "  per counted request of every class.\n"
             "  --csv appends label,class,conn,t_ms,latency_us,status per counted request (every\n"
             "  Nth of each connection with --sample N). --idle N opens N connections, prints\n"
             "    qload idle conns=N opened=O failed=F handshake_secs=T handshakes_per_sec=H\n"
@@ -460,17 +466,42 @@ static int run_idle(long n, double hold, const sigset_t *waitmask)
     return failed || G.idle_dropped ? 1 : 0;
 }
 
+/* User + system seconds of the --cpu processes so far (every thread), from /proc. */
+static double cpu_seconds(void)
+{
+    double t = 0;
+    for (int i = 0; i < G.ncpu_pids; i++) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", G.cpu_pids[i]);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+        unsigned long long ut = 0, st = 0;
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
+            t += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    }
+    return t;
+}
+
 static int run_load(double warmup, double seconds, const sigset_t *waitmask)
 {
     int64_t start = mono_ns();
     G.mstart = start + (int64_t)(warmup * 1e9);
     G.mend = G.mstart + (int64_t)(seconds * 1e9);
     G.sending = 1;
-    int warned = 0;
+    int warned = 0, cpu_started = 0;
     while (!stop_signals) {
         int64_t now = mono_ns();
         if (now >= G.mend)
             break;
+        if (!cpu_started && now >= G.mstart) {
+            G.cpu0 = cpu_seconds();
+            cpu_started = 1;
+        }
         if (!warned && warmup > 0 && now >= G.mstart && (G.inflight || G.next_open < G.nconns)) {
             fprintf(stderr, "qload: %ld connections still opening when measurement started\n",
                     G.nconns - G.next_open + G.inflight);
@@ -484,6 +515,9 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
         poll_once(dl, waitmask);
     }
     int64_t end = mono_ns();
+    G.cpu1 = cpu_seconds();
+    if (!cpu_started)
+        G.cpu0 = G.cpu1;
     double measured;
     if (stop_signals) {
         G.mend = QG_MIN(G.mend, end); /* nothing completing from here on counts */
@@ -516,6 +550,12 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
     }
 
     int rc = 0;
+    size_t all = 0;
+    for (int j = 0; j < G.nclasses; j++)
+        all += G.classes[j].nlat;
+    char cpu[64] = "";
+    if (G.ncpu_pids)
+        snprintf(cpu, sizeof cpu, " cpu_us_per_req=%.2f", all ? (G.cpu1 - G.cpu0) * 1e6 / (double)all : 0.0);
     for (int j = 0; j < G.nclasses; j++) {
         struct cls *k = &G.classes[j];
         size_t n = k->nlat;
@@ -523,9 +563,9 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
         lat_summary(k->lat, n, 0, &p50, &p99, &mx);
         long failed = k->failed + k->open_failed + k->access_failed;
         printf("qload class=%s mode=%s conns=%ld requests=%zu rps=%.1f p50_us=%.0f p99_us=%.0f "
-               "max_us=%.0f qerrors=%ld failed=%ld\n",
+               "max_us=%.0f qerrors=%ld failed=%ld%s\n",
                k->name, k->mode, k->count, n, measured > 0 ? (double)n / measured : 0.0, p50, p99,
-               mx, k->qerrors, failed);
+               mx, k->qerrors, failed, cpu);
         if (failed || k->unfinished)
             fprintf(stderr,
                     "qload class=%s: lost_during_request=%ld connect_failed=%ld access_failed=%ld "
@@ -569,6 +609,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--idle") && more) {
             if (arg_long(argv[++i], &idle) || idle < 1)
                 usage();
+        } else if (!strcmp(a, "--cpu") && more) {
+            for (char *p = argv[++i], *e; *p && G.ncpu_pids < (int)QG_ARRAY_LEN(G.cpu_pids); p = *e ? e + 1 : e) {
+                long v = strtol(p, &e, 10);
+                if (v <= 0 || (*e && *e != ','))
+                    usage();
+                G.cpu_pids[G.ncpu_pids++] = (int)v;
+            }
         } else if (!strcmp(a, "--sample") && more) {
             if (arg_long(argv[++i], &G.sample) || G.sample < 1)
                 usage();

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Install what `make test` needs on a fresh Debian machine: cmocka (apt-get), node-q (npm ci).
+# Install what `make test` needs on a fresh Debian machine: cmocka, HAProxy (bench/run's proxy
+# floor) and strace (its system-call counts) with apt-get; node-q (npm ci).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! [ -f /usr/include/cmocka.h ]; then
-    echo "deps: installing libcmocka-dev"
+PKGS=()
+[ -f /usr/include/cmocka.h ] || PKGS+=(libcmocka-dev)
+command -v haproxy > /dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || PKGS+=(haproxy)
+command -v strace > /dev/null 2>&1 || PKGS+=(strace)
+if [ ${#PKGS[@]} -gt 0 ]; then
+    echo "deps: installing ${PKGS[*]}"
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libcmocka-dev >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${PKGS[@]}" >/dev/null
 fi
 if ! [ -d tests/interop/node_modules/node-q ]; then
     echo "deps: npm ci in tests/interop"
