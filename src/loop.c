@@ -123,10 +123,6 @@ void timers_free(struct timers *ts)
 
 /* ---- sources and completions ------------------------------------------------------------ */
 
-/* The worker set, as one source of the main set: its events are served with the pools. */
-static void on_backends(struct gw *g, struct evsrc *s, uint32_t ev);
-static const struct evops backends_ops = {.on_event = on_backends};
-
 int loop_init(struct gw *g, const struct loop_phases *phases, int64_t (*clock)(void *), void *clock_ctx)
 {
     lp(g)->phases = *phases;
@@ -135,27 +131,36 @@ int loop_init(struct gw *g, const struct loop_phases *phases, int64_t (*clock)(v
     gw_clock_loop(g);
     lp(g)->epfd = epoll_create1(EPOLL_CLOEXEC);
     lp(g)->wepfd = epoll_create1(EPOLL_CLOEXEC);
-    if (lp(g)->epfd < 0 || lp(g)->wepfd < 0)
-        return -1;
-    lp(g)->ev_backends.ops = &backends_ops;
-    return loop_watch(g, lp(g)->wepfd, &lp(g)->ev_backends, EPOLLIN, 0);
+    return lp(g)->epfd < 0 || lp(g)->wepfd < 0 ? -1 : 0;
 }
 
+/* A worker connection is in both sets: the main one, so that one wait reports it with the
+ * clients (no second wait to learn which worker is ready), and the worker set, which is polled
+ * between batches of client events. */
 int loop_watch(struct gw *g, int fd, struct evsrc *s, uint32_t events, int backend)
 {
     struct epoll_event ev = {.events = events, .data.ptr = s};
-    return epoll_ctl(backend ? lp(g)->wepfd : lp(g)->epfd, EPOLL_CTL_ADD, fd, &ev);
+    if (epoll_ctl(lp(g)->epfd, EPOLL_CTL_ADD, fd, &ev))
+        return -1;
+    if (backend && epoll_ctl(lp(g)->wepfd, EPOLL_CTL_ADD, fd, &ev)) {
+        epoll_ctl(lp(g)->epfd, EPOLL_CTL_DEL, fd, NULL);
+        return -1;
+    }
+    return 0;
 }
 
 int loop_modify_loop(struct gw *g, int fd, struct evsrc *s, uint32_t events, int backend)
 {
     struct epoll_event ev = {.events = events, .data.ptr = s};
-    return epoll_ctl(backend ? lp(g)->wepfd : lp(g)->epfd, EPOLL_CTL_MOD, fd, &ev);
+    int rc = epoll_ctl(lp(g)->epfd, EPOLL_CTL_MOD, fd, &ev);
+    return backend ? rc | epoll_ctl(lp(g)->wepfd, EPOLL_CTL_MOD, fd, &ev) : rc;
 }
 
 void loop_unwatch_loop(struct gw *g, int fd, int backend)
 {
-    epoll_ctl(backend ? lp(g)->wepfd : lp(g)->epfd, EPOLL_CTL_DEL, fd, NULL);
+    epoll_ctl(lp(g)->epfd, EPOLL_CTL_DEL, fd, NULL);
+    if (backend)
+        epoll_ctl(lp(g)->wepfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
 void loop_on_job(struct gw *g, int kind, job_done_fn fn)
@@ -228,16 +233,19 @@ static void phase(struct gw *g, void (*fn)(struct gw *))
 }
 
 /* Serve the workers and the pools: replies, completions, the next requests to the workers
- * that are free, then the bytes. gw_step_loop calls this between every few client events as
- * well as when the worker set is ready, so that a worker's round trip never waits for a whole
- * sweep of clients: one request per worker per iteration would cap a busy gateway's worker
- * throughput at the rate of iterations (the ssdb defect, on the worker side). */
+ * that are free, then the bytes. gw_step_loop calls this between every few events, so that a
+ * worker's round trip never waits for a whole sweep of clients: one request per worker per
+ * iteration would cap a busy gateway's worker throughput at the rate of iterations (the ssdb
+ * defect, on the worker side). A worker served here is passed over if the main wait's list
+ * names it later in the same iteration (its events were taken; what is left is reported by
+ * the next wait). */
 static void service_backends(struct gw *g)
 {
     struct epoll_event evs[64];
     int n = epoll_wait(lp(g)->wepfd, evs, (int)QG_ARRAY_LEN(evs), 0);
     for (int i = 0; i < n; i++) {
         struct evsrc *s = evs[i].data.ptr;
+        s->served = lp(g)->iter;
         s->ops->on_event(g, s, evs[i].events);
     }
     /* completions too: a gateway command takes a reader hop and a writer hop, and should not
@@ -245,13 +253,6 @@ static void service_backends(struct gw *g)
     take_pools(g);
     phase(g, lp(g)->phases.dispatch);
     phase(g, lp(g)->phases.flush);
-}
-
-static void on_backends(struct gw *g, struct evsrc *s, uint32_t ev)
-{
-    (void)s;
-    (void)ev;
-    service_backends(g);
 }
 
 /* How many events between two services of the workers and pools. Each service lets every
@@ -296,6 +297,7 @@ int gw_step_loop(struct gw *g, int timeout)
         return -1;
     }
     gw_clock_loop(g);
+    uint64_t iter = ++lp(g)->iter;
     int since_service = 0, per_service = events_per_service(g);
     for (int i = 0; i < n; i++) {
         struct evsrc *s = evs[i].data.ptr;
@@ -303,7 +305,8 @@ int gw_step_loop(struct gw *g, int timeout)
             since_service = 0;
             service_backends(g);
         }
-        s->ops->on_event(g, s, evs[i].events);
+        if (s->served != iter)
+            s->ops->on_event(g, s, evs[i].events);
     }
     phase(g, lp(g)->phases.backlog);
     take_pools(g);

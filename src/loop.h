@@ -36,6 +36,7 @@ struct evops {
 /* What epoll's data points at: every registered object starts with one. */
 struct evsrc {
     const struct evops *ops;
+    uint64_t served;     /* the iteration in which a service of the worker set took its events */
 };
 
 /* The steps of an iteration that belong to others; the gateway sets them (gateway.c). */
@@ -68,9 +69,9 @@ struct loop {
     int exit_code;
     int nbackends;          /* connections in the worker set (workers configured) */
     /* ---- */
-    int epfd;               /* listeners, clients, pools, signals, and wepfd itself */
-    int wepfd;              /* worker connections alone: served between batches of clients */
-    struct evsrc ev_backends;
+    int epfd;               /* everything: listeners, clients, workers, pools, signals */
+    int wepfd;              /* worker connections again, alone: served between batches of clients */
+    uint64_t iter;          /* iterations so far */
     struct timers timers;
     job_done_fn on_job[LOOP_JOB_KINDS];
     struct loop_phases phases;
