@@ -25,8 +25,9 @@ struct backend_ops;
 struct gw_hooks {
     void *ctx;
     int64_t (*now_us)(void *ctx);                 /* the clock; NULL = CLOCK_MONOTONIC */
-    int (*connect)(void *ctx, const char *addr);  /* a socket connected (or connecting) to the
-                                                   * worker at addr, non-blocking; -1 = refused */
+    int (*connect)(void *ctx, const char *addr, int uds); /* a socket connected (or connecting)
+                                                   * to the worker at addr (over its Unix socket
+                                                   * if uds), non-blocking; -1 = refused */
     void (*lost)(void *ctx, uint32_t id, uint32_t gen, uint64_t seq); /* a client's message
                                                    * went down with the worker running it (or
                                                    * the gateway gave up on that worker: it may

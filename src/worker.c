@@ -186,30 +186,35 @@ static void uds_passed_over(struct worker *w, const char *why)
     log_debug(w->c.name, "Unix socket %s: trying TCP", w->uds_why);
 }
 
+/* Which ways it can be reached: the resolved addresses, or under the test's connect hook
+ * every worker is local, with a Unix socket when local_workers = unix. */
+static int has_uds(const struct gw *g, const struct worker *w)
+{
+    return g->hooks.connect ? g->cfg.local_workers == CFG_LOCAL_UNIX : w->na.udslen > 0;
+}
+static int has_tcp(const struct gw *g, const struct worker *w) { return g->hooks.connect || w->na.tcplen > 0; }
+
+static int open_via(struct gw *g, struct worker *w, int via)
+{
+    w->via = (uint8_t)via;
+    if (g->hooks.connect)
+        return g->hooks.connect(g->hooks.ctx, w->addr, via == VIA_UNIX);
+    return via == VIA_UNIX ? connect_to(&w->na.uds, w->na.udslen) : connect_to(&w->na.tcp, w->na.tcplen);
+}
+
 /* Start connecting: over its Unix socket when it has one that did not just fail to answer,
- * else over TCP (or through the test's hook). */
+ * else over TCP. */
 static void connect_now(struct gw *g, struct worker *w)
 {
     int fd = -1;
-    const struct net_addrs *na = &w->na;
-    if (g->hooks.connect) {
-        w->via = VIA_TCP;
-        fd = g->hooks.connect(g->hooks.ctx, w->addr);
-    } else {
-        if (na->udslen && !w->skip_uds) {
-            w->via = VIA_UNIX;
-            if ((fd = connect_to(&na->uds, na->udslen)) < 0 && na->tcplen)
-                uds_passed_over(w, strerror(errno));
-        }
-        w->skip_uds = 0;
-        if (fd < 0 && na->tcplen) {
-            w->via = VIA_TCP;
-            fd = connect_to(&na->tcp, na->tcplen);
-        }
-        if (fd < 0) {
-            log_debug(w->c.name, "connect: %s", strerror(errno));
-            w->resolved = 0; /* resolve again next time: the address may have moved */
-        }
+    if (has_uds(g, w) && !w->skip_uds && (fd = open_via(g, w, VIA_UNIX)) < 0 && has_tcp(g, w))
+        uds_passed_over(w, strerror(errno));
+    w->skip_uds = 0;
+    if (fd < 0 && has_tcp(g, w))
+        fd = open_via(g, w, VIA_TCP);
+    if (fd < 0) {
+        log_debug(w->c.name, "connect: %s", strerror(errno));
+        w->resolved = 0; /* resolve again next time: the address may have moved */
     }
     if (fd < 0 || conn_register_loop(g, &w->c, &worker_connops, CONN_WORKER, fd, EPOLLOUT)) {
         if (fd >= 0)
@@ -381,7 +386,7 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     struct worker *w = worker_of(c);
     log_at(w->removed ? LOG_INFO : LOG_WARN, c->name, "connection closed: %s", why);
     int was_up = worker_is_up(w);
-    int fall_back = !was_up && w->via == VIA_UNIX && w->na.tcplen && !w->removed;
+    int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
     relay_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
     w->last_id = w->last_gen = 0; /* a new connection has served nobody yet */
     if (w->removed) {

@@ -184,6 +184,7 @@ struct fclient {
 };
 
 enum { FW_DOWN, FW_HS, FW_UP };
+enum { UDS_OK, UDS_REFUSE, UDS_MUTE };
 
 struct fworker {
     int wid;
@@ -192,6 +193,8 @@ struct fworker {
     int fd;
     int st;
     int refuse;          /* connections refused (the worker is "down") */
+    int uds;             /* its Unix socket (local_workers = unix tries it first): UDS_OK, or
+                          * UDS_REFUSE (not listening), UDS_MUTE (closes before the handshake) */
     struct sbuf in, out;
     size_t out_off;
     int waiting_cb;      /* a callback was sent: waiting for the client's response */
@@ -410,25 +413,34 @@ static void fw_reset(struct fworker *w)
     w->last_cid = -1; /* what it publishes on a new connection is nobody's */
 }
 
-static int hook_connect(void *ctx, const char *addr)
+static int hook_connect(void *ctx, const char *addr, int uds)
 {
     (void)ctx;
     struct fworker *w = worker_of_addr(addr);
-    if (!w || w->refuse) {
-        tr("gateway connects to %s: refused", addr);
+    if (!w || w->refuse || (uds && w->uds == UDS_REFUSE)) {
+        tr("gateway connects to %s%s: refused", addr, uds ? " over its Unix socket" : "");
         errno = ECONNREFUSED;
         return -1;
     }
+    if (uds && S->g.cfg.local_workers != CFG_LOCAL_UNIX)
+        fail("the gateway tried W%d's Unix socket with local_workers = tcp", w->wid);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
         fail("socketpair: %s", strerror(errno));
+    if (uds && w->uds == UDS_MUTE) { /* accepted, then closed before a byte of the handshake */
+        close(sv[1]);
+        S->res->uds_mutes++;
+        tr("gateway connects to W%d over its Unix socket: closed at once", w->wid);
+        return sv[0];
+    }
+    S->res->uds_conns += uds;
     set_sndbuf(sv[0]);
     set_sndbuf(sv[1]);
     fw_reset(w);
     w->fd = sv[1];
     w->st = FW_HS;
     w->conns++;
-    tr("gateway connects to W%d", w->wid);
+    tr("gateway connects to W%d%s", w->wid, uds ? " over its Unix socket" : "");
     return sv[0];
 }
 
@@ -766,6 +778,7 @@ static void worker_die(struct fworker *w)
     fw_reset(w);
     S->wdeaths++;
     w->refuse = chance(50);
+    w->uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE; /* restarted otherwise */
 }
 
 /* ---- fake clients ------------------------------------------------------------------------- */
@@ -1465,6 +1478,7 @@ static void write_config(void)
             (long long)c->reconnect_min, (long long)c->reconnect_max, (long long)c->worker_connect_timeout);
     fprintf(f, "compress = %d\ncompress_max = %lld\nsplice = %d\nmax_message = %lld\n", c->compress,
             (long long)c->compress_max, c->splice, (long long)c->max_message);
+    fprintf(f, "local_workers = %s\n", c->local_workers == CFG_LOCAL_UNIX ? "unix" : "tcp");
     if (S->users_file)
         fprintf(f, "users_file = %s\n", S->users_path);
     for (int gi = 0; gi < S->ngroups; gi++) {
@@ -1511,6 +1525,7 @@ static void random_config(struct config *c)
     c->compress = chance(80);
     c->compress_max = chance(20) ? 4096 : 64 << 20;
     c->splice = chance(50);
+    c->local_workers = chance(50) ? CFG_LOCAL_UNIX : CFG_LOCAL_TCP;
     c->max_message = chance(10) ? ((int64_t)1 << 33) : 2147483647;
 }
 
@@ -1538,6 +1553,7 @@ static void reload(void)
         w->group = rnd(S->ngroups);
         w->in_config = 1;
         w->last_cid = -1;
+        w->uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE;
         tr("reload: add W%d to group %d", k, w->group);
     } else {
         struct fworker *w = &S->w[k];
@@ -1985,6 +2001,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     for (int k = 0; k < S->nw; k++) {
         S->w[k] = (struct fworker){.wid = k, .fd = -1, .in_config = 1, .last_cid = -1,
                                    .group = k < S->ngroups ? k : rnd(S->ngroups)};
+        S->w[k].uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE;
     }
     /* the configuration goes through the file, as a reload reads it */
     S->g.cfg = *cfg;

@@ -32,6 +32,8 @@ struct sim_opts {
 struct sim_result {
     long steps;           /* events run */
     long checks;          /* invariant checks made */
+    long uds_conns;       /* worker connections made over a Unix socket */
+    long uds_mutes;       /* Unix sockets that closed before the handshake (TCP next) */
     long failed_step;     /* the event at which an invariant failed, or -1 */
     char what[256];       /* the invariant that failed */
 };
