@@ -216,7 +216,10 @@ int config_set(struct config *c, int group, const char *key, const char *value, 
 {
     const struct cfg_key *k = find_key(group, key);
     if (!k) {
-        snprintf(err, errlen, "unknown key '%s' in [%s]", key, group < 0 ? "gateway" : "group");
+        if (group < 0)
+            snprintf(err, errlen, "unknown key '%s' in [gateway]", key);
+        else
+            snprintf(err, errlen, "unknown key '%s' in [group %s]", key, c->groups[group].name);
         return -1;
     }
     return set_key(group < 0 ? (void *)c : (void *)&c->groups[group], k, value, err, errlen);
@@ -255,6 +258,8 @@ static int parse_line(struct config *c, char *s, int *group, const char *name, i
                 snprintf(err, errlen, "%s:%d: bad or too many groups", name, lineno);
                 return -1;
             }
+            if (!c->groups[*group].line)
+                c->groups[*group].line = lineno;
         } else {
             snprintf(err, errlen, "%s:%d: unknown section [%s]", name, lineno, sec);
             return -1;
@@ -267,10 +272,13 @@ static int parse_line(struct config *c, char *s, int *group, const char *name, i
         return -1;
     }
     *eq = 0;
-    if (config_set(c, *group, trim(s), trim(eq + 1), why, sizeof why)) {
+    char *key = trim(s);
+    if (config_set(c, *group, key, trim(eq + 1), why, sizeof why)) {
         snprintf(err, errlen, "%s:%d: %s", name, lineno, why);
         return -1;
     }
+    if (*group >= 0 && !strcmp(key, "workers"))
+        c->groups[*group].workers_line = lineno;
     return 0;
 }
 
@@ -302,6 +310,7 @@ int config_parse(struct config *c, const char *text, size_t len, const char *nam
 
 int config_load(struct config *c, const char *path, char *err, size_t errlen)
 {
+    snprintf(c->file, sizeof c->file, "%s", path);
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -353,38 +362,55 @@ int config_list_next(const char **p, char *out, size_t len)
     return 1;
 }
 
+const char *config_where(const struct config *c, const struct group_cfg *g, int line, char *buf, size_t len)
+{
+    if (g->workers[0] && !g->workers_line)
+        snprintf(buf, len, "--workers: ");
+    else if (c->file[0] && line)
+        snprintf(buf, len, "%s:%d: ", c->file, line);
+    else if (c->file[0])
+        snprintf(buf, len, "%s: ", c->file);
+    else
+        buf[0] = 0;
+    return buf;
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
     if (c->ngroups == 0) {
-        snprintf(err, errlen, "no worker group: add [group NAME] with workers = host:port, or --workers");
+        snprintf(err, errlen, "%s%sno worker group: add [group NAME] with workers = host:port, or --workers", c->file,
+                 c->file[0] ? ": " : "");
         return -1;
     }
     for (int i = 0; i < c->ngroups; i++) {
         const struct group_cfg *g = &c->groups[i];
+        char at[300];
         if (!g->workers[0]) {
-            snprintf(err, errlen, "group %s: workers is empty", g->name);
+            snprintf(err, errlen, "%sgroup %s: %s", config_where(c, g, g->workers_line ? g->workers_line : g->line, at, sizeof at),
+                     g->name, g->workers_line ? "workers is empty" : "no workers key (workers = host:port,...)");
             return -1;
         }
         if (g->pool_mode == CFG_POOL_SESSION && g->async_mode == CFG_ASYNC_BROADCAST) {
-            snprintf(err, errlen, "group %s: pool = session sends a client's messages to its one worker: "
-                                  "async = broadcast does not apply", g->name);
+            snprintf(err, errlen, "%sgroup %s: pool = session sends a client's messages to its one worker: "
+                                  "async = broadcast does not apply", config_where(c, g, g->line, at, sizeof at), g->name);
             return -1;
         }
         char a[300];
         for (const char *p = g->workers; config_list_next(&p, a, sizeof a);) {
             struct net_target t;
             if (net_parse_target(a, "localhost", &t)) {
-                snprintf(err, errlen, "group %s: bad worker address '%s'", g->name, a);
+                snprintf(err, errlen, "%sgroup %s: bad worker address '%s'",
+                         config_where(c, g, g->workers_line, at, sizeof at), g->name, a);
                 return -1;
             }
         }
     }
     if (c->client_low_water >= c->client_high_water) {
-        snprintf(err, errlen, "client_low_water must be below client_high_water");
+        snprintf(err, errlen, "%s%sclient_low_water must be below client_high_water", c->file, c->file[0] ? ": " : "");
         return -1;
     }
     if (c->reconnect_min > c->reconnect_max) {
-        snprintf(err, errlen, "reconnect_min must not exceed reconnect_max");
+        snprintf(err, errlen, "%s%sreconnect_min must not exceed reconnect_max", c->file, c->file[0] ? ": " : "");
         return -1;
     }
     return 0;
@@ -432,6 +458,8 @@ int config_build(struct config *c, const char *path, const struct cfg_overrides 
             snprintf(err, errlen, "command line: %s", why);
             return -1;
         }
+        if (grp >= 0 && !strcmp(ov->o[i].key, "workers"))
+            c->groups[grp].workers_line = 0; /* given on the command line */
     }
     return config_validate(c, err, errlen);
 }

@@ -17,6 +17,8 @@ struct group_cfg {
     char users[1024];     /* client users routed to this group; empty = the default route */
     int pool_mode;        /* enum cfg_pool */
     char reset_query[1024]; /* pool = session: sent to a worker when its session ends; empty = none */
+    int line;             /* of its [group] header in the file; 0 = made by --workers */
+    int workers_line;     /* of its workers key; 0 = not in the file (--workers, or missing) */
 };
 
 enum cfg_async { CFG_ASYNC_ONE = 0, CFG_ASYNC_BROADCAST = 1 };
@@ -45,6 +47,7 @@ struct config {
     char users_file[1024];
     struct group_cfg groups[CFG_MAX_GROUPS];
     int ngroups;
+    char file[256];       /* the file it was loaded from, for messages; empty = none */
 };
 
 enum cfg_type { CFG_INT, CFG_MS, CFG_SIZE, CFG_BOOL, CFG_STR, CFG_ENUM };
@@ -85,6 +88,9 @@ int config_group(struct config *c, const char *name);
 /* Cross-key checks (workers present and well formed, water marks, back-off bounds).
  * 0, or -1 with a reason in err. */
 int config_validate(const struct config *c, char *err, size_t errlen);
+
+/* Where a group's workers were given, for messages: "FILE:LINE: ", "FILE: " or "--workers: ". */
+const char *config_where(const struct config *c, const struct group_cfg *g, int line, char *buf, size_t len);
 
 /* Command-line overrides, kept so that a reload applies them again. */
 struct cfg_overrides {

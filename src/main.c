@@ -1,28 +1,70 @@
 /* main.c: qgate's entry point: options, configuration, run. */
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "config.h"
 #include "gateway.h"
 #include "log.h"
+#include "net.h"
+#include "version.h"
 
 static struct cfg_overrides qgate_overrides;
 
-static void usage(void)
+/* The usage text: on stdout and exit 0 when asked for (--help), else on stderr and exit 2. */
+static void usage(int asked)
 {
-    fprintf(stderr,
+    fprintf(asked ? stdout : stderr,
             "usage: qgate [-c FILE] [--port N | -p N] [--bind ADDR] [--workers host:port,...]\n"
-            "             [--loglevel L] [--check] [--print-config]\n"
+            "             [--loglevel L] [--check] [--print-config] [--version] [--help]\n"
             "  -c FILE          configuration (see gateway.conf.example)\n"
             "  --port N, -p N   port for q clients (q's -p); 0 picks a free port\n"
             "  --bind ADDR      address to listen on (default 0.0.0.0, as q)\n"
             "  --workers LIST   workers of the default group (the first group)\n"
             "  --loglevel L     error, warn, info or debug\n"
-            "  --check          validate the configuration and exit\n"
+            "  --check          validate the configuration, the users file and every worker's\n"
+            "                   address (resolved), and exit\n"
             "  --print-config   print every key with its default and exit\n"
+            "  --version        print the version and exit\n"
             "signals: SIGHUP reloads the worker set; SIGTERM drains and exits 0\n");
-    exit(2);
+    exit(asked ? 0 : 2);
+}
+
+/* --check beyond the file's syntax: the users file loads and every worker's host resolves, as
+ * starting would need. 0, or -1 with the reason on stderr. */
+static int check_deep(const struct config *cfg, int *nworkers, int *nusers)
+{
+    char err[512];
+    *nworkers = *nusers = 0;
+    if (cfg->users_file[0]) {
+        struct auth_db *db = auth_load(cfg->users_file, err, sizeof err);
+        if (!db) {
+            fprintf(stderr, "qgate: users_file %s\n", err); /* names the file, and the line */
+            return -1;
+        }
+        *nusers = db->n;
+        auth_free(db);
+    }
+    for (int i = 0; i < cfg->ngroups; i++) {
+        const struct group_cfg *g = &cfg->groups[i];
+        char a[300], at[300];
+        for (const char *p = g->workers; config_list_next(&p, a, sizeof a); (*nworkers)++) {
+            struct net_target t;
+            struct addrinfo *ai;
+            const char *why = "cannot resolve";
+            if (net_parse_target(a, "localhost", &t) || t.kind != NET_TCP)
+                continue; /* checked by config_validate; a Unix socket may come later */
+            if (net_resolve(t.host, t.port, 0, &ai, &why)) {
+                fprintf(stderr, "qgate: %sgroup %s: worker '%s' does not resolve: %s\n",
+                        config_where(cfg, g, g->workers_line, at, sizeof at), g->name, a, why);
+                return -1;
+            }
+            freeaddrinfo(ai);
+        }
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -47,8 +89,14 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--print-config")) {
             config_print_reference(stdout);
             return 0;
-        } else
-            usage();
+        } else if (!strcmp(a, "--version")) {
+            printf("qgate %s\n", QG_VERSION);
+            return 0;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(1);
+        } else {
+            usage(0);
+        }
     }
     struct config *cfg = malloc(sizeof *cfg);
     char err[512];
@@ -60,14 +108,15 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
-        int workers = 0;
-        for (int i = 0; i < cfg->ngroups; i++)
-            for (const char *p = cfg->groups[i].workers; *p; p++)
-                workers += *p == ',';
-        printf("qgate: configuration ok: port %d, %d groups, %d workers\n", cfg->port, cfg->ngroups,
-               workers + cfg->ngroups);
+        int workers, users, rc = check_deep(cfg, &workers, &users);
+        if (rc == 0 && cfg->users_file[0])
+            printf("qgate: configuration ok: port %d, %d groups, %d workers, %d users\n", cfg->port, cfg->ngroups,
+                   workers, users);
+        else if (rc == 0)
+            printf("qgate: configuration ok: port %d, %d groups, %d workers, any credentials (no users_file)\n",
+                   cfg->port, cfg->ngroups, workers);
         free(cfg);
-        return 0;
+        return rc ? 1 : 0;
     }
     static struct gw g;
     if (gw_init(&g, cfg, path, &qgate_overrides, NULL)) {

@@ -24,6 +24,47 @@ set +e; "$BIN/qgate" --check --workers "nohost" 2> "$TMP/err"; rc=$?; set -e
 [ "$rc" -eq 1 ] && grep -q "bad worker address 'nohost'" "$TMP/err" || fail "--check accepted a bad address"
 pass "--check: accepts a good file, names file:line and key for a bad one"
 
+# --- --check goes as far as starting would: the users file, every worker's name ------------
+# check_fails WHAT REGEX ARGS...: qgate --check ARGS exits 1 saying REGEX on stderr
+check_fails() {
+    local what=$1 re=$2
+    shift 2
+    set +e; "$BIN/qgate" --check "$@" > "$TMP/out" 2> "$TMP/err"; rc=$?; set -e
+    [ "$rc" -eq 1 ] || fail "--check accepted $what (exit $rc): $(cat "$TMP/out")"
+    expect_file_has "$TMP/err" "$re"
+}
+printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/none" "$W1_PORT" > "$TMP/c.conf"
+check_fails "a missing users file" "^qgate: users_file $TMP/none: No such file or directory\$" -c "$TMP/c.conf"
+printf 'alice:secret\nbob\n' > "$TMP/users"
+printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/users" "$W1_PORT" > "$TMP/c.conf"
+check_fails "a malformed users file" "^qgate: users_file $TMP/users:2: " -c "$TMP/c.conf"
+printf 'alice:secret\nbob:pw\n' > "$TMP/users"
+"$BIN/qgate" --check -c "$TMP/c.conf" > "$TMP/out" || fail "--check refused a good users file: $(cat "$TMP/out")"
+expect_file_has "$TMP/out" "configuration ok: .* 1 workers, 2 users\$"
+printf '[gateway]\n\n[group main]\nworkers = 127.0.0.1:%s, nosuchhost.invalid:5001\n' "$W1_PORT" > "$TMP/c.conf"
+check_fails "a worker that does not resolve" \
+    "^qgate: $TMP/c.conf:4: group main: worker 'nosuchhost.invalid:5001' does not resolve" -c "$TMP/c.conf"
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nuser = x\n' > "$TMP/c.conf"
+check_fails "a group without workers" "^qgate: $TMP/c.conf:3: group main: no workers key" -c "$TMP/c.conf"
+printf '[group main]\nworkers = 127.0.0.1:1,h:0\n' > "$TMP/c.conf"
+check_fails "a bad worker address in the file" "^qgate: $TMP/c.conf:2: group main: bad worker address 'h:0'\$" -c "$TMP/c.conf"
+check_fails "a bad worker address given by --workers" "^qgate: --workers: group main: bad worker address 'h:0'\$" \
+    -c "$TMP/c.conf" --workers h:0
+printf '[group main]\nworkers = 127.0.0.1:1\nasync = broadcast\npool = session\n' > "$TMP/c.conf"
+check_fails "session with broadcast" "^qgate: $TMP/c.conf:1: group main: pool = session" -c "$TMP/c.conf"
+printf '[group main]\nworkers = 127.0.0.1:1\nbogus = 1\n' > "$TMP/c.conf"
+check_fails "an unknown key in a group" "^qgate: $TMP/c.conf:3: unknown key 'bogus' in \\[group main\\]\$" -c "$TMP/c.conf"
+pass "--check: a missing or malformed users file, a name that does not resolve, a group without workers: file and line"
+
+# --- --version, --help (exit 0), bad usage (exit 2) ------------------------------------------
+"$BIN/qgate" --version > "$TMP/out" || fail "--version exited $?"
+expect_file_has "$TMP/out" "^qgate [0-9]+\.[0-9]+\.[0-9]+\$"
+"$BIN/qgate" --help > "$TMP/out" || fail "--help exited $?"
+expect_file_has "$TMP/out" "^usage: qgate "
+set +e; "$BIN/qgate" --no-such-option > /dev/null 2> "$TMP/err"; rc=$?; set -e
+[ "$rc" -eq 2 ] && grep -q "^usage: qgate " "$TMP/err" || fail "bad usage exited $rc"
+pass "--version prints the version; --help exits 0; a bad option exits 2 with the usage"
+
 # --- SIGHUP under load: add W3, drop W1, then add W1 back, drop W2: no request fails --------
 conf "127.0.0.1:$W1_PORT,127.0.0.1:$W2_PORT"
 start_gateway GW -c "$TMP/gw.conf"

@@ -164,6 +164,20 @@ static void expect_load_err(const char *text, int line, const char *why)
     unlink(path);
 }
 
+/* text loads, then config_build's validation fails at that line of the file, saying why */
+static void expect_build_err(const char *text, int line, const char *why)
+{
+    struct config *c = malloc(sizeof *c);
+    char err[1024], path[64];
+    assert_non_null(c);
+    write_temp(path, sizeof path, text);
+    if (config_build(c, path, NULL, err, sizeof err) != -1)
+        fail_msg("building <<%s>> succeeded; expected line %d: %s", text, line, why);
+    assert_file_err(err, path, line, why);
+    unlink(path);
+    free(c);
+}
+
 /* ---- the table against the documentation ----------------------------------------------------- */
 
 static void test_keys_in_example(void **state)
@@ -546,7 +560,13 @@ static void test_load_errors(void **state)
     /* the line number counts comments and blank lines */
     expect_load_err("# c\n\n[gateway]\nportt = 1\n", 4, "unknown key 'portt'");
     expect_load_err("[gateway]\nworkers = a:1\n", 2, "unknown key 'workers'");
-    expect_load_err("[group g]\nport = 1\n", 2, "unknown key 'port'");
+    expect_load_err("[group g]\nport = 1\n", 2, "unknown key 'port' in [group g]");
+    /* what validation finds names the file and the line too */
+    expect_build_err("[gateway]\n\n[group g]\nuser = u\n", 3, "group g: no workers key");
+    expect_build_err("[group g]\nuser = u\nworkers = a:1,b:0\n", 3, "group g: bad worker address 'b:0'");
+    expect_build_err("[group g]\nworkers =\n", 2, "group g: workers is empty");
+    expect_build_err("# x\n[group g]\nworkers = a:1\npool = session\nasync = broadcast\n", 2,
+                     "group g: pool = session");
     expect_load_err("; c\n[gateways]\n", 2, "unknown section [gateways]");
     expect_load_err("[group]\n", 1, "unknown section");
     expect_load_err("[gateway]\nport = 70000\n", 2, "port: 70000 is outside 0..65535");
@@ -658,7 +678,7 @@ static void test_validate(void **state)
 
     good_config(c);
     assert_int_equal(config_group(c, "empty"), 1);
-    expect_invalid(c, "group empty: workers is empty");
+    expect_invalid(c, "group empty: no workers key");
 
     static const char *const bad[] = {"nohost", "h:0", "h:99999", "h:", "h:12x", "unix://", "unix://0",
                                       "unix://70000", "unix://12x", "unix://-5", "unix:// 5"};
