@@ -139,14 +139,18 @@ int main(int argc, char **argv)
             lat[i] = mono_ns() - t0;
     }
     close(fds[0]);
+    close(ep);
+    free(buf);
     kill(child, SIGTERM);
     waitpid(child, NULL, 0);
     if (rc) {
+        free(lat);
         fprintf(stderr, "qrtt: the echo process went away\n");
         return 1;
     }
     double p50, p99, mx;
     lat_summary(lat, (size_t)count, 0, &p50, &p99, &mx);
+    free(lat);
     printf("qrtt transport=%s bytes=%ld count=%ld p50_us=%.1f p99_us=%.1f\n", use_unix ? "unix" : "tcp", bytes,
            count, p50, p99);
     return 0;
