@@ -327,7 +327,7 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STALL);
     conn_drop_socket_loop(g, &c->c);
     if (c->w)
-        g->back->client_gone(g, c->w); /* its reply is drained */
+        g->back->client_gone(g, c->w, c); /* its reply is drained */
     client_cancel_calls_loop(g, c, NULL); /* a worker waiting on a callback gets an error */
     if (c->st == CS_AUTH) /* the credentials check returns first */
         return;
@@ -455,7 +455,7 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
     if (!x->piped && !c->w)
         conn_pipe_close_loop(x); /* memory follows active connections */
     if (c->w && now <= (size_t)g->cfg.client_low_water)
-        g->back->resume(g, c->w);
+        g->back->resume(g, c->w, c);
     if (before > (size_t)g->cfg.client_low_water && now <= (size_t)g->cfg.client_low_water) {
         struct req *h = client_head(c);
         if (h && h->state == RS_WAITING)
@@ -499,7 +499,7 @@ static void on_close(struct gw *g, struct conn *x, const char *why)
     struct client *c = client_of(x);
     log_at(c->st == CS_READY || c->st == CS_GONE ? LOG_INFO : LOG_DEBUG, x->name, "closed: %s", why);
     if (c->w) {
-        g->back->client_gone(g, c->w); /* its reply is drained and dropped */
+        g->back->client_gone(g, c->w, c); /* its reply is drained and dropped */
         client_set_worker_loop(c, NULL);
     }
     if (c->sess)

@@ -92,6 +92,8 @@ const struct cfg_key cfg_keys[] = {
      "client users routed to this group (comma list); others use the first group without users"},
     {"group", "pool", CFG_ENUM, "request", 0, 0, W(pool_mode), pool_choices,
      "request (each request to any idle worker) or session (a client keeps one worker from its first request until it goes)"},
+    {"group", "pipeline", CFG_INT, "1", 1, 8, W(pipeline), NULL,
+     "requests a busy worker may hold: 1 = only the one it runs (a request waits for the first worker to free); 2..8 = while every worker is busy, more sync requests are sent behind the runs of those holding fewest (more throughput for small requests; a request may wait behind a slow one)"},
     {"group", "reset_query", CFG_STR, "", 0, 1023, W(reset_query), NULL,
      "pool = session: q sent to the worker when its client goes, before another may have it; empty = none"},
 };
@@ -393,6 +395,11 @@ int config_validate(const struct config *c, char *err, size_t errlen)
         if (g->pool_mode == CFG_POOL_SESSION && g->async_mode == CFG_ASYNC_BROADCAST) {
             snprintf(err, errlen, "%sgroup %s: pool = session sends a client's messages to its one worker: "
                                   "async = broadcast does not apply", config_where(c, g, g->line, at, sizeof at), g->name);
+            return -1;
+        }
+        if (g->pool_mode == CFG_POOL_SESSION && g->pipeline > 1) {
+            snprintf(err, errlen, "%sgroup %s: pool = session gives a client its own worker: pipeline does not apply",
+                     config_where(c, g, g->line, at, sizeof at), g->name);
             return -1;
         }
         char a[300];

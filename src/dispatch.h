@@ -56,10 +56,15 @@ struct backend_ops {
     /* pool = session: the client has gone for good: its worker is let go (after the reset
      * query, if any). */
     void (*release)(struct gw *g, struct worker *w);
-    /* The client of w's request has gone (closed, or its input ended): drain its reply. */
-    void (*client_gone)(struct gw *g, struct worker *w);
-    /* The client's output drained: w may stream again. */
-    void (*resume)(struct gw *g, struct worker *w);
+    /* client, whose request w runs or holds behind the one it runs, has gone (closed, or its
+     * input ended): drain its reply. */
+    void (*client_gone)(struct gw *g, struct worker *w, struct client *client);
+    /* client's output drained: w may stream to it again, if it is the one w runs for. */
+    void (*resume)(struct gw *g, struct worker *w, struct client *client);
+    /* pipeline > 1: send client's head, a sync request, to a busy worker of grp behind what
+     * it runs. 1 if one took it; 0 if it is not such a request; -1 if every worker holds
+     * pipeline requests already. */
+    int (*follow)(struct gw *g, struct group *grp, struct conn *client);
     /* The client's answer to w's callback (its bytes, owned now). */
     void (*answer)(struct gw *g, struct conn *w, uint8_t *msg, size_t len);
     /* .qgate.all: run request r of client (its head) on every worker of grp that is up, and

@@ -63,7 +63,7 @@ static struct stats_snapshot *stats_snapshot(struct gw *g)
             r->errors = (int64_t)w->errors;
             r->dropped = (int64_t)w->dropped;
             r->session = w->sess ? (int64_t)w->sess->serial : INT64_MIN; /* 0N: given to nobody */
-            r->inflight = w->st == WS_BUSY;
+            r->inflight = (w->st == WS_BUSY) + w->nfol;
             r->queued = grp->queue.n;
             r->lat = w->lat;
         }

@@ -97,6 +97,52 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
     conn_mark_dirty_loop(g, &w->c);
 }
 
+/* pipeline > 1: c's head goes to the busy worker of grp holding the fewest requests, behind
+ * what that one runs. Only a sync request, to a worker running a client's request and owing no
+ * broadcast or fan-out part (those go first when it is free). */
+int relay_follow_loop(struct gw *g, struct group *grp, struct client *c)
+{
+    struct req *r = client_head(c);
+    if (r->type != KIPC_SYNC || r->fan)
+        return 0;
+    struct worker *best = NULL, *w;
+    TAILQ_FOREACH(w, &grp->workers, glink)
+        if (w->st == WS_BUSY && w->run == RUN_REQUEST && !w->removed && !w->sess && !w->in_call &&
+            w->nfol + 1 < grp->cfg.pipeline &&
+            w->nfol < PIPELINE_MAX - 1 && STAILQ_EMPTY(&w->bq) && STAILQ_EMPTY(&w->fq) && (!best || w->nfol < best->nfol))
+            best = w;
+    if (!best)
+        return -1;
+    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
+    send_request(g, best, c, r);
+    best->fol[best->nfol++] = (struct follower){.cl = c, .seq = r->seq};
+    client_set_worker_loop(c, best);
+    conn_mark_dirty_loop(g, &best->c);
+    log_debug(best->c.name, "holding sync request %llu of %s behind %d", (unsigned long long)r->seq, c->c.name,
+              best->nfol);
+    return 1;
+}
+
+/* The run has ended and a request was sent behind it: that one is the run now. */
+static void next_follower(struct gw *g, struct worker *w)
+{
+    struct follower f = w->fol[0];
+    memmove(w->fol, w->fol + 1, (size_t)--w->nfol * sizeof w->fol[0]);
+    w->cl = f.cl; /* NULL: its client closed, the reply is drained */
+    w->req_seq = f.seq;
+    w->run = RUN_REQUEST;
+    w->busy = WB_SENT; /* a new run begins, as worker_set_state_loop(BUSY) begins one */
+    w->is_error = 0;
+    w->t_start_us = g->loop.now_us;
+    if (f.cl) {
+        w->last_id = f.cl->c.id;
+        w->last_gen = f.cl->c.gen;
+    }
+    worker_arm_query_timer_loop(g, w);
+    log_debug(w->c.name, "running sync request %llu of %s, held behind the last", (unsigned long long)f.seq,
+              f.cl ? f.cl->c.name : "a client that has gone");
+}
+
 /* ---- finishing a run ------------------------------------------------------------------------- */
 
 /* Hand a collected reply to the pool job that transforms it for c. */
@@ -143,6 +189,10 @@ static void request_done(struct gw *g, struct worker *w)
     if (w->run == RUN_FANOUT)
         fanout_part_done_loop(g, w); /* its reply, collected, goes to its fan-out */
     inbuf_free(&w->coll);
+    if (w->nfol) { /* pipeline: the next request is on the worker already */
+        next_follower(g, w);
+        return;
+    }
     session_run_ended_loop(g, w); /* its session goes on, or the reset query, or free */
 }
 
@@ -162,6 +212,12 @@ static void pause_if_full(struct gw *g, struct worker *w, struct client *c)
         relay_pause_loop(g, w);
         log_debug(w->c.name, "paused: %s has %zu bytes unsent", c->c.name, c->c.out.bytes);
     }
+}
+
+void relay_resume_for_loop(struct gw *g, struct worker *w, struct client *c)
+{
+    if (w->cl == c) /* not for a client whose request waits behind another's */
+        relay_resume_loop(g, w);
 }
 
 void relay_resume_loop(struct gw *g, struct worker *w)
@@ -306,9 +362,16 @@ static int route_async(struct gw *g, struct worker *w)
 static int route_callback(struct gw *g, struct worker *w)
 {
     struct client *c = w->cl;
+    if (w->nfol) { /* its answer would queue behind the requests held on the worker: none can come */
+        conn_close_loop(g, &w->c, "it called back its client while requests were held behind its run "
+                                  "(pipeline > 1 is for workers that do not call back)");
+        return ROUTE_DROP;
+    }
     if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent) &&
-        client_callback_loop(g, c, &w->c) == 0)
+        client_callback_loop(g, c, &w->c) == 0) {
+        w->in_call = 1; /* until it sends again, having had the answer */
         return ROUTE_STREAM;
+    }
     outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len);
     conn_mark_dirty_loop(g, &w->c);
     return ROUTE_DROP;
@@ -327,6 +390,7 @@ static int on_header(struct gw *g, struct worker *w)
     }
     w->msg.type = h.type;
     w->msg.left = h.len - 8;
+    w->in_call = 0; /* it sends: whatever it waited for has come */
     w->msg.first_byte = 0;
     int route = ROUTE_DROP;
     if (h.type == KIPC_RESPONSE && w->st == WS_BUSY)
@@ -335,6 +399,8 @@ static int on_header(struct gw *g, struct worker *w)
         route = route_async(g, w);
     else if (h.type == KIPC_SYNC)
         route = route_callback(g, w);
+    if (w->c.fd < 0) /* closed while routing */
+        return -1;
     w->msg.route = (uint8_t)route;
     if (route == ROUTE_STREAM)
         w->cl->c.streaming = 1; /* nothing else goes into its stream until this message ends */
@@ -493,11 +559,14 @@ void relay_read_loop(struct gw *g, struct worker *w)
 
 /* ---- the other side going ------------------------------------------------------------------- */
 
-void relay_client_gone_loop(struct gw *g, struct worker *w)
+void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c)
 {
-    struct client *c = w->cl;
-    if (!c)
+    if (c != w->cl) { /* held behind the run: its reply is drained when it comes */
+        for (int i = 0; i < w->nfol; i++)
+            if (w->fol[i].cl == c && c->c.closing)
+                w->fol[i].cl = NULL; /* closed for good; one whose input ended has its FIFO advanced */
         return;
+    }
     client_cancel_calls_loop(g, c, &w->c); /* a callback it waits on gets its error */
     if (w->msg.route == ROUTE_STREAM || w->msg.route == ROUTE_COLLECT) { /* drained, dropped */
         w->msg.route = ROUTE_DROP;
@@ -535,7 +604,10 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, const
 void relay_lost_loop(struct gw *g, struct worker *w)
 {
     struct client *c = w->cl, *s = w->sess;
-    int busy = w->st == WS_BUSY, run = w->run;
+    int busy = w->st == WS_BUSY, run = w->run, nfol = w->nfol;
+    struct follower fol[PIPELINE_MAX - 1];
+    memcpy(fol, w->fol, sizeof fol);
+    w->nfol = 0;
     if (s) { /* as if its q had died: the client is told, then closed */
         s->sess = NULL;
         w->sess = NULL;
@@ -547,6 +619,7 @@ void relay_lost_loop(struct gw *g, struct worker *w)
     inbuf_free(&w->coll);
     w->msg = (struct wmsg){0};
     w->swallow = 0;
+    w->in_call = 0;
     w->paused = 0;
     /* down first: what follows may start a client's next request, never on this worker */
     worker_set_state_loop(g, w, WS_DOWN);
@@ -566,6 +639,9 @@ void relay_lost_loop(struct gw *g, struct worker *w)
     } else if (c && busy) {
         fail_request(g, c, cut, run, text);
     }
+    for (int i = 0; i < nfol; i++) /* the requests held behind it went down with it too */
+        if (fol[i].cl)
+            fail_request(g, fol[i].cl, 0, RUN_REQUEST, text);
     w->timed_out = 0;
     broadcast_drop_loop(g, w);
 }

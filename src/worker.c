@@ -443,6 +443,10 @@ static void back_start(struct gw *g, struct conn *w, struct conn *c)
 {
     relay_start_loop(g, worker_of(w), c ? client_of(c) : NULL);
 }
+static int back_follow(struct gw *g, struct group *grp, struct conn *c)
+{
+    return relay_follow_loop(g, grp, client_of(c));
+}
 static int back_owes(const struct conn *x)
 {
     const struct worker *w = (const struct worker *)x;
@@ -455,7 +459,8 @@ const struct backend_ops worker_backend = {
     .release = session_release_loop,
     .owes_broadcasts = back_owes,
     .client_gone = relay_client_gone_loop,
-    .resume = relay_resume_loop,
+    .resume = relay_resume_for_loop,
+    .follow = back_follow,
     .answer = relay_answer_loop,
     .broadcast = broadcast_queue_loop,
     .fanout = fanout_start_loop,

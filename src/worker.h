@@ -89,6 +89,14 @@ struct wmsg {
     uint32_t to_id, to_gen; /* ROUTE_FORWARD: the client it goes to */
 };
 
+/* pipeline > 1: a client's sync request sent to a busy worker behind what it runs (its client,
+ * NULL once that has closed: the reply is drained; and the request's number). */
+#define PIPELINE_MAX 8
+struct follower {
+    struct client *cl;
+    uint64_t seq;
+};
+
 /* How a worker is reached. */
 enum worker_via { VIA_NONE, VIA_TCP, VIA_UNIX };
 
@@ -109,6 +117,7 @@ struct worker {
     uint8_t timed_out;   /* its connection is being dropped for query_timeout */
     uint8_t is_error;    /* the reply being relayed is a q error */
     uint8_t reset_owed;  /* its session ended while it was busy: the reset query runs next */
+    uint8_t in_call;     /* it waits for its client's answer to a callback: nothing may go ahead of it */
     int swallow;         /* chaser replies to drop before the request's own */
     struct wmsg msg;
     uint64_t serial;     /* names it to pool jobs (resolution) */
@@ -128,6 +137,8 @@ struct worker {
                              * chaser returns, the worker is running that client's messages */
     struct fpartlist fq; /* fan-out parts owed, run before any request (after broadcasts) */
     struct fpart *fp;    /* RUN_FANOUT: the part running */
+    struct follower fol[PIPELINE_MAX - 1]; /* requests sent behind the running one, in order */
+    int nfol;
     int64_t t_start_us;
     uint64_t served, errors, dropped;
     struct hist lat;
@@ -164,10 +175,15 @@ void worker_arm_query_timer_loop(struct gw *g, struct worker *w);
 void relay_start_loop(struct gw *g, struct worker *w, struct client *c);
 /* Read and route what the worker sent, within the read budget. */
 void relay_read_loop(struct gw *g, struct worker *w);
-/* The client of w's request has gone. */
-void relay_client_gone_loop(struct gw *g, struct worker *w);
+/* pipeline > 1: c's head, a sync request, behind the run of a busy worker of grp (struct
+ * backend_ops follow). */
+int relay_follow_loop(struct gw *g, struct group *grp, struct client *c);
+/* Client c, whose request w runs or holds, has gone. */
+void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c);
 
 void relay_resume_loop(struct gw *g, struct worker *w);
+/* c's output drained: w streams again if it runs c's request. */
+void relay_resume_for_loop(struct gw *g, struct worker *w, struct client *c);
 void relay_pause_loop(struct gw *g, struct worker *w);
 /* The worker's connection is gone: fail or finish its request (reason: timeout or loss). */
 void relay_lost_loop(struct gw *g, struct worker *w);

@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     if (!seeds && seconds <= 0)
         seeds = 100;
     double t0 = now_s();
-    long ran = 0, steps = 0, checks = 0, failed = 0, uds = 0, mutes = 0;
+    long ran = 0, steps = 0, checks = 0, failed = 0, uds = 0, mutes = 0, held = 0;
     uint64_t first = o.seed;
     for (uint64_t s = first;; s++) {
         if (seeds && (long)(s - first) >= seeds)
@@ -191,6 +191,7 @@ int main(int argc, char **argv)
         checks += r.checks;
         uds += r.uds_conns;
         mutes += r.uds_mutes;
+        held += r.held;
         if (!rc)
             continue;
         failed++;
@@ -211,8 +212,9 @@ int main(int argc, char **argv)
         break; /* one failure at a time */
     }
     printf("sim: %ld seeds (%llu..%llu), %ld steps, %ld invariant checks, %ld failed, %.1f s; "
-           "%ld worker connections over Unix sockets, %ld Unix sockets closed before the handshake\n",
+           "%ld worker connections over Unix sockets, %ld Unix sockets closed before the handshake, "
+           "%ld requests seen held behind a run (pipeline)\n",
            ran, (unsigned long long)first, (unsigned long long)(first + (uint64_t)ran - (ran ? 1 : 0)), steps, checks,
-           failed, now_s() - t0, uds, mutes);
+           failed, now_s() - t0, uds, mutes, held);
     return failed ? 1 : 0;
 }

@@ -218,6 +218,7 @@ struct sim {
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
     int session;         /* group main has pool = session */
+    int pipeline;        /* pool = request: each group's pipeline (1: a worker holds one request) */
     VEC(int) sess_wid;   /* per cid (session): the worker that ran its first message, or -1 */
     VEC(int) fan_given_up; /* per cid: a .qgate.all of it was given up: its parts may run late,
                             * after the client itself is forgotten */
@@ -1303,8 +1304,13 @@ static void check_gateway(void)
         struct client *c = (struct client *)x;
         struct req *h = client_head(c);
         backlog += x->in_backlog;
-        if (c->w && (c->w->cl != c || c->w->st != WS_BUSY))
-            fail("%s points at worker %s, which is not running its request", x->name, c->w->addr);
+        int held = 0; /* pipeline: its request is on the worker, behind the one it runs */
+        for (int i = 0; c->w && i < c->w->nfol; i++)
+            held += c->w->fol[i].cl == c;
+        if (c->w && ((c->w->cl != c && held != 1) || (c->w->cl == c && held) || c->w->st != WS_BUSY))
+            fail("%s points at worker %s, which is not running its request nor holding it once", x->name, c->w->addr);
+        if (held && (!h || h->state != RS_RUNNING || h->type != KIPC_SYNC))
+            fail("%s is held behind a run on %s, and its head is not a running sync request", x->name, c->w->addr);
         if (c->fo && (!h || h->state != RS_RUNNING || !h->fan))
             fail("%s has a fan-out, and its head is not a running .qgate.all", x->name);
         if (h && h->fan && h->type == KIPC_SYNC && h->state == RS_RUNNING && !c->fo)
@@ -1383,6 +1389,14 @@ static void check_gateway(void)
             nidle += w->st == WS_IDLE;
             if (w->cl && !conn_live(g, &w->cl->c))
                 fail("%s runs a request of a freed client", w->c.name);
+            S->res->held += w->nfol;
+            for (int f = 0; f < w->nfol; f++) {
+                if (w->fol[f].cl && (!conn_live(g, &w->fol[f].cl->c) || w->fol[f].cl->w != w))
+                    fail("%s holds a request of a client freed or not pointing at it", w->c.name);
+                if (w->st != WS_BUSY || w->nfol >= S->pipeline)
+                    fail("%s (%s) holds %d requests behind its run, pipeline %d", w->c.name, worker_state_name(w->st),
+                         w->nfol, S->pipeline);
+            }
             if (w->st != WS_IDLE && w->st != WS_BUSY && (!STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->bsent)))
                 fail("%s is %s with broadcasts queued on it", w->c.name, worker_state_name(w->st));
             if ((w->st == WS_DOWN || w->st == WS_RESOLVING) && w->c.fd >= 0)
@@ -1485,6 +1499,8 @@ static void write_config(void)
         fprintf(f, "[group %s]\nasync = %s\n", gi == S->bc_group ? "bc" : "main", gi == S->bc_group ? "broadcast" : "one");
         if (S->session && gi != S->bc_group)
             fprintf(f, "pool = session\n");
+        else
+            fprintf(f, "pipeline = %d\n", S->pipeline);
         if (gi == S->bc_group)
             fprintf(f, "users = bob,bea\n");
         fprintf(f, "workers = ");
@@ -1995,6 +2011,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     S->bc_group = S->ngroups > 1 ? 1 : -1;
     S->users_file = chance(40);
     S->session = chance(30);
+    S->pipeline = chance(40) ? 2 + rnd(3) : 1;
     if (S->session && !cfg->queue_timeout) /* a client waiting for a session's worker may wait for ever */
         cfg->queue_timeout = 50 + rnd(2000);
     S->nw = S->ngroups + rnd(4); /* every group has one at least */

@@ -34,6 +34,7 @@ struct sim_result {
     long checks;          /* invariant checks made */
     long uds_conns;       /* worker connections made over a Unix socket */
     long uds_mutes;       /* Unix sockets that closed before the handshake (TCP next) */
+    long held;            /* pipeline: requests seen held behind a worker's run, summed over checks */
     long failed_step;     /* the event at which an invariant failed, or -1 */
     char what[256];       /* the invariant that failed */
 };

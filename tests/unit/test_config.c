@@ -518,6 +518,14 @@ static void test_load_booleans_and_enums(void **state)
     }
     config_defaults(c);
     assert_int_equal(c->local_workers, CFG_LOCAL_UNIX); /* the default */
+    write_temp(path, sizeof path, "[group g]\npipeline = 9\n"); /* 1..8 */
+    assert_int_equal(config_load(c, path, err, sizeof err), -1);
+    unlink(path);
+    config_defaults(c);
+    write_temp(path, sizeof path, "[group g]\npipeline = 3\n");
+    assert_int_equal(config_load(c, path, err, sizeof err), 0);
+    unlink(path);
+    assert_int_equal(c->groups[0].pipeline, 3);
     write_temp(path, sizeof path, "[gateway]\nlocal_workers = udp\n");
     assert_int_equal(config_load(c, path, err, sizeof err), -1);
     unlink(path);
@@ -713,6 +721,12 @@ static void test_validate(void **state)
     assert_int_equal(config_validate(c, err, sizeof err), 0);
     c->groups[0].async_mode = CFG_ASYNC_BROADCAST;
     expect_invalid(c, "pool = session sends a client's messages to its one worker");
+
+    good_config(c); /* pipeline: any pool = request group; not a session one */
+    c->groups[0].pipeline = 8;
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+    c->groups[0].pool_mode = CFG_POOL_SESSION;
+    expect_invalid(c, "pool = session gives a client its own worker: pipeline does not apply");
 
     good_config(c);
     c->reconnect_min = c->reconnect_max + 1;
