@@ -86,6 +86,8 @@ struct gw {
     uint64_t reload_req_seq;
     struct timer drain_tm;
     uint8_t chaser[14];  /* sync "" : makes a worker report that it ran what came before */
+    uint8_t rbuf[65536]; /* a worker's reads at a message boundary land here first (relay.c):
+                          * a small reply then takes a chunk its size, not one of 64 KiB */
     uint8_t *no_client_err; /* response for a worker's request when its client is gone */
     size_t no_client_err_len;
     uint64_t next_serial, next_worker_serial;

@@ -511,12 +511,15 @@ static int read_chunk(struct gw *g, struct worker *w, size_t *budget)
     size_t want = m->hdr_have == 8 && m->left ? (size_t)QG_MIN(m->left, (uint64_t)g->cfg.chunk_size)
                                               : (size_t)QG_MIN(BOUNDARY_READ, g->cfg.chunk_size);
     want = QG_MIN(want, *budget);
-    struct chunk *ch = chunk_new(want);
-    if (!ch) {
+    /* a read that may end a small message goes to rbuf, then into a chunk of what came: no
+     * 64 KiB block taken and given back (and the heap's top moved) per small reply */
+    int small = want <= sizeof g->rbuf;
+    struct chunk *ch = small ? NULL : chunk_new(want);
+    if (!small && !ch) {
         conn_close_loop(g, &w->c, "out of memory");
         return -1;
     }
-    ssize_t r = read(w->c.fd, ch->p, want);
+    ssize_t r = read(w->c.fd, small ? g->rbuf : ch->p, want);
     if (r <= 0) {
         chunk_free(ch);
         if (r < 0 && (errno == EAGAIN || errno == EINTR))
@@ -524,6 +527,12 @@ static int read_chunk(struct gw *g, struct worker *w, size_t *budget)
         conn_close_loop(g, &w->c, r == 0 ? "worker closed the connection" : strerror(errno));
         return -1;
     }
+    if (small && !(ch = chunk_new((size_t)r))) {
+        conn_close_loop(g, &w->c, "out of memory");
+        return -1;
+    }
+    if (small)
+        memcpy(ch->p, g->rbuf, (size_t)r);
     ch->len = (size_t)r;
     *budget -= (size_t)r;
     if (w->st == WS_BUSY)
