@@ -67,6 +67,21 @@ static int check_deep(const struct config *cfg, int *nworkers, int *nusers)
     return 0;
 }
 
+/* --check: 0 and a summary on stdout, or 1 with the reason on stderr. */
+static int check_report(const struct config *cfg)
+{
+    int workers, users;
+    if (check_deep(cfg, &workers, &users))
+        return 1;
+    if (cfg->users_file[0])
+        printf("qgate: configuration ok: port %d, %d groups, %d workers, %d users\n", cfg->port, cfg->ngroups,
+               workers, users);
+    else
+        printf("qgate: configuration ok: port %d, %d groups, %d workers, any credentials (no users_file)\n",
+               cfg->port, cfg->ngroups, workers);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = "";
@@ -108,15 +123,9 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
-        int workers, users, rc = check_deep(cfg, &workers, &users);
-        if (rc == 0 && cfg->users_file[0])
-            printf("qgate: configuration ok: port %d, %d groups, %d workers, %d users\n", cfg->port, cfg->ngroups,
-                   workers, users);
-        else if (rc == 0)
-            printf("qgate: configuration ok: port %d, %d groups, %d workers, any credentials (no users_file)\n",
-                   cfg->port, cfg->ngroups, workers);
+        int rc = check_report(cfg);
         free(cfg);
-        return rc ? 1 : 0;
+        return rc;
     }
     static struct gw g;
     if (gw_init(&g, cfg, path, &qgate_overrides, NULL)) {

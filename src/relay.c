@@ -38,7 +38,7 @@
 /* ---- starting a run --------------------------------------------------------------------------- */
 
 /* The request's bytes go to the worker as they are: no copy, no decoding. */
-static void send_request(struct gw *g, struct worker *w, struct client *c, struct req *x)
+void relay_send_request_loop(struct gw *g, struct worker *w, struct client *c, struct req *x)
 {
     req_set_state_loop(g, c, x, RS_RUNNING);
     c->pending -= req_cost(x);
@@ -56,7 +56,7 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
     struct req *r = client_head(c);
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     if (r->type == KIPC_SYNC) {
-        send_request(g, w, c, r);
+        relay_send_request_loop(g, w, c, r);
         w->run = RUN_REQUEST;
         return 0;
     }
@@ -64,7 +64,7 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
     for (struct req *x = r; x && x->type == KIPC_ASYNC && n < ASYNC_BATCH_MAX; x = STAILQ_NEXT(x, link), n++) {
         if (x != r && (x->state != RS_WAITING || x->unchecked || x->route || x->grp != r->grp))
             break; /* only what is ready to run here, as it is */
-        send_request(g, w, c, x);
+        relay_send_request_loop(g, w, c, x);
     }
     outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
     w->run = RUN_ASYNC;
@@ -95,52 +95,6 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
     w->t_start_us = g->loop.now_us;
     worker_arm_query_timer_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
-}
-
-/* pipeline > 1: c's head goes to the busy worker of grp holding the fewest requests, behind
- * what that one runs. Only a sync request, to a worker running a client's request and owing no
- * broadcast or fan-out part (those go first when it is free). */
-int relay_follow_loop(struct gw *g, struct group *grp, struct client *c)
-{
-    struct req *r = client_head(c);
-    if (r->type != KIPC_SYNC || r->fan)
-        return 0;
-    struct worker *best = NULL, *w;
-    TAILQ_FOREACH(w, &grp->workers, glink)
-        if (w->st == WS_BUSY && w->run == RUN_REQUEST && !w->removed && !w->sess && !w->in_call &&
-            w->nfol + 1 < grp->cfg.pipeline &&
-            w->nfol < PIPELINE_MAX - 1 && STAILQ_EMPTY(&w->bq) && STAILQ_EMPTY(&w->fq) && (!best || w->nfol < best->nfol))
-            best = w;
-    if (!best)
-        return -1;
-    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
-    send_request(g, best, c, r);
-    best->fol[best->nfol++] = (struct follower){.cl = c, .seq = r->seq};
-    client_set_worker_loop(c, best);
-    conn_mark_dirty_loop(g, &best->c);
-    log_debug(best->c.name, "holding sync request %llu of %s behind %d", (unsigned long long)r->seq, c->c.name,
-              best->nfol);
-    return 1;
-}
-
-/* The run has ended and a request was sent behind it: that one is the run now. */
-static void next_follower(struct gw *g, struct worker *w)
-{
-    struct follower f = w->fol[0];
-    memmove(w->fol, w->fol + 1, (size_t)--w->nfol * sizeof w->fol[0]);
-    w->cl = f.cl; /* NULL: its client closed, the reply is drained */
-    w->req_seq = f.seq;
-    w->run = RUN_REQUEST;
-    w->busy = WB_SENT; /* a new run begins, as worker_set_state_loop(BUSY) begins one */
-    w->is_error = 0;
-    w->t_start_us = g->loop.now_us;
-    if (f.cl) {
-        w->last_id = f.cl->c.id;
-        w->last_gen = f.cl->c.gen;
-    }
-    worker_arm_query_timer_loop(g, w);
-    log_debug(w->c.name, "running sync request %llu of %s, held behind the last", (unsigned long long)f.seq,
-              f.cl ? f.cl->c.name : "a client that has gone");
 }
 
 /* ---- finishing a run ------------------------------------------------------------------------- */
@@ -190,7 +144,7 @@ static void request_done(struct gw *g, struct worker *w)
         fanout_part_done_loop(g, w); /* its reply, collected, goes to its fan-out */
     inbuf_free(&w->coll);
     if (w->nfol) { /* pipeline: the next request is on the worker already */
-        next_follower(g, w);
+        pipeline_next_loop(g, w);
         return;
     }
     session_run_ended_loop(g, w); /* its session goes on, or the reset query, or free */

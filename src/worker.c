@@ -445,7 +445,7 @@ static void back_start(struct gw *g, struct conn *w, struct conn *c)
 }
 static int back_follow(struct gw *g, struct group *grp, struct conn *c)
 {
-    return relay_follow_loop(g, grp, client_of(c));
+    return pipeline_follow_loop(g, grp, client_of(c));
 }
 static int back_owes(const struct conn *x)
 {

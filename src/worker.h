@@ -175,9 +175,8 @@ void worker_arm_query_timer_loop(struct gw *g, struct worker *w);
 void relay_start_loop(struct gw *g, struct worker *w, struct client *c);
 /* Read and route what the worker sent, within the read budget. */
 void relay_read_loop(struct gw *g, struct worker *w);
-/* pipeline > 1: c's head, a sync request, behind the run of a busy worker of grp (struct
- * backend_ops follow). */
-int relay_follow_loop(struct gw *g, struct group *grp, struct client *c);
+/* Send request x of c to w, as it is (x leaves c's queue: RS_RUNNING). */
+void relay_send_request_loop(struct gw *g, struct worker *w, struct client *c, struct req *x);
 /* Client c, whose request w runs or holds, has gone. */
 void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c);
 
@@ -188,6 +187,13 @@ void relay_pause_loop(struct gw *g, struct worker *w);
 /* The worker's connection is gone: fail or finish its request (reason: timeout or loss). */
 void relay_lost_loop(struct gw *g, struct worker *w);
 void relay_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
+
+/* ---- pipeline.c (pipeline > 1) ------------------------------------------------------------ */
+/* c's head, a sync request, behind the run of the busy worker of grp holding fewest (struct
+ * backend_ops follow): 1, 0 (not such a request), -1 (every worker is full). */
+int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c);
+/* w's run has ended with requests held behind it: the first is its run now. */
+void pipeline_next_loop(struct gw *g, struct worker *w);
 
 /* ---- broadcast.c ------------------------------------------------------------------------ */
 /* Queue broadcast message r of client c on every worker of grp that is up; how many. */

@@ -21,7 +21,7 @@ err() { echo "FAIL: $*"; fail=1; }
 module() {
     case "$1" in
         gateway|reload|main) echo gateway ;;
-        worker|relay|broadcast|session|fanout) echo worker ;;
+        worker|relay|broadcast|session|fanout|pipeline) echo worker ;;
         client|request|callback) echo client ;;
         *) echo "$1" ;;
     esac
@@ -56,7 +56,7 @@ if [ "${2:-}" = "--graph" ]; then
 fi
 
 # symbols, per object of the library
-core_objs="loop conn dispatch client request callback worker relay broadcast session fanout gateway reload"
+core_objs="loop conn dispatch client request callback worker relay pipeline broadcast session fanout gateway reload"
 is_core() { case " $core_objs " in *" $1 "*) return 0 ;; esac; return 1; }
 syms=$(mktemp)
 nm -A "$lib" | sed -E 's|^[^:]*:([a-z_]+)\.o:|\1 |' >"$syms"
