@@ -11,7 +11,8 @@ mkdir -p "$RESULTS" # git-ignored: absent on a fresh clone
 ROWS_SHOWN=$(printf "%'d" "${DEMO_ROWS:-10000000}")
 echo "demo: two workers (stand-ins for q worker.q, $ROWS_SHOWN rows each); for ${SECS}s per target:"
 echo "      big every 4000 ms and fast every 500 ms, straight to the workers, through gw30"
-echo "      (a model of the -30! gateway) and through qgate; one target after the other"
+echo "      (a model of the -30! gateway), through qgate, and through qgate with the workers over"
+echo "      their Unix sockets (qgate-unix); one target after the other"
 SEED_SECS=$SECS ROWS=${DEMO_ROWS:-10000000} BIN=${BIN:-build/rel} bench/run --out "$OUT" seed > "$OUT.log" 2>&1 || { cat "$OUT.log"; exit 1; }
 echo
 grep -E '^\|( scenario|---| seed)' "$OUT/summary.md"
