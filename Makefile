@@ -82,6 +82,10 @@ sim:
 test-sim: $(B)/sim
 	@echo "== tests/sim: seeds 1..$(SIM_SEEDS) (at most $(SIM_SECONDS) s)"
 	@ASAN_OPTIONS=detect_leaks=1 $(B)/sim --seed 1 --seeds $(SIM_SEEDS) --seconds $(SIM_SECONDS)
+	@for s in $$(grep -o '^[0-9][0-9]*' tests/sim/regress.txt); do \
+	    ASAN_OPTIONS=detect_leaks=1 $(B)/sim --seed $$s > /dev/null 2>&1 || \
+	    { echo "tests/sim: regression seed $$s fails again: tests/sim/run --seed $$s"; exit 1; }; done
+	@echo "== tests/sim: the seeds of tests/sim/regress.txt pass"
 
 # ---- tests ---------------------------------------------------------------------------------
 # cmocka and node-q are installed on first use (apt-get, npm ci from the lockfile).

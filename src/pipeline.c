@@ -27,7 +27,7 @@ int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c)
         return -1;
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     relay_send_request_loop(g, best, c, r);
-    best->fol[best->nfol++] = (struct follower){.cl = c, .seq = r->seq};
+    best->fol[best->nfol++] = (struct follower){.cl = c, .id = c->c.id, .gen = c->c.gen, .seq = r->seq};
     client_set_worker_loop(c, best);
     conn_mark_dirty_loop(g, &best->c);
     log_debug(best->c.name, "holding sync request %llu of %s behind %d", (unsigned long long)r->seq, c->c.name,
@@ -46,10 +46,8 @@ void pipeline_next_loop(struct gw *g, struct worker *w)
     w->busy = WB_SENT; /* a new run begins, as worker_set_state_loop(BUSY) begins one */
     w->is_error = 0;
     w->t_start_us = g->loop.now_us;
-    if (f.cl) {
-        w->last_id = f.cl->c.id;
-        w->last_gen = f.cl->c.gen;
-    }
+    w->last_id = f.id; /* its async messages are its client's, or dropped if that has gone */
+    w->last_gen = f.gen;
     worker_arm_query_timer_loop(g, w);
     log_debug(w->c.name, "running sync request %llu of %s, held behind the last", (unsigned long long)f.seq,
               f.cl ? f.cl->c.name : "a client that has gone");

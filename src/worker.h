@@ -94,6 +94,7 @@ struct wmsg {
 #define PIPELINE_MAX 8
 struct follower {
     struct client *cl;
+    uint32_t id, gen; /* its client's, kept when cl goes: what the run publishes is that client's */
     uint64_t seq;
 };
 
