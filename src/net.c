@@ -252,20 +252,26 @@ int net_listen_uds_path(const char *path, int backlog, int nonblock)
     return listen_un(&sa, len, backlog, nonblock);
 }
 
-int net_connect_uds(int port, int nonblock)
+int net_connect_addr(const void *addr, socklen_t len, int nonblock)
 {
-    struct sockaddr_un sa;
-    socklen_t len;
-    if (uds_addr(port, &sa, &len))
-        return -1;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+    const struct sockaddr *sa = addr;
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
     if (fd < 0)
         return -1;
-    if (connect(fd, (struct sockaddr *)&sa, len) && !(nonblock && errno == EINPROGRESS)) {
+    if (sa->sa_family != AF_UNIX)
+        net_tune(fd);
+    if (connect(fd, sa, len) && !(nonblock && errno == EINPROGRESS)) {
         close_keep_errno(fd);
         return -1;
     }
     return fd;
+}
+
+int net_connect_uds(int port, int nonblock)
+{
+    struct sockaddr_un sa;
+    socklen_t len;
+    return uds_addr(port, &sa, &len) ? -1 : net_connect_addr(&sa, len, nonblock);
 }
 
 static int use_connect(int fd, const struct addrinfo *a, void *arg)

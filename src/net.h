@@ -23,6 +23,9 @@ int net_listen_tcp(const char *host, int port, int backlog, int nonblock, int *b
  * defaults to /tmp; set and empty disables it). Returns the fd, -1 on error, -2 if disabled. */
 int net_listen_uds(int port, int backlog, int nonblock);
 int net_connect_uds(int port, int nonblock);
+/* Connect a new socket to addr (a sockaddr of len bytes: TCP, tuned with net_tune, or Unix).
+ * With nonblock the connect may still be in progress. The fd, or -1 with errno set. */
+int net_connect_addr(const void *addr, socklen_t len, int nonblock);
 /* A listening socket at a filesystem path (a stale socket file there is removed first). */
 int net_listen_uds_path(const char *path, int backlog, int nonblock);
 

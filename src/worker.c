@@ -161,23 +161,6 @@ static void on_connect_timeout(struct gw *g, struct conn *c)
     conn_close_loop(g, &w->c, w->st == WS_CONNECTING ? "connect timed out" : "handshake timed out");
 }
 
-/* A non-blocking connect to one address: the fd, or -1 with errno. */
-static int connect_to(const void *sa, socklen_t len)
-{
-    const struct sockaddr *a = sa;
-    int fd = socket(a->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    if (a->sa_family != AF_UNIX)
-        net_tune(fd);
-    if (connect(fd, a, len) == 0 || errno == EINPROGRESS)
-        return fd;
-    int e = errno;
-    close(fd);
-    errno = e;
-    return -1;
-}
-
 /* Its Unix socket did not answer (why): this attempt, or the next, goes over TCP. */
 static void uds_passed_over(struct worker *w, const char *why)
 {
@@ -199,7 +182,7 @@ static int open_via(struct gw *g, struct worker *w, int via)
     w->via = (uint8_t)via;
     if (g->hooks.connect)
         return g->hooks.connect(g->hooks.ctx, w->addr, via == VIA_UNIX);
-    return via == VIA_UNIX ? connect_to(&w->na.uds, w->na.udslen) : connect_to(&w->na.tcp, w->na.tcplen);
+    return via == VIA_UNIX ? net_connect_addr(&w->na.uds, w->na.udslen, 1) : net_connect_addr(&w->na.tcp, w->na.tcplen, 1);
 }
 
 /* Start connecting: over its Unix socket when it has one that did not just fail to answer,

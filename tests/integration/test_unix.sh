@@ -21,6 +21,22 @@ transport_is() {
 # served_over NAME WHAT: the worker NAME's log shows a request from a peer of kind WHAT
 # (unix, or 127.0.0.1 for TCP)
 served_over() { grep -qE "qworker $2[^ ]*: .*echo $3" "$TMP/$1.log"; }
+# reached GW WORKERS CONNECTED WORKER PEER VIA [GATEWAYKEY=VALUE...]: a gateway GW in front of
+# WORKERS logs "connected (capability 3) over CONNECTED" (a regex); "echo GW" through it is
+# answered, seen by WORKER from a PEER (unix or 127.0.0.1), and .qgate.stats[] says VIA
+reached() {
+    local gw=$1 workers=$2 connected=$3 worker=$4 peer=$5 via=$6
+    shift 6
+    conf "$TMP/$gw.conf" "$workers" "$@"
+    start_gateway "$gw" -c "$TMP/$gw.conf"
+    wait_line "$TMP/$gw.log" "connected \(capability 3\) over $connected"
+    local port=${gw}_PORT
+    G="127.0.0.1:${!port}"
+    q "echo $gw"
+    expect_lines "$TMP/q.out" "^\"$gw\"\$" 1
+    served_over "$worker" "$peer" "$gw" || fail "$gw: echo $gw did not reach $worker from $peer: $(tail -3 "$TMP/$worker.log")"
+    transport_is "$via" || fail "$gw: stats: $(cat "$TMP/q.out")"
+}
 
 UDS=1 start_worker U --rows 1000000
 start_worker T --rows 1000            # TCP only: its Unix socket refuses
@@ -28,51 +44,20 @@ UDS=1 start_worker M --rows 1000 --uds-mute   # its Unix socket closes at once
 UDS=1 start_worker P --rows 1000 --uds-path "$TMP/p.sock"
 
 # --- unix://PORT: q's abstract socket -------------------------------------------------------
-conf "$TMP/a.conf" "unix://$U_PORT"
-start_gateway A -c "$TMP/a.conf"
-wait_line "$TMP/A.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$"
-G="127.0.0.1:$A_PORT"
-q "echo a1"
-expect_lines "$TMP/q.out" '^"a1"$' 1
-served_over U unix a1 || fail "the worker did not see echo a1 over its Unix socket: $(tail -3 "$TMP/U.log")"
-transport_is unix || fail "stats: $(cat "$TMP/q.out")"
+reached A "unix://$U_PORT" "unix @/tmp/kx.$U_PORT\$" U unix unix
 pass "unix://PORT: the worker is reached over @/tmp/kx.PORT; .qgate.stats[] says \`unix"
 
 # --- unix:///path: a filesystem socket ----------------------------------------------------
-conf "$TMP/p.conf" "unix://$TMP/p.sock"
-start_gateway PG -c "$TMP/p.conf"
-wait_line "$TMP/PG.log" "connected \(capability 3\) over unix $TMP/p.sock\$"
-G="127.0.0.1:$PG_PORT"
-q "echo p1"
-expect_lines "$TMP/q.out" '^"p1"$' 1
-served_over P unix p1 || fail "the worker did not see echo p1 over $TMP/p.sock"
-transport_is unix || fail "stats: $(cat "$TMP/q.out")"
+reached PG "unix://$TMP/p.sock" "unix $TMP/p.sock\$" P unix unix
 pass "unix:///path: the worker is reached over the socket file"
 
 # --- 127.0.0.1:PORT with local_workers = unix (the default): its Unix socket ---------------
-conf "$TMP/l.conf" "127.0.0.1:$U_PORT"
-start_gateway L -c "$TMP/l.conf"
-wait_line "$TMP/L.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$"
-G="127.0.0.1:$L_PORT"
-q "echo l1"
-expect_lines "$TMP/q.out" '^"l1"$' 1
-served_over U unix l1 || fail "127.0.0.1:$U_PORT was not reached over the Unix socket"
-transport_is unix || fail "stats: $(cat "$TMP/q.out")"
-# ... and localhost too
-conf "$TMP/lh.conf" "localhost:$U_PORT"
-start_gateway LH -c "$TMP/lh.conf"
-wait_line "$TMP/LH.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$"
+reached L "127.0.0.1:$U_PORT" "unix @/tmp/kx.$U_PORT\$" U unix unix
+reached LH "localhost:$U_PORT" "unix @/tmp/kx.$U_PORT\$" U unix unix
 pass "127.0.0.1:PORT and localhost:PORT go over q's Unix socket when it answers"
 
 # --- local_workers = tcp: TCP, always ------------------------------------------------------
-conf "$TMP/t.conf" "127.0.0.1:$U_PORT" local_workers=tcp
-start_gateway TG -c "$TMP/t.conf"
-wait_line "$TMP/TG.log" "connected \(capability 3\) over tcp 127.0.0.1:$U_PORT\$"
-G="127.0.0.1:$TG_PORT"
-q "echo t1"
-expect_lines "$TMP/q.out" '^"t1"$' 1
-served_over U 127.0.0.1 t1 || fail "local_workers = tcp: echo t1 did not come over TCP"
-transport_is tcp || fail "stats: $(cat "$TMP/q.out")"
+reached TG "127.0.0.1:$U_PORT" "tcp 127.0.0.1:$U_PORT\$" U 127.0.0.1 tcp local_workers=tcp
 pass "local_workers = tcp: a local worker is reached over TCP; stats say \`tcp"
 
 # --- fallback: the Unix socket refuses, or accepts and does not answer the handshake -------
