@@ -60,6 +60,14 @@ struct req {
     uint32_t off;        /* routed: the wrapper's bytes before the query's message */
     struct chunk *reply; /* READY: the reply */
     int64_t t_arrive;    /* ms */
+    /* for the access log */
+    int64_t t_in_us;     /* arrival */
+    int64_t t_run_us;    /* sent to a worker; 0 = never */
+    size_t in_len;       /* its bytes as the client sent them */
+    uint64_t reply_len;  /* its reply's bytes as the worker sent them (0: as made here) */
+    const char *wname;   /* the worker that ran it (access_name_loop), or NULL */
+    char *etext;         /* the text of its error (outcome error or gwerror), or NULL */
+    uint8_t outcome;     /* enum alog_outcome, once answered */
 };
 STAILQ_HEAD(reqlist, req);
 

@@ -46,6 +46,10 @@ struct config {
     int local_workers;    /* enum cfg_local */
     int loglevel;
     char users_file[1024];
+    char access_log[1024]; /* empty = off */
+    int metrics_port;     /* 0 = off */
+    char metrics_bind[256]; /* empty = as bind */
+    int64_t stats_period; /* ms; 0 = off */
     struct group_cfg groups[CFG_MAX_GROUPS];
     int ngroups;
     char file[256];       /* the file it was loaded from, for messages; empty = none */

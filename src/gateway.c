@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gateway.h"
+#include "access.h"
 #include "auth.h"
 #include "client.h"
 #include "dispatch.h"
@@ -135,8 +136,11 @@ static void on_signal(struct gw *g, struct evsrc *s, uint32_t ev)
     while (read(g->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGHUP) {
             log_info(NULL, "SIGHUP: reloading %s", g->config_path[0] ? g->config_path : "(no config file)");
+            access_reopen_loop(g);
             if (gw_reload_loop(g, NULL, 0))
                 log_error(NULL, "SIGHUP: out of memory starting the reload");
+        } else if (si.ssi_signo == SIGUSR1) {
+            access_reopen_loop(g);
         } else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
             log_info(NULL, "%s: draining (up to %lld ms)", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
                      (long long)g->cfg.drain_timeout);
@@ -220,6 +224,7 @@ static void wire(struct gw *g)
     loop_on_job(g, JK_NESTED, client_nested_checked_loop);
     loop_on_job(g, JK_RESOLVE, worker_resolved_loop);
     loop_on_job(g, JK_RELOAD, gw_reload_done_loop);
+    loop_on_job(g, JK_ALOG, access_done_loop);
     g->front = &client_frontend;
     g->back = &worker_backend;
 }
@@ -275,6 +280,7 @@ static int watch_signals(struct gw *g)
     sigaddset(&set, SIGHUP);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
     sigprocmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     g->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -319,6 +325,18 @@ static int load_users(struct gw *g, const struct config *cfg)
     return 0;
 }
 
+static int open_access_log(struct gw *g)
+{
+    char err[1200];
+    if (access_init(g, err, sizeof err)) {
+        log_error(NULL, "%s", err);
+        return -1;
+    }
+    if (g->alog_fd >= 0)
+        log_info(NULL, "access log: %s", g->cfg.access_log);
+    return 0;
+}
+
 int gw_init(struct gw *g, const struct config *cfg, const char *config_path, const struct cfg_overrides *ov,
             const struct gw_hooks *hooks)
 {
@@ -328,7 +346,7 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     if (ov)
         g->overrides = *ov;
     g->cfg = *cfg;
-    g->listen_tcp.fd = g->listen_uds.fd = g->sigfd = g->loop.epfd = g->loop.wepfd = -1;
+    g->listen_tcp.fd = g->listen_uds.fd = g->sigfd = g->loop.epfd = g->loop.wepfd = g->alog_fd = -1;
     TAILQ_INIT(&g->dirty);
     TAILQ_INIT(&g->backlog);
     STAILQ_INIT(&g->closed);
@@ -340,7 +358,8 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     if (!(g->groups = calloc(CFG_MAX_GROUPS, sizeof *g->groups)) || loop_init(g, &phases, g->hooks.now_us, g->hooks.ctx))
         return -1;
     raise_fd_limit(cfg);
-    if (listen_all(g, cfg) || watch_signals(g) || start_pools(g, cfg) || make_messages(g) || load_users(g, cfg))
+    if (listen_all(g, cfg) || watch_signals(g) || start_pools(g, cfg) || make_messages(g) || load_users(g, cfg) ||
+        open_access_log(g))
         return -1;
     for (int i = 0; i < cfg->ngroups; i++)
         gw_add_group_loop(g, &cfg->groups[i]);
@@ -362,6 +381,7 @@ void gw_free(struct gw *g)
         }
     }
     conn_reap_loop(g);
+    access_close(g); /* after the closes above: their requests' records are written too */
     pool_destroy(g->readers);
     pool_destroy(g->writers);
     close_listener(g, &g->listen_tcp);

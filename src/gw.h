@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "alog.h"
 #include "config.h"
 #include "loop.h"
 
@@ -19,6 +20,7 @@ struct pool;
 struct auth_shared;
 struct frontend_ops;
 struct backend_ops;
+struct gw_name;
 
 /* Seams for tests/sim, which runs the real loop against fake clients and workers with a fake
  * clock. All zero in production. */
@@ -95,6 +97,16 @@ struct gw {
     uint64_t handshakes, handshake_failures, badmsgs, busy_replies, timeouts, stalls;
     uint64_t bad_transitions; /* state changes the tables do not allow (worker.c): a bug */
     struct auth_shared *auth; /* users file, or NULL: any credentials */
+
+    /* the access log (access.c) */
+    int alog_fd;         /* -1: off */
+    int alog_busy;       /* a write job is out (it owns the batch; the loop keeps the fd) */
+    int alog_reopen;     /* reopen once it is back */
+    struct alog_buf alog; /* records not yet handed over */
+    struct timer alog_tm;
+    uint64_t alog_lines, alog_dropped, alog_errors;
+    int64_t alog_warned_ms;
+    struct gw_name *names; /* interned worker names (access_name_loop) */
     SLIST_HEAD(, ustate) users;
 };
 

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "worker.h"
+#include "alog.h"
 #include "gw.h"
 #include "jobs.h"
 #include "kcodec.h"
@@ -42,6 +43,8 @@ void relay_send_request_loop(struct gw *g, struct worker *w, struct client *c, s
 {
     req_set_state_loop(g, c, x, RS_RUNNING);
     c->pending -= req_cost(x);
+    x->t_run_us = g->loop.now_us;
+    x->wname = w->iname;
     struct chunk *ch = chunk_wrap(x->msg, x->off + x->len);
     x->msg = NULL;
     if (ch) {
@@ -120,6 +123,20 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
     conn_submit_loop(old ? g->readers : g->writers, j, &c->c, r->seq);
 }
 
+/* What the access log says of the request c's reply answers. */
+static void note_reply(struct worker *w, struct client *c)
+{
+    struct req *r = client_head(c);
+    if (!r || r->state != RS_RUNNING)
+        return;
+    r->reply_len = w->reply_len;
+    if (w->is_error) {
+        r->outcome = ALOG_ERROR;
+        free(r->etext);
+        r->etext = strdup(w->etext);
+    }
+}
+
 /* The run is finished on the worker: its client goes on, the worker takes the next one. */
 static void request_done(struct gw *g, struct worker *w)
 {
@@ -128,6 +145,8 @@ static void request_done(struct gw *g, struct worker *w)
         hist_add(&w->lat, (uint64_t)(g->loop.now_us - w->t_start_us));
         w->served++;
         w->errors += w->is_error;
+        if (c)
+            note_reply(w, c);
     }
     while (!STAILQ_EMPTY(&w->bsent)) /* their chasers came back before this reply */
         broadcast_forget_sent_loop(g, w, 0);
@@ -267,6 +286,7 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
     struct client *c = w->cl;
     w->msg.first_byte = 1;
     w->is_error = 0;
+    w->reply_len = h->len;
     if (w->run == RUN_FANOUT)
         return fanout_route_loop(g, w, h->len);
     if (!c || c->eof) {
@@ -402,6 +422,9 @@ static void route_read(struct gw *g, struct worker *w, struct chunk *ch)
         if (m->first_byte && k) {
             w->is_error = p[off] == (uint8_t)KT_ERROR;
             m->first_byte = 0;
+            if (w->is_error) /* its text, as far as this read has it */
+                snprintf(w->etext, sizeof w->etext, "%.*s", (int)QG_MIN(k - 1, sizeof w->etext - 1),
+                         (const char *)p + off + 1);
         }
         if (off == 0 && k == n) {
             deliver(g, w, ch, p, k);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gateway.h"
+#include "access.h"
 #include "auth.h"
 #include "client.h"
 #include "jobs.h"
@@ -147,6 +148,8 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     /* live keys: limits, timeouts, budgets, compression, log level */
     struct config keep = g->cfg;
     g->cfg = *nc;
+    if (strcmp(keep.access_log, nc->access_log))
+        access_reopen_loop(g); /* a new file, or none */
     g->cfg.port = keep.port;
     strcpy(g->cfg.bind, keep.bind);
     g->cfg.unix_socket = keep.unix_socket;

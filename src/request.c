@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "client.h"
+#include "access.h"
+#include "alog.h"
 #include "gw.h"
 #include "jobs.h"
 #include "kcodec.h"
@@ -26,6 +28,7 @@ void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_
 void req_free(struct req *r)
 {
     free(r->msg);
+    free(r->etext);
     chunk_free(r->reply);
     free(r);
 }
@@ -40,12 +43,13 @@ static void req_drop_msg(struct client *c, struct req *r)
     }
 }
 
-static void req_remove(struct gw *g, struct client *c, struct req *x);
-static void pop_head(struct gw *g, struct client *c) { req_remove(g, c, client_head(c)); }
+static void req_remove(struct gw *g, struct client *c, struct req *x, int answered);
+static void pop_head(struct gw *g, struct client *c) { req_remove(g, c, client_head(c), 1); }
 
-/* Take request x out of the FIFO and free it. */
-static void req_remove(struct gw *g, struct client *c, struct req *x)
+/* Take request x out of the FIFO and free it: it ran or was answered, or never will be. */
+static void req_remove(struct gw *g, struct client *c, struct req *x, int answered)
 {
+    access_req_loop(g, c, x, answered);
     req_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
     STAILQ_REMOVE(&c->reqs, x, req, link);
     req_drop_msg(c, x);
@@ -57,7 +61,7 @@ static void drop_after(struct gw *g, struct client *c, struct req *r)
 {
     struct req *x;
     while ((x = STAILQ_NEXT(r, link)))
-        req_remove(g, c, x);
+        req_remove(g, c, x, 0);
 }
 
 /* Drop every request behind the head (a bad message: nothing after it is answered). */
@@ -75,6 +79,7 @@ void client_requests_free_loop(struct gw *g, struct client *c)
     while (client_head(c)) {
         struct req *r = client_head(c);
         STAILQ_REMOVE_HEAD(&c->reqs, link);
+        access_req_loop(g, c, r, 0);
         req_free(r);
     }
     c->pending = 0;
@@ -96,6 +101,9 @@ void client_error_loop(struct gw *g, struct client *c, struct req *r, const char
         return;
     }
     log_debug(c->c.name, "request %llu: error '%s", (unsigned long long)r->seq, j->text);
+    r->outcome = ALOG_GWERROR;
+    free(r->etext);
+    r->etext = strdup(j->text);
     req_set_state_loop(g, c, r, RS_LOCAL);
     conn_submit_loop(g->writers, j, &c->c, r->seq);
 }
@@ -259,6 +267,7 @@ void client_advance_loop(struct gw *g, struct client *c)
     while (!c->c.closing && (r = client_head(c))) {
         if (r->state == RS_READY) {
             STAILQ_REMOVE_HEAD(&c->reqs, link);
+            access_req_loop(g, c, r, 1);
             log_debug(c->c.name, "request %llu: reply of %zu bytes%s", (unsigned long long)r->seq,
                       r->reply ? r->reply->len : 0, c->c.fd >= 0 ? "" : " dropped (the client has gone)");
             if (r->type == KIPC_SYNC && c->c.fd >= 0) {
@@ -384,6 +393,7 @@ void client_bad_message_loop(struct gw *g, struct client *c, const char *why)
     r->grp = c->grp;
     r->close_after = 1;
     r->t_arrive = g->loop.now_ms;
+    r->t_in_us = g->loop.now_us;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     client_error_loop(g, c, r, "qgate: badmsg %s", why);
 }
@@ -393,7 +403,7 @@ static void give_up(struct gw *g, struct client *c, struct req *x)
 {
     if (g->hooks.lost)
         g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, x->seq);
-    req_remove(g, c, x);
+    req_remove(g, c, x, 0);
 }
 
 void client_session_lost_loop(struct gw *g, struct client *c, int cut, const char *text)
@@ -502,7 +512,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
     }
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
                       .unchecked = (uint8_t)unchecked, .route = (uint8_t)route, .grp = c->grp,
-                      .t_arrive = g->loop.now_ms};
+                      .t_arrive = g->loop.now_ms, .t_in_us = g->loop.now_us, .in_len = (size_t)h->len};
     c->pending += req_cost(r);
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "worker.h"
+#include "access.h"
 #include "gw.h"
 #include "jobs.h"
 #include "kipc.h"
@@ -138,6 +139,7 @@ struct worker *worker_new_loop(struct gw *g, struct group *grp, const char *addr
     STAILQ_INIT(&w->bsent);
     STAILQ_INIT(&w->fq);
     snprintf(w->addr, sizeof w->addr, "%s", addr);
+    w->iname = access_name_loop(g, w->addr);
     snprintf(w->c.name, sizeof w->c.name, "w %s", addr);
     w->backoff = g->cfg.reconnect_min;
     TAILQ_INSERT_TAIL(&grp->workers, w, glink);

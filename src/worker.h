@@ -125,6 +125,9 @@ struct worker {
     struct group *grp;
     TAILQ_ENTRY(worker) glink;
     char addr[300];
+    const char *iname;   /* addr, interned: for the access log's records, which outlive it */
+    uint64_t reply_len;  /* of the reply being relayed */
+    char etext[80];      /* the start of its text, when it is a q error */
     struct net_addrs na; /* over TCP, its Unix socket, or both (that first) */
     char uds_why[96];    /* why its Unix socket was passed over for TCP last, for the log */
     struct client *cl;   /* client of the current request; NULL once it is gone */

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The access log (access_log = PATH): one logfmt line per request with its outcome (ok, a q
+# error, a gateway error, the client gone, the connection closed first), every request of a
+# client in order, and the file reopened on SIGUSR1 and SIGHUP as logrotate needs.
+. "$(dirname "$0")/lib.sh"
+
+start_worker W1 --rows 100
+printf 'alice:wonder\tadmin=1\ncarol:carolpw\n' > "$TMP/users"
+A="$TMP/access.log"
+printf '[gateway]\nusers_file = %s\naccess_log = %s\n[group main]\nworkers = 127.0.0.1:%s\n' \
+    "$TMP/users" "$A" "$W1_PORT" > "$TMP/gw.conf"
+start_gateway GW -c "$TMP/gw.conf" --loglevel debug
+G="127.0.0.1:$GW_PORT"
+W="127.0.0.1:$W1_PORT"
+wait_line "$TMP/GW.log" "connected \\(capability 3\\)" 10
+expect_file_has "$TMP/GW.log" "access log: $A\$"
+
+# every line has every key, in this order (values bare words or quoted)
+V='([^ "=]*|"([^"\\]|\\.)*")'
+LINE="^time=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6}Z client=[0-9]+ user=$V peer=$V group=$V worker=$V type=(sync|async) req_bytes=[0-9]+ reply_bytes=[0-9]+ queued_us=[0-9]+ run_us=[0-9]+ outcome=(ok|error|gwerror|gone|closed)( error=$V)?\$"
+
+# --- ok, a q error, a gateway error, async ---------------------------------------------------
+timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo hi" "err two words" ".qgate.nosuch[]" "neg:a:1" "echo yo" > "$TMP/q.out"
+expect_lines "$TMP/q.out" '^"hi"$' 1
+wait_count "$A" "user=carol" 5 10
+expect_lines "$A" "$LINE" 5
+expect_lines "$A" "user=carol peer=127\\.0\\.0\\.1:[0-9]+ group=main worker=$W type=sync req_bytes=21 reply_bytes=[1-9][0-9]* queued_us=[0-9]+ run_us=[0-9]+ outcome=ok\$" 2
+expect_lines "$A" "worker=$W type=sync .* outcome=error error=\"two words\"\$" 1
+expect_lines "$A" "worker= type=sync .* run_us=0 outcome=gwerror error=\"qgate: unknown command .qgate.nosuch\\[\\]\"\$" 1
+expect_lines "$A" "worker=$W type=async req_bytes=17 reply_bytes=0 .* outcome=ok\$" 1
+pass "a line per request: ok, q error (its text), gateway error (its text), async"
+
+# --- nothing lost, in order: 200 requests of one client ----------------------------------------
+qs=()
+for i in $(seq 1 200); do qs+=("echo $i"); done
+timeout 30 "$BIN/qsend" -g "$G" -u carol:carolpw --pipeline "${qs[@]}" > "$TMP/q.out"
+expect_lines "$TMP/q.out" '^"[0-9]+"$' 200
+wait_count "$A" "outcome=ok" 203 10
+cid=$(tail -n 1 "$A" | sed 's/.* client=\([0-9]*\) .*/\1/')
+[ "$(grep -c " client=$cid .*outcome=ok" "$A")" -eq 200 ] || fail "client $cid: $(grep -c " client=$cid " "$A") lines, want 200"
+pass "200 pipelined requests of a client: 200 lines"
+
+# --- the client gone before its reply; the connection closed by an admin ------------------------
+raw_open "$GW_PORT"
+raw_hs carol:carolpw
+raw_text 1 "hold g1"
+wait_line "$TMP/W1.log" "hold g1" 10
+raw_close
+wait_line "$TMP/GW.log" "input ended" 10
+release g1 "$W1_PORT"
+wait_line "$A" "outcome=gone\$" 10
+expect_lines "$A" "worker=$W type=sync req_bytes=21 reply_bytes=[1-9][0-9]* .*outcome=gone\$" 1
+
+"$BIN/qsend" -g "$G" -u carol:carolpw --pipeline "hold c1" "echo behind" > "$TMP/c1.out" & c1=$!
+wait_line "$TMP/W1.log" "hold c1" 10
+timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out" || true
+cid=$(awk -F' [|] ' '{ n = split($2, ids, " "); split(substr($3, 2), us, "`"); for (i = 1; i <= n; i++) if (us[i] == "carol") print ids[i] }' "$TMP/cl.out")
+[ -n "$cid" ] || fail "no client of carol's in: $(cat "$TMP/cl.out")"
+timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.disconnect[$cid]" > /dev/null || true
+wait "$c1" || true
+wait_count "$A" " client=$cid .*outcome=closed\$" 2 10
+release c1 "$W1_PORT"
+expect_lines "$A" " client=$cid .*worker=$W type=sync req_bytes=21 .*outcome=closed\$" 1
+expect_lines "$A" " client=$cid .*worker= type=sync req_bytes=25 .*outcome=closed\$" 1
+pass "the client gone: outcome gone; closed by an admin: outcome closed, for the request running and the one behind"
+
+# --- reopened on SIGUSR1 and SIGHUP (logrotate) ------------------------------------------------
+n=$(wc -l < "$A")
+mv "$A" "$A.1"
+kill -USR1 "$GW_PID"
+wait_line "$TMP/GW.log" "access log reopened: $A\$" 10
+timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo after" > /dev/null
+wait_line "$A" "outcome=ok" 10
+expect_lines "$A" "req_bytes=24 " 1
+[ "$(wc -l < "$A.1")" -eq "$n" ] || fail "the rotated file changed: $(wc -l < "$A.1") lines, had $n"
+mv "$A" "$A.2"
+kill -HUP "$GW_PID"
+wait_count "$TMP/GW.log" "access log reopened: $A\$" 2 10
+timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo again" > /dev/null
+wait_line "$A" "req_bytes=24 .*outcome=ok" 10
+pass "SIGUSR1 and SIGHUP reopen the file: new lines go to the new one"
+
+# --- a reload that turns it off, then on at another path ----------------------------------------
+sed -i "s|^access_log = .*|access_log = |" "$TMP/gw.conf"
+kill -HUP "$GW_PID"
+wait_line "$TMP/GW.log" "access log off" 10
+sed -i "s|^access_log = .*|access_log = $TMP/other.log|" "$TMP/gw.conf"
+kill -HUP "$GW_PID"
+wait_line "$TMP/GW.log" "access log reopened: $TMP/other.log" 10
+timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo other" > /dev/null
+wait_line "$TMP/other.log" "req_bytes=24 .*outcome=ok" 10
+pass "a reload turns the access log off, and on at a new path"
+
+# --- lines still held are written at exit ---------------------------------------------------------
+timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo last" > /dev/null
+kill -TERM "$GW_PID"
+wait_exit "$GW_PID" 20
+[ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS"
+expect_lines "$TMP/other.log" "req_bytes=23 .*outcome=ok" 1
+pass "SIGTERM: the lines held are written before exit"
+
+# --- a file that cannot be opened stops the start, saying why ----------------------------------
+set +e; "$BIN/qgate" -p 0 --bind 127.0.0.1 --workers "$W" -c <(printf '[gateway]\naccess_log = %s/no/such.log\n' "$TMP") \
+    > /dev/null 2> "$TMP/bad.err"; rc=$?; set -e
+[ "$rc" -eq 1 ] || fail "qgate started with an access log it cannot open (exit $rc)"
+expect_file_has "$TMP/bad.err" "access_log $TMP/no/such.log: No such file or directory"
+pass "an access log that cannot be opened: qgate does not start, and says why"
