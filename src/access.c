@@ -36,6 +36,7 @@ const char *access_name_loop(struct gw *g, const char *s)
     if (!n)
         return "?";
     memcpy(n->s, s, len + 1);
+    g->names_bytes += sizeof *n + len + 1;
     n->next = g->names;
     g->names = n;
     return n->s;
@@ -129,6 +130,12 @@ static int64_t wall_us(void)
 
 void access_req_loop(struct gw *g, const struct client *c, const struct req *r, int answered)
 {
+    int sync = r->type == KIPC_SYNC;
+    int outcome = !answered ? ALOG_CLOSED : sync && c->eof && r->outcome == ALOG_OK ? ALOG_GONE : r->outcome;
+    uint64_t reply = r->reply_len ? r->reply_len : r->reply ? r->reply->len : 0;
+    g->ended[outcome]++;
+    g->req_bytes += r->in_len;
+    g->reply_bytes += reply;
     if (g->alog_fd < 0)
         return;
     if (g->alog.len >= HELD_MAX) {
@@ -140,13 +147,11 @@ void access_req_loop(struct gw *g, const struct client *c, const struct req *r, 
         }
         return;
     }
-    int sync = r->type == KIPC_SYNC;
-    int outcome = !answered ? ALOG_CLOSED : sync && c->eof && r->outcome == ALOG_OK ? ALOG_GONE : r->outcome;
     int64_t now = g->loop.now_us, ran = r->t_run_us;
     struct alog_fields f = {.wall_us = wall_us(), .client = c->serial, .user = c->user, .peer = c->peer,
                             .group = r->grp ? r->grp->cfg.name : "", .worker = r->wname, .error = r->etext,
                             .sync = sync, .outcome = outcome, .req_bytes = r->in_len,
-                            .reply_bytes = r->reply_len ? r->reply_len : r->reply ? r->reply->len : 0,
+                            .reply_bytes = reply,
                             .queued_us = (ran ? ran : now) - r->t_in_us, .run_us = ran ? now - ran : 0};
     if (alog_append(&g->alog, &f))
         g->alog_dropped++;

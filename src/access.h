@@ -17,7 +17,8 @@ int access_init(struct gw *g, char *err, size_t errlen);
 /* Teardown: write what is held (waiting for a job out), close the file. */
 void access_close(struct gw *g);
 /* Request r of client c has ended (answered = it ran or was answered, else the connection
- * closed first): its record. Cheap to call with the log off. */
+ * closed first): counted by outcome (.qgate.totals[], the metrics), and its record if the log
+ * is on. */
 void access_req_loop(struct gw *g, const struct client *c, const struct req *r, int answered);
 /* Reopen the file at cfg.access_log (now, or when the write out comes back). */
 void access_reopen_loop(struct gw *g);

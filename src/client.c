@@ -43,24 +43,27 @@ static void update_name(struct client *c)
 static void on_handshake_timeout(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
-    g->handshake_failures++;
-    log_info(c->c.name, "handshake not done within %lld ms", (long long)g->cfg.handshake_timeout);
+    if (c->refuse) { /* over max_clients, and it sent nothing to be told */
+        conn_close_loop(g, &c->c, "over max_clients");
+        return;
+    }
+    conn_refused_loop(g, REFUSED_HANDSHAKE, c->c.name, "handshake not done within %lld ms",
+                      (long long)g->cfg.handshake_timeout);
     conn_close_loop(g, &c->c, "handshake timeout");
 }
 
 /* ---- accept ------------------------------------------------------------------------------- */
+
+/* Clients over max_clients kept to be told why after their handshake; beyond, closed at once. */
+#define REFUSING_MAX 64
 
 /* accept failed for want of file descriptors: give up the reserve one, accept and close the
  * connection at once (the client sees a close, as when q is out of fds), take the reserve
  * back. Without it the listener, level-triggered, would wake the loop for ever. */
 static void refuse_for_emfile(struct gw *g, int lfd)
 {
-    g->emfile_refused++;
-    if (g->loop.now_ms - g->emfile_logged_ms >= 1000) {
-        log_warn(NULL, "out of file descriptors: refusing connections (%llu so far)",
-                 (unsigned long long)g->emfile_refused);
-        g->emfile_logged_ms = g->loop.now_ms;
-    }
+    conn_refused_loop(g, REFUSED_NO_FDS, NULL, "out of file descriptors: refusing connections (%llu so far)",
+                      (unsigned long long)g->refused[REFUSED_NO_FDS].n + 1);
     if (g->reserve_fd < 0)
         return;
     close(g->reserve_fd);
@@ -83,14 +86,22 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
                 log_warn(NULL, "accept: %s", strerror(errno));
             return;
         }
-        if (g->nclients >= g->cfg.max_clients || g->draining) {
-            log_warn(NULL, "refusing a connection: %s", g->draining ? "draining" : "max_clients reached");
+        int over = g->nclients >= g->cfg.max_clients;
+        if (g->draining || (over && g->nclients >= g->cfg.max_clients + REFUSING_MAX)) {
+            conn_refused_loop(g, g->draining ? REFUSED_DRAINING : REFUSED_TOO_MANY, NULL,
+                              "refusing a connection: %s", g->draining ? "draining" : "max_clients reached");
             close(fd);
             continue;
         }
+        if (over)
+            conn_refused_loop(g, REFUSED_TOO_MANY, NULL, "refusing a connection: max_clients (%d) reached",
+                              g->cfg.max_clients);
         if (!l->is_uds)
             net_tune(fd);
-        client_adopt_loop(g, fd, l->is_uds, l->is_uds || net_peer_is_local(fd));
+        struct client *c = client_adopt_loop(g, fd, l->is_uds, l->is_uds || net_peer_is_local(fd));
+        if (c)
+            c->refuse = (uint8_t)over; /* told why after its handshake */
+        g->accepted++;
     }
 }
 
@@ -188,8 +199,7 @@ static int do_handshake(struct gw *g, struct client *c)
     if (st == QG_AGAIN)
         return 0;
     if (st != QG_OK) {
-        g->handshake_failures++;
-        log_info(c->c.name, "handshake longer than %d bytes", KIPC_HS_MAX_DEFAULT);
+        conn_refused_loop(g, REFUSED_HANDSHAKE, c->c.name, "handshake longer than %d bytes", KIPC_HS_MAX_DEFAULT);
         conn_close_loop(g, &c->c, "handshake too long");
         return -1;
     }
@@ -199,6 +209,14 @@ static int do_handshake(struct gw *g, struct client *c)
             *p = '?';
     update_name(c);
     c->cap = kipc_cap_negotiate(hs.cap, KIPC_CAP_MAX);
+    if (c->refuse) { /* over max_clients: its credentials do not matter; its first request is told */
+        inbuf_consume(&c->c.in, hs.len);
+        finish_handshake(g, c);
+        if (!c->c.closing) /* one that sends nothing goes as a slow handshake would */
+            conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + g->cfg.handshake_timeout,
+                                on_handshake_timeout);
+        return 0;
+    }
     if (g->auth)
         return check_credentials(g, c, &hs);
     inbuf_consume(&c->c.in, hs.len); /* any credentials are accepted until a users file is set */
@@ -244,8 +262,7 @@ void client_auth_done_loop(struct gw *g, struct job *j)
     if (!c || c->st != CS_AUTH)
         return;
     if (!j->result) {
-        g->handshake_failures++;
-        log_warn(c->c.name, "access denied: user '%s' from %s", c->user, c->peer);
+        conn_refused_loop(g, REFUSED_ACCESS, c->c.name, "access denied: user '%s' from %s", c->user, c->peer);
         conn_close_loop(g, &c->c, "bad credentials ('access)");
         return;
     }
@@ -258,8 +275,8 @@ void client_auth_done_loop(struct gw *g, struct job *j)
     u->max_conns = (int)j->aux[1];
     u->max_inflight = (int)j->aux[2];
     if (u->max_conns > 0 && u->conns >= u->max_conns) {
-        g->handshake_failures++;
-        log_warn(c->c.name, "user '%s' already has %d connections (max_conns): refused", c->user, u->conns);
+        conn_refused_loop(g, REFUSED_ACCESS, c->c.name, "user '%s' already has %d connections (max_conns): refused",
+                          c->user, u->conns);
         conn_close_loop(g, &c->c, "over max_conns ('access)");
         return;
     }
@@ -441,8 +458,8 @@ static void on_stall_timeout(struct gw *g, struct conn *x)
         conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
         return;
     }
-    g->stalls++;
-    log_info(c->c.name, "accepted no byte of %zu waiting for %lld ms", c->c.out.bytes + c->c.piped, (long long)quiet);
+    conn_refused_loop(g, REFUSED_STALLED, c->c.name, "accepted no byte of %zu waiting for %lld ms",
+                      c->c.out.bytes + c->c.piped, (long long)quiet);
     conn_close_loop(g, &c->c, "stalled: accepted no byte of its reply within client_stall_timeout");
 }
 

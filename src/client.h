@@ -107,6 +107,7 @@ struct client {
     uint8_t local;       /* on this host: never compressed */
     uint8_t paused;      /* reading stopped: too many bytes waiting their turn */
     uint8_t eof;         /* its input ended: nothing more will be read, nothing sent */
+    uint8_t refuse;      /* over max_clients: its first request is answered 'qgate: too many connections */
     uint64_t serial;     /* its number, shown in logs and .qgate.clients[]; never reused */
     char user[64];       /* as sent, made printable and cut, for logs */
     char peer[64];
@@ -141,6 +142,9 @@ void client_check_pending_loop(struct gw *g, struct client *c);
 /* Its input ended (EOF, reset, a failed write): what it sent still runs, with the replies
  * dropped; it is closed when the last one is done. */
 void client_peer_gone_loop(struct gw *g, struct client *c, const char *why);
+/* Refuse a client that has done its handshake: nothing more is read, the q error text is the
+ * answer to the request it just sent (not taken), then the close. */
+void client_refuse_loop(struct gw *g, struct client *c, const char *text);
 /* A reader checked the credentials of a client in AUTH (the job of kind JK_AUTH). */
 void client_auth_done_loop(struct gw *g, struct job *j);
 /* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */

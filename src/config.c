@@ -27,7 +27,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "unix_socket", CFG_BOOL, "1", 0, 1, G(unix_socket), NULL,
      "also listen on q's abstract Unix socket for the port (hopen `:unix://PORT)"},
     {"gateway", "max_clients", CFG_INT, "10000", 1, 1000000, G(max_clients), NULL,
-     "client connections accepted at once; more are closed at accept"},
+     "client connections accepted at once; more get the q error 'qgate: too many connections after their handshake, then the close"},
     {"gateway", "max_message", CFG_SIZE, "2147483647", 64, KMAX, G(max_message), NULL,
      "longest message (bytes, header included) accepted from a client or a worker"},
     {"gateway", "max_queue", CFG_INT, "1000", 0, 10000000, G(max_queue), NULL,

@@ -4,6 +4,7 @@
  * boundary), flushing, and the single teardown path. The kinds' own behaviour comes in
  * through their struct connops. */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,4 +406,34 @@ void conn_submit_loop(struct pool *p, struct job *j, const struct conn *c, uint6
     j->conn_gen = c->gen;
     j->seq = seq;
     pool_submit(p, j);
+}
+
+/* ---- refusals ------------------------------------------------------------------------------- */
+
+#define REFUSAL_NAME(e, s) s,
+static const char *const refusal_names[] = {GW_REFUSALS(REFUSAL_NAME)};
+#undef REFUSAL_NAME
+
+const char *gw_refusal_name(int kind) { return kind >= 0 && kind < GW_NREFUSALS ? refusal_names[kind] : "?"; }
+
+void conn_refused_loop(struct gw *g, int kind, const char *who, const char *fmt, ...)
+{
+    g->refused[kind].n++;
+    if (LOG_WARN > log_level || (g->refused[kind].logged_ms && g->loop.now_ms - g->refused[kind].logged_ms < 1000)) {
+        g->refused[kind].quiet++;
+        return;
+    }
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (g->refused[kind].quiet)
+        log_warn(who, "%s (and %llu more refused for %s in the last %lld ms)", text,
+                 (unsigned long long)g->refused[kind].quiet, refusal_names[kind],
+                 (long long)(g->loop.now_ms - g->refused[kind].logged_ms));
+    else
+        log_warn(who, "%s", text);
+    g->refused[kind].quiet = 0;
+    g->refused[kind].logged_ms = g->loop.now_ms;
 }

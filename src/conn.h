@@ -131,6 +131,12 @@ void conn_drop_socket_loop(struct gw *g, struct conn *c);
 /* The one teardown path: log why, take it off every list and cancel its timers, run its
  * kind's teardown, release the id; freed (clients) at the end of the iteration. */
 void conn_close_loop(struct gw *g, struct conn *c, const char *why);
+/* A refusal (enum gw_refusal): counted; logged at warn with prefix who, at most one line a
+ * second per kind, the next saying how many went unlogged meanwhile. */
+void conn_refused_loop(struct gw *g, int kind, const char *who, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Its name in .qgate.totals[] and the metrics ("busy", ...). */
+const char *gw_refusal_name(int kind);
 /* Put a connection on the closed list (a worker leaving the configuration). */
 void conn_free_later_loop(struct gw *g, struct conn *c);
 /* Free the connections closed during this iteration (their kind's free). */

@@ -15,6 +15,8 @@
 
 #include "gateway.h"
 #include "access.h"
+#include "metrics.h"
+#include "ops.h"
 #include "auth.h"
 #include "client.h"
 #include "dispatch.h"
@@ -40,37 +42,6 @@ struct group *gw_add_group_loop(struct gw *g, const struct group_cfg *gc)
 }
 
 /* ---- the gateway's commands ------------------------------------------------------------------ */
-
-static struct stats_snapshot *stats_snapshot(struct gw *g)
-{
-    int n = 0;
-    for (int i = 0; i < g->ngroups; i++)
-        n += g->groups[i].nworkers;
-    struct stats_snapshot *s = calloc(1, sizeof *s + (size_t)n * sizeof s->rows[0]);
-    if (!s)
-        return NULL;
-    for (int i = 0; i < g->ngroups; i++) {
-        struct group *grp = &g->groups[i];
-        struct worker *w;
-        TAILQ_FOREACH(w, &grp->workers, glink) {
-            struct stats_row *r = &s->rows[s->n++];
-            snprintf(r->addr, sizeof r->addr, "%s", w->addr);
-            snprintf(r->group, sizeof r->group, "%s", grp->cfg.name);
-            snprintf(r->state, sizeof r->state, "%s", worker_state_name(w->st));
-            for (char *p = r->state; *p; p++)
-                *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-            snprintf(r->transport, sizeof r->transport, "%s", worker_via_name(w->via));
-            r->served = (int64_t)w->served;
-            r->errors = (int64_t)w->errors;
-            r->dropped = (int64_t)w->dropped;
-            r->session = w->sess ? (int64_t)w->sess->serial : INT64_MIN; /* 0N: given to nobody */
-            r->inflight = (w->st == WS_BUSY) + w->nfol;
-            r->queued = grp->queue.n;
-            r->lat = w->lat;
-        }
-    }
-    return s;
-}
 
 /* .qgate.disconnect[id]: the id .qgate.clients[] shows (a serial number, never reused). 0 if
  * the reply is to be made, 1 if answered (or nobody is left to answer). */
@@ -118,11 +89,15 @@ static void on_command(struct gw *g, struct job *j)
     if (!w)
         return;
     w->arg = j->result;
+    w->ctx_free = free;
     if (j->result == GWCMD_STATS)
-        w->ctx = stats_snapshot(g);
+        w->ctx = ops_stats_snapshot_loop(g);
     else if (j->result == GWCMD_CLIENTS)
         w->ctx = client_snapshot_loop(g);
-    w->ctx_free = free;
+    else if (j->result == GWCMD_TOTALS) {
+        w->ctx = ops_snapshot_loop(g);
+        w->ctx_free = metrics_snap_free;
+    }
     conn_submit_loop(g->writers, w, &cl->c, j->seq);
 }
 
@@ -225,6 +200,7 @@ static void wire(struct gw *g)
     loop_on_job(g, JK_RESOLVE, worker_resolved_loop);
     loop_on_job(g, JK_RELOAD, gw_reload_done_loop);
     loop_on_job(g, JK_ALOG, access_done_loop);
+    loop_on_job(g, JK_METRICS, ops_page_done_loop);
     g->front = &client_frontend;
     g->back = &worker_backend;
 }
@@ -346,7 +322,8 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     if (ov)
         g->overrides = *ov;
     g->cfg = *cfg;
-    g->listen_tcp.fd = g->listen_uds.fd = g->sigfd = g->loop.epfd = g->loop.wepfd = g->alog_fd = -1;
+    g->listen_tcp.fd = g->listen_uds.fd = g->listen_metrics.fd = g->sigfd = g->loop.epfd = g->loop.wepfd = -1;
+    g->alog_fd = -1;
     TAILQ_INIT(&g->dirty);
     TAILQ_INIT(&g->backlog);
     STAILQ_INIT(&g->closed);
@@ -359,7 +336,7 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
         return -1;
     raise_fd_limit(cfg);
     if (listen_all(g, cfg) || watch_signals(g) || start_pools(g, cfg) || make_messages(g) || load_users(g, cfg) ||
-        open_access_log(g))
+        open_access_log(g) || ops_init(g, cfg))
         return -1;
     for (int i = 0; i < cfg->ngroups; i++)
         gw_add_group_loop(g, &cfg->groups[i]);
@@ -382,6 +359,7 @@ void gw_free(struct gw *g)
     }
     conn_reap_loop(g);
     access_close(g); /* after the closes above: their requests' records are written too */
+    ops_free(g);
     pool_destroy(g->readers);
     pool_destroy(g->writers);
     close_listener(g, &g->listen_tcp);

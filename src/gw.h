@@ -21,9 +21,19 @@ struct auth_shared;
 struct frontend_ops;
 struct backend_ops;
 struct gw_name;
+struct mconn;
 
 /* Seams for tests/sim, which runs the real loop against fake clients and workers with a fake
  * clock. All zero in production. */
+/* Connections and requests refused, by why (.qgate.totals[], the metrics, the summary line). */
+#define GW_REFUSALS(X)                                                                             \
+    X(TOO_MANY, "too_many_connections") X(ACCESS, "access") X(HANDSHAKE, "handshake")              \
+    X(BUSY, "busy") X(QUEUE_TIMEOUT, "queue_timeout") X(NO_WORKER, "no_worker") X(BADMSG, "badmsg") \
+    X(STALLED, "stalled") X(NO_FDS, "out_of_fds") X(DRAINING, "draining")
+#define GW_REFUSAL_ENUM(e, s) REFUSED_##e,
+enum gw_refusal { GW_REFUSALS(GW_REFUSAL_ENUM) GW_NREFUSALS };
+#undef GW_REFUSAL_ENUM
+
 struct gw_hooks {
     void *ctx;
     int64_t (*now_us)(void *ctx);                 /* the clock; NULL = CLOCK_MONOTONIC */
@@ -73,8 +83,6 @@ struct gw {
     struct evsrc ev_signal;
     int sigfd;
     int reserve_fd;      /* kept open to be given up when accept meets EMFILE */
-    int64_t emfile_logged_ms;
-    uint64_t emfile_refused;
     int port;            /* bound port */
     struct pool *readers, *writers;
     struct group *groups; /* CFG_MAX_GROUPS of them */
@@ -94,7 +102,16 @@ struct gw {
     size_t no_client_err_len;
     uint64_t next_serial, next_worker_serial;
     int nclients;
-    uint64_t handshakes, handshake_failures, badmsgs, busy_replies, timeouts, stalls;
+    uint64_t handshakes, query_timeouts;
+    struct {
+        uint64_t n;       /* so far */
+        uint64_t quiet;   /* since the last line logged */
+        int64_t logged_ms;
+    } refused[GW_NREFUSALS];
+    /* requests ended (access_req_loop), by outcome, and their bytes */
+    uint64_t ended[8], req_bytes, reply_bytes;
+    uint64_t accepted;   /* client connections accepted */
+    int64_t started_ms, started_wall_ms;
     uint64_t bad_transitions; /* state changes the tables do not allow (worker.c): a bug */
     struct auth_shared *auth; /* users file, or NULL: any credentials */
 
@@ -107,6 +124,16 @@ struct gw {
     uint64_t alog_lines, alog_dropped, alog_errors;
     int64_t alog_warned_ms;
     struct gw_name *names; /* interned worker names (access_name_loop) */
+    size_t names_bytes;  /* what they take (tests/sim's accounting) */
+
+    /* metrics and the summary line (ops.c) */
+    struct listener listen_metrics;
+    struct mconn *mconns; /* HTTP connections asking for the page */
+    int nmconns;
+    uint64_t mconn_serial;
+    struct timer metrics_tm, stats_tm;
+    int64_t stats_last_ms;
+    uint64_t stats_last_ended;
     SLIST_HEAD(, ustate) users;
 };
 

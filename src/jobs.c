@@ -12,6 +12,7 @@
 #include "kipc.h"
 #include "kmerge.h"
 #include "kzip.h"
+#include "metrics.h"
 #include "net.h"
 #include "stats.h"
 
@@ -311,6 +312,9 @@ void job_encode_command(struct job *j)
         break;
     case GWCMD_CLIENTS:
         x = clients_table(j->ctx);
+        break;
+    case GWCMD_TOTALS:
+        x = metrics_totals(j->ctx);
         break;
     default:
         x = k_err("qgate: unknown command");

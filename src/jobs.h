@@ -15,6 +15,7 @@ enum job_kind {
     JK_RESOLVE,     /* reader resolved a worker's address (aux[0] its serial): out = sockaddr */
     JK_RELOAD,      /* reader read the config and users files (ctx: struct reload_job) */
     JK_ALOG,        /* writer wrote a batch of the access log */
+    JK_METRICS,     /* writer made the metrics page (aux[0]: the HTTP connection's serial) */
 };
 
 /* A gateway command is short: longer messages that look like one are refused unread. */
@@ -22,7 +23,7 @@ enum job_kind {
 
 #define GWCMDS(X)                                                                          \
     X(UNKNOWN, "") X(PING, "ping") X(STATS, "stats") X(CLIENTS, "clients") X(RELOAD, "reload") \
-    X(DISCONNECT, "disconnect")
+    X(DISCONNECT, "disconnect") X(TOTALS, "totals")
 #define GWCMD_ENUM(e, s) GWCMD_##e,
 enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
 #undef GWCMD_ENUM
@@ -75,7 +76,8 @@ void job_parse_command(struct job *j);
 /* writer: j->out = a response carrying the q error j->text. */
 void job_encode_error(struct job *j);
 /* writer: j->out = the response to command j->arg: ping and the admin actions 1b, stats a table
- * from ctx (struct stats_snapshot), clients a table from ctx (struct clients_snapshot). */
+ * from ctx (struct stats_snapshot), clients a table from ctx (struct clients_snapshot), totals
+ * a dictionary from ctx (struct metrics_snap). */
 void job_encode_command(struct job *j);
 /* reader: j->in is a whole response for a client of capability j->arg (below 3): decompress
  * it if the client cannot (capability 0; aux[0] bounds the size it may declare), or make it

@@ -8,6 +8,7 @@
 
 #include "gateway.h"
 #include "access.h"
+#include "ops.h"
 #include "auth.h"
 #include "client.h"
 #include "jobs.h"
@@ -156,6 +157,7 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     g->cfg.reader_threads = keep.reader_threads;
     g->cfg.writer_threads = keep.writer_threads;
     log_level = g->cfg.loglevel;
+    ops_reloaded_loop(g);
     g->loop.work_pending = 1;
 }
 

@@ -114,8 +114,8 @@ static void on_queue_timeout(struct gw *g, struct conn *x)
     struct req *r = client_head(c);
     if (!r || r->state != RS_QUEUED)
         return;
-    g->timeouts++;
-    log_info(c->c.name, "request waited %lld ms for a worker", (long long)(g->loop.now_ms - r->t_arrive));
+    conn_refused_loop(g, REFUSED_QUEUE_TIMEOUT, c->c.name, "request waited %lld ms for a worker (queue_timeout)",
+                      (long long)(g->loop.now_ms - r->t_arrive));
     client_error_loop(g, c, r, "qgate: timeout (queued %lld ms)", (long long)(g->loop.now_ms - r->t_arrive));
     client_check_pending_loop(g, c);
 }
@@ -231,11 +231,14 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         req_set_state_loop(g, c, r, RS_WAITING); /* none could take it: it waits in the queue */
     }
     if (grp->unavailable && r->type == KIPC_SYNC) {
+        conn_refused_loop(g, REFUSED_NO_WORKER, c->c.name, "no worker of group %s is up: refused a request",
+                          grp->cfg.name);
         client_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
         return;
     }
     if (r->type == KIPC_SYNC && dispatch_full_loop(g, grp)) { /* an async message always waits */
-        g->busy_replies++;
+        conn_refused_loop(g, REFUSED_BUSY, c->c.name, "group %s: max_queue (%d) clients wait: 'qgate: busy",
+                          grp->cfg.name, g->cfg.max_queue);
         client_error_loop(g, c, r, "qgate: busy");
         return;
     }
@@ -371,16 +374,14 @@ static void stop_reading(struct gw *g, struct client *c)
 /* Stop reading after a bad message: 'qgate: badmsg comes after the replies owed, then close. */
 static void stop_for_bad_message(struct gw *g, struct client *c, const char *why)
 {
-    g->badmsgs++;
-    log_info(c->c.name, "bad message: %s", why);
+    conn_refused_loop(g, REFUSED_BADMSG, c->c.name, "bad message: %s", why);
     stop_reading(g, c);
 }
 
-/* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
- * 'qgate: badmsg after the replies owed. */
-void client_bad_message_loop(struct gw *g, struct client *c, const char *why)
+/* Reading has stopped: error text goes after the replies owed (as the answer to a request of
+ * seq next), then the close. */
+static void close_with_error(struct gw *g, struct client *c, const char *text)
 {
-    stop_for_bad_message(g, c, why);
     if (c->eof) /* nobody to tell: what came before still runs */
         return;
     struct req *r = calloc(1, sizeof *r);
@@ -395,7 +396,23 @@ void client_bad_message_loop(struct gw *g, struct client *c, const char *why)
     r->t_arrive = g->loop.now_ms;
     r->t_in_us = g->loop.now_us;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
-    client_error_loop(g, c, r, "qgate: badmsg %s", why);
+    client_error_loop(g, c, r, "%s", text);
+}
+
+/* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
+ * 'qgate: badmsg after the replies owed. */
+void client_bad_message_loop(struct gw *g, struct client *c, const char *why)
+{
+    stop_for_bad_message(g, c, why);
+    char text[160];
+    snprintf(text, sizeof text, "qgate: badmsg %s", why);
+    close_with_error(g, c, text);
+}
+
+void client_refuse_loop(struct gw *g, struct client *c, const char *text)
+{
+    stop_reading(g, c);
+    close_with_error(g, c, text);
 }
 
 /* Request x will not run: its session's worker is gone (named to tests/sim's lost hook). */
@@ -489,6 +506,15 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
     if (h->type == KIPC_RESPONSE) {
         client_take_response_loop(g, c, msg, (size_t)h->len);
         return 0;
+    }
+    if (c->refuse) { /* over max_clients: its first request gets the error, then the close */
+        free(msg);
+        conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
+        if (h->type == KIPC_SYNC)
+            client_refuse_loop(g, c, "qgate: too many connections");
+        else
+            conn_close_loop(g, &c->c, "over max_clients");
+        return -1;
     }
     int unchecked = h->compressed || h->len > VALIDATE_ON_LOOP_MAX;
     char grp[CFG_NAME_MAX];

@@ -27,6 +27,23 @@ void hist_add(struct hist *h, uint64_t us)
 {
     h->b[bucket_of(us)]++;
     h->n++;
+    h->sum += us;
+}
+
+void hist_merge(struct hist *dst, const struct hist *src)
+{
+    for (int b = 0; b < HIST_BUCKETS; b++)
+        dst->b[b] += src->b[b];
+    dst->n += src->n;
+    dst->sum += src->sum;
+}
+
+uint64_t hist_count_le(const struct hist *h, uint64_t us)
+{
+    uint64_t n = 0;
+    for (int b = 0; b < HIST_BUCKETS && bucket_top(b) <= us; b++)
+        n += h->b[b];
+    return n;
 }
 
 uint64_t hist_quantile(const struct hist *h, double q)

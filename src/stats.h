@@ -12,10 +12,15 @@
 #define HIST_BUCKETS (32 + 16 * 40)
 struct hist {
     uint64_t n;
+    uint64_t sum;        /* of the values added (µs) */
     uint32_t b[HIST_BUCKETS];
 };
 
 void hist_add(struct hist *h, uint64_t us);
+/* Add src's counts to dst. */
+void hist_merge(struct hist *dst, const struct hist *src);
+/* How many values lie in buckets whose upper edge is at most us (a Prometheus bucket le). */
+uint64_t hist_count_le(const struct hist *h, uint64_t us);
 /* The value at quantile q (0..1), the upper edge of its bucket; 0 when empty. */
 uint64_t hist_quantile(const struct hist *h, double q);
 

@@ -323,7 +323,7 @@ static void read_capability(struct gw *g, struct worker *w)
 static void on_query_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
-    g->timeouts++;
+    g->query_timeouts++;
     log_warn(w->c.name, "no reply byte for %lld ms: dropping the connection", (long long)g->cfg.query_timeout);
     w->timed_out = 1; /* the loss answers 'qgate: timeout, unless a message to the client was cut */
     w->backoff = g->cfg.reconnect_min;

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Install what `make test` needs on a fresh Debian machine: cmocka, HAProxy (bench/run's proxy
-# floor) and strace (its system-call counts) with apt-get; node-q (npm ci).
+# floor), strace (its system-call counts), curl and promtool (the metrics page) with apt-get;
+# node-q (npm ci).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=()
 [ -f /usr/include/cmocka.h ] || PKGS+=(libcmocka-dev)
 command -v haproxy > /dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || PKGS+=(haproxy)
 command -v strace > /dev/null 2>&1 || PKGS+=(strace)
+command -v curl > /dev/null 2>&1 || PKGS+=(curl)          # scrapes the metrics page
+command -v promtool > /dev/null 2>&1 || PKGS+=(prometheus) # its promtool checks that page
 if [ ${#PKGS[@]} -gt 0 ]; then
     echo "deps: installing ${PKGS[*]}"
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

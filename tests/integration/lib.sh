@@ -119,6 +119,20 @@ wait_exit() {
     set -e
 }
 
+# pick_port: a loopback port nothing listens on (for metrics_port, which takes no 0)
+pick_port() {
+    local p i
+    for i in $(seq 1 100); do
+        p=$((20000 + RANDOM % 40000))
+        if ! (exec 9<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+    done
+    fail "no free port found"
+}
+# metric 'NAME{LABELS}': its value on the metrics page at 127.0.0.1:$METRICS_PORT
+metric() { curl -s --max-time 10 "http://127.0.0.1:$METRICS_PORT/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+# metric_at_least 'NAME{LABELS}' N: is it N or more? (for wait_for)
+metric_at_least() { local v; v=$(metric "$1"); [ -n "$v" ] && [ "${v%.*}" -ge "$2" ]; }
+
 # q TEXT...: qsend to the gateway G (host:port), output in $TMP/q.out
 q() { timeout 60 "$BIN/qsend" -g "$G" "$@" > "$TMP/q.out" 2>&1 || true; }
 

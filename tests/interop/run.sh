@@ -43,3 +43,12 @@ printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TM
 start_gateway AU -c "$TMP/auth.conf"
 (cd tests/interop && timeout 60 node auth.js "$AU_PORT" nq:nodepw nq:wrong) || fail "node-q credentials"
 expect_file_has "$TMP/AU.log" "access denied: user 'nq'"
+
+# over max_clients: node-q's first query gets the q error 'qgate: too many connections
+printf '[gateway]\nbind = 127.0.0.1\nmax_clients = 1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W_PORT" > "$TMP/max.conf"
+start_gateway MX -c "$TMP/max.conf"
+raw_open "$MX_PORT" 4
+raw_hs u:p 4
+(cd tests/interop && timeout 60 node refuse.js "$MX_PORT") || fail "node-q over max_clients"
+raw_close 4
+expect_file_has "$TMP/MX.log" "refusing a connection: max_clients \\(1\\) reached"

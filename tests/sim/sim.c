@@ -1202,9 +1202,9 @@ static void client_eof(struct fclient *c)
         ok = 1; /* after 'qgate: badmsg the gateway shuts its side first (linger) */
     if ((!strcmp(why, "worker lost in the middle of the reply") ||
          !strcmp(why, "worker lost in the middle of a message to it")) &&
-        (S->wdeaths || S->g.timeouts))
+        (S->wdeaths || S->g.query_timeouts))
         ok = 1; /* a worker died, or was dropped for a query timeout, while it sent */
-    if (S->session && (S->wdeaths || S->g.timeouts) &&
+    if (S->session && (S->wdeaths || S->g.query_timeouts) &&
         (!strcmp(why, "its session's worker was lost") || !strcmp(why, "closed after a bad message") || !why[0]))
         ok = 1; /* its session's worker died: told (then the gateway shuts its side), or just closed */
     if (!ok)
@@ -1896,6 +1896,7 @@ static size_t gw_kept(void)
     struct gw *g = &S->g;
     size_t n = (size_t)g->tab_cap * (sizeof(struct conn *) + 2 * sizeof(uint32_t));
     n += (size_t)g->loop.timers.cap * sizeof(struct timer *);
+    n += g->names_bytes; /* worker names, kept for the access log's records */
     for (int i = 0; i < g->ngroups; i++) {
         struct worker *w;
         TAILQ_FOREACH(w, &g->groups[i].workers, glink)

@@ -592,7 +592,7 @@ static void test_timers_heap(void **state)
 {
     (void)state;
     static struct timer t[500];
-    int armed = 0;
+    int armed = 0, before = g.loop.timers.n; /* the gateway's own (stats_period) */
     uint64_t seed = 11;
     for (int i = 0; i < 500; i++) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -613,7 +613,7 @@ static void test_timers_heap(void **state)
         last = x->when;
         n++;
     }
-    assert_int_equal(n, armed);
+    assert_int_equal(n, armed + before);
     assert_true(armed > 300 && armed < 400);
     assert_int_equal(timers_next(&g.loop.timers), -1);
 }

@@ -1,0 +1,259 @@
+/* metrics.c: the snapshot's Prometheus page and .qgate.totals[] dictionary (writer pool). */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kipc.h"
+#include "pool.h"
+
+void metrics_snap_free(void *ctx)
+{
+    struct metrics_snap *s = ctx;
+    if (s)
+        free(s->workers);
+    free(s);
+}
+
+/* ---- a growing text -------------------------------------------------------------------------- */
+
+struct text {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void tprintf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tprintf(struct text *t, const char *fmt, ...)
+{
+    for (int tries = 0; tries < 2 && !t->oom; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->oom = 1;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap + (size_t)n + 1) * 2;
+        char *p = realloc(t->p, cap);
+        if (!p) {
+            t->oom = 1;
+            return;
+        }
+        t->p = p;
+        t->cap = cap;
+    }
+}
+
+/* A label value: \ " and newline escaped. */
+static const char *label(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    for (; *s && o + 3 < len; s++) {
+        if (*s == '\\' || *s == '"' || *s == '\n') {
+            buf[o++] = '\\';
+            buf[o++] = *s == '\n' ? 'n' : *s;
+        } else {
+            buf[o++] = *s;
+        }
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+static void head(struct text *t, const char *name, const char *type, const char *help)
+{
+    tprintf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The latency buckets shown (µs), and +Inf. */
+static const uint64_t le_us[] = {100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+                                 1000000, 2500000, 5000000, 10000000, 30000000, 60000000};
+
+static void histogram(struct text *t, const char *name, const char *labels, const struct hist *h)
+{
+    for (size_t i = 0; i < sizeof le_us / sizeof le_us[0]; i++)
+        tprintf(t, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, (double)le_us[i] / 1e6,
+                (unsigned long long)hist_count_le(h, le_us[i]));
+    tprintf(t, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)h->n);
+    tprintf(t, "%s_sum{%s} %.6f\n", name, labels, (double)h->sum / 1e6);
+    tprintf(t, "%s_count{%s} %llu\n", name, labels, (unsigned long long)h->n);
+}
+
+static void render_totals(struct text *t, const struct metrics_snap *s)
+{
+    static const char *const outcomes[] = {"ok", "error", "gwerror", "gone", "closed"};
+    char v[64];
+    head(t, "qgate_build_info", "gauge", "qgate's version");
+    tprintf(t, "qgate_build_info{version=\"%s\"} 1\n", label(s->version, v, sizeof v));
+    head(t, "qgate_start_time_seconds", "gauge", "when the gateway started, seconds since the epoch");
+    tprintf(t, "qgate_start_time_seconds %.3f\n", (double)s->start_wall_ms / 1e3);
+    head(t, "qgate_uptime_seconds", "gauge", "seconds since the gateway started");
+    tprintf(t, "qgate_uptime_seconds %.3f\n", (double)s->uptime_ms / 1e3);
+    head(t, "qgate_clients", "gauge", "client connections, by state");
+    for (int i = 0; i < s->nclient_states; i++)
+        tprintf(t, "qgate_clients{state=\"%s\"} %lld\n", s->client_state[i], (long long)s->clients[i]);
+    head(t, "qgate_connections_accepted_total", "counter", "client connections accepted");
+    tprintf(t, "qgate_connections_accepted_total %llu\n", (unsigned long long)s->accepted);
+    head(t, "qgate_handshakes_total", "counter", "client handshakes completed");
+    tprintf(t, "qgate_handshakes_total %llu\n", (unsigned long long)s->handshakes);
+    head(t, "qgate_requests_total", "counter",
+         "requests ended, by outcome: ok, error (a q error), gwerror (the gateway's), gone (the client left first), "
+         "closed (its connection was closed first)");
+    for (int i = 0; i < ALOG_NOUTCOMES; i++)
+        tprintf(t, "qgate_requests_total{outcome=\"%s\"} %llu\n", outcomes[i], (unsigned long long)s->ended[i]);
+    head(t, "qgate_refused_total", "counter", "connections and requests refused, by reason");
+    for (int i = 0; i < s->nrefusals; i++)
+        tprintf(t, "qgate_refused_total{reason=\"%s\"} %llu\n", s->refusal[i], (unsigned long long)s->refused[i]);
+    head(t, "qgate_query_timeouts_total", "counter", "worker connections dropped for query_timeout");
+    tprintf(t, "qgate_query_timeouts_total %llu\n", (unsigned long long)s->query_timeouts);
+    head(t, "qgate_request_bytes_total", "counter", "bytes of the requests ended, as clients sent them");
+    tprintf(t, "qgate_request_bytes_total %llu\n", (unsigned long long)s->req_bytes);
+    head(t, "qgate_reply_bytes_total", "counter", "bytes of their replies, as workers sent them or the gateway made them");
+    tprintf(t, "qgate_reply_bytes_total %llu\n", (unsigned long long)s->reply_bytes);
+    head(t, "qgate_access_log_lines_total", "counter", "lines written to the access log");
+    tprintf(t, "qgate_access_log_lines_total %llu\n", (unsigned long long)s->alog_lines);
+    head(t, "qgate_access_log_dropped_total", "counter", "access log lines dropped: the disk was behind");
+    tprintf(t, "qgate_access_log_dropped_total %llu\n", (unsigned long long)s->alog_dropped);
+}
+
+static void render_groups(struct text *t, const struct metrics_snap *s)
+{
+    static const char *const states[] = {"down", "resolving", "connecting", "handshake", "idle", "busy", "pinned"};
+    const struct stats_snapshot *w = s->workers;
+    char gl[160], wl[700];
+    head(t, "qgate_group_queued", "gauge", "clients whose request waits for a worker of the group");
+    for (int i = 0; i < s->ngroups; i++)
+        tprintf(t, "qgate_group_queued{group=\"%s\"} %lld\n", label(s->groups[i].name, gl, sizeof gl),
+                (long long)s->groups[i].queued);
+    head(t, "qgate_group_longest_wait_seconds", "gauge", "how long the longest-waiting queued request has waited");
+    for (int i = 0; i < s->ngroups; i++)
+        tprintf(t, "qgate_group_longest_wait_seconds{group=\"%s\"} %.3f\n", label(s->groups[i].name, gl, sizeof gl),
+                (double)s->groups[i].maxwait_ms / 1e3);
+    head(t, "qgate_workers", "gauge", "workers of the group, by state");
+    for (int i = 0; i < s->ngroups; i++)
+        for (size_t k = 0; k < sizeof states / sizeof states[0]; k++) {
+            int n = 0;
+            for (int r = 0; w && r < w->n; r++)
+                n += !strcmp(w->rows[r].group, s->groups[i].name) && !strcmp(w->rows[r].state, states[k]);
+            tprintf(t, "qgate_workers{group=\"%s\",state=\"%s\"} %d\n", label(s->groups[i].name, gl, sizeof gl),
+                    states[k], n);
+        }
+    head(t, "qgate_worker_requests_total", "counter", "requests the worker ran");
+    for (int r = 0; w && r < w->n; r++)
+        tprintf(t, "qgate_worker_requests_total{group=\"%s\",worker=\"%s\"} %lld\n",
+                label(w->rows[r].group, gl, sizeof gl), label(w->rows[r].addr, wl, sizeof wl), (long long)w->rows[r].served);
+    head(t, "qgate_worker_errors_total", "counter", "q errors the worker answered");
+    for (int r = 0; w && r < w->n; r++)
+        tprintf(t, "qgate_worker_errors_total{group=\"%s\",worker=\"%s\"} %lld\n",
+                label(w->rows[r].group, gl, sizeof gl), label(w->rows[r].addr, wl, sizeof wl), (long long)w->rows[r].errors);
+}
+
+static void render_latency(struct text *t, const struct metrics_snap *s)
+{
+    const struct stats_snapshot *w = s->workers;
+    char gl[160], wl[700], lb[900];
+    struct hist *h = calloc(1, sizeof *h);
+    if (!h) {
+        t->oom = 1;
+        return;
+    }
+    head(t, "qgate_request_duration_seconds", "histogram",
+         "time from a request sent to a worker of the group to the end of its reply");
+    for (int i = 0; i < s->ngroups; i++) {
+        memset(h, 0, sizeof *h);
+        for (int r = 0; w && r < w->n; r++)
+            if (!strcmp(w->rows[r].group, s->groups[i].name))
+                hist_merge(h, &w->rows[r].lat);
+        snprintf(lb, sizeof lb, "group=\"%s\"", label(s->groups[i].name, gl, sizeof gl));
+        histogram(t, "qgate_request_duration_seconds", lb, h);
+    }
+    free(h);
+    head(t, "qgate_worker_request_duration_seconds", "histogram", "the same, per worker");
+    for (int r = 0; w && r < w->n; r++) {
+        snprintf(lb, sizeof lb, "group=\"%s\",worker=\"%s\"", label(w->rows[r].group, gl, sizeof gl),
+                 label(w->rows[r].addr, wl, sizeof wl));
+        histogram(t, "qgate_worker_request_duration_seconds", lb, &w->rows[r].lat);
+    }
+}
+
+char *metrics_render(const struct metrics_snap *s, size_t *len)
+{
+    struct text t = {0};
+    render_totals(&t, s);
+    render_groups(&t, s);
+    render_latency(&t, s);
+    if (t.oom) {
+        free(t.p);
+        return NULL;
+    }
+    *len = t.len;
+    return t.p;
+}
+
+void job_metrics_page(struct job *j)
+{
+    size_t n = 0;
+    char *body = metrics_render(j->ctx, &n);
+    if (!body)
+        return;
+    char hdr[256];
+    int h = snprintf(hdr, sizeof hdr,
+                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     n);
+    size_t keep = j->arg ? 0 : n;
+    if ((j->out = malloc((size_t)h + keep + 1))) {
+        memcpy(j->out, hdr, (size_t)h);
+        memcpy(j->out + h, body, keep);
+        j->out_len = (size_t)h + keep;
+    }
+    free(body);
+}
+
+K metrics_totals(const struct metrics_snap *s)
+{
+    static const char *const outcomes[] = {"ok", "errors", "gwerrors", "gone", "closed"};
+    const char *names[64];
+    int64_t vals[64];
+    int n = 0;
+    uint64_t requests = 0;
+    for (int i = 0; i < ALOG_NOUTCOMES; i++)
+        requests += s->ended[i];
+    int64_t clients = 0;
+    for (int i = 0; i < s->nclient_states; i++)
+        clients += s->clients[i];
+#define KV(k, v) (names[n] = (k), vals[n++] = (int64_t)(v))
+    KV("uptime_ms", s->uptime_ms);
+    KV("clients", clients);
+    KV("connections", s->accepted);
+    KV("handshakes", s->handshakes);
+    KV("requests", requests);
+    for (int i = 0; i < ALOG_NOUTCOMES; i++)
+        KV(outcomes[i], s->ended[i]);
+    KV("request_bytes", s->req_bytes);
+    KV("reply_bytes", s->reply_bytes);
+    KV("query_timeouts", s->query_timeouts);
+    uint64_t refused = 0;
+    for (int i = 0; i < s->nrefusals; i++)
+        refused += s->refused[i];
+    KV("refused", refused);
+    char rn[METRICS_MAX_REFUSALS][48];
+    for (int i = 0; i < s->nrefusals && n < 60; i++) {
+        snprintf(rn[i], sizeof rn[i], "refused_%s", s->refusal[i]);
+        KV(rn[i], s->refused[i]);
+    }
+#undef KV
+    K v = k_vec(KT_LONG, n);
+    if (!v)
+        return NULL;
+    memcpy(kJ(v), vals, (size_t)n * sizeof vals[0]);
+    return k_dict(k_symv(n, names), v);
+}

@@ -1,0 +1,51 @@
+/* metrics.h: what the gateway counts, as one snapshot taken on the loop (ops.c), and its two
+ * renderings made on the writer pool: the Prometheus text page (metrics_port) and the
+ * .qgate.totals[] dictionary. */
+#ifndef METRICS_H
+#define METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alog.h"
+#include "config.h"
+#include "kcodec.h"
+#include "stats.h"
+
+#define METRICS_MAX_STATES 8
+#define METRICS_MAX_REFUSALS 16
+
+struct metrics_group {
+    char name[CFG_NAME_MAX];
+    int64_t queued;       /* clients whose head request waits for a worker */
+    int64_t maxwait_ms;   /* the longest any of them has waited */
+};
+
+struct metrics_snap {
+    char version[32];
+    int64_t uptime_ms, start_wall_ms;
+    int nclient_states;
+    char client_state[METRICS_MAX_STATES][16];   /* lower case */
+    int64_t clients[METRICS_MAX_STATES];
+    uint64_t accepted, handshakes, query_timeouts, req_bytes, reply_bytes;
+    uint64_t ended[ALOG_NOUTCOMES];
+    int nrefusals;
+    const char *refusal[METRICS_MAX_REFUSALS];    /* static names */
+    uint64_t refused[METRICS_MAX_REFUSALS];
+    uint64_t alog_lines, alog_dropped, alog_errors;
+    int ngroups;
+    struct metrics_group groups[CFG_MAX_GROUPS];
+    struct stats_snapshot *workers;               /* owned */
+};
+
+void metrics_snap_free(void *ctx);
+/* The Prometheus text exposition (version 0.0.4) of s: malloc'd, its length in *len; NULL on
+ * ENOMEM. */
+char *metrics_render(const struct metrics_snap *s, size_t *len);
+/* The .qgate.totals[] dictionary (symbols to longs). */
+K metrics_totals(const struct metrics_snap *s);
+/* writer: j->ctx a struct metrics_snap: j->out = a whole HTTP/1.1 200 response carrying the
+ * page (j->arg 1: headers only, for HEAD). */
+void job_metrics_page(struct job *j);
+
+#endif
