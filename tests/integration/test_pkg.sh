@@ -4,7 +4,7 @@
 # checked by systemd-analyze, the installed binary run as the unit runs it (its user, its
 # command line, NOTIFY_SOCKET at a receiver of ours: READY=1, RELOADING=1 then READY=1 on
 # SIGHUP, STOPPING=1 and exit 0 on SIGTERM) answering .qgate.ping[] and a query through a
-# worker, then removed and purged. Needs root and dpkg (skipped otherwise); leaves the machine
+# worker, its access log rotated by the logrotate file, then removed and purged. Needs root and dpkg (skipped otherwise); leaves the machine
 # as it found it: no package, no qgate user it made, no process.
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -144,24 +144,6 @@ if command -v man > /dev/null; then
 fi
 pass "dpkg -i: /usr/bin/qgate, the qgate system user, the config root:qgate 0640"
 
-# --- the logrotate file, run by logrotate where it is installed -------------------------------
-if command -v logrotate > /dev/null; then
-    # /var/log/qgate as systemd makes it for LogsDirectory= (postrm purges it)
-    install -d -o qgate -g qgate -m 0750 /var/log/qgate
-    echo "a line" > /var/log/qgate/access.log
-    logrotate -d -s "$TMP/logrotate.state" /etc/logrotate.d/qgate > "$TMP/logrotate-d.txt" 2>&1 ||
-        fail "logrotate -d: $(cat "$TMP/logrotate-d.txt")"
-    grep -iE "error|warning" "$TMP/logrotate-d.txt" | grep -v "in debug mode does nothing" && fail "logrotate -d complains about /etc/logrotate.d/qgate"
-    logrotate -f -s "$TMP/logrotate.state" /etc/logrotate.d/qgate > "$TMP/logrotate-f.txt" 2>&1 ||
-        fail "logrotate -f: $(cat "$TMP/logrotate-f.txt")"
-    [ "$(cat /var/log/qgate/access.log.1)" = "a line" ] || fail "logrotate did not rename access.log"
-    [ "$(stat -c '%U:%G %a %s' /var/log/qgate/access.log)" = "qgate:qgate 640 0" ] ||
-        fail "the new access.log is $(stat -c '%U:%G %a %s' /var/log/qgate/access.log)"
-    pass "logrotate: /etc/logrotate.d/qgate rotates /var/log/qgate/access.log, a new one made for qgate"
-else
-    echo "ok - skipped: no logrotate to run /etc/logrotate.d/qgate with"
-fi
-
 # --- the unit, checked by systemd where it can be --------------------------------------------
 IUNIT=/usr/lib/systemd/system/qgate.service
 [ -f "$IUNIT" ] || fail "no $IUNIT"
@@ -189,8 +171,13 @@ RUNAS=$(sed -n 's/^User=//p' "$IUNIT")
 [ "$EXEC" = "/usr/bin/qgate -c /etc/qgate/gateway.conf" ] || fail "ExecStart is '$EXEC'"
 # the installed config, pointed at the stand-in worker and a free port (written in place:
 # owner and mode stay those of the package)
-sed -e 's/^port = .*/port = 0/' -e "s/^workers = .*/workers = 127.0.0.1:$W_PORT/" /etc/qgate/gateway.conf > "$TMP/conf"
+AL=/var/log/qgate/access.log
+sed -e 's/^port = .*/port = 0/' -e "s/^workers = .*/workers = 127.0.0.1:$W_PORT/" -e "s|^access_log = .*|access_log = $AL|" \
+    /etc/qgate/gateway.conf > "$TMP/conf"
 cat "$TMP/conf" > /etc/qgate/gateway.conf
+# /var/log/qgate as systemd makes it for the unit's LogsDirectory= (the purge removes it)
+install -d -o "$(sed -n 's/^User=//p' "$IUNIT")" -g "$(sed -n 's/^Group=//p' "$IUNIT")" \
+    -m "$(sed -n 's/^LogsDirectoryMode=//p' "$IUNIT")" "/var/log/$(sed -n 's/^LogsDirectory=//p' "$IUNIT")"
 NS="@qgate-test-pkg-$$"
 "$BIN/qnotify" "$NS" > "$TMP/notify.out" 2> "$TMP/qnotify.log" &
 PIDS+=($!)
@@ -210,7 +197,33 @@ wait_line "$TMP/GW.log" "connected \\(capability 3\\)" 20
 q ".qgate.ping[]" "echo through the package"
 expect_lines "$TMP/q.out" '^1b$' 1
 expect_lines "$TMP/q.out" '^"through the package"$' 1
-pass "the installed qgate, as the unit runs it (user $RUNAS): READY=1 with MAINPID; .qgate.ping[] and a query answered"
+wait_count "$AL" " outcome=ok\$" 2 10
+[ "$(stat -c %U "$AL")" = "$RUNAS" ] || fail "$AL belongs to $(stat -c %U "$AL"), not $RUNAS"
+pass "the installed qgate, as the unit runs it (user $RUNAS): READY=1 with MAINPID; .qgate.ping[] and a query answered, in $AL"
+
+# --- the logrotate file: the access log renamed, qgate told (SIGUSR1), a new file written ------
+if command -v logrotate > /dev/null; then
+    logrotate -d -s "$TMP/logrotate.state" /etc/logrotate.d/qgate > "$TMP/logrotate-d.txt" 2>&1 ||
+        fail "logrotate -d: $(cat "$TMP/logrotate-d.txt")"
+    grep -iE "error|warning" "$TMP/logrotate-d.txt" | grep -v "in debug mode does nothing" &&
+        fail "logrotate -d complains about /etc/logrotate.d/qgate"
+    # its postrotate's systemctl finds no systemd here and says nothing: SIGUSR1 is sent below
+    logrotate -f -s "$TMP/logrotate.state" /etc/logrotate.d/qgate > "$TMP/logrotate-f.txt" 2>&1 ||
+        fail "logrotate -f: $(cat "$TMP/logrotate-f.txt")"
+    [ "$(stat -c '%U:%G %a %s' "$AL")" = "qgate:qgate 640 0" ] || fail "the new $AL is $(stat -c '%U:%G %a %s' "$AL")"
+    how="logrotate -f"
+else
+    mv "$AL" "$AL.1"
+    how="mv (no logrotate here)"
+fi
+expect_lines "$AL.1" " outcome=ok\$" 2
+kill -USR1 "$QG_PID" # what the postrotate does: systemctl kill --signal=USR1 qgate.service
+wait_line "$TMP/GW.log" "access log reopened: $AL\$" 10
+q "echo after the rotation"
+expect_lines "$TMP/q.out" '^"after the rotation"$' 1
+wait_count "$AL" " outcome=ok\$" 1 10
+expect_lines "$AL.1" " outcome=ok\$" 2
+pass "rotation ($how): after SIGUSR1 qgate writes the new $AL, the old one is left alone"
 
 kill -HUP "$QG_PID"
 wait_line "$TMP/notify.out" "^2 pid=$QG_PID RELOADING=1\$" 10
