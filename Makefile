@@ -24,15 +24,15 @@ LDFLAGS := -pthread $(SANFLAGS)
 
 LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
-BENCH_MAINS  := qworker qclient qsend codec gw30 qload qsoak qfan qrtt
+BENCH_MAINS  := qworker qclient qsend codec gw30 qload qsoak qfan qrtt qnotify
 BENCH_COMMON := $(filter-out $(BENCH_MAINS:%=bench/%.c),$(wildcard bench/*.c))
 BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(B)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
-BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/qfan $(B)/qrtt $(B)/bench-codec $(B)/gw30
+BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/qfan $(B)/qrtt $(B)/qnotify $(B)/bench-codec $(B)/gw30
 GW_BIN    := $(B)/qgate
 
-.PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-tsan demo bench deps-test clean bench-codec
+.PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-tsan demo bench deps-test clean bench-codec install uninstall deb
 all: bins
 
 bins: $(GW_BIN) $(BENCH_BIN)
@@ -129,10 +129,53 @@ bench: bins
 bench-codec: bins
 	$(B)/bench-codec
 
+# ---- installing and packaging ----------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary, the man page, the example config, the
+# systemd unit (its paths under PREFIX) and the logrotate file; a config in SYSCONFDIR/qgate
+# only where there is none (bind = 127.0.0.1 there). make deb: the same tree with PREFIX=/usr,
+# made a .deb by pkg/mkdeb.sh: build/deb/qgate_VERSION_ARCH.deb.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINDIR  := $(PREFIX)/bin
+MANDIR  := $(PREFIX)/share/man
+DOCDIR  := $(PREFIX)/share/doc/qgate
+UNITDIR := $(PREFIX)/lib/systemd/system
+SYSCONFDIR := $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+
+install: $(GW_BIN)
+	install -D -m 0755 $(GW_BIN) $(DESTDIR)$(BINDIR)/qgate
+	install -D -m 0644 pkg/qgate.1 $(DESTDIR)$(MANDIR)/man1/qgate.1
+	install -D -m 0644 gateway.conf.example $(DESTDIR)$(DOCDIR)/gateway.conf.example
+	install -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -d -m 0755 $(DESTDIR)$(UNITDIR)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' pkg/qgate.service.in > $(DESTDIR)$(UNITDIR)/qgate.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/qgate.service
+	install -D -m 0644 pkg/qgate.logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/qgate
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/qgate/gateway.conf ]; then \
+	    echo "kept $(DESTDIR)$(SYSCONFDIR)/qgate/gateway.conf"; \
+	else \
+	    install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/qgate && \
+	    sed 's|^bind = 0.0.0.0$$|# installed listening on this host only: set users_file before opening it up\nbind = 127.0.0.1|' \
+	        gateway.conf.example > $(DESTDIR)$(SYSCONFDIR)/qgate/gateway.conf && \
+	    chmod 0644 $(DESTDIR)$(SYSCONFDIR)/qgate/gateway.conf && \
+	    echo "installed $(DESTDIR)$(SYSCONFDIR)/qgate/gateway.conf"; \
+	fi
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/qgate $(DESTDIR)$(MANDIR)/man1/qgate.1 $(DESTDIR)$(UNITDIR)/qgate.service \
+	    $(DESTDIR)$(SYSCONFDIR)/logrotate.d/qgate
+	rm -rf $(DESTDIR)$(DOCDIR)
+	@echo "kept $(DESTDIR)$(SYSCONFDIR)/qgate/gateway.conf (remove it yourself if you wish)"
+
+deb:
+	rm -rf build/deb
+	$(MAKE) --no-print-directory SANITIZE= install DESTDIR=$(CURDIR)/build/deb/root PREFIX=/usr
+	pkg/mkdeb.sh build/deb/root build/deb
+
 clean:
 	rm -rf build
 
 # libFuzzer targets: make fuzz (FUZZ_SECONDS each, default 60), make fuzz-smoke
 include tests/fuzz/fuzz.mk
 
--include $(shell find build -name '*.d' 2>/dev/null)
+-include $(shell find build -name '*.d' -type f 2>/dev/null)

@@ -25,6 +25,7 @@
 #include "kipc.h"
 #include "log.h"
 #include "net.h"
+#include "sdnotify.h"
 #include "worker.h"
 
 struct group *gw_add_group_loop(struct gw *g, const struct group_cfg *gc)
@@ -110,6 +111,7 @@ static void on_signal(struct gw *g, struct evsrc *s, uint32_t ev)
     struct signalfd_siginfo si;
     while (read(g->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGHUP) {
+            sdnotify_reloading(); /* READY=1 when it is done: gw_reload_done_loop */
             log_info(NULL, "SIGHUP: reloading %s", g->config_path[0] ? g->config_path : "(no config file)");
             access_reopen_loop(g);
             if (gw_reload_loop(g, NULL, 0))
@@ -119,6 +121,7 @@ static void on_signal(struct gw *g, struct evsrc *s, uint32_t ev)
         } else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
             log_info(NULL, "%s: draining (up to %lld ms)", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
                      (long long)g->cfg.drain_timeout);
+            sdnotify_send("STOPPING=1");
             gw_drain_loop(g);
         }
     }

@@ -1,14 +1,17 @@
 /* main.c: qgate's entry point: options, configuration, run. */
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "config.h"
 #include "gateway.h"
 #include "log.h"
 #include "net.h"
+#include "sdnotify.h"
 #include "version.h"
 
 static struct cfg_overrides qgate_overrides;
@@ -136,6 +139,8 @@ int main(int argc, char **argv)
     }
     printf("qgate listening on %s:%d\n", cfg->bind, g.port);
     fflush(stdout);
+    if (sdnotify_printf("READY=1\nSTATUS=listening on %s:%d\nMAINPID=%ld", cfg->bind, g.port, (long)getpid()) < 0)
+        log_warn(NULL, "NOTIFY_SOCKET: cannot tell the service manager qgate is ready: %s", strerror(errno));
     free(cfg);
     int rc = gw_run_loop(&g);
     gw_free(&g);

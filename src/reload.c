@@ -13,6 +13,7 @@
 #include "client.h"
 #include "jobs.h"
 #include "log.h"
+#include "sdnotify.h"
 #include "worker.h"
 
 static int has_addr(const char *list, const char *addr)
@@ -181,10 +182,12 @@ void gw_reload_done_loop(struct gw *g, struct job *j)
     if (err) {
         log_error(NULL, "reload failed, keeping the running configuration: %s", err);
         reload_answer(g, j, err);
+        sdnotify_printf("READY=1\nSTATUS=listening on %s:%d; reload failed: %s", g->cfg.bind, g->port, err);
         return;
     }
     reload_apply(g, r->cfg, r->auth);
     r->auth = NULL; /* the gateway holds it now */
     log_info(NULL, "reload: done");
     reload_answer(g, j, NULL);
+    sdnotify_printf("READY=1\nSTATUS=listening on %s:%d; reloaded", g->cfg.bind, g->port);
 }
