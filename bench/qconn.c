@@ -118,6 +118,8 @@ int qconn_recv(struct qconn *c, int timeout_ms)
     if (kipc_hdr_parse(h, 8, QCONN_MAX_MESSAGE, &c->hdr, &why) != QG_OK)
         return QCONN_EBADMSG;
     size_t len = (size_t)c->hdr.len;
+    c->wire_len = len;
+    c->wire_compressed = c->hdr.compressed;
     if (!c->hdr.compressed) {
         if (grow(c, len))
             return QCONN_EBADMSG;

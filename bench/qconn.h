@@ -14,6 +14,8 @@ struct qconn {
     size_t cap_buf;
     size_t len;
     struct kipc_hdr hdr;
+    size_t wire_len;      /* the last message's bytes as they came (compressed or not) */
+    uint8_t wire_compressed;
 };
 
 enum { QCONN_OK = 0, QCONN_EHOP = -1, QCONN_EACCESS = -2, QCONN_ECLOSE = -3, QCONN_EBADMSG = -4,

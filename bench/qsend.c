@@ -20,6 +20,7 @@ static void usage(void)
             "  \"on:GROUP:TEXT\" sends (`.qgate.on; `GROUP; \"TEXT\") (\"neg:on:G:T\" async);\n"
             "  \"all:GROUP:TEXT\" (`.qgate.all; `GROUP; \"TEXT\"), \"all-list:G:T\" the same with `list.\n"
             "  --raw FILE appends every reply's bytes (header included, uncompressed) to FILE.\n"
+            "  --wire prints each reply's size as it came on stderr: \"wire: N bytes compressed|plain (M plain)\".\n"
             "  Async messages received are printed as \"async: ...\"; sync requests received\n"
             "  are answered with the string \"qsend got: TEXT\". --read-rate BPS sends the\n"
             "  first TEXT and reads its reply at BPS bytes a second (a slow consumer);\n"
@@ -147,6 +148,7 @@ static void on_incoming(struct qconn *c)
 /* Wait for the next response (answering or printing what the other side sends meanwhile) and
  * print it. 0, or the qconn error (printed as 'reason). */
 static FILE *raw; /* --raw FILE: every reply's bytes, as received (uncompressed), appended */
+static int wire;  /* --wire: each reply's size on the wire to stderr */
 
 static int print_reply(struct qconn *c, int timeout)
 {
@@ -157,6 +159,9 @@ static int print_reply(struct qconn *c, int timeout)
         printf("'%s\n", qconn_strerror(rc));
         return rc;
     }
+    if (wire)
+        fprintf(stderr, "wire: %zu bytes %s (%zu plain)\n", c->wire_len, c->wire_compressed ? "compressed" : "plain",
+                c->len);
     if (raw && (fwrite(c->buf, 1, c->len, raw) != c->len || fflush(raw)))
         fprintf(stderr, "qsend: --raw: cannot write\n");
     K x;
@@ -197,6 +202,8 @@ int main(int argc, char **argv)
             call = atol(argv[++i]);
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--wire"))
+            wire = 1;
         else if (!strcmp(argv[i], "--raw") && i + 1 < argc) {
             if (!(raw = fopen(argv[++i], "ab"))) {
                 perror(argv[i]);

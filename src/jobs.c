@@ -361,7 +361,8 @@ void job_check_reply(struct job *j)
         j->result = 1;
         return;
     }
-    if (plain != j->in && j->arg == 0) { /* capability 0 cannot take compressed messages */
+    if (plain != j->in && (j->arg == 0 || j->aux[1])) { /* capability 0 cannot take compressed
+                                                         * messages; a client on this host gets none */
         j->out = plain;
         j->out_len = len;
         return;

@@ -79,8 +79,9 @@ void job_encode_error(struct job *j);
  * from ctx (struct stats_snapshot), clients a table from ctx (struct clients_snapshot), totals
  * a dictionary from ctx (struct metrics_snap). */
 void job_encode_command(struct job *j);
-/* reader: j->in is a whole response for a client of capability j->arg (below 3): decompress
- * it if the client cannot (capability 0; aux[0] bounds the size it may declare), or make it
+/* reader: j->in is a whole response for a client of capability j->arg: decompress it if the
+ * client cannot take it compressed (capability 0) or must not (aux[1]: it is on this host;
+ * aux[0] bounds the size it may declare), or make it
  * the q error 'type if it holds values the client's capability cannot carry (guid below 3,
  * timestamp and timespan at 0), as q does. Walks the message without building it. */
 void job_check_reply(struct job *j);

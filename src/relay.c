@@ -106,7 +106,8 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
 static void submit_collected(struct gw *g, struct worker *w, struct client *c)
 {
     struct req *r = client_head(c);
-    int old = c->cap < 3;
+    int plain = c->local && w->coll.len > 2 && w->coll.p[2]; /* compressed, for this host */
+    int old = c->cap < 3 || plain;
     struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_REPLY);
     client_set_worker_loop(c, NULL);
     if (!j || !r) {
@@ -117,6 +118,7 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
     req_set_state_loop(g, c, r, RS_LOCAL);
     j->arg = c->cap;
     j->aux[0] = g->cfg.max_message;
+    j->aux[1] = plain;
     j->in = w->coll.p;
     j->in_len = w->coll.len;
     w->coll = (struct inbuf){0};
@@ -270,12 +272,16 @@ static void deliver_whole(struct gw *g, struct worker *w)
     conn_push_whole_loop(g, &c->c, ch);
 }
 
-/* Replies that must be collected for c: to check them for an old client, or to compress them
- * for a remote one. An old client's reply over compress_max is refused instead (-1). */
+/* Replies that must be collected for c: to check them for an old client, to compress them for
+ * a remote one, or to decompress a worker's compressed reply for a local one (q never sends
+ * compressed bytes on this host; one over compress_max goes as it is). An old client's reply
+ * over compress_max is refused instead (-1). */
 static int needs_collect(struct gw *g, const struct client *c, const struct kipc_hdr *h)
 {
     if (c->cap < 3)
         return h->len <= (uint64_t)g->cfg.compress_max ? 1 : -1;
+    if (c->local && h->compressed)
+        return h->len <= (uint64_t)g->cfg.compress_max;
     return g->cfg.compress && !c->local && c->cap >= 1 && !h->compressed && h->len >= KZIP_MIN_LEN &&
            h->len <= (uint64_t)g->cfg.compress_max;
 }

@@ -69,6 +69,18 @@ timeout 60 "$BIN/qclient" -g "127.0.0.1:$Z_PORT" big 0 --count 1 > "$TMP/out" 2>
 expect_lines "$TMP/out" "^big got :: 200000 in dur" 1
 pass "compressed replies"
 
+# a client on this host never gets compressed bytes from qgate, even when its worker sends them
+long=$(printf 'x%.0s' $(seq 1 20000))          # compresses well: q compresses it for remote peers
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$Z_PORT" --wire "echo $long" > /dev/null 2> "$TMP/wire.direct"
+expect_lines "$TMP/wire.direct" "^wire: [0-9]+ bytes compressed " 1
+start_gateway ZG --workers "127.0.0.1:$Z_PORT"
+for via in "127.0.0.1:$ZG_PORT" "unix:$ZG_PORT"; do
+    timeout 30 "$BIN/qsend" -g "$via" --wire "echo $long" > "$TMP/q.out" 2> "$TMP/wire.gw"
+    expect_lines "$TMP/wire.gw" "^wire: 20014 bytes plain \\(20014 plain\\)\$" 1
+    grep -q '^"xxxx' "$TMP/q.out" || fail "via $via: no reply: $(head -c 200 "$TMP/q.out")"
+done
+pass "a worker's compressed reply reaches a client on this host (TCP, Unix socket) plain"
+
 # credentials: the wrong ones are closed without a byte ('access)
 start_worker U --rows 10 --user alice:secret
 "$BIN/qsend" -g "127.0.0.1:$U_PORT" -u alice:secret "echo in" > "$TMP/q.out"
