@@ -32,7 +32,7 @@ UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/qfan $(B)/qrtt $(B)/qnotify $(B)/bench-codec $(B)/gw30
 GW_BIN    := $(B)/qgate
 
-.PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-tsan demo bench deps-test clean bench-codec install uninstall deb
+.PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-net test-tsan demo bench deps-test clean bench-codec install uninstall deb
 all: bins
 
 bins: $(GW_BIN) $(BENCH_BIN)
@@ -93,7 +93,7 @@ deps-test:
 	@tests/deps.sh
 
 test: deps-test
-	$(MAKE) --no-print-directory SANITIZE=address test-layering test-unit test-sim test-integration test-interop
+	$(MAKE) --no-print-directory SANITIZE=address test-layering test-unit test-sim test-integration test-interop test-net
 	$(MAKE) --no-print-directory SANITIZE=thread test-tsan
 	$(MAKE) --no-print-directory fuzz-smoke
 	@echo "make test: all passed"
@@ -117,6 +117,10 @@ test-integration: bins
 
 test-interop: bins
 	@BIN=$(B) bash tests/interop/run.sh
+
+# tests/net: scenarios across hosts made of network namespaces (root; each test makes and removes its own)
+test-net: bins
+	@set -e; for t in tests/net/test_*.sh; do echo "== $$t"; BIN=$(B) bash $$t; done
 
 # ---- demo and benchmarks -------------------------------------------------------------------
 demo: bins

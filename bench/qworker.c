@@ -360,6 +360,16 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
         char tail;
         if (sscanf(buf, "rows %lld%c", &v, &tail) == 1 && v >= 0)
             return (struct reply){.rows = v};
+        if (sscanf(buf, "text %lld%c", &v, &tail) == 1 && v >= 0 && v <= (1LL << 30)) {
+            K t = k_vec(KT_CHAR, v); /* a compressible string: "qgate 0 qgate 1 ..." */
+            for (long long i = 0, o = 0; t && o < v; i++) {
+                char w[32];
+                int k = snprintf(w, sizeof w, "qgate %lld ", i);
+                for (int j = 0; j < k && o < v; j++)
+                    kC(t)[o++] = w[j];
+            }
+            return (struct reply){.k = t};
+        }
         if (sscanf(buf, "sleep %lld%c", &v, &tail) == 1 && v >= 0 && v <= 3600000) {
             logf_(c, "sleep %lld ms", v);
             sleep_ms((int)v);
@@ -630,7 +640,8 @@ static void usage(void)
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
             "  back, then N), globals (\"a:X\", \"a\", \"delete a from `.\", one set per process)\n"
-            "  back, then N) and \"callback X\" (sync request X back; its answer is the reply).\n"
+            "  back, then N) and \"callback X\" (sync request X back; its answer is the reply),\n"
+            "  \"text N\" (a string of N bytes, \"qgate 0 qgate 1 ...\", which compresses well).\n"
             "  Port 0 picks a free port; the\n"
             "  first line on stdout is \"qworker listening on HOST:PORT\". Replies over 2000 bytes\n"
             "  are compressed as q does for remote peers; --compress treats every peer as remote.\n"

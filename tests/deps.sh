@@ -9,6 +9,7 @@ PKGS=()
 command -v haproxy > /dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || PKGS+=(haproxy)
 command -v strace > /dev/null 2>&1 || PKGS+=(strace)
 command -v curl > /dev/null 2>&1 || PKGS+=(curl)          # scrapes the metrics page
+command -v ip > /dev/null 2>&1 || PKGS+=(iproute2)        # tests/net: namespaces, veth, tc
 command -v promtool > /dev/null 2>&1 || PKGS+=(prometheus) # its promtool checks that page
 if [ ${#PKGS[@]} -gt 0 ]; then
     echo "deps: installing ${PKGS[*]}"

@@ -23,6 +23,7 @@ cleanup() {
         [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
     done
     wait 2>/dev/null || true
+    if [ -n "${CLEANUP_HOOK:-}" ]; then "$CLEANUP_HOOK" || rc=1; fi # e.g. tests/net: the namespaces
     if grep -lE "ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:" "$TMP"/*.log "$TMP"/*.err 2>/dev/null; then
         echo "FAIL: a sanitizer reported in the logs above:" >&2
         grep -hE -A12 "ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:" "$TMP"/*.log "$TMP"/*.err 2>/dev/null | head -60 >&2
