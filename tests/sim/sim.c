@@ -213,8 +213,9 @@ struct sim {
     jmp_buf fail;
     struct gw g;
     int64_t now_us;
-    char conf_path[64], users_path[64];
+    char conf_path[64], users_path[64], alog_path[64];
     int users_file;
+    int alog;            /* access_log on: every request ended is a line of it */
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
     int session;         /* group main has pool = session */
@@ -1495,6 +1496,8 @@ static void write_config(void)
     fprintf(f, "local_workers = %s\n", c->local_workers == CFG_LOCAL_UNIX ? "unix" : "tcp");
     if (S->users_file)
         fprintf(f, "users_file = %s\n", S->users_path);
+    if (S->alog)
+        fprintf(f, "access_log = %s\n", S->alog_path);
     for (int gi = 0; gi < S->ngroups; gi++) {
         fprintf(f, "[group %s]\nasync = %s\n", gi == S->bc_group ? "bc" : "main", gi == S->bc_group ? "broadcast" : "one");
         if (S->session && gi != S->bc_group)
@@ -1897,6 +1900,7 @@ static size_t gw_kept(void)
     size_t n = (size_t)g->tab_cap * (sizeof(struct conn *) + 2 * sizeof(uint32_t));
     n += (size_t)g->loop.timers.cap * sizeof(struct timer *);
     n += g->names_bytes; /* worker names, kept for the access log's records */
+    n += g->alog.cap;    /* its records not yet handed to the writer */
     for (int i = 0; i < g->ngroups; i++) {
         struct worker *w;
         TAILQ_FOREACH(w, &g->groups[i].workers, glink)
@@ -1993,6 +1997,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
         S->cl[i].fd = -1;
     snprintf(S->conf_path, sizeof S->conf_path, "/tmp/qgate-sim-%d.conf", (int)getpid());
     snprintf(S->users_path, sizeof S->users_path, "/tmp/qgate-sim-%d.users", (int)getpid());
+    snprintf(S->alog_path, sizeof S->alog_path, "/tmp/qgate-sim-%d.access", (int)getpid());
+    unlink(S->alog_path);
     log_sink = on_log;
     if (setjmp(S->fail)) {
         if (!o->quiet) {
@@ -2003,6 +2009,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
         log_sink = NULL;
         unlink(S->conf_path);
         unlink(S->users_path);
+        unlink(S->alog_path);
         return 1; /* the gateway's state is abandoned: the caller exits */
     }
 
@@ -2011,6 +2018,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     S->ngroups = chance(60) ? 2 : 1;
     S->bc_group = S->ngroups > 1 ? 1 : -1;
     S->users_file = chance(40);
+    S->alog = chance(40);
     S->session = chance(30);
     S->pipeline = chance(40) ? 2 + rnd(3) : 1;
     if (S->session && !cfg->queue_timeout) /* a client waiting for a session's worker may wait for ever */
@@ -2082,11 +2090,27 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
              (ssize_t)(heap1 - heap0), (ssize_t)(kept1 - kept0));
     tr("end: %ld steps, %ld checks", res->steps, res->checks);
 
-    gw_free(&S->g);
+    uint64_t ended = 0;
+    for (int i = 0; i < ALOG_NOUTCOMES; i++)
+        ended += S->g.ended[i];
+    gw_free(&S->g); /* writes the access log's last lines */
+    if (S->alog) {
+        FILE *f = fopen(S->alog_path, "r");
+        uint64_t lines = 0;
+        for (int ch; f && (ch = fgetc(f)) != EOF;)
+            lines += ch == '\n';
+        if (f)
+            fclose(f);
+        if (lines != ended)
+            fail("the end: the access log has %llu lines for %llu requests ended", (unsigned long long)lines,
+                 (unsigned long long)ended);
+        S->res->alog_lines = lines;
+    }
     free_world();
     log_sink = NULL;
     unlink(S->conf_path);
     unlink(S->users_path);
+    unlink(S->alog_path);
     S = NULL;
     return 0;
 }

@@ -35,6 +35,7 @@ struct sim_result {
     long uds_conns;       /* worker connections made over a Unix socket */
     long uds_mutes;       /* Unix sockets that closed before the handshake (TCP next) */
     long held;            /* pipeline: requests seen held behind a worker's run, summed over checks */
+    long alog_lines;      /* access-log lines found, one per request ended (seeds with access_log) */
     long failed_step;     /* the event at which an invariant failed, or -1 */
     char what[256];       /* the invariant that failed */
 };
