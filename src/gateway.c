@@ -235,7 +235,7 @@ static int watch_listener(struct gw *g, struct listener *l, int fd, int is_uds)
 
 static int listen_all(struct gw *g, const struct config *cfg)
 {
-    int fd = net_listen_tcp(cfg->bind, cfg->port, 1024, 1, &g->port);
+    int fd = net_listen_tcp(cfg->bind, cfg->port, 1024, NET_NONBLOCK, &g->port);
     if (fd < 0) {
         log_error(NULL, "cannot listen on %s:%d: %s", cfg->bind, cfg->port, strerror(errno));
         return -1;
