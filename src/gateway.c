@@ -255,7 +255,7 @@ static void on_uds_retry(struct gw *g, struct timer *t);
  * not: with reuseport another qgate of the port may hold it. This one then serves TCP only,
  * says so once, and tries again every UDS_RETRY_MS, so that when the holder stops (a restart,
  * a drain) one of the others takes the name over. -1 only if the socket cannot be watched. */
-static int listen_uds(struct gw *g, int retry)
+static int listen_uds_loop(struct gw *g, int retry)
 {
     char name[128];
     int fd = net_listen_uds(g->port, 1024, 1);
@@ -266,7 +266,8 @@ static int listen_uds(struct gw *g, int retry)
             return -1;
         }
         if (retry)
-            log_info(NULL, "listening on q's Unix socket %s: its holder released it", uds_name(g->port, name, sizeof name));
+            log_info(NULL, "listening on q's Unix socket %s: its holder released it",
+                     uds_name(g->port, name, sizeof name));
         return 0;
     }
     if (fd == -1 && errno == EADDRINUSE && g->cfg.reuseport) {
@@ -284,7 +285,7 @@ static int listen_uds(struct gw *g, int retry)
 static void on_uds_retry(struct gw *g, struct timer *t)
 {
     (void)t;
-    if (!g->draining && g->listen_uds.fd < 0 && listen_uds(g, 1))
+    if (!g->draining && g->listen_uds.fd < 0 && listen_uds_loop(g, 1))
         timer_arm_loop(g, &g->uds_retry_tm, g->loop.now_ms + UDS_RETRY_MS, on_uds_retry);
 }
 
@@ -302,7 +303,7 @@ static int listen_all(struct gw *g, const struct config *cfg)
     }
     if (watch_listener(g, &g->listen_tcp, fd, 0))
         return -1;
-    return cfg->unix_socket ? listen_uds(g, 0) : 0;
+    return cfg->unix_socket ? listen_uds_loop(g, 0) : 0;
 }
 
 static int watch_signals(struct gw *g)
