@@ -482,7 +482,7 @@ int main(int argc, char **argv)
         add_conn(w);
     }
     int bound;
-    int lfd = net_listen_tcp(host, port, 1024, 1, &bound);
+    int lfd = net_listen_tcp(host, port, 1024, NET_NONBLOCK, &bound);
     if (lfd < 0) {
         fprintf(stderr, "gw30: cannot listen on %s: %s\n", at, strerror(errno));
         return 1;

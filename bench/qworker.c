@@ -705,7 +705,7 @@ int main(int argc, char **argv)
     }
     int64_t t1 = mono_ns();
     int bound;
-    int lfd = net_listen_tcp(host, port, 512, 1, &bound);
+    int lfd = net_listen_tcp(host, port, 512, NET_NONBLOCK, &bound);
     if (lfd < 0) {
         fprintf(stderr, "qworker: cannot listen on %s:%d: %s\n", host, port, strerror(errno));
         return 1;

@@ -26,6 +26,8 @@ const struct cfg_key cfg_keys[] = {
      "address to listen on (0.0.0.0 = every interface, as q does)"},
     {"gateway", "unix_socket", CFG_BOOL, "1", 0, 1, G(unix_socket), NULL,
      "also listen on q's abstract Unix socket for the port (hopen `:unix://PORT)"},
+    {"gateway", "reuseport", CFG_BOOL, "0", 0, 1, G(reuseport), NULL,
+     "share the port with other qgate processes of this host and user that set it too (SO_REUSEPORT): the kernel spreads new connections over them; each has its own workers and queue; q's Unix socket for the port is served by one of them at a time"},
     {"gateway", "max_clients", CFG_INT, "10000", 1, 1000000, G(max_clients), NULL,
      "client connections accepted at once; more get the q error 'qgate: too many connections after their handshake, then the close"},
     {"gateway", "max_message", CFG_SIZE, "2147483647", 64, KMAX, G(max_message), NULL,

@@ -30,6 +30,7 @@ struct config {
     int port;
     char bind[256];
     int unix_socket;
+    int reuseport;        /* SO_REUSEPORT on the client listener: several processes on one port */
     int max_clients;
     int64_t max_message;
     int max_queue;

@@ -152,6 +152,7 @@ void gw_drain_loop(struct gw *g)
     g->draining = 1;
     close_listener(g, &g->listen_tcp);
     close_listener(g, &g->listen_uds);
+    timer_cancel_loop(g, &g->uds_retry_tm); /* another qgate of the port may take it now */
     client_pause_all_loop(g);
     timer_arm_loop(g, &g->drain_tm, g->loop.now_ms + g->cfg.drain_timeout, on_drain_timeout);
     g->loop.work_pending = 1;
@@ -233,23 +234,76 @@ static int watch_listener(struct gw *g, struct listener *l, int fd, int is_uds)
     return loop_watch(g, fd, &l->ev, EPOLLIN, 0);
 }
 
+#define UDS_RETRY_MS 1000
+
+/* "@/tmp/kx.PORT", the name of q's Unix socket for the port, for logs. */
+static const char *uds_name(int port, char *buf, size_t len)
+{
+    struct net_target t = {.kind = NET_UNIX_PORT, .port = port};
+    struct sockaddr_un sa;
+    socklen_t sl;
+    if (net_uds_addr(&t, &sa, &sl))
+        snprintf(buf, len, "(none)");
+    else
+        net_uds_name(&sa, sl, buf, len);
+    return buf;
+}
+
+static void on_uds_retry(struct gw *g, struct timer *t);
+
+/* Listen on q's Unix socket for the port. An abstract name has one owner, SO_REUSEPORT or
+ * not: with reuseport another qgate of the port may hold it. This one then serves TCP only,
+ * says so once, and tries again every UDS_RETRY_MS, so that when the holder stops (a restart,
+ * a drain) one of the others takes the name over. -1 only if the socket cannot be watched. */
+static int listen_uds_loop(struct gw *g, int retry)
+{
+    char name[128];
+    int fd = net_listen_uds(g->port, 1024, 1);
+    if (fd >= 0) {
+        if (watch_listener(g, &g->listen_uds, fd, 1)) {
+            log_error(NULL, "cannot watch q's Unix socket %s", uds_name(g->port, name, sizeof name));
+            close_listener(g, &g->listen_uds);
+            return -1;
+        }
+        if (retry)
+            log_info(NULL, "listening on q's Unix socket %s: its holder released it",
+                     uds_name(g->port, name, sizeof name));
+        return 0;
+    }
+    if (fd == -1 && errno == EADDRINUSE && g->cfg.reuseport) {
+        if (!retry)
+            log_warn(NULL, "q's Unix socket %s is held by another process (reuseport = 1: another qgate of port %d?): "
+                     "this one serves TCP clients only, and takes the socket over when it is free",
+                     uds_name(g->port, name, sizeof name), g->port);
+        timer_arm_loop(g, &g->uds_retry_tm, g->loop.now_ms + UDS_RETRY_MS, on_uds_retry);
+    } else if (fd == -1) {
+        log_warn(NULL, "no Unix socket for port %d: %s", g->port, strerror(errno));
+    }
+    return 0;
+}
+
+static void on_uds_retry(struct gw *g, struct timer *t)
+{
+    (void)t;
+    if (!g->draining && g->listen_uds.fd < 0 && listen_uds_loop(g, 1))
+        timer_arm_loop(g, &g->uds_retry_tm, g->loop.now_ms + UDS_RETRY_MS, on_uds_retry);
+}
+
 static int listen_all(struct gw *g, const struct config *cfg)
 {
-    int fd = net_listen_tcp(cfg->bind, cfg->port, 1024, 1, &g->port);
+    int flags = NET_NONBLOCK | (cfg->reuseport ? NET_REUSEPORT : 0);
+    int fd = net_listen_tcp(cfg->bind, cfg->port, 1024, flags, &g->port);
     if (fd < 0) {
-        log_error(NULL, "cannot listen on %s:%d: %s", cfg->bind, cfg->port, strerror(errno));
+        int e = errno;
+        log_error(NULL, "cannot listen on %s:%d: %s%s", cfg->bind, cfg->port, strerror(e),
+                  e == EADDRINUSE && cfg->reuseport
+                      ? " (every process sharing a port must set reuseport = 1 and run as the same user)"
+                      : "");
         return -1;
     }
     if (watch_listener(g, &g->listen_tcp, fd, 0))
         return -1;
-    if (!cfg->unix_socket)
-        return 0;
-    fd = net_listen_uds(g->port, 1024, 1);
-    if (fd >= 0)
-        return watch_listener(g, &g->listen_uds, fd, 1);
-    if (fd == -1)
-        log_warn(NULL, "no Unix socket for port %d: %s", g->port, strerror(errno));
-    return 0;
+    return cfg->unix_socket ? listen_uds_loop(g, 0) : 0;
 }
 
 static int watch_signals(struct gw *g)

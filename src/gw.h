@@ -95,6 +95,7 @@ struct gw {
     uint32_t reload_req_id, reload_req_gen; /* ...by this client's request (0: by SIGHUP) */
     uint64_t reload_req_seq;
     struct timer drain_tm;
+    struct timer uds_retry_tm; /* reuseport: q's Unix socket held by another process; try again */
     uint8_t chaser[14];  /* sync "" : makes a worker report that it ran what came before */
     uint8_t rbuf[65536]; /* a worker's reads at a message boundary land here first (relay.c):
                           * a small reply then takes a chunk its size, not one of 64 KiB */

@@ -98,19 +98,28 @@ static int first_socket(const char *host, int port, int passive, int flags,
     return fd;
 }
 
+struct listen_args {
+    int backlog, flags;
+};
+
 static int use_listen(int fd, const struct addrinfo *a, void *arg)
 {
+    const struct listen_args *la = arg;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    return bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, *(int *)arg) == 0 ? 0 : -1;
+    /* before bind: the kernel admits a socket to a port's group only if every member set it */
+    if ((la->flags & NET_REUSEPORT) && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one))
+        return -1;
+    return bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, la->backlog) == 0 ? 0 : -1;
 }
 
-int net_listen_tcp(const char *host, int port, int backlog, int nonblock, int *bound)
+int net_listen_tcp(const char *host, int port, int backlog, int flags, int *bound)
 {
-    int fd = first_socket(host, port, 1, 0, use_listen, &backlog);
+    struct listen_args la = {.backlog = backlog, .flags = flags};
+    int fd = first_socket(host, port, 1, 0, use_listen, &la);
     if (fd < 0)
         return -1;
-    if (nonblock && set_nonblock(fd)) {
+    if ((flags & NET_NONBLOCK) && set_nonblock(fd)) {
         close(fd);
         return -1;
     }

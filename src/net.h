@@ -10,14 +10,21 @@
  * port is not a number in 0..65535 or the host does not fit in hostlen. */
 int net_parse_hostport(const char *s, const char *def_host, char *host, size_t hostlen, int *port);
 
-/* Listen on TCP host:port (port 0 picks one). Sets SO_REUSEADDR, O_NONBLOCK when nonblock.
- * Returns the fd and stores the bound port in *bound, or -1 with errno set. */
 struct addrinfo;
 /* Resolve host:port for TCP, IPv4 or IPv6 ("localhost" is 127.0.0.1; empty or "*" with passive:
  * any address). May block: the loop never calls it (worker addresses: job_resolve). 0, or -1
  * with errno EHOSTUNREACH and the resolver's reason in *why (if why). */
 int net_resolve(const char *host, int port, int passive, struct addrinfo **out, const char **why);
-int net_listen_tcp(const char *host, int port, int backlog, int nonblock, int *bound);
+
+/* Flags of net_listen_tcp. */
+enum { NET_NONBLOCK = 1, NET_REUSEPORT = 2 };
+/* Listen on TCP host:port (port 0 picks one). Sets SO_REUSEADDR; with NET_NONBLOCK the socket
+ * is non-blocking; with NET_REUSEPORT it sets SO_REUSEPORT before bind, so that other sockets
+ * of the same user that set it too may listen on the same address and port (the kernel spreads
+ * new connections over them). Returns the fd and stores the bound port in *bound (if bound),
+ * or -1 with errno set (EADDRINUSE: the port is held, by a socket without SO_REUSEPORT if
+ * this one has it, or by another user). */
+int net_listen_tcp(const char *host, int port, int backlog, int flags, int *bound);
 
 /* q's Unix socket for a port: on Linux the abstract name "\0$QUDSPATH/kx.PORT" (QUDSPATH
  * defaults to /tmp; set and empty disables it). Returns the fd, -1 on error, -2 if disabled. */

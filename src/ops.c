@@ -352,7 +352,7 @@ int ops_init(struct gw *g, const struct config *cfg)
     if (!cfg->metrics_port)
         return 0;
     const char *bind = cfg->metrics_bind[0] ? cfg->metrics_bind : cfg->bind;
-    int fd = net_listen_tcp(bind, cfg->metrics_port, 64, 1, NULL);
+    int fd = net_listen_tcp(bind, cfg->metrics_port, 64, NET_NONBLOCK, NULL);
     if (fd < 0) {
         log_error(NULL, "cannot listen for metrics on %s:%d: %s", bind, cfg->metrics_port, strerror(errno));
         return -1;

@@ -29,8 +29,9 @@ static int has_addr(const char *list, const char *addr)
 static void warn_restart(const struct config *old, const struct config *nw)
 {
     if (old->port != nw->port || strcmp(old->bind, nw->bind) || old->unix_socket != nw->unix_socket ||
-        old->reader_threads != nw->reader_threads || old->writer_threads != nw->writer_threads)
-        log_warn(NULL, "reload: port, bind, unix_socket and thread counts change only on restart");
+        old->reuseport != nw->reuseport || old->reader_threads != nw->reader_threads ||
+        old->writer_threads != nw->writer_threads)
+        log_warn(NULL, "reload: port, bind, unix_socket, reuseport and thread counts change only on restart");
 }
 
 static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_t seq)
@@ -155,6 +156,7 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     g->cfg.port = keep.port;
     strcpy(g->cfg.bind, keep.bind);
     g->cfg.unix_socket = keep.unix_socket;
+    g->cfg.reuseport = keep.reuseport;
     g->cfg.reader_threads = keep.reader_threads;
     g->cfg.writer_threads = keep.writer_threads;
     log_level = g->cfg.loglevel;
