@@ -30,8 +30,10 @@ static void warn_restart(const struct config *old, const struct config *nw)
 {
     if (old->port != nw->port || strcmp(old->bind, nw->bind) || old->unix_socket != nw->unix_socket ||
         old->reuseport != nw->reuseport || old->reader_threads != nw->reader_threads ||
-        old->writer_threads != nw->writer_threads)
-        log_warn(NULL, "reload: port, bind, unix_socket, reuseport and thread counts change only on restart");
+        old->writer_threads != nw->writer_threads || old->metrics_port != nw->metrics_port ||
+        strcmp(old->metrics_bind, nw->metrics_bind))
+        log_warn(NULL, "reload: port, bind, unix_socket, reuseport, metrics_port, metrics_bind and thread counts "
+                       "change only on restart");
 }
 
 static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_t seq)
@@ -159,6 +161,8 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     g->cfg.reuseport = keep.reuseport;
     g->cfg.reader_threads = keep.reader_threads;
     g->cfg.writer_threads = keep.writer_threads;
+    g->cfg.metrics_port = keep.metrics_port;
+    strcpy(g->cfg.metrics_bind, keep.metrics_bind);
     log_level = g->cfg.loglevel;
     ops_reloaded_loop(g);
     g->loop.work_pending = 1;
