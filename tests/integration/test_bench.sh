@@ -17,10 +17,10 @@ for t in direct gw30 qgate; do
     grep -q "^seed,$t,fast," "$R/samples.csv" || fail "no seed samples for $t"
     grep -q "^fanout,$t,fanout,.*,ok$" "$R/samples.csv" || fail "no fan-out answered for $t"
 done
-for t in direct gw30 haproxy qgate qgate-unix qgate-pipe; do
+for t in direct gw30 haproxy qgate qgate-alog qgate-unix qgate-pipe; do
     grep -q "^$t,64,[0-9.]*,[0-9]*,[0-9]*," "$R/throughput.csv" || fail "throughput.csv lacks $t at 64 clients"
 done
-for t in haproxy qgate qgate-unix qgate-pipe; do # a gateway's CPU per request, and its system calls
+for t in haproxy qgate qgate-alog qgate-unix qgate-pipe; do # a gateway's CPU per request, and its system calls
     grep -qE "^$t,64,[0-9.]+,[0-9]+,[0-9]+,[0-9.]+$" "$R/throughput.csv" || fail "no CPU per request for $t"
     grep -qE "^$t,64,(read|recvfrom),[0-9.]+$" "$R/syscalls.csv" || fail "no system-call counts for $t"
 done
@@ -28,6 +28,8 @@ for t in qgate qgate-unix; do
     grep -q "^seed,$t,fast," "$R/samples.csv" || fail "no seed samples for $t"
     grep -q "^bigreply,$t,big,.*,ok$" "$R/samples.csv" || fail "no 10M-row-scenario reply for $t"
 done
+grep -q "^| throughput 64 clients | requests/s .* |$" "$R/summary.md" && grep -q "qgate-alog / qgate" "$R/summary.md" ||
+    fail "summary.md has no qgate-alog / qgate column"
 if command -v gnuplot > /dev/null; then
     for p in seed_fast_latency throughput_latency throughput_rps; do
         [ -s "$R/$p.png" ] || fail "$p.png missing"
