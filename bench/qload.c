@@ -122,15 +122,17 @@ static void usage(void)
             "  --seconds (default 5) are; then up to 5 s for outstanding replies.\n"
             "  stdout, one line per class:\n"
             "    qload class=NAME mode=MODE conns=N requests=R rps=X p50_us=A p99_us=B max_us=C qerrors=E failed=F\n"
-            "          [cpu_us_per_req=U] retried=T extra=X\n"
+            "          [cpu_us_per_req=U] [retried=T extra=X]\n"
             "  failed: connections lost during a request, or that could not be opened.\n"
-            "  extra: responses that came when no request was outstanding (a request answered\n"
-            "  twice shows here). SIGINT/SIGTERM end the run early, outstanding replies still\n"
-            "  awaited; a second signal ends it at once.\n"
+            "  SIGINT/SIGTERM end the run early, outstanding replies still awaited; a second\n"
+            "  signal ends it at once. Responses that came when no request was outstanding (a\n"
+            "  request answered twice shows here) are counted: extra=X with --reconnect, else\n"
+            "  said on stderr when there are any.\n"
             "  --cpu: each line also says cpu_us_per_req=U, the user + system CPU those\n"
             "  processes spent (every thread, from /proc/PID/stat) over the counted seconds,\n"
             "  per counted request of every class.\n"
-            "  --reconnect (not with --idle): a connection the peer closes (EOF, reset) is\n"
+            "  --reconnect (not with --idle; the class lines end with retried=T extra=X, and\n"
+            "  without it are as they always were): a connection the peer closes (EOF, reset) is\n"
             "  opened again to the same target and the request it had outstanding is sent again\n"
             "  there, counted in retried=T, not failed (its latency runs from the first send).\n"
             "  An open that fails (refused, timed out, closed without a byte) is tried again,\n"
@@ -139,8 +141,9 @@ static void usage(void)
             "  counted seconds or not) and reconnects=. Sending again is safe against qgate only\n"
             "  because a draining qgate (SIGTERM) answers every request it has read before it\n"
             "  closes, and never runs one it had not read: what was outstanding at the close\n"
-            "  never ran. After a crash (kill -9) a resent request may have run already, as\n"
-            "  when q dies: resend only what may run twice.\n"
+            "  never ran (qload sends nothing on a connection while its reply is outstanding).\n"
+            "  After a crash (kill -9) a resent request may have run already, as when q dies:\n"
+            "  resend only what may run twice.\n"
             "  --csv appends label,class,conn,t_ms,latency_us,status per counted request (every\n"
             "  Nth of each connection with --sample N). --idle N opens N connections, prints\n"
             "    qload idle conns=N opened=O failed=F handshake_secs=T handshakes_per_sec=H\n"
@@ -700,12 +703,18 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
         double p50, p99, mx;
         lat_summary(k->lat, n, 0, &p50, &p99, &mx);
         long failed = k->failed + k->open_failed + k->access_failed;
+        char more[64] = ""; /* only with --reconnect: scripts match the line as it was */
+        if (G.reconnect)
+            snprintf(more, sizeof more, " retried=%ld extra=%ld", k->retried, k->extra);
         printf("qload class=%s mode=%s conns=%ld requests=%zu rps=%.1f p50_us=%.0f p99_us=%.0f "
-               "max_us=%.0f qerrors=%ld failed=%ld%s retried=%ld extra=%ld\n",
+               "max_us=%.0f qerrors=%ld failed=%ld%s%s\n",
                k->name, k->mode, k->count, n, measured > 0 ? (double)n / measured : 0.0, p50, p99,
-               mx, k->qerrors, failed, cpu, k->retried, k->extra);
+               mx, k->qerrors, failed, cpu, more);
         if (G.reconnect)
             fprintf(stderr, "qload class=%s: replies=%ld reconnects=%ld\n", k->name, k->replies, k->reconnects);
+        else if (k->extra)
+            fprintf(stderr, "qload class=%s: extra=%ld responses with no request outstanding\n", k->name,
+                    k->extra);
         if (failed || k->unfinished)
             fprintf(stderr,
                     "qload class=%s: lost_during_request=%ld connect_failed=%ld access_failed=%ld "
