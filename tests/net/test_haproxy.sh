@@ -75,8 +75,8 @@ srv_is() { [[ "$(srv "$1")" == "$2 "* ]]; }
 sessions() { srv "$1" | awk '{print $3}'; }
 # wait_srv SECONDS SRV "STATUS CHECK_STATUS" WHAT: wait until HAProxy shows SRV so
 wait_srv() {
-    local i
-    for i in $(seq 1 $(($1 * 20))); do
+    local _
+    for _ in $(seq 1 $(($1 * 20))); do
         srv_is "$2" "$3" && return 0
         sleep 0.05
     done
@@ -154,8 +154,9 @@ all_on() { [ $(($(sessions gw1) + $(sessions gw2))) -eq 64 ]; }
 wait_for 20 "HAProxy's sessions to gw1 and gw2 making 64" all_on
 on_gw1=$(sessions gw1)
 [ "$on_gw1" -ge 1 ] && [ "$(sessions gw2)" -ge 1 ] || fail "sessions: gw1 $on_gw1, gw2 $(sessions gw2): not both used"
-kill -9 "$gw1a_PID"
-{ wait "$gw1a_PID"; } 2> /dev/null || true # (without the shell's "Killed" line)
+killed=$(pid_of gw1a)
+kill -9 "$killed"
+{ wait "$killed"; } 2> /dev/null || true # (without the shell's "Killed" line)
 wait_srv 20 gw1 "DOWN L4CON" "HAProxy marking the killed gw1 DOWN (connection refused)"
 on_all() { [ "$(sessions gw2)" -eq 64 ]; }
 wait_for 30 "all 64 clients on gw2" on_all
