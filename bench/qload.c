@@ -1,6 +1,13 @@
 /* qload.c: a load generator for benchmarks: many closed-loop kdb+ client connections in one
  * thread on epoll, in classes that each repeat one request; or N idle connections held open.
- * Prints one summary line per class on stdout; optionally every counted request to CSV. */
+ * Prints one summary line per class on stdout; optionally every counted request to CSV. With
+ * --reconnect, a connection the peer closes is opened again and its request sent again, as a q
+ * client that reopens its handle would (tests/net/test_haproxy.sh: gateways restarted under it).
+ *
+ * A connection's states (io.state):
+ *   NEW -> CONNECTING -> HS_SEND -> HS_READ -> READY <-> SEND -> RECV -> READY ...
+ *   any open failure: CLOSED, or with --reconnect BACKOFF -> CONNECTING (bounded tries)
+ *   closed by the peer: CLOSED, or with --reconnect CONNECTING again (resend = the request) */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +24,10 @@
 #define OPEN_TIMEOUT_NS 5000000000LL /* one connection's connect + handshake */
 #define IDLE_OPEN_LIMIT_NS 30000000000LL /* --idle: the whole opening phase */
 #define DRAIN_NS 5000000000LL        /* wait for outstanding replies after the run */
+#define REOPEN_TRIES 8               /* --reconnect: opens in a row that may fail */
+#define BACKOFF_MIN_NS 50000000LL    /* --reconnect: pause after the first failed open, doubling */
+#define BACKOFF_MAX_NS 1000000000LL
+#define BACKOFF_SCAN_NS 10000000LL   /* how often connections in back-off are looked at */
 #define SCAN_NS 100000000LL          /* how often open timeouts are checked */
 #define READ_BUDGET (1u << 20)       /* bytes read from one connection per event */
 #define SCRATCH_LEN (256u << 10)     /* replies are read here and not kept */
@@ -32,6 +43,7 @@ enum cstate {
     ST_RECV,       /* waiting for the whole reply */
     ST_READY,      /* open, no request outstanding (idle mode, or stopped) */
     ST_CLOSED,
+    ST_BACKOFF,    /* --reconnect: an open failed; the next one starts at topen */
 };
 
 struct cls {
@@ -44,6 +56,10 @@ struct cls {
     size_t nlat, cap_lat;
     long qerrors, failed;        /* failed: connections lost during a request */
     long open_failed, access_failed, unfinished;
+    long retried;                /* --reconnect: requests sent again on a reopened connection */
+    long extra;                  /* responses that came with no request outstanding */
+    long replies;                /* responses to requests, counted or not */
+    long reconnects;             /* --reconnect: connections opened again after the peer closed */
 };
 
 /* One connection: no input buffer; replies are scanned in a shared scratch buffer. */
@@ -53,10 +69,14 @@ struct conn {
     uint8_t first;               /* next body byte is the first */
     uint8_t is_err;              /* current message's body starts with 0x80 */
     uint8_t rtype, rcomp;        /* current message's type, compression */
+    uint8_t resend;              /* --reconnect: the request is outstanding; send it once open */
+    uint8_t tries;               /* --reconnect: opens that failed in a row */
     uint16_t cls;
     uint32_t target;
+    uint32_t gen;                /* opens so far; with the index, io.id (stale events dropped) */
     uint64_t left;               /* body bytes of the current message still to come */
-    int64_t t0;                  /* open start, or request send time */
+    int64_t t0;                  /* request send time (kept across a resend) */
+    int64_t topen;               /* open start; in ST_BACKOFF, when the next open starts */
     uint64_t counted;            /* counted requests, for --sample */
     uint8_t hdr[8];
 };
@@ -82,6 +102,8 @@ static struct {
     const char *label;
     long sample;
     long idle_dropped;           /* idle mode: closed by the peer while held */
+    int reconnect;               /* --reconnect */
+    long nbackoff;               /* connections in ST_BACKOFF */
     uint8_t *scratch;
 } G;
 
@@ -90,7 +112,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: qload -g host:port[,host:port...] [-u user:pass] [--class NAME:MODE:COUNT]...\n"
             "             [--seconds S] [--warmup S] [--csv FILE] [--label TEXT] [--sample N]\n"
-            "             [--cpu PID[,PID...]]\n"
+            "             [--cpu PID[,PID...]] [--reconnect]\n"
             "       qload -g host:port[,...] [-u user:pass] --idle N [--hold S]\n"
             "  one thread, epoll: COUNT closed-loop connections per class, each sending MODE's\n"
             "  request again as soon as the reply is in. MODE: a q/client.q mode (fast, med, big,\n"
@@ -100,14 +122,34 @@ static void usage(void)
             "  --seconds (default 5) are; then up to 5 s for outstanding replies.\n"
             "  stdout, one line per class:\n"
             "    qload class=NAME mode=MODE conns=N requests=R rps=X p50_us=A p99_us=B max_us=C qerrors=E failed=F\n"
+            "          [cpu_us_per_req=U] [retried=T extra=X]\n"
+            "  failed: connections lost during a request, or that could not be opened.\n"
+            "  SIGINT/SIGTERM end the run early, outstanding replies still awaited; a second\n"
+            "  signal ends it at once. Responses that came when no request was outstanding (a\n"
+            "  request answered twice shows here) are counted: extra=X with --reconnect, else\n"
+            "  said on stderr when there are any.\n"
             "  --cpu: each line also says cpu_us_per_req=U, the user + system CPU those\n"
             "  processes spent (every thread, from /proc/PID/stat) over the counted seconds,\n"
             "  per counted request of every class.\n"
+            "  --reconnect (not with --idle; the class lines end with retried=T extra=X, and\n"
+            "  without it are as they always were): a connection the peer closes (EOF, reset) is\n"
+            "  opened again to the same target and the request it had outstanding is sent again\n"
+            "  there, counted in retried=T, not failed (its latency runs from the first send).\n"
+            "  An open that fails (refused, timed out, closed without a byte) is tried again,\n"
+            "  %d in a row at most, %d ms apart doubling to %d ms, then counts as failed.\n"
+            "  stderr then says, per class, replies= (every response to a request, in the\n"
+            "  counted seconds or not) and reconnects=. Sending again is safe against qgate only\n"
+            "  because a draining qgate (SIGTERM) answers every request it has read before it\n"
+            "  closes, and never runs one it had not read: what was outstanding at the close\n"
+            "  never ran (qload sends nothing on a connection while its reply is outstanding).\n"
+            "  After a crash (kill -9) a resent request may have run already, as when q dies:\n"
+            "  resend only what may run twice.\n"
             "  --csv appends label,class,conn,t_ms,latency_us,status per counted request (every\n"
             "  Nth of each connection with --sample N). --idle N opens N connections, prints\n"
             "    qload idle conns=N opened=O failed=F handshake_secs=T handshakes_per_sec=H\n"
             "  and holds them --hold S seconds (default 0). Exit 0, 1 if any connection failed,\n"
-            "  2 on bad usage.\n");
+            "  2 on bad usage.\n",
+            REOPEN_TRIES, (int)(BACKOFF_MIN_NS / 1000000), (int)(BACKOFF_MAX_NS / 1000000));
     exit(2);
 }
 
@@ -193,23 +235,50 @@ static int add_class(const char *spec)
 
 /* ---- connections ---------------------------------------------------------------------------- */
 
+/* Is a request of c's outstanding: being sent, awaited, or to be sent again once c reopens? */
+static int has_request(const struct conn *c)
+{
+    return c->io.state == ST_SEND || c->io.state == ST_RECV || c->resend;
+}
+
 static void conn_close(struct conn *c)
 {
     if (c->io.state == ST_CLOSED || c->io.state == ST_NEW)
         return;
     if (ep_opening(&c->io))
         G.inflight--;
-    if (c->io.state == ST_SEND || c->io.state == ST_RECV)
+    if (c->io.state == ST_BACKOFF)
+        G.nbackoff--;
+    if (has_request(c))
         G.outstanding--;
+    c->resend = 0;
     ep_close(&c->io);
     c->io.state = ST_CLOSED;
 }
 
-/* The connection could not be opened: refused, timed out, or (access) closed without a byte. */
-static void open_failed(struct conn *c, int access)
+static void send_request(struct conn *c, int64_t now);
+static void write_request(struct conn *c, int64_t now);
+static void start_open(struct conn *c, int64_t now);
+
+/* The connection could not be opened: refused, timed out, or (access) closed without a byte.
+ * With --reconnect it is tried again after a pause, REOPEN_TRIES in a row at most (through a
+ * proxy, a gateway that is down looks like any of the three). A request it was to send again
+ * is then lost, and counted failed. */
+static void open_failed(struct conn *c, int access, int64_t now)
 {
+    if (G.reconnect && c->tries + 1 < REOPEN_TRIES) {
+        int64_t pause = BACKOFF_MIN_NS << c->tries;
+        c->tries++;
+        G.inflight--;
+        ep_close(&c->io);
+        c->io.state = ST_BACKOFF;
+        c->topen = now + QG_MIN(pause, BACKOFF_MAX_NS);
+        G.nbackoff++;
+        return;
+    }
     if (G.classes) /* idle mode counts what did not open at the end */
-        (*(access ? &G.classes[c->cls].access_failed : &G.classes[c->cls].open_failed))++;
+        (*(c->resend ? &G.classes[c->cls].failed
+                     : access ? &G.classes[c->cls].access_failed : &G.classes[c->cls].open_failed))++;
     conn_close(c);
 }
 
@@ -221,15 +290,41 @@ static void request_failed(struct conn *c)
     conn_close(c);
 }
 
-static void send_request(struct conn *c, int64_t now);
+/* The peer closed c (EOF, reset, a write refused). With --reconnect, while the run sends or a
+ * request is outstanding, c is opened again to the same target and that request is sent again
+ * once it is open; else a request it had is lost. */
+static void peer_closed(struct conn *c, int64_t now)
+{
+    int busy = c->io.state == ST_SEND || c->io.state == ST_RECV;
+    if (G.reconnect && (busy || G.sending)) {
+        ep_close(&c->io); /* the request stays outstanding */
+        c->resend = (uint8_t)busy;
+        c->tries = 0;
+        G.classes[c->cls].reconnects++;
+        start_open(c, now);
+        return;
+    }
+    if (busy) {
+        request_failed(c);
+        return;
+    }
+    if (!G.classes && c->io.state == ST_READY)
+        G.idle_dropped++;
+    conn_close(c);
+}
 
 static void start_open(struct conn *c, int64_t now)
 {
-    c->t0 = now;
+    long i = (long)(c - G.conns);
+    c->topen = now;
+    c->gen++;
+    c->io.id = (uint64_t)i | (uint64_t)c->gen << 32; /* events of the last fd no longer match */
     c->io.state = ST_CONNECTING;
+    if (i < G.scan_lo)
+        G.scan_lo = i; /* a reopen: scan_open_timeouts must see it */
     G.inflight++;
     if (ep_connect(&G.loop, &c->io, &G.targets[c->target]))
-        open_failed(c, 0);
+        open_failed(c, 0, now);
 }
 
 /* Start connections while fewer than MAX_INFLIGHT_OPENS are connecting or shaking hands. */
@@ -237,6 +332,27 @@ static void pump_opens(int64_t now)
 {
     while (G.inflight < MAX_INFLIGHT_OPENS && G.next_open < G.nconns)
         start_open(&G.conns[G.next_open++], now);
+}
+
+/* --reconnect: start the opens whose pause is over (within the same bound on opens at once).
+ * The deadline of the next, 0 if none waits. */
+static int64_t pump_reopens(int64_t now)
+{
+    if (!G.nbackoff)
+        return 0;
+    int64_t next = 0;
+    for (long i = 0; i < G.next_open && G.nbackoff; i++) {
+        struct conn *c = &G.conns[i];
+        if (c->io.state != ST_BACKOFF)
+            continue;
+        if (now >= c->topen && G.inflight < MAX_INFLIGHT_OPENS) {
+            G.nbackoff--;
+            start_open(c, now);
+        } else {
+            next = now + BACKOFF_SCAN_NS;
+        }
+    }
+    return next;
 }
 
 /* Close connections whose connect + handshake took too long. At most every SCAN_NS. */
@@ -249,30 +365,42 @@ static void scan_open_timeouts(int64_t now, int force)
         G.scan_lo++;
     for (long i = G.scan_lo; i < G.next_open; i++) {
         struct conn *c = &G.conns[i];
-        if (ep_opening(&c->io) && now - c->t0 >= OPEN_TIMEOUT_NS)
-            open_failed(c, 0);
+        if (ep_opening(&c->io) && now - c->topen >= OPEN_TIMEOUT_NS)
+            open_failed(c, 0, now);
     }
 }
 
 static void opened(struct conn *c, int64_t now)
 {
     G.inflight--;
+    c->tries = 0;
     c->io.state = ST_READY;
     c->hgot = 0;
     ep_watch(&G.loop, &c->io, EPOLLIN);
-    if (G.sending)
+    if (c->resend) { /* the same request, on the new connection; still outstanding */
+        c->resend = 0;
+        G.classes[c->cls].retried++;
+        write_request(c, now);
+    } else if (G.sending) {
         send_request(c, now);
+    }
 }
 
 static void send_request(struct conn *c, int64_t now)
 {
+    c->t0 = now;
+    G.outstanding++;
+    write_request(c, now);
+}
+
+/* Write c's request from its first byte (it counts as outstanding already). */
+static void write_request(struct conn *c, int64_t now)
+{
     const struct cls *k = &G.classes[c->cls];
     c->io.state = ST_SEND;
     c->io.off = 0;
-    c->t0 = now;
-    G.outstanding++;
     if (ep_flush(&G.loop, &c->io, k->msg, k->msg_len)) {
-        request_failed(c);
+        peer_closed(c, now);
         return;
     }
     if (c->io.off == k->msg_len)
@@ -283,6 +411,7 @@ static void reply_done(struct conn *c, int64_t now)
 {
     struct cls *k = &G.classes[c->cls];
     G.outstanding--;
+    k->replies++;
     c->io.state = ST_READY;
     if (now >= G.mstart && now < G.mend) {
         int64_t lat = now - c->t0;
@@ -307,11 +436,14 @@ static void reply_done(struct conn *c, int64_t now)
         send_request(c, now);
 }
 
-/* Scan received bytes: headers, the first body byte, lengths. Whole responses end requests;
- * async and sync messages from the peer are skipped. -1 on a malformed header. */
+/* Scan received bytes: headers, the first body byte, lengths. Whole responses end requests
+ * (one with no request outstanding is counted extra); async and sync messages from the peer
+ * are skipped. Stops where c is closed or reopened (the rest was the old connection's). -1 on
+ * a malformed header. */
 static int scan_input(struct conn *c, const uint8_t *p, size_t n, int64_t *now)
 {
-    while (n && c->io.state != ST_CLOSED) {
+    uint64_t id = c->io.id;
+    while (n && c->io.state != ST_CLOSED && c->io.id == id) {
         if (c->hgot < 8) {
             size_t take = QG_MIN((size_t)(8 - c->hgot), n);
             memcpy(c->hdr + c->hgot, p, take);
@@ -345,6 +477,8 @@ static int scan_input(struct conn *c, const uint8_t *p, size_t n, int64_t *now)
             if (c->rtype == KIPC_RESPONSE && (c->io.state == ST_RECV || c->io.state == ST_SEND)) {
                 *now = mono_ns();
                 reply_done(c, *now);
+            } else if (c->rtype == KIPC_RESPONSE && G.classes) {
+                G.classes[c->cls].extra++;
             }
         }
     }
@@ -354,18 +488,13 @@ static int scan_input(struct conn *c, const uint8_t *p, size_t n, int64_t *now)
 static void on_readable(struct conn *c, int64_t *now)
 {
     size_t total = 0;
-    while (total < READ_BUDGET && c->io.state != ST_CLOSED) {
+    uint64_t id = c->io.id;
+    while (total < READ_BUDGET && c->io.state != ST_CLOSED && c->io.id == id) {
         ssize_t r = ep_read(&c->io, G.scratch, SCRATCH_LEN);
         if (r == 0)
             return;
         if (r < 0) { /* closed or reset */
-            if (c->io.state == ST_SEND || c->io.state == ST_RECV)
-                request_failed(c);
-            else {
-                if (!G.classes && c->io.state == ST_READY)
-                    G.idle_dropped++;
-                conn_close(c);
-            }
+            peer_closed(c, *now);
             return;
         }
         total += (size_t)r;
@@ -388,7 +517,7 @@ static void on_event(struct conn *c, uint32_t ev, int64_t *now)
         if (r == EP_OPEN)
             opened(c, *now);
         else if (r != EP_WAIT)
-            open_failed(c, r == EP_ACCESS);
+            open_failed(c, r == EP_ACCESS, *now);
         return;
     }
     switch (c->io.state) {
@@ -396,7 +525,7 @@ static void on_event(struct conn *c, uint32_t ev, int64_t *now)
         if (ev & EPOLLOUT) {
             const struct cls *k = &G.classes[c->cls];
             if (ep_flush(&G.loop, &c->io, k->msg, k->msg_len)) {
-                request_failed(c);
+                peer_closed(c, *now);
                 return;
             }
             if (c->io.off == k->msg_len)
@@ -414,15 +543,16 @@ static void on_event(struct conn *c, uint32_t ev, int64_t *now)
     }
 }
 
-/* One epoll_wait until deadline (absolute ns, 0 = none). Signals only interrupt it here. */
+/* One epoll_wait until deadline (absolute ns, 0 = none). Signals only interrupt it here. An
+ * event of a connection's previous fd (its io.id has moved on) is dropped. */
 static void poll_once(int64_t deadline, const sigset_t *waitmask)
 {
     static struct epoll_event evs[1024];
     int n = ep_wait(&G.loop, evs, (int)QG_ARRAY_LEN(evs), deadline, 60 * NS, waitmask);
     int64_t now = mono_ns();
     for (int i = 0; i < n; i++) {
-        struct conn *c = &G.conns[evs[i].data.u64];
-        if (c->io.state != ST_CLOSED)
+        struct conn *c = &G.conns[evs[i].data.u64 & 0xffffffffu];
+        if (c->io.state != ST_CLOSED && c->io.id == evs[i].data.u64)
             on_event(c, evs[i].events, &now);
     }
 }
@@ -502,17 +632,19 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
             G.cpu0 = cpu_seconds();
             cpu_started = 1;
         }
-        if (!warned && warmup > 0 && now >= G.mstart && (G.inflight || G.next_open < G.nconns)) {
-            fprintf(stderr, "qload: %ld connections still opening when measurement started\n",
-                    G.nconns - G.next_open + G.inflight);
+        if (!warned && now >= G.mstart) { /* once: later opens are reconnects */
             warned = 1;
+            if (warmup > 0 && (G.inflight || G.next_open < G.nconns))
+                fprintf(stderr, "qload: %ld connections still opening when measurement started\n",
+                        G.nconns - G.next_open + G.inflight);
         }
         pump_opens(now);
+        int64_t reopen_at = pump_reopens(now);
         scan_open_timeouts(now, 0);
         int64_t dl = now < G.mstart ? G.mstart : G.mend;
         if (G.inflight || G.next_open < G.nconns)
             dl = QG_MIN(dl, now + SCAN_NS);
-        poll_once(dl, waitmask);
+        poll_once(min_deadline(dl, reopen_at), waitmask);
     }
     int64_t end = mono_ns();
     G.cpu1 = cpu_seconds();
@@ -525,26 +657,35 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
     } else {
         measured = (double)(G.mend - G.mstart) / 1e9;
     }
-    /* Stop sending; drop unfinished opens; wait a while for outstanding replies. */
+    /* Stop sending; drop unfinished opens (but reopens that carry a request); wait a while for
+     * outstanding replies (a first signal ends the run, a second this wait). */
     G.sending = 0;
     long not_opened = G.nconns - G.next_open;
     for (long i = 0; i < G.nconns; i++) {
         struct conn *c = &G.conns[i];
+        if (c->resend)
+            continue;
         if (ep_opening(&c->io)) {
-            not_opened++;
+            not_opened += c->gen == 1; /* a reopen was opened before */
             conn_close(c);
-        } else if (c->io.state == ST_READY) {
+        } else if (c->io.state == ST_READY || c->io.state == ST_BACKOFF) {
             conn_close(c);
         }
     }
     if (not_opened)
         fprintf(stderr, "qload: %ld connections were never opened (the run ended first)\n", not_opened);
     int64_t drain_end = mono_ns() + DRAIN_NS;
-    while (!stop_signals && G.outstanding > 0 && mono_ns() < drain_end)
-        poll_once(drain_end, waitmask);
+    while (stop_signals < 2 && G.outstanding > 0) {
+        int64_t now = mono_ns();
+        if (now >= drain_end)
+            break;
+        int64_t reopen_at = pump_reopens(now);
+        scan_open_timeouts(now, 0);
+        poll_once(min_deadline(min_deadline(drain_end, reopen_at), G.inflight ? now + SCAN_NS : 0), waitmask);
+    }
     for (long i = 0; i < G.nconns; i++) {
         struct conn *c = &G.conns[i];
-        if (c->io.state == ST_SEND || c->io.state == ST_RECV)
+        if (has_request(c))
             G.classes[c->cls].unfinished++;
         conn_close(c);
     }
@@ -562,10 +703,18 @@ static int run_load(double warmup, double seconds, const sigset_t *waitmask)
         double p50, p99, mx;
         lat_summary(k->lat, n, 0, &p50, &p99, &mx);
         long failed = k->failed + k->open_failed + k->access_failed;
+        char more[64] = ""; /* only with --reconnect: scripts match the line as it was */
+        if (G.reconnect)
+            snprintf(more, sizeof more, " retried=%ld extra=%ld", k->retried, k->extra);
         printf("qload class=%s mode=%s conns=%ld requests=%zu rps=%.1f p50_us=%.0f p99_us=%.0f "
-               "max_us=%.0f qerrors=%ld failed=%ld%s\n",
+               "max_us=%.0f qerrors=%ld failed=%ld%s%s\n",
                k->name, k->mode, k->count, n, measured > 0 ? (double)n / measured : 0.0, p50, p99,
-               mx, k->qerrors, failed, cpu);
+               mx, k->qerrors, failed, cpu, more);
+        if (G.reconnect)
+            fprintf(stderr, "qload class=%s: replies=%ld reconnects=%ld\n", k->name, k->replies, k->reconnects);
+        else if (k->extra)
+            fprintf(stderr, "qload class=%s: extra=%ld responses with no request outstanding\n", k->name,
+                    k->extra);
         if (failed || k->unfinished)
             fprintf(stderr,
                     "qload class=%s: lost_during_request=%ld connect_failed=%ld access_failed=%ld "
@@ -623,10 +772,13 @@ int main(int argc, char **argv)
             csv_path = argv[++i];
         else if (!strcmp(a, "--label") && more)
             G.label = argv[++i];
+        else if (!strcmp(a, "--reconnect"))
+            G.reconnect = 1;
         else
             usage();
     }
-    if (!gw || (idle < 0) == (G.nclasses == 0) || seconds > 1e6 || warmup > 1e6 || hold > 1e6)
+    if (!gw || (idle < 0) == (G.nclasses == 0) || seconds > 1e6 || warmup > 1e6 || hold > 1e6 ||
+        (G.reconnect && idle > 0))
         usage();
     if (add_targets(gw) || !G.ntargets)
         usage();

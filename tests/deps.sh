@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what `make test` needs on a fresh Debian machine: cmocka, HAProxy (bench/run's proxy
-# floor), strace (its system-call counts), curl and promtool (the metrics page) with apt-get;
-# node-q (npm ci).
+# floor, tests/net/test_haproxy.sh's balancer), strace (its system-call counts), curl and
+# promtool (the metrics page), openssl (that test's certificate) and socat (HAProxy's stats
+# socket) with apt-get; node-q (npm ci).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=()
@@ -11,6 +12,8 @@ command -v strace > /dev/null 2>&1 || PKGS+=(strace)
 command -v curl > /dev/null 2>&1 || PKGS+=(curl)          # scrapes the metrics page
 command -v ip > /dev/null 2>&1 || PKGS+=(iproute2)        # tests/net: namespaces, veth, tc
 command -v promtool > /dev/null 2>&1 || PKGS+=(prometheus) # its promtool checks that page
+command -v openssl > /dev/null 2>&1 || PKGS+=(openssl)     # tests/net/test_haproxy.sh: the TLS certificate
+command -v socat > /dev/null 2>&1 || PKGS+=(socat)         # ... and HAProxy's stats socket
 if [ ${#PKGS[@]} -gt 0 ]; then
     echo "deps: installing ${PKGS[*]}"
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
