@@ -393,7 +393,10 @@ static void read_some(struct gw *g, struct client *c)
         g->loop.work_pending = 1;
 }
 
-static void on_linger_timeout(struct gw *g, struct conn *x) { conn_close_loop(g, x, "closed after a bad message"); }
+/* Why a lingering client is closed: after a bad message, or at the end of a drain. */
+static const char *linger_why(const struct client *c) { return c->bye ? "drained: closed" : "closed after a bad message"; }
+
+static void on_linger_timeout(struct gw *g, struct conn *x) { conn_close_loop(g, x, linger_why(client_of(x))); }
 
 /* Everything owed was sent after a bad message: shut our side, drain theirs, then close. */
 static void linger(struct gw *g, struct client *c)
@@ -415,7 +418,7 @@ static void linger_read(struct gw *g, struct client *c)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return;
-        conn_close_loop(g, &c->c, "closed after a bad message");
+        conn_close_loop(g, &c->c, linger_why(c));
         return;
     }
 }
@@ -506,6 +509,24 @@ void client_pause_all_loop(struct gw *g)
             client_of(x)->paused = 1;
             conn_set_reading_loop(g, x, 0);
         }
+    }
+}
+
+void client_drain_close_loop(struct gw *g)
+{
+    for (uint32_t id = 0; id < g->tab_cap; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != CONN_CLIENT || x->closing)
+            continue;
+        struct client *c = client_of(x);
+        if (c->st == CS_LINGER || c->st == CS_GONE)
+            continue; /* closing already, or closed when what it sent is done */
+        if (c->st != CS_READY && c->st != CS_FLUSHING) {
+            conn_close_loop(g, x, "drained: closed"); /* handshake or credentials: nothing owed */
+            continue;
+        }
+        c->bye = 1;
+        linger(g, c); /* our FIN after the last reply byte; what it sent meanwhile is read and dropped */
     }
 }
 

@@ -107,6 +107,7 @@ struct client {
     uint8_t local;       /* on this host: never compressed */
     uint8_t paused;      /* reading stopped: too many bytes waiting their turn */
     uint8_t eof;         /* its input ended: nothing more will be read, nothing sent */
+    uint8_t bye;         /* lingering at the end of a drain (not after a bad message) */
     uint8_t refuse;      /* over max_clients: its first request is answered 'qgate: too many connections */
     uint64_t serial;     /* its number, shown in logs and .qgate.clients[]; never reused */
     char user[64];       /* as sent, made printable and cut, for logs */
@@ -157,6 +158,10 @@ struct client *client_by_serial_loop(struct gw *g, uint64_t serial);
 struct clients_snapshot *client_snapshot_loop(struct gw *g);
 /* SIGTERM: nothing more is read from any client. */
 void client_pause_all_loop(struct gw *g);
+/* The drain is done (nothing owed): every client's write side is shut after its last reply byte,
+ * and what it still sends is read and dropped until it closes (at most 2 s), so that no reset
+ * throws away reply bytes the kernel still holds. */
+void client_drain_close_loop(struct gw *g);
 /* The users file changed (a reload): connected users get its admin flags and limits. */
 void client_users_reloaded_loop(struct gw *g);
 void client_users_free(struct gw *g);

@@ -180,6 +180,13 @@ static int drained(struct gw *g)
 {
     if (!g->draining || work_in_flight(g))
         return 0;
+    if (!g->drain_closing) { /* everything owed is with the kernel: the clients are shut, not reset */
+        g->drain_closing = 1;
+        log_info(NULL, "drained: closing %d clients", g->nclients);
+        client_drain_close_loop(g);
+    }
+    if (g->nclients)
+        return 0;
     log_info(NULL, "drained: exiting");
     return 1;
 }

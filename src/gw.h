@@ -90,6 +90,7 @@ struct gw {
     const struct frontend_ops *front;
     const struct backend_ops *back;
     int draining;        /* SIGTERM seen */
+    int drain_closing;   /* ...and nothing owed: the clients are being shut (client_drain_close_loop) */
     int reloading;       /* a reload job is out */
     int reload_again;    /* another was asked for meanwhile: the file may have changed again */
     uint32_t reload_req_id, reload_req_gen; /* ...by this client's request (0: by SIGHUP) */

@@ -121,6 +121,25 @@ release t3 "$W2_PORT"
 expect_file_has "$TMP/D.log" "drain_timeout reached"
 pass "SIGTERM past drain_timeout: exits 0, the unfinished client sees the close"
 
+# --- SIGTERM with a reply streaming and input unread: the whole reply, then a close, no reset ------
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W2_PORT" > "$TMP/r.conf"
+start_gateway R -c "$TMP/r.conf" --loglevel debug
+wait_line "$TMP/R.log" "connected \\(capability 3\\)" 10
+raw_open "$R_PORT"
+raw_hs u:p
+raw_text 1 "text 20000000"          # 20 MB: more than the sockets hold, so the drain needs the reads
+wait_line "$TMP/R.log" "running sync request 0 of" 10
+kill -TERM "$R_PID"
+wait_line "$TMP/R.log" "SIGTERM: draining" 5
+raw_text 0 "echo sent after SIGTERM"  # never read: before the fix, the close with it unread was a reset
+raw_read "$TMP/r.bin" 30             # to the end: the gateway's FIN (or a reset, cutting the reply)
+raw_close
+[ "$(stat -c %s "$TMP/r.bin")" -eq 20000014 ] || fail "SIGTERM cut the reply: $(stat -c %s "$TMP/r.bin") of 20000014 bytes"
+wait_exit "$R_PID" 10
+[ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS"
+expect_file_has "$TMP/R.log" "drained: closing 1 clients"
+pass "SIGTERM with a reply streaming and a message unread: all 20000014 bytes, then the close"
+
 # --- worker credentials from the config: a worker that demands them, and never in the logs -
 start_worker S --rows 10 --user svc:Hunter2pw
 printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group secure]\nworkers = 127.0.0.1:%s\nuser = svc\npassword = Hunter2pw\n' "$S_PORT" > "$TMP/s.conf"
