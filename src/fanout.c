@@ -23,8 +23,9 @@ static struct client *client_of_fanout(struct gw *g, const struct fanout *fo)
     return client_lookup_loop(g, fo->cl_id, fo->cl_gen);
 }
 
-/* Does w take a part of a fan-out starting now? */
-static int takes_part(const struct worker *w) { return (w->st == WS_IDLE || w->st == WS_BUSY) && !w->removed; }
+/* Does w take a part of a fan-out starting now? (Not one given to a session, leaving the
+ * configuration, or disabled.) */
+static int takes_part(const struct worker *w) { return (w->st == WS_IDLE || w->st == WS_BUSY) && worker_takes_work(w); }
 
 static void start_part(struct gw *g, struct worker *w, struct fpart *p)
 {
@@ -145,6 +146,8 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
         *p = (struct fpart){.fo = fo, .w = w, .st = FP_OWED};
         fo->part[fo->n++] = p;
         STAILQ_INSERT_TAIL(&w->fq, p, link);
+        if (g->hooks.dispatched)
+            g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, r->seq);
     }
     fo->left = fo->n;
     c->fo = fo;

@@ -37,6 +37,10 @@ struct gw_hooks {
                                                    * read from a client (a bad message, its
                                                    * session's worker lost): its messages from
                                                    * next_seq on are never taken */
+    void (*dispatched)(void *ctx, const struct conn *w, uint32_t id, uint32_t gen, uint64_t seq); /* a
+                                                   * client's message given to worker w: sent
+                                                   * to it, or (a broadcast, a fan-out part)
+                                                   * queued on it */
     int manual_pools;                             /* pools without threads (pool_run_one) */
 };
 

@@ -42,6 +42,8 @@ void relay_send_request_loop(struct gw *g, struct worker *w, struct client *c, s
 {
     req_set_state_loop(g, c, x, RS_RUNNING);
     c->pending -= req_cost(x);
+    if (g->hooks.dispatched)
+        g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, x->seq);
     struct chunk *ch = chunk_wrap(x->msg, x->off + x->len);
     x->msg = NULL;
     if (ch) {

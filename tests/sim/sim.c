@@ -1425,7 +1425,7 @@ static void check_gateway(void)
 /* What everyone holds, for the report of a failure. */
 static void dump_world(void)
 {
-    static const char *const rs[] = {"WAITING", "CHECKING", "QUEUED", "RUNNING", "LOCAL", "READY"};
+    static const char *const rs[] = {"WAITING", "CHECKING", "QUEUED", "RUNNING", "LOCAL", "READY", "HELD"};
     struct gw *g = &S->g;
     if (!g->tab)
         return;
