@@ -15,6 +15,7 @@
 struct conn;
 struct group;
 struct ustate;
+struct pause_wait;
 struct pool;
 struct auth_shared;
 struct frontend_ops;
@@ -84,6 +85,8 @@ struct gw {
     const struct frontend_ops *front;
     const struct backend_ops *back;
     int draining;        /* SIGTERM seen */
+    SLIST_HEAD(, pause_wait) pause_waits; /* .qgate.pause[] requests waiting for their groups'
+                          * runs to end (control.c) */
     int reloading;       /* a reload job is out */
     int reload_again;    /* another was asked for meanwhile: the file may have changed again */
     uint32_t reload_req_id, reload_req_gen; /* ...by this client's request (0: by SIGHUP) */
