@@ -50,15 +50,17 @@ static void start_part(struct gw *g, struct worker *w, struct fpart *p)
 /* Let fo go: parts owed leave their workers, running ones are drained, done ones freed. */
 static void fanout_free(struct gw *g, struct fanout *fo)
 {
-    (void)g;
     for (int i = 0; i < fo->n; i++) {
         struct fpart *p = fo->part[i];
         if (p->st == FP_RUNNING) {
             p->fo = NULL; /* its worker drains the reply and frees it */
             continue;
         }
-        if (p->st == FP_OWED)
+        if (p->st == FP_OWED) {
             STAILQ_REMOVE(&p->w->fq, p, fpart, link);
+            if (p->w->disabled) /* idle for what it owed: now it owes nothing, DISABLED */
+                worker_disable_loop(g, p->w, 1);
+        }
         inbuf_free(&p->reply);
         free(p);
     }
