@@ -110,7 +110,12 @@ static void release_held(struct gw *g, struct group *grp)
     struct conn *x;
     while ((x = connq_first(&grp->held))) {
         struct client *c = client_of(x);
-        req_set_state_loop(g, c, client_head(c), RS_WAITING); /* off the held list */
+        struct req *h = client_head(c);
+        if (!h || h->state != RS_HELD) { /* not so (a bug): off the list, not for ever in this loop */
+            conn_queue_out_loop(x);
+            continue;
+        }
+        req_set_state_loop(g, c, h, RS_WAITING); /* off the held list */
         client_advance_loop(g, c);
     }
 }
