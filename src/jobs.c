@@ -76,7 +76,23 @@ int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size
     return kind;
 }
 
-int gwcmd_admin_only(int cmd) { return cmd != GWCMD_UNKNOWN && cmd != GWCMD_PING && cmd != GWCMD_STATS && cmd != GWCMD_POOLS; }
+int gwcmd_admin_only(int cmd)
+{
+    switch (cmd) {
+    case GWCMD_CLIENTS:
+    case GWCMD_RELOAD:
+    case GWCMD_DISCONNECT:
+    case GWCMD_KILL:
+    case GWCMD_PAUSE:
+    case GWCMD_RESUME:
+    case GWCMD_DISABLE:
+    case GWCMD_ENABLE:
+    case GWCMD_SHUTDOWN:
+        return 1;
+    default:
+        return 0; /* ping, stats, pools: anyone's */
+    }
+}
 
 static enum gwcmd lookup(const char *name, size_t len)
 {
