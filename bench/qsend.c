@@ -19,6 +19,8 @@ static void usage(void)
             "  message before reading any reply; a TEXT starting with \"neg:\" is sent async;\n"
             "  \"on:GROUP:TEXT\" sends (`.qgate.on; `GROUP; \"TEXT\") (\"neg:on:G:T\" async);\n"
             "  \"all:GROUP:TEXT\" (`.qgate.all; `GROUP; \"TEXT\"), \"all-list:G:T\" the same with `list.\n"
+            "  \"call:NAME:ARG\" sends (`NAME; ARG), ARG a long if it is digits, else a symbol;\n"
+            "  \"call:NAME\" sends (`NAME; ::); \"scall:NAME:ARG\" names NAME with a string, as node-q.\n"
             "  --raw FILE appends every reply's bytes (header included, uncompressed) to FILE.\n"
             "  --wire prints each reply's size as it came on stderr: \"wire: N bytes compressed|plain (M plain)\".\n"
             "  Async messages received are printed as \"async: ...\"; sync requests received\n"
@@ -33,10 +35,41 @@ static void usage(void)
     exit(2);
 }
 
+/* "call:NAME[:ARG]" as (`NAME; ARG) ("scall:": NAME a string), ARG a long if it is digits,
+ * else a symbol; no ARG: (::). */
+static K call_of(const char *text)
+{
+    int str = !strncmp(text, "scall:", 6);
+    const char *name = text + (str ? 6 : 5), *colon = strchr(name, ':');
+    size_t nl = colon ? (size_t)(colon - name) : strlen(name);
+    const char *arg = colon ? colon + 1 : NULL;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%.*s", (int)nl, name);
+    K l = k_list(2);
+    if (!l)
+        return NULL;
+    kK(l)[0] = str ? k_str(buf, strlen(buf)) : k_sym(buf);
+    if (!arg) {
+        kK(l)[1] = k_prim(KT_UNARY, 0);
+    } else if (arg[0] && strspn(arg, "0123456789") == strlen(arg)) {
+        if ((kK(l)[1] = k_atom(-KT_LONG)))
+            kK(l)[1]->j = atoll(arg);
+    } else {
+        kK(l)[1] = k_sym(arg);
+    }
+    return l;
+}
+
 /* TEXT as a char vector message of type (malloc'd, its length in *len), or NULL.
  * "on:GROUP:TEXT" is (`.qgate.on; `GROUP; "TEXT"), a request routed by the gateway. */
 static uint8_t *text_msg(const char *text, int type, size_t *len)
 {
+    if (!strncmp(text, "call:", 5) || !strncmp(text, "scall:", 6)) {
+        K c = call_of(text);
+        uint8_t *cm = c ? kcodec_encode_msg(c, type, len) : NULL;
+        k_free(c);
+        return cm;
+    }
     static const char *const forms[][2] = {{"on:", ".qgate.on"}, {"all:", ".qgate.all"}, {"all-list:", ".qgate.all"}};
     int f = -1;
     for (int i = 0; i < 3 && f < 0; i++)

@@ -80,14 +80,14 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
     int up = 0;
     struct worker *w;
     TAILQ_FOREACH(w, &grp->workers, glink)
-        up += worker_is_up(w) && !w->removed;
+        up += worker_takes_work(w); /* not one leaving the configuration, nor one disabled */
     struct bmsg *m = up ? malloc(sizeof *m + r->len) : NULL;
     if (!m)
         return 0;
     *m = (struct bmsg){.refs = up, .cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .len = r->len};
     memcpy(m->data, r->msg + r->off, r->len);
     TAILQ_FOREACH(w, &grp->workers, glink) {
-        if (!worker_is_up(w) || w->removed)
+        if (!worker_takes_work(w))
             continue;
         struct bnode *b = malloc(sizeof *b);
         if (!b) {
@@ -96,6 +96,8 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
         }
         *b = (struct bnode){.m = m, .cl_id = m->cl_id, .cl_gen = m->cl_gen, .seq = m->seq};
         STAILQ_INSERT_TAIL(&w->bq, b, link);
+        if (g->hooks.dispatched)
+            g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, r->seq);
     }
     g->loop.work_pending = 1;
     return up;

@@ -38,8 +38,11 @@ enum client_state { CLIENT_STATES(ST_ENUM) };
  *   WAITING (behind the head) -> CHECKING (a reader validates its body) -> WAITING
  *   WAITING -> QUEUED (on its group's queue) -> RUNNING (on a worker, or broadcast)
  *   WAITING -> LOCAL (a pool job is making its reply) -> READY (reply bytes held) -> sent
- * req_set_state_loop is the one setter: QUEUED is being on the group's queue. */
-#define REQ_STATES(X) X(WAITING) X(CHECKING) X(QUEUED) X(RUNNING) X(LOCAL) X(READY)
+ *   WAITING -> HELD (on its group's held list: the group is paused, and the request is one
+ *     that never enters the queue, a session's or a .qgate.all) -> WAITING (resumed)
+ * req_set_state_loop is the one setter: QUEUED is being on the group's queue, HELD on its
+ * held list. */
+#define REQ_STATES(X) X(WAITING) X(CHECKING) X(QUEUED) X(RUNNING) X(LOCAL) X(READY) X(HELD)
 #define ST_ENUM(e) RS_##e,
 enum req_state { REQ_STATES(ST_ENUM) };
 #undef ST_ENUM

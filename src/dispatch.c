@@ -17,6 +17,7 @@ struct group *dispatch_group_add_loop(struct gw *g, const struct group_cfg *gc)
     TAILQ_INIT(&grp->workers);
     connq_init(&grp->idle);
     connq_init(&grp->queue);
+    connq_init(&grp->held);
     grp->cfg = *gc;
     grp->index = g->ngroups++;
     return grp;
@@ -62,7 +63,7 @@ int dispatch_admits_loop(const struct gw *g, const struct group *grp, const char
 
 int dispatch_full_loop(const struct gw *g, const struct group *grp)
 {
-    return grp->queue.n >= g->cfg.max_queue && !grp->idle.n;
+    return grp->queue.n >= g->cfg.max_queue && (!grp->idle.n || grp->paused);
 }
 
 void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq)
@@ -71,6 +72,13 @@ void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, u
     g->loop.work_pending = 1; /* dispatched this iteration */
     log_debug(client->name, "request %llu queued in group %s (%d waiting)", (unsigned long long)seq, grp->cfg.name,
               grp->queue.n);
+}
+
+void dispatch_hold_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq)
+{
+    (void)g;
+    conn_queue_in_loop(&grp->held, client);
+    log_debug(client->name, "request %llu held: group %s is paused", (unsigned long long)seq, grp->cfg.name);
 }
 
 void dispatch_run_loop(struct gw *g, struct group *grp)
@@ -83,6 +91,8 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
         if (n && n->q != &grp->idle) /* a start may start others (a broadcast released): again */
             n = connq_first(&grp->idle);
     }
+    if (grp->paused) /* what was given to its workers runs; nothing new starts */
+        return;
     /* the worker idle longest takes the client waiting longest that may start (a user under
      * its max_inflight: one user cannot take every worker); a broadcast takes no worker of its
      * own: it goes to every worker up */
@@ -116,6 +126,8 @@ void dispatch_all_loop(struct gw *g)
 
 void dispatch_fail_group_loop(struct gw *g, struct group *grp)
 {
+    if (grp->paused) /* held for the resume, which fails them then if no worker is up */
+        return;
     /* async messages cannot be answered: they wait for a worker; sync requests are told */
     for (struct conn *c = connq_first(&grp->queue), *n; c; c = n) {
         n = connq_next(c);

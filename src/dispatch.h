@@ -27,8 +27,11 @@ struct group {
     int nworkers;
     struct connq idle;   /* workers IDLE (worker_set_state_loop keeps it) */
     struct connq queue;  /* clients whose head request is QUEUED (req_set_state_loop keeps it) */
-    int nup;             /* workers connected (IDLE or BUSY) */
+    struct connq held;   /* clients whose head is HELD: a session's or a .qgate.all's request,
+                          * which never enter the queue, waiting for the group's resume */
+    int nup;             /* workers up (IDLE, BUSY or PINNED) */
     uint8_t unavailable; /* none up and the last attempt to connect one failed */
+    uint8_t paused;      /* .qgate.pause[] (control.c): runs what its workers owe, starts nothing new */
 };
 
 /* What dispatch may start for a queued client (frontend ops ready). */
@@ -90,10 +93,14 @@ int dispatch_admits_loop(const struct gw *g, const struct group *grp, const char
 int dispatch_full_loop(const struct gw *g, const struct group *grp);
 /* Put client (its request seq) on its group's queue: req_set_state_loop's, entering QUEUED. */
 void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq);
-/* Hand queued requests to idle workers, round-robin across waiting clients. */
+/* Put client (its request seq) on its group's held list: req_set_state_loop's, entering HELD. */
+void dispatch_hold_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq);
+/* Hand queued requests to idle workers, round-robin across waiting clients. A paused group's
+ * idle workers run only what they owe (broadcasts, fan-out parts given before the pause). */
 void dispatch_run_loop(struct gw *g, struct group *grp);
 void dispatch_all_loop(struct gw *g);
-/* No worker of the group is up and connecting failed: answer every sync request waiting. */
+/* No worker of the group is up and connecting failed: answer every sync request waiting (a
+ * paused group holds them: its resume does this if it is still so). */
 void dispatch_fail_group_loop(struct gw *g, struct group *grp);
 
 #endif

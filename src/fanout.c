@@ -23,8 +23,9 @@ static struct client *client_of_fanout(struct gw *g, const struct fanout *fo)
     return client_lookup_loop(g, fo->cl_id, fo->cl_gen);
 }
 
-/* Does w take a part of a fan-out starting now? */
-static int takes_part(const struct worker *w) { return (w->st == WS_IDLE || w->st == WS_BUSY) && !w->removed; }
+/* Does w take a part of a fan-out starting now? (Not one given to a session, leaving the
+ * configuration, or disabled.) */
+static int takes_part(const struct worker *w) { return (w->st == WS_IDLE || w->st == WS_BUSY) && worker_takes_work(w); }
 
 static void start_part(struct gw *g, struct worker *w, struct fpart *p)
 {
@@ -49,15 +50,17 @@ static void start_part(struct gw *g, struct worker *w, struct fpart *p)
 /* Let fo go: parts owed leave their workers, running ones are drained, done ones freed. */
 static void fanout_free(struct gw *g, struct fanout *fo)
 {
-    (void)g;
     for (int i = 0; i < fo->n; i++) {
         struct fpart *p = fo->part[i];
         if (p->st == FP_RUNNING) {
             p->fo = NULL; /* its worker drains the reply and frees it */
             continue;
         }
-        if (p->st == FP_OWED)
+        if (p->st == FP_OWED) {
             STAILQ_REMOVE(&p->w->fq, p, fpart, link);
+            if (p->w->disabled) /* idle for what it owed: now it owes nothing, DISABLED */
+                worker_disable_loop(g, p->w, 1);
+        }
         inbuf_free(&p->reply);
         free(p);
     }
@@ -145,6 +148,8 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
         *p = (struct fpart){.fo = fo, .w = w, .st = FP_OWED};
         fo->part[fo->n++] = p;
         STAILQ_INSERT_TAIL(&w->fq, p, link);
+        if (g->hooks.dispatched)
+            g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, r->seq);
     }
     fo->left = fo->n;
     c->fo = fo;

@@ -19,6 +19,7 @@
 #include "ops.h"
 #include "auth.h"
 #include "client.h"
+#include "control.h"
 #include "dispatch.h"
 #include "jobs.h"
 #include "kcodec.h"
@@ -44,22 +45,6 @@ struct group *gw_add_group_loop(struct gw *g, const struct group_cfg *gc)
 
 /* ---- the gateway's commands ------------------------------------------------------------------ */
 
-/* .qgate.disconnect[id]: the id .qgate.clients[] shows (a serial number, never reused). 0 if
- * the reply is to be made, 1 if answered (or nobody is left to answer). */
-static int disconnect(struct gw *g, struct client *cl, struct req *r, int64_t id)
-{
-    struct client *x = id > 0 ? client_by_serial_loop(g, (uint64_t)id) : NULL;
-    if (!x) {
-        client_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
-        return 1;
-    }
-    log_info(cl->c.name, "disconnecting client %lld (%s) as admin %s asked", (long long)id, x->c.name, cl->user);
-    char why[128];
-    snprintf(why, sizeof why, "disconnected by admin %s", cl->user);
-    conn_close_loop(g, &x->c, why);
-    return x == cl; /* it disconnected itself: nobody to answer */
-}
-
 /* A reader named the gateway command of a client's head request (JK_COMMAND): check who may
  * run it, do what it says, and have a writer encode the reply. */
 static void on_command(struct gw *g, struct job *j)
@@ -84,7 +69,7 @@ static void on_command(struct gw *g, struct job *j)
             client_error_loop(g, cl, r, "qgate: a reload is already under way, and another waits");
         return;
     }
-    if (j->result == GWCMD_DISCONNECT && disconnect(g, cl, r, j->aux[0]))
+    if (control_command_loop(g, cl, r, j)) /* pause, kill and the other operator's commands */
         return;
     struct job *w = job_new(job_encode_command, JK_REPLY);
     if (!w)
@@ -98,7 +83,8 @@ static void on_command(struct gw *g, struct job *j)
     else if (j->result == GWCMD_TOTALS) {
         w->ctx = ops_snapshot_loop(g);
         w->ctx_free = metrics_snap_free;
-    }
+    } else if (j->result == GWCMD_POOLS)
+        w->ctx = control_pools_snapshot_loop(g);
     conn_submit_loop(g->writers, w, &cl->c, j->seq);
 }
 
@@ -193,7 +179,7 @@ static int drained(struct gw *g)
 
 static const struct loop_phases phases = {
     .backlog = client_backlog_loop,
-    .dispatch = dispatch_all_loop,
+    .dispatch = control_dispatch_loop, /* dispatch_all_loop, then the pauses complete */
     .flush = gw_flush_dirty_loop,
     .reap = conn_reap_loop,
     .waiting = waiting,
@@ -433,6 +419,7 @@ void gw_free(struct gw *g)
     if (g->reserve_fd >= 0)
         close(g->reserve_fd);
     loop_free(g);
+    control_free(g);
     free(g->no_client_err);
     auth_unref(g->auth);
     client_users_free(g);

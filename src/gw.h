@@ -16,6 +16,7 @@
 struct conn;
 struct group;
 struct ustate;
+struct pause_wait;
 struct pool;
 struct auth_shared;
 struct frontend_ops;
@@ -49,6 +50,10 @@ struct gw_hooks {
                                                    * read from a client (a bad message, its
                                                    * session's worker lost): its messages from
                                                    * next_seq on are never taken */
+    void (*dispatched)(void *ctx, const struct conn *w, uint32_t id, uint32_t gen, uint64_t seq); /* a
+                                                   * client's message given to worker w: sent
+                                                   * to it, or (a broadcast, a fan-out part)
+                                                   * queued on it */
     int manual_pools;                             /* pools without threads (pool_run_one) */
 };
 
@@ -91,6 +96,8 @@ struct gw {
     const struct backend_ops *back;
     int draining;        /* SIGTERM seen */
     int drain_closing;   /* ...and nothing owed: the clients are being shut (client_drain_close_loop) */
+    SLIST_HEAD(, pause_wait) pause_waits; /* .qgate.pause[] requests waiting for their groups'
+                          * runs to end (control.c) */
     int reloading;       /* a reload job is out */
     int reload_again;    /* another was asked for meanwhile: the file may have changed again */
     uint32_t reload_req_id, reload_req_gen; /* ...by this client's request (0: by SIGHUP) */

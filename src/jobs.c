@@ -32,8 +32,10 @@ int jobs_peek_command(const uint8_t *m, size_t len)
     /* "..." : 0a attr count text */
     if (n >= 6 + PREFIX_LEN && b[0] == KT_CHAR && !memcmp(b + 6, PREFIX, PREFIX_LEN))
         return len <= GWCMD_MAX_LEN ? 1 : -1;
-    /* (`.qgate.x; ...) : 00 attr count f5 name */
-    if (n >= 7 + PREFIX_LEN && b[0] == KT_LIST && (int8_t)b[6] == -KT_SYM && !memcmp(b + 7, PREFIX, PREFIX_LEN)) {
+    /* (`.qgate.x; ...) : 00 attr count f5 name; (".qgate.x"; ...) : 00 attr count 0a attr count text */
+    int sym = n >= 7 + PREFIX_LEN && b[0] == KT_LIST && (int8_t)b[6] == -KT_SYM && !memcmp(b + 7, PREFIX, PREFIX_LEN);
+    int str = n >= 12 + PREFIX_LEN && b[0] == KT_LIST && b[6] == KT_CHAR && !memcmp(b + 12, PREFIX, PREFIX_LEN);
+    if (sym || str) {
         uint32_t count = qg_ld32o(b + 2, m[0]);
         return len <= GWCMD_MAX_LEN && count >= 1 && count <= 2 ? 1 : -1;
     }
@@ -75,7 +77,23 @@ int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size
     return kind;
 }
 
-int gwcmd_admin_only(int cmd) { return cmd == GWCMD_CLIENTS || cmd == GWCMD_RELOAD || cmd == GWCMD_DISCONNECT; }
+int gwcmd_admin_only(int cmd)
+{
+    switch (cmd) {
+    case GWCMD_CLIENTS:
+    case GWCMD_RELOAD:
+    case GWCMD_DISCONNECT:
+    case GWCMD_KILL:
+    case GWCMD_PAUSE:
+    case GWCMD_RESUME:
+    case GWCMD_DISABLE:
+    case GWCMD_ENABLE:
+    case GWCMD_SHUTDOWN:
+        return 1;
+    default:
+        return 0; /* ping, stats, pools: anyone's */
+    }
+}
 
 static enum gwcmd lookup(const char *name, size_t len)
 {
@@ -85,8 +103,55 @@ static enum gwcmd lookup(const char *name, size_t len)
     return GWCMD_UNKNOWN;
 }
 
-/* ".qgate.NAME[]", ".qgate.NAME[::]" or ".qgate.NAME[123]", spaces allowed around. */
-static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, int64_t *arg)
+/* A command's argument, as read. */
+struct cmd_arg {
+    int kind;            /* GWARG_* */
+    int64_t num;
+    size_t len;
+    char name[GWCMD_ARG_MAX + 1];
+};
+
+static int set_name(struct cmd_arg *a, const char *s, size_t n)
+{
+    if (n > GWCMD_ARG_MAX || memchr(s, 0, n))
+        return -1;
+    memcpy(a->name, s, n);
+    a->name[n] = 0;
+    a->len = n;
+    a->kind = GWARG_NAME;
+    return 0;
+}
+
+/* The text between the brackets, a[0..n): nothing, ::, digits, `name or "name". 0, or -1. */
+static int text_arg(const char *a, size_t n, struct cmd_arg *x)
+{
+    if (!n || (n == 2 && a[0] == ':' && a[1] == ':'))
+        return 0;
+    if (a[0] == '`') { /* a symbol: what q reads as one, up to the bracket */
+        for (size_t i = 1; i < n; i++)
+            if (a[i] <= ' ' || a[i] > '~' || strchr("`;[]\"()", a[i]))
+                return -1;
+        return set_name(x, a + 1, n - 1);
+    }
+    if (a[0] == '"') { /* a string, without escapes */
+        if (n < 2 || a[n - 1] != '"' || memchr(a + 1, '"', n - 2) || memchr(a + 1, '\\', n - 2))
+            return -1;
+        return set_name(x, a + 1, n - 2);
+    }
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] < '0' || a[i] > '9' || v > INT32_MAX)
+            return -1;
+        v = v * 10 + (a[i] - '0');
+    }
+    x->kind = GWARG_NUM;
+    x->num = v;
+    return 0;
+}
+
+/* ".qgate.NAME[]", ".qgate.NAME[::]", ".qgate.NAME[123]", ".qgate.NAME[`x]" or
+ * ".qgate.NAME[\"x\"]", spaces allowed around. */
+static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, struct cmd_arg *x)
 {
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == ';'))
         n--;
@@ -103,29 +168,43 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, i
         a++;
     while (e > a && e[-1] == ' ')
         e--;
-    if (e - a == 2 && a[0] == ':' && a[1] == ':')
-        a = e;
-    if (a < e) {
-        int64_t v = 0;
-        for (const char *p = a; p < e; p++) {
-            if (*p < '0' || *p > '9' || v > INT32_MAX)
-                return GWCMD_UNKNOWN;
-            v = v * 10 + (*p - '0');
-        }
-        *arg = v;
-    }
+    if (text_arg(a, (size_t)(e - a), x))
+        return GWCMD_UNKNOWN;
     return lookup(name, (size_t)(br - name));
 }
 
-static int num_arg(const K x, int64_t *v)
+/* A functional call's argument: a number, (::) or () for none, a symbol, or a string. */
+static int k_arg(const K x, struct cmd_arg *a)
 {
     switch (x->t) {
-    case -KT_LONG: *v = x->j; return 1;
-    case -KT_INT: *v = x->i; return 1;
-    case -KT_SHORT: *v = x->h; return 1;
-    case KT_UNARY: return 1; /* (::): no argument */
-    default: return x->t == KT_LIST && x->n == 0;
+    case -KT_LONG: a->num = x->j; break;
+    case -KT_INT: a->num = x->i; break;
+    case -KT_SHORT: a->num = x->h; break;
+    case KT_UNARY: return 0; /* (::): no argument */
+    case -KT_SYM: return set_name(a, x->s, strlen(x->s));
+    case KT_CHAR: return set_name(a, kC(x), (size_t)x->n); /* node-q sends a name as a string */
+    default: return x->t == KT_LIST && x->n == 0 ? 0 : -1;
     }
+    a->kind = GWARG_NUM;
+    return 0;
+}
+
+/* A decoded command: its name and argument (j->result, j->text; x). */
+static enum gwcmd parse_call(const K x, char *text, size_t tlen, struct cmd_arg *a)
+{
+    if (x->t == KT_CHAR)
+        return parse_text(kC(x), (size_t)x->n, text, tlen, a);
+    if (x->t != KT_LIST || x->n < 1 || x->n > 2)
+        return GWCMD_UNKNOWN;
+    const K f = kK(x)[0];
+    if (f->t != -KT_SYM && f->t != KT_CHAR) /* the name: a symbol, or a string (node-q) */
+        return GWCMD_UNKNOWN;
+    const char *s = f->t == KT_CHAR ? kC(f) : f->s;
+    size_t n = f->t == KT_CHAR ? (size_t)f->n : strlen(f->s);
+    snprintf(text, tlen, "%.*s", (int)(n > 60 ? 60 : n), s);
+    if ((x->n == 2 && k_arg(kK(x)[1], a)) || n < PREFIX_LEN || memcmp(s, PREFIX, PREFIX_LEN))
+        return GWCMD_UNKNOWN;
+    return lookup(s + PREFIX_LEN, n - PREFIX_LEN);
 }
 
 void job_parse_command(struct job *j)
@@ -136,20 +215,25 @@ void job_parse_command(struct job *j)
     const char *why;
     j->result = GWCMD_UNKNOWN;
     j->aux[0] = -1;
+    j->aux[1] = GWARG_NONE;
     snprintf(j->text, sizeof j->text, "?");
     if (kipc_hdr_parse(j->in, j->in_len, j->in_len, &h, &why) != QG_OK ||
         kcodec_decode(j->in + 8, j->in_len - 8, h.le, NULL, &x, &e) != QG_OK)
         return;
-    if (x->t == KT_CHAR) {
-        j->result = parse_text(kC(x), (size_t)x->n, j->text, sizeof j->text, &j->aux[0]);
-    } else if (x->t == KT_LIST && x->n >= 1 && kK(x)[0]->t == -KT_SYM) {
-        const char *s = kK(x)[0]->s;
-        snprintf(j->text, sizeof j->text, "%.60s", s);
-        int args_ok = x->n == 1 || (x->n == 2 && num_arg(kK(x)[1], &j->aux[0]));
-        if (args_ok && !strncmp(s, PREFIX, PREFIX_LEN))
-            j->result = lookup(s + PREFIX_LEN, strlen(s + PREFIX_LEN));
-    }
+    struct cmd_arg a = {0};
+    j->result = parse_call(x, j->text, sizeof j->text, &a);
     k_free(x);
+    if (j->result == GWCMD_UNKNOWN)
+        return;
+    j->aux[1] = a.kind;
+    if (a.kind == GWARG_NUM)
+        j->aux[0] = a.num;
+    if (a.kind == GWARG_NAME && (j->out = malloc(a.len + 1))) {
+        memcpy(j->out, a.name, a.len + 1);
+        j->out_len = a.len;
+    } else if (a.kind == GWARG_NAME) {
+        j->result = GWCMD_UNKNOWN; /* out of memory: the loop says it does not know it */
+    }
 }
 
 void job_check_credentials(struct job *j)
@@ -304,11 +388,20 @@ void job_encode_command(struct job *j)
     case GWCMD_PING:
     case GWCMD_RELOAD:
     case GWCMD_DISCONNECT:
+    case GWCMD_KILL:
+    case GWCMD_PAUSE:
+    case GWCMD_RESUME:
+    case GWCMD_DISABLE:
+    case GWCMD_ENABLE:
+    case GWCMD_SHUTDOWN:
         if ((x = k_atom(-KT_BOOL)))
             x->g = 1;
         break;
     case GWCMD_STATS:
         x = stats_table(j->ctx);
+        break;
+    case GWCMD_POOLS:
+        x = pools_table(j->ctx);
         break;
     case GWCMD_CLIENTS:
         x = clients_table(j->ctx);

@@ -23,15 +23,24 @@ enum job_kind {
 
 #define GWCMDS(X)                                                                          \
     X(UNKNOWN, "") X(PING, "ping") X(STATS, "stats") X(CLIENTS, "clients") X(RELOAD, "reload") \
-    X(DISCONNECT, "disconnect") X(TOTALS, "totals")
+    X(DISCONNECT, "disconnect") X(TOTALS, "totals")                                          \
+    X(POOLS, "pools") X(PAUSE, "pause") X(RESUME, "resume") X(DISABLE, "disable")           \
+    X(ENABLE, "enable") X(KILL, "kill") X(SHUTDOWN, "shutdown")
 #define GWCMD_ENUM(e, s) GWCMD_##e,
 enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
 #undef GWCMD_ENUM
 
+/* The longest name a command takes as its argument (a group, a worker's address). */
+#define GWCMD_ARG_MAX 400
+
+/* What a command's argument is (job_parse_command's aux[1]). */
+enum { GWARG_NONE = 0, GWARG_NUM = 1, GWARG_NAME = 2 };
+
 /* Does the whole message m (len bytes, uncompressed) start like a gateway command: a string
- * or a functional call whose name starts with ".qgate."? A peek at a few bytes, no decoding:
- * 0 if not; 1 if it does and has a command's shape (at most GWCMD_MAX_LEN bytes; a call of
- * at most one argument); -1 if it starts like one without that shape (refused unread). */
+ * or a functional call whose name (a symbol, or a string as node-q sends one) starts with
+ * ".qgate."? A peek at a few bytes, no decoding: 0 if not; 1 if it does and has a command's
+ * shape (at most GWCMD_MAX_LEN bytes; a call of at most one argument); -1 if it starts like
+ * one without that shape (refused unread). */
 int jobs_peek_command(const uint8_t *m, size_t len);
 /* Is whole message m (uncompressed) (`.qgate.on; `group; query) (1), or (`.qgate.all; `group;
  * query) or (`.qgate.all; `group; query; `list) (2, *as_list set for the last)? Then the
@@ -70,14 +79,17 @@ struct reload_job {
 void job_load_config(struct job *j);
 /* Free a reload_job and what it still holds (a job's ctx_free). */
 void reload_job_free(void *ctx);
-/* reader: decode the whole message j->in and name the command (j->result, j->text); a
- * numeric argument (.qgate.disconnect[12]) goes to aux[0], -1 if none. */
+/* reader: decode the whole message j->in and name the command (j->result, j->text). Its
+ * argument's kind in aux[1] (GWARG_*): a number (.qgate.kill[12], (`.qgate.kill; 12)) in
+ * aux[0] (-1 if none); a name (.qgate.pause[`rdb], .qgate.pause["rdb"], (`.qgate.pause;
+ * `rdb), (".qgate.pause"; "rdb")) in out, NUL-terminated, out_len its length (at most
+ * GWCMD_ARG_MAX). An argument of another type, or in a form it cannot read: GWCMD_UNKNOWN. */
 void job_parse_command(struct job *j);
 /* writer: j->out = a response carrying the q error j->text. */
 void job_encode_error(struct job *j);
 /* writer: j->out = the response to command j->arg: ping and the admin actions 1b, stats a table
  * from ctx (struct stats_snapshot), clients a table from ctx (struct clients_snapshot), totals
- * a dictionary from ctx (struct metrics_snap). */
+ * a dictionary from ctx (struct metrics_snap), pools a table from ctx (struct pools_snapshot). */
 void job_encode_command(struct job *j);
 /* reader: j->in is a whole response for a client of capability j->arg: decompress it if the
  * client cannot take it compressed (capability 0) or must not (aux[1]: it is on this host;

@@ -126,7 +126,8 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
 
 static void render_groups(struct text *t, const struct metrics_snap *s)
 {
-    static const char *const states[] = {"down", "resolving", "connecting", "handshake", "idle", "busy", "pinned"};
+    static const char *const states[] = {"down", "resolving", "connecting", "handshake", "idle", "busy", "pinned",
+                                         "disabled"}; /* worker.h's WORKER_STATES, as .qgate.stats[] names them */
     const struct stats_snapshot *w = s->workers;
     char gl[160], wl[700];
     head(t, "qgate_group_queued", "gauge", "clients whose request waits for a worker of the group");
@@ -137,6 +138,9 @@ static void render_groups(struct text *t, const struct metrics_snap *s)
     for (int i = 0; i < s->ngroups; i++)
         tprintf(t, "qgate_group_longest_wait_seconds{group=\"%s\"} %.3f\n", label(s->groups[i].name, gl, sizeof gl),
                 (double)s->groups[i].maxwait_ms / 1e3);
+    head(t, "qgate_group_paused", "gauge", "1 while the group is paused (.qgate.pause[])");
+    for (int i = 0; i < s->ngroups; i++)
+        tprintf(t, "qgate_group_paused{group=\"%s\"} %d\n", label(s->groups[i].name, gl, sizeof gl), s->groups[i].paused);
     head(t, "qgate_workers", "gauge", "workers of the group, by state");
     for (int i = 0; i < s->ngroups; i++)
         for (size_t k = 0; k < sizeof states / sizeof states[0]; k++) {

@@ -19,6 +19,7 @@ struct metrics_group {
     char name[CFG_NAME_MAX];
     int64_t queued;       /* clients whose head request waits for a worker */
     int64_t maxwait_ms;   /* the longest any of them has waited */
+    int paused;           /* .qgate.pause[] */
 };
 
 struct metrics_snap {

@@ -64,12 +64,16 @@ static void snap_groups(struct gw *g, struct metrics_snap *s)
         struct group *grp = &g->groups[i];
         struct metrics_group *m = &s->groups[s->ngroups++];
         snprintf(m->name, sizeof m->name, "%s", grp->cfg.name);
-        m->queued = grp->queue.n;
-        struct conn *x;
-        TAILQ_FOREACH(x, &grp->queue.h, qlink) {
-            struct req *r = client_head(client_of(x));
-            if (r && g->loop.now_ms - r->t_arrive > m->maxwait_ms)
-                m->maxwait_ms = g->loop.now_ms - r->t_arrive;
+        m->paused = grp->paused;
+        m->queued = grp->queue.n + grp->held.n; /* held: by a pause, a session's or a .qgate.all's */
+        const struct connq *qs[2] = {&grp->queue, &grp->held};
+        for (int k = 0; k < 2; k++) {
+            struct conn *x;
+            TAILQ_FOREACH(x, &qs[k]->h, qlink) {
+                struct req *r = client_head(client_of(x));
+                if (r && g->loop.now_ms - r->t_arrive > m->maxwait_ms)
+                    m->maxwait_ms = g->loop.now_ms - r->t_arrive;
+            }
         }
     }
 }

@@ -10,8 +10,8 @@
 #include "log.h"
 
 /* pipeline > 1: c's head goes to the busy worker of grp holding the fewest requests, behind
- * what that one runs. Only a sync request, to a worker running a client's request and owing no
- * broadcast or fan-out part (those go first when it is free). */
+ * what that one runs. Only a sync request, to a worker in rotation (not disabled) running a
+ * client's request and owing no broadcast or fan-out part (those go first when it is free). */
 int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c)
 {
     struct req *r = client_head(c);
@@ -19,7 +19,7 @@ int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c)
         return 0;
     struct worker *best = NULL, *w;
     TAILQ_FOREACH(w, &grp->workers, glink)
-        if (w->st == WS_BUSY && w->run == RUN_REQUEST && !w->removed && !w->sess && !w->in_call &&
+        if (w->st == WS_BUSY && w->run == RUN_REQUEST && worker_takes_work(w) && !w->sess && !w->in_call &&
             w->nfol + 1 < grp->cfg.pipeline &&
             w->nfol < PIPELINE_MAX - 1 && STAILQ_EMPTY(&w->bq) && STAILQ_EMPTY(&w->fq) && (!best || w->nfol < best->nfol))
             best = w;

@@ -45,6 +45,8 @@ void relay_send_request_loop(struct gw *g, struct worker *w, struct client *c, s
     c->pending -= req_cost(x);
     x->t_run_us = g->loop.now_us;
     x->wname = w->iname;
+    if (g->hooks.dispatched)
+        g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, x->seq);
     struct chunk *ch = chunk_wrap(x->msg, x->off + x->len);
     x->msg = NULL;
     if (ch) {

@@ -18,10 +18,14 @@
 
 void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st)
 {
-    if (r->state == RS_QUEUED && st != RS_QUEUED)
+    if (r->state == st)
+        return;
+    if (r->state == RS_QUEUED || r->state == RS_HELD)
         conn_queue_out_loop(&c->c);
-    else if (st == RS_QUEUED && r->state != RS_QUEUED)
+    if (st == RS_QUEUED)
         dispatch_queue_loop(g, r->grp, &c->c, r->seq);
+    else if (st == RS_HELD)
+        dispatch_hold_loop(g, r->grp, &c->c, r->seq);
     r->state = (uint8_t)st;
 }
 
@@ -112,7 +116,7 @@ static void on_queue_timeout(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
     struct req *r = client_head(c);
-    if (!r || r->state != RS_QUEUED)
+    if (!r || (r->state != RS_QUEUED && r->state != RS_HELD))
         return;
     conn_refused_loop(g, REFUSED_QUEUE_TIMEOUT, c->c.name, "request waited %lld ms for a worker (queue_timeout)",
                       (long long)(g->loop.now_ms - r->t_arrive));
@@ -187,6 +191,44 @@ static int route(struct gw *g, struct client *c, struct req *r)
     return 1;
 }
 
+/* Start head r where it does not wait in its group's queue: a .qgate.all on every worker up,
+ * a session's request on its worker, a broadcast to every worker; held instead while its group
+ * is paused. 1 if started (or answered, or held), 0 if it is to be queued. */
+static int start_unqueued(struct gw *g, struct client *c, struct req *r)
+{
+    struct group *grp = r->grp;
+    int fan = r->fan && r->type == KIPC_SYNC, own = c->sess && grp == c->grp && !r->fan;
+    if (grp->paused && (fan || own)) { /* held, queue_timeout applying; the others wait in the queue */
+        req_set_state_loop(g, c, r, RS_HELD);
+        if (g->cfg.queue_timeout > 0 && r->type == KIPC_SYNC)
+            conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
+        return 1;
+    }
+    if (fan) { /* .qgate.all: every worker up runs it, the replies merged */
+        if (!grp->nup) {
+            client_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
+            return 1;
+        }
+        conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE); /* its queue timeout, if it was held */
+        req_set_state_loop(g, c, r, RS_RUNNING);
+        if (g->back->fanout(g, grp, c, r))
+            conn_close_loop(g, &c->c, "out of memory");
+        return 1;
+    }
+    if (own) { /* pool = session: on its own worker, now or when that is free */
+        g->back->session_start(g, c->sess, c);
+        return 1;
+    }
+    if (r->type == KIPC_ASYNC && (grp->cfg.async_mode == CFG_ASYNC_BROADCAST || r->fan) && grp->nup &&
+        !grp->paused) {
+        req_set_state_loop(g, c, r, RS_RUNNING);
+        if (g->back->broadcast(g, grp, c, r))
+            return 1;
+        req_set_state_loop(g, c, r, RS_WAITING); /* none could take it: it waits in the queue */
+    }
+    return 0;
+}
+
 /* Start the head request: a body to validate goes to a reader first, a gateway command to a
  * reader, a route to its group, a broadcast to every worker up, anything else to its group's
  * queue (or its session's worker). It never finishes here, so the FIFO is walked by
@@ -209,28 +251,10 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         to_reader(g, c, r, job_parse_command, JK_COMMAND, RS_LOCAL);
         return;
     }
+    if (start_unqueued(g, c, r))
+        return;
     struct group *grp = r->grp;
-    if (r->fan && r->type == KIPC_SYNC) { /* .qgate.all: every worker up runs it, the replies merged */
-        if (!grp->nup) {
-            client_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
-            return;
-        }
-        req_set_state_loop(g, c, r, RS_RUNNING);
-        if (g->back->fanout(g, grp, c, r))
-            conn_close_loop(g, &c->c, "out of memory");
-        return;
-    }
-    if (c->sess && grp == c->grp && !r->fan) { /* pool = session: on its own worker, now or when that is free */
-        g->back->session_start(g, c->sess, c);
-        return;
-    }
-    if (r->type == KIPC_ASYNC && (grp->cfg.async_mode == CFG_ASYNC_BROADCAST || r->fan) && grp->nup) {
-        req_set_state_loop(g, c, r, RS_RUNNING);
-        if (g->back->broadcast(g, grp, c, r))
-            return;
-        req_set_state_loop(g, c, r, RS_WAITING); /* none could take it: it waits in the queue */
-    }
-    if (grp->unavailable && r->type == KIPC_SYNC) {
+    if (grp->unavailable && !grp->paused && r->type == KIPC_SYNC) {
         conn_refused_loop(g, REFUSED_NO_WORKER, c->c.name, "no worker of group %s is up: refused a request",
                           grp->cfg.name);
         client_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);

@@ -139,3 +139,30 @@ K clients_table(const struct clients_snapshot *s)
     }
     return k_table(k_dict(k_symv(7, names), cols));
 }
+
+K pools_table(const struct pools_snapshot *s)
+{
+    static const char *names[] = {"group", "paused", "waiting", "active", "idle", "down", "disabled", "maxwait_ms",
+                                  "served", "errors"};
+    enum { NCOLS = sizeof names / sizeof names[0] };
+    K cols = k_list(NCOLS);
+    if (!cols)
+        return NULL;
+    kK(cols)[0] = syms_of_rows(s->rows, s->n, sizeof s->rows[0], offsetof(struct pools_row, group));
+    kK(cols)[1] = k_vec(KT_BOOL, s->n);
+    for (int c = 2; c < NCOLS; c++)
+        kK(cols)[c] = k_vec(KT_LONG, s->n);
+    for (int c = 0; c < NCOLS; c++)
+        if (!kK(cols)[c]) {
+            k_free(cols);
+            return NULL;
+        }
+    for (int i = 0; i < s->n; i++) {
+        const struct pools_row *r = &s->rows[i];
+        const int64_t v[] = {r->waiting, r->active, r->idle, r->down, r->disabled, r->maxwait_ms, r->served, r->errors};
+        kG(kK(cols)[1])[i] = r->paused;
+        for (int c = 2; c < NCOLS; c++)
+            kJ(kK(cols)[c])[i] = v[c - 2];
+    }
+    return k_table(k_dict(k_symv(NCOLS, names), cols));
+}

@@ -65,4 +65,25 @@ struct clients_snapshot {
 /* The table ([] id; user; peer; group; state; requests; running). */
 K clients_table(const struct clients_snapshot *s);
 
+/* One row of .qgate.pools[]: a group, its clients waiting and its workers by state. */
+struct pools_row {
+    char group[64];
+    uint8_t paused;      /* .qgate.pause[] */
+    int64_t waiting;     /* clients whose head request waits for a worker (queued or held) */
+    int64_t active;      /* workers running a run, or given to a session */
+    int64_t idle, down;  /* free; not connected (down, resolving, connecting, handshake) */
+    int64_t disabled;    /* connected, out of rotation (.qgate.disable[]), idle */
+    int64_t maxwait_ms;  /* the longest a waiting request has waited so far; 0 if none */
+    int64_t served, errors; /* over the group's workers */
+};
+
+struct pools_snapshot {
+    int n;
+    struct pools_row rows[];
+};
+
+/* The table ([] group; paused; waiting; active; idle; down; disabled; maxwait_ms; served;
+ * errors): group a symbol, paused a boolean, the rest longs. */
+K pools_table(const struct pools_snapshot *s);
+
 #endif

@@ -13,7 +13,11 @@
  *   pool = session: BUSY --the run of a session's request has ended--> PINNED (given to that
  *     client alone, off the idle list) --its next request--> BUSY; PINNED --the client has
  *     gone--> BUSY (the reset query) or IDLE
- *   CONNECTING, HANDSHAKE, IDLE, BUSY, PINNED --error, EOF, timeout--> DOWN (reconnect with back-off,
+ *   .qgate.disable[] (w->disabled): IDLE, or a run or session ending, owing nothing --> DISABLED
+ *     (connected, off the idle list, given nothing) --.qgate.enable[]--> IDLE. One that owes
+ *     broadcasts or fan-out parts given to it before stays IDLE until dispatch has run them
+ *     (dispatch runs what idle workers owe before it hands out any client).
+ *   CONNECTING, HANDSHAKE, IDLE, BUSY, PINNED, DISABLED --error, EOF, timeout--> DOWN (reconnect with back-off,
  *     or freed when a reload removed it)
  *
  * Sub-states of BUSY (worker_set_busy_loop), what the current request's reply has come to:
@@ -51,10 +55,11 @@ static const unsigned allowed[] = {
     [WS_DOWN] = TO(DOWN) | TO(RESOLVING) | TO(CONNECTING),
     [WS_RESOLVING] = TO(DOWN),
     [WS_CONNECTING] = TO(HANDSHAKE) | TO(DOWN),
-    [WS_HANDSHAKE] = TO(IDLE) | TO(DOWN),
-    [WS_IDLE] = TO(BUSY) | TO(DOWN),
-    [WS_BUSY] = TO(IDLE) | TO(DOWN) | TO(PINNED),
-    [WS_PINNED] = TO(BUSY) | TO(IDLE) | TO(DOWN),
+    [WS_HANDSHAKE] = TO(IDLE) | TO(DOWN) | TO(DISABLED),
+    [WS_IDLE] = TO(BUSY) | TO(DOWN) | TO(DISABLED),
+    [WS_BUSY] = TO(IDLE) | TO(DOWN) | TO(PINNED) | TO(DISABLED),
+    [WS_PINNED] = TO(BUSY) | TO(IDLE) | TO(DOWN) | TO(DISABLED),
+    [WS_DISABLED] = TO(IDLE) | TO(DOWN),
 };
 #undef TO
 #define TO(s) (1u << WB_##s)
@@ -68,7 +73,7 @@ static const unsigned busy_allowed[] = {
 
 const char *worker_via_name(int via) { return via == VIA_UNIX ? "unix" : via == VIA_TCP ? "tcp" : ""; }
 
-const char *worker_state_name(int st) { return st >= 0 && st <= WS_PINNED ? state_names[st] : "?"; }
+const char *worker_state_name(int st) { return st >= 0 && st <= WS_DISABLED ? state_names[st] : "?"; }
 
 static void transition(struct gw *g, struct worker *w, const char *what, const char *from, const char *to, int ok)
 {
@@ -80,12 +85,20 @@ static void transition(struct gw *g, struct worker *w, const char *what, const c
     log_error(w->c.name, "%s %s -> %s is not in worker.c's table", what, from, to);
 }
 
+static int owes(const struct worker *w) { return !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq); }
+
 void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
 {
+    if (st == WS_IDLE && w->disabled && !owes(w))
+        st = WS_DISABLED; /* free, and out of rotation: given nothing */
     transition(g, w, "state", worker_state_name(w->st), worker_state_name(st), (allowed[w->st] >> st) & 1);
     int was = worker_is_up(w);
+    if (w->st == WS_BUSY && st != WS_BUSY && w->grp->paused)
+        g->loop.work_pending = 1; /* a pause waits for its group's last run to end */
     w->st = (uint8_t)st;
     w->grp->nup += worker_is_up(w) - was;
+    if (st == WS_DISABLED)
+        log_info(w->c.name, "disabled: idle, out of rotation");
     if (st == WS_IDLE) {
         conn_queue_in_loop(&w->grp->idle, &w->c);
         g->loop.work_pending = 1; /* something may be waiting for it */
@@ -94,6 +107,16 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
     }
     if (st == WS_BUSY)
         w->busy = WB_SENT;
+}
+
+void worker_disable_loop(struct gw *g, struct worker *w, int on)
+{
+    w->disabled = (uint8_t)(on != 0);
+    if (on && w->st == WS_IDLE && !owes(w))
+        worker_set_state_loop(g, w, WS_DISABLED);
+    else if (!on && w->st == WS_DISABLED)
+        worker_set_state_loop(g, w, WS_IDLE);
+    /* busy or pinned: when its run or session ends; down: when it is back */
 }
 
 void worker_set_busy_loop(struct gw *g, struct worker *w, enum worker_busy b)
@@ -307,7 +330,8 @@ static void read_capability(struct gw *g, struct worker *w)
     }
     w->cap = cap;
     w->backoff = g->cfg.reconnect_min;
-    w->grp->unavailable = 0;
+    if (!w->disabled)
+        w->grp->unavailable = 0;
     conn_timer_cancel_loop(g, &w->c, WORKER_TM);
     char name[110] = "";
     if (w->via == VIA_UNIX)
@@ -370,7 +394,7 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
 {
     struct worker *w = worker_of(c);
     log_at(w->removed ? LOG_INFO : LOG_WARN, c->name, "connection closed: %s", why);
-    int was_up = worker_is_up(w);
+    int was_up = worker_is_connected(w);
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
     relay_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
     w->last_id = w->last_gen = 0; /* a new connection has served nobody yet */
@@ -432,11 +456,7 @@ static int back_follow(struct gw *g, struct group *grp, struct conn *c)
 {
     return pipeline_follow_loop(g, grp, client_of(c));
 }
-static int back_owes(const struct conn *x)
-{
-    const struct worker *w = (const struct worker *)x;
-    return !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq); /* broadcasts, fan-out parts */
-}
+static int back_owes(const struct conn *x) { return owes((const struct worker *)x); /* broadcasts, fan-out parts */ }
 
 const struct backend_ops worker_backend = {
     .start = back_start,

@@ -16,7 +16,7 @@
 #include "net.h"
 #include "stats.h"
 
-#define WORKER_STATES(X) X(DOWN) X(RESOLVING) X(CONNECTING) X(HANDSHAKE) X(IDLE) X(BUSY) X(PINNED)
+#define WORKER_STATES(X) X(DOWN) X(RESOLVING) X(CONNECTING) X(HANDSHAKE) X(IDLE) X(BUSY) X(PINNED) X(DISABLED)
 #define ST_ENUM(e) WS_##e,
 enum worker_state { WORKER_STATES(ST_ENUM) };
 #undef ST_ENUM
@@ -119,6 +119,7 @@ struct worker {
     uint8_t is_error;    /* the reply being relayed is a q error */
     uint8_t reset_owed;  /* its session ended while it was busy: the reset query runs next */
     uint8_t in_call;     /* it waits for its client's answer to a callback: nothing may go ahead of it */
+    uint8_t disabled;    /* .qgate.disable[]: out of rotation; DISABLED once it owes nothing (control.c) */
     int swallow;         /* chaser replies to drop before the request's own */
     struct wmsg msg;
     uint64_t serial;     /* names it to pool jobs (resolution) */
@@ -149,18 +150,25 @@ struct worker {
 };
 
 static inline struct worker *worker_of(struct conn *c) { return (struct worker *)c; }
+/* Up: connected and in the group's rotation (DISABLED is connected, out of it). */
 static inline int worker_is_up(const struct worker *w)
 {
     return w->st == WS_IDLE || w->st == WS_BUSY || w->st == WS_PINNED;
 }
+static inline int worker_is_connected(const struct worker *w) { return worker_is_up(w) || w->st == WS_DISABLED; }
+/* May w be given new work (a request, a broadcast, a fan-out part, a follower)? */
+static inline int worker_takes_work(const struct worker *w) { return worker_is_up(w) && !w->removed && !w->disabled; }
 
 /* ---- worker.c --------------------------------------------------------------------------- */
 extern const struct connops worker_connops;
 extern const struct backend_ops worker_backend;
 struct worker *worker_new_loop(struct gw *g, struct group *grp, const char *addr);
 void worker_free_loop(struct conn *c);
-/* The one setter of a worker's state: keeps the group's idle list and count of workers up. */
+/* The one setter of a worker's state: keeps the group's idle list and count of workers up.
+ * IDLE for a disabled worker that owes nothing (no broadcast, no fan-out part) is DISABLED. */
 void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st);
+/* .qgate.disable[] (on) and .qgate.enable[] (off): out of rotation, DISABLED once idle; back. */
+void worker_disable_loop(struct gw *g, struct worker *w, int on);
 /* The one setter of a busy worker's sub-state. */
 void worker_set_busy_loop(struct gw *g, struct worker *w, enum worker_busy b);
 const char *worker_state_name(int st);

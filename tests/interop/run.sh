@@ -37,6 +37,13 @@ start_gateway RT -c "$TMP/route.conf"
 wait_count "$TMP/RT.log" "connected \(capability" 4
 (cd tests/interop && timeout 60 node route.js "$RT_PORT") || fail "node-q route"
 
+# the operator's commands from node-q, as an admin of the users file
+printf 'nq:pw\tadmin=1\n' > "$TMP/admins"
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/admins" "$S1_PORT" > "$TMP/ctl.conf"
+start_gateway CT -c "$TMP/ctl.conf"
+wait_count "$TMP/CT.log" "connected \(capability" 1
+(cd tests/interop && timeout 60 node control.js "$CT_PORT" "127.0.0.1:$S1_PORT") || fail "node-q control"
+
 # with a users file: node-q with good and with bad credentials
 printf 'nq:%s\n' "$(printf 'nodepw' | md5sum | cut -d' ' -f1)" > "$TMP/users"
 printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/users" "$W_PORT" > "$TMP/auth.conf"

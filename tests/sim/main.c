@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     if (!seeds && seconds <= 0)
         seeds = 100;
     double t0 = now_s();
-    long ran = 0, steps = 0, checks = 0, failed = 0, uds = 0, mutes = 0, held = 0, alines = 0;
+    long ran = 0, steps = 0, checks = 0, failed = 0, uds = 0, mutes = 0, held = 0, pheld = 0, dis = 0, alines = 0;
     uint64_t first = o.seed;
     for (uint64_t s = first;; s++) {
         if (seeds && (long)(s - first) >= seeds)
@@ -192,6 +192,8 @@ int main(int argc, char **argv)
         uds += r.uds_conns;
         mutes += r.uds_mutes;
         held += r.held;
+        pheld += r.paused_held;
+        dis += r.disabled_seen;
         alines += r.alog_lines;
         if (!rc)
             continue;
@@ -214,8 +216,9 @@ int main(int argc, char **argv)
     }
     printf("sim: %ld seeds (%llu..%llu), %ld steps, %ld invariant checks, %ld failed, %.1f s; "
            "%ld worker connections over Unix sockets, %ld Unix sockets closed before the handshake, "
-           "%ld requests seen held behind a run (pipeline), %ld access-log lines, one per request ended\n",
+           "%ld requests seen held behind a run (pipeline), %ld held by a paused group, %ld workers seen disabled, "
+           "%ld access-log lines, one per request ended\n",
            ran, (unsigned long long)first, (unsigned long long)(first + (uint64_t)ran - (ran ? 1 : 0)), steps, checks,
-           failed, now_s() - t0, uds, mutes, held, alines);
+           failed, now_s() - t0, uds, mutes, held, pheld, dis, alines);
     return failed ? 1 : 0;
 }

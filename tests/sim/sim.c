@@ -23,6 +23,7 @@
 
 #include "client.h"
 #include "conn.h"
+#include "control.h"
 #include "dispatch.h"
 #include "gateway.h"
 #include "gw.h"
@@ -130,10 +131,12 @@ enum op {
     OP_PING, OP_STATS, OP_CLIENTS, OP_DISCONNECT, OP_RELOADCMD, OP_UNKNOWN, OP_BIGCMD, /* commands */
     OP_BADHDR, OP_BADBODY, OP_RESP,
     OP_ALL, /* (`.qgate.all; `G; "q ..."[; `list]): on every worker of its group up, merged */
+    OP_POOLS, OP_PAUSE, OP_RESUME, OP_DISABLE, OP_ENABLE, /* the operator's commands */
 };
 static const char *const op_names[] = {"echo", "big", "err", "push", "cb", "guid", "slow", "async", "apush",
                                        "ping", "stats", "clients", "disconnect", "reload", "unknown",
-                                       "bigcmd", "badhdr", "badbody", "resp", "all"};
+                                       "bigcmd", "badhdr", "badbody", "resp", "all",
+                                       "pools", "pause", "resume", "disable", "enable"};
 
 struct sent {
     uint8_t type;        /* KIPC_SYNC or KIPC_ASYNC; KIPC_RESPONSE for our answers to callbacks */
@@ -385,6 +388,29 @@ static void hook_unread(void *ctx, uint32_t id, uint32_t gen, uint64_t next_seq)
     tr("gateway: reads nothing more from C%d (from its message %llu on)", c ? c->cid : -1, (unsigned long long)next_seq);
     if (c && c->unread_from < 0)
         c->unread_from = (int)next_seq;
+}
+
+static struct fworker *worker_of_addr(const char *addr);
+
+/* A client's message given to a worker: never to one of a paused group, never to a disabled
+ * one (but the next of a session it had before). */
+static void hook_dispatched(void *ctx, const struct conn *wc, uint32_t id, uint32_t gen, uint64_t seq)
+{
+    (void)ctx;
+    const struct worker *w = (const struct worker *)wc;
+    struct fclient *c = fclient_of(id, gen);
+    int cid = c ? c->cid : -1;
+    if (w->grp->paused)
+        fail("%s (group %s, paused) was given message %llu of C%d", w->c.name, w->grp->cfg.name,
+             (unsigned long long)seq, cid);
+    if (!w->disabled)
+        return;
+    const struct fworker *fw = worker_of_addr(w->addr);
+    int own = S->session && cid >= 0 && cid < S->sess_wid.n && fw && S->sess_wid.v[cid] == fw->wid &&
+              w->sess && w->sess->c.id == id && w->sess->c.gen == gen;
+    if (!own)
+        fail("%s, disabled, was given message %llu of C%d, whose session it is not", w->c.name,
+             (unsigned long long)seq, cid);
 }
 
 static void set_sndbuf(int fd)
@@ -762,7 +788,8 @@ static void worker_idle_push(struct fworker *w)
 {
     struct worker *gw = gw_worker_of(w);
     int unread = 0;
-    if (w->st != FW_UP || w->last_cid < 0 || w->out_off < w->out.len || w->in.len || !gw || gw->st != WS_IDLE ||
+    if (w->st != FW_UP || w->last_cid < 0 || w->out_off < w->out.len || w->in.len || !gw ||
+        (gw->st != WS_IDLE && gw->st != WS_DISABLED) ||
         gw->c.out.bytes || ioctl(w->fd, FIONREAD, &unread) || unread)
         return;
     struct sbuf b = {0};
@@ -908,6 +935,50 @@ static int put_request(struct fclient *c, int type, const char *text)
     return to == c->group ? to : -1;
 }
 
+/* What an operator's command is to get (struct sent arg). */
+enum { CTL_OK, CTL_ACCESS, CTL_NOTARGET, CTL_MAYBE /* 1b, or no such worker: a reload may be on its way */ };
+
+/* (name; arg), name a symbol or (as node-q names a function) a string; arg NULL: (::). */
+static K control_call(const char *name, K arg)
+{
+    K l = k_list(2);
+    kK(l)[0] = chance(50) ? k_sym(name) : k_str(name, strlen(name));
+    kK(l)[1] = arg ? arg : k_prim(KT_UNARY, 0);
+    return l;
+}
+
+/* .qgate.pause/resume[`group] (or every group) and .qgate.disable/enable[`host:port], in one of
+ * the forms a q client may send, to c's output. What it is to get (CTL_*). */
+static int control_request(struct fclient *c, int op)
+{
+    static const char *const names[] = {[OP_PAUSE] = ".qgate.pause", [OP_RESUME] = ".qgate.resume",
+                                        [OP_DISABLE] = ".qgate.disable", [OP_ENABLE] = ".qgate.enable"};
+    char target[64] = "";
+    int bad = 0, none = 0;
+    if (op == OP_PAUSE || op == OP_RESUME) {
+        int r = rnd(10), other = S->ngroups > 1 ? 1 - c->group : c->group;
+        none = r >= 7 && r < 9;
+        bad = r == 9;
+        snprintf(target, sizeof target, "%s", bad ? "nosuch" : (r < 5 ? c->group : other) == S->bc_group ? "bc" : "main");
+    } else {
+        int k = rnd(S->nw + 1);
+        bad = k == S->nw;
+        snprintf(target, sizeof target, "%s127.0.0.1:%d", chance(20) ? ":" : "", bad ? 1 : WPORT0 + k);
+    }
+    int form = rnd(4);
+    if (none)
+        put_text(&c->out, KIPC_SYNC, "%s[]", names[op]);
+    else if (form == 0)
+        put_text(&c->out, KIPC_SYNC, "%s[`%s]", names[op], target);
+    else if (form == 1)
+        put_text(&c->out, KIPC_SYNC, "%s[\"%s\"]", names[op], target);
+    else
+        put_msg(&c->out, KIPC_SYNC, control_call(names[op], form == 2 ? k_sym(target) : k_str(target, strlen(target))));
+    if (!c->admin)
+        return CTL_ACCESS;
+    return bad ? CTL_NOTARGET : op == OP_DISABLE || op == OP_ENABLE ? CTL_MAYBE : CTL_OK;
+}
+
 /* Append one request of kind op to c's output. */
 static void client_request(struct fclient *c, int op)
 {
@@ -971,9 +1042,29 @@ static void client_request(struct fclient *c, int op)
         /* an id the gateway showed, or one it never did */
         struct fclient *v = pick_client(0);
         arg = v && chance(80) ? (int)v->serial : 5000 + rnd(100);
-        put_text(&c->out, KIPC_SYNC, ".qgate.disconnect[%d]", arg);
+        if (chance(40)) {
+            put_text(&c->out, KIPC_SYNC, ".qgate.disconnect[%d]", arg);
+        } else if (chance(50)) {
+            put_text(&c->out, KIPC_SYNC, ".qgate.kill[%d]", arg); /* the same command, PgBouncer's name */
+        } else {
+            K n = k_atom(-KT_LONG);
+            n->j = arg;
+            put_msg(&c->out, KIPC_SYNC, control_call(".qgate.kill", n));
+        }
         break;
     }
+    case OP_POOLS:
+        if (chance(50))
+            put_text(&c->out, KIPC_SYNC, ".qgate.pools[]");
+        else
+            put_msg(&c->out, KIPC_SYNC, control_call(".qgate.pools", NULL));
+        break;
+    case OP_PAUSE:
+    case OP_RESUME:
+    case OP_DISABLE:
+    case OP_ENABLE:
+        arg = control_request(c, op);
+        break;
     case OP_BIGCMD: { /* a command with a huge argument list */
         int n = 1000 + rnd(20000);
         K l = k_list(n + 1);
@@ -1051,8 +1142,13 @@ static int pick_op(void)
             return cmds[rnd(5)];
         }
         if (r < 86 && enabled(SIM_EV_ADMIN)) {
-            static const int cmds[] = {OP_CLIENTS, OP_DISCONNECT, OP_RELOADCMD};
-            return cmds[rnd(3)];
+            static const int cmds[] = {OP_CLIENTS, OP_DISCONNECT, OP_RELOADCMD, OP_POOLS};
+            int k = rnd(4);
+            if (enabled(SIM_EV_PAUSE) && chance(40))
+                return chance(50) ? OP_PAUSE : OP_RESUME;
+            if (enabled(SIM_EV_DISABLE) && chance(25))
+                return chance(50) ? OP_DISABLE : OP_ENABLE;
+            return cmds[k];
         }
         if (r < 88 && enabled(SIM_EV_BADMSG))
             return chance(50) ? OP_BADHDR : OP_BADBODY;
@@ -1069,6 +1165,33 @@ static void client_send(struct fclient *c, int burst)
         return;
     for (int i = 0; i < burst && !c->bad; i++)
         client_request(c, pick_op());
+}
+
+/* The reply to an operator's command: 1b when it applies (a pause may be told its group was
+ * resumed first), else the error its sender or its argument earns. */
+static void control_got(struct fclient *c, const struct sent *r, K x)
+{
+    const char *e = x->t == KT_ERROR ? x->s : NULL;
+    int ok = x->t == -KT_BOOL && x->g == 1;
+    if (S->session && e && (!strncmp(e, "qgate: worker ", 14) || !strncmp(e, "qgate: timeout (", 16)))
+        return; /* its session's worker was lost: the first request owed is told so, whatever it is */
+    switch (r->arg) {
+    case CTL_ACCESS:
+        ok = e && !strncmp(e, "qgate: access (admin only)", 26);
+        break;
+    case CTL_NOTARGET:
+        ok = e && (!strncmp(e, "qgate: no group ", 16) || !strncmp(e, "qgate: no worker ", 17));
+        break;
+    case CTL_MAYBE:
+        ok |= e && !strncmp(e, "qgate: no worker ", 17);
+        break;
+    default:
+        ok |= r->op == OP_PAUSE && e && strstr(e, "was resumed before its pause completed");
+        break;
+    }
+    if (!ok)
+        fail("C%d: %s %d (expecting %d) got %s%s", c->cid, op_names[r->op], r->seq, r->arg, e ? "'" : "type ",
+             e ? e : "?");
 }
 
 /* A message for client c arrived: it must be for c, in order. */
@@ -1104,6 +1227,10 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
     if (x->t == KT_ERROR && (!strncmp(x->s, "qgate: timeout (", 16) || !strncmp(x->s, "qgate: worker ", 14)))
         r->abandoned = 1; /* the worker may still run it */
 
+    if (r->op >= OP_PAUSE && r->op <= OP_ENABLE) {
+        control_got(c, r, x);
+        return;
+    }
     if (x->t == KT_ERROR && !strncmp(x->s, "qgate: ", 7)) {
         if (!strncmp(x->s, "qgate: badmsg", 13) && r->op != OP_BADBODY && r->op != OP_BADHDR)
             fail("C%d got '%s for its %s request %d", c->cid, x->s, op, r->seq);
@@ -1138,6 +1265,7 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
         fail("C%d: %s wanted 1b", c->cid, op);
     case OP_STATS:
     case OP_CLIENTS:
+    case OP_POOLS:
         if (x->t != KT_TABLE && x->t != KT_ERROR)
             fail("C%d: %s wanted a table, got type %d", c->cid, op, x->t);
         return;
@@ -1283,6 +1411,29 @@ static int conn_live(struct gw *g, const struct conn *x)
     return 0;
 }
 
+/* A paused group's held list, and its disabled workers: a held client's head is HELD there; a
+ * DISABLED worker is disabled, connected, on no list, given nothing, owing nothing; a disabled
+ * worker is idle in the rotation only while it owes what it was given before. */
+static void check_held_and_disabled(struct group *grp)
+{
+    int nh = 0;
+    for (struct conn *y = connq_first(&grp->held); y; y = connq_next(y), nh++)
+        if (y->kind != CONN_CLIENT || y->q != &grp->held || !conn_live(&S->g, y) || !client_head(client_of(y)) ||
+            client_head(client_of(y))->state != RS_HELD || client_head(client_of(y))->grp != grp)
+            fail("group %s's held list holds %s, which is not held there", grp->cfg.name, y->name);
+    if (nh != grp->held.n)
+        fail("group %s: held.n %d, its held list holds %d", grp->cfg.name, grp->held.n, nh);
+    struct worker *w;
+    TAILQ_FOREACH(w, &grp->workers, glink) {
+        int owes = !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq);
+        if (w->st == WS_DISABLED && (!w->disabled || w->c.fd < 0 || w->c.q || w->sess || w->cl || w->nfol || owes))
+            fail("%s is DISABLED: not disabled, not connected, on a list, given a client or owing work", w->c.name);
+        if (w->disabled && w->st == WS_IDLE && !owes)
+            fail("%s is disabled, idle on the idle list, and owes nothing", w->c.name);
+        S->res->disabled_seen += w->st == WS_DISABLED;
+    }
+}
+
 /* Every connection on exactly the lists its state says; counts that match. */
 static void check_gateway(void)
 {
@@ -1319,12 +1470,19 @@ static void check_gateway(void)
         if (c->sess && (c->sess->sess != c || (c->w && c->w != c->sess)))
             fail("%s has session worker %s, which is not its, or runs its request on another", x->name, c->sess->addr);
         int queued = h && x->q == &h->grp->queue; /* the head's group: its client's, or routed to */
+        int held_p = h && x->q == &h->grp->held;  /* ... or its held list, while that group is paused */
         if (c->sess && queued)
             fail("%s has a session worker, and is on its group's queue", x->name);
-        if (x->q && !queued)
-            fail("%s is on a list that is not its group's queue", x->name);
+        if (x->q && !queued && !held_p)
+            fail("%s is on a list that is not its group's queue nor its held list", x->name);
         if (queued != (h && h->state == RS_QUEUED))
             fail("%s: queued %d, head request %s", x->name, queued, h ? "not queued" : "absent");
+        if (held_p != (h && h->state == RS_HELD))
+            fail("%s: on the held list %d, head request %s", x->name, held_p, h ? "not held" : "absent");
+        if (held_p && (!h->grp->paused || !((h->fan && h->type == KIPC_SYNC) || (c->sess && h->grp == c->grp))))
+            fail("%s is held, and its group is not paused or its head is neither a session's nor a .qgate.all",
+                 x->name);
+        S->res->paused_held += h && (held_p || queued) && h->grp->paused;
         if ((c->st == CS_GONE) != (c->eof && c->st != CS_AUTH))
             fail("%s: state %s with eof %d", x->name, client_state_name(c->st), c->eof);
         if (c->eof && (x->fd >= 0 || x->has_pipe || conn_timer_armed(x, CLIENT_TM_STALL)))
@@ -1365,6 +1523,7 @@ static void check_gateway(void)
         }
         if (n != grp->queue.n)
             fail("group %s: queue.n %d, its queue holds %d", grp->cfg.name, grp->queue.n, n);
+        check_held_and_disabled(grp);
         for (struct conn *y = connq_first(&grp->idle); y; y = connq_next(y)) {
             idle++;
             struct worker *w = worker_of(y);
@@ -1426,7 +1585,7 @@ static void check_gateway(void)
 /* What everyone holds, for the report of a failure. */
 static void dump_world(void)
 {
-    static const char *const rs[] = {"WAITING", "CHECKING", "QUEUED", "RUNNING", "LOCAL", "READY"};
+    static const char *const rs[] = {"WAITING", "CHECKING", "QUEUED", "RUNNING", "LOCAL", "READY", "HELD"};
     struct gw *g = &S->g;
     if (!g->tab)
         return;
@@ -1593,6 +1752,51 @@ static void reload(void)
     S->in_gw = 0;
 }
 
+/* ---- the operator, as .qgate.pause[] and .qgate.disable[] do it -------------------------- */
+
+/* Pause group gi, or resume it if it is paused. */
+static void operator_pause(int gi)
+{
+    struct group *grp = &S->g.groups[gi];
+    tr("operator: %s group %s (%d queued, %d held)", grp->paused ? "resume" : "pause", grp->cfg.name, grp->queue.n,
+       grp->held.n);
+    S->in_gw = 1;
+    control_pause_loop(&S->g, grp, !grp->paused, "the simulation");
+    S->in_gw = 0;
+}
+
+/* Disable w, or enable it if it is disabled. */
+static void operator_disable(struct fworker *w)
+{
+    struct worker *gw = gw_worker_of(w);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", WPORT0 + w->wid);
+    int on = !(gw && gw->disabled);
+    tr("operator: %s W%d (%s)", on ? "disable" : "enable", w->wid, gw ? worker_state_name(gw->st) : "not in the gateway");
+    S->in_gw = 1;
+    control_disable_loop(&S->g, addr, on, "the simulation");
+    S->in_gw = 0;
+}
+
+/* Every group resumed, every worker enabled: what waits for them can finish. 1 if any was not. */
+static int operator_release_all(void)
+{
+    int n = 0;
+    for (int i = 0; i < S->g.ngroups; i++)
+        if (S->g.groups[i].paused) {
+            operator_pause(i);
+            n++;
+        }
+    for (int k = 0; k < S->nw; k++) {
+        struct worker *gw = gw_worker_of(&S->w[k]);
+        if (gw && gw->disabled) {
+            operator_disable(&S->w[k]);
+            n++;
+        }
+    }
+    return n;
+}
+
 /* ---- the driver --------------------------------------------------------------------------- */
 
 static void gw_step(void)
@@ -1689,6 +1893,12 @@ static void one_event(void)
     } else if (k < 80) {
         if (enabled(SIM_EV_RELOAD) && chance(20))
             reload();
+    } else if (k < 81) {
+        if (enabled(SIM_EV_PAUSE) && chance(40))
+            operator_pause(rnd(S->ngroups));
+    } else if (k < 82) {
+        if (enabled(SIM_EV_DISABLE) && w && chance(40))
+            operator_disable(w);
     } else {
         if (enabled(SIM_EV_STEP))
             gw_step();
@@ -1838,6 +2048,8 @@ static void quiesce(int include_stalled, const char *phase)
         if ((gw_wait_ms_loop(&S->g) == 0 || epoll_wait(S->g.loop.epfd, &ev, 1, 0) > 0) && round % 64)
             continue;
         if (S->session && end_idle_session())
+            continue;
+        if (operator_release_all()) /* a pause or a disable (an admin's, perhaps) holds what is left */
             continue;
         /* nothing moved: only time can help (timers, back-offs, reconnects) */
         int64_t next = timers_next(&S->g.loop.timers);
@@ -2038,7 +2250,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     if (config_build(cfg, S->conf_path, NULL, err, sizeof err))
         fail("the simulation's configuration was refused: %s", err);
     struct gw_hooks hooks = {.now_us = hook_now, .connect = hook_connect, .lost = hook_lost, .closed = hook_closed, .unread = hook_unread,
-                             .manual_pools = 1};
+                             .dispatched = hook_dispatched, .manual_pools = 1};
     if (gw_init(&S->g, cfg, S->conf_path, NULL, &hooks))
         fail("gw_init failed");
     free(cfg);

@@ -1,5 +1,6 @@
-/* test_jobs.c: the peeks the loop makes at a message (routes), and the reader's validation
- * job handing back a compressed route decompressed. */
+/* test_jobs.c: the peeks the loop makes at a message (routes, commands), the reader's parse
+ * of a gateway command and its argument, and the reader's validation job handing back a
+ * compressed route decompressed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -260,12 +261,178 @@ static void test_merge_job(void **state)
     job_free(j);
 }
 
+/* A message carrying x (freed), as a client sends it. */
+static uint8_t *msg_of(K x, size_t *len)
+{
+    uint8_t *m = kcodec_encode_msg(x, KIPC_SYNC, len);
+    k_free(x);
+    assert_non_null(m);
+    return m;
+}
+
+/* (f; arg) with f a symbol or (node-q) a string; arg NULL for (f) alone. */
+static K call(const char *f, int f_is_sym, K arg)
+{
+    K l = k_list(arg ? 2 : 1);
+    kK(l)[0] = f_is_sym ? k_sym(f) : k_str(f, strlen(f));
+    if (arg)
+        kK(l)[1] = arg;
+    return l;
+}
+
+static K long_atom(int64_t v)
+{
+    K x = k_atom(-KT_LONG);
+    x->j = v;
+    return x;
+}
+
+/* job_parse_command on message x: the job, to be freed. */
+static struct job *parsed(K x)
+{
+    struct job *j = job_new(job_parse_command, 0);
+    j->in = msg_of(x, &j->in_len);
+    job_parse_command(j);
+    return j;
+}
+
+/* x parses as command cmd with argument kind (and the name or number). */
+static void expect_cmd(K x, int cmd, int kind, const char *name, int64_t num)
+{
+    struct job *j = parsed(x);
+    assert_int_equal(j->result, cmd);
+    assert_int_equal(j->aux[1], kind);
+    if (kind == GWARG_NAME) {
+        assert_non_null(j->out);
+        assert_string_equal((const char *)j->out, name);
+        assert_int_equal(j->out_len, strlen(name));
+    } else {
+        assert_null(j->out);
+    }
+    assert_int_equal(j->aux[0], kind == GWARG_NUM ? num : -1);
+    job_free(j);
+}
+
+static K text(const char *s) { return k_str(s, strlen(s)); }
+
+/* The peek: text, a call named by a symbol, a call named by a string (node-q); the shape. */
+static void test_peek_command(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *m = msg_of(text(".qgate.pause[`rdb]"), &len);
+    assert_int_equal(jobs_peek_command(m, len), 1);
+    free(m);
+    for (int sym = 0; sym < 2; sym++) {
+        m = msg_of(call(".qgate.pause", sym, k_sym("rdb")), &len);
+        assert_int_equal(jobs_peek_command(m, len), 1);
+        free(m);
+        m = msg_of(call(".qgate.shutdown", sym, NULL), &len);
+        assert_int_equal(jobs_peek_command(m, len), 1);
+        free(m);
+        K l3 = k_list(3); /* two arguments: refused unread */
+        kK(l3)[0] = sym ? k_sym(".qgate.disable") : k_str(".qgate.disable", 14);
+        kK(l3)[1] = k_sym("a");
+        kK(l3)[2] = k_sym("b");
+        m = msg_of(l3, &len);
+        assert_int_equal(jobs_peek_command(m, len), -1);
+        free(m);
+    }
+    /* not commands: another name, a string that names a worker's function */
+    m = msg_of(call(".qgatex", 0, k_sym("a")), &len);
+    assert_int_equal(jobs_peek_command(m, len), 0);
+    free(m);
+    m = msg_of(call("f", 1, k_str(".qgate.pause", 12)), &len);
+    assert_int_equal(jobs_peek_command(m, len), 0);
+    free(m);
+    m = msg_of(text("select from t"), &len);
+    assert_int_equal(jobs_peek_command(m, len), 0);
+    free(m);
+}
+
+/* Every form of every argument a command takes. */
+static void test_parse_command_args(void **state)
+{
+    (void)state;
+    /* the text form */
+    expect_cmd(text(".qgate.ping[]"), GWCMD_PING, GWARG_NONE, NULL, 0);
+    expect_cmd(text(" .qgate.pools[::] ;\n"), GWCMD_POOLS, GWARG_NONE, NULL, 0);
+    expect_cmd(text(".qgate.kill[12]"), GWCMD_KILL, GWARG_NUM, NULL, 12);
+    expect_cmd(text(".qgate.disconnect[ 7 ]"), GWCMD_DISCONNECT, GWARG_NUM, NULL, 7);
+    expect_cmd(text(".qgate.pause[`rdb]"), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
+    expect_cmd(text(".qgate.resume[ `rdb ]"), GWCMD_RESUME, GWARG_NAME, "rdb", 0);
+    expect_cmd(text(".qgate.pause[\"hdb\"]"), GWCMD_PAUSE, GWARG_NAME, "hdb", 0);
+    expect_cmd(text(".qgate.disable[`localhost:5001]"), GWCMD_DISABLE, GWARG_NAME, "localhost:5001", 0);
+    expect_cmd(text(".qgate.enable[`:10.0.0.5:5001]"), GWCMD_ENABLE, GWARG_NAME, ":10.0.0.5:5001", 0);
+    expect_cmd(text(".qgate.disable[\"unix://5001\"]"), GWCMD_DISABLE, GWARG_NAME, "unix://5001", 0);
+    expect_cmd(text(".qgate.disable[`unix:///run/q/w1.sock]"), GWCMD_DISABLE, GWARG_NAME, "unix:///run/q/w1.sock", 0);
+    expect_cmd(text(".qgate.shutdown[]"), GWCMD_SHUTDOWN, GWARG_NONE, NULL, 0);
+    expect_cmd(text(".qgate.pause[`]"), GWCMD_PAUSE, GWARG_NAME, "", 0); /* the null symbol: no group '' */
+    /* the functional form, named by a symbol or (node-q) a string; the name a symbol or a string */
+    for (int sym = 0; sym < 2; sym++) {
+        expect_cmd(call(".qgate.pause", sym, k_sym("rdb")), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
+        expect_cmd(call(".qgate.pause", sym, k_str("rdb", 3)), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
+        expect_cmd(call(".qgate.resume", sym, NULL), GWCMD_RESUME, GWARG_NONE, NULL, 0);
+        expect_cmd(call(".qgate.resume", sym, k_prim(KT_UNARY, 0)), GWCMD_RESUME, GWARG_NONE, NULL, 0);
+        expect_cmd(call(".qgate.kill", sym, long_atom(42)), GWCMD_KILL, GWARG_NUM, NULL, 42);
+        K i = k_atom(-KT_INT);
+        i->i = 9;
+        expect_cmd(call(".qgate.kill", sym, i), GWCMD_KILL, GWARG_NUM, NULL, 9);
+        expect_cmd(call(".qgate.disable", sym, k_sym("h:1")), GWCMD_DISABLE, GWARG_NAME, "h:1", 0);
+        expect_cmd(call(".qgate.pools", sym, k_list(0)), GWCMD_POOLS, GWARG_NONE, NULL, 0);
+    }
+}
+
+/* What is not a command, or not an argument one takes: GWCMD_UNKNOWN, nothing kept. */
+static void test_parse_command_refused(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        ".qgate.nosuch[]", ".qgate.pause", ".qgate.pause[`a b]", ".qgate.pause[`a;`b]", ".qgate.pause[\"a]",
+        ".qgate.pause[\"a\\\"b\"]", ".qgate.kill[-1]", ".qgate.kill[1x]", ".qgate.kill[99999999999]",
+        ".qgate.pause[rdb]", "qgate.pause[`rdb]",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct job *j = parsed(text(bad[i]));
+        assert_int_equal(j->result, GWCMD_UNKNOWN);
+        assert_null(j->out);
+        job_free(j);
+    }
+    char big[GWCMD_ARG_MAX + 40];
+    memset(big, 'x', sizeof big);
+    memcpy(big, ".qgate.pause[`", 14);
+    big[sizeof big - 2] = ']';
+    big[sizeof big - 1] = 0;
+    struct job *j = parsed(text(big)); /* a name longer than GWCMD_ARG_MAX */
+    assert_int_equal(j->result, GWCMD_UNKNOWN);
+    job_free(j);
+    K f = k_atom(-KT_FLOAT);
+    f->f = 1.5;
+    j = parsed(call(".qgate.kill", 1, f)); /* an argument of another type */
+    assert_int_equal(j->result, GWCMD_UNKNOWN);
+    job_free(j);
+    j = parsed(call(".qgate.pause", 1, k_str("a\0b", 3))); /* a name with a NUL in it */
+    assert_int_equal(j->result, GWCMD_UNKNOWN);
+    job_free(j);
+    /* who may run what: anyone the reading commands, admins the rest */
+    assert_false(gwcmd_admin_only(GWCMD_PING));
+    assert_false(gwcmd_admin_only(GWCMD_STATS));
+    assert_false(gwcmd_admin_only(GWCMD_POOLS));
+    static const int admin[] = {GWCMD_CLIENTS, GWCMD_RELOAD, GWCMD_DISCONNECT, GWCMD_KILL, GWCMD_PAUSE,
+                                GWCMD_RESUME, GWCMD_DISABLE, GWCMD_ENABLE, GWCMD_SHUTDOWN};
+    for (size_t i = 0; i < sizeof admin / sizeof admin[0]; i++)
+        assert_true(gwcmd_admin_only(admin[i]));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_job),
         cmocka_unit_test(test_peek_route),
         cmocka_unit_test(test_validate_hands_back_compressed_route),
+        cmocka_unit_test(test_peek_command),
+        cmocka_unit_test(test_parse_command_args),
+        cmocka_unit_test(test_parse_command_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -309,6 +309,50 @@ static void test_table_empty(void **state)
     free(s);
 }
 
+/* ---- the pools table ----------------------------------------------------------------------- */
+
+/* .qgate.pools[]: a row per group, group a symbol, paused a boolean, the counts longs; the
+ * table survives the wire as q would read it. */
+static void test_pools_table(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"group", "paused", "waiting", "active", "idle", "down", "disabled",
+                                        "maxwait_ms", "served", "errors"};
+    struct pools_snapshot *s = calloc(1, sizeof *s + 2 * sizeof s->rows[0]);
+    assert_non_null(s);
+    s->n = 2;
+    s->rows[0] = (struct pools_row){.group = "rdb", .paused = 1, .waiting = 3, .active = 2, .idle = 0, .down = 1,
+                                    .disabled = 1, .maxwait_ms = 1500, .served = 1LL << 40, .errors = 7};
+    s->rows[1] = (struct pools_row){.group = "hdb", .idle = 4};
+    K t = pools_table(s);
+    free(s);
+    size_t len = 0;
+    uint8_t *m = kcodec_encode_msg(t, KIPC_RESPONSE, &len);
+    k_free(t);
+    assert_non_null(m);
+    K x = NULL;
+    struct kerr err = {0};
+    assert_int_equal(kcodec_decode(m + 8, len - 8, 1, NULL, &x, &err), QG_OK);
+    free(m);
+    assert_int_equal(x->t, KT_TABLE);
+    K keys = kK(kK(x)[0])[0], cols = kK(kK(x)[0])[1];
+    assert_int_equal(keys->n, 10);
+    for (int c = 0; c < 10; c++) {
+        assert_string_equal(kS(keys)[c], names[c]);
+        assert_int_equal(kK(cols)[c]->t, c == 0 ? KT_SYM : c == 1 ? KT_BOOL : KT_LONG);
+        assert_int_equal(kK(cols)[c]->n, 2);
+    }
+    assert_string_equal(kS(kK(cols)[0])[0], "rdb");
+    assert_string_equal(kS(kK(cols)[0])[1], "hdb");
+    assert_int_equal(kG(kK(cols)[1])[0], 1);
+    assert_int_equal(kG(kK(cols)[1])[1], 0);
+    static const int64_t want[2][8] = {{3, 2, 0, 1, 1, 1500, 1LL << 40, 7}, {0, 0, 4, 0, 0, 0, 0, 0}};
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 8; c++)
+            assert_true(kJ(kK(cols)[2 + c])[r] == want[r][c]);
+    k_free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_hist_quantiles),
         cmocka_unit_test(test_table_two_rows),
         cmocka_unit_test(test_table_empty),
+        cmocka_unit_test(test_pools_table),
     };
     return cmocka_run_group_tests_name("stats", tests, NULL, NULL);
 }

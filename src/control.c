@@ -1,0 +1,307 @@
+/* control.c: the operator's commands from q, as PgBouncer's console has them: .qgate.pools[]
+ * (a row per group), and for admins .qgate.pause[`group] and .qgate.resume[`group] (every
+ * group without an argument), .qgate.disable[`host:port] and .qgate.enable[`host:port],
+ * .qgate.kill[id] (.qgate.disconnect[id] is the same command) and .qgate.shutdown[].
+ *
+ * A paused group (struct group paused) lets its workers finish the runs they have and run
+ * what they were given before (broadcasts, fan-out parts: dispatch.c), and starts nothing new:
+ * requests wait in its queue, or, if they never enter it (a session's, a .qgate.all), on its
+ * held list (request.c). The pause is answered 1b once no worker of its groups runs anything
+ * (struct pause_wait, checked after each dispatch phase), so that a script may restart the
+ * workers when it returns. A disabled worker (worker.c) finishes what it runs and owes, then is
+ * DISABLED: connected, given nothing, until enabled. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "control.h"
+#include "client.h"
+#include "dispatch.h"
+#include "gateway.h"
+#include "jobs.h"
+#include "log.h"
+#include "worker.h"
+
+/* A .qgate.pause[] waiting for its group (or every group: grp -1) to have nothing running. */
+struct pause_wait {
+    SLIST_ENTRY(pause_wait) link;
+    uint32_t id, gen;
+    uint64_t seq;
+    int grp;
+};
+
+/* ---- pause and resume ------------------------------------------------------------------------ */
+
+/* Does a worker of grp run anything, or owe what it was given (which dispatch starts)? */
+static int group_busy(const struct group *grp)
+{
+    const struct worker *w;
+    TAILQ_FOREACH(w, &grp->workers, glink)
+        if (w->st == WS_BUSY || !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq))
+            return 1;
+    return 0;
+}
+
+/* Is the pause of group index gi (-1: every group) complete? */
+static int pause_done(const struct gw *g, int gi)
+{
+    for (int i = 0; i < g->ngroups; i++)
+        if ((gi < 0 || gi == i) && group_busy(&g->groups[i]))
+            return 0;
+    return 1;
+}
+
+/* The reply 1b to command cmd, request seq of connection c. */
+static void reply_true(struct gw *g, struct conn *c, uint64_t seq, int cmd)
+{
+    struct job *j = job_new(job_encode_command, JK_REPLY);
+    if (!j) {
+        conn_close_loop(g, c, "out of memory");
+        return;
+    }
+    j->arg = cmd;
+    conn_submit_loop(g->writers, j, c, seq);
+}
+
+/* The client still waiting for pause p (its head is that request), or NULL. */
+static struct client *waiter(struct gw *g, const struct pause_wait *p)
+{
+    struct client *c = client_lookup_loop(g, p->id, p->gen);
+    struct req *r = c ? client_head(c) : NULL;
+    return r && r->seq == p->seq && r->state == RS_LOCAL ? c : NULL;
+}
+
+/* Answer the pauses that are complete (1b), and those of grp if it was resumed (an error):
+ * grp NULL for none resumed. */
+static void answer_pauses(struct gw *g, const struct group *resumed)
+{
+    struct pause_wait **pp = &SLIST_FIRST(&g->pause_waits);
+    while (*pp) {
+        struct pause_wait *p = *pp;
+        struct client *c = waiter(g, p);
+        int cancel = resumed && (p->grp < 0 || p->grp == resumed->index);
+        if (c && !cancel && !pause_done(g, p->grp)) {
+            pp = &SLIST_NEXT(p, link);
+            continue;
+        }
+        *pp = SLIST_NEXT(p, link);
+        if (c && cancel)
+            client_error_loop(g, c, client_head(c), "qgate: group %s was resumed before its pause completed",
+                              resumed->cfg.name);
+        else if (c) {
+            log_info(c->c.name, "pause of %s complete: no worker of it runs anything",
+                     p->grp < 0 ? "every group" : g->groups[p->grp].cfg.name);
+            reply_true(g, &c->c, p->seq, GWCMD_PAUSE);
+        }
+        free(p);
+    }
+}
+
+void control_dispatch_loop(struct gw *g)
+{
+    dispatch_all_loop(g);
+    if (!SLIST_EMPTY(&g->pause_waits))
+        answer_pauses(g, NULL);
+}
+
+/* The held requests of a resumed group go on, oldest first. */
+static void release_held(struct gw *g, struct group *grp)
+{
+    struct conn *x;
+    while ((x = connq_first(&grp->held))) {
+        struct client *c = client_of(x);
+        struct req *h = client_head(c);
+        if (!h || h->state != RS_HELD) { /* not so (a bug): off the list, not for ever in this loop */
+            conn_queue_out_loop(x);
+            continue;
+        }
+        req_set_state_loop(g, c, h, RS_WAITING); /* off the held list */
+        client_advance_loop(g, c);
+    }
+}
+
+void control_pause_loop(struct gw *g, struct group *grp, int on, const char *by)
+{
+    if (!on == !grp->paused)
+        return;
+    grp->paused = (uint8_t)(on != 0);
+    g->loop.work_pending = 1;
+    if (on) {
+        log_info(NULL, "group %s paused by %s: its workers finish what they run, new requests wait", grp->cfg.name,
+                 by);
+        return;
+    }
+    log_info(NULL, "group %s resumed by %s: %d requests queued, %d held", grp->cfg.name, by, grp->queue.n,
+             grp->held.n);
+    answer_pauses(g, grp); /* a pause still waiting for it is told it did not complete */
+    release_held(g, grp);
+    if (grp->unavailable && !grp->nup) /* what the pause held from failing fails now */
+        dispatch_fail_group_loop(g, grp);
+}
+
+/* .qgate.pause[`g] and .qgate.resume[`g] (every group without an argument). */
+static int pause_command(struct gw *g, struct client *cl, struct req *r, const struct job *j)
+{
+    int on = j->result == GWCMD_PAUSE;
+    const char *cmd = on ? ".qgate.pause" : ".qgate.resume";
+    struct group *grp = NULL;
+    if (j->aux[1] == GWARG_NUM) {
+        client_error_loop(g, cl, r, "qgate: %s takes a group's name (%s[`group]), or nothing for every group", cmd, cmd);
+        return 1;
+    }
+    if (j->aux[1] == GWARG_NAME && !(grp = dispatch_group_find_loop(g, (const char *)j->out))) {
+        client_error_loop(g, cl, r, "qgate: no group %s", (const char *)j->out);
+        return 1;
+    }
+    char by[96];
+    snprintf(by, sizeof by, "admin %s", cl->user);
+    for (int i = 0; i < g->ngroups; i++)
+        if (!grp || grp == &g->groups[i])
+            control_pause_loop(g, &g->groups[i], on, by);
+    if (!on || pause_done(g, grp ? grp->index : -1))
+        return 0; /* 1b now */
+    struct pause_wait *p = calloc(1, sizeof *p);
+    if (!p) {
+        conn_close_loop(g, &cl->c, "out of memory");
+        return 1;
+    }
+    *p = (struct pause_wait){.id = cl->c.id, .gen = cl->c.gen, .seq = r->seq, .grp = grp ? grp->index : -1};
+    SLIST_INSERT_HEAD(&g->pause_waits, p, link);
+    log_info(cl->c.name, "%s: answered when no worker of %s runs anything", j->text, grp ? grp->cfg.name : "any group");
+    return 1;
+}
+
+/* ---- disable and enable ---------------------------------------------------------------------- */
+
+int control_disable_loop(struct gw *g, const char *addr, int on, const char *by)
+{
+    int n = 0;
+    for (int i = 0; i < g->ngroups; i++) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink) {
+            if (w->removed || strcmp(w->addr, addr))
+                continue;
+            n++;
+            if (!w->disabled == !on)
+                continue;
+            log_info(w->c.name, "%s by %s (group %s, %s)", on ? "disabled" : "enabled", by, g->groups[i].cfg.name,
+                     on && w->st != WS_IDLE ? "out of rotation once what it runs is done" : worker_state_name(w->st));
+            worker_disable_loop(g, w, on);
+            g->loop.work_pending = 1;
+        }
+    }
+    return n;
+}
+
+/* .qgate.disable[`host:port] and .qgate.enable[`host:port]: every worker of that address. */
+static int disable_command(struct gw *g, struct client *cl, struct req *r, const struct job *j)
+{
+    int on = j->result == GWCMD_DISABLE;
+    const char *cmd = on ? ".qgate.disable" : ".qgate.enable";
+    if (j->aux[1] != GWARG_NAME) {
+        client_error_loop(g, cl, r, "qgate: %s takes a worker's address as .qgate.stats[] shows it (%s[`host:port])",
+                          cmd, cmd);
+        return 1;
+    }
+    const char *addr = (const char *)j->out;
+    addr += addr[0] == ':'; /* `:host:port, as q writes a handle */
+    char by[96];
+    snprintf(by, sizeof by, "admin %s", cl->user);
+    if (!control_disable_loop(g, addr, on, by)) {
+        client_error_loop(g, cl, r, "qgate: no worker %s", addr);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- kill, shutdown ---------------------------------------------------------------------------- */
+
+/* .qgate.kill[id] (or .qgate.disconnect[id]): the id .qgate.clients[] shows (a serial number,
+ * never reused). Its worker, if it runs its request, drains the reply and is reused. */
+static int kill_command(struct gw *g, struct client *cl, struct req *r, const struct job *j)
+{
+    if (j->aux[1] != GWARG_NUM) {
+        client_error_loop(g, cl, r, "qgate: %.*s takes a client's id as .qgate.clients[] shows it",
+                          (int)strcspn(j->text, "["), j->text);
+        return 1;
+    }
+    int64_t id = j->aux[0];
+    struct client *x = id > 0 ? client_by_serial_loop(g, (uint64_t)id) : NULL;
+    if (!x) {
+        client_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
+        return 1;
+    }
+    log_info(cl->c.name, "disconnecting client %lld (%s) as admin %s asked", (long long)id, x->c.name, cl->user);
+    char why[128];
+    snprintf(why, sizeof why, "disconnected by admin %s", cl->user);
+    conn_close_loop(g, &x->c, why);
+    return x == cl; /* it closed itself: nobody to answer */
+}
+
+int control_command_loop(struct gw *g, struct client *cl, struct req *r, struct job *j)
+{
+    switch (j->result) {
+    case GWCMD_KILL:
+    case GWCMD_DISCONNECT:
+        return kill_command(g, cl, r, j);
+    case GWCMD_PAUSE:
+    case GWCMD_RESUME:
+        return pause_command(g, cl, r, j);
+    case GWCMD_DISABLE:
+    case GWCMD_ENABLE:
+        return disable_command(g, cl, r, j);
+    case GWCMD_SHUTDOWN: /* as SIGTERM: its 1b is among the replies the drain waits for */
+        log_info(cl->c.name, ".qgate.shutdown[] by admin %s: draining (up to %lld ms)", cl->user,
+                 (long long)g->cfg.drain_timeout);
+        gw_drain_loop(g);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* ---- .qgate.pools[] -------------------------------------------------------------------------- */
+
+/* Waiting clients of a queue or held list: how many, and the longest wait (ms) into *maxwait. */
+static int64_t waiting(const struct gw *g, const struct connq *q, int64_t *maxwait)
+{
+    for (struct conn *x = connq_first(q); x; x = connq_next(x)) {
+        const struct req *h = client_head(client_of(x));
+        if (h && g->loop.now_ms - h->t_arrive > *maxwait)
+            *maxwait = g->loop.now_ms - h->t_arrive;
+    }
+    return q->n;
+}
+
+void *control_pools_snapshot_loop(struct gw *g)
+{
+    struct pools_snapshot *s = calloc(1, sizeof *s + (size_t)g->ngroups * sizeof s->rows[0]);
+    if (!s)
+        return NULL;
+    for (int i = 0; i < g->ngroups; i++) {
+        const struct group *grp = &g->groups[i];
+        struct pools_row *r = &s->rows[s->n++];
+        snprintf(r->group, sizeof r->group, "%s", grp->cfg.name);
+        r->paused = grp->paused;
+        r->waiting = waiting(g, &grp->queue, &r->maxwait_ms) + waiting(g, &grp->held, &r->maxwait_ms);
+        const struct worker *w;
+        TAILQ_FOREACH(w, &grp->workers, glink) {
+            r->active += w->st == WS_BUSY || w->st == WS_PINNED;
+            r->idle += w->st == WS_IDLE;
+            r->disabled += w->st == WS_DISABLED;
+            r->down += !worker_is_connected(w);
+            r->served += (int64_t)w->served;
+            r->errors += (int64_t)w->errors;
+        }
+    }
+    return s;
+}
+
+void control_free(struct gw *g)
+{
+    while (!SLIST_EMPTY(&g->pause_waits)) {
+        struct pause_wait *p = SLIST_FIRST(&g->pause_waits);
+        SLIST_REMOVE_HEAD(&g->pause_waits, link);
+        free(p);
+    }
+}

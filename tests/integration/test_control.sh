@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# The operator's commands from q (as PgBouncer's console): .qgate.pools[]; for admins only
+# .qgate.pause[`g] (answered once the group's running requests are done) and .qgate.resume[`g],
+# .qgate.disable[`host:port] / .qgate.enable[...], .qgate.kill[id], .qgate.shutdown[]. Under
+# load no client sees an error but the killed one.
+. "$(dirname "$0")/lib.sh"
+
+start_worker W1 --rows 20000
+start_worker W2 --rows 20000
+W1A="127.0.0.1:$W1_PORT" W2A="127.0.0.1:$W2_PORT"
+printf 'alice:pw\tadmin=1\nbob:pw\nvictim:pw\n' > "$TMP/users"
+cat > "$TMP/gw.conf" <<CONF
+[gateway]
+bind = 127.0.0.1
+reconnect_min = 50
+users_file = $TMP/users
+[group main]
+workers = $W1A, $W2A
+CONF
+start_gateway GW -c "$TMP/gw.conf"
+G="127.0.0.1:$GW_PORT"
+wait_count "$TMP/GW.log" "connected \\(capability 3\\)" 2 10
+admin() { timeout 60 "$BIN/qsend" -g "$G" -u alice:pw "$@" > "$TMP/a.out" 2>&1 || true; }
+user() { timeout 60 "$BIN/qsend" -g "$G" -u bob:pw "$@" > "$TMP/u.out" 2>&1 || true; }
+# pools_has REGEX: .qgate.pools[] (asked by bob) matches
+pools_has() { timeout 10 "$BIN/qsend" -g "$G" -u bob:pw ".qgate.pools[]" | grep -qE "$1"; }
+# served N: requests the workers have logged (each logs what it runs as it starts it)
+served() { cat "$TMP/W1.log" "$TMP/W2.log" | grep -cE "qworker [^ ]+: (fast|echo|hold|sleep)" || true; }
+served_by() { grep -cE "qworker [^ ]+: (fast|echo)" "$TMP/$1.log" || true; }
+more_than() { [ "$(served)" -gt "$1" ]; }
+more_by() { [ "$(served_by "$1")" -gt "$2" ]; }
+
+# --- .qgate.pools[]: anyone; the admin's commands: admins only ------------------------------
+POOLS_HEAD='^table\[1\] `group `paused `waiting `active `idle `down `disabled `maxwait_ms `served `errors'
+user ".qgate.pools[]" ".qgate.pause[\`main]" ".qgate.resume[]" ".qgate.disable[\`$W1A]" "call:.qgate.enable:$W1A" \
+    ".qgate.kill[1]" "scall:.qgate.shutdown" ".qgate.pools[]"
+expect_lines "$TMP/u.out" "$POOLS_HEAD \\| ,\`main \\| ,0b \\| ,0 \\| ,0 \\| ,2 \\| ,0 \\| ,0 \\| ,0 \\| ,[0-9]+ \\| ,[0-9]+\$" 2
+expect_lines "$TMP/u.out" "^'qgate: access \\(admin only\\): \\.qgate\\.(pause|resume|disable|enable|kill|shutdown)" 6
+expect_file_has "$TMP/GW.log" "refused .qgate.shutdown: not an admin"
+admin ".qgate.pause[\`nosuch]" "call:.qgate.disable:127.0.0.1:1" ".qgate.kill[99999]" ".qgate.pause[3]" \
+    ".qgate.disable[]" ".qgate.kill[\`bob]" ".qgate.pause[\`main]" ".qgate.pause[\`main]" ".qgate.pools[]" \
+    ".qgate.resume[\`main]" ".qgate.resume[\`main]" ".qgate.pause[]" "scall:.qgate.resume"
+cat > "$TMP/want" <<WANT
+'qgate: no group nosuch
+'qgate: no worker 127.0.0.1:1
+'qgate: no client 99999
+'qgate: .qgate.pause takes a group's name (.qgate.pause[\`group]), or nothing for every group
+'qgate: .qgate.disable takes a worker's address as .qgate.stats[] shows it (.qgate.disable[\`host:port])
+'qgate: .qgate.kill takes a client's id as .qgate.clients[] shows it
+1b
+1b
+WANT
+head -n 8 "$TMP/a.out" | diff -u "$TMP/want" - || fail "the admin's errors"
+sed -n 9p "$TMP/a.out" | grep -qE "$POOLS_HEAD \\| ,\`main \\| ,1b \\| ,0 \\| ,0 \\| ,2 " || fail "pools while paused: $(sed -n 9p "$TMP/a.out")"
+[ "$(tail -n 4 "$TMP/a.out" | tr '\n' ' ')" = "1b 1b 1b 1b " ] || fail "resume, resume, pause[], resume: $(cat "$TMP/a.out")"
+grep -q "qgate" "$TMP/W1.log" "$TMP/W2.log" && fail "a control command reached a worker"
+pass ".qgate.pools[] for anyone, the rest refused to a non-admin; errors name what is wrong; pause and resume idempotent, with nothing running answered at once"
+
+# --- pause: answered only once the running request is done; what comes meanwhile waits -----
+"$BIN/qsend" -g "$G" -u bob:pw "hold p1" > "$TMP/p1.out" & hp=$!
+wait_any "hold p1" 10 "$TMP/W1.log" "$TMP/W2.log"
+"$BIN/qsend" -g "$G" -u alice:pw ".qgate.pause[\`main]" > "$TMP/pause.out" & pp=$!
+wait_line "$TMP/GW.log" "pause\\[\`main\\]: answered when no worker of main runs anything" 10
+"$BIN/qsend" -g "$G" -u bob:pw "echo while paused" > "$TMP/e.out" & ep=$!
+wait_for 10 "the echo waiting in the paused group" pools_has "\\| ,\`main \\| ,1b \\| ,1 \\| ,1 \\| ,1 \\| ,0 \\| ,0 \\| ,[1-9][0-9]* \\|"
+kill -0 "$pp" 2>/dev/null || fail "the pause returned while a request still ran: $(cat "$TMP/pause.out")"
+[ -s "$TMP/pause.out" ] && fail "the pause answered while a request still ran: $(cat "$TMP/pause.out")"
+release p1 "$W1_PORT" "$W2_PORT"
+wait "$hp" "$pp"
+expect_lines "$TMP/p1.out" '^"p1"$' 1
+expect_lines "$TMP/pause.out" '^1b$' 1
+expect_file_has "$TMP/GW.log" "pause of main complete: no worker of it runs anything"
+kill -0 "$ep" 2>/dev/null || fail "a request ran in a paused group: $(cat "$TMP/e.out")"
+grep -q "echo while paused" "$TMP/W1.log" "$TMP/W2.log" && fail "a worker of the paused group was given a request"
+admin "call:.qgate.resume:main"
+expect_lines "$TMP/a.out" '^1b$' 1
+wait "$ep"
+expect_lines "$TMP/e.out" '^"while paused"$' 1
+pass "pause: 1b only after the running request finished; a request sent meanwhile waited, and ran on resume"
+
+# --- a pause still waiting when its group is resumed is told so --------------------------------
+"$BIN/qsend" -g "$G" -u bob:pw "hold p2" > "$TMP/p2.out" & hp=$!
+wait_any "hold p2" 10 "$TMP/W1.log" "$TMP/W2.log"
+"$BIN/qsend" -g "$G" -u alice:pw "scall:.qgate.pause:main" > "$TMP/pause.out" & pp=$!
+wait_line "$TMP/GW.log" "\\.qgate\\.pause: answered when no worker of main runs anything" 10
+admin ".qgate.resume[\"main\"]"
+wait "$pp"
+expect_lines "$TMP/pause.out" "^'qgate: group main was resumed before its pause completed\$" 1
+release p2 "$W1_PORT" "$W2_PORT"
+wait "$hp"
+pass "a resume answers a pause still waiting with an error"
+
+# --- under load: pause, resume, disable, enable, kill; no client error but the killed one -----
+"$BIN/qclient" -g "$G" -u victim:pw fast 0 --quiet 2> "$TMP/victim.err" & vp=$!
+n0=$(served)
+wait_for 30 "the victim's load" more_than $((n0 + 20))
+admin ".qgate.clients[]"                  # two rows (qsend shows a table's rows up to 5): its id
+line=$(grep '^table\[2\]' "$TMP/a.out") || fail "clients: $(cat "$TMP/a.out")"
+read -ra ids <<< "$(awk -F' [|] ' '{print $2}' <<< "$line")"
+users=$(awk -F' [|] ' '{print $3}' <<< "$line")
+IFS='`' read -ra us <<< "${users#\`}"
+vid=
+for i in "${!us[@]}"; do [ "${us[$i]}" = victim ] && vid=${ids[$i]}; done
+[ -n "$vid" ] || fail "no client victim in .qgate.clients[]: $line"
+lpids=()
+for i in 1 2 3 4 5 6; do
+    "$BIN/qclient" -g "$G" -u bob:pw fast 0 --quiet 2> "$TMP/load$i.err" & lpids+=($!)
+done
+n0=$(served)
+wait_for 30 "the load" more_than $((n0 + 100))
+admin "call:.qgate.pause:main"                                  # returns when nothing runs
+expect_lines "$TMP/a.out" '^1b$' 1
+n1=$(served)
+wait_for 20 "the 7 clients waiting" pools_has "\\| ,\`main \\| ,1b \\| ,7 \\| ,0 \\| ,2 \\| ,0 \\| ,0 \\|"
+[ "$(served)" -eq "$n1" ] || fail "requests ran while paused: $n1 then $(served)"
+admin ".qgate.resume[\`main]"
+wait_for 20 "the load going on after the resume" more_than $((n1 + 100))
+pass "under load: the pause returned with nothing running, nothing ran while 7 clients waited, the resume let them go"
+
+admin ".qgate.disable[\`$W1A]"
+expect_lines "$TMP/a.out" '^1b$' 1
+w1_disabled() { timeout 10 "$BIN/qsend" -g "$G" -u bob:pw ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| \`$W1A\`$W2A \\| \`main\`main \\| \`disabled\`(idle|busy) \\|"; }
+wait_for 20 "W1 disabled" w1_disabled
+wait_for 10 "pools showing it" pools_has "\\| ,\`main \\| ,0b \\| ,[0-9]+ \\| ,[0-9]+ \\| ,[0-9]+ \\| ,0 \\| ,1 \\|"
+a1=$(served_by W1) b1=$(served_by W2)
+wait_for 20 "W2 serving alone" more_by W2 $((b1 + 200))
+[ "$(served_by W1)" -eq "$a1" ] || fail "the disabled worker was given requests: $a1 then $(served_by W1)"
+kill -0 "$W1_PID" || fail "W1 died"
+admin "call:.qgate.enable:$W1A"
+expect_lines "$TMP/a.out" '^1b$' 1
+wait_for 20 "W1 back in rotation" more_by W1 $((a1 + 50))
+pass "under load: a disabled worker finished, stayed connected, was given nothing while the other served 200; enabled, it served again"
+
+admin ".qgate.kill[$vid]"
+expect_lines "$TMP/a.out" '^1b$' 1
+wait_line "$TMP/GW.log" "c$vid [^ ]+ victim: closed: disconnected by admin alice" 10
+n2=$(served)
+wait_for 20 "the load after the kill" more_than $((n2 + 100))
+kill -TERM "${lpids[@]}" "$vp"
+wait "${lpids[@]}" "$vp" || true
+for i in 1 2 3 4 5 6; do
+    grep -qE "requests=[1-9][0-9]* ok=[0-9]+ qerrors=0 failed=0" "$TMP/load$i.err" || fail "client $i: $(cat "$TMP/load$i.err")"
+done
+grep -qE "qerrors=0 failed=[1-9]" "$TMP/victim.err" || fail "the killed client did not see its close: $(cat "$TMP/victim.err")"
+pass "under load: .qgate.kill[id] closed that client (it reconnected); 6 other clients without an error or a failure"
+
+# --- .qgate.all skips a disabled worker, and waits while its group is paused ------------------
+admin ".qgate.disable[\`:$W2A]" "all:main:echo ab" "call:.qgate.enable:$W2A" "all:main:echo ab"
+printf '1b\n"ab"\n1b\n"abab"\n' | diff -u - "$TMP/a.out" || fail ".qgate.all with W2 disabled, then enabled"
+admin ".qgate.pause[\`main]"
+"$BIN/qsend" -g "$G" -u bob:pw "all:main:echo held" > "$TMP/all.out" & ap=$!
+wait_for 10 "the .qgate.all held" pools_has "\\| ,\`main \\| ,1b \\| ,1 \\| ,0 \\| ,2 \\|"
+grep -q "echo held" "$TMP/W1.log" "$TMP/W2.log" && fail "a paused group's worker ran a part of a .qgate.all"
+admin ".qgate.resume[\`main]"
+wait "$ap"
+expect_lines "$TMP/all.out" '^"heldheld"$' 1
+pass ".qgate.all: a disabled worker takes no part; a paused group holds it until resumed"
+
+# --- pool = session: a paused group holds a session's next request; a disabled worker keeps its
+# session, and a new client is given the other worker -------------------------------------------
+session_conf() { # QUEUE_TIMEOUT
+    printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\nqueue_timeout = %s\n[group main]\nworkers = %s, %s\npool = session\n' \
+        "$TMP/users" "$1" "$W1A" "$W2A"
+}
+session_conf 0 > "$TMP/s.conf"
+start_gateway S -c "$TMP/s.conf"
+G="127.0.0.1:$S_PORT"
+wait_count "$TMP/S.log" "connected \\(capability 3\\)" 2 10
+which_has() { grep -l "$1" "$TMP/W1.log" "$TMP/W2.log" | sed 's|.*/\(W[12]\)\.log|\1|'; }
+"$BIN/qsend" -g "$G" -u bob:pw "hold s1" "echo s2" > "$TMP/s.out" & sp=$!
+wait_any "hold s1" 10 "$TMP/W1.log" "$TMP/W2.log"
+SW=$(which_has "hold s1")
+"$BIN/qsend" -g "$G" -u alice:pw ".qgate.pause[\`main]" > "$TMP/pause.out" & pp=$!
+wait_line "$TMP/S.log" "answered when no worker of main runs anything" 10
+release s1 "$W1_PORT" "$W2_PORT"
+wait "$pp"
+expect_lines "$TMP/pause.out" '^1b$' 1
+wait_for 10 "the session's next request held" pools_has "\\| ,\`main \\| ,1b \\| ,1 \\| ,1 \\| ,1 \\| ,0 \\| ,0 \\| ,[0-9]+ \\|"
+grep -q "echo s2" "$TMP/W1.log" "$TMP/W2.log" && fail "a session's request ran in a paused group"
+admin ".qgate.resume[\`main]"
+wait "$sp"
+printf '"s1"\n"s2"\n' | diff -u - "$TMP/s.out" || fail "the session's replies"
+[ "$(which_has "echo s2")" = "$SW" ] || fail "the held request of the session did not run on its worker $SW"
+pass "pool = session: a paused group held a session's next request (.qgate.pools[] waiting 1), which ran on its own worker once resumed"
+
+"$BIN/qsend" -g "$G" -u bob:pw "hold s3" "echo s4" > "$TMP/s.out" & sp=$!
+wait_any "hold s3" 10 "$TMP/W1.log" "$TMP/W2.log"
+SW=$(which_has "hold s3")
+OTHER=W1; [ "$SW" = W1 ] && OTHER=W2
+SWA="127.0.0.1:$([ "$SW" = W1 ] && echo "$W1_PORT" || echo "$W2_PORT")"
+admin ".qgate.disable[\`$SWA]"
+expect_lines "$TMP/a.out" '^1b$' 1
+user "echo other"                                                   # a new client: the other worker
+expect_lines "$TMP/u.out" '^"other"$' 1
+[ "$(which_has "echo other")" = "$OTHER" ] || fail "a new session was given the disabled worker"
+release s3 "$W1_PORT" "$W2_PORT"
+wait "$sp"
+printf '"s3"\n"s4"\n' | diff -u - "$TMP/s.out" || fail "the session on the disabled worker"
+[ "$(which_has "echo s4")" = "$SW" ] || fail "the session lost its disabled worker"
+sw_disabled() { timeout 10 "$BIN/qsend" -g "$G" -u bob:pw ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| \`(disabled\`idle|idle\`disabled) \\|"; }
+wait_for 10 "the worker disabled once its session ended" sw_disabled
+admin "call:.qgate.enable:$SWA"
+expect_lines "$TMP/a.out" '^1b$' 1
+pass "pool = session: a disabled worker kept its session to the end, a new client got the other worker; then disabled, idle"
+
+# queue_timeout applies to a request held by a pause as to a queued one
+session_conf 300 > "$TMP/t.conf"
+start_gateway T -c "$TMP/t.conf"
+G="127.0.0.1:$T_PORT"
+wait_count "$TMP/T.log" "connected \\(capability 3\\)" 2 10
+"$BIN/qsend" -g "$G" -u bob:pw "hold t0" "echo t1" > "$TMP/t.out" & tp=$!
+wait_any "hold t0" 10 "$TMP/W1.log" "$TMP/W2.log"
+"$BIN/qsend" -g "$G" -u alice:pw ".qgate.pause[]" > "$TMP/pause.out" & pp=$!
+wait_line "$TMP/T.log" "answered when no worker of any group runs anything" 10
+release t0 "$W1_PORT" "$W2_PORT"
+wait "$pp" "$tp"
+expect_lines "$TMP/pause.out" '^1b$' 1
+expect_lines "$TMP/t.out" "^'qgate: timeout \\(queued [0-9]+ ms\\)\$" 1
+grep -q "echo t1" "$TMP/W1.log" "$TMP/W2.log" && fail "the timed-out request ran"
+pass "queue_timeout: a request held by a pause times out as a queued one does"
+
+# --- .qgate.shutdown[]: as SIGTERM, 1b first; the running request finishes; exit 0 -------------
+G="127.0.0.1:$GW_PORT"
+"$BIN/qsend" -g "$G" -u bob:pw "hold z1" > "$TMP/z1.out" & zp=$!
+wait_any "hold z1" 10 "$TMP/W1.log" "$TMP/W2.log"
+admin ".qgate.shutdown[]"
+expect_lines "$TMP/a.out" '^1b$' 1
+wait_line "$TMP/GW.log" ".qgate.shutdown\\[\\] by admin alice: draining" 5
+"$BIN/qsend" -g "$G" -u bob:pw "echo late" > "$TMP/late.out" 2>&1 || true
+expect_lines "$TMP/late.out" "^'hop\$" 1
+kill -0 "$GW_PID" || fail "qgate exited before the running request was answered"
+release z1 "$W1_PORT" "$W2_PORT"
+wait "$zp"
+expect_lines "$TMP/z1.out" '^"z1"$' 1
+wait_exit "$GW_PID" 10
+[ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS after .qgate.shutdown[]"
+pass ".qgate.shutdown[]: 1b, new connections refused, the running request answered, exit 0"
