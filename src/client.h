@@ -147,8 +147,8 @@ void client_check_pending_loop(struct gw *g, struct client *c);
  * dropped; it is closed when the last one is done. */
 void client_peer_gone_loop(struct gw *g, struct client *c, const char *why);
 /* Refuse a client that has done its handshake: nothing more is read, the q error text is the
- * answer to the request it just sent (not taken), then the close. */
-void client_refuse_loop(struct gw *g, struct client *c, const char *text);
+ * answer to the request of len bytes it just sent (not taken), then the close. */
+void client_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len);
 /* A reader checked the credentials of a client in AUTH (the job of kind JK_AUTH). */
 void client_auth_done_loop(struct gw *g, struct job *j);
 /* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */

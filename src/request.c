@@ -403,8 +403,8 @@ static void stop_for_bad_message(struct gw *g, struct client *c, const char *why
 }
 
 /* Reading has stopped: error text goes after the replies owed (as the answer to a request of
- * seq next), then the close. */
-static void close_with_error(struct gw *g, struct client *c, const char *text)
+ * seq next, of len bytes if known), then the close. */
+static void close_with_error(struct gw *g, struct client *c, const char *text, size_t len)
 {
     if (c->eof) /* nobody to tell: what came before still runs */
         return;
@@ -419,6 +419,7 @@ static void close_with_error(struct gw *g, struct client *c, const char *text)
     r->close_after = 1;
     r->t_arrive = g->loop.now_ms;
     r->t_in_us = g->loop.now_us;
+    r->in_len = len;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     client_error_loop(g, c, r, "%s", text);
 }
@@ -430,13 +431,13 @@ void client_bad_message_loop(struct gw *g, struct client *c, const char *why)
     stop_for_bad_message(g, c, why);
     char text[160];
     snprintf(text, sizeof text, "qgate: badmsg %s", why);
-    close_with_error(g, c, text);
+    close_with_error(g, c, text, 0);
 }
 
-void client_refuse_loop(struct gw *g, struct client *c, const char *text)
+void client_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len)
 {
     stop_reading(g, c);
-    close_with_error(g, c, text);
+    close_with_error(g, c, text, len);
 }
 
 /* Request x will not run: its session's worker is gone (named to tests/sim's lost hook). */
@@ -535,7 +536,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
         free(msg);
         conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
         if (h->type == KIPC_SYNC)
-            client_refuse_loop(g, c, "qgate: too many connections");
+            client_refuse_loop(g, c, "qgate: too many connections", (size_t)h->len);
         else
             conn_close_loop(g, &c->c, "over max_clients");
         return -1;
