@@ -149,6 +149,11 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why);
 /* Refuse a client that has done its handshake: nothing more is read, the q error text is the
  * answer to the request of len bytes it just sent (not taken), then the close. */
 void client_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len);
+/* Take request x out of the FIFO and free it, its end counted (and logged: access.c): it ran
+ * or was answered (answered), or never will be. */
+void req_remove_loop(struct gw *g, struct client *c, struct req *x, int answered);
+/* Drop every request behind r (nothing after it is answered). */
+void req_drop_after_loop(struct gw *g, struct client *c, struct req *r);
 /* A reader checked the credentials of a client in AUTH (the job of kind JK_AUTH). */
 void client_auth_done_loop(struct gw *g, struct job *j);
 /* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */

@@ -192,5 +192,8 @@ for cred in alice:wrong bob:$(printf 'builder' | md5sum | cut -d' ' -f1) mallory
     timeout 10 "$BIN/qsend" -g "$G" ${cred:+-u "$cred"} "echo in" > "$TMP/q.out" || true
     expect_lines "$TMP/q.out" "^'access\$" 1
 done
-expect_file_has "$TMP/Ug.log" "access denied: user 'mallory' from 127.0.0.1:[0-9]+"
+expect_file_has "$TMP/Ug.log" "access denied: user 'alice' from 127.0.0.1:[0-9]+" # the first; the rest within 1 s counted
+timeout 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.totals[]" > "$TMP/q.out"
+[ "$(awk -F'!' '{ split($1, k, "`"); split($2, v, " "); for (i = 2; i in k; i++) if (k[i] == "refused_access") print v[i - 1] }' "$TMP/q.out")" = 4 ] ||
+    fail "4 bad logins not counted as refused_access: $(cat "$TMP/q.out")"
 pass "users file: plain, MD5 and SHA-1 accepted; bad credentials closed without a byte"

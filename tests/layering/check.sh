@@ -21,8 +21,8 @@ err() { echo "FAIL: $*"; fail=1; }
 module() {
     case "$1" in
         gateway|reload|control|main|ops) echo gateway ;;
-        worker|relay|broadcast|session|fanout|pipeline) echo worker ;;
-        client|request|callback|access) echo client ;;
+        worker|relay|lost|broadcast|session|fanout|pipeline) echo worker ;;
+        client|request|callback|access|stop) echo client ;;
         *) echo "$1" ;;
     esac
 }
@@ -56,7 +56,7 @@ if [ "${2:-}" = "--graph" ]; then
 fi
 
 # symbols, per object of the library
-core_objs="loop conn dispatch client request callback access worker relay pipeline broadcast session fanout gateway reload control ops"
+core_objs="loop conn dispatch client request callback access stop worker relay lost pipeline broadcast session fanout gateway reload control ops"
 is_core() { case " $core_objs " in *" $1 "*) return 0 ;; esac; return 1; }
 syms=$(mktemp)
 nm -A "$lib" | sed -E 's|^[^:]*:([a-z_]+)\.o:|\1 |' >"$syms"
