@@ -14,6 +14,9 @@ command -v ip > /dev/null 2>&1 || PKGS+=(iproute2)        # tests/net: namespace
 command -v promtool > /dev/null 2>&1 || PKGS+=(prometheus) # its promtool checks that page
 command -v openssl > /dev/null 2>&1 || PKGS+=(openssl)     # tests/net/test_haproxy.sh: the TLS certificate
 command -v socat > /dev/null 2>&1 || PKGS+=(socat)         # ... and HAProxy's stats socket
+command -v groff > /dev/null 2>&1 || PKGS+=(groff-base)    # test_pkg.sh: the man page renders
+command -v systemd-analyze > /dev/null 2>&1 || PKGS+=(systemd) # test_pkg.sh: the unit verified
+command -v logrotate > /dev/null 2>&1 || PKGS+=(logrotate)  # ... and its logrotate file run
 if [ ${#PKGS[@]} -gt 0 ]; then
     echo "deps: installing ${PKGS[*]}"
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
