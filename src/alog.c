@@ -150,6 +150,8 @@ static char *put_time(char *o, int64_t us)
 static const char *const outcome_names[] = {ALOG_OUTCOMES(OUTCOME_NAME)};
 #undef OUTCOME_NAME
 
+const char *alog_outcome_name(int outcome) { return outcome >= 0 && outcome < ALOG_NOUTCOMES ? outcome_names[outcome] : "?"; }
+
 size_t alog_format(const uint8_t *p, size_t *rec_len, char *out)
 {
     static const char *const keys[NSTR] = {" user=", " peer=", " group=", " worker=", " error="};
@@ -172,7 +174,7 @@ size_t alog_format(const uint8_t *p, size_t *rec_len, char *out)
     o = put_u(put(o, " reply_bytes="), h.reply_bytes);
     o = put_i(put(o, " queued_us="), h.queued_us);
     o = put_i(put(o, " run_us="), h.run_us);
-    o = put(put(o, " outcome="), h.outcome < ALOG_NOUTCOMES ? outcome_names[h.outcome] : "?");
+    o = put(put(o, " outcome="), alog_outcome_name(h.outcome));
     if (h.slen[4])
         o = put_v(put(o, keys[4]), s[4], h.slen[4]);
     *o++ = '\n';

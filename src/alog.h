@@ -34,6 +34,9 @@ struct alog_buf {
     uint64_t n;                /* records in it */
 };
 
+/* Its name in the outcome= field and the metrics ("ok", ...). */
+const char *alog_outcome_name(int outcome);
+
 /* Append a record of f. 0, or -1 on ENOMEM. */
 int alog_append(struct alog_buf *b, const struct alog_fields *f);
 void alog_buf_free(struct alog_buf *b);

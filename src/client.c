@@ -585,9 +585,7 @@ struct clients_snapshot *client_snapshot_loop(struct gw *g)
         snprintf(r->user, sizeof r->user, "%s", c->user);
         snprintf(r->peer, sizeof r->peer, "%s", c->peer);
         snprintf(r->group, sizeof r->group, "%s", c->grp ? c->grp->cfg.name : "");
-        snprintf(r->state, sizeof r->state, "%s", client_state_name(c->st));
-        for (char *p = r->state; *p; p++)
-            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+        qg_copy_lower(r->state, sizeof r->state, client_state_name(c->st));
         struct req *q;
         STAILQ_FOREACH(q, &c->reqs, link)
             r->requests++;

@@ -118,7 +118,7 @@ struct gw {
         int64_t logged_ms;
     } refused[GW_NREFUSALS];
     /* requests ended (access_req_loop), by outcome, and their bytes */
-    uint64_t ended[8], req_bytes, reply_bytes;
+    uint64_t ended[ALOG_NOUTCOMES], req_bytes, reply_bytes;
     uint64_t accepted;   /* client connections accepted */
     int64_t started_ms, started_wall_ms;
     uint64_t bad_transitions; /* state changes the tables do not allow (worker.c): a bug */

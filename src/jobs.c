@@ -19,9 +19,13 @@
 #define PREFIX ".qgate."
 #define PREFIX_LEN 7
 
-#define GWCMD_NAME(e, s) s,
-static const char *const cmd_names[] = {GWCMDS(GWCMD_NAME)};
-#undef GWCMD_NAME
+#define GWCMD_INFO(e, s, admin, yes) {s, admin, yes},
+static const struct {
+    const char *name;
+    uint8_t admin; /* for users marked admin only */
+    uint8_t yes;   /* answered 1b */
+} cmds[] = {GWCMDS(GWCMD_INFO)};
+#undef GWCMD_INFO
 
 int jobs_peek_command(const uint8_t *m, size_t len)
 {
@@ -77,28 +81,12 @@ int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size
     return kind;
 }
 
-int gwcmd_admin_only(int cmd)
-{
-    switch (cmd) {
-    case GWCMD_CLIENTS:
-    case GWCMD_RELOAD:
-    case GWCMD_DISCONNECT:
-    case GWCMD_KILL:
-    case GWCMD_PAUSE:
-    case GWCMD_RESUME:
-    case GWCMD_DISABLE:
-    case GWCMD_ENABLE:
-    case GWCMD_SHUTDOWN:
-        return 1;
-    default:
-        return 0; /* ping, stats, pools: anyone's */
-    }
-}
+int gwcmd_admin_only(int cmd) { return cmd > 0 && cmd < GWCMD_N && cmds[cmd].admin; }
 
 static enum gwcmd lookup(const char *name, size_t len)
 {
     for (int i = 1; i < GWCMD_N; i++)
-        if (strlen(cmd_names[i]) == len && !memcmp(cmd_names[i], name, len))
+        if (strlen(cmds[i].name) == len && !memcmp(cmds[i].name, name, len))
             return (enum gwcmd)i;
     return GWCMD_UNKNOWN;
 }
@@ -384,19 +372,13 @@ void job_encode_error(struct job *j) { encode(j, k_err(j->text)); }
 void job_encode_command(struct job *j)
 {
     K x = NULL;
-    switch (j->arg) {
-    case GWCMD_PING:
-    case GWCMD_RELOAD:
-    case GWCMD_DISCONNECT:
-    case GWCMD_KILL:
-    case GWCMD_PAUSE:
-    case GWCMD_RESUME:
-    case GWCMD_DISABLE:
-    case GWCMD_ENABLE:
-    case GWCMD_SHUTDOWN:
+    if (j->arg > 0 && j->arg < GWCMD_N && cmds[j->arg].yes) {
         if ((x = k_atom(-KT_BOOL)))
             x->g = 1;
-        break;
+        encode(j, x);
+        return;
+    }
+    switch (j->arg) {
     case GWCMD_STATS:
         x = stats_table(j->ctx);
         break;

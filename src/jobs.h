@@ -21,12 +21,14 @@ enum job_kind {
 /* A gateway command is short: longer messages that look like one are refused unread. */
 #define GWCMD_MAX_LEN 1024
 
-#define GWCMDS(X)                                                                          \
-    X(UNKNOWN, "") X(PING, "ping") X(STATS, "stats") X(CLIENTS, "clients") X(RELOAD, "reload") \
-    X(DISCONNECT, "disconnect") X(TOTALS, "totals")                                          \
-    X(POOLS, "pools") X(PAUSE, "pause") X(RESUME, "resume") X(DISABLE, "disable")           \
-    X(ENABLE, "enable") X(KILL, "kill") X(SHUTDOWN, "shutdown")
-#define GWCMD_ENUM(e, s) GWCMD_##e,
+/* X(NAME, "name", admin only, answered 1b) */
+#define GWCMDS(X)                                                                            \
+    X(UNKNOWN, "", 0, 0) X(PING, "ping", 0, 1) X(STATS, "stats", 0, 0) X(CLIENTS, "clients", 1, 0) \
+    X(RELOAD, "reload", 1, 1) X(DISCONNECT, "disconnect", 1, 1) X(TOTALS, "totals", 0, 0)       \
+    X(POOLS, "pools", 0, 0) X(PAUSE, "pause", 1, 1) X(RESUME, "resume", 1, 1)                  \
+    X(DISABLE, "disable", 1, 1) X(ENABLE, "enable", 1, 1) X(KILL, "kill", 1, 1)               \
+    X(SHUTDOWN, "shutdown", 1, 1)
+#define GWCMD_ENUM(e, s, admin, yes) GWCMD_##e,
 enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
 #undef GWCMD_ENUM
 

@@ -89,7 +89,6 @@ static void histogram(struct text *t, const char *name, const char *labels, cons
 
 static void render_totals(struct text *t, const struct metrics_snap *s)
 {
-    static const char *const outcomes[] = {"ok", "error", "gwerror", "gone", "closed"};
     char v[64];
     head(t, "qgate_build_info", "gauge", "qgate's version");
     tprintf(t, "qgate_build_info{version=\"%s\"} 1\n", label(s->version, v, sizeof v));
@@ -108,7 +107,7 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
          "requests ended, by outcome: ok, error (a q error), gwerror (the gateway's), gone (the client left first), "
          "closed (its connection was closed first)");
     for (int i = 0; i < ALOG_NOUTCOMES; i++)
-        tprintf(t, "qgate_requests_total{outcome=\"%s\"} %llu\n", outcomes[i], (unsigned long long)s->ended[i]);
+        tprintf(t, "qgate_requests_total{outcome=\"%s\"} %llu\n", alog_outcome_name(i), (unsigned long long)s->ended[i]);
     head(t, "qgate_refused_total", "counter", "connections and requests refused, by reason");
     for (int i = 0; i < s->nrefusals; i++)
         tprintf(t, "qgate_refused_total{reason=\"%s\"} %llu\n", s->refusal[i], (unsigned long long)s->refused[i]);
@@ -126,8 +125,6 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
 
 static void render_groups(struct text *t, const struct metrics_snap *s)
 {
-    static const char *const states[] = {"down", "resolving", "connecting", "handshake", "idle", "busy", "pinned",
-                                         "disabled"}; /* worker.h's WORKER_STATES, as .qgate.stats[] names them */
     const struct stats_snapshot *w = s->workers;
     char gl[160], wl[700];
     head(t, "qgate_group_queued", "gauge", "clients whose request waits for a worker of the group");
@@ -143,12 +140,12 @@ static void render_groups(struct text *t, const struct metrics_snap *s)
         tprintf(t, "qgate_group_paused{group=\"%s\"} %d\n", label(s->groups[i].name, gl, sizeof gl), s->groups[i].paused);
     head(t, "qgate_workers", "gauge", "workers of the group, by state");
     for (int i = 0; i < s->ngroups; i++)
-        for (size_t k = 0; k < sizeof states / sizeof states[0]; k++) {
+        for (int k = 0; k < s->nworker_states; k++) {
             int n = 0;
             for (int r = 0; w && r < w->n; r++)
-                n += !strcmp(w->rows[r].group, s->groups[i].name) && !strcmp(w->rows[r].state, states[k]);
+                n += !strcmp(w->rows[r].group, s->groups[i].name) && !strcmp(w->rows[r].state, s->worker_state[k]);
             tprintf(t, "qgate_workers{group=\"%s\",state=\"%s\"} %d\n", label(s->groups[i].name, gl, sizeof gl),
-                    states[k], n);
+                    s->worker_state[k], n);
         }
     head(t, "qgate_worker_requests_total", "counter", "requests the worker ran");
     for (int r = 0; w && r < w->n; r++)

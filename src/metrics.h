@@ -27,6 +27,8 @@ struct metrics_snap {
     int64_t uptime_ms, start_wall_ms;
     int nclient_states;
     char client_state[METRICS_MAX_STATES][16];   /* lower case */
+    int nworker_states;
+    char worker_state[METRICS_MAX_STATES][16];   /* lower case, as .qgate.stats[] shows them */
     int64_t clients[METRICS_MAX_STATES];
     uint64_t accepted, handshakes, query_timeouts, req_bytes, reply_bytes;
     uint64_t ended[ALOG_NOUTCOMES];

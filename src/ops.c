@@ -42,9 +42,7 @@ struct stats_snapshot *ops_stats_snapshot_loop(struct gw *g)
             struct stats_row *r = &s->rows[s->n++];
             snprintf(r->addr, sizeof r->addr, "%s", w->addr);
             snprintf(r->group, sizeof r->group, "%s", grp->cfg.name);
-            snprintf(r->state, sizeof r->state, "%s", worker_state_name(w->st));
-            for (char *p = r->state; *p; p++)
-                *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+            qg_copy_lower(r->state, sizeof r->state, worker_state_name(w->st));
             snprintf(r->transport, sizeof r->transport, "%s", worker_via_name(w->via));
             r->served = (int64_t)w->served;
             r->errors = (int64_t)w->errors;
@@ -89,11 +87,11 @@ struct metrics_snap *ops_snapshot_loop(struct gw *g)
     s->uptime_ms = g->loop.now_ms - g->started_ms;
     s->start_wall_ms = g->started_wall_ms;
     s->nclient_states = CS_CLOSING + 1;
-    for (int i = 0; i < s->nclient_states; i++) {
-        snprintf(s->client_state[i], sizeof s->client_state[i], "%s", client_state_name(i));
-        for (char *p = s->client_state[i]; *p; p++)
-            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-    }
+    for (int i = 0; i < s->nclient_states; i++)
+        qg_copy_lower(s->client_state[i], sizeof s->client_state[i], client_state_name(i));
+    s->nworker_states = WS_DISABLED + 1;
+    for (int i = 0; i < s->nworker_states; i++)
+        qg_copy_lower(s->worker_state[i], sizeof s->worker_state[i], worker_state_name(i));
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *c = g->tab[id];
         if (c && c->kind == CONN_CLIENT)

@@ -35,6 +35,16 @@ typedef enum {
 #endif
 
 /* Little-endian loads and stores; the wire's default order. */
+/* Copy src into dst (len bytes, cut and NUL-terminated), upper-case ASCII letters lowered. */
+static inline void qg_copy_lower(char *dst, size_t len, const char *src)
+{
+    size_t i = 0;
+    for (; len && i < len - 1 && src[i]; i++)
+        dst[i] = (char)(src[i] >= 'A' && src[i] <= 'Z' ? src[i] + 32 : src[i]);
+    if (len)
+        dst[i] = 0;
+}
+
 static inline uint16_t qg_ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static inline uint32_t qg_ld32(const uint8_t *p)
 {

@@ -75,6 +75,17 @@ static K syms_of_rows(const void *base, int n, size_t stride, size_t off)
     return x;
 }
 
+/* Every column of cols (n of them) made? Else cols is freed: 0. */
+static int cols_made(K cols, int n)
+{
+    for (int c = 0; c < n; c++)
+        if (!kK(cols)[c]) {
+            k_free(cols);
+            return 0;
+        }
+    return 1;
+}
+
 static K syms_of(const struct stats_snapshot *s, size_t off)
 {
     return syms_of_rows(s->rows, s->n, sizeof s->rows[0], off);
@@ -95,11 +106,8 @@ K stats_table(const struct stats_snapshot *s)
     for (int c = 3; c < NCOLS - 1; c++)
         kK(cols)[c] = k_vec(KT_LONG, s->n);
     kK(cols)[NCOLS - 1] = syms_of(s, offsetof(struct stats_row, transport));
-    for (int c = 0; c < NCOLS; c++)
-        if (!kK(cols)[c]) {
-            k_free(cols);
-            return NULL;
-        }
+    if (!cols_made(cols, NCOLS))
+        return NULL;
     for (int i = 0; i < s->n; i++) {
         const struct stats_row *r = &s->rows[i];
         kJ(kK(cols)[3])[i] = r->served;
@@ -127,11 +135,8 @@ K clients_table(const struct clients_snapshot *s)
     kK(cols)[4] = syms_of_rows(s->rows, s->n, sizeof s->rows[0], offsetof(struct client_row, state));
     kK(cols)[5] = k_vec(KT_LONG, s->n);
     kK(cols)[6] = k_vec(KT_LONG, s->n);
-    for (int c = 0; c < 7; c++)
-        if (!kK(cols)[c]) {
-            k_free(cols);
-            return NULL;
-        }
+    if (!cols_made(cols, 7))
+        return NULL;
     for (int i = 0; i < s->n; i++) {
         kJ(kK(cols)[0])[i] = s->rows[i].id;
         kJ(kK(cols)[5])[i] = s->rows[i].requests;
@@ -152,11 +157,8 @@ K pools_table(const struct pools_snapshot *s)
     kK(cols)[1] = k_vec(KT_BOOL, s->n);
     for (int c = 2; c < NCOLS; c++)
         kK(cols)[c] = k_vec(KT_LONG, s->n);
-    for (int c = 0; c < NCOLS; c++)
-        if (!kK(cols)[c]) {
-            k_free(cols);
-            return NULL;
-        }
+    if (!cols_made(cols, NCOLS))
+        return NULL;
     for (int i = 0; i < s->n; i++) {
         const struct pools_row *r = &s->rows[i];
         const int64_t v[] = {r->waiting, r->active, r->idle, r->down, r->disabled, r->maxwait_ms, r->served, r->errors};
