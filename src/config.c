@@ -102,8 +102,10 @@ const struct cfg_key cfg_keys[] = {
      "client users routed to this group (comma list); others use the first group without users"},
     {"group", "pool", CFG_ENUM, "request", 0, 0, W(pool_mode), pool_choices,
      "request (each request to any idle worker) or session (a client keeps one worker from its first request until it goes)"},
-    {"group", "pipeline", CFG_INT, "1", 1, 8, W(pipeline), NULL,
-     "requests a busy worker may hold: 1 = only the one it runs (a request waits for the first worker to free); 2..8 = while every worker is busy, more sync requests are sent behind the runs of those holding fewest (more throughput for small requests; a request may wait behind a slow one)"},
+    {"group", "pipeline", CFG_INT, "3", 1, 8, W(pipeline), NULL,
+     "requests a busy worker may hold: 1 = only the one it runs (a request waits for the first worker to free); 2..8 = while every worker is busy, a sync request may be sent behind the run of the one holding fewest, as pipeline_wait allows (more throughput for small requests)"},
+    {"group", "pipeline_wait", CFG_MS, "1", 0, KMAX, W(pipeline_wait), NULL,
+     "ms: a request is sent behind a busy worker's run only if what that worker runs and holds are queries learned to take, together, less than this (each query's slowest recent run), and its run has taken less so far; 0 = behind any run, learned or not (a request may wait behind a slow one)"},
     {"group", "reset_query", CFG_STR, "", 0, 1023, W(reset_query), NULL,
      "pool = session: q sent to the worker when its client goes, before another may have it; empty = none"},
 };
@@ -234,7 +236,11 @@ int config_set(struct config *c, int group, const char *key, const char *value, 
             snprintf(err, errlen, "unknown key '%s' in [group %s]", key, c->groups[group].name);
         return -1;
     }
-    return set_key(group < 0 ? (void *)c : (void *)&c->groups[group], k, value, err, errlen);
+    if (set_key(group < 0 ? (void *)c : (void *)&c->groups[group], k, value, err, errlen))
+        return -1;
+    if (group >= 0 && !strcmp(key, "pipeline"))
+        c->groups[group].pipeline_set = 1;
+    return 0;
 }
 
 static char *trim(char *s)
@@ -407,7 +413,7 @@ int config_validate(const struct config *c, char *err, size_t errlen)
                                   "async = broadcast does not apply", config_where(c, g, g->line, at, sizeof at), g->name);
             return -1;
         }
-        if (g->pool_mode == CFG_POOL_SESSION && g->pipeline > 1) {
+        if (g->pool_mode == CFG_POOL_SESSION && g->pipeline_set && g->pipeline > 1) {
             snprintf(err, errlen, "%sgroup %s: pool = session gives a client its own worker: pipeline does not apply",
                      config_where(c, g, g->line, at, sizeof at), g->name);
             return -1;

@@ -17,6 +17,8 @@ struct group_cfg {
     char users[1024];     /* client users routed to this group; empty = the default route */
     int pool_mode;        /* enum cfg_pool */
     int pipeline;         /* requests a worker may hold at once (1: only the one it runs) */
+    int pipeline_set;     /* pipeline was given (pool = session refuses it then, else ignores it) */
+    int64_t pipeline_wait; /* ms: hold only behind runs learned to end within it; 0 = any */
     char reset_query[1024]; /* pool = session: sent to a worker when its session ends; empty = none */
     int line;             /* of its [group] header in the file; 0 = made by --workers */
     int workers_line;     /* of its workers key; 0 = not in the file (--workers, or missing) */

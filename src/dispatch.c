@@ -110,7 +110,7 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
     }
     /* pipeline > 1, every worker busy: sync requests still waiting go behind the runs of the
      * workers holding the fewest */
-    for (struct conn *c = grp->cfg.pipeline > 1 && !connq_first(&grp->idle) ? connq_first(&grp->queue) : NULL, *n; c;
+    for (struct conn *c = group_pipelines(grp) && !connq_first(&grp->idle) ? connq_first(&grp->queue) : NULL, *n; c;
          c = n) {
         n = connq_next(c);
         if (g->front->ready(g, c) == WAIT_WORKER && g->back->follow(g, grp, c) < 0)

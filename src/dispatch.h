@@ -20,6 +20,14 @@ struct fanout;
 
 TAILQ_HEAD(workerlist, worker);
 
+/* What pipeline.c has learned of a query: the slowest of its recent runs (decaying). A cache
+ * indexed by the key's low bits: a newer query takes an older one's slot. */
+#define PIPELINE_LEARNED 1024
+struct learned {
+    uint64_t key;
+    uint32_t worst_us;
+};
+
 struct group {
     struct group_cfg cfg;
     int index;
@@ -32,7 +40,15 @@ struct group {
     int nup;             /* workers up (IDLE, BUSY or PINNED) */
     uint8_t unavailable; /* none up and the last attempt to connect one failed */
     uint8_t paused;      /* .qgate.pause[] (control.c): runs what its workers owe, starts nothing new */
+    uint64_t pipelined;  /* requests sent behind another's run (pipeline.c) */
+    struct learned learned[PIPELINE_LEARNED];
 };
+
+/* Does grp send requests behind busy workers' runs (pipeline > 1; never in a session pool)? */
+static inline int group_pipelines(const struct group *grp)
+{
+    return grp->cfg.pipeline > 1 && grp->cfg.pool_mode != CFG_POOL_SESSION;
+}
 
 /* What dispatch may start for a queued client (frontend ops ready). */
 enum { WAIT_NOT_NOW = 0, WAIT_WORKER = 1, WAIT_BROADCAST = 2 };

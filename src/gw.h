@@ -54,6 +54,10 @@ struct gw_hooks {
                                                    * client's message given to worker w: sent
                                                    * to it, or (a broadcast, a fan-out part)
                                                    * queued on it */
+    uint64_t (*query_key)(void *ctx, const uint8_t *msg, size_t len); /* what names a request's
+                                                   * query for pipeline_wait's learning (msg:
+                                                   * the whole message); NULL = a hash of its
+                                                   * bytes (pipeline_key) */
     int manual_pools;                             /* pools without threads (pool_run_one) */
 };
 

@@ -138,6 +138,11 @@ static void render_groups(struct text *t, const struct metrics_snap *s)
     head(t, "qgate_group_paused", "gauge", "1 while the group is paused (.qgate.pause[])");
     for (int i = 0; i < s->ngroups; i++)
         tprintf(t, "qgate_group_paused{group=\"%s\"} %d\n", label(s->groups[i].name, gl, sizeof gl), s->groups[i].paused);
+    head(t, "qgate_group_pipelined_total", "counter",
+         "requests sent to a busy worker behind the run of another (pipeline, pipeline_wait)");
+    for (int i = 0; i < s->ngroups; i++)
+        tprintf(t, "qgate_group_pipelined_total{group=\"%s\"} %llu\n", label(s->groups[i].name, gl, sizeof gl),
+                (unsigned long long)s->groups[i].pipelined);
     head(t, "qgate_workers", "gauge", "workers of the group, by state");
     for (int i = 0; i < s->ngroups; i++)
         for (int k = 0; k < s->nworker_states; k++) {
@@ -242,6 +247,10 @@ K metrics_totals(const struct metrics_snap *s)
     KV("request_bytes", s->req_bytes);
     KV("reply_bytes", s->reply_bytes);
     KV("query_timeouts", s->query_timeouts);
+    uint64_t pipelined = 0;
+    for (int i = 0; i < s->ngroups; i++)
+        pipelined += s->groups[i].pipelined;
+    KV("pipelined", pipelined);
     uint64_t refused = 0;
     for (int i = 0; i < s->nrefusals; i++)
         refused += s->refused[i];

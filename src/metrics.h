@@ -20,6 +20,7 @@ struct metrics_group {
     int64_t queued;       /* clients whose head request waits for a worker */
     int64_t maxwait_ms;   /* the longest any of them has waited */
     int paused;           /* .qgate.pause[] */
+    uint64_t pipelined;   /* requests sent behind another's run */
 };
 
 struct metrics_snap {

@@ -63,6 +63,7 @@ static void snap_groups(struct gw *g, struct metrics_snap *s)
         struct metrics_group *m = &s->groups[s->ngroups++];
         snprintf(m->name, sizeof m->name, "%s", grp->cfg.name);
         m->paused = grp->paused;
+        m->pipelined = grp->pipelined;
         m->queued = grp->queue.n + grp->held.n; /* held: by a pause, a session's or a .qgate.all's */
         const struct connq *qs[2] = {&grp->queue, &grp->held};
         for (int k = 0; k < 2; k++) {

@@ -61,6 +61,7 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
     struct req *r = client_head(c);
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     if (r->type == KIPC_SYNC) {
+        w->run_key = pipeline_key(g, w->grp, r);
         relay_send_request_loop(g, w, c, r);
         w->run = RUN_REQUEST;
         return 0;
@@ -81,6 +82,7 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
     if (!c && fanout_run_owed_loop(g, w)) /* a .qgate.all's part, its broadcasts sent */
         return;
     w->cl = NULL;
+    w->run_key = 0;
     worker_set_state_loop(g, w, WS_BUSY); /* before the broadcasts: releasing one must not start here */
     int swallow = broadcast_send_loop(g, w);
     w->run = RUN_BROADCASTS;
@@ -147,6 +149,8 @@ static void request_done(struct gw *g, struct worker *w)
     struct client *c = w->cl;
     if (w->run == RUN_REQUEST) {
         hist_add(&w->lat, (uint64_t)(g->loop.now_us - w->t_start_us));
+        pipeline_learn_loop(w->grp, w->run_key, g->loop.now_us - w->t_start_us);
+        w->run_key = 0;
         w->served++;
         w->errors += w->is_error;
         if (c)

@@ -2,6 +2,6 @@
 #ifndef VERSION_H
 #define VERSION_H
 
-#define QG_VERSION "0.11.0"
+#define QG_VERSION "0.12.0"
 
 #endif

@@ -96,6 +96,7 @@ struct follower {
     struct client *cl;
     uint32_t id, gen; /* its client's, kept when cl goes: what the run publishes is that client's */
     uint64_t seq;
+    uint64_t key;     /* its query's (pipeline_key) */
 };
 
 /* How a worker is reached. */
@@ -128,6 +129,7 @@ struct worker {
     char addr[300];
     const char *iname;   /* addr, interned: for the access log's records, which outlive it */
     uint64_t reply_len;  /* of the reply being relayed */
+    uint64_t run_key;    /* the sync request it runs: its query's pipeline_key, 0 = none to learn */
     char etext[80];      /* the start of its text, when it is a q error */
     struct net_addrs na; /* over TCP, its Unix socket, or both (that first) */
     char uds_why[96];    /* why its Unix socket was passed over for TCP last, for the log */
@@ -206,6 +208,13 @@ void relay_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
 int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c);
 /* w's run has ended with requests held behind it: the first is its run now. */
 void pipeline_next_loop(struct gw *g, struct worker *w);
+/* r's query, to learn how long it runs (a hash of its bytes): 0 when grp does not learn, or r
+ * is too long to. Before r is sent (its bytes go with it). */
+uint64_t pipeline_key(const struct gw *g, const struct group *grp, const struct req *r);
+/* A run of key's query took us (request_done). */
+void pipeline_learn_loop(struct group *grp, uint64_t key, int64_t us);
+/* The slowest recent run of key's query, in us; -1: not learned. */
+int64_t pipeline_learned_us(const struct group *grp, uint64_t key);
 
 /* ---- broadcast.c ------------------------------------------------------------------------ */
 /* Queue broadcast message r of client c on every worker of grp that is up; how many. */

@@ -2,8 +2,10 @@
 # pipeline = N: while every worker is busy, sync requests go behind the runs of the workers
 # holding fewest, up to N on a worker. Each reply still reaches its own client, in order; a
 # worker lost takes the requests it held with it, each client told; a held client that goes
-# has its reply drained; pool = session refuses it; the default (1) keeps a request waiting
-# for the first worker to free.
+# has its reply drained; pool = session refuses it. The first cases use pipeline_wait = 0
+# (behind any run); the last ones the learning pipeline_wait > 0 does: a request goes behind a
+# run only of a query learned fast, never behind one not seen before, one learned slow, or a
+# run that has already taken pipeline_wait.
 . "$(dirname "$0")/lib.sh"
 
 start_worker W1 --rows 1000
@@ -13,6 +15,7 @@ conf() { # conf FILE PIPELINE [GROUPKEY=VALUE...]
     shift 2
     { printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\npipeline = %s\n' \
         "$W1_PORT" "$W2_PORT" "$n"
+      case " $* " in *" pipeline_wait="*) ;; *) echo "pipeline_wait = 0" ;; esac
       for kv in "$@"; do echo "${kv%%=*} = ${kv#*=}"; done; } > "$f"
 }
 # worker_of TAG: the name (W1 or W2) of the worker whose log shows "TAG"
@@ -86,7 +89,7 @@ expect_lines "$TMP/$stag.out" "^\"$stag\"\$" 1
 pass "a worker lost with a request held behind its run: both its clients get 'qgate: worker ... lost; the other worker's client its reply"
 
 # --- a held client that goes before its turn: its reply is drained, the next one served -----
-printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 3\n' "${!sport}" > "$TMP/one.conf"
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 3\npipeline_wait = 0\n' "${!sport}" > "$TMP/one.conf"
 start_gateway O -c "$TMP/one.conf" --loglevel debug
 wait_line "$TMP/O.log" "connected \(capability"
 G="127.0.0.1:$O_PORT"
@@ -106,3 +109,91 @@ expect_lines "$TMP/g1.out" '^"g1"$' 1
 expect_lines "$TMP/g3.out" '^"g3"$' 1
 wait_line "$TMP/O.log" "c[0-9]+ 127.0.0.1:[0-9]+: closed: client closed the connection" 10 # its reply drained, it goes
 pass "a held client that closes: its reply is drained when it comes, and the request held after it is answered"
+
+# --- the default: pipeline 3, pipeline_wait 1 ms; a session group is not pipelined, and says so -
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n' "${!sport}" > "$TMP/sess.conf"
+"$BIN/qgate" --check -c "$TMP/sess.conf" > /dev/null 2>&1 || fail "--check refused pool = session with the default pipeline"
+"$BIN/qgate" --print-config | grep -qx "pipeline = 3" || fail "the default pipeline is not 3"
+"$BIN/qgate" --print-config | grep -qx "pipeline_wait = 1" || fail "the default pipeline_wait is not 1 (ms)"
+pass "defaults: pipeline 3, pipeline_wait 1 ms; pool = session takes them, and does not pipeline"
+
+# --- pipeline_wait > 0: a request goes only behind a run of a query learned fast -------------
+start_worker W3 --rows 1000
+start_worker W4 --rows 1000
+lconf() { # lconf NAME PIPELINE_WAIT: a gateway over W3 and W4, pipeline 2
+    printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\npipeline = 2\npipeline_wait = %s\n' \
+        "$W3_PORT" "$W4_PORT" "$2" > "$TMP/$1.conf"
+    start_gateway "$1" -c "$TMP/$1.conf" --loglevel debug
+    wait_count "$TMP/$1.log" "connected \(capability" 2
+}
+# holding N TAG: N requests "hold TAG" (so far, in all) have reached W3 and W4
+holding() { wait_for 10 "$1 'hold $2' on W3 and W4" eval "[ \$(cat '$TMP/W3.log' '$TMP/W4.log' | grep -c 'hold $2\$') -ge $1 ]"; }
+# waiting N: .qgate.pools[] says N requests wait in the queue (none held behind a run)
+waiting() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.pools[]" | grep -qE "^table.* \\| ,\`main \\| ,0b \\| ,$1 \\| "; }
+# pipelined: .qgate.totals[] pipelined
+pipelined() {
+    timeout 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
+        awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == "pipelined") print v[i - 1] }'
+}
+learn() { # learn TAG: one run of "hold TAG", ended at once
+    "$BIN/qsend" -g "$G" "hold $1" > "$TMP/learn.out" & local p=$!
+    holding "$2" "$1"
+    release "$1" "$W3_PORT" "$W4_PORT"
+    wait "$p"
+    expect_lines "$TMP/learn.out" "^\"$1\"\$" 1
+}
+
+lconf L 60000
+G="127.0.0.1:$L_PORT"
+# a query never seen: nothing goes behind it
+"$BIN/qsend" -g "$G" "hold n1" > "$TMP/n1.out" & p1=$!
+"$BIN/qsend" -g "$G" "hold n2" > "$TMP/n2.out" & p2=$!
+holding 1 n1; holding 1 n2
+"$BIN/qsend" -g "$G" "echo e1" > "$TMP/e1.out" & p3=$!
+wait_for 10 "echo e1 waiting in the queue" waiting 1
+[ "$(pipelined)" = 0 ] || fail "a request was sent behind runs of queries never seen"
+release n1 "$W3_PORT" "$W4_PORT"
+wait "$p1" "$p3"
+expect_lines "$TMP/e1.out" '^"e1"$' 1
+release n2 "$W3_PORT" "$W4_PORT"
+wait "$p2"
+pass "pipeline_wait: a request waits in the queue, not behind runs of queries never seen"
+
+# a query learned fast (its run under pipeline_wait): the next request goes behind it
+learn f 1
+"$BIN/qsend" -g "$G" "hold f" > "$TMP/f1.out" & p1=$!
+"$BIN/qsend" -g "$G" "hold f" > "$TMP/f2.out" & p2=$!
+holding 3 f
+"$BIN/qsend" -g "$G" "echo e2" > "$TMP/e2.out" & p3=$!
+wait_line "$TMP/L.log" "holding sync request [0-9]+ of c[0-9]+ .* behind 1" 10
+[ "$(pipelined)" = 1 ] || fail ".qgate.totals[] pipelined is $(pipelined), not 1"
+grep -q "echo e2" "$TMP/W3.log" "$TMP/W4.log" && fail "the held request ran before the run it is behind ended"
+release f "$W3_PORT" "$W4_PORT"
+wait "$p1" "$p2" "$p3"
+expect_lines "$TMP/e2.out" '^"e2"$' 1
+expect_lines "$TMP/f1.out" '^"f"$' 1
+expect_lines "$TMP/f2.out" '^"f"$' 1
+pass "pipeline_wait: a request goes behind the run of a query learned fast, and is answered in turn"
+
+# a query learned slow (a run of 1.2 s against pipeline_wait 1 s), and a run that has already
+# taken pipeline_wait (a query learned fast, running 1.2 s): nothing goes behind either
+lconf S2 1000
+G="127.0.0.1:$S2_PORT"
+"$BIN/qsend" -g "$G" "hold s" > "$TMP/learn.out" & p1=$!
+holding 1 s
+sleep 1.2 # a lower bound on the run's time: it is learned as slower than pipeline_wait
+release s "$W3_PORT" "$W4_PORT"
+wait "$p1"
+learn q 1
+"$BIN/qsend" -g "$G" "hold s" > "$TMP/s1.out" & p1=$!
+"$BIN/qsend" -g "$G" "hold q" > "$TMP/q1.out" & p2=$!
+holding 2 s; holding 2 q
+sleep 1.2 # the run of q has taken more than pipeline_wait by now
+"$BIN/qsend" -g "$G" "echo e3" > "$TMP/e3.out" & p3=$!
+wait_for 10 "echo e3 waiting in the queue" waiting 1
+[ "$(pipelined)" = 0 ] || fail "a request was sent behind a query learned slow, or a run longer than pipeline_wait"
+release s "$W3_PORT" "$W4_PORT"
+release q "$W3_PORT" "$W4_PORT"
+wait "$p1" "$p2" "$p3"
+expect_lines "$TMP/e3.out" '^"e3"$' 1
+pass "pipeline_wait: nothing goes behind a query learned slower than it, or a run that has taken it already"

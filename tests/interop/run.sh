@@ -30,6 +30,14 @@ wait_count "$TMP/SE.log" "connected \(capability" 2
 expect_file_has "$TMP/SE.log" "session: given to c1 "
 expect_file_has "$TMP/SE.log" "session: given to c2 "
 
+# pipelining: 16 node-q connections, 2 workers, each connection's query learned fast (a
+# pipeline_wait no run here nears, so that it is learned fast whatever the machine's load)
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\npipeline = 3\npipeline_wait = 1000\n' \
+    "$S1_PORT" "$S2_PORT" > "$TMP/pipe.conf"
+start_gateway PL -c "$TMP/pipe.conf"
+wait_count "$TMP/PL.log" "connected \(capability" 2
+(cd tests/interop && timeout 120 node pipeline.js "$PL_PORT" 16 200) || fail "node-q pipeline"
+
 # per-query routing and fan-out: (`.qgate.on; `group; query), (`.qgate.all; `group; query) from node-q
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n[group hdb]\nworkers = 127.0.0.1:%s\n[group both]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
     "$S1_PORT" "$S2_PORT" "$S1_PORT" "$S2_PORT" > "$TMP/route.conf"

@@ -223,6 +223,7 @@ struct sim {
     int bc_group;
     int session;         /* group main has pool = session */
     int pipeline;        /* pool = request: each group's pipeline (1: a worker holds one request) */
+    int pipeline_wait;   /* its pipeline_wait (ms; 0: behind any run) */
     VEC(int) sess_wid;   /* per cid (session): the worker that ran its first message, or -1 */
     VEC(int) fan_given_up; /* per cid: a .qgate.all of it was given up: its parts may run late,
                             * after the client itself is forgotten */
@@ -394,6 +395,22 @@ static struct fworker *worker_of_addr(const char *addr);
 
 /* A client's message given to a worker: never to one of a paused group, never to a disabled
  * one (but the next of a session it had before). */
+/* pipeline_wait's name for a query: its op and argument ("q CID SEQ OP ARG"), so that the
+ * requests of every client are learned together, as the same query text is in a real world. */
+static uint64_t hook_query_key(void *ctx, const uint8_t *msg, size_t len)
+{
+    (void)ctx;
+    int cid, seq, op, arg;
+    char t[96];
+    if (len < 14 || len - 14 >= sizeof t || msg[8] != KT_CHAR)
+        return 0;
+    memcpy(t, msg + 14, len - 14);
+    t[len - 14] = 0;
+    if (sscanf(t, "q %d %d %d %d", &cid, &seq, &op, &arg) != 4)
+        return 0;
+    return 1 + (uint64_t)op * 100000 + (uint64_t)arg;
+}
+
 static void hook_dispatched(void *ctx, const struct conn *wc, uint32_t id, uint32_t gen, uint64_t seq)
 {
     (void)ctx;
@@ -1550,12 +1567,16 @@ static void check_gateway(void)
             if (w->cl && !conn_live(g, &w->cl->c))
                 fail("%s runs a request of a freed client", w->c.name);
             S->res->held += w->nfol;
+            S->res->held_learned += S->pipeline_wait ? w->nfol : 0;
             for (int f = 0; f < w->nfol; f++) {
                 if (w->fol[f].cl && (!conn_live(g, &w->fol[f].cl->c) || w->fol[f].cl->w != w))
                     fail("%s holds a request of a client freed or not pointing at it", w->c.name);
                 if (w->st != WS_BUSY || w->nfol >= S->pipeline)
                     fail("%s (%s) holds %d requests behind its run, pipeline %d", w->c.name, worker_state_name(w->st),
                          w->nfol, S->pipeline);
+                if (S->pipeline_wait && (!w->run_key || (!w->fol[f].key && f + 1 < w->nfol)))
+                    fail("%s holds a request behind one whose query cannot be learned (pipeline_wait %d)", w->c.name,
+                         S->pipeline_wait);
             }
             if (w->st != WS_IDLE && w->st != WS_BUSY && (!STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->bsent)))
                 fail("%s is %s with broadcasts queued on it", w->c.name, worker_state_name(w->st));
@@ -1662,7 +1683,7 @@ static void write_config(void)
         if (S->session && gi != S->bc_group)
             fprintf(f, "pool = session\n");
         else
-            fprintf(f, "pipeline = %d\n", S->pipeline);
+            fprintf(f, "pipeline = %d\npipeline_wait = %d\n", S->pipeline, S->pipeline_wait);
         if (gi == S->bc_group)
             fprintf(f, "users = bob,bea\n");
         fprintf(f, "workers = ");
@@ -2233,6 +2254,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     S->alog = chance(40);
     S->session = chance(30);
     S->pipeline = chance(40) ? 2 + rnd(3) : 1;
+    S->pipeline_wait = chance(40) ? 0 : chance(50) ? 1 + rnd(30) : 100 + rnd(3000);
     if (S->session && !cfg->queue_timeout) /* a client waiting for a session's worker may wait for ever */
         cfg->queue_timeout = 50 + rnd(2000);
     S->nw = S->ngroups + rnd(4); /* every group has one at least */
@@ -2250,7 +2272,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     if (config_build(cfg, S->conf_path, NULL, err, sizeof err))
         fail("the simulation's configuration was refused: %s", err);
     struct gw_hooks hooks = {.now_us = hook_now, .connect = hook_connect, .lost = hook_lost, .closed = hook_closed, .unread = hook_unread,
-                             .dispatched = hook_dispatched, .manual_pools = 1};
+                             .dispatched = hook_dispatched, .query_key = hook_query_key, .manual_pools = 1};
     if (gw_init(&S->g, cfg, S->conf_path, NULL, &hooks))
         fail("gw_init failed");
     free(cfg);

@@ -722,11 +722,15 @@ static void test_validate(void **state)
     c->groups[0].async_mode = CFG_ASYNC_BROADCAST;
     expect_invalid(c, "pool = session sends a client's messages to its one worker");
 
-    good_config(c); /* pipeline: any pool = request group; not a session one */
+    good_config(c); /* pipeline: any pool = request group; not a session one, when given */
     c->groups[0].pipeline = 8;
     assert_int_equal(config_validate(c, err, sizeof err), 0);
     c->groups[0].pool_mode = CFG_POOL_SESSION;
+    assert_int_equal(config_validate(c, err, sizeof err), 0); /* the default's: not given */
+    c->groups[0].pipeline_set = 1;
     expect_invalid(c, "pool = session gives a client its own worker: pipeline does not apply");
+    c->groups[0].pipeline = 1; /* given as 1: nothing to refuse */
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
 
     good_config(c);
     c->reconnect_min = c->reconnect_max + 1;
