@@ -26,6 +26,7 @@ TAILQ_HEAD(workerlist, worker);
 struct learned {
     uint64_t key;
     uint32_t worst_us;
+    uint8_t calls_back;  /* it called its client back once: never learned fast */
 };
 
 struct group {

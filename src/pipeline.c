@@ -4,7 +4,7 @@
  * pipeline_wait bounds the wait that buys: a request goes behind a run only when what the worker
  * runs and holds are queries learned to end, together, within it (struct learned: each query's
  * slowest recent run, by a hash of its bytes). A query never seen, or once slow, runs alone
- * until it has shown itself fast. What a loss, a client gone and a callback do with the held
+ * until it has shown itself fast; one that has called its client back, for good. What a loss, a client gone and a callback do with the held
  * ones is relay.c's. */
 #include <string.h>
 
@@ -50,7 +50,17 @@ void pipeline_learn_loop(struct group *grp, uint64_t key, int64_t us)
 int64_t pipeline_learned_us(const struct group *grp, uint64_t key)
 {
     const struct learned *e = &grp->learned[key & (PIPELINE_LEARNED - 1)];
-    return key && e->key == key ? (int64_t)e->worst_us : -1;
+    return key && e->key == key && !e->calls_back ? (int64_t)e->worst_us : -1;
+}
+
+void pipeline_calls_back_loop(struct group *grp, uint64_t key)
+{
+    if (!key)
+        return;
+    struct learned *e = &grp->learned[key & (PIPELINE_LEARNED - 1)];
+    if (e->key != key)
+        *e = (struct learned){.key = key};
+    e->calls_back = 1;
 }
 
 /* May a request wait behind what w runs and holds? Yes with no pipeline_wait; else only when all

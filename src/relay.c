@@ -348,6 +348,8 @@ static int route_async(struct gw *g, struct worker *w)
 static int route_callback(struct gw *g, struct worker *w)
 {
     struct client *c = w->cl;
+    if (w->run == RUN_REQUEST)
+        pipeline_calls_back_loop(w->grp, w->run_key); /* nothing goes behind this query again */
     if (w->nfol) { /* its answer would queue behind the requests held on the worker: none can come */
         conn_close_loop(g, &w->c, "it called back its client while requests were held behind its run "
                                   "(pipeline > 1 is for workers that do not call back)");

@@ -213,7 +213,9 @@ void pipeline_next_loop(struct gw *g, struct worker *w);
 uint64_t pipeline_key(const struct gw *g, const struct group *grp, const struct req *r);
 /* A run of key's query took us (request_done). */
 void pipeline_learn_loop(struct group *grp, uint64_t key, int64_t us);
-/* The slowest recent run of key's query, in us; -1: not learned. */
+/* key's query called its client back: nothing is sent behind it again (while it keeps its slot). */
+void pipeline_calls_back_loop(struct group *grp, uint64_t key);
+/* The slowest recent run of key's query, in us; -1: not learned, or it calls back. */
 int64_t pipeline_learned_us(const struct group *grp, uint64_t key);
 
 /* ---- broadcast.c ------------------------------------------------------------------------ */

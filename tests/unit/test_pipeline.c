@@ -1,7 +1,7 @@
 /* test_pipeline.c: what pipeline_wait learns of a query: its key (the same bytes, the same
  * key; none to learn when the group does not learn, or the body is over 4 KiB), the slowest of
- * its recent runs (a slow run forgotten over fast ones), and a newer query taking an older
- * one's slot. */
+ * its recent runs (a slow run forgotten over fast ones), a query that calls back never
+ * learned fast, and a newer query taking an older one's slot. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -111,6 +111,14 @@ static void test_learn(void **state)
     pipeline_learn_loop(grp, k2, 70);
     assert_int_equal(pipeline_learned_us(grp, k2), 70);
     assert_int_equal(pipeline_learned_us(grp, k), -1);
+    /* a query that called back is never learned fast again, however fast its runs */
+    pipeline_learn_loop(grp, k2, 70);
+    pipeline_calls_back_loop(grp, k2);
+    assert_int_equal(pipeline_learned_us(grp, k2), -1);
+    for (int i = 0; i < 100; i++)
+        pipeline_learn_loop(grp, k2, 10);
+    assert_int_equal(pipeline_learned_us(grp, k2), -1);
+    pipeline_calls_back_loop(grp, 0); /* no key: nothing */
     /* times out of range are held in range */
     pipeline_learn_loop(grp, k, -5);
     assert_int_equal(pipeline_learned_us(grp, k), 0);
