@@ -3,9 +3,10 @@
  * fol[]); q runs them in order, so each reply is its own client's as the run before it ends.
  * pipeline_wait bounds the wait that buys: a request goes behind a run only when what the worker
  * runs and holds are queries learned to end, together, within it (struct learned: each query's
- * slowest recent run, by a hash of its bytes). A query never seen, or once slow, runs alone
- * until it has shown itself fast; one that has called its client back, for good. What a loss, a client gone and a callback do with the held
- * ones is relay.c's. */
+ * slowest recent run, by a hash of its bytes). A query never seen, once slow, timed out or
+ * lost with its worker runs alone until it has shown itself fast again; one that has called its
+ * client back, for good. What a loss, a client gone and a callback do with the held ones is
+ * relay.c's and lost.c's. */
 #include <string.h>
 
 #include "worker.h"

@@ -197,3 +197,25 @@ release q "$W3_PORT" "$W4_PORT"
 wait "$p1" "$p2" "$p3"
 expect_lines "$TMP/e3.out" '^"e3"$' 1
 pass "pipeline_wait: nothing goes behind a query learned slower than it, or a run that has taken it already"
+
+# a query learned fast whose run then timed out (query_timeout): learned slow, nothing goes
+# behind it until it has shown itself fast again
+printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1500\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\npipeline = 2\npipeline_wait = 60000\n' \
+    "$W3_PORT" "$W4_PORT" > "$TMP/T.conf"
+start_gateway T -c "$TMP/T.conf" --loglevel debug
+wait_count "$TMP/T.log" "connected \(capability" 2
+G="127.0.0.1:$T_PORT"
+learn t 1
+timeout 20 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t1.out" 2>&1 || true
+expect_lines "$TMP/t1.out" "^'qgate: timeout \\(127.0.0.1:[0-9]+ sent nothing for 1500 ms\\)\$" 1
+wait_count "$TMP/T.log" "connected \(capability" 3
+"$BIN/qsend" -g "$G" "hold t" > "$TMP/t2.out" & p1=$!
+"$BIN/qsend" -g "$G" "hold t" > "$TMP/t3.out" & p2=$!
+holding 4 t
+"$BIN/qsend" -g "$G" "echo e4" > "$TMP/e4.out" & p3=$!
+wait_for 10 "echo e4 waiting in the queue" waiting 1
+[ "$(pipelined)" = 0 ] || fail "a request was sent behind a query whose last run timed out"
+release t "$W3_PORT" "$W4_PORT"
+wait "$p1" "$p2" "$p3"
+expect_lines "$TMP/e4.out" '^"e4"$' 1
+pass "pipeline_wait: a query whose run timed out is learned slow: nothing goes behind it"
