@@ -82,6 +82,7 @@ static struct {
     long requests, ok, qerrors, closed, lost, corrupted;
     /* replies that answer nothing of ours */
     long duplicated, misrouted;
+    long cycle;           /* --cycle N: each connection repeats N requests (ids seq % N) */
     long refused, hs_rejected, open_timeouts, reconnects, ignored_msgs, anomalies;
     uint64_t bytes_in;
     struct errtext errs[MAX_ERRTEXTS];
@@ -101,7 +102,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: qsoak -g host:port [-c CONNS] [--seconds S] [--pid GATEWAY_PID] [--csv FILE]\n"
-            "             [--seed N]\n"
+            "             [--seed N] [--cycle N]\n"
             "  soak client: CONNS (default 64) connections, one thread, epoll. Each loops: a sync\n"
             "  char vector \"echo ID|PAD\" (ID c<conn>-<seq>; PAD random: 70%% 0-100 bytes, 25%%\n"
             "  1-64 KiB, 5%% 1-4 MiB), then waits for the reply, which must be \"ID|PAD\".\n"
@@ -118,7 +119,10 @@ static void usage(void)
             "      fds_min=.. fds_max=.. fds_last=..\n"
             "  (na without --pid; warmup is min(60 s, 20%% of the run)). Exit 0 if lost,\n"
             "  duplicated and misrouted are 0 and at least one reply was ok; 1 otherwise;\n"
-            "  2 on bad usage. SIGINT ends the run early (a second one ends the drain).\n");
+            "  2 on bad usage. SIGINT ends the run early (a second one ends the drain).\n"
+            "  --cycle N: connection c sends the same N requests over and over (ID c<conn>-<seq\n"
+            "  mod N>, PAD drawn from conn and seq mod N), as q users repeat their queries, so a\n"
+            "  gateway can learn them; a reply of another of the N counts duplicated.\n");
     exit(2);
 }
 
@@ -300,8 +304,14 @@ static void write_request(struct conn *c, int64_t now)
 static void send_next(struct conn *c, int64_t now)
 {
     char id[48];
-    int idn = snprintf(id, sizeof id, "c%ld-%" PRIu64 "|", (long)(c - G.conns), c->seq);
-    size_t pad = draw_pad(&c->rng);
+    uint64_t idseq = G.cycle ? c->seq % (uint64_t)G.cycle : c->seq, prng = c->rng;
+    int idn = snprintf(id, sizeof id, "c%ld-%" PRIu64 "|", (long)(c - G.conns), idseq);
+    uint64_t *rs = &c->rng;
+    if (G.cycle) { /* the same pad each time round: from the connection and idseq */
+        prng = ((uint64_t)(c - G.conns) + 1) * 0x9e3779b97f4a7c15ULL ^ (idseq + 1) * 0x100000001b3ULL;
+        rs = &prng;
+    }
+    size_t pad = draw_pad(rs);
     size_t text = 5 + (size_t)idn + pad; /* "echo " ID "|" PAD */
     size_t total = 8 + 6 + text;
     if (total > c->req_cap) {
@@ -319,7 +329,7 @@ static void send_next(struct conn *c, int64_t now)
     qg_st32(c->req + 10, (uint32_t)text);
     memcpy(c->req + 14, "echo ", 5);
     memcpy(c->req + REQ_PREFIX, id, (size_t)idn);
-    fill_pad(&c->rng, c->req + REQ_PREFIX + idn, pad);
+    fill_pad(rs, c->req + REQ_PREFIX + idn, pad);
     c->req_len = total;
     c->io.off = 0;
     c->cur = c->seq++;
@@ -375,14 +385,14 @@ static void classify(struct conn *c, const uint8_t *body, size_t n, int le, int6
         long cn;
         uint64_t sq;
         if (parse_id(t, tn, &cn, &sq) && cn == (long)(c - G.conns)) {
-            if (sq == c->cur) { /* our id, another body: corrupted */
+            if (sq == (G.cycle ? c->cur % (uint64_t)G.cycle : c->cur)) { /* our id, another body: corrupted */
                 G.misrouted++;
                 G.corrupted++;
                 anomaly(c, "misrouted (right id, body differs)", body, n);
                 finish(c, now);
                 return;
             }
-            if (sq < c->seq && is_done(c, sq)) {
+            if (G.cycle ? sq < (uint64_t)G.cycle : sq < c->seq && is_done(c, sq)) {
                 G.duplicated++;
                 anomaly(c, "duplicated (already answered id)", body, n);
                 return;
@@ -699,6 +709,9 @@ int main(int argc, char **argv)
             csv_path = argv[++i];
         else if (!strcmp(a, "--seed") && more) {
             if (arg_long(argv[++i], &seed))
+                usage();
+        } else if (!strcmp(a, "--cycle") && more) {
+            if (arg_long(argv[++i], &G.cycle) || G.cycle < 1 || G.cycle > 1000000)
                 usage();
         } else
             usage();
