@@ -135,7 +135,7 @@ pipelined() {
     timeout 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
         awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == "pipelined") print v[i - 1] }'
 }
-learn() { # learn TAG: one run of "hold TAG", ended at once
+learn() { # learn TAG N: one run of "hold TAG" (its Nth on W3 and W4), ended at once
     "$BIN/qsend" -g "$G" "hold $1" > "$TMP/learn.out" & local p=$!
     holding "$2" "$1"
     release "$1" "$W3_PORT" "$W4_PORT"
@@ -200,14 +200,14 @@ pass "pipeline_wait: nothing goes behind a query learned slower than it, or a ru
 
 # a query learned fast whose run then timed out (query_timeout): learned slow, nothing goes
 # behind it until it has shown itself fast again
-printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1500\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\npipeline = 2\npipeline_wait = 60000\n' \
+printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 3000\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\npipeline = 2\npipeline_wait = 60000\n' \
     "$W3_PORT" "$W4_PORT" > "$TMP/T.conf"
 start_gateway T -c "$TMP/T.conf" --loglevel debug
 wait_count "$TMP/T.log" "connected \(capability" 2
 G="127.0.0.1:$T_PORT"
 learn t 1
 timeout 20 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t1.out" 2>&1 || true
-expect_lines "$TMP/t1.out" "^'qgate: timeout \\(127.0.0.1:[0-9]+ sent nothing for 1500 ms\\)\$" 1
+expect_lines "$TMP/t1.out" "^'qgate: timeout \\(127.0.0.1:[0-9]+ sent nothing for 3000 ms\\)\$" 1
 wait_count "$TMP/T.log" "connected \(capability" 3
 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t2.out" & p1=$!
 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t3.out" & p2=$!
