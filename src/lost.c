@@ -58,7 +58,6 @@ void relay_lost_loop(struct gw *g, struct worker *w)
     int busy = w->st == WS_BUSY, run = w->run, nfol = w->nfol;
     if (busy && run == RUN_REQUEST) /* it timed out, or its worker went down under it: learned */
         pipeline_learn_loop(w->grp, w->run_key, INT64_MAX); /* slow, until a hundred fast runs or so */
-    w->run_key = 0;
     struct follower fol[PIPELINE_MAX - 1];
     memcpy(fol, w->fol, sizeof fol);
     w->nfol = 0;

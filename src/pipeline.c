@@ -35,11 +35,17 @@ uint64_t pipeline_key(const struct gw *g, const struct group *grp, const struct 
     return h ? h : 1;
 }
 
+/* key's slot: it holds key's query, or another's that takes it */
+static struct learned *slot(const struct group *grp, uint64_t key)
+{
+    return (struct learned *)&grp->learned[key & (PIPELINE_LEARNED - 1)];
+}
+
 void pipeline_learn_loop(struct group *grp, uint64_t key, int64_t us)
 {
     if (!key)
         return;
-    struct learned *e = &grp->learned[key & (PIPELINE_LEARNED - 1)];
+    struct learned *e = slot(grp, key);
     uint32_t u = us < 0 ? 0u : us > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)us;
     uint32_t decayed = e->worst_us - e->worst_us / 8; /* a slow run is forgotten over a few fast ones */
     if (e->key != key)
@@ -50,7 +56,7 @@ void pipeline_learn_loop(struct group *grp, uint64_t key, int64_t us)
 
 int64_t pipeline_learned_us(const struct group *grp, uint64_t key)
 {
-    const struct learned *e = &grp->learned[key & (PIPELINE_LEARNED - 1)];
+    const struct learned *e = slot(grp, key);
     return key && e->key == key && !e->calls_back ? (int64_t)e->worst_us : -1;
 }
 
@@ -58,7 +64,7 @@ void pipeline_calls_back_loop(struct group *grp, uint64_t key)
 {
     if (!key)
         return;
-    struct learned *e = &grp->learned[key & (PIPELINE_LEARNED - 1)];
+    struct learned *e = slot(grp, key);
     if (e->key != key)
         *e = (struct learned){.key = key};
     e->calls_back = 1;

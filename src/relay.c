@@ -82,7 +82,6 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
     if (!c && fanout_run_owed_loop(g, w)) /* a .qgate.all's part, its broadcasts sent */
         return;
     w->cl = NULL;
-    w->run_key = 0;
     worker_set_state_loop(g, w, WS_BUSY); /* before the broadcasts: releasing one must not start here */
     int swallow = broadcast_send_loop(g, w);
     w->run = RUN_BROADCASTS;
@@ -150,7 +149,6 @@ static void request_done(struct gw *g, struct worker *w)
     if (w->run == RUN_REQUEST) {
         hist_add(&w->lat, (uint64_t)(g->loop.now_us - w->t_start_us));
         pipeline_learn_loop(w->grp, w->run_key, g->loop.now_us - w->t_start_us);
-        w->run_key = 0;
         w->served++;
         w->errors += w->is_error;
         if (c)
@@ -348,7 +346,7 @@ static int route_async(struct gw *g, struct worker *w)
 static int route_callback(struct gw *g, struct worker *w)
 {
     struct client *c = w->cl;
-    if (w->run == RUN_REQUEST)
+    if (w->st == WS_BUSY && w->run == RUN_REQUEST)
         pipeline_calls_back_loop(w->grp, w->run_key); /* nothing goes behind this query again */
     if (w->nfol) { /* its answer would queue behind the requests held on the worker: none can come */
         conn_close_loop(g, &w->c, "it called back its client while requests were held behind its run "

@@ -129,7 +129,7 @@ struct worker {
     char addr[300];
     const char *iname;   /* addr, interned: for the access log's records, which outlive it */
     uint64_t reply_len;  /* of the reply being relayed */
-    uint64_t run_key;    /* the sync request it runs: its query's pipeline_key, 0 = none to learn */
+    uint64_t run_key;    /* BUSY with run RUN_REQUEST (set with it): its query's pipeline_key, 0 = none to learn */
     char etext[80];      /* the start of its text, when it is a q error */
     struct net_addrs na; /* over TCP, its Unix socket, or both (that first) */
     char uds_why[96];    /* why its Unix socket was passed over for TCP last, for the log */
