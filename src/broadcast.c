@@ -80,14 +80,15 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
     int up = 0;
     struct worker *w;
     TAILQ_FOREACH(w, &grp->workers, glink)
-        up += worker_takes_work(w); /* not one leaving the configuration, nor one disabled */
+        up += worker_is_lead(w) && worker_takes_work(w); /* once to each worker (its lead), not to
+                                                         * one leaving the configuration, nor disabled */
     struct bmsg *m = up ? malloc(sizeof *m + r->len) : NULL;
     if (!m)
         return 0;
     *m = (struct bmsg){.refs = up, .cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .len = r->len};
     memcpy(m->data, r->msg + r->off, r->len);
     TAILQ_FOREACH(w, &grp->workers, glink) {
-        if (!worker_takes_work(w))
+        if (!worker_is_lead(w) || !worker_takes_work(w))
             continue;
         struct bnode *b = malloc(sizeof *b);
         if (!b) {
@@ -119,8 +120,6 @@ int broadcast_send_loop(struct gw *g, struct worker *w)
             chasers++;
         }
         outq_copy(&w->c.out, b->m->data, b->m->len);
-        w->last_id = b->cl_id; /* its sender is the client this worker served last */
-        w->last_gen = b->cl_gen;
         struct bmsg *m = b->m;
         b->m = NULL;
         STAILQ_INSERT_TAIL(&w->bsent, b, link);

@@ -342,9 +342,11 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
     c->eof = 1;
     c->paused = 0;
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STALL);
-    conn_drop_socket_loop(g, &c->c);
     if (c->w)
         g->back->client_gone(g, c->w, c); /* its reply is drained */
+    if (c->sess && c->sess != c->w)
+        g->back->client_gone(g, c->sess, c); /* and what its session's worker publishes to it */
+    conn_drop_socket_loop(g, &c->c); /* the workers waiting for its output go on */
     client_cancel_calls_loop(g, c, NULL); /* a worker waiting on a callback gets an error */
     if (c->st == CS_AUTH) /* the credentials check returns first */
         return;
@@ -474,8 +476,8 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
     size_t now = conn_pending(x);
     if (!x->piped && !c->w)
         conn_pipe_close_loop(x); /* memory follows active connections */
-    if (c->w && now <= (size_t)g->cfg.client_low_water)
-        g->back->resume(g, c->w, c);
+    if (now <= (size_t)g->cfg.client_low_water)
+        conn_wake_loop(g, x); /* the workers that stopped for its output stream again */
     if (before > (size_t)g->cfg.client_low_water && now <= (size_t)g->cfg.client_low_water) {
         struct req *h = client_head(c);
         if (h && h->state == RS_WAITING)
@@ -540,6 +542,8 @@ static void on_close(struct gw *g, struct conn *x, const char *why)
         g->back->client_gone(g, c->w, c); /* its reply is drained and dropped */
         client_set_worker_loop(c, NULL);
     }
+    if (c->sess && c->sess != c->w)
+        g->back->client_gone(g, c->sess, c); /* what its session's worker publishes: drained */
     if (c->sess)
         g->back->release(g, c->sess); /* pool = session: its worker is let go */
     if (c->fo)

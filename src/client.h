@@ -129,6 +129,11 @@ struct client {
 };
 
 static inline struct req *client_head(const struct client *c) { return STAILQ_FIRST(&c->reqs); }
+/* May a worker's message still be put into its output? (Connected, not closing or lingering.) */
+static inline int client_takes_output(const struct client *c)
+{
+    return !c->eof && !c->c.closing && (c->st == CS_READY || c->st == CS_FLUSHING);
+}
 static inline struct client *client_of(struct conn *c) { return (struct client *)c; }
 
 /* ---- client.c --------------------------------------------------------------------------- */

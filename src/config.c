@@ -102,10 +102,10 @@ const struct cfg_key cfg_keys[] = {
      "client users routed to this group (comma list); others use the first group without users"},
     {"group", "pool", CFG_ENUM, "request", 0, 0, W(pool_mode), pool_choices,
      "request (each request to any idle worker) or session (a client keeps one worker from its first request until it goes)"},
-    {"group", "pipeline", CFG_INT, "3", 1, 8, W(pipeline), NULL,
-     "requests a busy worker may hold: 1 = only the one it runs (a request waits for the first worker to free); 2..8 = while every worker is busy, a sync request may be sent behind the run of the one holding fewest, as pipeline_wait allows (more throughput for small requests)"},
+    {"group", "pipeline", CFG_INT, "1", 1, 8, W(pipeline), NULL,
+     "connections to each worker, one request on each at a time: 1 = a request waits for a worker with nothing to run; 2..8 = while every worker is busy, a sync request may go to a busy one's free connection, as pipeline_wait allows (more throughput for small requests; a query learned fast that turns slow holds it: the trade)"},
     {"group", "pipeline_wait", CFG_MS, "1", 0, KMAX, W(pipeline_wait), NULL,
-     "ms: a request is sent behind a busy worker's run only if what that worker runs and holds are queries learned to take, together, less than this (each query's slowest recent run), and its run has taken less so far; 0 = behind any run, learned or not (a request may wait behind a slow one)"},
+     "pipeline > 1, ms: a request goes to a busy worker only if what it runs on its other connections are queries learned to take, together, less than this (each query's slowest recent run), none has run that long yet, and none calls back; 0 = to a busy worker whatever it runs (a request may wait behind a slow query)"},
     {"group", "reset_query", CFG_STR, "", 0, 1023, W(reset_query), NULL,
      "pool = session: q sent to the worker when its client goes, before another may have it; empty = none"},
 };

@@ -85,6 +85,8 @@ int conn_register_loop(struct gw *g, struct conn *c, const struct connops *ops, 
     c->fd = fd;
     c->closing = 0;
     c->events = events;
+    if (!c->waiters.h.tqh_last)
+        connq_init(&c->waiters);
     if (loop_watch(g, fd, &c->ev, events, backend(c))) {
         free_id(g, id);
         c->fd = -1;
@@ -184,6 +186,17 @@ void conn_queue_out_loop(struct conn *c)
     TAILQ_REMOVE(&c->q->h, c, qlink);
     c->q->n--;
     c->q = NULL;
+}
+
+void conn_wait_on_loop(struct conn *c, struct conn *target) { conn_queue_in_loop(&target->waiters, c); }
+
+void conn_wake_loop(struct gw *g, struct conn *target)
+{
+    struct conn *x;
+    while (target->waiters.h.tqh_last && (x = connq_first(&target->waiters))) {
+        conn_queue_out_loop(x);
+        conn_ops(x)->on_wake(g, x);
+    }
 }
 
 static void on_timer(struct gw *g, struct timer *t)
@@ -341,6 +354,7 @@ void conn_drop_socket_loop(struct gw *g, struct conn *c)
     c->streaming = 0;
     c->events = 0;
     c->want_out = 0;
+    conn_wake_loop(g, c); /* nothing of its output is left to wait for */
 }
 
 /* Off every list it can be on, its timers cancelled. */
@@ -419,21 +433,8 @@ const char *gw_refusal_name(int kind) { return kind >= 0 && kind < GW_NREFUSALS 
 void conn_refused_loop(struct gw *g, int kind, const char *who, const char *fmt, ...)
 {
     g->refused[kind].n++;
-    if (LOG_WARN > log_level || (g->refused[kind].logged_ms && g->loop.now_ms - g->refused[kind].logged_ms < 1000)) {
-        g->refused[kind].quiet++;
-        return;
-    }
-    char text[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    log_vlimited(&g->refused[kind].log, g->loop.now_ms, LOG_WARN, who, fmt, ap);
     va_end(ap);
-    if (g->refused[kind].quiet)
-        log_warn(who, "%s (and %llu more refused for %s in the last %lld ms)", text,
-                 (unsigned long long)g->refused[kind].quiet, refusal_names[kind],
-                 (long long)(g->loop.now_ms - g->refused[kind].logged_ms));
-    else
-        log_warn(who, "%s", text);
-    g->refused[kind].quiet = 0;
-    g->refused[kind].logged_ms = g->loop.now_ms;
 }

@@ -35,6 +35,8 @@ struct connops {
     void (*on_gone)(struct gw *g, struct conn *c, const char *why);
     /* Free the struct (after the iteration it closed in). */
     void (*free)(struct conn *c);
+    /* The connection it waited on (conn_wait_on_loop) has drained its output, or gone. */
+    void (*on_wake)(struct gw *g, struct conn *c);
 };
 
 #define CONN_TIMERS 2
@@ -68,7 +70,8 @@ struct conn {
     size_t piped, pipe_cap;
     struct inbuf in;
     struct conn_timer tm[CONN_TIMERS]; /* what each is for is the kind's (client.h, worker.h) */
-    struct connq *q;     /* the queue or idle list it is on, or NULL */
+    struct connq *q;     /* the queue, idle list or waiters it is on, or NULL */
+    struct connq waiters; /* connections that stopped reading until this one's output drains */
     TAILQ_ENTRY(conn) qlink;
     TAILQ_ENTRY(conn) dirty_link;
     TAILQ_ENTRY(conn) backlog_link;
@@ -107,6 +110,12 @@ static inline struct conn *connq_next(const struct conn *c) { return TAILQ_NEXT(
 void conn_timer_arm_loop(struct gw *g, struct conn *c, int which, int64_t when_ms, conn_timer_fn fn);
 void conn_timer_cancel_loop(struct gw *g, struct conn *c, int which);
 static inline int conn_timer_armed(const struct conn *c, int which) { return c->tm[which].t.pos != 0; }
+
+/* c stops until target's output drains: on target's waiters, woken (its on_wake) by
+ * conn_wake_loop, or when target closes or drops its socket. */
+void conn_wait_on_loop(struct conn *c, struct conn *target);
+/* Wake every connection waiting on target's output. */
+void conn_wake_loop(struct gw *g, struct conn *target);
 
 /* Output. */
 /* Bytes waiting: queued, piped and held. */

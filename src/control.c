@@ -286,12 +286,17 @@ void *control_pools_snapshot_loop(struct gw *g)
         r->waiting = waiting(g, &grp->queue, &r->maxwait_ms) + waiting(g, &grp->held, &r->maxwait_ms);
         const struct worker *w;
         TAILQ_FOREACH(w, &grp->workers, glink) {
-            r->active += w->st == WS_BUSY || w->st == WS_PINNED;
-            r->idle += w->st == WS_IDLE;
-            r->disabled += w->st == WS_DISABLED;
-            r->down += !worker_is_connected(w);
-            r->served += (int64_t)w->served;
+            r->served += (int64_t)w->served; /* over every connection */
             r->errors += (int64_t)w->errors;
+            if (!worker_is_lead(w))
+                continue;
+            int busy = 0; /* a worker is active while any of its connections runs something */
+            for (const struct worker *x = w; x; x = worker_sibling(x))
+                busy |= x->st == WS_BUSY;
+            r->active += busy || w->st == WS_PINNED;
+            r->idle += w->st == WS_IDLE && !busy;
+            r->disabled += w->st == WS_DISABLED && !busy;
+            r->down += !worker_is_connected(w);
         }
     }
     return s;

@@ -16,6 +16,7 @@ struct group *dispatch_group_add_loop(struct gw *g, const struct group_cfg *gc)
     memset(grp, 0, sizeof *grp);
     TAILQ_INIT(&grp->workers);
     connq_init(&grp->idle);
+    connq_init(&grp->spare);
     connq_init(&grp->queue);
     connq_init(&grp->held);
     grp->cfg = *gc;
@@ -96,7 +97,8 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
     /* the worker idle longest takes the client waiting longest that may start (a user under
      * its max_inflight: one user cannot take every worker); a broadcast takes no worker of its
      * own: it goes to every worker up */
-    while (connq_first(&grp->idle) && connq_first(&grp->queue)) {
+    struct conn *w;
+    while ((w = connq_first(&grp->queue) ? g->back->idle_first(g, grp) : NULL)) {
         struct conn *c = connq_first(&grp->queue);
         int how = WAIT_NOT_NOW;
         while (c && (how = g->front->ready(g, c)) == WAIT_NOT_NOW)
@@ -106,11 +108,11 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
         if (how == WAIT_BROADCAST)
             g->front->broadcast(g, c);
         else
-            g->back->start(g, connq_first(&grp->idle), c);
+            g->back->start(g, w, c);
     }
-    /* pipeline > 1, every worker busy: sync requests still waiting go behind the runs of the
-     * workers holding the fewest */
-    for (struct conn *c = group_pipelines(grp) && !connq_first(&grp->idle) ? connq_first(&grp->queue) : NULL, *n; c;
+    /* pipeline > 1, every worker busy: sync requests still waiting go to free connections of the
+     * busy workers running fewest, as pipeline_wait allows */
+    for (struct conn *c = group_pipelines(grp) && connq_first(&grp->queue) ? connq_first(&grp->queue) : NULL, *n; c;
          c = n) {
         n = connq_next(c);
         if (g->front->ready(g, c) == WAIT_WORKER && g->back->follow(g, grp, c) < 0)

@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "conn.h"
+#include "log.h"
 
 struct gw;
 struct worker;
@@ -34,22 +35,27 @@ struct group {
     int index;
     struct workerlist workers; /* every worker of the group, in configuration order */
     int nworkers;
-    struct connq idle;   /* workers IDLE (worker_set_state_loop keeps it) */
+    struct connq idle;   /* workers IDLE: their leads (worker_set_state_loop keeps it) */
+    struct connq spare;  /* pipeline > 1: their other connections IDLE */
     struct connq queue;  /* clients whose head request is QUEUED (req_set_state_loop keeps it) */
     struct connq held;   /* clients whose head is HELD: a session's or a .qgate.all's request,
                           * which never enter the queue, waiting for the group's resume */
     int nup;             /* workers up (IDLE, BUSY or PINNED) */
     uint8_t unavailable; /* none up and the last attempt to connect one failed */
     uint8_t paused;      /* .qgate.pause[] (control.c): runs what its workers owe, starts nothing new */
-    uint64_t pipelined;  /* requests sent behind another's run (pipeline.c) */
+    uint64_t pipelined;  /* requests sent to a busy worker, on another connection (pipeline.c) */
+    struct log_limit dropped_log; /* async messages from its workers that belong to nobody */
     struct learned learned[PIPELINE_LEARNED];
 };
 
-/* Does grp send requests behind busy workers' runs (pipeline > 1; never in a session pool)? */
+/* Does grp send requests to busy workers, on their other connections (pipeline > 1; never in a
+ * session pool)? */
 static inline int group_pipelines(const struct group *grp)
 {
     return grp->cfg.pipeline > 1 && grp->cfg.pool_mode != CFG_POOL_SESSION;
 }
+/* How many connections grp keeps to each of its workers. */
+static inline int group_conns(const struct group *grp) { return group_pipelines(grp) ? grp->cfg.pipeline : 1; }
 
 /* What dispatch may start for a queued client (frontend ops ready). */
 enum { WAIT_NOT_NOW = 0, WAIT_WORKER = 1, WAIT_BROADCAST = 2 };
@@ -79,11 +85,10 @@ struct backend_ops {
     /* client, whose request w runs or holds behind the one it runs, has gone (closed, or its
      * input ended): drain its reply. */
     void (*client_gone)(struct gw *g, struct worker *w, struct client *client);
-    /* client's output drained: w may stream to it again, if it is the one w runs for. */
-    void (*resume)(struct gw *g, struct worker *w, struct client *client);
-    /* pipeline > 1: send client's head, a sync request, to a busy worker of grp behind what
-     * it runs. 1 if one took it; 0 if it is not such a request; -1 if every worker holds
-     * pipeline requests already. */
+    /* The idle connection that takes grp's next request: of a worker running nothing (NULL: none). */
+    struct conn *(*idle_first)(struct gw *g, struct group *grp);
+    /* pipeline > 1: start client's head, a sync request, on a free connection of a busy worker
+     * of grp. 1 if one took it; 0 if it is not such a request; -1 if no worker may take it. */
     int (*follow)(struct gw *g, struct group *grp, struct conn *client);
     /* The client's answer to w's callback (its bytes, owned now). */
     void (*answer)(struct gw *g, struct conn *w, uint8_t *msg, size_t len);

@@ -25,7 +25,10 @@ static struct client *client_of_fanout(struct gw *g, const struct fanout *fo)
 
 /* Does w take a part of a fan-out starting now? (Not one given to a session, leaving the
  * configuration, or disabled.) */
-static int takes_part(const struct worker *w) { return (w->st == WS_IDLE || w->st == WS_BUSY) && worker_takes_work(w); }
+static int takes_part(const struct worker *w)
+{
+    return worker_is_lead(w) && (w->st == WS_IDLE || w->st == WS_BUSY) && worker_takes_work(w);
+}
 
 static void start_part(struct gw *g, struct worker *w, struct fpart *p)
 {
@@ -34,8 +37,6 @@ static void start_part(struct gw *g, struct worker *w, struct fpart *p)
     w->cl = NULL;
     w->fp = p;
     w->swallow = 0;
-    w->last_id = p->fo->cl_id; /* it serves that client: what it publishes when idle goes there */
-    w->last_gen = p->fo->cl_gen;
     p->st = FP_RUNNING;
     if (outq_copy(&w->c.out, p->fo->msg, p->fo->len)) {
         conn_close_loop(g, &w->c, "out of memory");

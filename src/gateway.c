@@ -36,12 +36,13 @@ struct group *gw_add_group_loop(struct gw *g, const struct group_cfg *gc)
         return NULL;
     char addr[300];
     for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);)
-        worker_new_loop(g, grp, addr);
-    char pl[64] = "";
+        worker_add_loop(g, grp, addr);
+    char pl[96] = "";
     if (group_pipelines(grp) && gc->pipeline_wait)
-        snprintf(pl, sizeof pl, ", pipeline %d behind runs learned under %lld ms", gc->pipeline, (long long)gc->pipeline_wait);
+        snprintf(pl, sizeof pl, ", pipeline %d (connections to each worker; to a busy one behind runs learned under %lld ms)",
+                 gc->pipeline, (long long)gc->pipeline_wait);
     else if (group_pipelines(grp))
-        snprintf(pl, sizeof pl, ", pipeline %d behind any run", gc->pipeline);
+        snprintf(pl, sizeof pl, ", pipeline %d (connections to each worker; to a busy one behind any run)", gc->pipeline);
     log_info(NULL, "group %s: %d workers (%s), async %s, pool %s%s", gc->name, grp->nworkers, gc->workers,
              gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one",
              gc->pool_mode == CFG_POOL_SESSION ? "session" : "request", pl);

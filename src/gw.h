@@ -11,6 +11,7 @@
 
 #include "alog.h"
 #include "config.h"
+#include "log.h"
 #include "loop.h"
 
 struct conn;
@@ -118,8 +119,7 @@ struct gw {
     uint64_t handshakes, query_timeouts;
     struct {
         uint64_t n;       /* so far */
-        uint64_t quiet;   /* since the last line logged */
-        int64_t logged_ms;
+        struct log_limit log;
     } refused[GW_NREFUSALS];
     /* requests ended (access_req_loop), by outcome, and their bytes */
     uint64_t ended[ALOG_NOUTCOMES], req_bytes, reply_bytes;

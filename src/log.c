@@ -54,3 +54,30 @@ void log_write(int level, const char *prefix, const char *fmt, ...)
     ssize_t w = write(STDERR_FILENO, line, (size_t)n);
     (void)w;
 }
+
+int log_vlimited(struct log_limit *l, int64_t now_ms, int lvl, const char *prefix, const char *fmt, va_list ap)
+{
+    if (lvl > log_level || (l->logged_ms && now_ms - l->logged_ms < 1000)) {
+        l->quiet++;
+        return 0;
+    }
+    char text[768];
+    vsnprintf(text, sizeof text, fmt, ap);
+    if (l->quiet)
+        log_write(lvl, prefix, "%s (and %llu more not logged in the last %lld ms)", text, (unsigned long long)l->quiet,
+                  (long long)(now_ms - l->logged_ms));
+    else
+        log_write(lvl, prefix, "%s", text);
+    l->quiet = 0;
+    l->logged_ms = now_ms ? now_ms : 1;
+    return 1;
+}
+
+int log_limited(struct log_limit *l, int64_t now_ms, int lvl, const char *prefix, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = log_vlimited(l, now_ms, lvl, prefix, fmt, ap);
+    va_end(ap);
+    return rc;
+}

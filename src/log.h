@@ -10,6 +10,7 @@ enum log_level { LOG_LEVELS(LOG_ENUM) LOG_NLEVELS };
 #undef LOG_ENUM
 
 #include <stddef.h>
+#include <stdint.h>
 
 extern int log_level;
 /* Where lines go instead of stderr when set (tests/sim keeps them in its trace). */
@@ -32,5 +33,17 @@ void log_write(int level, const char *prefix, const char *fmt, ...) __attribute_
 #define log_warn(p, ...) log_at(LOG_WARN, p, __VA_ARGS__)
 #define log_info(p, ...) log_at(LOG_INFO, p, __VA_ARGS__)
 #define log_debug(p, ...) log_at(LOG_DEBUG, p, __VA_ARGS__)
+
+/* A line that input from outside can make often (a refusal, a message nobody asked for): at
+ * most one a second per struct log_limit, the next one saying how many were not logged. */
+struct log_limit {
+    int64_t logged_ms;   /* when one was last written; 0 = never */
+    uint64_t quiet;      /* not written since */
+};
+/* Log at lvl through l (now_ms: the caller's clock): 1 if the line was written, 0 if counted. */
+int log_limited(struct log_limit *l, int64_t now_ms, int lvl, const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+int log_vlimited(struct log_limit *l, int64_t now_ms, int lvl, const char *prefix, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
 
 #endif

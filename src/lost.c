@@ -12,14 +12,16 @@
 
 void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c)
 {
-    if (c != w->cl) { /* held behind the run: its reply is drained when it comes */
-        for (int i = 0; i < w->nfol; i++)
-            if (w->fol[i].cl == c && c->c.closing)
-                w->fol[i].cl = NULL; /* closed for good; one whose input ended has its FIFO advanced */
-        return;
+    if (w->msg.route == ROUTE_STREAM && w->msg.to == c) { /* a message to it: the rest is drained */
+        w->msg.route = ROUTE_DROP;
+        w->msg.to = NULL;
+        if (c == w->cl && w->busy != WB_SENT)
+            worker_set_busy_loop(g, w, WB_DRAINING);
     }
+    if (c != w->cl) /* a session's client between its requests */
+        return;
     client_cancel_calls_loop(g, c, &w->c); /* a callback it waits on gets its error */
-    if (w->msg.route == ROUTE_STREAM || w->msg.route == ROUTE_COLLECT) { /* drained, dropped */
+    if (w->msg.route == ROUTE_COLLECT) { /* drained, dropped */
         w->msg.route = ROUTE_DROP;
         inbuf_free(&w->coll);
         if (w->busy != WB_SENT)
@@ -55,25 +57,23 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, const
 void relay_lost_loop(struct gw *g, struct worker *w)
 {
     struct client *c = w->cl, *s = w->sess;
-    int busy = w->st == WS_BUSY, run = w->run, nfol = w->nfol;
+    int busy = w->st == WS_BUSY, run = w->run;
     if (busy && run == RUN_REQUEST) /* it timed out, or its worker went down under it: learned */
         pipeline_learn_loop(w->grp, w->run_key, INT64_MAX); /* slow, until a hundred fast runs or so */
-    struct follower fol[PIPELINE_MAX - 1];
-    memcpy(fol, w->fol, sizeof fol);
-    w->nfol = 0;
     if (s) { /* as if its q had died: the client is told, then closed */
         s->sess = NULL;
         w->sess = NULL;
     }
     w->reset_owed = 0;
-    /* a message cut in the middle of its stream leaves the client's stream broken */
-    int cut = w->msg.route == ROUTE_STREAM && w->msg.hdr_have == 8 && c && !c->eof;
+    /* a message cut in the middle of its stream leaves that client's stream broken */
+    struct client *to = w->msg.route == ROUTE_STREAM && w->msg.hdr_have == 8 ? w->msg.to : NULL;
+    int cut = to && to == c && !c->eof, cut_sess = to && to == s;
     w->cl = NULL;
     inbuf_free(&w->coll);
     w->msg = (struct wmsg){0};
     w->swallow = 0;
     w->in_call = 0;
-    w->paused = 0;
+    relay_resume_loop(g, w); /* off the waiters of the client it waited on */
     /* down first: what follows may start a client's next request, never on this worker */
     worker_set_state_loop(g, w, WS_DOWN);
     char text[400];
@@ -88,13 +88,10 @@ void relay_lost_loop(struct gw *g, struct worker *w)
             note_lost(g, s);
         if (s->w == w)
             client_set_worker_loop(s, NULL);
-        client_session_lost_loop(g, s, cut && c == s, text);
+        client_session_lost_loop(g, s, cut_sess, text);
     } else if (c && busy) {
         fail_request(g, c, cut, run, text);
     }
-    for (int i = 0; i < nfol; i++) /* the requests held behind it went down with it too */
-        if (fol[i].cl)
-            fail_request(g, fol[i].cl, 0, RUN_REQUEST, text);
     w->timed_out = 0;
     broadcast_drop_loop(g, w);
 }

@@ -82,6 +82,21 @@ static int check_report(const struct config *cfg)
     else
         printf("qgate: configuration ok: port %d, %d groups, %d workers, any credentials (no users_file)\n",
                cfg->port, cfg->ngroups, workers);
+    for (int i = 0; i < cfg->ngroups; i++) {
+        const struct group_cfg *g = &cfg->groups[i];
+        if (g->pipeline < 2 || g->pool_mode == CFG_POOL_SESSION)
+            continue;
+        printf("qgate: note: group %s: pipeline = %d opens %d connections to each worker. While every worker is "
+               "busy, a sync request may go to a busy worker's free connection, behind ",
+               g->name, g->pipeline, g->pipeline);
+        if (g->pipeline_wait)
+            printf("queries learned to end within %lld ms (pipeline_wait)", (long long)g->pipeline_wait);
+        else
+            printf("whatever it runs (pipeline_wait = 0)");
+        printf(": more requests a second for small queries, but a query that turns slow holds the requests sent "
+               "to its worker meanwhile. Safe for workers whose queries take a steady time; pipeline = 1 never holds "
+               "one user behind another's query.\n");
+    }
     return 0;
 }
 

@@ -31,7 +31,7 @@ struct stats_snapshot *ops_stats_snapshot_loop(struct gw *g)
 {
     int n = 0;
     for (int i = 0; i < g->ngroups; i++)
-        n += g->groups[i].nworkers;
+        n += g->groups[i].nworkers; /* a row per worker (its connections summed into it) */
     struct stats_snapshot *s = calloc(1, sizeof *s + (size_t)n * sizeof s->rows[0]);
     if (!s)
         return NULL;
@@ -39,6 +39,8 @@ struct stats_snapshot *ops_stats_snapshot_loop(struct gw *g)
         struct group *grp = &g->groups[i];
         struct worker *w;
         TAILQ_FOREACH(w, &grp->workers, glink) {
+            if (!worker_is_lead(w) || s->n == n)
+                continue;
             struct stats_row *r = &s->rows[s->n++];
             snprintf(r->addr, sizeof r->addr, "%s", w->addr);
             snprintf(r->group, sizeof r->group, "%s", grp->cfg.name);
@@ -46,11 +48,19 @@ struct stats_snapshot *ops_stats_snapshot_loop(struct gw *g)
             snprintf(r->transport, sizeof r->transport, "%s", worker_via_name(w->via));
             r->served = (int64_t)w->served;
             r->errors = (int64_t)w->errors;
-            r->dropped = (int64_t)w->dropped;
             r->session = w->sess ? (int64_t)w->sess->serial : INT64_MIN; /* 0N: given to nobody */
-            r->inflight = (w->st == WS_BUSY) + w->nfol;
             r->queued = grp->queue.n;
-            r->lat = w->lat;
+            for (const struct worker *x = w; x; x = worker_sibling(x)) {
+                if (x != w) {
+                    r->served += (int64_t)x->served;
+                    r->errors += (int64_t)x->errors;
+                    hist_merge(&r->lat, &x->lat);
+                } else {
+                    r->lat = w->lat;
+                }
+                r->dropped += (int64_t)x->dropped;
+                r->inflight += x->st == WS_BUSY;
+            }
         }
     }
     return s;

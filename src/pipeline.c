@@ -1,12 +1,14 @@
-/* pipeline.c: pipeline = N (a group's key): while every worker of a group is busy, a waiting
- * sync request may go to a busy worker behind what it runs, up to N on a worker (struct worker
- * fol[]); q runs them in order, so each reply is its own client's as the run before it ends.
- * pipeline_wait bounds the wait that buys: a request goes behind a run only when what the worker
- * runs and holds are queries learned to end, together, within it (struct learned: each query's
- * slowest recent run, by a hash of its bytes). A query never seen, once slow, timed out or
- * lost with its worker runs alone until it has shown itself fast again; one that has called its
- * client back, for good. What a loss, a client gone and a callback do with the held ones is
- * relay.c's and lost.c's. */
+/* pipeline.c: pipeline = N (a group's key): each worker is reached over N connections (its
+ * lead, which takes broadcasts and fan-out parts, and N-1 others), each carrying one request at
+ * a time, so a reply is always its own connection's request's, whatever order the worker answers
+ * in (-30! deferred responses). While every worker of the group is busy, a waiting sync request
+ * may go to a free connection of a busy worker: q finds it waiting when it is done, with no
+ * round trip lost. pipeline_wait bounds the wait that buys: only when what the worker runs on
+ * its other connections are queries learned to end, together, within it (struct learned: each
+ * query's slowest recent run, by a hash of its bytes). A query never seen, once slow, timed out
+ * or lost with its worker runs alone until it has shown itself fast again; one that has called
+ * its client back, for good. A request sent so is still held up by a learned-fast query that
+ * turns slow: that is the trade, and why pipeline = 1 is the default. */
 #include <string.h>
 
 #include "worker.h"
@@ -70,70 +72,77 @@ void pipeline_calls_back_loop(struct group *grp, uint64_t key)
     e->calls_back = 1;
 }
 
-/* May a request wait behind what w runs and holds? Yes with no pipeline_wait; else only when all
- * of it is learned to end within pipeline_wait, its run so far included. */
-static int may_wait_behind(const struct gw *g, const struct group *grp, const struct worker *w)
+/* Does lead's worker run anything on any of its connections? */
+static int runs_any(const struct worker *lead)
 {
-    int64_t budget = grp->cfg.pipeline_wait * 1000, ran = g->loop.now_us - w->t_start_us;
-    if (!budget)
-        return 1;
-    int64_t e = pipeline_learned_us(grp, w->run_key);
-    if (e < 0 || ran >= budget)
-        return 0;
-    e = ran > e ? ran : e;
-    for (int i = 0; i < w->nfol && e < budget; i++) {
-        int64_t f = pipeline_learned_us(grp, w->fol[i].key);
-        if (f < 0)
-            return 0;
-        e += f;
-    }
-    return e < budget;
+    for (const struct worker *x = lead; x; x = worker_sibling(x))
+        if (x->st == WS_BUSY)
+            return 1;
+    return 0;
 }
 
-/* pipeline > 1: c's head goes to the busy worker of grp holding the fewest requests, behind
- * what that one runs. Only a sync request, to a worker in rotation (not disabled) running a
- * client's request and owing no broadcast or fan-out part (those go first when it is free). */
+struct conn *pipeline_idle_first_loop(struct gw *g, struct group *grp)
+{
+    (void)g;
+    if (!group_pipelines(grp))
+        return connq_first(&grp->idle);
+    for (struct conn *x = connq_first(&grp->idle); x; x = connq_next(x))
+        if (!runs_any(worker_of(x)))
+            return x;
+    return NULL;
+}
+
+/* May a request wait for what lead's worker runs on its other connections? Yes with no
+ * pipeline_wait; else only when every one of those runs is a client's request learned to end,
+ * together, within pipeline_wait, none of them has taken that long, and none calls back.
+ * Returns how many connections it runs on (0: none may take it), its free connection in *free. */
+static int may_wait_for(const struct gw *g, const struct group *grp, struct worker *lead, struct worker **free)
+{
+    if (!worker_takes_work(lead) || lead->sess || !STAILQ_EMPTY(&lead->bq) || !STAILQ_EMPTY(&lead->fq) ||
+        !STAILQ_EMPTY(&lead->bsent))
+        return 0; /* what it owes or has just sent goes first: a client's order across the pool */
+    int64_t budget = grp->cfg.pipeline_wait * 1000, e = 0;
+    int busy = 0;
+    *free = NULL;
+    for (struct worker *x = lead; x; x = worker_sibling(x)) {
+        if (x->st == WS_IDLE && !*free && worker_takes_work(x)) {
+            *free = x;
+            continue;
+        }
+        if (x->st != WS_BUSY)
+            continue;
+        if (x->run != RUN_REQUEST || x->in_call)
+            return 0;
+        busy++;
+        int64_t ran = g->loop.now_us - x->t_start_us, l = pipeline_learned_us(grp, x->run_key);
+        if (budget && (l < 0 || ran >= budget))
+            return 0;
+        e += ran > l ? ran : l;
+    }
+    return *free && (!budget || e < budget) ? busy : 0;
+}
+
+/* pipeline > 1, every worker busy: c's head goes to a free connection of the busy worker of grp
+ * running the fewest requests, when it may wait for them. Only a sync request. */
 int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c)
 {
     struct req *r = client_head(c);
     if (r->type != KIPC_SYNC || r->fan)
         return 0;
-    struct worker *best = NULL, *w;
-    TAILQ_FOREACH(w, &grp->workers, glink)
-        if (w->st == WS_BUSY && w->run == RUN_REQUEST && worker_takes_work(w) && !w->sess && !w->in_call &&
-            w->nfol + 1 < grp->cfg.pipeline &&
-            w->nfol < PIPELINE_MAX - 1 && STAILQ_EMPTY(&w->bq) && STAILQ_EMPTY(&w->fq) && (!best || w->nfol < best->nfol) &&
-            may_wait_behind(g, grp, w))
-            best = w;
+    struct worker *best = NULL, *w, *free;
+    int fewest = 0;
+    TAILQ_FOREACH(w, &grp->workers, glink) {
+        int busy = worker_is_lead(w) ? may_wait_for(g, grp, w, &free) : 0;
+        if (busy && (!best || busy < fewest)) {
+            best = free;
+            fewest = busy;
+        }
+    }
     if (!best)
         return -1;
-    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
-    uint64_t key = pipeline_key(g, grp, r);
-    relay_send_request_loop(g, best, c, r);
-    best->fol[best->nfol++] = (struct follower){.cl = c, .id = c->c.id, .gen = c->c.gen, .seq = r->seq, .key = key};
     grp->pipelined++;
-    client_set_worker_loop(c, best);
-    conn_mark_dirty_loop(g, &best->c);
-    log_debug(best->c.name, "holding sync request %llu of %s behind %d", (unsigned long long)r->seq, c->c.name,
-              best->nfol);
+    log_debug(best->c.name, "sync request %llu of %s: to a worker running %d request%s, on its connection %d",
+              (unsigned long long)r->seq, c->c.name, fewest, fewest > 1 ? "s" : "", best->slot);
+    relay_start_loop(g, best, c);
     return 1;
-}
-
-/* The run has ended and a request was sent behind it: that one is the run now. */
-void pipeline_next_loop(struct gw *g, struct worker *w)
-{
-    struct follower f = w->fol[0];
-    memmove(w->fol, w->fol + 1, (size_t)--w->nfol * sizeof w->fol[0]);
-    w->cl = f.cl; /* NULL: its client closed, the reply is drained */
-    w->req_seq = f.seq;
-    w->run_key = f.key;
-    w->run = RUN_REQUEST;
-    w->busy = WB_SENT; /* a new run begins, as worker_set_state_loop(BUSY) begins one */
-    w->is_error = 0;
-    w->t_start_us = g->loop.now_us;
-    w->last_id = f.id; /* its async messages are its client's, or dropped if that has gone */
-    w->last_gen = f.gen;
-    worker_arm_query_timer_loop(g, w);
-    log_debug(w->c.name, "running sync request %llu of %s, held behind the last", (unsigned long long)f.seq,
-              f.cl ? f.cl->c.name : "a client that has gone");
 }

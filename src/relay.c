@@ -3,18 +3,24 @@
  * replies stream to the client as they arrive (cut-through, through a splice pipe when they
  * are big) with backpressure, or are collected whole when a pool job must change them.
  *
+ * A connection carries one request at a time (DESIGN.md, Dispatch): its reply is that
+ * request's, whatever order the worker answers its connections in.
+ *
  * Where a worker's message goes (struct wmsg, route):
  *   response to the running request  -> STREAM to its client (COLLECT for a pool job; DROP if
  *                                       the client has gone or was answered already)
  *   response to a chaser             -> SWALLOW
  *   async, while running a client's broadcasts -> FORWARD to that broadcast's sender
  *   async, while serving a request   -> STREAM to that request's client
- *   async, while idle                -> FORWARD to the client it served last, if still
- *                                       connected; else DROP, counted (w->dropped)
+ *   async, pool = session, between its client's requests -> STREAM to that client
+ *   async, otherwise (pool = request, no client's request running: a timer, a subscription)
+ *                                    -> DROP: it belongs to nobody; counted (w->dropped), logged
  *   sync (a callback, with .z.w)     -> STREAM to the running request's client, which answers;
  *                                       with no such client the worker gets an error
  * FORWARD collects the message whole and puts it into the client's output at a message
- * boundary (conn_push_whole_loop): another worker may be streaming to that client meanwhile. */
+ * boundary (conn_push_whole_loop): another worker may be streaming to that client meanwhile.
+ * Every byte put into a client's output counts against its bound: past client_high_water the
+ * worker feeding it stops reading until it drains (relay_pause_for_loop). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -90,8 +96,6 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
         struct req *r = client_head(c);
         session_begin_loop(g, w, c);
         swallow += send_head(g, w, c);
-        w->last_id = c->c.id;
-        w->last_gen = c->c.gen;
         w->req_seq = r->seq;
         client_set_worker_loop(c, w);
         log_debug(w->c.name, "running %s request %llu of %s", r->type == KIPC_SYNC ? "sync" : "async",
@@ -168,42 +172,40 @@ static void request_done(struct gw *g, struct worker *w)
     if (w->run == RUN_FANOUT)
         fanout_part_done_loop(g, w); /* its reply, collected, goes to its fan-out */
     inbuf_free(&w->coll);
-    if (w->nfol) { /* pipeline: the next request is on the worker already */
-        pipeline_next_loop(g, w);
-        return;
-    }
     session_run_ended_loop(g, w); /* its session goes on, or the reset query, or free */
 }
 
 
 /* ---- backpressure ---------------------------------------------------------------------------- */
 
-void relay_pause_loop(struct gw *g, struct worker *w)
+void relay_pause_for_loop(struct gw *g, struct worker *w, struct client *c)
 {
+    if (w->paused)
+        return;
     w->paused = 1;
     conn_set_reading_loop(g, &w->c, 0);
     conn_timer_cancel_loop(g, &w->c, WORKER_TM); /* a slow client is not a slow query: client_stall_timeout watches it */
+    conn_wait_on_loop(&w->c, &c->c); /* woken when c drains, or goes */
 }
 
+/* What went into c's output from w: past client_high_water, w waits for c to drain. */
 static void pause_if_full(struct gw *g, struct worker *w, struct client *c)
 {
-    if (!w->paused && c->c.out.bytes > (size_t)g->cfg.client_high_water) {
-        relay_pause_loop(g, w);
-        log_debug(w->c.name, "paused: %s has %zu bytes unsent", c->c.name, c->c.out.bytes);
+    if (!w->paused && conn_pending(&c->c) > (size_t)g->cfg.client_high_water) {
+        relay_pause_for_loop(g, w, c);
+        log_debug(w->c.name, "paused: %s has %zu bytes unsent", c->c.name, conn_pending(&c->c));
     }
-}
-
-void relay_resume_for_loop(struct gw *g, struct worker *w, struct client *c)
-{
-    if (w->cl == c) /* not for a client whose request waits behind another's */
-        relay_resume_loop(g, w);
 }
 
 void relay_resume_loop(struct gw *g, struct worker *w)
 {
-    if (!w->paused || w->c.fd < 0)
+    if (!w->paused)
         return;
     w->paused = 0;
+    if (w->c.q && w->c.q != &w->grp->idle && w->c.q != &w->grp->spare)
+        conn_queue_out_loop(&w->c); /* off the waiters of the client it waited on */
+    if (w->c.fd < 0)
+        return;
     conn_set_reading_loop(g, &w->c, 1);
     worker_arm_query_timer_loop(g, w);
 }
@@ -224,7 +226,7 @@ static int collect_bytes(struct gw *g, struct worker *w, const uint8_t *p, size_
 /* Bytes of the message being read, where its route says. A whole chunk streams without a copy. */
 static void deliver(struct gw *g, struct worker *w, struct chunk *ch, const uint8_t *p, size_t n)
 {
-    struct client *c = w->cl;
+    struct client *c = w->msg.to;
     switch (w->msg.route) {
     case ROUTE_COLLECT:
     case ROUTE_FORWARD:
@@ -252,9 +254,7 @@ static struct client *reachable(struct gw *g, uint32_t id, uint32_t gen)
 {
     struct conn *x = gen ? conn_lookup_loop(g, id, gen) : NULL;
     struct client *c = x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
-    if (!c || c->eof || x->closing || (c->st != CS_READY && c->st != CS_FLUSHING))
-        return NULL;
-    return c;
+    return c && client_takes_output(c) ? c : NULL;
 }
 
 /* A whole message for a client other than the running request's (an idle worker's publish, a
@@ -274,6 +274,7 @@ static void deliver_whole(struct gw *g, struct worker *w)
         return;
     }
     conn_push_whole_loop(g, &c->c, ch);
+    pause_if_full(g, w, c);
 }
 
 /* Replies that must be collected for c: to check them for an old client, to compress them for
@@ -314,31 +315,42 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
         return ROUTE_DROP;
     }
     worker_set_busy_loop(g, w, nc ? WB_COLLECTING : WB_RELAYING); /* collected: grown as bytes arrive */
+    w->msg.to = c;
     return nc ? ROUTE_COLLECT : ROUTE_STREAM;
 }
 
+/* An async message nobody is owed: dropped, counted, said (at most once a second). */
+static int drop_async(struct gw *g, struct worker *w, const char *why)
+{
+    w->dropped++;
+    log_limited(&w->grp->dropped_log, g->loop.now_ms, LOG_WARN, w->c.name,
+                "async message %s: dropped (a worker that publishes to its subscribers belongs in a "
+                "pool = session group)", why);
+    return ROUTE_DROP;
+}
+
 /* An async message: to the sender of the broadcasts running, else the running request's
- * client, else (idle) the client served last, if it is still there. */
+ * client, else a session's client; else it belongs to nobody. */
 static int route_async(struct gw *g, struct worker *w)
 {
-    uint32_t id = w->last_id, gen = w->last_gen;
     if (!STAILQ_EMPTY(&w->bsent)) {
-        id = STAILQ_FIRST(&w->bsent)->cl_id;
-        gen = STAILQ_FIRST(&w->bsent)->cl_gen;
-    } else if (w->st == WS_BUSY && w->cl) {
-        return w->cl->eof ? ROUTE_DROP : ROUTE_STREAM;
-    } else if (w->st == WS_BUSY && w->run == RUN_FANOUT) {
-        w->dropped++; /* a .qgate.all's client gets the merged replies, nothing else */
-        return ROUTE_DROP;
+        const struct bnode *b = STAILQ_FIRST(&w->bsent);
+        if (!reachable(g, b->cl_id, b->cl_gen))
+            return drop_async(g, w, "for the sender of a broadcast that has gone");
+        w->msg.to_id = b->cl_id;
+        w->msg.to_gen = b->cl_gen;
+        return ROUTE_FORWARD;
     }
-    if (!reachable(g, id, gen)) {
-        w->dropped++;
-        log_debug(w->c.name, "async message for a client that is gone: dropped");
-        return ROUTE_DROP;
+    struct client *c = w->st == WS_BUSY ? w->cl : w->st == WS_PINNED ? w->sess : NULL;
+    if (c && client_takes_output(c)) {
+        w->msg.to = c;
+        return ROUTE_STREAM;
     }
-    w->msg.to_id = id;
-    w->msg.to_gen = gen;
-    return ROUTE_FORWARD;
+    if (c || (w->st == WS_BUSY && (w->run == RUN_REQUEST || w->run == RUN_ASYNC)))
+        return drop_async(g, w, "for a client that has gone");
+    if (w->st == WS_BUSY && w->run == RUN_FANOUT) /* a .qgate.all's client gets the merged replies, nothing else */
+        return drop_async(g, w, "while it ran its part of a .qgate.all");
+    return drop_async(g, w, "while it ran no client's request (pool = request)");
 }
 
 /* A callback (a sync request with .z.w): the running request's client answers it, if it reads;
@@ -347,15 +359,11 @@ static int route_callback(struct gw *g, struct worker *w)
 {
     struct client *c = w->cl;
     if (w->st == WS_BUSY && w->run == RUN_REQUEST)
-        pipeline_calls_back_loop(w->grp, w->run_key); /* nothing goes behind this query again */
-    if (w->nfol) { /* its answer would queue behind the requests held on the worker: none can come */
-        conn_close_loop(g, &w->c, "it called back its client while requests were held behind its run "
-                                  "(pipeline > 1 is for workers that do not call back)");
-        return ROUTE_DROP;
-    }
+        pipeline_calls_back_loop(w->grp, w->run_key); /* nothing goes to its worker while it runs again */
     if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent) &&
         client_callback_loop(g, c, &w->c) == 0) {
         w->in_call = 1; /* until it sends again, having had the answer */
+        w->msg.to = c;
         return ROUTE_STREAM;
     }
     outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len);
@@ -389,7 +397,9 @@ static int on_header(struct gw *g, struct worker *w)
         return -1;
     w->msg.route = (uint8_t)route;
     if (route == ROUTE_STREAM)
-        w->cl->c.streaming = 1; /* nothing else goes into its stream until this message ends */
+        w->msg.to->c.streaming = 1; /* nothing else goes into its stream until this message ends */
+    else
+        w->msg.to = NULL;
     return 0;
 }
 
@@ -399,9 +409,10 @@ static void on_message_end(struct gw *g, struct worker *w)
     if (w->msg.route == ROUTE_FORWARD)
         deliver_whole(g, w);
     else if (w->msg.route == ROUTE_STREAM)
-        conn_stream_end_loop(g, &w->cl->c);
+        conn_stream_end_loop(g, &w->msg.to->c);
     int route = w->msg.route;
     w->msg.route = ROUTE_DROP;
+    w->msg.to = NULL;
     if (w->msg.type != KIPC_RESPONSE || w->st != WS_BUSY)
         return;
     if (route == ROUTE_SWALLOW) {
@@ -458,7 +469,7 @@ static void route_read(struct gw *g, struct worker *w, struct chunk *ch)
  * when splicing does not apply or nothing came, -1 if the worker connection was closed. */
 static ssize_t splice_body(struct gw *g, struct worker *w, size_t budget)
 {
-    struct client *c = w->cl;
+    struct client *c = w->msg.to;
     const struct wmsg *m = &w->msg;
     if (!g->cfg.splice || m->route != ROUTE_STREAM || m->type != KIPC_RESPONSE || m->first_byte ||
         m->hdr_have < 8 || m->left < SPLICE_MIN || c->c.out.bytes || c->c.fd < 0)
@@ -466,7 +477,7 @@ static ssize_t splice_body(struct gw *g, struct worker *w, size_t budget)
     size_t room = conn_pipe_room_loop(&c->c);
     if (!room) {
         if (c->c.has_pipe) /* full: wait for the client to take some */
-            relay_pause_loop(g, w);
+            relay_pause_for_loop(g, w, c);
         return 0;
     }
     ssize_t n = splice(w->c.fd, NULL, c->c.pipe_wr, NULL, (size_t)QG_MIN((uint64_t)QG_MIN(room, budget), m->left),
@@ -484,7 +495,7 @@ static ssize_t splice_body(struct gw *g, struct worker *w, size_t budget)
     c->c.piped += (size_t)n;
     w->msg.left -= (uint64_t)n;
     if (conn_pipe_flush_loop(g, &c->c) == 0 && c->c.piped == c->c.pipe_cap)
-        relay_pause_loop(g, w); /* the client is not keeping up: stop reading until it does */
+        relay_pause_for_loop(g, w, c); /* the client is not keeping up: stop reading until it does */
     if (c->c.piped)
         conn_mark_dirty_loop(g, &c->c);
     if (w->msg.left == 0)

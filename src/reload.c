@@ -101,25 +101,28 @@ static void reload_answer(struct gw *g, struct job *j, const char *err)
 /* One group's new worker list: the addresses it did not have join, those it lost leave. */
 static void reload_group(struct gw *g, struct group *grp, const struct group_cfg *gc)
 {
+    grp->cfg = *gc; /* its pipeline: how many connections each worker gets */
     char addr[300];
     for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);) {
-        int found = 0;
-        struct worker *w;
+        struct worker *w, *found = NULL;
         TAILQ_FOREACH(w, &grp->workers, glink)
-            found |= !strcmp(w->addr, addr) && !w->removed;
-        if (!found) {
+            if (!found && worker_is_lead(w) && !strcmp(w->addr, addr) && !w->removed)
+                found = w;
+        if (found) {
+            worker_fit_loop(g, grp, found);
+        } else {
             log_info(NULL, "reload: group %s: adding worker %s", grp->cfg.name, addr);
-            worker_new_loop(g, grp, addr);
+            worker_add_loop(g, grp, addr);
         }
     }
     for (struct worker *w = TAILQ_FIRST(&grp->workers), *n; w; w = n) {
         n = TAILQ_NEXT(w, glink);
         if (!w->removed && !has_addr(gc->workers, w->addr)) {
-            log_info(NULL, "reload: group %s: removing worker %s", grp->cfg.name, w->addr);
+            if (worker_is_lead(w))
+                log_info(NULL, "reload: group %s: removing worker %s", grp->cfg.name, w->addr);
             worker_remove_loop(g, w);
         }
     }
-    grp->cfg = *gc;
 }
 
 static void reload_groups(struct gw *g, const struct config *nc)

@@ -294,9 +294,8 @@ void client_advance_loop(struct gw *g, struct client *c)
             log_debug(c->c.name, "request %llu: reply of %zu bytes%s", (unsigned long long)r->seq,
                       r->reply ? r->reply->len : 0, c->c.fd >= 0 ? "" : " dropped (the client has gone)");
             if (r->type == KIPC_SYNC && c->c.fd >= 0) {
-                outq_push(&c->c.out, r->reply);
+                conn_push_whole_loop(g, &c->c, r->reply); /* after a publish being streamed to it */
                 r->reply = NULL;
-                conn_mark_dirty_loop(g, &c->c);
             }
             req_free(r);
             continue;

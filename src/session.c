@@ -40,7 +40,6 @@ static int start_reset(struct gw *g, struct worker *w)
     outq_push(&w->c.out, ch);
     w->run = RUN_BROADCASTS; /* no client's: nothing it sends reaches anyone */
     w->cl = NULL;
-    w->last_id = w->last_gen = 0;
     w->swallow = 1;
     w->t_start_us = g->loop.now_us;
     worker_arm_query_timer_loop(g, w);
@@ -71,6 +70,11 @@ void session_run_ended_loop(struct gw *g, struct worker *w)
         client_advance_loop(g, w->sess);
         return;
     }
+    if (w->grp->cfg.pool_mode == CFG_POOL_SESSION && (w->run == RUN_REQUEST || w->run == RUN_ASYNC) &&
+        w->grp->cfg.reset_query[0]) { /* a request routed here from outside any session ran on it */
+        w->reset_owed = 1; /* what it left behind is reset before a session is given the worker */
+        log_debug(w->c.name, "a request from outside its sessions ran: the reset query runs next");
+    }
     let_go(g, w);
 }
 
@@ -90,7 +94,6 @@ void session_release_loop(struct gw *g, struct worker *w)
     c->sess = NULL;
     w->sess = NULL;
     log_info(w->c.name, "session: %s has gone, the worker is free", c->c.name);
-    w->last_id = w->last_gen = 0; /* what it publishes now is nobody's */
     w->reset_owed = w->grp->cfg.reset_query[0] != 0;
     if (w->st == WS_PINNED)
         let_go(g, w);

@@ -96,11 +96,14 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
     if (w->st == WS_BUSY && st != WS_BUSY && w->grp->paused)
         g->loop.work_pending = 1; /* a pause waits for its group's last run to end */
     w->st = (uint8_t)st;
-    w->grp->nup += worker_is_up(w) - was;
+    if ((st == WS_IDLE || st == WS_DISABLED) && w->paused)
+        relay_resume_loop(g, w); /* free: nothing it sends waits for a client's output now */
+    if (worker_is_lead(w)) /* a worker is up while its lead is */
+        w->grp->nup += worker_is_up(w) - was;
     if (st == WS_DISABLED)
         log_info(w->c.name, "disabled: idle, out of rotation");
     if (st == WS_IDLE) {
-        conn_queue_in_loop(&w->grp->idle, &w->c);
+        conn_queue_in_loop(worker_is_lead(w) ? &w->grp->idle : &w->grp->spare, &w->c);
         g->loop.work_pending = 1; /* something may be waiting for it */
     } else {
         conn_queue_out_loop(&w->c);
@@ -140,7 +143,7 @@ static void schedule_reconnect(struct gw *g, struct worker *w)
  * group is up, the waiting requests are answered rather than left to wait. */
 static void connect_failed(struct gw *g, struct worker *w)
 {
-    if (w->grp->nup == 0 && !w->grp->unavailable) {
+    if (worker_is_lead(w) && w->grp->nup == 0 && !w->grp->unavailable) {
         w->grp->unavailable = 1;
         log_warn(w->c.name, "no worker of group %s is up", w->grp->cfg.name);
         dispatch_fail_group_loop(g, w->grp);
@@ -148,11 +151,13 @@ static void connect_failed(struct gw *g, struct worker *w)
     schedule_reconnect(g, w);
 }
 
-struct worker *worker_new_loop(struct gw *g, struct group *grp, const char *addr)
+/* Connection slot of the worker at addr, after `after` on grp's list (NULL: at its end). */
+static struct worker *new_conn(struct gw *g, struct group *grp, const char *addr, int slot, struct worker *after)
 {
     struct worker *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
+    w->slot = (uint8_t)slot;
     w->c.kind = CONN_WORKER;
     w->c.fd = -1;
     w->c.ev.ops = &worker_connops.ev;
@@ -163,13 +168,47 @@ struct worker *worker_new_loop(struct gw *g, struct group *grp, const char *addr
     STAILQ_INIT(&w->fq);
     snprintf(w->addr, sizeof w->addr, "%s", addr);
     w->iname = access_name_loop(g, w->addr);
-    snprintf(w->c.name, sizeof w->c.name, "w %s", addr);
+    if (slot)
+        snprintf(w->c.name, sizeof w->c.name, "w %s#%d", addr, slot);
+    else
+        snprintf(w->c.name, sizeof w->c.name, "w %s", addr);
     w->backoff = g->cfg.reconnect_min;
-    TAILQ_INSERT_TAIL(&grp->workers, w, glink);
-    grp->nworkers++;
+    if (after)
+        TAILQ_INSERT_AFTER(&grp->workers, after, w, glink);
+    else
+        TAILQ_INSERT_TAIL(&grp->workers, w, glink);
+    grp->nworkers += !slot;
     g->loop.nbackends++;
     conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms, on_reconnect_timer);
     return w;
+}
+
+void worker_add_loop(struct gw *g, struct group *grp, const char *addr)
+{
+    struct worker *lead = new_conn(g, grp, addr, 0, NULL);
+    if (lead)
+        worker_fit_loop(g, grp, lead);
+}
+
+void worker_fit_loop(struct gw *g, struct group *grp, struct worker *lead)
+{
+    int n = group_conns(grp), have = 1, top = 0;
+    struct worker *last = lead;
+    for (struct worker *x = worker_sibling(lead); x; x = worker_sibling(x)) {
+        last = x;
+        top = x->slot;
+        if (x->removed)
+            continue;
+        if (have < n) {
+            have++;
+            continue;
+        }
+        log_info(x->c.name, "reload: group %s keeps %d connections to each worker: this one goes", grp->cfg.name, n);
+        worker_remove_loop(g, x);
+    }
+    for (; have < n && top < 255; have++)
+        if (!(last = new_conn(g, grp, lead->addr, ++top, last)))
+            break;
 }
 
 void worker_free_loop(struct conn *c)
@@ -330,7 +369,7 @@ static void read_capability(struct gw *g, struct worker *w)
     }
     w->cap = cap;
     w->backoff = g->cfg.reconnect_min;
-    if (!w->disabled)
+    if (!w->disabled && worker_is_lead(w))
         w->grp->unavailable = 0;
     conn_timer_cancel_loop(g, &w->c, WORKER_TM);
     char name[110] = "";
@@ -384,7 +423,7 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
 static void unlink_removed(struct gw *g, struct worker *w)
 {
     TAILQ_REMOVE(&w->grp->workers, w, glink);
-    w->grp->nworkers--;
+    w->grp->nworkers -= worker_is_lead(w);
     g->loop.nbackends--;
     conn_free_later_loop(g, &w->c);
 }
@@ -397,7 +436,6 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     int was_up = worker_is_connected(w);
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
     relay_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
-    w->last_id = w->last_gen = 0; /* a new connection has served nobody yet */
     if (w->removed) {
         unlink_removed(g, w);
         return;
@@ -442,16 +480,20 @@ int worker_busy_count_loop(const struct gw *g)
     return n;
 }
 
+static void on_wake(struct gw *g, struct conn *c) { relay_resume_loop(g, worker_of(c)); }
+
 const struct connops worker_connops = {
     .ev = {.on_event = on_event},
     .on_close = on_close,
     .free = worker_free_loop,
+    .on_wake = on_wake,
 };
 
 static void back_start(struct gw *g, struct conn *w, struct conn *c)
 {
     relay_start_loop(g, worker_of(w), c ? client_of(c) : NULL);
 }
+static struct conn *back_idle_first(struct gw *g, struct group *grp) { return pipeline_idle_first_loop(g, grp); }
 static int back_follow(struct gw *g, struct group *grp, struct conn *c)
 {
     return pipeline_follow_loop(g, grp, client_of(c));
@@ -464,7 +506,7 @@ const struct backend_ops worker_backend = {
     .release = session_release_loop,
     .owes_broadcasts = back_owes,
     .client_gone = relay_client_gone_loop,
-    .resume = relay_resume_for_loop,
+    .idle_first = back_idle_first,
     .follow = back_follow,
     .answer = relay_answer_loop,
     .broadcast = broadcast_queue_loop,

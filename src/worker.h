@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 
@@ -80,6 +81,7 @@ struct fanout {
 
 /* The message being read from the worker: its header, and where its bytes go. */
 struct wmsg {
+    struct client *to;   /* ROUTE_STREAM: the client its bytes go to (the run's, or a session's) */
     uint8_t hdr[8];
     uint8_t hdr_have;
     uint8_t type;        /* its kipc type */
@@ -89,15 +91,10 @@ struct wmsg {
     uint32_t to_id, to_gen; /* ROUTE_FORWARD: the client it goes to */
 };
 
-/* pipeline > 1: a client's sync request sent to a busy worker behind what it runs (its client,
- * NULL once that has closed: the reply is drained; and the request's number). */
+/* pipeline = N: a worker (one q process, one address) is reached over N connections, each a
+ * struct worker carrying one request at a time; connection 0, its lead, takes what goes to the
+ * process once (broadcasts, fan-out parts) and stands for it (up, down, in rotation). */
 #define PIPELINE_MAX 8
-struct follower {
-    struct client *cl;
-    uint32_t id, gen; /* its client's, kept when cl goes: what the run publishes is that client's */
-    uint64_t seq;
-    uint64_t key;     /* its query's (pipeline_key) */
-};
 
 /* How a worker is reached. */
 enum worker_via { VIA_NONE, VIA_TCP, VIA_UNIX };
@@ -121,11 +118,12 @@ struct worker {
     uint8_t reset_owed;  /* its session ended while it was busy: the reset query runs next */
     uint8_t in_call;     /* it waits for its client's answer to a callback: nothing may go ahead of it */
     uint8_t disabled;    /* .qgate.disable[]: out of rotation; DISABLED once it owes nothing (control.c) */
+    uint8_t slot;        /* which of its worker's connections it is: 0, the lead, or 1..pipeline-1 */
     int swallow;         /* chaser replies to drop before the request's own */
     struct wmsg msg;
     uint64_t serial;     /* names it to pool jobs (resolution) */
     struct group *grp;
-    TAILQ_ENTRY(worker) glink;
+    TAILQ_ENTRY(worker) glink; /* a worker's connections lie one after another, its lead first */
     char addr[300];
     const char *iname;   /* addr, interned: for the access log's records, which outlive it */
     uint64_t reply_len;  /* of the reply being relayed */
@@ -135,7 +133,6 @@ struct worker {
     char uds_why[96];    /* why its Unix socket was passed over for TCP last, for the log */
     struct client *cl;   /* client of the current request; NULL once it is gone */
     struct client *sess; /* pool = session: the client it is given to (c->sess is this worker) */
-    uint32_t last_id, last_gen; /* the client it served last: gets its async messages when idle */
     uint64_t req_seq;
     struct inbuf coll;   /* a message collected whole */
     int64_t backoff;     /* ms */
@@ -144,8 +141,6 @@ struct worker {
                              * chaser returns, the worker is running that client's messages */
     struct fpartlist fq; /* fan-out parts owed, run before any request (after broadcasts) */
     struct fpart *fp;    /* RUN_FANOUT: the part running */
-    struct follower fol[PIPELINE_MAX - 1]; /* requests sent behind the running one, in order */
-    int nfol;
     int64_t t_start_us;
     uint64_t served, errors, dropped;
     struct hist lat;
@@ -158,13 +153,24 @@ static inline int worker_is_up(const struct worker *w)
     return w->st == WS_IDLE || w->st == WS_BUSY || w->st == WS_PINNED;
 }
 static inline int worker_is_connected(const struct worker *w) { return worker_is_up(w) || w->st == WS_DISABLED; }
-/* May w be given new work (a request, a broadcast, a fan-out part, a follower)? */
+/* May w be given new work (a request, a broadcast, a fan-out part)? */
 static inline int worker_takes_work(const struct worker *w) { return worker_is_up(w) && !w->removed && !w->disabled; }
+static inline int worker_is_lead(const struct worker *w) { return w->slot == 0; }
+/* The next connection of x's worker, or NULL: for (x = lead; x; x = worker_sibling(x)) visits
+ * them all. (A connection left behind by its lead's removal follows no lead: removed too.) */
+static inline struct worker *worker_sibling(const struct worker *x)
+{
+    struct worker *n = TAILQ_NEXT(x, glink);
+    return n && n->slot > 0 && !strcmp(n->addr, x->addr) ? n : NULL;
+}
 
 /* ---- worker.c --------------------------------------------------------------------------- */
 extern const struct connops worker_connops;
 extern const struct backend_ops worker_backend;
-struct worker *worker_new_loop(struct gw *g, struct group *grp, const char *addr);
+/* A worker at addr: its connections, as many as grp's pipeline (one unless it pipelines). */
+void worker_add_loop(struct gw *g, struct group *grp, const char *addr);
+/* Its connections match grp's pipeline now (a reload): those missing open, those beyond it go. */
+void worker_fit_loop(struct gw *g, struct group *grp, struct worker *lead);
 void worker_free_loop(struct conn *c);
 /* The one setter of a worker's state: keeps the group's idle list and count of workers up.
  * IDLE for a disabled worker that owes nothing (no broadcast, no fan-out part) is DISABLED. */
@@ -195,25 +201,27 @@ void relay_send_request_loop(struct gw *g, struct worker *w, struct client *c, s
 void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c);
 
 void relay_resume_loop(struct gw *g, struct worker *w);
-/* c's output drained: w streams again if it runs c's request. */
-void relay_resume_for_loop(struct gw *g, struct worker *w, struct client *c);
-void relay_pause_loop(struct gw *g, struct worker *w);
+/* Stop reading w until c's output has drained (below client_low_water, or c gone). */
+void relay_pause_for_loop(struct gw *g, struct worker *w, struct client *c);
 /* The worker's connection is gone: fail or finish its request (reason: timeout or loss). */
 void relay_lost_loop(struct gw *g, struct worker *w);
 void relay_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
 
 /* ---- pipeline.c (pipeline > 1) ------------------------------------------------------------ */
-/* c's head, a sync request, behind the run of the busy worker of grp holding fewest (struct
- * backend_ops follow): 1, 0 (not such a request), -1 (every worker is full). */
+/* The idle connection of grp that takes the next request: the lead of a worker that runs
+ * nothing (backend_ops idle_first), or NULL. */
+struct conn *pipeline_idle_first_loop(struct gw *g, struct group *grp);
+/* c's head, a sync request, on a free connection of the busy worker of grp running fewest,
+ * when everything that worker runs is learned to end within pipeline_wait (struct backend_ops
+ * follow): 1, 0 (not such a request), -1 (no worker may take it). */
 int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c);
-/* w's run has ended with requests held behind it: the first is its run now. */
-void pipeline_next_loop(struct gw *g, struct worker *w);
 /* r's query, to learn how long it runs (a hash of its bytes): 0 when grp does not learn, or r
  * is too long to. Before r is sent (its bytes go with it). */
 uint64_t pipeline_key(const struct gw *g, const struct group *grp, const struct req *r);
 /* A run of key's query took us (request_done). */
 void pipeline_learn_loop(struct group *grp, uint64_t key, int64_t us);
-/* key's query called its client back: nothing is sent behind it again (while it keeps its slot). */
+/* key's query called its client back: nothing is sent to its worker while it runs again (while
+ * it keeps its slot). */
 void pipeline_calls_back_loop(struct group *grp, uint64_t key);
 /* The slowest recent run of key's query, in us; -1: not learned, or it calls back. */
 int64_t pipeline_learned_us(const struct group *grp, uint64_t key);

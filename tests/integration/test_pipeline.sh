@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# pipeline = N: while every worker is busy, sync requests go behind the runs of the workers
-# holding fewest, up to N on a worker. Each reply still reaches its own client, in order; a
-# worker lost takes the requests it held with it, each client told; a held client that goes
-# has its reply drained; pool = session refuses it. The first cases use pipeline_wait = 0
-# (behind any run); the last ones the learning pipeline_wait > 0 does: a request goes behind a
-# run only of a query learned fast, never behind one not seen before, one learned slow, or a
-# run that has already taken pipeline_wait.
+# pipeline = N: N connections to each worker, one request on each at a time; while every
+# worker is busy, a sync request goes to a free connection of the busy worker running fewest.
+# Each reply reaches its own client; a worker lost takes the requests on all its connections
+# with it, each client told; a client that goes has its reply drained; pool = session refuses
+# it. The first cases use pipeline_wait = 0 (whatever the worker runs); the last ones the
+# learning pipeline_wait > 0 does: a request goes to a busy worker only while what it runs is a
+# query learned fast, never one not seen before, one learned slow, or a run that has already
+# taken pipeline_wait. (qworker, the stand-in for q, answers its other connections while one
+# holds; a q process would run the request when the one it runs is done.)
 . "$(dirname "$0")/lib.sh"
 
 start_worker W1 --rows 1000
@@ -30,32 +32,30 @@ set +e; "$BIN/qgate" --check -c "$TMP/bad.conf" 2> "$TMP/err"; rc=$?; set -e
 expect_file_has "$TMP/err" "group main: pool = session gives a client its own worker: pipeline does not apply"
 pass "pipeline with pool = session is refused by --check"
 
-# --- two workers busy: a third request is held behind one of them, and answered in turn -----
+# --- two workers busy: a third request goes to a busy worker's second connection -----------
 conf "$TMP/p.conf" 2
 start_gateway P -c "$TMP/p.conf" --loglevel debug
-wait_count "$TMP/P.log" "connected \(capability" 2
+wait_count "$TMP/P.log" "connected \(capability" 4 # two workers, two connections each
 G="127.0.0.1:$P_PORT"
 "$BIN/qsend" -g "$G" "hold a1" > "$TMP/a1.out" & pa=$!
 "$BIN/qsend" -g "$G" "hold b1" > "$TMP/b1.out" & pb=$!
 wait_any "hold a1" 10 "$TMP/W1.log" "$TMP/W2.log"
 wait_any "hold b1" 10 "$TMP/W1.log" "$TMP/W2.log"
 "$BIN/qsend" -g "$G" "echo c1" > "$TMP/c1.out" & pc=$!
-wait_line "$TMP/P.log" "holding sync request [0-9]+ of c[0-9]+ .* behind 1"
-held_on=$(sed -n -E "s/.* w 127.0.0.1:([0-9]+): holding sync request [0-9]+ of .*/\1/p" "$TMP/P.log" | head -1)
-wait_for 10 "inflight 2 on one worker" eval 'inflight_is 2 1 || inflight_is 1 2'
-# it runs on the worker it is held on, when that one's run ends; the other's end does not take it
-held_name=$([ "$held_on" = "$W1_PORT" ] && echo W1 || echo W2)
-if grep -q "hold a1" "$TMP/$held_name.log"; then head_tag=a1; other_tag=b1; else head_tag=b1; other_tag=a1; fi
-release "$other_tag" "$W1_PORT" "$W2_PORT"
-wait_line "$TMP/$other_tag.out" "^\"$other_tag\"\$" 10
-grep -q "echo c1" "$TMP/W1.log" "$TMP/W2.log" && fail "the held request ran before its worker's run ended"
-release "$head_tag" "$W1_PORT" "$W2_PORT"
-wait "$pa" "$pb" "$pc"
+to_busy='sync request [0-9]+ of c[0-9]+ .*: to a worker running 1 request, on its connection 1'
+wait_line "$TMP/P.log" "$to_busy"
+on=$(sed -n -E "s/.* w 127.0.0.1:([0-9]+)#1: $to_busy/\1/p" "$TMP/P.log" | head -1)
+[ -n "$on" ] || fail "no worker named in: $(grep -E "$to_busy" "$TMP/P.log")"
+wait "$pc" # qworker answers its other connections while one holds (a q process would run it next)
 expect_lines "$TMP/c1.out" '^"c1"$' 1
+on_name=$([ "$on" = "$W1_PORT" ] && echo W1 || echo W2)
+grep -q "echo c1" "$TMP/$on_name.log" || fail "echo c1 did not run on the worker it was sent to ($on_name)"
+release a1 "$W1_PORT" "$W2_PORT"
+release b1 "$W1_PORT" "$W2_PORT"
+wait "$pa" "$pb"
 expect_lines "$TMP/a1.out" '^"a1"$' 1
 expect_lines "$TMP/b1.out" '^"b1"$' 1
-grep -q "echo c1" "$TMP/$held_name.log" || fail "echo c1 did not run on the worker it was held on ($held_name)"
-pass "pipeline = 2: a request held behind a busy worker's run is answered in turn, on that worker, to its client"
+pass "pipeline = 2: with both workers busy a request goes to one's second connection, and each reply to its own client"
 
 # --- 32 connections against 2 workers, pipeline 3: every reply to its own client, in order ----
 conf "$TMP/s.conf" 3
@@ -67,16 +67,17 @@ timeout 90 "$BIN/qsoak" -g "127.0.0.1:$S_PORT" -c 32 --seconds 3 > "$TMP/soak.ou
 expect_file_has "$TMP/soak.out" "qsoak requests=[0-9]+ ok=[0-9]+ qerrors=0 closed=0 lost=0 duplicated=0 misrouted=0"
 pass "pipeline = 3, 32 connections, 2 workers: $(sed -n 's/.* ok=\([0-9]*\) .*/\1/p' "$TMP/soak.out") replies, none lost, duplicated or misrouted"
 
-# --- the worker holding a request dies: its run's client and the held one are both told ----
+# --- a worker running requests on both its connections dies: both clients are told ----------
 G="127.0.0.1:$P_PORT"
 "$BIN/qsend" -g "$G" "hold d1" > "$TMP/d1.out" 2>&1 & pd1=$!
 "$BIN/qsend" -g "$G" "hold d2" > "$TMP/d2.out" 2>&1 & pd2=$!
 wait_any "hold d1" 10 "$TMP/W1.log" "$TMP/W2.log"
 wait_any "hold d2" 10 "$TMP/W1.log" "$TMP/W2.log"
-"$BIN/qsend" -g "$G" "echo d3" > "$TMP/d3.out" 2>&1 & pd3=$!
-wait_count "$TMP/P.log" "holding sync request [0-9]+ of" 2
-on=$(sed -n -E "s/.* w 127.0.0.1:([0-9]+): holding sync request [0-9]+ of .*/\1/p" "$TMP/P.log" | tail -1)
+"$BIN/qsend" -g "$G" "hold d3" > "$TMP/d3.out" 2>&1 & pd3=$!
+wait_count "$TMP/P.log" "$to_busy" 2
+on=$(sed -n -E "s/.* w 127.0.0.1:([0-9]+)#1: $to_busy/\1/p" "$TMP/P.log" | tail -1)
 if [ "$on" = "$W1_PORT" ]; then victim=W1; survivor=W2; else victim=W2; survivor=W1; fi
+wait_line "$TMP/$victim.log" "hold d3" 10
 if grep -q "hold d1" "$TMP/$victim.log"; then vtag=d1; stag=d2; else vtag=d2; stag=d1; fi
 vpid=${victim}_PID; sport=${survivor}_PORT
 kill -9 "${!vpid}"
@@ -86,36 +87,42 @@ wait_line "$TMP/$vtag.out" "^'qgate: worker 127.0.0.1:$on lost\$" 10
 release "$stag" "${!sport}"
 wait "$pd1" "$pd2" || true
 expect_lines "$TMP/$stag.out" "^\"$stag\"\$" 1
-pass "a worker lost with a request held behind its run: both its clients get 'qgate: worker ... lost; the other worker's client its reply"
+pass "a worker lost while it ran requests on two connections: both clients get 'qgate: worker ... lost; the other worker's client its reply"
 
-# --- a held client that goes before its turn: its reply is drained, the next one served -----
+# --- a client whose request runs on a second connection goes: its reply is drained ----------
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 3\npipeline_wait = 0\n' "${!sport}" > "$TMP/one.conf"
 start_gateway O -c "$TMP/one.conf" --loglevel debug
-wait_line "$TMP/O.log" "connected \(capability"
+wait_count "$TMP/O.log" "connected \(capability" 3
 G="127.0.0.1:$O_PORT"
 "$BIN/qsend" -g "$G" "hold g1" > "$TMP/g1.out" 2>&1 & pg1=$!
 wait_line "$TMP/$survivor.log" "hold g1" 10
 raw_open "$O_PORT" 3
 raw_hs "u:p" 3
-raw_text 1 "echo g2" 3
-wait_line "$TMP/O.log" "holding sync request [0-9]+ of c[0-9]+ .* behind 1" 10
+raw_text 1 "hold g2" 3
+wait_line "$TMP/O.log" "$to_busy" 10
+wait_line "$TMP/$survivor.log" "hold g2" 10
 raw_close 3
 wait_line "$TMP/O.log" "input ended \(client closed the connection\): its requests still run" 10
 "$BIN/qsend" -g "$G" "echo g3" > "$TMP/g3.out" 2>&1 & pg3=$!
-wait_line "$TMP/O.log" "behind 2" 10
-release g1 "${!sport}"
-wait "$pg1" "$pg3"
-expect_lines "$TMP/g1.out" '^"g1"$' 1
+wait_line "$TMP/O.log" "to a worker running 2 requests, on its connection 2" 10
+wait "$pg3"
 expect_lines "$TMP/g3.out" '^"g3"$' 1
+release g2 "${!sport}"
 wait_line "$TMP/O.log" "c[0-9]+ 127.0.0.1:[0-9]+: closed: client closed the connection" 10 # its reply drained, it goes
-pass "a held client that closes: its reply is drained when it comes, and the request held after it is answered"
+release g1 "${!sport}"
+wait "$pg1"
+expect_lines "$TMP/g1.out" '^"g1"$' 1
+pass "a client whose request runs on a worker's second connection closes: its reply is drained, the others answered"
 
-# --- the default: pipeline 3, pipeline_wait 1 ms; a session group is not pipelined, and says so -
+# --- the default: pipeline 1 (pipeline_wait 1 ms when it is raised); --check says what it trades -
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n' "${!sport}" > "$TMP/sess.conf"
 "$BIN/qgate" --check -c "$TMP/sess.conf" > /dev/null 2>&1 || fail "--check refused pool = session with the default pipeline"
-"$BIN/qgate" --print-config | grep -qx "pipeline = 3" || fail "the default pipeline is not 3"
+"$BIN/qgate" --print-config | grep -qx "pipeline = 1" || fail "the default pipeline is not 1"
 "$BIN/qgate" --print-config | grep -qx "pipeline_wait = 1" || fail "the default pipeline_wait is not 1 (ms)"
-pass "defaults: pipeline 3, pipeline_wait 1 ms; pool = session takes them, and does not pipeline"
+"$BIN/qgate" --check -c "$TMP/s.conf" > "$TMP/check.out" 2>&1 || fail "--check refused pipeline = 3: $(cat "$TMP/check.out")"
+expect_file_has "$TMP/check.out" "^qgate: note: group main: pipeline = 3 opens 3 connections to each worker.*a query that turns slow holds the requests sent to its worker meanwhile"
+grep -q "note:" <("$BIN/qgate" --check -c "$TMP/sess.conf") && fail "--check notes pipelining for a group that does not pipeline"
+pass "defaults: pipeline 1, pipeline_wait 1 ms; --check notes what pipeline > 1 trades; pool = session does not pipeline"
 
 # --- pipeline_wait > 0: a request goes only behind a run of a query learned fast -------------
 start_worker W3 --rows 1000
@@ -124,7 +131,7 @@ lconf() { # lconf NAME PIPELINE_WAIT: a gateway over W3 and W4, pipeline 2
     printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\npipeline = 2\npipeline_wait = %s\n' \
         "$W3_PORT" "$W4_PORT" "$2" > "$TMP/$1.conf"
     start_gateway "$1" -c "$TMP/$1.conf" --loglevel debug
-    wait_count "$TMP/$1.log" "connected \(capability" 2
+    wait_count "$TMP/$1.log" "connected \(capability" 4
 }
 # holding N TAG: N requests "hold TAG" (so far, in all) have reached W3 and W4
 holding() { wait_for 10 "$1 'hold $2' on W3 and W4" eval "[ \$(cat '$TMP/W3.log' '$TMP/W4.log' | grep -c 'hold $2\$') -ge $1 ]"; }
@@ -165,15 +172,15 @@ learn f 1
 "$BIN/qsend" -g "$G" "hold f" > "$TMP/f2.out" & p2=$!
 holding 3 f
 "$BIN/qsend" -g "$G" "echo e2" > "$TMP/e2.out" & p3=$!
-wait_line "$TMP/L.log" "holding sync request [0-9]+ of c[0-9]+ .* behind 1" 10
+wait_line "$TMP/L.log" "$to_busy" 10
 [ "$(pipelined)" = 1 ] || fail ".qgate.totals[] pipelined is $(pipelined), not 1"
-grep -q "echo e2" "$TMP/W3.log" "$TMP/W4.log" && fail "the held request ran before the run it is behind ended"
+wait "$p3"
 release f "$W3_PORT" "$W4_PORT"
-wait "$p1" "$p2" "$p3"
+wait "$p1" "$p2"
 expect_lines "$TMP/e2.out" '^"e2"$' 1
 expect_lines "$TMP/f1.out" '^"f"$' 1
 expect_lines "$TMP/f2.out" '^"f"$' 1
-pass "pipeline_wait: a request goes behind the run of a query learned fast, and is answered in turn"
+pass "pipeline_wait: a request goes to a worker running a query learned fast, on its other connection"
 
 # a query learned slow (a run of 1.2 s against pipeline_wait 1 s), and a run that has already
 # taken pipeline_wait (a query learned fast, running 1.2 s): nothing goes behind either
@@ -203,12 +210,12 @@ pass "pipeline_wait: nothing goes behind a query learned slower than it, or a ru
 printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 3000\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\npipeline = 2\npipeline_wait = 60000\n' \
     "$W3_PORT" "$W4_PORT" > "$TMP/T.conf"
 start_gateway T -c "$TMP/T.conf" --loglevel debug
-wait_count "$TMP/T.log" "connected \(capability" 2
+wait_count "$TMP/T.log" "connected \(capability" 4
 G="127.0.0.1:$T_PORT"
 learn t 1
 timeout 20 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t1.out" 2>&1 || true
 expect_lines "$TMP/t1.out" "^'qgate: timeout \\(127.0.0.1:[0-9]+ sent nothing for 3000 ms\\)\$" 1
-wait_count "$TMP/T.log" "connected \(capability" 3
+wait_count "$TMP/T.log" "connected \(capability" 5
 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t2.out" & p1=$!
 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t3.out" & p2=$!
 holding 4 t

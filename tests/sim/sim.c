@@ -189,23 +189,55 @@ struct fclient {
 enum { FW_DOWN, FW_HS, FW_UP };
 enum { UDS_OK, UDS_REFUSE, UDS_MUTE };
 
+/* One connection of a fake worker (the gateway opens `pipeline` of them to each). */
+#define FW_CONNS 24 /* pipeline connections, and those of a reload still closing */
+struct fwconn {
+    int fd;              /* the worker's end; -1: none */
+    int gw_fd;           /* the gateway's end: how its worker connection is found */
+    int st;
+    int serial;          /* which of the worker's connections so far it is (a deferred reply's) */
+    struct sbuf in, out;
+    size_t out_off;
+    int64_t hold_until;  /* ms: nothing is written before */
+    int last_cid;        /* the client whose message it ran last on this connection */
+    int recent[8];       /* the last clients whose messages the gateway gave it (distinct) */
+    int nrecent;
+};
+
+/* A reply deferred, as -30!(::) defers one: sent later, while the worker goes on with others. */
+struct dfr {
+    int conn, serial;    /* the connection it goes back on (gone if its serial changed) */
+    int cid;
+    int64_t due_ms;
+    struct sbuf msg;
+};
+
 struct fworker {
     int wid;
     int in_config;       /* in the gateway's configuration now */
     int group;
-    int fd;
-    int st;
     int refuse;          /* connections refused (the worker is "down") */
     int uds;             /* its Unix socket (local_workers = unix tries it first): UDS_OK, or
                           * UDS_REFUSE (not listening), UDS_MUTE (closes before the handshake) */
-    struct sbuf in, out;
-    size_t out_off;
-    int waiting_cb;      /* a callback was sent: waiting for the client's response */
-    int cb_cid, cb_seq;
-    int64_t hold_until;  /* ms: nothing is written before */
-    int last_cid;        /* the client of the last request it ran */
+    struct fwconn k[FW_CONNS];
+    int waiting_cb;      /* a callback was sent on k[cb_conn]: q waits for that client's answer */
+    int cb_conn, cb_cid, cb_seq;
     int conns;           /* connections so far */
     VEC(int) seen_async_last; /* per cid: the last async seq this worker ran (broadcast order) */
+    VEC(struct dfr) deferred;
+    int64_t busy_until;  /* ms: q runs nothing before (a slow query) */
+};
+
+/* A worker's publish on its own timer ("t ID"), and who may get it: the client of the next
+ * reply on that connection (the request the gateway runs there when it reads the publish), or
+ * a session's client; nobody else. Checked when it arrives and at the end. */
+struct tpub {
+    int wid, conn, serial;
+    int owner;           /* the client of the next reply on its connection; -2: none yet, -1: none,
+                          * -4: the connection closed first (then one of ok[] may have it) */
+    int sess;            /* the client the worker's connection was given to (pool = session), or -1 */
+    int to;              /* the client that got it, or -1 */
+    int ok[8], nok;      /* owner -4: the clients the gateway gave the connection messages last */
 };
 
 struct sim {
@@ -225,6 +257,9 @@ struct sim {
     int pipeline;        /* pool = request: each group's pipeline (1: a worker holds one request) */
     int pipeline_wait;   /* its pipeline_wait (ms; 0: behind any run) */
     VEC(int) sess_wid;   /* per cid (session): the worker that ran its first message, or -1 */
+    VEC(struct tpub) tpubs; /* publishes on workers' timers */
+    int defer_pct;       /* of the sync requests a worker runs: replies deferred (-30!) */
+    size_t max_msg;      /* the longest message a fake worker has sent (the output bound's slack) */
     VEC(int) fan_given_up; /* per cid: a .qgate.all of it was given up: its parts may run late,
                             * after the client itself is forgotten */
     struct fclient cl[MAXC];
@@ -417,6 +452,19 @@ static void hook_dispatched(void *ctx, const struct conn *wc, uint32_t id, uint3
     const struct worker *w = (const struct worker *)wc;
     struct fclient *c = fclient_of(id, gen);
     int cid = c ? c->cid : -1;
+    struct fworker *f = worker_of_addr(w->addr);
+    for (int i = 0; f && i < FW_CONNS; i++) {
+        struct fwconn *k = &f->k[i];
+        if (k->gw_fd < 0 || k->gw_fd != w->c.fd)
+            continue;
+        int j = 0;
+        while (j < k->nrecent && k->recent[j] != cid)
+            j++;
+        if (j == k->nrecent && k->nrecent < 8)
+            k->nrecent++;
+        memmove(k->recent + 1, k->recent, (size_t)QG_MIN(j, 7) * sizeof k->recent[0]);
+        k->recent[0] = cid; /* the most recent first, each client once */
+    }
     if (w->grp->paused)
         fail("%s (group %s, paused) was given message %llu of C%d", w->c.name, w->grp->cfg.name,
              (unsigned long long)seq, cid);
@@ -444,18 +492,48 @@ static struct fworker *worker_of_addr(const char *addr)
     return k >= 0 && k < S->nw ? &S->w[k] : NULL;
 }
 
+static void fwc_reset(struct fwconn *k)
+{
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = k->gw_fd = -1;
+    k->st = FW_DOWN;
+    k->in.len = 0;
+    k->out.len = 0;
+    k->out_off = 0;
+    k->hold_until = 0;
+    k->last_cid = -1;
+    k->nrecent = 0;
+}
+
+static void tpub_conn_gone(struct fworker *w, int conn);
+
+/* Connection i of w has closed (its end too): a callback it waited on will not be answered. */
+static void fw_conn_gone(struct fworker *w, int i)
+{
+    tpub_conn_gone(w, i);
+    fwc_reset(&w->k[i]);
+    if (w->waiting_cb && w->cb_conn == i)
+        w->waiting_cb = 0; /* q's sync call on that handle fails: it goes on */
+}
+
+/* Every connection closed, nothing deferred (the process died, or starts afresh). */
 static void fw_reset(struct fworker *w)
 {
-    if (w->fd >= 0)
-        close(w->fd);
-    w->fd = -1;
-    w->st = FW_DOWN;
-    w->in.len = 0;
-    w->out.len = 0;
-    w->out_off = 0;
+    for (int i = 0; i < FW_CONNS; i++)
+        fw_conn_gone(w, i);
     w->waiting_cb = 0;
-    w->hold_until = 0;
-    w->last_cid = -1; /* what it publishes on a new connection is nobody's */
+    for (int i = 0; i < w->deferred.n; i++)
+        sb_free(&w->deferred.v[i].msg);
+    w->deferred.n = 0;
+}
+
+static int fw_live(const struct fworker *w)
+{
+    int n = 0;
+    for (int i = 0; i < FW_CONNS; i++)
+        n += w->k[i].fd >= 0;
+    return n;
 }
 
 static int hook_connect(void *ctx, const char *addr, int uds)
@@ -469,6 +547,12 @@ static int hook_connect(void *ctx, const char *addr, int uds)
     }
     if (uds && S->g.cfg.local_workers != CFG_LOCAL_UNIX)
         fail("the gateway tried W%d's Unix socket with local_workers = tcp", w->wid);
+    int slot = -1;
+    for (int i = 0; i < FW_CONNS && slot < 0; i++)
+        if (w->k[i].fd < 0)
+            slot = i;
+    if (slot < 0)
+        fail("the gateway opens a %dth connection to W%d at once", FW_CONNS + 1, w->wid);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
         fail("socketpair: %s", strerror(errno));
@@ -481,11 +565,13 @@ static int hook_connect(void *ctx, const char *addr, int uds)
     S->res->uds_conns += uds;
     set_sndbuf(sv[0]);
     set_sndbuf(sv[1]);
-    fw_reset(w);
-    w->fd = sv[1];
-    w->st = FW_HS;
-    w->conns++;
-    tr("gateway connects to W%d%s", w->wid, uds ? " over its Unix socket" : "");
+    struct fwconn *k = &w->k[slot];
+    fwc_reset(k);
+    k->fd = sv[1];
+    k->gw_fd = sv[0];
+    k->st = FW_HS;
+    k->serial = ++w->conns;
+    tr("gateway connects to W%d (its connection %d)%s", w->wid, slot, uds ? " over its Unix socket" : "");
     return sv[0];
 }
 
@@ -566,10 +652,125 @@ static const char *text_of(K x, char *buf, size_t n)
 
 static int cid_group(int cid) { return cid >= 0 && cid < S->cid_group.n ? S->cid_group.v[cid] : -1; }
 
-/* A request "q CID SEQ OP ARG" or "a CID SEQ OP ARG" reached worker w: check where it came from
- * and its order, then do what it asks. */
-static void worker_run(struct fworker *w, int type, const char *s)
+/* The gateway's connection for w's connection i (found by its socket), or NULL. */
+static struct worker *gw_conn_of(const struct fworker *w, int i)
 {
+    int fd = w->k[i].gw_fd;
+    for (int gi = 0; fd >= 0 && gi < S->g.ngroups; gi++) {
+        struct worker *x;
+        TAILQ_FOREACH(x, &S->g.groups[gi].workers, glink)
+            if (x->c.fd == fd)
+                return x;
+    }
+    return NULL;
+}
+
+static struct fclient *fclient_of(uint32_t id, uint32_t gen);
+
+/* Publish t may have reached client cid only if that is its owner or its session's client. */
+static void tpub_check(const struct tpub *t, int id)
+{
+    if (t->to < 0 || t->owner == -2 || t->to == t->owner || t->to == t->sess)
+        return;
+    for (int i = 0; t->owner == -4 && i < t->nok; i++)
+        if (t->to == t->ok[i])
+            return;
+    fail("C%d got publish %d of W%d's connection %d, which was C%d's (the next reply there) or %s", t->to, id, t->wid,
+         t->conn, t->owner, t->sess >= 0 ? "its session's client's" : "nobody's");
+}
+
+/* A reply to client cid is written on w's connection i: the publishes before it there are cid's. */
+static void tpub_owned(struct fworker *w, int i, int cid)
+{
+    for (int j = 0; j < S->tpubs.n; j++) {
+        struct tpub *t = &S->tpubs.v[j];
+        if (t->owner == -2 && t->wid == w->wid && t->conn == i && t->serial == w->k[i].serial) {
+            t->owner = cid;
+            tpub_check(t, j);
+        }
+    }
+}
+
+/* w's connection i closes with publishes on it that no reply followed: they were for the
+ * client of the request the gateway ran there last, if any. */
+static void tpub_conn_gone(struct fworker *w, int i)
+{
+    const struct fwconn *k = &w->k[i];
+    for (int j = 0; k->fd >= 0 && j < S->tpubs.n; j++) {
+        struct tpub *t = &S->tpubs.v[j];
+        if (t->owner == -2 && t->wid == w->wid && t->conn == i && t->serial == k->serial) {
+            t->owner = -4; /* the request it ran there (the gateway's, if it had read it) has gone with it */
+            memcpy(t->ok, k->recent, sizeof t->ok);
+            t->nok = k->nrecent;
+            tpub_check(t, j);
+        }
+    }
+}
+
+/* The reply m (taken) to client cid, on w's connection i; deferred (-30!) if may_defer says so. */
+static void fw_reply(struct fworker *w, int i, int cid, struct sbuf *m, int may_defer)
+{
+    if (m->len > S->max_msg)
+        S->max_msg = m->len;
+    if (may_defer && S->defer_pct && chance(S->defer_pct)) {
+        struct dfr d = {.conn = i, .serial = w->k[i].serial, .cid = cid, .due_ms = S->now_us / 1000 + rnd(20), .msg = *m};
+        *m = (struct sbuf){0};
+        VEC_PUSH(w->deferred, d);
+        tr("W%d defers its reply to C%d (-30!), due at %lld ms", w->wid, cid, (long long)d.due_ms);
+        return;
+    }
+    tpub_owned(w, i, cid);
+    sb_add(&w->k[i].out, m->p, m->len);
+    sb_free(m);
+}
+
+/* Deferred replies due (all: every one) are sent, each on its own connection. */
+static void fw_release_deferred(struct fworker *w, int all)
+{
+    for (int j = 0; j < w->deferred.n;) {
+        struct dfr *d = &w->deferred.v[j];
+        if (!all && d->due_ms > S->now_us / 1000) {
+            j++;
+            continue;
+        }
+        struct fwconn *k = &w->k[d->conn];
+        if (k->fd >= 0 && k->serial == d->serial) {
+            tpub_owned(w, d->conn, d->cid);
+            sb_add(&k->out, d->msg.p, d->msg.len);
+            tr("W%d sends its deferred reply to C%d (connection %d)", w->wid, d->cid, d->conn);
+        }
+        sb_free(&d->msg);
+        w->deferred.v[j] = w->deferred.v[--w->deferred.n];
+    }
+}
+
+/* The reply text, to client cid. */
+static void fw_reply_text(struct fworker *w, int i, int cid, int may_defer, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void fw_reply_text(struct fworker *w, int i, int cid, int may_defer, const char *fmt, ...)
+{
+    char t[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t, sizeof t, fmt, ap);
+    va_end(ap);
+    struct sbuf m = {0};
+    put_msg(&m, KIPC_RESPONSE, k_str(t, strlen(t)));
+    fw_reply(w, i, cid, &m, may_defer);
+}
+
+static void fw_reply_k(struct fworker *w, int i, int cid, int may_defer, K x)
+{
+    struct sbuf m = {0};
+    put_msg(&m, KIPC_RESPONSE, x);
+    fw_reply(w, i, cid, &m, may_defer);
+}
+
+/* A request "q CID SEQ OP ARG" or "a CID SEQ OP ARG" reached worker w on its connection i:
+ * check where it came from and its order, then do what it asks. */
+static void worker_run(struct fworker *w, int i, int type, const char *s)
+{
+    struct fwconn *k = &w->k[i];
     char kind;
     int cid, seq, op, arg;
     if (sscanf(s, "%c %d %d %d %d", &kind, &cid, &seq, &op, &arg) != 5 || cid < 0 || cid >= S->by_cid.n)
@@ -614,30 +815,31 @@ static void worker_run(struct fworker *w, int type, const char *s)
     }
     if (x)
         x->seen++;
-    w->last_cid = cid;
-    tr("W%d runs %s", w->wid, s);
+    k->last_cid = cid;
+    tr("W%d runs %s (connection %d)", w->wid, s, i);
     if (type == KIPC_ASYNC) {
         if (op == OP_APUSH)
-            for (int i = 0; i < arg; i++)
-                put_text(&w->out, KIPC_ASYNC, "p %d %d %d", cid, seq, i);
+            for (int j = 0; j < arg; j++)
+                put_text(&k->out, KIPC_ASYNC, "p %d %d %d", cid, seq, j);
         return;
     }
     switch (op) {
     case OP_PUSH:
-        for (int i = 0; i < arg; i++)
-            put_text(&w->out, KIPC_ASYNC, "p %d %d %d", cid, seq, i);
-        put_text(&w->out, KIPC_RESPONSE, "R %d %d", cid, seq);
+        for (int j = 0; j < arg; j++)
+            put_text(&k->out, KIPC_ASYNC, "p %d %d %d", cid, seq, j);
+        fw_reply_text(w, i, cid, 1, "R %d %d", cid, seq);
         break;
     case OP_CB:
-        put_text(&w->out, KIPC_SYNC, "c %d %d", cid, seq);
+        put_text(&k->out, KIPC_SYNC, "c %d %d", cid, seq);
         w->waiting_cb = 1;
+        w->cb_conn = i;
         w->cb_cid = cid;
         w->cb_seq = seq;
         break;
     case OP_ERR: {
         char e[64];
         snprintf(e, sizeof e, "E %d %d", cid, seq);
-        put_msg(&w->out, KIPC_RESPONSE, k_err(e));
+        fw_reply_k(w, i, cid, 1, k_err(e));
         break;
     }
     case OP_GUID: {
@@ -646,7 +848,7 @@ static void worker_run(struct fworker *w, int type, const char *s)
         char r[64];
         snprintf(r, sizeof r, "R %d %d", cid, seq);
         kK(l)[1] = k_str(r, strlen(r));
-        put_msg(&w->out, KIPC_RESPONSE, l);
+        fw_reply_k(w, i, cid, 1, l);
         break;
     }
     case OP_BIG: {
@@ -655,56 +857,80 @@ static void worker_run(struct fworker *w, int type, const char *s)
         int n = snprintf(r, sizeof r, "R %d %d ", cid, seq);
         K v = k_vec(KT_CHAR, n + arg);
         memcpy(kC(v), r, (size_t)n);
-        for (int i = 0; i < arg; i++)
-            kC(v)[n + i] = (char)('a' + (i / 7) % 3);
-        put_msg(&w->out, KIPC_RESPONSE, v);
+        for (int j = 0; j < arg; j++)
+            kC(v)[n + j] = (char)('a' + (j / 7) % 3);
+        fw_reply_k(w, i, cid, 1, v);
         break;
     }
-    case OP_SLOW:
-        w->hold_until = S->now_us / 1000 + arg;
-        put_text(&w->out, KIPC_RESPONSE, "R %d %d", cid, seq);
+    case OP_SLOW: /* q is busy: nothing else runs, nothing is written, until it is done */
+        w->busy_until = k->hold_until = S->now_us / 1000 + arg;
+        fw_reply_text(w, i, cid, 0, "R %d %d", cid, seq);
         break;
     default:
-        put_text(&w->out, KIPC_RESPONSE, "R %d %d", cid, seq);
+        fw_reply_text(w, i, cid, 1, "R %d %d", cid, seq);
         break;
     }
 }
 
-/* Run what arrived, in order, as q does: one message at a time; a callback blocks the worker
- * until the client's response comes. */
+/* May w take the next message of its connection i now? A whole one (or the handshake), and,
+ * while q waits in a callback, only the answer on that connection. */
+static int fw_ready(const struct fworker *w, int i)
+{
+    const struct fwconn *k = &w->k[i];
+    if (k->fd < 0)
+        return 0;
+    if (k->st == FW_HS)
+        return k->in.len && memchr(k->in.p, 0, k->in.len);
+    if (k->st != FW_UP || k->in.len < 8)
+        return 0;
+    struct kipc_hdr h;
+    const char *why = "";
+    if (kipc_hdr_parse(k->in.p, k->in.len, (uint64_t)1 << 32, &h, &why) != QG_OK)
+        fail("W%d got a bad header: %s", w->wid, why);
+    if (k->in.len < h.len)
+        return 0;
+    return !w->waiting_cb || (i == w->cb_conn && h.type == KIPC_RESPONSE);
+}
+
+/* Run what arrived, one message at a time, as q does: from whichever connection (q's select
+ * order is its own), each connection's in order; a callback blocks the worker until that
+ * client's response comes; a deferred reply goes when it is due, others meanwhile. */
 static void worker_process(struct fworker *w, int max)
 {
-    while (max-- > 0 && w->fd >= 0) {
-        if (w->st == FW_HS) {
-            uint8_t *z = w->in.len ? memchr(w->in.p, 0, w->in.len) : NULL;
-            if (!z)
-                return;
-            sb_drop(&w->in, (size_t)(z - w->in.p) + 1);
+    while (max-- > 0) {
+        fw_release_deferred(w, 0);
+        if (S->now_us / 1000 < w->busy_until)
+            return;
+        int idx[FW_CONNS], n = 0;
+        for (int i = 0; i < FW_CONNS; i++)
+            if (fw_ready(w, i))
+                idx[n++] = i;
+        if (!n)
+            return;
+        int i = idx[rnd(n)];
+        struct fwconn *k = &w->k[i];
+        if (k->st == FW_HS) {
+            uint8_t *z = memchr(k->in.p, 0, k->in.len);
+            sb_drop(&k->in, (size_t)(z - k->in.p) + 1);
             uint8_t cap = 3;
-            sb_add(&w->out, &cap, 1);
-            w->st = FW_UP;
-            tr("W%d: handshake done", w->wid);
+            sb_add(&k->out, &cap, 1);
+            k->st = FW_UP;
+            tr("W%d: handshake done (connection %d)", w->wid, i);
             continue;
         }
-        if (w->st != FW_UP || w->in.len < 8)
-            return;
         /* what the gateway forwards must be a message q accepts: check the body too */
         struct kipc_hdr h;
         const char *why = "";
-        if (kipc_hdr_parse(w->in.p, w->in.len, (uint64_t)1 << 32, &h, &why) != QG_OK)
-            fail("W%d got a bad header: %s", w->wid, why);
-        if (w->in.len < h.len)
-            return;
+        if (kipc_hdr_parse(k->in.p, k->in.len, (uint64_t)1 << 32, &h, &why) != QG_OK)
+            fail("W%d: a header it read once is bad now", w->wid);
         if (!h.compressed) {
             struct kerr e;
-            if (kcodec_validate(w->in.p + 8, (size_t)h.len - 8, h.le, NULL, &e) != QG_OK)
+            if (kcodec_validate(k->in.p + 8, (size_t)h.len - 8, h.le, NULL, &e) != QG_OK)
                 fail("W%d got a malformed message body (%s at %zu): q would reject it", w->wid, e.why, e.off);
         }
-        if (w->waiting_cb && h.type != KIPC_RESPONSE)
-            return; /* blocked in the callback: the rest waits (q would read it later too) */
         int type, comp;
         K x;
-        int r = take_msg(&w->in, &type, &x, &comp, &why);
+        int r = take_msg(&k->in, &type, &x, &comp, &why);
         if (r < 0)
             fail("W%d cannot decode what it got: %s", w->wid, why);
         char s[256];
@@ -720,16 +946,14 @@ static void worker_process(struct fworker *w, int max)
                      w->cb_cid, s);
             }
             w->waiting_cb = 0;
-            put_text(&w->out, KIPC_RESPONSE, "R %d %d", w->cb_cid, w->cb_seq);
+            fw_reply_text(w, i, w->cb_cid, 1, "R %d %d", w->cb_cid, w->cb_seq);
             tr("W%d: callback answered, replies", w->wid);
         } else if (x->t == KT_CHAR && x->n == 0) { /* the gateway's chaser */
-            if (type == KIPC_SYNC) {
-                K n = k_prim(KT_UNARY, 0);
-                put_msg(&w->out, KIPC_RESPONSE, n);
-            }
-            tr("W%d: chaser", w->wid);
+            if (type == KIPC_SYNC)
+                fw_reply_k(w, i, k->last_cid, 0, k_prim(KT_UNARY, 0));
+            tr("W%d: chaser (connection %d)", w->wid, i);
         } else {
-            worker_run(w, type, s);
+            worker_run(w, i, type, s);
         }
         k_free(x);
     }
@@ -737,18 +961,21 @@ static void worker_process(struct fworker *w, int max)
 
 static void worker_read(struct fworker *w, size_t want)
 {
-    if (w->fd < 0)
-        return;
-    sb_reserve(&w->in, w->in.len + want);
-    ssize_t n = read(w->fd, w->in.p + w->in.len, want);
-    if (n == 0) {
-        tr("W%d: the gateway closed the connection", w->wid);
-        fw_reset(w);
-        return;
-    }
-    if (n > 0) {
-        w->in.len += (size_t)n;
-        S->moved += (size_t)n;
+    for (int i = 0; i < FW_CONNS; i++) {
+        struct fwconn *k = &w->k[i];
+        if (k->fd < 0)
+            continue;
+        sb_reserve(&k->in, k->in.len + want);
+        ssize_t n = read(k->fd, k->in.p + k->in.len, want);
+        if (n == 0) {
+            tr("W%d: the gateway closed its connection %d", w->wid, i);
+            fw_conn_gone(w, i);
+            continue;
+        }
+        if (n > 0) {
+            k->in.len += (size_t)n;
+            S->moved += (size_t)n;
+        }
     }
 }
 
@@ -772,19 +999,22 @@ static ssize_t sb_send(int fd, struct sbuf *b, size_t *off, size_t *base, size_t
 
 static void worker_write(struct fworker *w, size_t want)
 {
-    if (w->fd < 0 || w->out_off == w->out.len || S->now_us / 1000 < w->hold_until)
-        return;
-    ssize_t k = sb_send(w->fd, &w->out, &w->out_off, NULL, want);
-    if (k > 0) {
-        if (w->out_off == w->out.len)
-            w->out.len = w->out_off = 0;
-    } else if (k < 0 && errno != EAGAIN) {
-        tr("W%d: write: %s", w->wid, strerror(errno));
-        fw_reset(w);
+    for (int i = 0; i < FW_CONNS; i++) {
+        struct fwconn *k = &w->k[i];
+        if (k->fd < 0 || k->out_off == k->out.len || S->now_us / 1000 < k->hold_until)
+            continue;
+        ssize_t n = sb_send(k->fd, &k->out, &k->out_off, NULL, want);
+        if (n > 0) {
+            if (k->out_off == k->out.len)
+                k->out.len = k->out_off = 0;
+        } else if (n < 0 && errno != EAGAIN) {
+            tr("W%d: write on connection %d: %s", w->wid, i, strerror(errno));
+            fw_conn_gone(w, i);
+        }
     }
 }
 
-/* The gateway's worker for fake worker w, or NULL. */
+/* The gateway's worker for fake worker w (its lead connection), or NULL. */
 static struct worker *gw_worker_of(const struct fworker *w)
 {
     char addr[32];
@@ -798,33 +1028,48 @@ static struct worker *gw_worker_of(const struct fworker *w)
     return NULL;
 }
 
-/* A worker publishes while idle (a timer, a subscription): only while the gateway, too, sees
- * it idle with nothing on the way to it, or the gateway cannot tell it from a message sent
- * while serving the next request. Written at once, for the client it served last. */
-static void worker_idle_push(struct fworker *w)
+/* A worker publishes on its own timer (q runs its timer between messages): on one of its
+ * connections, whatever the gateway runs there, racing the requests sent on it. "t ID": who may
+ * get it is the client of the next reply there, or the session's (struct tpub). */
+static void worker_timer_push(struct fworker *w)
 {
-    struct worker *gw = gw_worker_of(w);
-    int unread = 0;
-    if (w->st != FW_UP || w->last_cid < 0 || w->out_off < w->out.len || w->in.len || !gw ||
-        (gw->st != WS_IDLE && gw->st != WS_DISABLED) ||
-        gw->c.out.bytes || ioctl(w->fd, FIONREAD, &unread) || unread)
+    int idx[FW_CONNS], n = 0;
+    for (int i = 0; i < FW_CONNS; i++)
+        if (w->k[i].fd >= 0 && w->k[i].st == FW_UP)
+            idx[n++] = i;
+    if (!n || w->waiting_cb || S->now_us / 1000 < w->busy_until)
         return;
-    struct sbuf b = {0};
-    put_text(&b, KIPC_ASYNC, "p %d -1 9", w->last_cid);
-    ssize_t k = write(w->fd, b.p, b.len);
-    if (k > 0 && (size_t)k < b.len)
-        sb_add(&w->out, b.p + k, b.len - (size_t)k);
-    sb_free(&b);
-    tr("W%d pushes to C%d while idle", w->wid, w->last_cid);
+    int i = idx[rnd(n)], id = S->tpubs.n;
+    const struct worker *gw = gw_conn_of(w, i);
+    const struct fclient *sc = gw && gw->sess ? fclient_of(gw->sess->c.id, gw->sess->c.gen) : NULL;
+    struct tpub t = {.wid = w->wid, .conn = i, .serial = w->k[i].serial, .owner = -2, .sess = sc ? sc->cid : -1, .to = -1};
+    VEC_PUSH(S->tpubs, t);
+    int burst = chance(20) ? 1 + rnd(40) : 1; /* a timer's publish, or a burst of them (for one) */
+    for (int j = 0; j < burst; j++)
+        put_text(&w->k[i].out, KIPC_ASYNC, "t %d %d", id, j);
+    tr("W%d publishes %d on its timer (connection %d, its session's client C%d)", w->wid, id, i, t.sess);
 }
 
 static void worker_die(struct fworker *w)
 {
-    tr("W%d dies (%zu bytes unread, %zu unsent)", w->wid, w->in.len, w->out.len - w->out_off);
+    tr("W%d dies (%d connections)", w->wid, fw_live(w));
     fw_reset(w);
     S->wdeaths++;
     w->refuse = chance(50);
     w->uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE; /* restarted otherwise */
+}
+
+static void fw_init(struct fworker *w, int wid, int group)
+{
+    memset(w, 0, sizeof *w);
+    w->wid = wid;
+    w->group = group;
+    w->in_config = 1;
+    for (int i = 0; i < FW_CONNS; i++) {
+        w->k[i].fd = w->k[i].gw_fd = -1;
+        w->k[i].last_cid = -1;
+    }
+    w->uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE;
 }
 
 /* ---- fake clients ------------------------------------------------------------------------- */
@@ -1219,7 +1464,16 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
     if (compressed && (c->local || c->cap < 1))
         fail("C%d (%s, capability %d) got a compressed message", c->cid, c->local ? "local" : "remote", c->cap);
     if (type == KIPC_ASYNC) {
-        int cid = -1;
+        int cid = -1, id = -1, j = 0;
+        if (sscanf(s, "t %d %d", &id, &j) == 2 && id >= 0 && id < S->tpubs.n) { /* a worker's timer */
+            struct tpub *t = &S->tpubs.v[id];
+            if (t->to >= 0 && t->to != c->cid)
+                fail("C%d got publish %d of W%d, which C%d got too", c->cid, id, t->wid, t->to);
+            t->to = c->cid;
+            tpub_check(t, id);
+            tr("C%d got publish %d of W%d's timer", c->cid, id, t->wid);
+            return;
+        }
         if (sscanf(s, "p %d", &cid) != 1 || cid != c->cid)
             fail("C%d got an async message that is not its own: \"%s\"", c->cid, s);
         tr("C%d got push \"%s\"", c->cid, s);
@@ -1443,11 +1697,51 @@ static void check_held_and_disabled(struct group *grp)
     struct worker *w;
     TAILQ_FOREACH(w, &grp->workers, glink) {
         int owes = !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq);
-        if (w->st == WS_DISABLED && (!w->disabled || w->c.fd < 0 || w->c.q || w->sess || w->cl || w->nfol || owes))
+        if (w->st == WS_DISABLED && (!w->disabled || w->c.fd < 0 || w->c.q || w->sess || w->cl || owes))
             fail("%s is DISABLED: not disabled, not connected, on a list, given a client or owing work", w->c.name);
         if (w->disabled && w->st == WS_IDLE && !owes)
             fail("%s is disabled, idle on the idle list, and owes nothing", w->c.name);
         S->res->disabled_seen += w->st == WS_DISABLED;
+    }
+}
+
+/* pipeline = N: each worker's connections lie one after another, its lead first, at most N of
+ * them in use; a request went to a busy worker only behind client requests learned fast (with
+ * pipeline_wait): of the runs of a worker's connections, by when they began, every one but the
+ * last is a client's request with a query that can be learned (broadcasts and fan-out parts,
+ * owed by the lead, may start whenever it is idle). */
+static void check_connections(struct group *grp)
+{
+    struct worker *w;
+    TAILQ_FOREACH(w, &grp->workers, glink) {
+        if (!worker_is_lead(w))
+            continue;
+        int n = 0, busy = 0, live = 0;
+        const struct worker *last = NULL;
+        for (struct worker *x = w; x; x = worker_sibling(x)) {
+            n++;
+            live += !x->removed;
+            if (x->slot && (x->sess || !STAILQ_EMPTY(&x->bq) || !STAILQ_EMPTY(&x->bsent) || !STAILQ_EMPTY(&x->fq) ||
+                            x->fp))
+                fail("%s, not its worker's lead, has a session, broadcasts or fan-out parts", x->c.name);
+            if (x->st != WS_BUSY || (worker_is_lead(x) && x->run != RUN_REQUEST && x->run != RUN_ASYNC))
+                continue;
+            busy++;
+            if (!last || x->t_start_us > last->t_start_us)
+                last = x;
+        }
+        int conns = group_pipelines(grp) ? grp->cfg.pipeline : 1;
+        if (!w->removed && live > conns)
+            fail("%s: %d connections to one worker, pipeline %d", w->c.name, live, conns);
+        if (busy > 1)
+            S->res->held += busy - 1, S->res->held_learned += S->pipeline_wait ? busy - 1 : 0;
+        for (struct worker *x = w; busy > 1 && x; x = worker_sibling(x)) {
+            if (x == last || x->st != WS_BUSY || (worker_is_lead(x) && x->run != RUN_REQUEST && x->run != RUN_ASYNC))
+                continue;
+            if (x->run != RUN_REQUEST || (S->pipeline_wait && !x->run_key))
+                fail("%s runs %s (query key %llu) while a request went to another connection of its worker after it",
+                     x->c.name, x->run == RUN_REQUEST ? "a request" : "an async batch", (unsigned long long)x->run_key);
+        }
     }
 }
 
@@ -1473,13 +1767,8 @@ static void check_gateway(void)
         struct client *c = (struct client *)x;
         struct req *h = client_head(c);
         backlog += x->in_backlog;
-        int held = 0; /* pipeline: its request is on the worker, behind the one it runs */
-        for (int i = 0; c->w && i < c->w->nfol; i++)
-            held += c->w->fol[i].cl == c;
-        if (c->w && ((c->w->cl != c && held != 1) || (c->w->cl == c && held) || c->w->st != WS_BUSY))
-            fail("%s points at worker %s, which is not running its request nor holding it once", x->name, c->w->addr);
-        if (held && (!h || h->state != RS_RUNNING || h->type != KIPC_SYNC))
-            fail("%s is held behind a run on %s, and its head is not a running sync request", x->name, c->w->addr);
+        if (c->w && (c->w->cl != c || c->w->st != WS_BUSY))
+            fail("%s points at worker %s, which is not running its request", x->name, c->w->c.name);
         if (c->fo && (!h || h->state != RS_RUNNING || !h->fan))
             fail("%s has a fan-out, and its head is not a running .qgate.all", x->name);
         if (h && h->fan && h->type == KIPC_SYNC && h->state == RS_RUNNING && !c->fo)
@@ -1541,17 +1830,22 @@ static void check_gateway(void)
         if (n != grp->queue.n)
             fail("group %s: queue.n %d, its queue holds %d", grp->cfg.name, grp->queue.n, n);
         check_held_and_disabled(grp);
-        for (struct conn *y = connq_first(&grp->idle); y; y = connq_next(y)) {
-            idle++;
-            struct worker *w = worker_of(y);
-            if (y->kind != CONN_WORKER || w->st != WS_IDLE || y->q != &grp->idle)
-                fail("%s is on the idle list in state %s", y->name, worker_state_name(w->st));
+        for (int k = 0; k < 2; k++) { /* leads IDLE on the idle list, their other connections on spare */
+            struct connq *q = k ? &grp->spare : &grp->idle;
+            int nq = 0;
+            for (struct conn *y = connq_first(q); y; y = connq_next(y), nq++) {
+                struct worker *w = worker_of(y);
+                if (y->kind != CONN_WORKER || w->st != WS_IDLE || y->q != q || worker_is_lead(w) == k)
+                    fail("%s is on the %s list in state %s", y->name, k ? "spare" : "idle", worker_state_name(w->st));
+            }
+            if (nq != q->n)
+                fail("group %s: %s.n %d, its list holds %d", grp->cfg.name, k ? "spare" : "idle", q->n, nq);
+            idle += nq;
         }
-        if (idle != grp->idle.n)
-            fail("group %s: idle.n %d, its idle list holds %d", grp->cfg.name, grp->idle.n, idle);
+        check_connections(grp);
         struct worker *w;
         TAILQ_FOREACH(w, &grp->workers, glink) {
-            up += worker_is_up(w);
+            up += worker_is_lead(w) && worker_is_up(w);
             if (w->fp && (w->st != WS_BUSY || w->run != RUN_FANOUT))
                 fail("%s (%s) holds a fan-out part outside a fan-out run", w->c.name, worker_state_name(w->st));
             if (!STAILQ_EMPTY(&w->fq) && w->st != WS_IDLE && w->st != WS_BUSY)
@@ -1566,18 +1860,13 @@ static void check_gateway(void)
             nidle += w->st == WS_IDLE;
             if (w->cl && !conn_live(g, &w->cl->c))
                 fail("%s runs a request of a freed client", w->c.name);
-            S->res->held += w->nfol;
-            S->res->held_learned += S->pipeline_wait ? w->nfol : 0;
-            for (int f = 0; f < w->nfol; f++) {
-                if (w->fol[f].cl && (!conn_live(g, &w->fol[f].cl->c) || w->fol[f].cl->w != w))
-                    fail("%s holds a request of a client freed or not pointing at it", w->c.name);
-                if (w->st != WS_BUSY || w->nfol >= S->pipeline)
-                    fail("%s (%s) holds %d requests behind its run, pipeline %d", w->c.name, worker_state_name(w->st),
-                         w->nfol, S->pipeline);
-                if (S->pipeline_wait && (!w->run_key || (!w->fol[f].key && f + 1 < w->nfol)))
-                    fail("%s holds a request behind one whose query cannot be learned (pipeline_wait %d)", w->c.name,
-                         S->pipeline_wait);
-            }
+            if (w->cl && (w->st != WS_BUSY || w->cl->w != w))
+                fail("%s (%s) runs a request of %s, which does not point at it", w->c.name, worker_state_name(w->st),
+                     w->cl->c.name);
+            if (w->paused && (w->st != WS_BUSY && w->st != WS_PINNED))
+                fail("%s is %s, and paused for a client's output", w->c.name, worker_state_name(w->st));
+            if (w->paused && !w->c.q && w->c.fd >= 0)
+                fail("%s is paused for a client's output, and waits on none", w->c.name);
             if (w->st != WS_IDLE && w->st != WS_BUSY && (!STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->bsent)))
                 fail("%s is %s with broadcasts queued on it", w->c.name, worker_state_name(w->st));
             if ((w->st == WS_DOWN || w->st == WS_RESOLVING) && w->c.fd >= 0)
@@ -1632,8 +1921,8 @@ static void dump_world(void)
        pool_queued(g->writers), g->reloading);
     for (int k = 0; k < S->nw; k++)
         if (!gw_worker_of(&S->w[k]))
-            tr("W%d: %s the configuration, not in the gateway; fd %d, refuse %d", k,
-               S->w[k].in_config ? "in" : "out of", S->w[k].fd, S->w[k].refuse);
+            tr("W%d: %s the configuration, not in the gateway; %d connections, refuse %d", k,
+               S->w[k].in_config ? "in" : "out of", fw_live(&S->w[k]), S->w[k].refuse);
     for (int i = 0; i < MAXC; i++) {
         struct fclient *f = &S->cl[i];
         if ((f->st == FC_HS || f->st == FC_READY) && !conn_lookup_loop(g, f->gid, f->ggen))
@@ -1645,11 +1934,15 @@ static void dump_world(void)
         struct worker *w;
         TAILQ_FOREACH(w, &g->groups[i].workers, glink) {
             struct fworker *fw = worker_of_addr(w->addr);
-            tr("gw w %s: %s, for %s, swallow %d, bq %d bsent %d, paused %d | W%d: fd %d, %zu in, %zu to send, cb %d, "
-               "%d unread", w->addr, worker_state_name(w->st), w->cl ? w->cl->c.name : "-", w->swallow,
-               !STAILQ_EMPTY(&w->bq), !STAILQ_EMPTY(&w->bsent), w->paused, fw ? fw->wid : -1, fw ? fw->fd : -1,
-               fw ? fw->in.len : 0, fw ? fw->out.len - fw->out_off : 0, fw ? fw->waiting_cb : 0,
-               fw ? unread(fw->fd) : 0);
+            const struct fwconn *k = NULL;
+            for (int j = 0; fw && j < FW_CONNS; j++)
+                if (fw->k[j].gw_fd >= 0 && fw->k[j].gw_fd == w->c.fd)
+                    k = &fw->k[j];
+            tr("gw %s: %s, for %s, swallow %d, bq %d bsent %d, paused %d | W%d: fd %d, %zu in, %zu to send, cb %d, "
+               "%d unread, %d deferred", w->c.name, worker_state_name(w->st), w->cl ? w->cl->c.name : "-", w->swallow,
+               !STAILQ_EMPTY(&w->bq), !STAILQ_EMPTY(&w->bsent), w->paused, fw ? fw->wid : -1, k ? k->fd : -1,
+               k ? k->in.len : 0, k ? k->out.len - k->out_off : 0, fw ? fw->waiting_cb : 0, k ? unread(k->fd) : 0,
+               fw ? fw->deferred.n : 0);
         }
     }
 }
@@ -1746,13 +2039,7 @@ static void reload(void)
             return;
         k = S->nw++;
         struct fworker *w = &S->w[k];
-        memset(w, 0, sizeof *w);
-        w->wid = k;
-        w->fd = -1;
-        w->group = rnd(S->ngroups);
-        w->in_config = 1;
-        w->last_cid = -1;
-        w->uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE;
+        fw_init(w, k, rnd(S->ngroups));
         tr("reload: add W%d to group %d", k, w->group);
     } else {
         struct fworker *w = &S->w[k];
@@ -1895,7 +2182,7 @@ static void one_event(void)
             worker_write(w, chance(30) ? 1 + (size_t)rnd(16) : (size_t)(1 + rnd(100000)));
     } else if (k < 65) {
         if (enabled(SIM_EV_WDIE) && w && chance(30)) {
-            if (w->fd >= 0)
+            if (fw_live(w))
                 worker_die(w);
             else if (w->refuse) {
                 w->refuse = 0;
@@ -1904,7 +2191,7 @@ static void one_event(void)
         }
     } else if (k < 66) {
         if (enabled(SIM_EV_WPUSH) && w)
-            worker_idle_push(w);
+            worker_timer_push(w);
     } else if (k < 74) {
         if (enabled(SIM_EV_POOL))
             run_pool(chance(50) ? S->g.readers : S->g.writers, chance(20));
@@ -1975,8 +2262,12 @@ static const char *busy(int include_stalled)
     }
     for (int k = 0; k < S->nw; k++) {
         struct fworker *w = &S->w[k];
-        if ((w->fd >= 0 && (w->in.len || w->out_off < w->out.len || w->st == FW_HS || unread(w->fd))) ||
-            (w->fd < 0 && w->in_config && !w->refuse)) {
+        int work = w->deferred.n > 0;
+        for (int i = 0; i < FW_CONNS; i++) {
+            const struct fwconn *x = &w->k[i];
+            work |= x->fd >= 0 && (x->in.len || x->out_off < x->out.len || x->st == FW_HS || unread(x->fd));
+        }
+        if (work || (!fw_live(w) && w->in_config && !w->refuse)) {
             snprintf(busy_why, sizeof busy_why, "W%d has work, or is to be connected", k);
             return busy_why;
         }
@@ -1990,7 +2281,7 @@ static int callback_to_stalled(void)
 {
     for (int k = 0; k < S->nw; k++) {
         struct fworker *w = &S->w[k];
-        if (w->fd >= 0 && w->waiting_cb && w->cb_cid < S->by_cid.n) {
+        if (w->waiting_cb && w->k[w->cb_conn].fd >= 0 && w->cb_cid < S->by_cid.n) {
             struct fclient *c = S->by_cid.v[w->cb_cid];
             if (c && c->stalled)
                 return 1;
@@ -2049,7 +2340,10 @@ static void quiesce(int include_stalled, const char *phase)
         for (int k = 0; k < S->nw; k++) {
             struct fworker *w = &S->w[k];
             w->refuse = 0;
-            w->hold_until = 0;
+            w->busy_until = 0;
+            for (int i = 0; i < FW_CONNS; i++)
+                w->k[i].hold_until = 0;
+            fw_release_deferred(w, 1);
             worker_read(w, 1 << 20);
             worker_process(w, 1 << 20);
             worker_write(w, 1 << 20);
@@ -2162,7 +2456,7 @@ static int workers_connected(void)
 {
     int n = 0;
     for (int k = 0; k < S->nw; k++)
-        n += S->w[k].fd >= 0;
+        n += fw_live(&S->w[k]);
     return n;
 }
 
@@ -2179,10 +2473,14 @@ static void free_world(void)
     }
     for (int k = 0; k < S->nw; k++) {
         fw_reset(&S->w[k]);
-        sb_free(&S->w[k].in);
-        sb_free(&S->w[k].out);
+        for (int i = 0; i < FW_CONNS; i++) {
+            sb_free(&S->w[k].k[i].in);
+            sb_free(&S->w[k].k[i].out);
+        }
+        VEC_FREE(S->w[k].deferred);
         VEC_FREE(S->w[k].seen_async_last);
     }
+    VEC_FREE(S->tpubs);
     VEC_FREE(S->last_seq);
     VEC_FREE(S->cid_group);
     VEC_FREE(S->sess_wid);
@@ -2258,11 +2556,9 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     if (S->session && !cfg->queue_timeout) /* a client waiting for a session's worker may wait for ever */
         cfg->queue_timeout = 50 + rnd(2000);
     S->nw = S->ngroups + rnd(4); /* every group has one at least */
-    for (int k = 0; k < S->nw; k++) {
-        S->w[k] = (struct fworker){.wid = k, .fd = -1, .in_config = 1, .last_cid = -1,
-                                   .group = k < S->ngroups ? k : rnd(S->ngroups)};
-        S->w[k].uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE;
-    }
+    S->defer_pct = chance(40) ? 1 + rnd(30) : 0;
+    for (int k = 0; k < S->nw; k++)
+        fw_init(&S->w[k], k, k < S->ngroups ? k : rnd(S->ngroups));
     /* the configuration goes through the file, as a reload reads it */
     S->g.cfg = *cfg;
     write_config();
