@@ -8,21 +8,28 @@
 #include "kcodec.h"
 #include "kfmt.h"
 #include "kipc.h"
+#include "kzip.h"
 #include "qconn.h"
 
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: qsend [-g host:port] [-u user:pass] [--async] [--pipeline] [--timeout MS] [--raw FILE] TEXT...\n"
+            "usage: qsend [-g host:port] [-u user:pass] [--async] [--pipeline] [--timeout MS] [--raw FILE] [--compress]\n"
+            "             TEXT...\n"
             "  sends each TEXT as a char vector (sync unless --async) and prints each reply\n"
             "  in q-like form, one line each; errors print as 'text. --pipeline sends every\n"
             "  message before reading any reply; a TEXT starting with \"neg:\" is sent async;\n"
             "  \"on:GROUP:TEXT\" sends (`.qgate.on; `GROUP; \"TEXT\") (\"neg:on:G:T\" async);\n"
-            "  \"all:GROUP:TEXT\" (`.qgate.all; `GROUP; \"TEXT\"), \"all-list:G:T\" the same with `list.\n"
+            "  \"all:GROUP:TEXT\" (`.qgate.all; `GROUP; \"TEXT\"), \"all-list:G:T\" the same with `list,\n"
+            "  \"all-partial:G:T\" with `partial, \"all-list-partial:G:T\" with `list`partial.\n"
+            "  \"bytes:FILE\" sends the whole message FILE holds (header included), of the type asked.\n"
             "  \"call:NAME:ARG\" sends (`NAME; ARG), ARG a long if it is digits, else a symbol;\n"
             "  \"call:NAME\" sends (`NAME; ::); \"scall:NAME:ARG\" names NAME with a string, as node-q.\n"
             "  --raw FILE appends every reply's bytes (header included, uncompressed) to FILE.\n"
             "  --wire prints each reply's size as it came on stderr: \"wire: N bytes compressed|plain (M plain)\".\n"
+            "  --compress sends each TEXT (and --call's message) compressed as q compresses for a remote\n"
+            "  peer, when q would (over 2000 bytes, and under half as long compressed), saying so on\n"
+            "  stderr: \"sent: N bytes compressed (M plain)\".\n"
             "  Async messages received are printed as \"async: ...\"; sync requests received\n"
             "  are answered with the string \"qsend got: TEXT\". --read-rate BPS sends the\n"
             "  first TEXT and reads its reply at BPS bytes a second (a slow consumer);\n"
@@ -64,27 +71,50 @@ static K call_of(const char *text)
  * "on:GROUP:TEXT" is (`.qgate.on; `GROUP; "TEXT"), a request routed by the gateway. */
 static uint8_t *text_msg(const char *text, int type, size_t *len)
 {
+    if (!strncmp(text, "bytes:", 6)) { /* a whole message, as the file holds it, of type */
+        FILE *f = fopen(text + 6, "rb");
+        uint8_t *m = NULL;
+        long n = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+        if (n >= 9 && !fseek(f, 0, SEEK_SET) && (m = malloc((size_t)n)) && fread(m, 1, (size_t)n, f) == (size_t)n) {
+            m[1] = (uint8_t)type;
+            *len = (size_t)n;
+        } else {
+            fprintf(stderr, "qsend: %s: cannot read a message\n", text + 6);
+            free(m);
+            m = NULL;
+        }
+        if (f)
+            fclose(f);
+        return m;
+    }
     if (!strncmp(text, "call:", 5) || !strncmp(text, "scall:", 6)) {
         K c = call_of(text);
         uint8_t *cm = c ? kcodec_encode_msg(c, type, len) : NULL;
         k_free(c);
         return cm;
     }
-    static const char *const forms[][2] = {{"on:", ".qgate.on"}, {"all:", ".qgate.all"}, {"all-list:", ".qgate.all"}};
+    /* prefix, name, 4th item: none, `list, `partial, `list`partial */
+    static const struct {
+        const char *prefix, *name;
+        int opts;
+    } forms[] = {{"on:", ".qgate.on", 0},          {"all:", ".qgate.all", 0},
+                 {"all-list:", ".qgate.all", 1},   {"all-partial:", ".qgate.all", 2},
+                 {"all-list-partial:", ".qgate.all", 3}};
     int f = -1;
-    for (int i = 0; i < 3 && f < 0; i++)
-        if (!strncmp(text, forms[i][0], strlen(forms[i][0])))
+    for (int i = 0; i < (int)(sizeof forms / sizeof forms[0]) && f < 0; i++)
+        if (!strncmp(text, forms[i].prefix, strlen(forms[i].prefix)))
             f = i;
-    const char *g0 = f >= 0 ? text + strlen(forms[f][0]) : NULL, *colon = g0 ? strchr(g0, ':') : NULL;
-    K q = colon ? k_list(f == 2 ? 4 : 3) : k_str(text, strlen(text));
+    const char *g0 = f >= 0 ? text + strlen(forms[f].prefix) : NULL, *colon = g0 ? strchr(g0, ':') : NULL;
+    K q = colon ? k_list(forms[f].opts ? 4 : 3) : k_str(text, strlen(text));
     if (colon && q) {
         char grp[64];
         snprintf(grp, sizeof grp, "%.*s", (int)(colon - g0), g0);
-        kK(q)[0] = k_sym(forms[f][1]);
+        kK(q)[0] = k_sym(forms[f].name);
         kK(q)[1] = k_sym(grp);
         kK(q)[2] = k_str(colon + 1, strlen(colon + 1));
-        if (f == 2)
-            kK(q)[3] = k_sym("list");
+        static const char *const both[] = {"list", "partial"};
+        if (forms[f].opts)
+            kK(q)[3] = forms[f].opts == 3 ? k_symv(2, both) : k_sym(both[forms[f].opts - 1]);
     }
     uint8_t *m = kcodec_encode_msg(q, type, len);
     k_free(q);
@@ -211,6 +241,24 @@ static int print_reply(struct qconn *c, int timeout)
     return 0;
 }
 
+static int compress; /* --compress: messages sent compressed when q would compress them */
+
+/* Send whole message m (kept by the caller), compressed if --compress and q would. */
+static int send_msg(struct qconn *c, const uint8_t *m, size_t len)
+{
+    uint8_t *z = compress && len >= KZIP_MIN_LEN ? malloc(len / 2) : NULL;
+    size_t zl = z ? kzip_compress(m, len, z) : 0;
+    int rc;
+    if (zl) {
+        fprintf(stderr, "sent: %zu bytes compressed (%zu plain)\n", zl, len);
+        rc = qconn_send(c, z, zl);
+    } else {
+        rc = qconn_send(c, m, len);
+    }
+    free(z);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *gw = "localhost:8811", *user = NULL;
@@ -237,6 +285,8 @@ int main(int argc, char **argv)
             timeout = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--wire"))
             wire = 1;
+        else if (!strcmp(argv[i], "--compress"))
+            compress = 1;
         else if (!strcmp(argv[i], "--raw") && i + 1 < argc) {
             if (!(raw = fopen(argv[++i], "ab"))) {
                 perror(argv[i]);
@@ -270,7 +320,7 @@ int main(int argc, char **argv)
         size_t len;
         uint8_t *m = kcodec_encode_msg(l, KIPC_SYNC, &len);
         k_free(l);
-        rc = m ? qconn_send(&c, m, len) : 1;
+        rc = m ? send_msg(&c, m, len) : 1;
         free(m);
         if (!rc)
             rc = print_reply(&c, timeout);
@@ -321,7 +371,7 @@ int main(int argc, char **argv)
             if (!pipeline || pass == 0) {
                 size_t len;
                 uint8_t *m = text_msg(text, as ? KIPC_ASYNC : KIPC_SYNC, &len);
-                rc = qconn_send(&c, m, len);
+                rc = m ? send_msg(&c, m, len) : 1;
                 free(m);
                 if (rc) {
                     printf("'%s\n", qconn_strerror(rc));

@@ -11,6 +11,7 @@
 
 #include "conn.h"
 #include "dispatch.h"
+#include "jobs.h"
 
 struct job;
 struct worker;
@@ -54,9 +55,13 @@ struct req {
     uint8_t state;
     uint8_t close_after; /* close the client once this reply is sent (badmsg) */
     uint8_t unchecked;   /* its body is validated on the reader pool before it may run */
-    uint8_t route;       /* (`.qgate.on; `group; query): to be routed (then query alone is sent) */
+    uint8_t route;       /* its first item names .qgate.on or .qgate.all: routed (query alone is
+                          * sent) or refused before it runs, as form says */
     uint8_t routed;      /* it was: its bytes are query's, sent as they are to a worker of grp */
     uint8_t fan;         /* .qgate.all: 1 the replies merged, 2 their list (`list) */
+    uint8_t partial;     /* .qgate.all with `partial */
+    struct route_form form; /* route: the form as read (on arrival, or by the reader that
+                          * validated it); form.kind 0 until read */
     struct group *grp;   /* the group it runs on: its client's, or the one it was routed to */
     uint8_t *msg;        /* the request bytes until sent to a worker (they start at off) */
     size_t len;

@@ -29,7 +29,7 @@ static const struct {
 
 int jobs_peek_command(const uint8_t *m, size_t len)
 {
-    if (len < 8 || m[2])
+    if (len < 8 || m[2] || jobs_peek_route(m, len))
         return 0;
     const uint8_t *b = m + 8;
     size_t n = len - 8;
@@ -46,40 +46,139 @@ int jobs_peek_command(const uint8_t *m, size_t len)
     return 0;
 }
 
-int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size_t *qoff, size_t *qend, int *as_list)
+/* Does body b[0..n) of a message of byte order le start a general list of at least one item
+ * whose first is the name .qgate.on or .qgate.all, `.qgate.on or ".qgate.on" (q's value
+ * takes either; node-q sends a name as a string)? The kind, and *o the offset after that
+ * item; 0 if not. */
+static int route_name(const uint8_t *b, size_t n, int le, size_t *o)
 {
     static const char *const names[] = {NULL, ".qgate.on", ".qgate.all"};
-    if (len < 8 || m[2])
+    if (n < 6 + 1 + 9 + 1 || b[0] != KT_LIST || (int32_t)qg_ld32o(b + 2, le) < 1)
+        return 0;
+    for (int k = ROUTE_ON; k <= ROUTE_ALL; k++) {
+        size_t nl = strlen(names[k]);
+        if ((int8_t)b[6] == -KT_SYM && n >= 7 + nl + 1 && !memcmp(b + 7, names[k], nl + 1)) {
+            *o = 7 + nl + 1;
+            return k;
+        }
+        if (b[6] == KT_CHAR && n >= 12 + nl && qg_ld32o(b + 8, le) == nl && !memcmp(b + 12, names[k], nl)) {
+            *o = 12 + nl;
+            return k;
+        }
+    }
+    return 0;
+}
+
+int jobs_peek_route(const uint8_t *m, size_t len)
+{
+    size_t o;
+    return len >= 8 && !m[2] && m[0] <= 1 ? route_name(m + 8, len - 8, m[0], &o) : 0;
+}
+
+/* Is the NUL-terminated symbol at b[o] (within n) `list (1) or `partial (2)? 0 if neither, or
+ * no NUL; *end past it. */
+static int route_opt(const uint8_t *b, size_t n, size_t o, size_t *end)
+{
+    const uint8_t *z = o < n ? memchr(b + o, 0, n - o) : NULL;
+    if (!z)
+        return 0;
+    *end = (size_t)(z - b) + 1;
+    size_t l = (size_t)(z - b) - o;
+    if (l == 4 && !memcmp(b + o, "list", 4))
+        return 1;
+    return l == 7 && !memcmp(b + o, "partial", 7) ? 2 : 0;
+}
+
+/* .qgate.all's 4th item at b[o]: `list, `partial, or a symbol vector of the two (either order,
+ * each once). The offset after it, with f's flags set; 0 if it is anything else. */
+static size_t route_opts(const uint8_t *b, size_t n, size_t o, int le, struct route_form *f)
+{
+    size_t end;
+    int seen = 0;
+    if (o >= n)
+        return 0;
+    if ((int8_t)b[o] == -KT_SYM) {
+        if (!(seen = route_opt(b, n, o + 1, &end)))
+            return 0;
+    } else if (b[o] == KT_SYM) {
+        if (n - o < 6 || b[o + 1] > KATTR_MAX || qg_ld32o(b + o + 2, le) != 2)
+            return 0;
+        end = o + 6;
+        for (int i = 0; i < 2; i++) {
+            int opt = route_opt(b, n, end, &end);
+            if (!opt || (seen & opt))
+                return 0;
+            seen |= opt;
+        }
+    } else {
+        return 0;
+    }
+    f->as_list = (seen & 1) != 0;
+    f->partial = (seen & 2) != 0;
+    return end;
+}
+
+static int route_bad(struct route_form *f, int why)
+{
+    f->bad = (uint8_t)why;
+    f->as_list = f->partial = 0;
+    return -1;
+}
+
+int jobs_parse_route(const uint8_t *m, size_t len, struct route_form *f)
+{
+    *f = (struct route_form){0};
+    size_t o;
+    if (len < 8 || m[2] || m[0] > 1 || !(f->kind = (uint8_t)route_name(m + 8, len - 8, m[0], &o)))
         return 0;
     const uint8_t *b = m + 8;
-    size_t n = len - 8, o = 0;
-    int kind = 0;
-    if (n < 6 + 1 + 9 + 1 || b[0] != KT_LIST)
-        return 0;
-    for (int k = 1; k <= 2 && !kind; k++) {
-        size_t nl = strlen(names[k]);
-        if ((int8_t)b[6] == -KT_SYM && n >= 7 + nl + 1 && !memcmp(b + 7, names[k], nl + 1)) /* `.qgate.on */
-            kind = k, o = 7 + nl + 1;
-        else if (b[6] == KT_CHAR && n >= 12 + nl && qg_ld32o(b + 8, m[0]) == nl && !memcmp(b + 12, names[k], nl))
-            kind = k, o = 12 + nl; /* ".qgate.on", as node-q sends a name: q's value takes either */
-    }
-    if (!kind)
-        return 0;
-    uint32_t count = qg_ld32o(b + 2, m[0]);
-    static const uint8_t list_sym[] = {0xf5, 'l', 'i', 's', 't', 0};
-    *as_list = kind == 2 && count == 4 && n >= sizeof list_sym && !memcmp(b + n - sizeof list_sym, list_sym, sizeof list_sym);
-    if ((count != 3 && !*as_list) || o + 2 > n || (int8_t)b[o] != -KT_SYM)
-        return -1;
-    const uint8_t *name = b + o + 1, *z = memchr(name, 0, n - o - 1);
-    size_t end = *as_list ? n - sizeof list_sym : n;
-    if (!z || z == name || (size_t)(z - name) >= grplen || (size_t)(z + 1 - b) >= end)
-        return -1;
-    memcpy(grp, name, (size_t)(z - name));
-    grp[z - name] = 0;
-    *qoff = (size_t)(z + 1 - m);
-    *qend = 8 + end;
-    return kind;
+    size_t n = len - 8;
+    int le = m[0];
+    int32_t count = (int32_t)qg_ld32o(b + 2, le);
+    if (b[1] > KATTR_MAX || (b[6] == KT_CHAR && b[7] > KATTR_MAX))
+        return route_bad(f, ROUTE_BAD_LIST);
+    if (count != 3 && !(f->kind == ROUTE_ALL && count == 4))
+        return route_bad(f, ROUTE_BAD_COUNT);
+    /* the group: a symbol atom naming a group (a name a group may have) */
+    const uint8_t *name = b + o + 1, *z = o + 1 < n ? memchr(name, 0, n - o - 1) : NULL;
+    if (o + 1 >= n || (int8_t)b[o] != -KT_SYM || !z || z == name || z - name >= CFG_NAME_MAX)
+        return route_bad(f, ROUTE_BAD_GROUP);
+    size_t qoff = (size_t)(z + 1 - b), qend = kcodec_extent(b, n, qoff, le), end = qend;
+    if (!qend) /* truncated, or not a q object: walked and validated as a worker would */
+        return route_bad(f, ROUTE_BAD_QUERY);
+    if (count == 4 && !(end = route_opts(b, n, qend, le, f)))
+        return route_bad(f, ROUTE_BAD_OPTS);
+    if (end != n)
+        return route_bad(f, ROUTE_BAD_TRAILING);
+    f->grp = (uint16_t)(8 + o + 1);
+    f->qoff = (uint16_t)(8 + qoff);
+    f->tail = (uint32_t)(n - qend);
+    return f->kind;
 }
+
+const char *jobs_route_why(const struct route_form *f)
+{
+    switch (f->bad) {
+    case ROUTE_OK: return "none";
+    case ROUTE_BAD_LIST: return "not a list q reads";
+    case ROUTE_BAD_COUNT: return f->kind == ROUTE_ON ? "it takes 3 items" : "it takes 3 or 4 items";
+    case ROUTE_BAD_GROUP: return "the group is not a symbol naming a group";
+    case ROUTE_BAD_QUERY: return "the query is not a whole q object";
+    case ROUTE_BAD_OPTS: return "the 4th item is not `list, `partial or `list`partial";
+    default: return "bytes after the last item";
+    }
+}
+
+const char *jobs_route_usage(const struct route_form *f)
+{
+    return f->kind == ROUTE_ON ? "(`.qgate.on; `group; query)"
+                               : "(`.qgate.all; `group; query) or (`.qgate.all; `group; query; `list, `partial "
+                                 "or `list`partial)";
+}
+
+void jobs_route_form_of(const struct job *j, struct route_form *f) { memcpy(f, &j->aux[1], sizeof *f); }
+
+_Static_assert(sizeof(struct route_form) <= 2 * sizeof(int64_t), "a route_form fits in a job's aux[1..2]");
 
 int gwcmd_admin_only(int cmd) { return cmd > 0 && cmd < GWCMD_N && cmds[cmd].admin; }
 
@@ -270,22 +369,22 @@ void job_validate_msg(struct job *j)
         body = plain + 8;
         n = len - 8;
     }
+    /* a request that names a route is read as one: a form read whole is valid; one that is
+     * not is validated to tell a bad route (answered) from a bad message (closed) */
+    struct route_form f = {0};
+    int rt = h.type != KIPC_RESPONSE && jobs_parse_route(plain ? plain : j->in, n + 8, &f) > 0;
     struct kerr e;
-    if (kcodec_validate(body, n, h.le, NULL, &e) == QG_OK)
+    if (rt || kcodec_validate(body, n, h.le, NULL, &e) == QG_OK)
         j->result = 0;
     else
         snprintf(j->text, sizeof j->text, "%s at byte %zu", e.why, e.off + 8);
-    char grp[64];
-    size_t qoff;
-    if (plain && !j->result) { /* a route is taken apart on the loop: it needs the plain bytes */
+    if (h.type != KIPC_RESPONSE)
+        memcpy(&j->aux[1], &f, sizeof f); /* jobs_route_form_of */
+    if (plain && rt) { /* a route is taken apart on the loop: it needs the plain bytes */
         kipc_hdr_len_write(plain, (uint32_t)(n + 8));
-        size_t qend;
-        int as_list;
-        if (jobs_peek_route(plain, n + 8, grp, sizeof grp, &qoff, &qend, &as_list)) {
-            j->out = plain;
-            j->out_len = n + 8;
-            return;
-        }
+        j->out = plain;
+        j->out_len = n + 8;
+        return;
     }
     free(plain);
 }

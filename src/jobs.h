@@ -40,17 +40,44 @@ enum { GWARG_NONE = 0, GWARG_NUM = 1, GWARG_NAME = 2 };
 
 /* Does the whole message m (len bytes, uncompressed) start like a gateway command: a string
  * or a functional call whose name (a symbol, or a string as node-q sends one) starts with
- * ".qgate."? A peek at a few bytes, no decoding: 0 if not; 1 if it does and has a command's
- * shape (at most GWCMD_MAX_LEN bytes; a call of at most one argument); -1 if it starts like
- * one without that shape (refused unread). */
+ * ".qgate."? A peek at a few bytes, no decoding: 0 if not (a route, jobs_peek_route, is never
+ * one); 1 if it does and has a command's shape (at most GWCMD_MAX_LEN bytes; a call of at most
+ * one argument); -1 if it starts like one without that shape (refused unread). */
 int jobs_peek_command(const uint8_t *m, size_t len);
-/* Is whole message m (uncompressed) (`.qgate.on; `group; query) (1), or (`.qgate.all; `group;
- * query) or (`.qgate.all; `group; query; `list) (2, *as_list set for the last)? Then the
- * group's name in grp (NUL-terminated), and query's bytes are m[*qoff, *qend) (the list's
- * items lie one after another); -1 if it starts like one but is not one; 0 if not. Reads the
- * bytes only up to the query (and the trailing `list): no decoding. */
-int jobs_peek_route(const uint8_t *m, size_t len, char *grp, size_t grplen, size_t *qoff, size_t *qend,
-                    int *as_list);
+
+/* ---- routing forms: (`.qgate.on; `group; query), (`.qgate.all; `group; query[; opts]) ---- */
+enum { ROUTE_ON = 1, ROUTE_ALL = 2 };
+/* What is wrong with a form that names .qgate.on or .qgate.all (struct route_form.bad). */
+enum { ROUTE_OK = 0, ROUTE_BAD_LIST, ROUTE_BAD_COUNT, ROUTE_BAD_GROUP, ROUTE_BAD_QUERY, ROUTE_BAD_OPTS,
+       ROUTE_BAD_TRAILING };
+
+/* A routing form as jobs_parse_route read it. Its offsets are into the whole message, and
+ * small: the wrapper before the query, and the options after it, are a few dozen bytes. */
+struct route_form {
+    uint8_t kind;     /* what the first item names: ROUTE_ON, ROUTE_ALL; 0 neither (not a route) */
+    uint8_t bad;      /* ROUTE_OK if it is exactly that form, else what is wrong (ROUTE_BAD_*) */
+    uint8_t as_list;  /* .qgate.all with `list: the replies' list */
+    uint8_t partial;  /* .qgate.all with `partial */
+    uint16_t grp;     /* m[grp]: the group's name, a NUL-terminated symbol (1 to CFG_NAME_MAX-1 bytes) */
+    uint16_t qoff;    /* m[qoff, len - tail): the query, one whole q object that validates */
+    uint32_t tail;    /* bytes after the query (the options) */
+};
+
+/* A peek at whole message m (uncompressed): is it a general list whose first item is the name
+ * .qgate.on or .qgate.all (a symbol, or a string as node-q sends a name)? ROUTE_ON, ROUTE_ALL,
+ * or 0. Reads the first item only: O(1), for the loop at arrival. */
+int jobs_peek_route(const uint8_t *m, size_t len);
+/* Read whole message m (uncompressed) as q would decode a routing form, walking every item
+ * (the query with kcodec_extent): a general list of 3 items, or 4 for .qgate.all, that end
+ * exactly at the end of the message; the name; the group a symbol atom; the query any q
+ * object; .qgate.all's 4th item `list, `partial or a symbol vector of both (`list`partial).
+ * Returns f->kind if it is exactly that form (then the whole message is one q would accept),
+ * -1 if it names a route but is not one (f->kind, f->bad say what it names and what is wrong;
+ * it may also be a message q would not accept), 0 if it names no route. */
+int jobs_parse_route(const uint8_t *m, size_t len, struct route_form *f);
+/* What is wrong with a form (f->bad), and what its kind takes, for 'qgate: bad route: */
+const char *jobs_route_why(const struct route_form *f);
+const char *jobs_route_usage(const struct route_form *f);
 
 /* Commands that change state or show other users: for users marked admin only. */
 int gwcmd_admin_only(int cmd);
@@ -61,8 +88,14 @@ int gwcmd_admin_only(int cmd);
 void job_check_credentials(struct job *j);
 /* reader: is the whole message j->in one q would accept (header, then the body validated,
  * decompressed first if need be, within aux[0] bytes)? result 0, or 1 with the reason in
- * j->text. j->in is left in place for the loop to take back. */
+ * j->text. j->in is left in place for the loop to take back. A request (sync or async) is read
+ * as a routing form too (jobs_parse_route), what was found put in aux[1..2] for the loop to
+ * take with jobs_route_form_of, and a compressed route that is exactly such a form is handed
+ * back decompressed in out (so its offsets are into out); aux[1..2] of a response (a client's
+ * answer to a callback) are left as they were. */
 void job_validate_msg(struct job *j);
+/* The routing form job_validate_msg found in a request (kind 0 if none). */
+void jobs_route_form_of(const struct job *j, struct route_form *f);
 /* reader: where a worker's address (j->ctx, a string) is: result 0 with a struct net_addrs in
  * out, its TCP address when it has a host, its Unix socket when it is unix://... or, with
  * aux[1] CFG_LOCAL_UNIX, when the host is this one; -1 with the reason in text. */

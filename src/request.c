@@ -137,38 +137,39 @@ static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, 
     conn_submit_loop(g->readers, j, &c->c, r->seq);
 }
 
-/* (`.qgate.on; `group; query), (`.qgate.all; `group; query[; `list]): query's bytes become
- * the request, to run on group (on every worker of it, for .qgate.all). 1 if routed, -1 if
- * answered instead (no such group, not admitted, not of that shape). */
+/* (`.qgate.on; `group; query), (`.qgate.all; `group; query[; opts]), as read (r->form, on
+ * arrival or by the reader that validated it): query's bytes become the request, to run on
+ * group (on every worker of it, for .qgate.all). 1 if routed, -1 if answered instead (not
+ * exactly such a form, no such group, not admitted). */
 static int route(struct gw *g, struct client *c, struct req *r)
 {
-    char name[CFG_NAME_MAX];
-    size_t qoff = 0, qend = 0;
-    int as_list = 0;
-    int rt = jobs_peek_route(r->msg, r->len, name, sizeof name, &qoff, &qend, &as_list);
-    struct group *to = rt > 0 ? dispatch_group_find_loop(g, name) : NULL;
+    const struct route_form *f = &r->form;
+    int ok = f->kind && !f->bad;
+    char name[CFG_NAME_MAX] = ""; /* out of the wrapper, which the query's header overwrites */
+    if (ok)
+        snprintf(name, sizeof name, "%s", (const char *)r->msg + f->grp); /* NUL-terminated: read so */
+    struct group *to = ok ? dispatch_group_find_loop(g, name) : NULL;
     const char *user = c->us ? c->us->name : c->user;
-    int session_all = to && rt == 2 && to->cfg.pool_mode == CFG_POOL_SESSION;
-    if (rt <= 0 || !to || !dispatch_admits_loop(g, to, user) || session_all) {
+    int session_all = to && f->kind == ROUTE_ALL && to->cfg.pool_mode == CFG_POOL_SESSION;
+    if (!ok || !to || !dispatch_admits_loop(g, to, user) || session_all) {
         if (r->type == KIPC_ASYNC) { /* nobody to tell: done with, as if run */
             req_drop_msg(c, r);
             req_set_state_loop(g, c, r, RS_READY);
-        } else if (rt <= 0)
-            client_error_loop(g, c, r, "qgate: bad route: it is (`.qgate.on; `group; query) or "
-                                       "(`.qgate.all; `group; query[; `list])");
+        } else if (!ok)
+            client_error_loop(g, c, r, "qgate: bad route: %s; it is %s", jobs_route_why(f), jobs_route_usage(f));
         else if (!to)
             client_error_loop(g, c, r, "qgate: no group %s", name);
         else if (session_all)
             client_error_loop(g, c, r, "qgate: .qgate.all does not apply to group %s (pool = session)", name);
         else
             client_error_loop(g, c, r, "qgate: access: group %s does not admit user '%s'", name, user);
-        log_info(c->c.name, "request %llu not routed%s", (unsigned long long)r->seq,
-                 r->type == KIPC_ASYNC ? " (async: dropped)" : "");
+        log_info(c->c.name, "request %llu not routed%s%s%s", (unsigned long long)r->seq,
+                 r->type == KIPC_ASYNC ? " (async: dropped)" : "", ok ? "" : ": bad route: ", ok ? "" : jobs_route_why(f));
         return -1;
     }
     /* no copy: a header for query's bytes goes over the end of the wrapper, and the message
      * starts there (r->off) */
-    size_t nl = 8 + qend - qoff;
+    size_t qoff = f->qoff, qend = r->len - f->tail, nl = 8 + qend - qoff;
     uint8_t *h = r->msg + qoff - 8;
     uint8_t type = r->msg[1], order = r->msg[0];
     h[0] = order;
@@ -181,9 +182,10 @@ static int route(struct gw *g, struct client *c, struct req *r)
     r->grp = to;
     r->route = 0;
     r->routed = 1;
-    r->fan = (uint8_t)(rt == 2 ? 1 + as_list : 0);
-    log_debug(c->c.name, "request %llu: %s group %s", (unsigned long long)r->seq, rt == 2 ? "to every worker of" : "routed to",
-              to->cfg.name);
+    r->fan = (uint8_t)(f->kind == ROUTE_ALL ? 1 + f->as_list : 0);
+    r->partial = f->partial;
+    log_debug(c->c.name, "request %llu: %s group %s", (unsigned long long)r->seq,
+              f->kind == ROUTE_ALL ? "to every worker of" : "routed to", to->cfg.name);
     return 1;
 }
 
@@ -237,7 +239,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
     }
     if (r->route && route(g, c, r) < 0)
         return;
-    int cmd = r->type == KIPC_SYNC && !r->routed ? jobs_peek_command(r->msg, r->len) : 0;
+    int cmd = r->type == KIPC_SYNC && !r->routed ? jobs_peek_command(r->msg, r->len) : 0; /* never a route */
     if (cmd < 0) {
         client_error_loop(g, c, r, "qgate: bad command: a command is .qgate.name[] or (`.qgate.name; arg), "
                                    "under %d bytes", GWCMD_MAX_LEN);
@@ -399,13 +401,14 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
         return -1;
     }
     int unchecked = h->compressed || h->len > VALIDATE_ON_LOOP_MAX;
-    char grp[CFG_NAME_MAX];
-    size_t qoff, qend;
-    int as_list;
-    int route = !h->compressed && jobs_peek_route(msg, (size_t)h->len, grp, sizeof grp, &qoff, &qend, &as_list) != 0;
+    /* a peek at the first item's name; a route is read whole only where it is validated here
+     * anyway (the reader reads the others, and every compressed one) */
+    int route = !h->compressed && jobs_peek_route(msg, (size_t)h->len) != 0;
+    struct route_form form = {0};
+    int read_ok = route && !unchecked && jobs_parse_route(msg, (size_t)h->len, &form) > 0; /* then it is valid */
+    int cmd = h->type == KIPC_SYNC && !route && jobs_peek_command(msg, (size_t)h->len); /* decoded on a reader */
     struct kerr e;
-    if (!unchecked && !(h->type == KIPC_SYNC && !route && jobs_peek_command(msg, (size_t)h->len)) &&
-        kcodec_validate(msg + 8, (size_t)h->len - 8, h->le, NULL, &e) != QG_OK) {
+    if (!unchecked && !cmd && !read_ok && kcodec_validate(msg + 8, (size_t)h->len - 8, h->le, NULL, &e) != QG_OK) {
         free(msg);
         char bad[96];
         snprintf(bad, sizeof bad, "%s at byte %zu", e.why, e.off + 8);
@@ -419,7 +422,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
         return -1;
     }
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
-                      .unchecked = (uint8_t)unchecked, .route = (uint8_t)route, .grp = c->grp,
+                      .unchecked = (uint8_t)unchecked, .route = (uint8_t)route, .form = form, .grp = c->grp,
                       .t_arrive = g->loop.now_ms, .t_in_us = g->loop.now_us, .in_len = (size_t)h->len};
     c->pending += req_cost(r);
     STAILQ_INSERT_TAIL(&c->reqs, r, link);

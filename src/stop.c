@@ -123,7 +123,10 @@ void client_checked_loop(struct gw *g, struct job *j)
     if (!j->result) {
         r->msg = j->out ? j->out : j->in; /* a compressed route comes back decompressed */
         r->len = j->out ? j->out_len : r->len;
-        r->route = j->out != NULL;
+        /* the reader read what the arrival's peek saw, and what no peek sees in a compressed
+         * message: the route as a whole, its offsets into r->msg */
+        jobs_route_form_of(j, &r->form);
+        r->route = r->form.kind != 0;
         if (j->out)
             j->out = NULL;
         else

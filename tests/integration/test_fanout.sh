@@ -43,6 +43,20 @@ expect_lines "$TMP/q.out" "^'qgate: no group nosuch\$" 1
 expect_lines "$TMP/q.out" '^\("1";"1";"1";"1"\)$' 1
 pass "lists joined; \`list gives each reply; the first q error wins; neg[h] runs on every worker, no reply"
 
+# --- the 4th item read as q reads it: `partial, `list`partial; a query of any size ----------
+# (with every worker up, `partial answers as without it)
+q "all-partial:main:echo ab" "all-list-partial:main:echo ab"
+expect_lines "$TMP/q.out" '^"abababab"$' 1
+expect_lines "$TMP/q.out" '^\("ab";"ab";"ab";"ab"\)$' 1
+BIG=$(head -c 30000 /dev/zero | tr '\0' y)
+for z in "" --compress; do
+    rm -f "$TMP/big.bin"
+    timeout 60 "$BIN/qsend" -g "$G" $z --raw "$TMP/big.bin" "all:main:echo $BIG" > "$TMP/q.out" 2>&1 || true
+    [ "$(stat -c %s "$TMP/big.bin")" -eq $((8 + 6 + 4 * 30000)) ] && [ "$(tail -c 120000 "$TMP/big.bin" | tr -d y | wc -c)" -eq 0 ] ||
+        fail ".qgate.all of a 30 KB query ${z:-plain}: $(head -c 200 "$TMP/q.out")"
+done
+pass "\`partial and \`list\`partial read; a .qgate.all of a 30 KB query (plain, compressed) runs on every worker, merged"
+
 # --- a worker lost midway: the whole request fails; the others' replies are drained -------
 timeout 60 "$BIN/qsend" -g "$G" "all:main:hold fo1" "echo after" > "$TMP/l.out" 2>&1 &
 L=$!

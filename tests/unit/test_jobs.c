@@ -1,6 +1,7 @@
-/* test_jobs.c: the peeks the loop makes at a message (routes, commands), the reader's parse
- * of a gateway command and its argument, and the reader's validation job handing back a
- * compressed route decompressed. */
+/* test_jobs.c: the peeks the loop makes at a message (routes, commands), the parse of a
+ * routing form (every form, every way one is malformed), the reader's parse of a gateway
+ * command and its argument, and the reader's validation job reading routes (a large one's
+ * form handed back, a compressed one decompressed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,148 +17,430 @@
 #include "pool.h"
 #include "tutil.h"
 
-/* (name; grp; query) as a sync message; name a symbol (`x) or a string ("x") */
-static uint8_t *route_msg(const char *name, int name_is_sym, K grp, K query, size_t *len)
+/* A message carrying x (freed), as a client sends it. */
+static uint8_t *msg_of(K x, size_t *len)
 {
-    K l = k_list(3);
-    kK(l)[0] = name_is_sym ? k_sym(name) : k_str(name, strlen(name));
-    kK(l)[1] = grp;
-    kK(l)[2] = query;
-    uint8_t *m = kcodec_encode_msg(l, KIPC_SYNC, len);
-    k_free(l);
+    uint8_t *m = kcodec_encode_msg(x, KIPC_SYNC, len);
+    k_free(x);
     assert_non_null(m);
     return m;
 }
 
-static void test_peek_route(void **state)
+/* (f; arg) with f a symbol or (node-q) a string; arg NULL for (f) alone. */
+static K call(const char *f, int f_is_sym, K arg)
+{
+    K l = k_list(arg ? 2 : 1);
+    kK(l)[0] = f_is_sym ? k_sym(f) : k_str(f, strlen(f));
+    if (arg)
+        kK(l)[1] = arg;
+    return l;
+}
+
+static K long_atom(int64_t v)
+{
+    K x = k_atom(-KT_LONG);
+    x->j = v;
+    return x;
+}
+
+/* x as a whole sync message in byte order le (1 little-endian, 0 big-endian); x freed. */
+static uint8_t *msg_le(K x, int le, size_t *len)
+{
+    size_t n = kcodec_size(x);
+    uint8_t *m = malloc(8 + n);
+    assert_non_null(m);
+    m[0] = (uint8_t)le;
+    m[1] = KIPC_SYNC;
+    m[2] = m[3] = 0;
+    kipc_hdr_len_write(m, (uint32_t)(8 + n));
+    kcodec_write(x, m + 8, le);
+    k_free(x);
+    *len = 8 + n;
+    return m;
+}
+
+/* (name; grp; query[; opts]) (opts NULL: three items); name a symbol (`x) or a string ("x") */
+static K form(const char *name, int name_is_sym, K grp, K query, K opts)
+{
+    K l = k_list(opts ? 4 : 3);
+    kK(l)[0] = name_is_sym ? k_sym(name) : k_str(name, strlen(name));
+    kK(l)[1] = grp;
+    kK(l)[2] = query;
+    if (opts)
+        kK(l)[3] = opts;
+    return l;
+}
+
+static uint8_t *route_msg(const char *name, int name_is_sym, K grp, K query, size_t *len)
+{
+    size_t n;
+    uint8_t *m = msg_le(form(name, name_is_sym, grp, query, NULL), 1, &n);
+    *len = n;
+    return m;
+}
+
+static K syms2(const char *a, const char *b)
+{
+    const char *v[] = {a, b};
+    return k_symv(b ? 2 : 1, v);
+}
+
+/* (`upd; `trade; ([] sym: n symbols; price: n floats)): what a feed sends, as a query */
+static K upd(int64_t rows)
+{
+    const char *cols[] = {"sym", "price"};
+    K price = k_vec(KT_FLOAT, rows);
+    const char **names = calloc((size_t)rows + 1, sizeof *names);
+    for (int64_t i = 0; i < rows; i++) {
+        names[i] = i % 2 ? "ibm" : "msft";
+        kF(price)[i] = (double)i / 4;
+    }
+    K sym = k_symv(rows, names);
+    free(names);
+    K vals = k_list(2);
+    kK(vals)[0] = sym;
+    kK(vals)[1] = price;
+    K l = k_list(3);
+    kK(l)[0] = k_sym("upd");
+    kK(l)[1] = k_sym("trade");
+    kK(l)[2] = k_table(k_dict(k_symv(2, cols), vals));
+    return l;
+}
+
+/* m parses as a route of kind to group grp whose query is exactly what q serialises for
+ * query alone (in the message's byte order), with the flags given. */
+static void expect_route(uint8_t *m, size_t len, int kind, const char *grp, K query, int as_list, int partial)
+{
+    struct route_form f;
+    assert_int_equal(jobs_peek_route(m, len), kind);
+    assert_int_equal(jobs_parse_route(m, len, &f), kind);
+    assert_int_equal(f.kind, kind);
+    assert_int_equal(f.bad, ROUTE_OK);
+    assert_int_equal(f.as_list, as_list);
+    assert_int_equal(f.partial, partial);
+    assert_string_equal((const char *)m + f.grp, grp);
+    size_t qn = kcodec_size(query);
+    uint8_t *alone = malloc(qn);
+    kcodec_write(query, alone, m[0]);
+    k_free(query);
+    assert_int_equal(len - f.tail - f.qoff, qn);
+    assert_memory_equal(m + f.qoff, alone, qn);
+    free(alone);
+    /* a form read whole is a message q accepts */
+    assert_int_equal(kcodec_validate(m + 8, len - 8, m[0], NULL, NULL), QG_OK);
+    /* and it is never taken for a command */
+    assert_int_equal(jobs_peek_command(m, len), 0);
+}
+
+/* Every form a route takes: named by a symbol or a string, little- and big-endian, any query,
+ * .qgate.all's `list, `partial, `list`partial. */
+static void test_parse_route(void **state)
 {
     (void)state;
-    char grp[64];
-    size_t len, qoff = 0, qlen, qend = 0;
-    int as_list = 0;
+    size_t len;
     uint8_t *m;
-    for (int sym = 0; sym < 2; sym++) {
-        m = route_msg(".qgate.on", sym, k_sym("hdb"), k_str("select from t", 13), &len);
-        assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 1);
-        assert_string_equal(grp, "hdb");
-        assert_int_equal(qend, len);
-        /* the query's bytes are the tail: exactly what q would serialise for the query alone */
-        K q = k_str("select from t", 13);
-        uint8_t *alone = kcodec_encode_msg(q, KIPC_SYNC, &qlen);
-        k_free(q);
-        assert_int_equal(len - qoff, qlen - 8);
-        assert_memory_equal(m + qoff, alone + 8, qlen - 8);
-        free(alone);
-        free(m);
+    for (int le = 0; le < 2; le++) {
+        for (int sym = 0; sym < 2; sym++) {
+            m = msg_le(form(".qgate.on", sym, k_sym("hdb"), k_str("select from t", 13), NULL), le, &len);
+            expect_route(m, len, ROUTE_ON, "hdb", k_str("select from t", 13), 0, 0);
+            free(m);
+            m = msg_le(form(".qgate.on", sym, k_sym("solo"), upd(50), NULL), le, &len);
+            expect_route(m, len, ROUTE_ON, "solo", upd(50), 0, 0);
+            free(m);
+            m = msg_le(form(".qgate.all", sym, k_sym("hdb"), k_str("count t", 7), NULL), le, &len);
+            expect_route(m, len, ROUTE_ALL, "hdb", k_str("count t", 7), 0, 0);
+            free(m);
+            m = msg_le(form(".qgate.all", sym, k_sym("hdb"), k_str("count t", 7), k_sym("list")), le, &len);
+            expect_route(m, len, ROUTE_ALL, "hdb", k_str("count t", 7), 1, 0);
+            free(m);
+            m = msg_le(form(".qgate.all", sym, k_sym("hdb"), k_str("count t", 7), k_sym("partial")), le, &len);
+            expect_route(m, len, ROUTE_ALL, "hdb", k_str("count t", 7), 0, 1);
+            free(m);
+            m = msg_le(form(".qgate.all", sym, k_sym("hdb"), upd(3), syms2("list", "partial")), le, &len);
+            expect_route(m, len, ROUTE_ALL, "hdb", upd(3), 1, 1);
+            free(m);
+            m = msg_le(form(".qgate.all", sym, k_sym("hdb"), k_str("x", 1), syms2("partial", "list")), le, &len);
+            expect_route(m, len, ROUTE_ALL, "hdb", k_str("x", 1), 1, 1);
+            free(m);
+        }
     }
-    /* (`.qgate.all; `g; query) and (`.qgate.all; `g; query; `list): 2, the query before `list */
-    for (int four = 0; four < 2; four++) {
-        K l = k_list(3 + four);
-        kK(l)[0] = k_sym(".qgate.all");
-        kK(l)[1] = k_sym("hdb");
-        kK(l)[2] = k_str("count t", 7);
-        if (four)
-            kK(l)[3] = k_sym("list");
-        m = kcodec_encode_msg(l, KIPC_SYNC, &len);
-        k_free(l);
-        assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 2);
-        assert_int_equal(as_list, four);
-        assert_string_equal(grp, "hdb");
-        assert_int_equal(qend - qoff, 6 + 7);
-        assert_memory_equal(m + qoff + 6, "count t", 7);
-        free(m);
-    }
-    K bad4 = k_list(4); /* a fourth item that is not `list */
-    kK(bad4)[0] = k_sym(".qgate.all");
-    kK(bad4)[1] = k_sym("hdb");
-    kK(bad4)[2] = k_str("x", 1);
-    kK(bad4)[3] = k_sym("lost");
-    m = kcodec_encode_msg(bad4, KIPC_SYNC, &len);
-    k_free(bad4);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
+    /* a query of any size: the form says where it ends, nothing else is needed */
+    char *big = malloc(40000);
+    memset(big, 'q', 40000);
+    m = msg_le(form(".qgate.all", 1, k_sym("g"), k_str(big, 40000), k_sym("list")), 1, &len);
+    expect_route(m, len, ROUTE_ALL, "g", k_str(big, 40000), 1, 0);
     free(m);
+    free(big);
     /* not routes: another name, a plain string, a compressed message, a command */
+    struct route_form f;
     m = route_msg(".qgate.one", 1, k_sym("hdb"), k_str("x", 1), &len);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 0);
+    assert_int_equal(jobs_peek_route(m, len), 0);
+    assert_int_equal(jobs_parse_route(m, len, &f), 0);
     free(m);
-    K s = k_str(".qgate.on", 9);
-    m = kcodec_encode_msg(s, KIPC_SYNC, &len);
-    k_free(s);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 0);
+    m = route_msg(".qgate.onx", 0, k_sym("hdb"), k_str("x", 1), &len);
+    assert_int_equal(jobs_parse_route(m, len, &f), 0);
+    free(m);
+    m = msg_le(k_str(".qgate.on", 9), 1, &len);
+    assert_int_equal(jobs_parse_route(m, len, &f), 0);
+    free(m);
+    m = route_msg(".qgate.on", 1, k_sym("hdb"), k_str("x", 1), &len);
     m[2] = 1;
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), 0);
+    assert_int_equal(jobs_peek_route(m, len), 0);
+    assert_int_equal(jobs_parse_route(m, len, &f), 0);
     free(m);
-    /* shaped wrong: the group a string, a name too long, two items, four */
-    m = route_msg(".qgate.on", 1, k_str("hdb", 3), k_str("x", 1), &len);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
+    m = msg_le(call(".qgate.ping", 1, k_prim(KT_UNARY, 0)), 1, &len);
+    assert_int_equal(jobs_peek_route(m, len), 0);
+    assert_int_equal(jobs_peek_command(m, len), 1);
     free(m);
-    char longname[100];
-    memset(longname, 'g', sizeof longname - 1);
-    longname[sizeof longname - 1] = 0;
-    m = route_msg(".qgate.on", 1, k_sym(longname), k_str("x", 1), &len);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
+}
+
+/* m names a route of kind but is not one, for reason bad. */
+static void expect_bad(uint8_t *m, size_t len, int kind, int bad)
+{
+    struct route_form f;
+    assert_int_equal(jobs_peek_route(m, len), kind);
+    assert_int_equal(jobs_parse_route(m, len, &f), -1);
+    assert_int_equal(f.kind, kind);
+    assert_int_equal(f.bad, bad);
+    assert_int_equal(jobs_peek_command(m, len), 0); /* never taken for a command either */
+    assert_non_null(strstr(jobs_route_usage(&f), kind == ROUTE_ON ? "(`.qgate.on; `group; query)" : "`list`partial"));
+    assert_string_not_equal(jobs_route_why(&f), "none");
     free(m);
-    K two = k_list(2);
-    kK(two)[0] = k_sym(".qgate.on");
-    kK(two)[1] = k_sym("hdb");
-    m = kcodec_encode_msg(two, KIPC_SYNC, &len);
-    k_free(two);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
+}
+
+/* The same for the message of x (freed) in byte order le. */
+static void expect_bad_k(K x, int le, int kind, int bad)
+{
+    size_t len;
+    uint8_t *m = msg_le(x, le, &len);
+    expect_bad(m, len, kind, bad);
+}
+
+/* A message that names .qgate.on or .qgate.all but is not exactly such a form: each way. */
+static void test_parse_route_malformed(void **state)
+{
+    (void)state;
+    size_t len;
+    for (int le = 0; le < 2; le++) {
+        /* the exploit: a 4th item, a string, that ends in the bytes of `list (f5 "list" 00);
+         * cut off there, the rest would reach the workers malformed */
+        uint8_t *m = msg_le(form(".qgate.all", 1, k_sym("g"), k_str("echo x", 6), k_str("AB\xf5" "list\0", 8)), le, &len);
+        assert_memory_equal(m + len - 6, "\xf5list", 6);
+        assert_int_equal(kcodec_validate(m + 8, len - 8, le, NULL, NULL), QG_OK); /* q reads it: a bad route */
+        expect_bad(m, len, ROUTE_ALL, ROUTE_BAD_OPTS);
+        /* other 4th items: another symbol, a vector with another, the same twice, three, one */
+        expect_bad_k(form(".qgate.all", 1, k_sym("g"), k_str("x", 1), k_sym("lost")), le, ROUTE_ALL,
+                   ROUTE_BAD_OPTS);
+        expect_bad_k(form(".qgate.all", 1, k_sym("g"), k_str("x", 1), k_sym("lis")), le, ROUTE_ALL,
+                   ROUTE_BAD_OPTS);
+        expect_bad_k(form(".qgate.all", 0, k_sym("g"), k_str("x", 1), syms2("list", "lost")), le,
+                   ROUTE_ALL, ROUTE_BAD_OPTS);
+        expect_bad_k(form(".qgate.all", 1, k_sym("g"), k_str("x", 1), syms2("list", "list")), le,
+                   ROUTE_ALL, ROUTE_BAD_OPTS);
+        expect_bad_k(form(".qgate.all", 1, k_sym("g"), k_str("x", 1), syms2("list", NULL)), le, ROUTE_ALL,
+                   ROUTE_BAD_OPTS);
+        const char *three[] = {"list", "partial", "list"};
+        expect_bad_k(form(".qgate.all", 1, k_sym("g"), k_str("x", 1), k_symv(3, three)), le, ROUTE_ALL,
+                   ROUTE_BAD_OPTS);
+        expect_bad_k(form(".qgate.all", 1, k_sym("g"), k_str("x", 1), k_str("list", 4)), le, ROUTE_ALL,
+                   ROUTE_BAD_OPTS);
+        /* .qgate.on takes no 4th item */
+        expect_bad_k(form(".qgate.on", 1, k_sym("g"), k_str("x", 1), k_sym("list")), le, ROUTE_ON,
+                   ROUTE_BAD_COUNT);
+        expect_bad_k(form(".qgate.on", 0, k_sym("g"), k_str("x", 1), k_sym("partial")), le, ROUTE_ON,
+                   ROUTE_BAD_COUNT);
+        /* counts 1, 2 and 5 */
+        expect_bad_k(call(".qgate.all", 1, NULL), le, ROUTE_ALL, ROUTE_BAD_COUNT);
+        expect_bad_k(call(".qgate.on", 1, k_sym("g")), le, ROUTE_ON, ROUTE_BAD_COUNT);
+        expect_bad_k(call(".qgate.all", 0, k_sym("g")), le, ROUTE_ALL, ROUTE_BAD_COUNT);
+        K five = k_list(5);
+        kK(five)[0] = k_sym(".qgate.all");
+        kK(five)[1] = k_sym("g");
+        kK(five)[2] = k_str("x", 1);
+        kK(five)[3] = k_sym("list");
+        kK(five)[4] = k_sym("partial");
+        expect_bad_k(five, le, ROUTE_ALL, ROUTE_BAD_COUNT);
+        /* the group: a string, a long, the null symbol, a name no group can have */
+        expect_bad_k(form(".qgate.on", 1, k_str("hdb", 3), k_str("x", 1), NULL), le, ROUTE_ON,
+                   ROUTE_BAD_GROUP);
+        expect_bad_k(form(".qgate.all", 1, long_atom(3), k_str("x", 1), NULL), le, ROUTE_ALL,
+                   ROUTE_BAD_GROUP);
+        expect_bad_k(form(".qgate.on", 1, k_sym(""), k_str("x", 1), NULL), le, ROUTE_ON, ROUTE_BAD_GROUP);
+        char longname[CFG_NAME_MAX + 1];
+        memset(longname, 'g', CFG_NAME_MAX);
+        longname[CFG_NAME_MAX] = 0;
+        expect_bad_k(form(".qgate.on", 1, k_sym(longname), k_str("x", 1), NULL), le, ROUTE_ON,
+                   ROUTE_BAD_GROUP);
+        longname[CFG_NAME_MAX - 1] = 0; /* the longest a group's name may be: read */
+        m = msg_le(form(".qgate.on", 1, k_sym(longname), k_str("x", 1), NULL), le, &len);
+        expect_route(m, len, ROUTE_ON, longname, k_str("x", 1), 0, 0);
+        free(m);
+    }
+    /* trailing bytes after the last item (the count says 3, a 4th follows) */
+    uint8_t *m = route_msg(".qgate.all", 1, k_sym("g"), k_str("x", 1), &len);
+    uint8_t *t = malloc(len + 6);
+    memcpy(t, m, len);
+    memcpy(t + len, "\xf5list", 6);
+    kipc_hdr_len_write(t, (uint32_t)(len + 6));
     free(m);
-    K four = k_list(4);
-    kK(four)[0] = k_sym(".qgate.on");
-    kK(four)[1] = k_sym("hdb");
-    kK(four)[2] = k_str("x", 1);
-    kK(four)[3] = k_str("y", 1);
-    m = kcodec_encode_msg(four, KIPC_SYNC, &len);
-    k_free(four);
-    assert_int_equal(jobs_peek_route(m, len, grp, sizeof grp, &qoff, &qend, &as_list), -1);
+    expect_bad(t, len + 6, ROUTE_ALL, ROUTE_BAD_TRAILING);
+    m = msg_le(form(".qgate.all", 1, k_sym("g"), k_str("x", 1), k_sym("list")), 1, &len);
+    t = malloc(len + 1);
+    memcpy(t, m, len);
+    t[len] = 0;
+    free(m);
+    expect_bad(t, len + 1, ROUTE_ALL, ROUTE_BAD_TRAILING);
+    /* the query truncated: its count past the end, or its bytes cut */
+    m = route_msg(".qgate.on", 1, k_sym("g"), k_str("select from t", 13), &len);
+    kipc_hdr_len_write(m, (uint32_t)(len - 3));
+    expect_bad(m, len - 3, ROUTE_ON, ROUTE_BAD_QUERY);
+    m = route_msg(".qgate.on", 0, k_sym("g"), upd(10), &len);
+    expect_bad(m, len - 1, ROUTE_ON, ROUTE_BAD_QUERY);
+    m = route_msg(".qgate.on", 1, k_sym("g"), k_str("x", 1), &len);
+    m[len - 6 + 1] = 9; /* an attribute q has not */
+    expect_bad(m, len, ROUTE_ON, ROUTE_BAD_QUERY);
+    /* a list attribute q has not */
+    m = route_msg(".qgate.on", 1, k_sym("g"), k_str("x", 1), &len);
+    m[9] = 7;
+    expect_bad(m, len, ROUTE_ON, ROUTE_BAD_LIST);
     /* every prefix of a route is no route, or a malformed one: never a read past the end */
+    m = msg_le(form(".qgate.all", 0, k_sym("hdb"), upd(4), syms2("list", "partial")), 1, &len);
     for (size_t n = 0; n < len; n++) {
         uint8_t *p = malloc(n ? n : 1);
         memcpy(p, m, n);
-        assert_true(jobs_peek_route(p, n, grp, sizeof grp, &qoff, &qend, &as_list) <= 0);
+        struct route_form f;
+        assert_true(jobs_parse_route(p, n, &f) <= 0);
+        assert_true(jobs_peek_route(p, n) == 0 || n >= 8 + 6 + 12);
         free(p);
     }
     free(m);
 }
 
-/* A compressed route (a remote client's big query) comes back from the reader decompressed,
- * so the loop can take it apart; any other compressed message comes back as it was sent. */
-static void test_validate_hands_back_compressed_route(void **state)
+/* A long route is never taken for a gateway command (refused 'bad command, over 1 KiB). */
+static void test_route_is_no_command(void **state)
 {
     (void)state;
-    char text[6000];
+    char *big = malloc(20000);
+    memset(big, 'x', 20000);
+    memcpy(big, "echo ", 5);
+    for (int sym = 0; sym < 2; sym++) {
+        size_t len;
+        uint8_t *m = route_msg(sym ? ".qgate.on" : ".qgate.all", sym, k_sym("g"), k_str(big, 20000), &len);
+        assert_int_equal(jobs_peek_command(m, len), 0);
+        free(m);
+    }
+    free(big);
+}
+
+/* job_validate_msg on j->in (max aux[0] 1 MiB): the job, run, to be freed. */
+static struct job *validated(uint8_t *m, size_t len)
+{
+    struct job *j = job_new(job_validate_msg, 0);
+    j->in = m;
+    j->in_len = len;
+    j->aux[0] = 1 << 20;
+    job_validate_msg(j);
+    return j;
+}
+
+/* m compressed (it must compress), m freed. */
+static uint8_t *compressed(uint8_t *m, size_t len, size_t *zlen)
+{
+    uint8_t *z = malloc(len);
+    *zlen = kzip_compress(m, len, z);
+    assert_true(*zlen > 0 && *zlen < len / 2);
+    free(m);
+    return z;
+}
+
+/* The reader reads what the loop does not: a large route, plain (handed back as it is, its
+ * form with it) or compressed (handed back decompressed, its offsets into that); a bad route
+ * that q would read (its form says what is wrong); a route q would not read (a bad message). */
+static void test_validate_reads_routes(void **state)
+{
+    (void)state;
+    char text[24000];
     for (size_t i = 0; i < sizeof text; i++)
         text[i] = (char)('a' + (i / 11) % 4);
-    size_t len;
+    size_t len, zlen;
     uint8_t *plain = route_msg(".qgate.on", 1, k_sym("hdb"), k_str(text, sizeof text), &len);
+    /* plain, over VALIDATE_ON_LOOP_MAX */
+    uint8_t *m = malloc(len);
+    memcpy(m, plain, len);
+    struct job *j = validated(m, len);
+    struct route_form f;
+    assert_int_equal(j->result, 0);
+    assert_null(j->out);
+    jobs_route_form_of(j, &f);
+    assert_int_equal(f.kind, ROUTE_ON);
+    assert_int_equal(f.bad, ROUTE_OK);
+    assert_string_equal((const char *)j->in + f.grp, "hdb");
+    assert_int_equal(len - f.tail - f.qoff, 6 + sizeof text);
+    job_free(j);
+    /* compressed */
     for (int is_route = 1; is_route >= 0; is_route--) {
+        m = malloc(len);
+        memcpy(m, plain, len);
         if (!is_route)
-            memcpy(plain + 8 + 6 + 1, ".qgate.ox", 9); /* (`.qgate.ox; ...): a plain call */
-        uint8_t *z = malloc(len);
-        size_t zlen = kzip_compress(plain, len, z);
-        assert_true(zlen > 0 && zlen < len / 2);
-        struct job *j = job_new(job_validate_msg, 0);
-        j->in = z;
-        j->in_len = zlen;
-        j->aux[0] = 1 << 20;
-        job_validate_msg(j);
+            memcpy(m + 8 + 6 + 1, ".qgate.ox", 9); /* (`.qgate.ox; ...): a plain call */
+        uint8_t *z = compressed(m, len, &zlen);
+        j = validated(z, zlen);
         assert_int_equal(j->result, 0);
+        jobs_route_form_of(j, &f);
         if (is_route) {
             assert_non_null(j->out);
             assert_int_equal(j->out_len, len);
             assert_memory_equal(j->out, plain, len); /* byte 2 = 0, the plain length */
-            char grp[64];
-            size_t qoff, qend;
-            int as_list;
-            assert_int_equal(jobs_peek_route(j->out, j->out_len, grp, sizeof grp, &qoff, &qend, &as_list), 1);
+            assert_int_equal(f.kind, ROUTE_ON);
+            assert_string_equal((const char *)j->out + f.grp, "hdb");
+            assert_memory_equal(j->out + f.qoff + 6, text, sizeof text);
         } else {
             assert_null(j->out);
+            assert_int_equal(f.kind, 0);
         }
         job_free(j);
     }
     free(plain);
+    /* the exploit, large and compressed: a bad route, nothing handed back */
+    size_t n = 16000;
+    char *q = malloc(n);
+    memset(q, 'e', n);
+    memcpy(q, "echo ", 5);
+    m = msg_le(form(".qgate.all", 1, k_sym("g"), k_str(q, n), k_str("AB\xf5" "list\0", 8)), 1, &len);
+    uint8_t *copy = malloc(len);
+    memcpy(copy, m, len);
+    for (int z = 0; z < 2; z++) {
+        uint8_t *in = z ? compressed(m, len, &zlen) : copy;
+        j = validated(in, z ? zlen : len);
+        assert_int_equal(j->result, 0);
+        assert_null(j->out);
+        jobs_route_form_of(j, &f);
+        assert_int_equal(f.kind, ROUTE_ALL);
+        assert_int_equal(f.bad, ROUTE_BAD_OPTS);
+        job_free(j);
+    }
+    /* a route whose query is cut: not a message q reads */
+    m = route_msg(".qgate.on", 1, k_sym("g"), k_str(q, n), &len);
+    kipc_hdr_len_write(m, (uint32_t)(len - 1));
+    j = validated(m, len - 1);
+    assert_int_equal(j->result, 1);
+    job_free(j);
+    free(q);
+    /* a response (a client's answer to a callback): aux[1..2] are the caller's, untouched */
+    m = route_msg(".qgate.on", 1, k_sym("g"), k_str(text, sizeof text), &len);
+    m[1] = KIPC_RESPONSE;
+    j = job_new(job_validate_msg, 0);
+    j->in = m;
+    j->in_len = len;
+    j->aux[0] = 1 << 20;
+    j->aux[1] = 12345;
+    j->aux[2] = 678;
+    job_validate_msg(j);
+    assert_int_equal(j->result, 0);
+    assert_int_equal(j->aux[1], 12345);
+    assert_int_equal(j->aux[2], 678);
+    assert_null(j->out);
+    job_free(j);
 }
 
 static struct job *merge_job(K *parts, int n, int compress_first, int cap, int compress)
@@ -259,32 +542,6 @@ static void test_merge_job(void **state)
     assert_string_equal(x->s, "qgate: a .qgate.all reply could not be merged");
     k_free(x);
     job_free(j);
-}
-
-/* A message carrying x (freed), as a client sends it. */
-static uint8_t *msg_of(K x, size_t *len)
-{
-    uint8_t *m = kcodec_encode_msg(x, KIPC_SYNC, len);
-    k_free(x);
-    assert_non_null(m);
-    return m;
-}
-
-/* (f; arg) with f a symbol or (node-q) a string; arg NULL for (f) alone. */
-static K call(const char *f, int f_is_sym, K arg)
-{
-    K l = k_list(arg ? 2 : 1);
-    kK(l)[0] = f_is_sym ? k_sym(f) : k_str(f, strlen(f));
-    if (arg)
-        kK(l)[1] = arg;
-    return l;
-}
-
-static K long_atom(int64_t v)
-{
-    K x = k_atom(-KT_LONG);
-    x->j = v;
-    return x;
 }
 
 /* job_parse_command on message x: the job, to be freed. */
@@ -428,8 +685,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_job),
-        cmocka_unit_test(test_peek_route),
-        cmocka_unit_test(test_validate_hands_back_compressed_route),
+        cmocka_unit_test(test_parse_route),
+        cmocka_unit_test(test_parse_route_malformed),
+        cmocka_unit_test(test_route_is_no_command),
+        cmocka_unit_test(test_validate_reads_routes),
         cmocka_unit_test(test_peek_command),
         cmocka_unit_test(test_parse_command_args),
         cmocka_unit_test(test_parse_command_refused),
