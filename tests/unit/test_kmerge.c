@@ -3,7 +3,7 @@
  * ref/upsert, ref/uj), the expected values built with kcodec.h's constructors or decoded from
  * the bytes a real q sent (tests/data/qpython/QExpressions3.out); each compared with kmerge's
  * result by its serialised bytes. Then: kmerge_bytes agrees with kmerge byte for byte wherever
- * it applies, and applies where it should. Cases marked
+ * it applies, and applies where it should; and job_merge's partial form. Cases marked
  * "decided" are where the reference is silent (kmerge.c's head says what was decided). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs.h"
 #include "kcodec.h"
 #include "kipc.h"
 #include "kmerge.h"
+#include "pool.h"
 #include "qg.h"
 #include "tutil.h"
 
@@ -579,6 +581,68 @@ static void test_bytes_path(void **state)
     print_message("%d cases, the bytes path took %d\n", cases, bytes_cases);
 }
 
+/* job_merge's partial form: `workers`result!(`$names; merged), or the error. */
+static struct job *run_merge(K *parts, int n, int as_list, const char *const *names)
+{
+    struct merge_in *in = calloc(1, sizeof *in + (size_t)n * sizeof in->part[0]);
+    in->n = n;
+    in->as_list = as_list;
+    in->partial = 1;
+    in->names = calloc((size_t)n, sizeof *in->names);
+    for (int i = 0; i < n; i++) {
+        in->part[i].p = kcodec_encode_msg(parts[i], KIPC_RESPONSE, &in->part[i].len);
+        in->names[i] = strdup(names[i]);
+        k_free(parts[i]);
+    }
+    struct job *j = job_new(job_merge, 0);
+    j->ctx = in;
+    j->ctx_free = merge_in_free;
+    j->arg = 3;
+    j->aux[0] = 1 << 24;
+    j->aux[1] = 0;
+    j->aux[2] = 1 << 24;
+    job_merge(j);
+    return j;
+}
+
+static void partial_is(const char *what, K want, K *parts, int n, int as_list, const char *const *names)
+{
+    struct job *j = run_merge(parts, n, as_list, names);
+    assert_non_null(j->out);
+    assert_int_equal(j->out[1], KIPC_RESPONSE);
+    size_t wl;
+    uint8_t *wb = encode(want, &wl);
+    if (j->out_len - 8 != wl || memcmp(j->out + 8, wb, wl)) {
+        char *g = hex(j->out + 8, j->out_len - 8), *w = hex(wb, wl);
+        fail_msg("partial %s:\n got  %s\n want %s", what, g, w);
+    }
+    free(wb);
+    k_free(want);
+    job_free(j);
+}
+#define PARTIAL(what, want, as_list, names, ...) \
+    partial_is(what, want, (K[]){__VA_ARGS__}, NARGS(K, __VA_ARGS__), as_list, names)
+
+static K workers(K names, K result) { return D(SV("workers", "result"), L(names, result)); }
+
+static void test_partial(void **state)
+{
+    (void)state;
+    const char *w2[] = {"hdb1:5010", "unix:///tmp/q.sock"}, *w3[] = {"a:1", "b:2", "c:3"};
+    PARTIAL("vectors (bytes path)", workers(SV("hdb1:5010", "unix:///tmp/q.sock"), JV(1, 2, 3)), 0, w2, JV(1, 2), J(3));
+    PARTIAL("keyed tables (K objects)",
+            workers(SV("a:1", "b:2", "c:3"), D(TAB(SV("k"), JV(1, 2)), TAB(SV("v"), SV("c", "b")))), 0, w3,
+            D(TAB(SV("k"), JV(1)), TAB(SV("v"), SV("a"))), D(TAB(SV("k"), JV(2)), TAB(SV("v"), SV("b"))),
+            D(TAB(SV("k"), JV(1)), TAB(SV("v"), SV("c"))));
+    PARTIAL("`list", workers(SV("hdb1:5010", "unix:///tmp/q.sock"), L(JV(1, 2), k_err("e"))), 1, w2, JV(1, 2), k_err("e"));
+    PARTIAL("one worker", workers(SV("a:1"), JV(42)), 0, w3, J(42));
+    PARTIAL("a q error among the replies", k_err("e"), 0, w2, JV(1, 2), k_err("e"));
+    PARTIAL("raze's 'mismatch", k_err("mismatch"), 0, w2, TAB(SV("a"), JV(1)), TAB(SV("b"), JV(1)));
+    PARTIAL("raze's 'type", k_err("type"), 0, w3, TAB(SV("a"), JV(1)), J(1), J(2));
+    PARTIAL("a table (K objects: () column)", workers(SV("a:1", "b:2"), TAB(SV("a"), JV(5))), 0, w3, TAB(SV("a"), NIL()),
+            TAB(SV("a"), JV(5)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -586,7 +650,7 @@ int main(void)
         cmocka_unit_test(test_dictionaries),    cmocka_unit_test(test_dictionaries_q),
         cmocka_unit_test(test_keyed_tables),    cmocka_unit_test(test_tables),
         cmocka_unit_test(test_errors_single_list), cmocka_unit_test(test_real_q_values),
-        cmocka_unit_test(test_bytes_path),
+        cmocka_unit_test(test_bytes_path),      cmocka_unit_test(test_partial),
     };
     return cmocka_run_group_tests_name("kmerge", tests, setup, teardown);
 }
