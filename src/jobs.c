@@ -567,8 +567,13 @@ void job_compress_reply(struct job *j)
 void merge_in_free(void *ctx)
 {
     struct merge_in *in = ctx;
-    for (int i = 0; in && i < in->n; i++)
+    for (int i = 0; in && i < in->n; i++) {
         free(in->part[i].p);
+        if (in->names)
+            free(in->names[i]);
+    }
+    if (in)
+        free(in->names);
     free(in);
 }
 
@@ -623,6 +628,37 @@ static uint8_t *merge_on_bytes(const struct merge_in *in, size_t *len)
     return out;
 }
 
+/* The response `workers`result!(`$in->names; x), x the body of the plain response m (len
+ * bytes): its bytes are copied after the names, not decoded. NULL on ENOMEM. */
+static uint8_t *partial_dict(const struct merge_in *in, const uint8_t *m, size_t len, size_t *out_len)
+{
+    static const uint8_t keys[] = {KT_DICT, KT_SYM, 0, 2, 0, 0, 0, 'w', 'o', 'r', 'k', 'e', 'r', 's', 0,
+                                   'r', 'e', 's', 'u', 'l', 't', 0, KT_LIST, 0, 2, 0, 0, 0};
+    size_t names = 6;
+    for (int i = 0; i < in->n; i++)
+        names += (in->names && in->names[i] ? strlen(in->names[i]) : 0) + 1;
+    size_t n = 8 + sizeof keys + names + (len - 8);
+    uint8_t *o = malloc(n), *w = o ? o + 8 : NULL;
+    if (!o)
+        return NULL;
+    kipc_hdr_write(o, KIPC_RESPONSE, 0, n);
+    memcpy(w, keys, sizeof keys);
+    w += sizeof keys;
+    *w++ = KT_SYM;
+    *w++ = 0;
+    qg_st32(w, (uint32_t)in->n);
+    w += 4;
+    for (int i = 0; i < in->n; i++) {
+        const char *s = in->names && in->names[i] ? in->names[i] : "";
+        size_t l = strlen(s) + 1;
+        memcpy(w, s, l);
+        w += l;
+    }
+    memcpy(w, m + 8, len - 8);
+    *out_len = n;
+    return o;
+}
+
 void job_merge(struct job *j)
 {
     struct merge_in *in = j->ctx;
@@ -642,6 +678,18 @@ void job_merge(struct job *j)
         m = x ? kcodec_encode_msg(x, KIPC_RESPONSE, &len) : NULL;
     }
     k_free(x);
+    if (m && in->partial) { /* `workers`result!(`$names; merged), unless merged is an error */
+        size_t wl = 0;
+        uint8_t *w = m[8] == (uint8_t)KT_ERROR ? NULL : partial_dict(in, m, len, &wl);
+        if (w) {
+            free(m);
+            m = w;
+            len = wl;
+        } else if (m[8] != (uint8_t)KT_ERROR) {
+            free(m);
+            m = NULL;
+        }
+    }
     if (!m) {
         snprintf(j->text, sizeof j->text, "qgate: a .qgate.all reply could not be merged");
         job_encode_error(j);

@@ -135,10 +135,14 @@ void job_check_reply(struct job *j);
 /* writer: j->out = j->in compressed as q compresses for remote peers, or j->in unchanged. */
 void job_compress_reply(struct job *j);
 
-/* .qgate.all: the workers' replies (whole messages, as they sent them) in worker order. */
+/* .qgate.all: the workers' replies (whole messages, as they sent them) in worker order.
+ * partial: answer `workers`result!(`$names; merged), names[0..n) the workers' addresses
+ * (malloc'd, as the array is; NULL when not partial). */
 struct merge_in {
     int n;
     int as_list;
+    int partial;
+    char **names;
     struct {
         uint8_t *p;
         size_t len;
@@ -146,9 +150,11 @@ struct merge_in {
 };
 void merge_in_free(void *ctx);
 /* writer: j->ctx a struct merge_in: j->out = the response to send a client of capability
- * j->arg: the replies merged (kmerge.c), or their list; compressed when aux[1] says (under
- * aux[2] bytes), checked for an old client as job_check_reply does. aux[0] bounds what a
- * compressed reply may declare. A reply that cannot be read: the q error saying so. */
+ * j->arg: the replies merged (kmerge.c: q's raze of them), or their list; when partial, the
+ * dictionary `workers`result! of the workers' addresses and that, unless it is an error (a q
+ * error among the replies, or raze's own), which is the answer then. Compressed when aux[1]
+ * says (under aux[2] bytes), checked for an old client as job_check_reply does. aux[0] bounds
+ * what a compressed reply may declare. A reply that cannot be read: the q error saying so. */
 void job_merge(struct job *j);
 
 #endif
