@@ -1,6 +1,9 @@
-/* fanout.c: (`.qgate.all; `group; query[; `list]): the query runs on every worker of the group
- * that is up when it starts, each counting as busy while it does, and the client gets their
- * replies merged (kmerge.c, on the writer pool) or, with `list, their list.
+/* fanout.c: (`.qgate.all; `group; query[; `list | `partial | `list`partial]): the query runs on
+ * every worker of the group, each counting as busy while it does, and the client gets their
+ * replies merged (kmerge.c, q's raze, on the writer pool) or, with `list, their list. All or an
+ * error: with a worker of the group not up (down, disabled) it is 'qgate: group g: N of M
+ * workers up and nothing is sent; one lost midway fails it. With `partial the workers up
+ * answer, one lost midway is left out, and the answer is `workers`result!(addresses; merged).
  *
  * Each worker gets a part (struct fpart): run at once if the worker is idle, else owed (its
  * fq) and run when it is free, before any request (dispatch asks owes_broadcasts). A part's
@@ -69,6 +72,8 @@ static void fanout_free(struct gw *g, struct fanout *fo)
     free(fo);
 }
 
+static void complete(struct gw *g, struct fanout *fo);
+
 /* The fan-out failed (why): its client is told, if it still waits. */
 static void fail(struct gw *g, struct fanout *fo, const char *why)
 {
@@ -105,12 +110,30 @@ static void complete(struct gw *g, struct fanout *fo)
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    in->n = fo->n;
     in->as_list = fo->as_list;
+    in->partial = fo->partial;
+    if (fo->partial && !(in->names = calloc((size_t)fo->n, sizeof *in->names))) {
+        free(in);
+        job_free(j);
+        fanout_free(g, fo);
+        conn_close_loop(g, &c->c, "out of memory");
+        return;
+    }
     for (int i = 0; i < fo->n; i++) { /* the replies go to the job, in worker order */
-        in->part[i].p = fo->part[i]->reply.p;
-        in->part[i].len = fo->part[i]->reply.len;
-        fo->part[i]->reply = (struct inbuf){0};
+        struct fpart *p = fo->part[i];
+        if (p->st != FP_DONE)
+            continue; /* `partial: its worker was lost */
+        if (fo->partial && !(in->names[in->n] = strdup(p->w->addr))) {
+            merge_in_free(in);
+            job_free(j);
+            fanout_free(g, fo);
+            conn_close_loop(g, &c->c, "out of memory");
+            return;
+        }
+        in->part[in->n].p = p->reply.p;
+        in->part[in->n].len = p->reply.len;
+        in->n++;
+        p->reply = (struct inbuf){0};
     }
     fanout_free(g, fo);
     j->ctx = in;
@@ -125,15 +148,18 @@ static void complete(struct gw *g, struct fanout *fo)
 
 int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct req *r)
 {
-    int n = 0;
+    int n = 0, m = 0;
     struct worker *w;
-    TAILQ_FOREACH(w, &grp->workers, glink)
+    TAILQ_FOREACH(w, &grp->workers, glink) {
         n += takes_part(w);
+        m += worker_is_lead(w) && !w->removed;
+    }
     struct fanout *fo = calloc(1, sizeof *fo + (size_t)n * sizeof fo->part[0]);
     if (!fo)
         return -1;
     *fo = (struct fanout){.cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .as_list = r->fan == 2,
-                          .msg = r->msg, .len = r->len};
+                          .partial = r->partial, .nworkers = m, .msg = r->msg, .len = r->len};
+    snprintf(fo->gname, sizeof fo->gname, "%s", grp->cfg.name);
     if (r->off) /* a routed request's message starts past its wrapper */
         memmove(r->msg, r->msg + r->off, r->len);
     r->msg = NULL;
@@ -155,9 +181,9 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     fo->left = fo->n;
     c->fo = fo;
     g->loop.work_pending = 1; /* dispatched this iteration (never here: this may run inside a start) */
-    if (!fo->n) { /* every worker up is leaving the configuration */
-        char why[CFG_NAME_MAX + 48];
-        snprintf(why, sizeof why, "qgate: no worker of group %s is up", grp->cfg.name);
+    if (!fo->n || (fo->n < m && !fo->partial)) { /* a partial answer is never silent */
+        char why[CFG_NAME_MAX + 96];
+        snprintf(why, sizeof why, "qgate: group %s: %d of %d workers up", grp->cfg.name, fo->n, m);
         fail(g, fo, why);
         return 0;
     }
@@ -223,6 +249,25 @@ void fanout_part_done_loop(struct gw *g, struct worker *w)
         complete(g, fo);
 }
 
+/* `partial: part p's worker went; the fan-out goes on without it, failing once none is left. */
+static void part_lost(struct gw *g, struct fanout *fo, struct fpart *p)
+{
+    p->st = FP_LOST;
+    inbuf_free(&p->reply);
+    int done = 0;
+    for (int i = 0; i < fo->n; i++)
+        done += fo->part[i]->st == FP_DONE;
+    if (--fo->left > 0)
+        return;
+    if (done) {
+        complete(g, fo);
+        return;
+    }
+    char why[CFG_NAME_MAX + 96];
+    snprintf(why, sizeof why, "qgate: group %s: 0 of %d workers answered", fo->gname, fo->nworkers);
+    fail(g, fo, why);
+}
+
 void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why)
 {
     struct fpart *p = w->fp;
@@ -230,11 +275,19 @@ void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why)
     if (p) {
         struct fanout *fo = p->fo;
         p->st = FP_DONE; /* freed with its fan-out, or here if that is gone */
-        if (fo)
+        if (fo && fo->partial)
+            part_lost(g, fo, p);
+        else if (fo)
             fail(g, fo, why);
         else
             free(p);
     }
-    while ((p = STAILQ_FIRST(&w->fq))) /* fail removes each from fq */
-        fail(g, p->fo, why);
+    while ((p = STAILQ_FIRST(&w->fq))) { /* fail removes each from fq */
+        if (p->fo->partial) {
+            STAILQ_REMOVE_HEAD(&w->fq, link);
+            part_lost(g, p->fo, p);
+        } else {
+            fail(g, p->fo, why);
+        }
+    }
 }

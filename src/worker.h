@@ -59,7 +59,7 @@ STAILQ_HEAD(bnodelist, bnode);
  * part owed (on its fq) until it is free, then run; the replies collected, then merged on the
  * writer pool. A part outlives its fan-out when that is given up while the part runs. */
 struct fanout;
-enum { FP_OWED, FP_RUNNING, FP_DONE };
+enum { FP_OWED, FP_RUNNING, FP_DONE, FP_LOST /* `partial: its worker went; the answer is the others' */ };
 struct fpart {
     STAILQ_ENTRY(fpart) link; /* on its worker's fq while owed */
     struct fanout *fo;   /* NULL once its fan-out was given up: its reply is drained */
@@ -72,7 +72,11 @@ struct fanout {
     uint32_t cl_id, cl_gen; /* the client, and its request */
     uint64_t seq;
     uint8_t as_list;
+    uint8_t partial;     /* `partial: the workers up answer, a lost one is left out, and the answer
+                          * names the workers it came from */
     int n, left;         /* parts; those not done */
+    int nworkers;        /* the group's workers (not leaving it) when it started */
+    char gname[CFG_NAME_MAX];
     size_t total;        /* reply bytes collected, bounded by merge_max */
     uint8_t *msg;        /* the query, sent to each worker as its part begins */
     size_t len;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Fan-out: (`.qgate.all; `group; query[; `list]) runs query on every worker of the group up and
-# answers with the replies merged (tables razed, lists joined) or listed; errors, a worker lost
-# midway, merge_max; neg[h] the same without a reply.
+# Fan-out: (`.qgate.all; `group; query[; `list]) runs query on every worker of the group and
+# answers with the replies merged (q's raze) or listed; all or an error: a worker down, or lost
+# midway, fails it, unless `partial asks for the answer of the workers up, which names them;
+# errors, merge_max; neg[h] the same without a reply.
 . "$(dirname "$0")/lib.sh"
 
 ROWS=${FANOUT_ROWS:-1000000}
@@ -44,10 +45,11 @@ expect_lines "$TMP/q.out" '^\("1";"1";"1";"1"\)$' 1
 pass "lists joined; \`list gives each reply; the first q error wins; neg[h] runs on every worker, no reply"
 
 # --- the 4th item read as q reads it: `partial, `list`partial; a query of any size ----------
-# (with every worker up, `partial answers as without it)
+# (`partial answers `workers`result!(the workers' addresses; what it would answer without it))
 q "all-partial:main:echo ab" "all-list-partial:main:echo ab"
-expect_lines "$TMP/q.out" '^"abababab"$' 1
-expect_lines "$TMP/q.out" '^\("ab";"ab";"ab";"ab"\)$' 1
+WS="\`127.0.0.1:$W1_PORT\`127.0.0.1:$W2_PORT\`127.0.0.1:$W3_PORT\`127.0.0.1:$W4_PORT"
+expect_lines "$TMP/q.out" "^\`workers\`result!\($WS;\"abababab\"\)\$" 1
+expect_lines "$TMP/q.out" "^\`workers\`result!\($WS;\(\"ab\";\"ab\";\"ab\";\"ab\"\)\)\$" 1
 BIG=$(head -c 30000 /dev/zero | tr '\0' y)
 for z in "" --compress; do
     rm -f "$TMP/big.bin"
@@ -57,19 +59,31 @@ for z in "" --compress; do
 done
 pass "\`partial and \`list\`partial read; a .qgate.all of a 30 KB query (plain, compressed) runs on every worker, merged"
 
-# --- a worker lost midway: the whole request fails; the others' replies are drained -------
+# --- a worker lost midway: the whole request fails (with `partial, the others answer) ------
 timeout 60 "$BIN/qsend" -g "$G" "all:main:hold fo1" "echo after" > "$TMP/l.out" 2>&1 &
 L=$!
 for i in 1 2 3 4; do wait_line "$TMP/W$i.log" "hold fo1"; done
+timeout 60 "$BIN/qsend" -g "$G" "all-list-partial:main:hold fo2" > "$TMP/lp.out" 2>&1 & # behind fo1 (if it starts
+LP=$!                                                                        # after the kill, on 3 of 4)
 kill -9 "$W4_PID"
 wait_line "$TMP/l.out" "qgate: worker 127\\.0\\.0\\.1:$W4_PORT lost"
 release fo1 "$W1_PORT" "$W2_PORT" "$W3_PORT"
-wait $L || true
+for i in 1 2 3; do wait_line "$TMP/W$i.log" "hold fo2"; done # owed, it runs before "echo after"
+release fo2 "$W1_PORT" "$W2_PORT" "$W3_PORT"
+wait $L $LP || true
 expect_lines "$TMP/l.out" "^'qgate: worker 127\\.0\\.0\\.1:$W4_PORT lost\$" 1
 expect_lines "$TMP/l.out" '^"after"$' 1
-q "all-list:main:echo x"                    # three workers up now: three replies
-expect_lines "$TMP/q.out" '^\("x";"x";"x"\)$' 1
-pass "a worker lost midway: 'qgate: worker host:port lost for the whole request; the rest go on"
+WS3="\`127.0.0.1:$W1_PORT\`127.0.0.1:$W2_PORT\`127.0.0.1:$W3_PORT"
+expect_lines "$TMP/lp.out" "^\`workers\`result!\($WS3;\(\"fo2\";\"fo2\";\"fo2\"\)\)\$" 1
+pass "a worker lost midway: 'qgate: worker host:port lost for the whole request; with \`partial the others' replies, naming them"
+
+# --- all or an error: a worker of the group down fails a .qgate.all before anything is sent ---
+q "all-list:main:echo x" "all:main:echo y" "all-partial:main:echo z" "echo still"
+expect_lines "$TMP/q.out" "^'qgate: group main: 3 of 4 workers up\$" 2
+expect_lines "$TMP/q.out" "^\`workers\`result!\($WS3;\"zzz\"\)\$" 1
+expect_lines "$TMP/q.out" '^"still"$' 1
+grep -qE "echo (x|y)\$" "$TMP/W1.log" "$TMP/W2.log" "$TMP/W3.log" && fail "a .qgate.all refused for a worker down ran on the others"
+pass ".qgate.all with 3 of 4 workers up: 'qgate: group main: 3 of 4 workers up, nothing sent; \`partial: the 3 answer, named"
 
 # --- merge_max -----------------------------------------------------------------------------
 printf '[gateway]\nbind = 127.0.0.1\nmerge_max = 10000\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
