@@ -32,8 +32,9 @@ static struct {
     uint64_t rng;
     long defer_every;  /* --defer N:MS: every Nth sync request answered MS ms later, as -30! does */
     int defer_ms;
-    long fickle_every; /* --fickle K:MS: every Kth "fickle X" sleeps MS ms first */
+    long fickle_every; /* --fickle K:MS[:FIRST]: the FIRSTth "fickle X" and every Kth after sleep MS ms first */
     int fickle_ms;
+    long fickle_first;
 } opt;
 
 static long sync_seen;   /* sync requests served (held ones not counted), over every connection */
@@ -436,7 +437,7 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
     }
     if (n > 7 && !memcmp(s, "fickle ", 7)) { /* X at once, but every Kth one MS ms late (--fickle) */
         fickle_seen++;
-        if (opt.fickle_every && fickle_seen % opt.fickle_every == 0) {
+        if (opt.fickle_every && fickle_seen >= opt.fickle_first && (fickle_seen - opt.fickle_first) % opt.fickle_every == 0) {
             logf_(c, "fickle #%ld: sleep %d ms", fickle_seen, opt.fickle_ms);
             sleep_ms(opt.fickle_ms);
         }
@@ -834,7 +835,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: qworker -p [host:]port [--rows N] [--seed S] [--user u:p] [--quiet] [--no-uds]\n"
             "               [--uds-path PATH] [--uds-mute] [--compress]\n"
-            "               [--fault hang|garbage|bighdr|hsclose] [--defer N:MS] [--fickle K:MS]\n"
+            "               [--fault hang|garbage|bighdr|hsclose] [--defer N:MS]\n"
+            "               [--fickle K:MS[:FIRST]]\n"
             "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
@@ -859,8 +861,9 @@ static void usage(void)
             "  there is answered first) and on the others. Each deferral and each deferred reply is\n"
             "  logged (\"defer: sync request #K ...\", \"deferred reply #K sent\").\n"
             "  \"fickle X\" answers X; with --fickle K:MS every Kth \"fickle ...\" query of the process\n"
-            "  (counted over all connections) sleeps MS ms first (the worker busy, as q is), the\n"
-            "  others answer at once: the same bytes, usually fast, sometimes slow.\n"
+            "  (counted over all connections; the FIRSTth, default K, then every Kth after) sleeps\n"
+            "  MS ms first (the worker busy, as q is), the others answer at once: the same bytes,\n"
+            "  usually fast, sometimes slow.\n"
             "  \"flood SIZE\" answers SIZE, then publishes async char vectors of SIZE bytes on that\n"
             "  connection as fast as its socket takes them (written when writable, never blocking\n"
             "  the worker), until the connection closes or \"stop\" arrives on it (\"stop\" answers\n"
@@ -918,8 +921,16 @@ int main(int argc, char **argv)
             if (every_ms(argv[++i], &opt.defer_every, &opt.defer_ms))
                 usage();
         } else if (!strcmp(a, "--fickle") && i + 1 < argc) {
-            if (every_ms(argv[++i], &opt.fickle_every, &opt.fickle_ms))
+            char spec[64];
+            snprintf(spec, sizeof spec, "%s", argv[++i]);
+            char *first = strchr(spec, ':') ? strchr(strchr(spec, ':') + 1, ':') : NULL;
+            if (first)
+                *first++ = 0;
+            if (every_ms(spec, &opt.fickle_every, &opt.fickle_ms) ||
+                (first && (arg_long(first, &opt.fickle_first) || opt.fickle_first < 1)))
                 usage();
+            if (!first)
+                opt.fickle_first = opt.fickle_every;
         } else
             usage();
     }
