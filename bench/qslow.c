@@ -28,12 +28,13 @@ static void usage(void)
             "  65536-byte async messages as fast as the socket takes them), then reads at most\n"
             "  BYTES (default 16384) every MS (default 10) ms for SECONDS (default 60), or until\n"
             "  the peer closes. Prints one line:\n"
-            "    qslow messages=N bytes=B reply=ok|error|none closed=yes|no seconds=S\n"
+            "    qslow messages=N bytes=B reply=ok|error|none closed=yes|no stopped=yes|no seconds=S\n"
             "  messages: whole async messages received; bytes: everything read (the response\n"
             "  too); reply: the response to QUERY (ok: it came; error: a q error, its text on\n"
             "  stderr; none: it did not come); closed: the peer closed the connection (at\n"
-            "  seconds=S after the start). Exit 0, 1 if the connection could not be opened, 2 on\n"
-            "  bad usage.\n");
+            "  seconds=S after the start); stopped: SIGINT or SIGTERM ended the run early (the\n"
+            "  line is printed all the same). Exit 0, 1 if the connection could not be opened,\n"
+            "  2 on bad usage.\n");
     exit(2);
 }
 
@@ -43,7 +44,7 @@ static void sleep_until_ns(int64_t t)
     if (left <= 0)
         return;
     struct timespec ts = {(time_t)(left / 1000000000LL), (long)(left % 1000000000LL)};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    while (nanosleep(&ts, &ts) && errno == EINTR && !stop_signals) {
     }
 }
 
@@ -76,6 +77,10 @@ int main(int argc, char **argv)
     if (!gw)
         usage();
     signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = {.sa_handler = stop_signal_count}; /* no SA_RESTART: the sleep ends */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     struct qconn q;
     int rc = qconn_open(&q, gw, user, 5000);
     if (rc) {
@@ -109,7 +114,7 @@ int main(int argc, char **argv)
     uint64_t left = 0, bytes = 0, messages = 0;
     int cur_type = -1, got_reply = 0, closed = 0, le = 1;
     int64_t start = mono_ns(), end = start + (int64_t)(seconds * 1e9), next = start, closed_at = 0;
-    while (!closed && mono_ns() < end) {
+    while (!closed && !stop_signals && mono_ns() < end) {
         ssize_t r = read(q.fd, buf, (size_t)rbytes);
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
             closed = 1;
@@ -172,9 +177,9 @@ int main(int argc, char **argv)
 done:
     if (!closed_at)
         closed_at = mono_ns();
-    printf("qslow messages=%" PRIu64 " bytes=%" PRIu64 " reply=%s closed=%s seconds=%.1f\n", messages, bytes,
-           got_reply == 1 ? "ok" : got_reply == 2 ? "error" : "none", closed ? "yes" : "no",
-           (double)(closed_at - start) / 1e9);
+    printf("qslow messages=%" PRIu64 " bytes=%" PRIu64 " reply=%s closed=%s stopped=%s seconds=%.1f\n", messages,
+           bytes, got_reply == 1 ? "ok" : got_reply == 2 ? "error" : "none", closed ? "yes" : "no",
+           stop_signals ? "yes" : "no", (double)(closed_at - start) / 1e9);
     fflush(stdout);
     free(buf);
     qconn_close(&q);
