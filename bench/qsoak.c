@@ -22,8 +22,8 @@
 #define RECONNECT_NS (100 * MS)    /* after a connection closes */
 #define RETRY_NS (200 * MS)        /* after a refused (or failed) connect */
 #define OPEN_TIMEOUT_NS (5 * NS)   /* connect + handshake */
-#define DRAIN_NS (30 * NS)         /* wait for outstanding replies after the run */
-#define HARD_EXTRA_NS (38 * NS)    /* the whole run ends by seconds + this */
+#define DRAIN_NS (30 * NS)         /* wait for outstanding replies after the run (--drain) */
+#define HARD_EXTRA_NS (8 * NS)     /* the whole run ends by seconds + drain + this */
 #define TICK_NS (100 * MS)         /* longest epoll wait */
 #define PROGRESS_NS (10 * NS)
 #define READ_BUDGET (1u << 20)     /* bytes read from one connection per event */
@@ -33,6 +33,8 @@
 #define MAX_ERRTEXTS 64
 #define MAX_ANOMALY_LOG 20         /* anomalies described on stderr */
 #define REQ_PREFIX 19              /* header 8, type 1, attr 1, length 4, "echo " 5 */
+#define EXEC_NAME ".gateway.exec"
+#define EXEC_HEAD (6 + 1 + sizeof EXEC_NAME) /* --exec: a 2-list, then the symbol, before the text */
 
 enum cstate {
     ST_WAIT,                       /* closed; (re)connect at t_next */
@@ -83,6 +85,12 @@ static struct {
     /* replies that answer nothing of ours */
     long duplicated, misrouted;
     long cycle;           /* --cycle N: each connection repeats N requests (ids seq % N) */
+    long per_conn;        /* --requests N: each connection sends N, then closes; 0 = no limit */
+    long conns_done;      /* connections that have sent their N and are closed */
+    long taken;           /* --requests: another request's reply taken as the answer (in misrouted) */
+    long max_pad;         /* --max-pad N: pads over N are taken mod N + 1; -1 = none */
+    int exec;             /* --exec: requests are (`.gateway.exec; "echo ...") */
+    size_t prefix;        /* bytes of a request before its "ID|PAD" */
     long refused, hs_rejected, open_timeouts, reconnects, ignored_msgs, anomalies;
     uint64_t bytes_in;
     struct errtext errs[MAX_ERRTEXTS];
@@ -102,7 +110,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: qsoak -g host:port [-c CONNS] [--seconds S] [--pid GATEWAY_PID] [--csv FILE]\n"
-            "             [--seed N] [--cycle N]\n"
+            "             [--seed N] [--cycle N] [--requests N] [--exec] [--max-pad N] [--drain S]\n"
             "  soak client: CONNS (default 64) connections, one thread, epoll. Each loops: a sync\n"
             "  char vector \"echo ID|PAD\" (ID c<conn>-<seq>; PAD random: 70%% 0-100 bytes, 25%%\n"
             "  1-64 KiB, 5%% 1-4 MiB), then waits for the reply, which must be \"ID|PAD\".\n"
@@ -110,8 +118,9 @@ static void usage(void)
             "  the connection, or a reply with nothing outstanding), misrouted (any other id, or\n"
             "  the right id with a different body); a connection closing with a request\n"
             "  outstanding counts closed (reconnect after 100 ms; refused: retry every 200 ms).\n"
-            "  After --seconds (default 60) sending stops; replies still missing after 30 s\n"
-            "  are lost. --pid samples the gateway's VmRSS and open fds each second; --csv writes\n"
+            "  After --seconds (default 60) sending stops; replies still missing after --drain\n"
+            "  (default 30) s are lost. --pid samples the gateway's VmRSS and open fds each\n"
+            "  second; --csv writes\n"
             "    t_s,rss_kb,fds,ok,qerror,closed,lost,duplicated,misrouted\n"
             "  per sample. Progress every 10 s and q error texts go to stderr; stdout gets one line:\n"
             "    qsoak requests=N ok=A qerrors=B closed=C lost=D duplicated=E misrouted=F\n"
@@ -122,7 +131,16 @@ static void usage(void)
             "  2 on bad usage. SIGINT ends the run early (a second one ends the drain).\n"
             "  --cycle N: connection c sends the same N requests over and over (ID c<conn>-<seq\n"
             "  mod N>, PAD drawn from conn and seq mod N), as q users repeat their queries, so a\n"
-            "  gateway can learn them; a reply of another of the N counts duplicated.\n");
+            "  gateway can learn them; a reply of another of the N counts duplicated.\n"
+            "  --requests N: each connection sends N requests, then closes; the run ends when\n"
+            "  every connection has (or at --seconds, whichever comes first), and a reply with\n"
+            "  another request's id (an earlier one of the connection too) is taken as the\n"
+            "  answer, as q's h x takes whatever response comes (counted misrouted, and in\n"
+            "  taken= on stderr), so that a run with misrouted replies ends too:\n"
+            "  requests = ok + qerrors + closed + lost + misrouted answers.\n"
+            "  --exec: each request is (`.gateway.exec; \"echo ID|PAD\"), as q/client.q sends it\n"
+            "  to a -30! gateway such as bench/gw30 (whose reply is the worker's, \"ID|PAD\").\n"
+            "  --max-pad N: a PAD drawn longer than N bytes is taken mod N+1 (shorter runs).\n");
     exit(2);
 }
 
@@ -303,6 +321,11 @@ static void write_request(struct conn *c, int64_t now)
 
 static void send_next(struct conn *c, int64_t now)
 {
+    if (G.per_conn && c->seq >= (uint64_t)G.per_conn) { /* its N are sent and answered */
+        conn_drop(c, now, -1);
+        G.conns_done++;
+        return;
+    }
     char id[48];
     uint64_t idseq = G.cycle ? c->seq % (uint64_t)G.cycle : c->seq, prng = c->rng;
     int idn = snprintf(id, sizeof id, "c%ld-%" PRIu64 "|", (long)(c - G.conns), idseq);
@@ -312,8 +335,10 @@ static void send_next(struct conn *c, int64_t now)
         rs = &prng;
     }
     size_t pad = draw_pad(rs);
+    if (G.max_pad >= 0 && pad > (size_t)G.max_pad)
+        pad %= (size_t)G.max_pad + 1;
     size_t text = 5 + (size_t)idn + pad; /* "echo " ID "|" PAD */
-    size_t total = 8 + 6 + text;
+    size_t total = G.prefix - 5 + text;
     if (total > c->req_cap) {
         free(c->req);
         c->req = malloc(total);
@@ -324,12 +349,19 @@ static void send_next(struct conn *c, int64_t now)
         c->req_cap = total;
     }
     kipc_hdr_write(c->req, KIPC_SYNC, 0, total);
-    c->req[8] = KT_CHAR;
-    c->req[9] = 0;
-    qg_st32(c->req + 10, (uint32_t)text);
-    memcpy(c->req + 14, "echo ", 5);
-    memcpy(c->req + REQ_PREFIX, id, (size_t)idn);
-    fill_pad(rs, c->req + REQ_PREFIX + idn, pad);
+    uint8_t *p = c->req + 8;
+    if (G.exec) { /* (`.gateway.exec; "...") */
+        memcpy(p, "\x00\x00\x02\x00\x00\x00", 6);
+        p[6] = (uint8_t)-KT_SYM;
+        memcpy(p + 7, EXEC_NAME, sizeof EXEC_NAME);
+        p += EXEC_HEAD;
+    }
+    p[0] = KT_CHAR;
+    p[1] = 0;
+    qg_st32(p + 2, (uint32_t)text);
+    memcpy(p + 6, "echo ", 5);
+    memcpy(c->req + G.prefix, id, (size_t)idn);
+    fill_pad(rs, c->req + G.prefix + idn, pad);
     c->req_len = total;
     c->io.off = 0;
     c->cur = c->seq++;
@@ -376,8 +408,8 @@ static void classify(struct conn *c, const uint8_t *body, size_t n, int le, int6
     }
     if (n >= 6 && body[0] == KT_CHAR && qg_ld32o(body + 2, le) == n - 6) {
         const uint8_t *t = body + 6;
-        size_t tn = n - 6, want = c->req_len - REQ_PREFIX;
-        if (tn == want && !memcmp(t, c->req + REQ_PREFIX, want)) {
+        size_t tn = n - 6, want = c->req_len - G.prefix;
+        if (tn == want && !memcmp(t, c->req + G.prefix, want)) {
             G.ok++;
             finish(c, now);
             return;
@@ -392,7 +424,7 @@ static void classify(struct conn *c, const uint8_t *body, size_t n, int le, int6
                 finish(c, now);
                 return;
             }
-            if (G.cycle ? sq < (uint64_t)G.cycle : sq < c->seq && is_done(c, sq)) {
+            if (!G.per_conn && (G.cycle ? sq < (uint64_t)G.cycle : sq < c->seq && is_done(c, sq))) {
                 G.duplicated++;
                 anomaly(c, "duplicated (already answered id)", body, n);
                 return;
@@ -400,6 +432,10 @@ static void classify(struct conn *c, const uint8_t *body, size_t n, int le, int6
         }
         G.misrouted++;
         anomaly(c, "misrouted (another request's reply)", body, n);
+        if (G.per_conn) { /* taken as the answer, as h x would */
+            G.taken++;
+            finish(c, now);
+        }
         return;
     }
     /* neither our char vector nor an error: the answer is corrupt */
@@ -689,8 +725,9 @@ static void put_val(char *buf, size_t len, long v)
 int main(int argc, char **argv)
 {
     const char *gw = NULL, *csv_path = NULL;
-    double seconds = 60;
+    double seconds = 60, drain_s = (double)DRAIN_NS / NS;
     long conns = 64, pid = 0, seed = 1;
+    G.max_pad = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -713,12 +750,25 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--cycle") && more) {
             if (arg_long(argv[++i], &G.cycle) || G.cycle < 1 || G.cycle > 1000000)
                 usage();
-        } else
+        } else if (!strcmp(a, "--requests") && more) {
+            if (arg_long(argv[++i], &G.per_conn) || G.per_conn < 1)
+                usage();
+        } else if (!strcmp(a, "--max-pad") && more) {
+            if (arg_long(argv[++i], &G.max_pad))
+                usage();
+        } else if (!strcmp(a, "--drain") && more) {
+            if (arg_double(argv[++i], &drain_s, 1) || drain_s > 1e6)
+                usage();
+        } else if (!strcmp(a, "--exec"))
+            G.exec = 1;
+        else
             usage();
     }
     if (!gw || target_parse(&G.target, gw, 0, "qsoak", "address"))
         usage();
+    int64_t drain_ns = (int64_t)(drain_s * 1e9);
     G.hs_len = kipc_hs_build(G.hs, sizeof G.hs, "qsoak", NULL, KIPC_CAP_MAX);
+    G.prefix = REQ_PREFIX + (G.exec ? EXEC_HEAD : 0);
     G.pid = (int)pid;
     G.nconns = conns;
     G.rss_min = G.rss_max = G.rss_warm = G.rss_last = -1;
@@ -752,7 +802,7 @@ int main(int argc, char **argv)
 
     int64_t start = mono_ns();
     G.start = start;
-    int64_t end_send = start + (int64_t)(seconds * 1e9), hard_end = end_send + HARD_EXTRA_NS;
+    int64_t end_send = start + (int64_t)(seconds * 1e9), hard_end = end_send + drain_ns + HARD_EXTRA_NS;
     int64_t next_sample = start + NS, next_progress = start + PROGRESS_NS, last_t = start;
     long last_done = 0;
     struct sample last = {-1, -1};
@@ -762,7 +812,7 @@ int main(int argc, char **argv)
     G.sending = 1;
     for (;;) {
         int64_t now = mono_ns();
-        if (stop_signals || now >= end_send)
+        if (stop_signals || now >= end_send || (G.per_conn && G.conns_done == G.nconns))
             break;
         sample_if_due(now, &next_sample, &last);
         if (now >= next_progress) {
@@ -783,7 +833,7 @@ int main(int argc, char **argv)
             conn_drop(c, now, -1);
     }
     int stop_at = stop_signals ? 2 : 1;
-    int64_t drain_end = QG_MIN(now + DRAIN_NS, hard_end);
+    int64_t drain_end = QG_MIN(now + drain_ns, hard_end);
     while (G.outstanding > 0 && stop_signals < stop_at) {
         now = mono_ns();
         if (now >= drain_end)
@@ -824,12 +874,12 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "qsoak: details: run_s=%.1f answered_per_s=%.0f corrupted=%ld (in misrouted) refused=%ld "
             "handshake_rejected=%ld open_timeouts=%ld reconnects=%ld ignored_msgs=%ld sent_mb=%.1f "
-            "received_mb=%.1f samples=%ld warmup_s=%.0f\n",
+            "received_mb=%.1f samples=%ld warmup_s=%.0f taken=%ld (in misrouted)\n",
             run_s, run_s > 0 ? (double)(G.ok + G.qerrors) / run_s : 0.0, G.corrupted, G.refused,
             G.hs_rejected, G.open_timeouts, G.reconnects, G.ignored_msgs, (double)G.loop.bytes_out / 1e6,
-            (double)G.bytes_in / 1e6, G.nsamples, G.warmup_s);
-    if (G.requests != G.ok + G.qerrors + G.corrupted + G.closed + G.lost)
-        fprintf(stderr, "qsoak: internal error: requests %ld != ok+qerrors+corrupted+closed+lost\n",
+            (double)G.bytes_in / 1e6, G.nsamples, G.warmup_s, G.taken);
+    if (G.requests != G.ok + G.qerrors + G.corrupted + G.taken + G.closed + G.lost)
+        fprintf(stderr, "qsoak: internal error: requests %ld != ok+qerrors+corrupted+taken+closed+lost\n",
                 G.requests);
     for (int i = 0; i < G.nerrs; i++) {
         fprintf(stderr, "qsoak: qerror %ld x '%s\n", G.errs[i].count, G.errs[i].text);

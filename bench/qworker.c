@@ -30,7 +30,30 @@ static struct {
     int compress_all; /* compress as if every peer were remote (tests) */
     const char *fault; /* misbehave, for fault-injection tests (see usage) */
     uint64_t rng;
+    long defer_every;  /* --defer N:MS: every Nth sync request answered MS ms later, as -30! does */
+    int defer_ms;
+    long fickle_every; /* --fickle K:MS[:FIRST]: the FIRSTth "fickle X" and every Kth after sleep MS ms first */
+    int fickle_ms;
+    long fickle_first;
 } opt;
+
+static long sync_seen;   /* sync requests served (held ones not counted), over every connection */
+static long fickle_seen; /* "fickle X" queries served */
+
+/* What q would do with the message: the reply, computed; NULL reply for "rows" replies. */
+struct reply {
+    int64_t rows; /* >= 0 or QMODE_ALL_ROWS: a slice of tbl2 */
+    K k;          /* otherwise this object (possibly an error) */
+    int held;     /* "hold TAG": no reply yet */
+};
+
+/* A sync request's reply deferred (--defer), as .z.pg does with -30!(::): sent at due by
+ * -30!(h;0b;x) while the worker goes on serving this connection and the others. */
+struct deferred {
+    int64_t due;  /* ms, monotonic */
+    long seq;     /* which sync request of the process (1 = the first) */
+    struct reply r;
+};
 
 struct wconn {
     int fd;
@@ -44,6 +67,15 @@ struct wconn {
     char *hold;        /* "hold TAG": a request that runs until "release TAG" arrives on any
                         * connection (a long query a test ends when it wants); nothing more is
                         * read from this connection meanwhile, as q is busy */
+    struct deferred *def; /* deferred replies, due in this order */
+    int ndef, def_cap;
+    /* Output written only when the socket takes it (POLLOUT), never blocking the loop: used
+     * while a flood runs and until what was queued behind it is out. */
+    uint8_t *out;
+    size_t out_off, out_len, out_cap;
+    size_t flood;         /* "flood SIZE": publish SIZE-byte char vectors while > 0 */
+    uint64_t flood_msgs;  /* flood messages queued */
+    uint64_t out_bytes;   /* bytes written from out */
 };
 
 /* Every connection, for "release TAG" to find the one it ends. */
@@ -93,6 +125,40 @@ static int writev_all(int fd, struct iovec *iov, int n)
     return 0;
 }
 
+/* Output goes through out (in order) while a flood runs or out still holds bytes. */
+static int out_queued(const struct wconn *c) { return c->flood || c->out_off < c->out_len; }
+
+static int out_append(struct wconn *c, const struct iovec *iov, int n)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += iov[i].iov_len;
+    if (c->out_off == c->out_len)
+        c->out_off = c->out_len = 0;
+    if (c->out_len + total > c->out_cap) {
+        size_t cap = QG_MAX(c->out_len + total, c->out_cap * 2);
+        uint8_t *p = realloc(c->out, cap);
+        if (!p)
+            return -1;
+        c->out = p;
+        c->out_cap = cap;
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(c->out + c->out_len, iov[i].iov_base, iov[i].iov_len);
+        c->out_len += iov[i].iov_len;
+    }
+    return 0;
+}
+
+/* Write a message made of these pieces on c: at once (blocking, as q writes a reply), or
+ * behind what out holds. */
+static int conn_writev(struct wconn *c, struct iovec *iov, int n)
+{
+    if (out_queued(c))
+        return out_append(c, iov, n);
+    return writev_all(c->fd, iov, n);
+}
+
 /* Send a response made of the given pieces, compressed as q would for a remote peer. */
 static int send_pieces(struct wconn *c, struct iovec *iov, int n)
 {
@@ -112,14 +178,14 @@ static int send_pieces(struct wconn *c, struct iovec *iov, int n)
         int rc = 0;
         if (zl) {
             struct iovec zi = {z, zl};
-            rc = writev_all(c->fd, &zi, 1);
+            rc = conn_writev(c, &zi, 1);
         }
         free(m);
         free(z);
         if (zl)
             return rc;
     }
-    return writev_all(c->fd, iov, n);
+    return conn_writev(c, iov, n);
 }
 
 static int send_rows(struct wconn *c, int64_t k)
@@ -151,14 +217,9 @@ static K k_long(int64_t v)
     return x;
 }
 
-/* What q would do with the message: the reply, computed; NULL reply for "rows" replies. */
-struct reply {
-    int64_t rows; /* >= 0 or QMODE_ALL_ROWS: a slice of tbl2 */
-    K k;          /* otherwise this object (possibly an error) */
-    int held;     /* "hold TAG": no reply yet */
-};
 
 static int serve_buffered(struct wconn *c);
+static void conn_free(struct wconn *c);
 
 static int64_t mono_ms(void)
 {
@@ -183,9 +244,74 @@ static struct reply unsupported(const char *what)
 
 static int send_msg(struct wconn *c, K x, int type)
 {
-    int rc = x ? kmsg_write(c->fd, x, type) : -1;
+    size_t len;
+    uint8_t *m = x ? kcodec_encode_msg(x, type, &len) : NULL;
     k_free(x);
+    if (!m)
+        return -1;
+    struct iovec iov = {m, len};
+    int rc = conn_writev(c, &iov, 1);
+    free(m);
     return rc;
+}
+
+/* The next flood message into out: an async char vector of c->flood bytes. */
+static int flood_fill(struct wconn *c)
+{
+    size_t n = c->flood, total = 8 + 6 + n;
+    uint8_t hd[14];
+    kipc_hdr_write(hd, KIPC_ASYNC, 0, total);
+    hd[8] = KT_CHAR;
+    hd[9] = 0;
+    qg_st32(hd + 10, (uint32_t)n);
+    struct iovec iov = {hd, sizeof hd};
+    if (out_append(c, &iov, 1))
+        return -1;
+    if (c->out_len + n > c->out_cap) {
+        uint8_t *p = realloc(c->out, c->out_len + n);
+        if (!p)
+            return -1;
+        c->out = p;
+        c->out_cap = c->out_len + n;
+    }
+    for (size_t i = 0; i < n; i++) /* "flood 0 flood 1 ..." would cost more: a pattern will do */
+        c->out[c->out_len + i] = (uint8_t)('a' + (c->flood_msgs + i) % 26);
+    c->out_len += n;
+    c->flood_msgs++;
+    return 0;
+}
+
+/* c is writable: write what out holds, refilled while a flood runs, up to budget bytes or
+ * until the socket is full. -1 if c must close. */
+static int on_writable(struct wconn *c, size_t budget)
+{
+    size_t done = 0;
+    while (done < budget) {
+        if (c->out_off == c->out_len) {
+            c->out_off = c->out_len = 0;
+            if (!c->flood)
+                break;
+            if (flood_fill(c))
+                return -1;
+        }
+        ssize_t w = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                break;
+            return -1;
+        }
+        c->out_off += (size_t)w;
+        c->out_bytes += (uint64_t)w;
+        done += (size_t)w;
+    }
+    if (c->out_off == c->out_len && !c->flood && c->out_cap > (1u << 20)) { /* done: give it back */
+        free(c->out);
+        c->out = NULL;
+        c->out_off = c->out_len = c->out_cap = 0;
+    }
+    return 0;
 }
 
 /* "notify N TEXT": N async messages TEXT to the caller, then N. "callback TEXT": a sync
@@ -309,6 +435,21 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
         logf_(c, "echo %.*s", (int)QG_MIN(n - 5, (size_t)60), s + 5);
         return (struct reply){.k = k_str(s + 5, n - 5)};
     }
+    if (n > 7 && !memcmp(s, "fickle ", 7)) { /* X at once, but every Kth one MS ms late (--fickle) */
+        fickle_seen++;
+        if (opt.fickle_every && fickle_seen >= opt.fickle_first && (fickle_seen - opt.fickle_first) % opt.fickle_every == 0) {
+            logf_(c, "fickle #%ld: sleep %d ms", fickle_seen, opt.fickle_ms);
+            sleep_ms(opt.fickle_ms);
+        }
+        return (struct reply){.k = k_str(s + 7, n - 7)};
+    }
+    if (n == 4 && !memcmp(s, "stop", 4)) { /* ends this connection's flood: answers its messages */
+        if (c->flood)
+            logf_(c, "flood stopped: %llu messages of %zu bytes, %llu bytes written", (unsigned long long)c->flood_msgs,
+                  c->flood, (unsigned long long)c->out_bytes);
+        c->flood = 0;
+        return (struct reply){.k = k_long((int64_t)c->flood_msgs)};
+    }
     if (n > 5 && n < sizeof buf && !memcmp(s, "hold ", 5)) {
         free(c->hold);
         c->hold = strndup(s + 5, n - 5);
@@ -327,10 +468,8 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
             h->hold = NULL;
             send_msg(h, k_str(tag, strlen(tag)), KIPC_RESPONSE); /* its reply: the tag */
             ended++;
-            if (serve_buffered(h)) { /* what it sent meanwhile */
-                close(h->fd);
-                h->fd = -1;
-            }
+            if (serve_buffered(h)) /* what it sent meanwhile */
+                conn_free(h);
         }
         free(tag);
         return (struct reply){.k = k_long(ended)};
@@ -369,6 +508,13 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
                     kC(t)[o++] = w[j];
             }
             return (struct reply){.k = t};
+        }
+        if (sscanf(buf, "flood %lld%c", &v, &tail) == 1 && v >= 0 && v <= (1LL << 30)) {
+            /* answers SIZE, then publishes SIZE-byte char vectors as fast as the socket takes them */
+            logf_(c, "flood %lld: publishing until \"stop\" or the close", v);
+            c->flood = (size_t)v;
+            c->flood_msgs = c->out_bytes = 0;
+            return (struct reply){.k = k_long(v)};
         }
         if (sscanf(buf, "sleep %lld%c", &v, &tail) == 1 && v >= 0 && v <= 3600000) {
             logf_(c, "sleep %lld ms", v);
@@ -538,7 +684,61 @@ static int serve(struct wconn *c, const uint8_t *msg, size_t len)
         k_free(r.k);
         return 0;
     }
+    sync_seen++;
+    if (opt.defer_every && sync_seen % opt.defer_every == 0) { /* -30!(::): answered later */
+        if (c->ndef == c->def_cap) {
+            int cap = c->def_cap ? c->def_cap * 2 : 4;
+            struct deferred *d = realloc(c->def, (size_t)cap * sizeof *d);
+            if (!d) {
+                k_free(r.k);
+                return -1;
+            }
+            c->def = d;
+            c->def_cap = cap;
+        }
+        c->def[c->ndef++] = (struct deferred){.due = mono_ms() + opt.defer_ms, .seq = sync_seen, .r = r};
+        logf_(c, "defer: sync request #%ld answered in %d ms", sync_seen, opt.defer_ms);
+        return 0;
+    }
     return r.k ? send_k(c, r.k) : send_rows(c, r.rows);
+}
+
+/* Send the deferred replies of c that are due (-30!(h;0b;x)). -1 if c must close. */
+static int send_deferred(struct wconn *c, int64_t now)
+{
+    int k = 0, rc = 0;
+    for (; k < c->ndef && c->def[k].due <= now; k++) {
+        struct reply r = c->def[k].r;
+        logf_(c, "deferred reply #%ld sent", c->def[k].seq);
+        if (rc == 0)
+            rc = r.k ? send_k(c, r.k) : send_rows(c, r.rows);
+        else
+            k_free(r.k);
+    }
+    memmove(c->def, c->def + k, (size_t)(c->ndef - k) * sizeof *c->def);
+    c->ndef -= k;
+    return rc;
+}
+
+static void conn_free(struct wconn *c)
+{
+    close(c->fd);
+    c->fd = -1;
+    free(c->in.p);
+    c->in = (struct msgbuf){0};
+    free(c->later);
+    c->later = NULL;
+    free(c->hold);
+    c->hold = NULL;
+    for (int k = 0; k < c->ndef; k++)
+        k_free(c->def[k].r.k);
+    free(c->def);
+    c->def = NULL;
+    c->ndef = c->def_cap = 0;
+    free(c->out);
+    c->out = NULL;
+    c->out_off = c->out_len = c->out_cap = 0;
+    c->flood = 0;
 }
 
 /* Read what is there and serve every whole message. -1 closes. */
@@ -635,12 +835,13 @@ static void usage(void)
     fprintf(stderr,
             "usage: qworker -p [host:]port [--rows N] [--seed S] [--user u:p] [--quiet] [--no-uds]\n"
             "               [--uds-path PATH] [--uds-mute] [--compress]\n"
-            "               [--fault hang|garbage|bighdr|hsclose]\n"
+            "               [--fault hang|garbage|bighdr|hsclose] [--defer N:MS]\n"
+            "               [--fickle K:MS[:FIRST]]\n"
             "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
-            "  back, then N), globals (\"a:X\", \"a\", \"delete a from `.\", one set per process)\n"
-            "  back, then N) and \"callback X\" (sync request X back; its answer is the reply),\n"
+            "  back, then N), globals (\"a:X\", \"a\", \"delete a from `.\", one set per process),\n"
+            "  \"callback X\" (sync request X back; its answer is the reply),\n"
             "  \"text N\" (a string of N bytes, \"qgate 0 qgate 1 ...\", which compresses well).\n"
             "  Port 0 picks a free port; the\n"
             "  first line on stdout is \"qworker listening on HOST:PORT\". Replies over 2000 bytes\n"
@@ -652,8 +853,39 @@ static void usage(void)
             "  It listens on q's abstract Unix socket for its port too (@/tmp/kx.PORT, as q -p\n"
             "  does) unless --no-uds; --uds-path listens on a filesystem socket PATH instead;\n"
             "  --uds-mute closes each Unix-socket connection at once (a socket that does not\n"
-            "  answer q's handshake).\n");
+            "  answer q's handshake).\n"
+            "  --defer N:MS: every Nth sync request the process serves (counted over all its\n"
+            "  connections, deterministically: the Nth, 2Nth, ...; \"hold\" not counted) is answered\n"
+            "  MS ms later, as .z.pg does with -30!(::) and -30!(h;0b;x): meanwhile the worker goes\n"
+            "  on reading and answering every other message, on that connection (so a later request\n"
+            "  there is answered first) and on the others. Each deferral and each deferred reply is\n"
+            "  logged (\"defer: sync request #K ...\", \"deferred reply #K sent\").\n"
+            "  \"fickle X\" answers X; with --fickle K:MS every Kth \"fickle ...\" query of the process\n"
+            "  (counted over all connections; the FIRSTth, default K, then every Kth after) sleeps\n"
+            "  MS ms first (the worker busy, as q is), the others answer at once: the same bytes,\n"
+            "  usually fast, sometimes slow.\n"
+            "  \"flood SIZE\" answers SIZE, then publishes async char vectors of SIZE bytes on that\n"
+            "  connection as fast as its socket takes them (written when writable, never blocking\n"
+            "  the worker), until the connection closes or \"stop\" arrives on it (\"stop\" answers\n"
+            "  how many it queued; its reply follows the flood's last message).\n");
     exit(2);
+}
+
+/* "N:MS" (N >= 1, 0 <= MS <= 3600000): 0, or -1 */
+static int every_ms(const char *s, long *every, int *ms)
+{
+    const char *colon = strchr(s, ':');
+    char nb[32];
+    long n, m;
+    if (!colon || (size_t)(colon - s) >= sizeof nb)
+        return -1;
+    memcpy(nb, s, (size_t)(colon - s));
+    nb[colon - s] = 0;
+    if (arg_long(nb, &n) || n < 1 || arg_long(colon + 1, &m) || m > 3600000)
+        return -1;
+    *every = n;
+    *ms = (int)m;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -685,7 +917,21 @@ int main(int argc, char **argv)
             uds_path = argv[++i];
         else if (!strcmp(a, "--uds-mute"))
             uds_mute = 1;
-        else
+        else if (!strcmp(a, "--defer") && i + 1 < argc) {
+            if (every_ms(argv[++i], &opt.defer_every, &opt.defer_ms))
+                usage();
+        } else if (!strcmp(a, "--fickle") && i + 1 < argc) {
+            char spec[64];
+            snprintf(spec, sizeof spec, "%s", argv[++i]);
+            char *first = strchr(spec, ':') ? strchr(strchr(spec, ':') + 1, ':') : NULL;
+            if (first)
+                *first++ = 0;
+            if (every_ms(spec, &opt.fickle_every, &opt.fickle_ms) ||
+                (first && (arg_long(first, &opt.fickle_first) || opt.fickle_first < 1)))
+                usage();
+            if (!first)
+                opt.fickle_first = opt.fickle_every;
+        } else
             usage();
     }
     if (!listen_at || rows < 0 || rows > INT32_MAX)
@@ -731,9 +977,13 @@ int main(int argc, char **argv)
         pfd[1] = (struct pollfd){.fd = ufd >= 0 ? ufd : -1, .events = POLLIN};
         int64_t due = -1, now = mono_ms();
         for (int i = 0; i < n; i++) {
-            pfd[i + 2] = (struct pollfd){.fd = conns[i].fd, .events = conns[i].hold ? 0 : POLLIN};
-            if (conns[i].later_at && (due < 0 || conns[i].later_at - now < due))
-                due = conns[i].later_at > now ? conns[i].later_at - now : 0;
+            struct wconn *c = &conns[i];
+            pfd[i + 2] = (struct pollfd){.fd = c->fd,
+                                         .events = (short)((c->hold ? 0 : POLLIN) | (out_queued(c) ? POLLOUT : 0))};
+            if (c->later_at && (due < 0 || c->later_at - now < due))
+                due = c->later_at > now ? c->later_at - now : 0;
+            if (c->ndef && (due < 0 || c->def[0].due - now < due))
+                due = c->def[0].due > now ? c->def[0].due - now : 0;
         }
         if (poll(pfd, (nfds_t)n + 2, (int)due) < 0) {
             if (errno == EINTR)
@@ -751,6 +1001,11 @@ int main(int argc, char **argv)
                 conns[i].later = NULL;
                 free(conns[i].hold);
                 conns[i].hold = NULL;
+            }
+        for (int i = 0; i < n; i++)
+            if (conns[i].fd >= 0 && conns[i].ndef && conns[i].def[0].due <= now && send_deferred(&conns[i], now)) {
+                logf_(&conns[i], "handle closed");
+                conn_free(&conns[i]);
             }
         for (int l = 0; l < 2; l++) {
             if (!(pfd[l].revents & POLLIN))
@@ -772,17 +1027,13 @@ int main(int argc, char **argv)
             nconns = n;
         }
         for (int i = 0; i < polled; i++) {
-            if (!pfd[i + 2].revents || conns[i].fd < 0)
+            short ev = pfd[i + 2].revents;
+            if (!ev || conns[i].fd < 0)
                 continue;
-            if (on_readable(&conns[i])) {
+            /* the write budget per turn lets every other connection be served between */
+            if (((ev & POLLOUT) && on_writable(&conns[i], 1u << 20)) || ((ev & ~POLLOUT) && on_readable(&conns[i]))) {
                 logf_(&conns[i], "handle closed");
-                close(conns[i].fd);
-                free(conns[i].in.p);
-                free(conns[i].later);
-                conns[i].later = NULL;
-                free(conns[i].hold);
-                conns[i].hold = NULL;
-                conns[i].fd = -1;
+                conn_free(&conns[i]);
             }
         }
         int w = 0;

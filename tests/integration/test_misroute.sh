@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# A q worker may answer sync requests out of order: .z.pg defers one with -30!(::) and answers
+# it later with -30!(h;0b;x) while it goes on reading and answering others, on the same handle
+# too; every -30! gateway tier does this. A reply must still reach its own client: qgate
+# carries one request per worker connection at a time, whatever pipeline says.
+#
+# Two workers that answer out of order, each behind qgate at pipeline 1, 2 and 3 (pipeline_wait
+# 0, so that requests do go to a busy worker) and at the defaults:
+#   (a) a qworker with --defer 50:3 (every 50th sync request answered 3 ms later);
+#   (b) bench/gw30 (the model of q/30gw.q, which defers every reply) over two qworkers.
+# 12 qsoak connections each send 150 requests "echo ID|PAD" (through gw30 as
+# (`.gateway.exec; "echo ID|PAD")) and check that every reply is their own; the run ends when
+# all are answered. Every request must be answered with its own reply: none misrouted, lost,
+# closed or answered twice; at pipeline >= 2, .qgate.totals[] must show requests pipelined.
+# Every case runs; the failure names each failed case with its misrouted count. On qgate 0.12.0,
+# which stacked requests on one worker connection and matched replies by order, every
+# pipeline >= 2 case failed (hundreds of the 1,800 replies misrouted) and pipeline 1 passed.
+. "$(dirname "$0")/lib.sh"
+
+CONNS=12
+PER=150
+start_worker D --rows 1000 --defer 50:3
+start_worker W1 --rows 1000
+start_worker W2 --rows 1000
+"$BIN/gw30" -p 127.0.0.1:0 --workers "127.0.0.1:$W1_PORT,127.0.0.1:$W2_PORT" > "$TMP/G30.out" 2> "$TMP/G30.log" &
+PIDS+=($!)
+wait_line "$TMP/G30.out" "gw30 listening on" 20
+G30_PORT=$(sed -n 's/^gw30 listening on .*:\([0-9]*\) .*/\1/p' "$TMP/G30.out")
+
+# pipelined: .qgate.totals[] pipelined of the gateway at $G
+pipelined() {
+    timeout 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
+        awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == "pipelined") print v[i - 1] }'
+}
+
+FAILED=()
+# bad WHAT: a case failed; the others still run, and the test fails at the end naming them all
+bad() { echo "not ok - $*" >&2; FAILED+=("$*"); }
+
+# run SETUP PIPELINE|default: qgate over SETUP's worker with that pipeline, then the soak
+run() {
+    local setup=$1 pl=$2 name port args=() keys="" what how
+    case $setup in
+        a) port=$D_PORT; what="qworker --defer 50:3" ;;
+        b) port=$G30_PORT; what="gw30 over two qworkers"; args=(--exec) ;;
+    esac
+    case $pl in
+        default) how="the defaults (pipeline 3, pipeline_wait 1)" ;;
+        1) keys="pipeline = 1"; how="pipeline 1" ;;
+        *) keys=$(printf 'pipeline = %s\npipeline_wait = 0' "$pl"); how="pipeline $pl, pipeline_wait 0" ;;
+    esac
+    what="($setup) $what, $how"
+    name=Q$setup$pl
+    printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s\n%s\n' "$port" "$keys" > "$TMP/$name.conf"
+    start_gateway "$name" -c "$TMP/$name.conf"
+    wait_line "$TMP/$name.log" "connected \(capability" 10
+    G="127.0.0.1:$(eval echo "\$${name}_PORT")"
+    # --cycle: each connection repeats 10 requests, so that pipeline_wait (the default case)
+    # learns them fast and sends requests behind them
+    timeout 60 "$BIN/qsoak" -g "$G" -c "$CONNS" --requests "$PER" --cycle 10 --max-pad 65536 --seconds 30 --drain 5 \
+        "${args[@]}" > "$TMP/$name.soak" 2> "$TMP/$name.soak.err" || true
+    local line mis p ok=1 total=$((CONNS * PER))
+    line=$(grep '^qsoak requests=' "$TMP/$name.soak" || true)
+    p=$(pipelined)
+    if [ -z "$line" ]; then
+        bad "$what: qsoak printed no summary: $(tail -3 "$TMP/$name.soak.err" | tr '\n' ' ')"
+        ok=0
+    else
+        line=${line%% rss_kb_min=*}
+        mis=$(sed -n 's/.* misrouted=\([0-9]*\).*/\1/p' <<< "$line")
+        if [ "$mis" != 0 ]; then
+            bad "$what: $mis of $total replies misrouted (handed to another client): $line; pipelined=$p"
+            ok=0
+        elif ! grep -qE "^qsoak requests=$total ok=$total qerrors=0 closed=0 lost=0 duplicated=0 misrouted=0\$" <<< "$line"; then
+            bad "$what: not every request answered with its own reply: $line"
+            ok=0
+        fi
+    fi
+    if [ "$pl" != 1 ] && ! { [ -n "$p" ] && [ "$p" -gt 0 ]; }; then
+        bad "$what: nothing was pipelined (.qgate.totals[] pipelined=${p:-none}): the case shows nothing"
+        ok=0
+    fi
+    local pid
+    pid=$(eval echo "\$${name}_PID")
+    kill -TERM "$pid"
+    wait_exit "$pid" 30
+    [ "$EXIT_STATUS" = 0 ] || { bad "$what: qgate exited $EXIT_STATUS on SIGTERM"; ok=0; }
+    [ $ok = 0 ] || pass "$what: $total requests from $CONNS clients, each answered with its own reply (pipelined=$p)"
+}
+
+for setup in a b; do
+    for pl in 1 2 3 default; do
+        run "$setup" "$pl"
+    done
+done
+[ ${#FAILED[@]} = 0 ] || fail "${#FAILED[@]} of 8 cases failed:$(printf '\n  %s' "${FAILED[@]}")"
