@@ -463,13 +463,17 @@ static void on_stall_timeout(struct gw *g, struct conn *x)
         conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
         return;
     }
-    conn_refused_loop(g, REFUSED_STALLED, c->c.name, "accepted no byte of %zu waiting for %lld ms",
-                      c->c.out.bytes + c->c.piped, (long long)quiet);
-    conn_close_loop(g, &c->c, "stalled: accepted no byte of its reply within client_stall_timeout");
+    conn_refused_loop(g, REFUSED_STALLED, c->c.name,
+                      "%zu bytes waiting: accepted none, or stayed over client_high_water, for %lld ms",
+                      conn_pending(&c->c), (long long)quiet);
+    conn_close_loop(g, &c->c, "stalled: its output accepted no byte, or stayed over client_high_water, for "
+                              "client_stall_timeout");
 }
 
-/* After a flush: output drained below the low-water mark lets its worker stream again and its
- * next request start; output still waiting starts (or keeps) the stall clock. */
+/* After a flush: output drained below the low-water mark lets its workers stream again and its
+ * next request start; output still waiting starts (or keeps) the stall clock, which starts again
+ * only with a byte accepted that leaves it at or under client_high_water (Redis's soft
+ * client-output-buffer-limit: a client that reads a little, but stays over it, is closed too). */
 static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote)
 {
     struct client *c = client_of(x);
@@ -497,7 +501,7 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
     if (g->cfg.client_stall_timeout <= 0)
         return;
     int armed = conn_timer_armed(x, CLIENT_TM_STALL);
-    if (wrote || !armed) /* the clock starts, or starts again, with a byte accepted */
+    if ((wrote && now <= (size_t)g->cfg.client_high_water) || !armed)
         c->stall_since = g->loop.now_ms;
     if (!armed)
         conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);

@@ -350,7 +350,8 @@ static int route_async(struct gw *g, struct worker *w)
         return drop_async(g, w, "for a client that has gone");
     if (w->st == WS_BUSY && w->run == RUN_FANOUT) /* a .qgate.all's client gets the merged replies, nothing else */
         return drop_async(g, w, "while it ran its part of a .qgate.all");
-    return drop_async(g, w, "while it ran no client's request (pool = request)");
+    return drop_async(g, w, w->grp->cfg.pool_mode == CFG_POOL_SESSION ? "while given to no client's session"
+                                                                      : "while it ran no client's request (pool = request)");
 }
 
 /* A callback (a sync request with .z.w): the running request's client answers it, if it reads;

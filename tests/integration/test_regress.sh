@@ -62,7 +62,7 @@ r_stall() {
     wait_line "$TMP/C.log" "running sync request 0 of c1 " 10
     timeout 60 "$BIN/qsend" -g "$G" "echo next" > "$TMP/q.out" || true
     expect_lines "$TMP/q.out" '^"next"$' 1
-    expect_file_has "$TMP/C.log" "closed: stalled: accepted no byte of its reply within client_stall_timeout"
+    expect_file_has "$TMP/C.log" "closed: stalled: its output accepted no byte, or stayed over client_high_water, for client_stall_timeout"
     raw_close
     pass "a client that never reads: closed after client_stall_timeout, the only worker free again"
 }
@@ -225,7 +225,8 @@ r_admin_exact() {
     pass "admin by the exact entry name; revoked by a reload; a reload never turns authentication off"
 }
 
-# --- async messages a worker publishes while idle: to the client it served last, or dropped --
+# --- async messages a worker publishes while idle (pool = request): nobody's, dropped ---------
+# (0.12.0 sent them to the client it served last: another user's, when that one had moved on)
 r_idle_async() {
     conf "$TMP/l.conf" -- "[group main]" "workers = $WA"
     start_gateway L -c "$TMP/l.conf"
@@ -233,14 +234,17 @@ r_idle_async() {
     raw_open "$L_PORT"
     raw_hs sub:pw
     raw_text 1 "later 200 tick"        # answered at once; "tick" is published 200 ms later
-    raw_read "$TMP/l.out" 3
-    raw_close
-    grep -aq "tick" "$TMP/l.out" || fail "the idle worker's publish did not reach its last client: $(od -c "$TMP/l.out" | head -2)"
-    timeout 5 "$BIN/qsend" -g "$G" "later 200 lost" > /dev/null || true   # answered, then gone
-    wait_line "$TMP/W.log" 'later: publishing "lost"' 10
+    timeout 10 head -c 17 <&3 > "$TMP/l0.out" || fail "no reply to later"
+    wait_line "$TMP/W.log" 'later: publishing "tick"' 10
     dropped_one() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | grep -qE '\| ,1 \| ,0N \| ,`tcp$'; }
     wait_for 10 "the dropped publish counted" dropped_one
-    pass "an idle worker's async message: to the client it served last; counted as dropped once it has gone"
+    raw_text 1 "echo after"            # the next thing it reads is this reply, no tick before it
+    timeout 10 head -c 19 <&3 > "$TMP/l.out" || fail "no reply to echo after"
+    raw_close
+    grep -aq "tick" "$TMP/l.out" && fail "the idle worker's publish reached a client: $(od -c "$TMP/l.out" | head -2)"
+    grep -aq "after" "$TMP/l.out" || fail "the reply to echo after is not what came: $(od -c "$TMP/l.out" | head -2)"
+    expect_file_has "$TMP/L.log" "async message while it ran no client's request \\(pool = request\\): dropped \\(a worker that publishes to its subscribers belongs in a pool = session group\\)"
+    pass "an idle worker's async message in a request pool belongs to nobody: dropped, counted, logged with the fix"
 }
 
 start_worker W --rows 3000000
