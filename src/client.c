@@ -480,8 +480,9 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
     size_t now = conn_pending(x);
     if (!x->piped && !c->w)
         conn_pipe_close_loop(x); /* memory follows active connections */
-    if (now <= (size_t)g->cfg.client_low_water)
-        conn_wake_loop(g, x); /* the workers that stopped for its output stream again */
+    if (x->out.bytes + x->piped <= (size_t)g->cfg.client_low_water)
+        conn_wake_loop(g, x); /* the workers that stopped for its output: each goes on once under it for
+                               * itself (a stream: what is ahead of it; a whole message: all of it) */
     if (before > (size_t)g->cfg.client_low_water && now <= (size_t)g->cfg.client_low_water) {
         struct req *h = client_head(c);
         if (h && h->state == RS_WAITING)

@@ -192,8 +192,14 @@ void conn_wait_on_loop(struct conn *c, struct conn *target) { conn_queue_in_loop
 
 void conn_wake_loop(struct gw *g, struct conn *target)
 {
+    if (!target->waiters.h.tqh_last || !connq_first(&target->waiters))
+        return;
+    struct connq woken; /* taken aside: a waiter whose wait goes on puts itself back */
+    connq_init(&woken);
     struct conn *x;
-    while (target->waiters.h.tqh_last && (x = connq_first(&target->waiters))) {
+    while ((x = connq_first(&target->waiters)))
+        conn_queue_in_loop(&woken, x);
+    while ((x = connq_first(&woken))) {
         conn_queue_out_loop(x);
         conn_ops(x)->on_wake(g, x);
     }

@@ -35,7 +35,8 @@ struct connops {
     void (*on_gone)(struct gw *g, struct conn *c, const char *why);
     /* Free the struct (after the iteration it closed in). */
     void (*free)(struct conn *c);
-    /* The connection it waited on (conn_wait_on_loop) has drained its output, or gone. */
+    /* The connection it waited on (conn_wait_on_loop) has drained some of its output, or gone:
+     * it goes on, or waits again. */
     void (*on_wake)(struct gw *g, struct conn *c);
 };
 

@@ -183,18 +183,38 @@ void relay_pause_for_loop(struct gw *g, struct worker *w, struct client *c)
     if (w->paused)
         return;
     w->paused = 1;
+    w->waits_on = c;
     conn_set_reading_loop(g, &w->c, 0);
     conn_timer_cancel_loop(g, &w->c, WORKER_TM); /* a slow client is not a slow query: client_stall_timeout watches it */
     conn_wait_on_loop(&w->c, &c->c); /* woken when c drains, or goes */
 }
 
+/* What of c's output bounds w: the bytes ahead of the message w streams into it (those held
+ * behind it go once it ends: they must not stop it), or everything waiting (w puts whole
+ * messages behind what is there). */
+static size_t unsent_for(const struct worker *w, const struct client *c)
+{
+    int streams = w->msg.route == ROUTE_STREAM && w->msg.to == c;
+    return streams ? c->c.out.bytes + c->c.piped : conn_pending(&c->c);
+}
+
 /* What went into c's output from w: past client_high_water, w waits for c to drain. */
 static void pause_if_full(struct gw *g, struct worker *w, struct client *c)
 {
-    if (!w->paused && conn_pending(&c->c) > (size_t)g->cfg.client_high_water) {
+    if (!w->paused && unsent_for(w, c) > (size_t)g->cfg.client_high_water) {
         relay_pause_for_loop(g, w, c);
         log_debug(w->c.name, "paused: %s has %zu bytes unsent", c->c.name, conn_pending(&c->c));
     }
+}
+
+void relay_woken_loop(struct gw *g, struct worker *w)
+{
+    struct client *c = w->waits_on;
+    if (w->paused && c && client_takes_output(c) && unsent_for(w, c) > (size_t)g->cfg.client_low_water) {
+        conn_wait_on_loop(&w->c, &c->c); /* not yet under client_low_water for it */
+        return;
+    }
+    relay_resume_loop(g, w);
 }
 
 void relay_resume_loop(struct gw *g, struct worker *w)
@@ -202,6 +222,7 @@ void relay_resume_loop(struct gw *g, struct worker *w)
     if (!w->paused)
         return;
     w->paused = 0;
+    w->waits_on = NULL;
     if (w->c.q && w->c.q != &w->grp->idle && w->c.q != &w->grp->spare)
         conn_queue_out_loop(&w->c); /* off the waiters of the client it waited on */
     if (w->c.fd < 0)

@@ -480,7 +480,7 @@ int worker_busy_count_loop(const struct gw *g)
     return n;
 }
 
-static void on_wake(struct gw *g, struct conn *c) { relay_resume_loop(g, worker_of(c)); }
+static void on_wake(struct gw *g, struct conn *c) { relay_woken_loop(g, worker_of(c)); }
 
 const struct connops worker_connops = {
     .ev = {.on_event = on_event},

@@ -137,6 +137,7 @@ struct worker {
     char uds_why[96];    /* why its Unix socket was passed over for TCP last, for the log */
     struct client *cl;   /* client of the current request; NULL once it is gone */
     struct client *sess; /* pool = session: the client it is given to (c->sess is this worker) */
+    struct client *waits_on; /* paused: the client whose output it waits on (on its waiters) */
     uint64_t req_seq;
     struct inbuf coll;   /* a message collected whole */
     int64_t backoff;     /* ms */
@@ -205,6 +206,8 @@ void relay_send_request_loop(struct gw *g, struct worker *w, struct client *c, s
 void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c);
 
 void relay_resume_loop(struct gw *g, struct worker *w);
+/* The client w waits on has drained some output, or gone: w reads again, or waits on. */
+void relay_woken_loop(struct gw *g, struct worker *w);
 /* Stop reading w until c's output has drained (below client_low_water, or c gone). */
 void relay_pause_for_loop(struct gw *g, struct worker *w, struct client *c);
 /* The worker's connection is gone: fail or finish its request (reason: timeout or loss). */

@@ -273,6 +273,7 @@ struct sim {
     int quiescing;
     int in_gw;           /* inside a gateway call: the hooks may record */
     int wdeaths;         /* workers that died or were dropped */
+    int outages;         /* workers taken out of service: died, refused, removed, disabled */
     uint64_t moved;      /* bytes moved by fakes and jobs run: progress, for quiescence */
 };
 
@@ -1045,8 +1046,21 @@ static void worker_timer_push(struct fworker *w)
     struct tpub t = {.wid = w->wid, .conn = i, .serial = w->k[i].serial, .owner = -2, .sess = sc ? sc->cid : -1, .to = -1};
     VEC_PUSH(S->tpubs, t);
     int burst = chance(20) ? 1 + rnd(40) : 1; /* a timer's publish, or a burst of them (for one) */
-    for (int j = 0; j < burst; j++)
-        put_text(&w->k[i].out, KIPC_ASYNC, "t %d %d", id, j);
+    size_t big = chance(15) ? (size_t)4096 << rnd(5) : 0; /* or big ones: a subscriber's output bound */
+    for (int j = 0; j < burst; j++) {
+        if (!big) {
+            put_text(&w->k[i].out, KIPC_ASYNC, "t %d %d", id, j);
+            continue;
+        }
+        char head[32];
+        int hl = snprintf(head, sizeof head, "t %d %d ", id, j);
+        K v = k_vec(KT_CHAR, (int64_t)big);
+        memset(kC(v), 'x', big);
+        memcpy(kC(v), head, (size_t)hl);
+        put_msg(&w->k[i].out, KIPC_ASYNC, v);
+        if (big + 14 > S->max_msg)
+            S->max_msg = big + 14;
+    }
     tr("W%d publishes %d on its timer (connection %d, its session's client C%d)", w->wid, id, i, t.sess);
 }
 
@@ -1055,6 +1069,7 @@ static void worker_die(struct fworker *w)
     tr("W%d dies (%d connections)", w->wid, fw_live(w));
     fw_reset(w);
     S->wdeaths++;
+    S->outages++;
     w->refuse = chance(50);
     w->uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE; /* restarted otherwise */
 }
@@ -1456,6 +1471,46 @@ static void control_got(struct fclient *c, const struct sent *r, K x)
              e ? e : "?");
 }
 
+/* Is the gateway's error e a valid answer to request r of c? Only when the world's events
+ * justify it (a worker lost or out of service, a timeout, a refusal, a bad message, the
+ * request itself): NULL if so, else what is wrong. */
+static const char *gw_error_unjustified(const struct fclient *c, const struct sent *r, const char *e)
+{
+    const struct config *cfg = &S->g.cfg;
+    int lost = S->wdeaths || S->g.query_timeouts, out = lost || S->outages;
+#define HAS(p) (!strncmp(e, p, strlen(p)))
+    if (HAS("qgate: badmsg"))
+        return r->op == OP_BADBODY || r->op == OP_BADHDR ? NULL : "a well-formed request";
+    if (HAS("qgate: busy"))
+        return cfg->max_queue < 1000 ? NULL : "max_queue 1000, never reached here";
+    if (HAS("qgate: timeout (queued "))
+        return cfg->queue_timeout > 0 ? NULL : "no queue_timeout";
+    if (HAS("qgate: timeout ("))
+        return S->g.query_timeouts ? NULL : "no query timed out";
+    if (HAS("qgate: worker ") && strstr(e, " lost"))
+        return lost ? NULL : "no worker died or timed out";
+    if (HAS("qgate: no worker of group "))
+        return out ? NULL : "every worker stayed in service";
+    if (HAS("qgate: group ") && (strstr(e, " workers up") || strstr(e, " workers answered")))
+        return r->op == OP_ALL && out ? NULL : "every worker stayed in service (or not a .qgate.all)";
+    if (HAS("qgate: no group ") || HAS("qgate: access: group "))
+        return r->grp < 0 ? NULL : "a route to a group it may use";
+    if (HAS("qgate: access (admin only)"))
+        return !c->admin ? NULL : "an admin's command";
+    if (HAS("qgate: reply too large for capability "))
+        return c->cap < 3 && cfg->compress_max < (1 << 20) ? NULL : "a reply within compress_max";
+    if (HAS("qgate: unknown command") || HAS("qgate: bad command"))
+        return r->op == OP_UNKNOWN || r->op == OP_BIGCMD ? NULL : "a command it knows";
+    if (HAS("qgate: reload failed") || HAS("qgate: a reload is already under way"))
+        return r->op == OP_RELOADCMD ? NULL : "not a reload";
+    if (HAS("qgate: no client "))
+        return r->op == OP_DISCONNECT ? NULL : "not a disconnect";
+    if (HAS("qgate: .qgate.all does not apply to group "))
+        return r->op == OP_ALL && S->session ? NULL : "a .qgate.all on a request pool";
+    return "an error the simulation knows no cause for";
+#undef HAS
+}
+
 /* A message for client c arrived: it must be for c, in order. */
 static void client_got(struct fclient *c, int type, K x, int compressed)
 {
@@ -1503,9 +1558,11 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
         return;
     }
     if (x->t == KT_ERROR && !strncmp(x->s, "qgate: ", 7)) {
-        if (!strncmp(x->s, "qgate: badmsg", 13) && r->op != OP_BADBODY && r->op != OP_BADHDR)
-            fail("C%d got '%s for its %s request %d", c->cid, x->s, op, r->seq);
-        return; /* busy, timeouts, a worker lost, no worker up, access: legitimate answers */
+        const char *why = gw_error_unjustified(c, r, x->s);
+        if (why)
+            fail("C%d got '%s for its %s request %d: nothing in the world justifies it (%s)", c->cid, x->s, op,
+                 r->seq, why);
+        return;
     }
     char want[64];
     snprintf(want, sizeof want, "R %d %d", c->cid, r->seq);
@@ -1702,6 +1759,7 @@ static void check_held_and_disabled(struct group *grp)
         if (w->disabled && w->st == WS_IDLE && !owes)
             fail("%s is disabled, idle on the idle list, and owes nothing", w->c.name);
         S->res->disabled_seen += w->st == WS_DISABLED;
+        S->outages += w->disabled && !S->outages; /* out of service: what needs every worker may fail */
     }
 }
 
@@ -1743,6 +1801,22 @@ static void check_connections(struct group *grp)
                      x->c.name, x->run == RUN_REQUEST ? "a request" : "an async batch", (unsigned long long)x->run_key);
         }
     }
+}
+
+/* What a client's output may hold: client_high_water, the splice pipe, and what each worker
+ * connection feeding it may add before it stops (a read, one whole message) and one reply made
+ * here (the longest message a fake worker sends bounds both, merges of them included). */
+static size_t output_bound(const struct conn *x)
+{
+    const struct gw *g = &S->g;
+    size_t conns = 0;
+    for (int i = 0; i < g->ngroups; i++) {
+        const struct worker *w;
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink)
+            conns++;
+    }
+    size_t per = (size_t)QG_MAX(g->cfg.chunk_size, 65536) + S->max_msg + 4096;
+    return (size_t)g->cfg.client_high_water + (x->has_pipe ? x->pipe_cap : 0) + (conns + 2) * per;
 }
 
 /* Every connection on exactly the lists its state says; counts that match. */
@@ -1791,6 +1865,9 @@ static void check_gateway(void)
         S->res->paused_held += h && (held_p || queued) && h->grp->paused;
         if ((c->st == CS_GONE) != (c->eof && c->st != CS_AUTH))
             fail("%s: state %s with eof %d", x->name, client_state_name(c->st), c->eof);
+        if (conn_pending(x) > output_bound(x))
+            fail("%s holds %zu bytes of output, over its bound %zu (client_high_water %lld)", x->name, conn_pending(x),
+                 output_bound(x), (long long)g->cfg.client_high_water);
         if (c->eof && (x->fd >= 0 || x->has_pipe || conn_timer_armed(x, CLIENT_TM_STALL)))
             fail("%s has gone but keeps its socket, pipe or stall timer", x->name);
         if (c->st == CS_GONE && !h && !x->in_backlog && c->c.in.len == c->c.in.off)
@@ -2032,6 +2109,7 @@ static void write_users(void)
 
 static void reload(void)
 {
+    S->outages++; /* a worker added is not up until it has connected; one removed goes */
     /* add a worker, or remove one (a group keeps at least one) */
     int k = rnd(MAXW);
     if (k >= S->nw) {
