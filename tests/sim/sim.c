@@ -1046,7 +1046,7 @@ static void worker_timer_push(struct fworker *w)
     struct tpub t = {.wid = w->wid, .conn = i, .serial = w->k[i].serial, .owner = -2, .sess = sc ? sc->cid : -1, .to = -1};
     VEC_PUSH(S->tpubs, t);
     int burst = chance(20) ? 1 + rnd(40) : 1; /* a timer's publish, or a burst of them (for one) */
-    size_t big = chance(15) ? (size_t)4096 << rnd(5) : 0; /* or big ones: a subscriber's output bound */
+    size_t big = chance(40) ? (size_t)4096 << rnd(5) : 0; /* or big ones: a subscriber's output bound */
     for (int j = 0; j < burst; j++) {
         if (!big) {
             put_text(&w->k[i].out, KIPC_ASYNC, "t %d %d", id, j);
@@ -1804,19 +1804,21 @@ static void check_connections(struct group *grp)
 }
 
 /* What a client's output may hold: client_high_water, the splice pipe, and what each worker
- * connection feeding it may add before it stops (a read, one whole message) and one reply made
- * here (the longest message a fake worker sends bounds both, merges of them included). */
+ * that may feed it adds before it stops (a read, one whole message: its running request's, its
+ * session's, or the workers of its group, whose broadcasts' and .qgate.all's messages come to
+ * it), and one reply made here (the longest message a fake worker sends bounds each, merges of
+ * them too: one per worker of the group). */
 static size_t output_bound(const struct conn *x)
 {
     const struct gw *g = &S->g;
-    size_t conns = 0;
-    for (int i = 0; i < g->ngroups; i++) {
-        const struct worker *w;
-        TAILQ_FOREACH(w, &g->groups[i].workers, glink)
-            conns++;
-    }
-    size_t per = (size_t)QG_MAX(g->cfg.chunk_size, 65536) + S->max_msg + 4096;
-    return (size_t)g->cfg.client_high_water + (x->has_pipe ? x->pipe_cap : 0) + (conns + 2) * per;
+    const struct client *c = (const struct client *)x;
+    size_t feeders = 2;
+    const struct worker *w;
+    if (c->grp)
+        TAILQ_FOREACH(w, &c->grp->workers, glink)
+            feeders += worker_is_lead(w);
+    size_t read = (size_t)QG_MIN(QG_MAX(g->cfg.chunk_size, 65536), g->cfg.read_budget);
+    return (size_t)g->cfg.client_high_water + (x->has_pipe ? x->pipe_cap : 0) + feeders * (read + S->max_msg + 256);
 }
 
 /* Every connection on exactly the lists its state says; counts that match. */
