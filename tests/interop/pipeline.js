@@ -37,7 +37,7 @@ function q(con, text) {
   if (!(pipelined > 0)) fail("pipelining", ".qgate.totals[] pipelined is " + t.pipelined);
   clearTimeout(timer);
   console.log("ok - node-q: " + conns + " connections, " + replies + " replies each to its own connection; "
-              + pipelined + " requests went behind a run of a query learned fast");
+              + pipelined + " requests went to a busy worker running a query learned fast (on another of its connections)");
   for (const c of cs) c.close();
   process.exit(0);
 })().catch((e) => fail("pipeline", e));

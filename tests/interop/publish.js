@@ -1,8 +1,11 @@
 // publish.js: node-q as a feed handler and as a subscriber, through qgate.
 // usage: node publish.js PORT publish N   sends a sync "sleep 300", N async messages right
 //                                         behind it, and closes at once (q runs them all)
-//        node publish.js PORT subscribe    asks "later 200 tick" and waits for the "tick" the
-//                                         worker publishes 200 ms later, while idle
+//        node publish.js PORT subscribe    (pool = session) asks "later 200 tick" and waits for
+//                                         the "tick" its session's worker publishes 200 ms later
+//        node publish.js PORT nobody       (pool = request) asks "later 200 tick"; once the
+//                                         gateway counts the publish dropped (.qgate.stats[]),
+//                                         the next message it gets is its own next reply
 "use strict";
 const nodeq = require("node-q");
 const assert = require("assert");
@@ -25,6 +28,27 @@ nodeq.connect({host: "127.0.0.1", port: Number(port), user: "nq", password: "pw"
     });
     return;
   }
+  if (mode === "nobody") {
+    const q = (...args) => new Promise((res) => con.k(...args, (e, r) => res(e ? {err: e.message} : r)));
+    (async () => {
+      try {
+        assert.strictEqual(Number(await q("later 200 tick")), 200);
+        for (let i = 0; i < 600; i++) { // until the gateway has dropped it (an event, not a time)
+          const t = await q(".qgate.stats[]");
+          assert.ok(Array.isArray(t) || typeof t === "object", "stats: " + JSON.stringify(t));
+          const rows = Array.isArray(t) ? t : [t];
+          if (rows.some((r) => Number(r.dropped) >= 1)) break;
+          await new Promise((res) => setTimeout(res, 50));
+          assert.ok(i < 599, "the publish was never counted dropped");
+        }
+        assert.strictEqual(await q("echo after"), "after"); // not "tick": it reached nobody
+      } catch (x) { fail("nobody", x); }
+      clearTimeout(timer);
+      console.log("ok - node-q in a request pool: the worker's publish while idle reached nobody, counted dropped; its next reply was its own");
+      con.close(() => process.exit(0));
+    })();
+    return;
+  }
   con.k("later 200 tick", (e, res) => {
     try {
       assert.ifError(e);
@@ -36,7 +60,7 @@ nodeq.connect({host: "127.0.0.1", port: Number(port), user: "nq", password: "pw"
         assert.strictEqual(msg, "tick");
       } catch (x) { fail("publish while idle", x); }
       clearTimeout(timer);
-      console.log("ok - node-q got the publish of the worker it was served by, sent while idle");
+      console.log("ok - node-q got the publish of its session's worker, sent between its requests");
       process.exit(0);
     });
   });

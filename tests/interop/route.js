@@ -27,9 +27,24 @@ nodeq.connect({host: "127.0.0.1", port: port, user: "nq", password: "pw"}, (err,
       assert.strictEqual(await q("`.qgate.all", "`both", "echo ab"), "abab");
       assert.deepStrictEqual(await q("`.qgate.all", "`both", "echo ab", "`list"), ["ab", "ab"]);
       assert.deepStrictEqual(await q("`.qgate.all", "`both", "err boom"), {err: "boom"});
+      // `partial: the answer names the workers it came from
+      const part = await q("`.qgate.all", "`both", "echo ab", "`partial");
+      assert.deepStrictEqual(Object.keys(part), ["workers", "result"]);
+      assert.strictEqual(part.workers.length, 2);
+      assert.ok(part.workers.every((w) => /^127\.0\.0\.1:[0-9]+$/.test(w)), "workers: " + part.workers);
+      assert.strictEqual(part.result, "abab");
+      // a route of any size: a 40 KB query, sync, and async then read back
+      const big = "x".repeat(40000);
+      assert.strictEqual(await q("`.qgate.on", "`hdb", "echo " + big), big);
+      await new Promise((res) => con.ks("`.qgate.on", "`hdb", "big:" + big, res));
+      assert.strictEqual((await q("`.qgate.on", "`hdb", "big")).length, 40000);
+      assert.strictEqual((await q("`.qgate.all", "`both", "echo " + big)).length, 80000);
+      // a malformed 4th item is refused, and the workers stay up
+      assert.deepStrictEqual(Object.keys(await q("`.qgate.all", "`both", "echo x", "`lost")), ["err"]);
+      assert.strictEqual(await q("`.qgate.all", "`both", "echo ab"), "abab");
     } catch (x) { fail("route", x); }
     clearTimeout(timer);
-    console.log("ok - node-q: (`.qgate.on; `hdb; query) sync and async, the name as symbol or string; an unknown group's error; (`.qgate.all; `both; query[; `list]) joined, listed, and its q error");
+    console.log("ok - node-q: (`.qgate.on; `hdb; query) sync and async, the name as symbol or string, of 40 KB too; an unknown group's error; (`.qgate.all; `both; query[; `list | `partial]) razed, listed, naming its workers, and its q error; a bad 4th item refused");
     con.close(() => process.exit(0));
   })();
 });

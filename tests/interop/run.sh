@@ -13,11 +13,11 @@ first=$("$BIN/qsend" -g "127.0.0.1:$W_PORT" "rows 1" | sed -n 's/^table\[1\] `a 
 start_gateway GW --workers "127.0.0.1:$W_PORT"
 (cd tests/interop && timeout 180 node interop.js "$GW_PORT" "$first" 1000000) || fail "node-q against qgate"
 
-# node-q as a feed handler (publish and exit: everything sent before the close runs) and as a
-# subscriber (a worker's publish while idle reaches the client it served last)
+# node-q as a feed handler (publish and exit: everything sent before the close runs), and in a
+# request pool a worker's publish while idle reaches nobody (dropped, counted)
 (cd tests/interop && timeout 60 node publish.js "$GW_PORT" publish 20) || fail "node-q publish"
 wait_count "$TMP/W.log" "async message" 20 30
-(cd tests/interop && timeout 60 node publish.js "$GW_PORT" subscribe) || fail "node-q subscribe"
+(cd tests/interop && timeout 60 node publish.js "$GW_PORT" nobody) || fail "node-q publish to nobody"
 
 # pool = session: node-q keeps one worker for its connection, as if it had opened that q
 start_worker S1 --rows 1000
@@ -27,6 +27,8 @@ printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s,127.0.
 start_gateway SE -c "$TMP/session.conf"
 wait_count "$TMP/SE.log" "connected \(capability" 2
 (cd tests/interop && timeout 60 node session.js "$SE_PORT") || fail "node-q session"
+# a subscriber in a session: its worker's publish between its requests reaches it
+(cd tests/interop && timeout 60 node publish.js "$SE_PORT" subscribe) || fail "node-q subscribe"
 expect_file_has "$TMP/SE.log" "session: given to c1 "
 expect_file_has "$TMP/SE.log" "session: given to c2 "
 
