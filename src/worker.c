@@ -105,8 +105,8 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
     if (st == WS_IDLE) {
         conn_queue_in_loop(worker_is_lead(w) ? &w->grp->idle : &w->grp->spare, &w->c);
         g->loop.work_pending = 1; /* something may be waiting for it */
-    } else {
-        conn_queue_out_loop(&w->c);
+    } else if (w->c.q == &w->grp->idle || w->c.q == &w->grp->spare) {
+        conn_queue_out_loop(&w->c); /* (one paused stays on its client's waiters) */
     }
     if (st == WS_BUSY)
         w->busy = WB_SENT;

@@ -17,10 +17,10 @@ for t in direct gw30 qgate; do
     grep -q "^seed,$t,fast," "$R/samples.csv" || fail "no seed samples for $t"
     grep -q "^fanout,$t,fanout,.*,ok$" "$R/samples.csv" || fail "no fan-out answered for $t"
 done
-for t in direct gw30 haproxy qgate qgate-alog qgate-unix qgate-unix-p1; do
+for t in direct gw30 haproxy qgate qgate-alog qgate-unix qgate-unix-p3; do
     grep -q "^$t,64,[0-9.]*,[0-9]*,[0-9]*," "$R/throughput.csv" || fail "throughput.csv lacks $t at 64 clients"
 done
-for t in haproxy qgate qgate-alog qgate-unix qgate-unix-p1; do # a gateway's CPU per request, and its system calls
+for t in haproxy qgate qgate-alog qgate-unix qgate-unix-p3; do # a gateway's CPU per request, and its system calls
     grep -qE "^$t,64,[0-9.]+,[0-9]+,[0-9]+,[0-9.]+$" "$R/throughput.csv" || fail "no CPU per request for $t"
     grep -qE "^$t,64,(read|recvfrom),[0-9.]+$" "$R/syscalls.csv" || fail "no system-call counts for $t"
 done
