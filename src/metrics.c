@@ -139,7 +139,7 @@ static void render_groups(struct text *t, const struct metrics_snap *s)
     for (int i = 0; i < s->ngroups; i++)
         tprintf(t, "qgate_group_paused{group=\"%s\"} %d\n", label(s->groups[i].name, gl, sizeof gl), s->groups[i].paused);
     head(t, "qgate_group_pipelined_total", "counter",
-         "requests sent to a busy worker behind the run of another (pipeline, pipeline_wait)");
+         "requests sent to a busy worker, on another of its connections (pipeline, pipeline_wait)");
     for (int i = 0; i < s->ngroups; i++)
         tprintf(t, "qgate_group_pipelined_total{group=\"%s\"} %llu\n", label(s->groups[i].name, gl, sizeof gl),
                 (unsigned long long)s->groups[i].pipelined);
@@ -160,6 +160,12 @@ static void render_groups(struct text *t, const struct metrics_snap *s)
     for (int r = 0; w && r < w->n; r++)
         tprintf(t, "qgate_worker_errors_total{group=\"%s\",worker=\"%s\"} %lld\n",
                 label(w->rows[r].group, gl, sizeof gl), label(w->rows[r].addr, wl, sizeof wl), (long long)w->rows[r].errors);
+    head(t, "qgate_worker_async_dropped_total", "counter",
+         "async messages from the worker that belonged to nobody (sent while it ran no client's request in a pool = "
+         "request group, or for a client that had gone): dropped");
+    for (int r = 0; w && r < w->n; r++)
+        tprintf(t, "qgate_worker_async_dropped_total{group=\"%s\",worker=\"%s\"} %lld\n",
+                label(w->rows[r].group, gl, sizeof gl), label(w->rows[r].addr, wl, sizeof wl), (long long)w->rows[r].dropped);
 }
 
 static void render_latency(struct text *t, const struct metrics_snap *s)

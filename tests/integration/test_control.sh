@@ -144,9 +144,11 @@ done
 grep -qE "qerrors=0 failed=[1-9]" "$TMP/victim.err" || fail "the killed client did not see its close: $(cat "$TMP/victim.err")"
 pass "under load: .qgate.kill[id] closed that client (it reconnected); 6 other clients without an error or a failure"
 
-# --- .qgate.all skips a disabled worker, and waits while its group is paused ------------------
-admin ".qgate.disable[\`:$W2A]" "all:main:echo ab" "call:.qgate.enable:$W2A" "all:main:echo ab"
-printf '1b\n"ab"\n1b\n"abab"\n' | diff -u - "$TMP/a.out" || fail ".qgate.all with W2 disabled, then enabled"
+# --- .qgate.all with a worker disabled fails (`partial: the others answer); it waits while its
+# group is paused --------------------------------------------------------------------------
+admin ".qgate.disable[\`:$W2A]" "all:main:echo ab" "all-partial:main:echo ab" "call:.qgate.enable:$W2A" "all:main:echo ab"
+printf "1b\n'qgate: group main: 1 of 2 workers up\n\`workers\`result!(,\`$W1A;\"ab\")\n1b\n\"abab\"\n" | diff -u - "$TMP/a.out" ||
+    fail ".qgate.all with W2 disabled, then enabled"
 admin ".qgate.pause[\`main]"
 "$BIN/qsend" -g "$G" -u bob:pw "all:main:echo held" > "$TMP/all.out" & ap=$!
 wait_for 10 "the .qgate.all held" pools_has "\\| ,\`main \\| ,1b \\| ,1 \\| ,0 \\| ,2 \\|"
@@ -154,7 +156,7 @@ grep -q "echo held" "$TMP/W1.log" "$TMP/W2.log" && fail "a paused group's worker
 admin ".qgate.resume[\`main]"
 wait "$ap"
 expect_lines "$TMP/all.out" '^"heldheld"$' 1
-pass ".qgate.all: a disabled worker takes no part; a paused group holds it until resumed"
+pass ".qgate.all: with a worker disabled it fails (\`partial: the others answer, named); a paused group holds it until resumed"
 
 # --- pool = session: a paused group holds a session's next request; a disabled worker keeps its
 # session, and a new client is given the other worker -------------------------------------------

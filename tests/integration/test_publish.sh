@@ -25,7 +25,8 @@ hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
 # --- pool = request: alice's publish, due while the worker is idle, never reaches bob --------
-conf "$TMP/r.conf" request
+METRICS_PORT=$(pick_port)
+conf "$TMP/r.conf" request metrics_port="$METRICS_PORT" metrics_bind=127.0.0.1
 start_gateway R -c "$TMP/r.conf" --loglevel debug
 wait_line "$TMP/R.log" "connected \\(capability"
 G="127.0.0.1:$R_PORT"
@@ -51,7 +52,9 @@ grep -aq last "$TMP/b.out" && grep -aq last "$TMP/a.out" || fail "the replies ar
 raw_close 3
 raw_close 4
 expect_file_has "$TMP/R.log" "async message while it ran no client's request \\(pool = request\\): dropped \\(a worker that publishes to its subscribers belongs in a pool = session group\\)"
-pass "pool = request: 3 publishes of an idle worker (alice's, while bob used it too) reached nobody, counted dropped 3, logged with the fix"
+m=$(metric "qgate_worker_async_dropped_total{group=\"main\",worker=\"127.0.0.1:$W_PORT\"}")
+[ "$m" = 3 ] || fail "qgate_worker_async_dropped_total is '$m', not 3"
+pass "pool = request: 3 publishes of an idle worker (alice's, while bob used it too) reached nobody, counted dropped 3 (and in the metrics), logged with the fix"
 
 # --- pool = session: the same publish reaches alice, whose session it is ---------------------
 conf "$TMP/s.conf" session

@@ -144,3 +144,23 @@ timeout 10 cat <&3 > "$TMP/m.out" || fail "the gateway kept an idle session whos
 raw_close 3
 expect_file_has "$TMP/M.log" "c1 .*: session: worker 127\\.0\\.0\\.1:$W4_PORT lost"
 pass "the worker lost while the session is idle: the client's connection closes"
+
+# --- a request routed into a session group from outside its sessions: the reset query runs ---
+# after it, before a session is given that worker (0.12.0 ran it on a free worker with no reset,
+# and the next session's client read what it left: a:444)
+start_worker W5 --rows 1000
+start_worker W6 --rows 1000
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\nusers = alice\n[group solo]\nworkers = 127.0.0.1:%s\npool = session\nusers = alice,sam\nreset_query = delete a from `.\n' \
+    "$W5_PORT" "$W6_PORT" > "$TMP/rt.conf"
+start_gateway RT -c "$TMP/rt.conf" --loglevel debug
+wait_count "$TMP/RT.log" "connected \\(capability" 2
+G="127.0.0.1:$RT_PORT"
+timeout 10 "$BIN/qsend" -g "$G" -u alice:x "on:solo:a:444" > "$TMP/q.out" 2>&1 || true
+expect_lines "$TMP/q.out" '^"444"$' 1
+expect_file_has "$TMP/W6.log" "set a$"
+wait_line "$TMP/RT.log" "a request from outside its sessions ran: the reset query runs next" 10
+wait_line "$TMP/W6.log" "deleted a$" 10
+timeout 10 "$BIN/qsend" -g "$G" -u sam:x "a" > "$TMP/q.out" 2>&1 || true
+expect_lines "$TMP/q.out" "^'a\$" 1
+expect_file_has "$TMP/RT.log" "session: given to c2 "
+pass "a request routed into a session group from outside: the reset query runs after it; the next session starts clean"
