@@ -114,7 +114,7 @@ static int may_wait_for(const struct gw *g, const struct group *grp, struct work
         if (x->run != RUN_REQUEST || x->in_call)
             return 0;
         busy++;
-        int64_t ran = g->loop.now_us - x->t_start_us, l = pipeline_learned_us(grp, x->run_key);
+        int64_t ran = g->loop.now_us - worker_run_began_us(x), l = pipeline_learned_us(grp, x->run_key);
         if (budget && (l < 0 || ran >= budget))
             return 0;
         e += ran > l ? ran : l;

@@ -150,9 +150,11 @@ static void note_reply(struct worker *w, struct client *c)
 static void request_done(struct gw *g, struct worker *w)
 {
     struct client *c = w->cl;
+    int64_t ran = g->loop.now_us - worker_run_began_us(w); /* not its wait behind another connection's */
+    worker_run_ended_loop(g, w);
     if (w->run == RUN_REQUEST) {
-        hist_add(&w->lat, (uint64_t)(g->loop.now_us - w->t_start_us));
-        pipeline_learn_loop(w->grp, w->run_key, g->loop.now_us - w->t_start_us);
+        hist_add(&w->lat, (uint64_t)ran);
+        pipeline_learn_loop(w->grp, w->run_key, ran);
         w->served++;
         w->errors += w->is_error;
         if (c)

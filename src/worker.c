@@ -112,6 +112,30 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
         w->busy = WB_SENT;
 }
 
+/* The lead of w's worker, or NULL if it has gone (a reload took its address away). */
+static const struct worker *lead_of(const struct worker *w)
+{
+    const struct worker *x = w;
+    while (x && x->slot) {
+        const struct worker *p = TAILQ_PREV(x, workerlist, glink);
+        x = p && !strcmp(p->addr, w->addr) ? p : NULL;
+    }
+    return x;
+}
+
+int64_t worker_run_began_us(const struct worker *w)
+{
+    const struct worker *lead = lead_of(w);
+    return lead && lead->last_end_us > w->t_start_us ? lead->last_end_us : w->t_start_us;
+}
+
+void worker_run_ended_loop(struct gw *g, struct worker *w)
+{
+    struct worker *lead = (struct worker *)lead_of(w);
+    if (lead)
+        lead->last_end_us = g->loop.now_us;
+}
+
 void worker_disable_loop(struct gw *g, struct worker *w, int on)
 {
     w->disabled = (uint8_t)(on != 0);
@@ -194,7 +218,8 @@ void worker_fit_loop(struct gw *g, struct group *grp, struct worker *lead)
 {
     int n = group_conns(grp), have = 1, top = 0;
     struct worker *last = lead;
-    for (struct worker *x = worker_sibling(lead); x; x = worker_sibling(x)) {
+    for (struct worker *x = worker_sibling(lead), *nx; x; x = nx) {
+        nx = worker_sibling(x); /* before a removal may take x off the list */
         last = x;
         top = x->slot;
         if (x->removed)

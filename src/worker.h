@@ -146,7 +146,9 @@ struct worker {
                              * chaser returns, the worker is running that client's messages */
     struct fpartlist fq; /* fan-out parts owed, run before any request (after broadcasts) */
     struct fpart *fp;    /* RUN_FANOUT: the part running */
-    int64_t t_start_us;
+    int64_t t_start_us;  /* its run was sent */
+    int64_t last_end_us; /* the lead: when a run of the worker last ended, on any connection (q
+                          * runs one at a time: a run sent before began no earlier) */
     uint64_t served, errors, dropped;
     struct hist lat;
 };
@@ -160,6 +162,11 @@ static inline int worker_is_up(const struct worker *w)
 static inline int worker_is_connected(const struct worker *w) { return worker_is_up(w) || w->st == WS_DISABLED; }
 /* May w be given new work (a request, a broadcast, a fan-out part)? */
 static inline int worker_takes_work(const struct worker *w) { return worker_is_up(w) && !w->removed && !w->disabled; }
+/* When w's run began at the worker, as far as the gateway can tell: when it was sent, or when
+ * the worker last ended a run on another connection after that. */
+int64_t worker_run_began_us(const struct worker *w);
+/* w's run has ended (the worker is free of it). */
+void worker_run_ended_loop(struct gw *g, struct worker *w);
 static inline int worker_is_lead(const struct worker *w) { return w->slot == 0; }
 /* The next connection of x's worker, or NULL: for (x = lead; x; x = worker_sibling(x)) visits
  * them all. (A connection left behind by its lead's removal follows no lead: removed too.) */

@@ -8,6 +8,7 @@
 #include "sim.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -552,6 +553,15 @@ static int hook_connect(void *ctx, const char *addr, int uds)
     for (int i = 0; i < FW_CONNS && slot < 0; i++)
         if (w->k[i].fd < 0)
             slot = i;
+    for (int i = 0; i < FW_CONNS && slot < 0; i++) { /* full: those the gateway closed go first, as
+                                                      * q's select would tell it */
+        struct pollfd pf = {.fd = w->k[i].fd, .events = POLLIN};
+        if (w->k[i].fd >= 0 && poll(&pf, 1, 0) == 1 && (pf.revents & POLLHUP)) {
+            tr("W%d: the gateway had closed its connection %d", w->wid, i);
+            fw_conn_gone(w, i);
+            slot = i;
+        }
+    }
     if (slot < 0)
         fail("the gateway opens a %dth connection to W%d at once", FW_CONNS + 1, w->wid);
     int sv[2];
@@ -2133,6 +2143,10 @@ static void reload(void)
         if (!w->in_config)
             S->wdeaths++;
     }
+    if (chance(25)) { /* each worker's connections opened or closed to match */
+        S->pipeline = chance(50) ? 1 : 2 + rnd(3);
+        tr("reload: pipeline %d", S->pipeline);
+    }
     write_config();
     S->in_gw = 1;
     if (gw_reload_loop(&S->g, NULL, 0))
@@ -2683,8 +2697,13 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     for (int k = 0; k < S->nw; k++)
         S->w[k].refuse = 0;
     quiesce(1, "the end");
-    for (int i = 0; i < 50; i++) { /* the gateway sees the closes */
+    for (int i = 0; i < 50; i++) { /* the gateway sees the closes (the workers take what comes) */
         gw_step();
+        for (int k = 0; k < S->nw; k++) {
+            worker_read(&S->w[k], 1 << 20);
+            worker_process(&S->w[k], 1 << 20);
+            worker_write(&S->w[k], 1 << 20);
+        }
         advance_clock(100);
     }
     quiesce(1, "the end");
