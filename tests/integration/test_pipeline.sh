@@ -226,3 +226,22 @@ release t "$W3_PORT" "$W4_PORT"
 wait "$p1" "$p2" "$p3"
 expect_lines "$TMP/e4.out" '^"e4"$' 1
 pass "pipeline_wait: a query whose run timed out is learned slow: nothing goes behind it"
+
+# --- a reload changes pipeline: each worker's connections opened or closed to match ----------
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 2\npipeline_wait = 0\n' "$W3_PORT" > "$TMP/rl.conf"
+start_gateway RL -c "$TMP/rl.conf" --loglevel debug
+wait_count "$TMP/RL.log" "connected \(capability" 2
+G="127.0.0.1:$RL_PORT"
+sed -i 's/^pipeline = 2$/pipeline = 4/' "$TMP/rl.conf"
+kill -HUP "$RL_PID"
+wait_line "$TMP/RL.log" "reload: done" 10
+wait_count "$TMP/RL.log" "connected \(capability" 4
+expect_file_has "$TMP/RL.log" "w 127.0.0.1:$W3_PORT#3: connected \\(capability"
+sed -i 's/^pipeline = 4$/pipeline = 1/' "$TMP/rl.conf"
+kill -HUP "$RL_PID"
+wait_count "$TMP/RL.log" "reload: done" 2 10
+wait_count "$TMP/RL.log" "reload: group main keeps 1 connections to each worker: this one goes" 3 10
+q ".qgate.stats[]" "echo after"
+expect_lines "$TMP/q.out" '^table\[1\] ' 1 # one row per worker, whatever its connections
+expect_lines "$TMP/q.out" '^"after"$' 1
+pass "a reload from pipeline 2 to 4 opens each worker's 3rd and 4th connection; to 1 closes all but its first; .qgate.stats[] keeps a row per worker"
