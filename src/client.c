@@ -491,7 +491,7 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
             return;
         now = conn_pending(x); /* the advance may have queued replies (a request done at once) */
     }
-    if (c->st == CS_FLUSHING && now == 0 && !client_head(c)) {
+    if (c->st == CS_FLUSHING && now == 0 && !client_head(c) && !x->streaming) { /* never in a message */
         linger(g, c);
         return;
     }

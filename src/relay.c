@@ -365,7 +365,8 @@ static int route_async(struct gw *g, struct worker *w)
         return ROUTE_FORWARD;
     }
     struct client *c = w->st == WS_BUSY ? w->cl : w->st == WS_PINNED ? w->sess : NULL;
-    if (c && client_takes_output(c)) {
+    if (c && client_takes_output(c) && (c == w->cl || c->st == CS_READY)) { /* a session's client
+                                     * that sent a bad message gets what it is owed, nothing new */
         w->msg.to = c;
         return ROUTE_STREAM;
     }
@@ -432,8 +433,11 @@ static void on_message_end(struct gw *g, struct worker *w)
     w->msg.hdr_have = 0;
     if (w->msg.route == ROUTE_FORWARD)
         deliver_whole(g, w);
-    else if (w->msg.route == ROUTE_STREAM)
+    else if (w->msg.route == ROUTE_STREAM) {
         conn_stream_end_loop(g, &w->msg.to->c);
+        if (w->msg.to->st == CS_FLUSHING)
+            conn_mark_dirty_loop(g, &w->msg.to->c); /* its flush sees whether it may linger now */
+    }
     int route = w->msg.route;
     w->msg.route = ROUTE_DROP;
     w->msg.to = NULL;
