@@ -2,6 +2,6 @@
 #ifndef VERSION_H
 #define VERSION_H
 
-#define QG_VERSION "0.12.0"
+#define QG_VERSION "0.13.0"
 
 #endif
