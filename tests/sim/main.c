@@ -217,7 +217,7 @@ int main(int argc, char **argv)
     }
     printf("sim: %ld seeds (%llu..%llu), %ld steps, %ld invariant checks, %ld failed, %.1f s; "
            "%ld worker connections over Unix sockets, %ld Unix sockets closed before the handshake, "
-           "%ld requests seen held behind a run (pipeline; %ld of them behind runs learned fast), %ld held by a paused group, %ld workers seen disabled, "
+           "%ld requests seen sent to a busy worker (pipeline; %ld of them behind runs learned fast), %ld held by a paused group, %ld workers seen disabled, "
            "%ld access-log lines, one per request ended\n",
            ran, (unsigned long long)first, (unsigned long long)(first + (uint64_t)ran - (ran ? 1 : 0)), steps, checks,
            failed, now_s() - t0, uds, mutes, held, hlearn, pheld, dis, alines);

@@ -34,7 +34,7 @@ struct sim_result {
     long checks;          /* invariant checks made */
     long uds_conns;       /* worker connections made over a Unix socket */
     long uds_mutes;       /* Unix sockets that closed before the handshake (TCP next) */
-    long held;            /* pipeline: requests seen held behind a worker's run, summed over checks */
+    long held;            /* pipeline: requests seen running on a busy worker's other connections, summed over checks */
     long alog_lines;      /* access-log lines found, one per request ended (seeds with access_log) */
     long held_learned;    /* of held: in worlds with pipeline_wait (behind runs learned fast) */
     long paused_held;     /* requests seen held by a paused group (queued or held), summed over checks */
