@@ -73,7 +73,7 @@ done
 allowed="gw_init gw_free loop_init loop_free loop_watch loop_watch_pool loop_on_job gw_now_us
          timers_next timers_pop_due timers_free connq_init client_users_free client_state_name
          worker_state_name worker_via_name req_free access_init access_close ops_init ops_free gw_refusal_name control_free
-         pipeline_key pipeline_learned_us"
+         pipeline_key pipeline_learned_us worker_run_began_us"
 for s in $core_defs; do
     case "$s" in *_loop) continue ;; esac
     case " $(echo $allowed) " in *" $s "*) continue ;; esac
