@@ -41,8 +41,10 @@ struct stats_snapshot {
 };
 
 /* The table ([] address; group; state; served; errors; inflight; queued; p50_us; p99_us;
- * dropped; session; transport): dropped counts async messages the worker sent while idle whose client had
- * gone; session is the id of the client a pool = session worker is given to (0N: none);
+ * dropped; session; transport), a row per worker (its connections summed): dropped counts async
+ * messages the worker sent that belonged to nobody (while it ran no client's request in a pool =
+ * request group, or for a client that had gone); session is the id of the client a pool =
+ * session worker is given to (0N: none);
  * transport is how its connection (or the last attempt) goes: `unix or `tcp. */
 K stats_table(const struct stats_snapshot *s);
 
