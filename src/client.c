@@ -57,22 +57,6 @@ static void on_handshake_timeout(struct gw *g, struct conn *x)
 /* Clients over max_clients kept to be told why after their handshake; beyond, closed at once. */
 #define REFUSING_MAX 64
 
-/* accept failed for want of file descriptors: give up the reserve one, accept and close the
- * connection at once (the client sees a close, as when q is out of fds), take the reserve
- * back. Without it the listener, level-triggered, would wake the loop for ever. */
-static void refuse_for_emfile(struct gw *g, int lfd)
-{
-    conn_refused_loop(g, REFUSED_NO_FDS, NULL, "out of file descriptors: refusing connections (%llu so far)",
-                      (unsigned long long)g->refused[REFUSED_NO_FDS].n + 1);
-    if (g->reserve_fd < 0)
-        return;
-    close(g->reserve_fd);
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd >= 0)
-        close(fd);
-    g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-}
-
 static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
 {
     (void)ev;
@@ -81,7 +65,7 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
         int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE)
-                refuse_for_emfile(g, l->fd);
+                conn_emfile_loop(g, l, REFUSED_NO_FDS);
             else if (errno != EAGAIN && errno != EINTR)
                 log_warn(NULL, "accept: %s", strerror(errno));
             return;

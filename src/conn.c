@@ -5,10 +5,12 @@
  * through their struct connops. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -396,8 +398,8 @@ void conn_close_loop(struct gw *g, struct conn *c, const char *why)
     leave_lists(g, c);
     conn_ops(c)->on_close(g, c, why); /* the kind's teardown: it logs why */
     detach(g, c);
-    if (c->kind == CONN_CLIENT)
-        conn_free_later_loop(g, c); /* a client goes for good */
+    if (c->kind != CONN_WORKER)
+        conn_free_later_loop(g, c); /* a client or a metrics connection goes for good */
     else if (!c->doomed)
         c->closing = 0; /* a worker connects again under the same struct */
 }
@@ -426,6 +428,53 @@ void conn_submit_loop(struct pool *p, struct job *j, const struct conn *c, uint6
     j->conn_gen = c->gen;
     j->seq = seq;
     pool_submit(p, j);
+}
+
+/* ---- listeners out of descriptors ---------------------------------------------------------- */
+
+#define EMFILE_PAUSE_MS 100
+
+static void on_listener_timer(struct gw *g, struct timer *t)
+{
+    struct listener *l = (struct listener *)((char *)t - offsetof(struct listener, tm));
+    if (g->reserve_fd < 0)
+        g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    l->stopped = 0;
+    if (l->fd >= 0 && loop_modify_loop(g, l->fd, &l->ev, EPOLLIN, 0))
+        log_error(NULL, "a listener could not be watched again after running out of descriptors");
+}
+
+void conn_emfile_loop(struct gw *g, struct listener *l, int kind)
+{
+    conn_refused_loop(g, kind, NULL, "out of file descriptors: refusing connections (%llu so far)",
+                      (unsigned long long)g->refused[kind].n + 1);
+    if (g->reserve_fd >= 0) {
+        close(g->reserve_fd);
+        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            close(fd);
+        g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (g->reserve_fd >= 0)
+            return;
+    }
+    /* no reserve to give up (taken meanwhile): rather than spin on a level-triggered listener
+     * that cannot accept, stop watching it for a while */
+    if (l->stopped || l->fd < 0)
+        return;
+    l->stopped = 1;
+    loop_modify_loop(g, l->fd, &l->ev, 0, 0);
+    timer_arm_loop(g, &l->tm, g->loop.now_ms + EMFILE_PAUSE_MS, on_listener_timer);
+}
+
+void conn_listener_close_loop(struct gw *g, struct listener *l)
+{
+    timer_cancel_loop(g, &l->tm);
+    l->stopped = 0;
+    if (l->fd < 0)
+        return;
+    loop_unwatch_loop(g, l->fd, 0);
+    close(l->fd);
+    l->fd = -1;
 }
 
 /* ---- refusals ------------------------------------------------------------------------------- */

@@ -11,17 +11,13 @@
 #include <sys/queue.h>
 
 #include "buf.h"
+#include "gw.h"
 #include "loop.h"
 
-enum conn_kind { CONN_CLIENT = 1, CONN_WORKER };
+enum conn_kind { CONN_CLIENT = 1, CONN_WORKER, CONN_METRICS };
 
 struct conn;
 
-/* A list of connections (a group's queue of clients, its idle workers). */
-struct connq {
-    TAILQ_HEAD(, conn) h;
-    int n;
-};
 
 /* What a kind of connection does on the events the connection layer sees. */
 struct connops {
@@ -147,6 +143,15 @@ void conn_refused_loop(struct gw *g, int kind, const char *who, const char *fmt,
     __attribute__((format(printf, 4, 5)));
 /* Its name in .qgate.totals[] and the metrics ("busy", ...). */
 const char *gw_refusal_name(int kind);
+struct listener;
+/* accept on listener l met EMFILE or ENFILE: the reserve descriptor is given up to accept and
+ * close one connection at once (its peer sees a close, as when q is out of fds), then taken
+ * back, so that the level-triggered listener does not wake the loop for ever; if the reserve
+ * could not be taken back, the listener stops for 100 ms and tries again. Counted as refusal
+ * kind (enum gw_refusal). */
+void conn_emfile_loop(struct gw *g, struct listener *l, int kind);
+/* Stop watching and close a listener (teardown, SIGTERM). */
+void conn_listener_close_loop(struct gw *g, struct listener *l);
 /* Put a connection on the closed list (a worker leaving the configuration). */
 void conn_free_later_loop(struct gw *g, struct conn *c);
 /* Free the connections closed during this iteration (their kind's free). */

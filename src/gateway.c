@@ -16,6 +16,7 @@
 #include "gateway.h"
 #include "access.h"
 #include "metrics.h"
+#include "mhttp.h"
 #include "ops.h"
 #include "auth.h"
 #include "client.h"
@@ -203,7 +204,7 @@ static void wire(struct gw *g)
     loop_on_job(g, JK_RESOLVE, worker_resolved_loop);
     loop_on_job(g, JK_RELOAD, gw_reload_done_loop);
     loop_on_job(g, JK_ALOG, access_done_loop);
-    loop_on_job(g, JK_METRICS, ops_page_done_loop);
+    loop_on_job(g, JK_METRICS, mhttp_page_done_loop);
     g->front = &client_frontend;
     g->back = &worker_backend;
 }

@@ -23,7 +23,6 @@ struct auth_shared;
 struct frontend_ops;
 struct backend_ops;
 struct gw_name;
-struct mconn;
 
 /* Seams for tests/sim, which runs the real loop against fake clients and workers with a fake
  * clock. All zero in production. */
@@ -31,7 +30,9 @@ struct mconn;
 #define GW_REFUSALS(X)                                                                             \
     X(TOO_MANY, "too_many_connections") X(ACCESS, "access") X(HANDSHAKE, "handshake")              \
     X(BUSY, "busy") X(QUEUE_TIMEOUT, "queue_timeout") X(NO_WORKER, "no_worker") X(BADMSG, "badmsg") \
-    X(STALLED, "stalled") X(NO_FDS, "out_of_fds") X(DRAINING, "draining")
+    X(STALLED, "stalled") X(NO_FDS, "out_of_fds") X(DRAINING, "draining")                                  \
+    X(METRICS_FULL, "metrics_full") X(METRICS_PEER, "metrics_per_peer") X(METRICS_TIMEOUT, "metrics_timeout") \
+    X(METRICS_FDS, "metrics_out_of_fds")
 #define GW_REFUSAL_ENUM(e, s) REFUSED_##e,
 enum gw_refusal { GW_REFUSALS(GW_REFUSAL_ENUM) GW_NREFUSALS };
 #undef GW_REFUSAL_ENUM
@@ -62,11 +63,20 @@ struct gw_hooks {
     int manual_pools;                             /* pools without threads (pool_run_one) */
 };
 
-/* A listening socket: its accepts go to the client side. */
+/* A list of connections (a group's queue of clients, its idle workers, a client's waiters, the
+ * metrics connections); conn.c enters and leaves them. */
+struct connq {
+    TAILQ_HEAD(, conn) h;
+    int n;
+};
+
+/* A listening socket: its accepts go to the client side (or the metrics connections). */
 struct listener {
     struct evsrc ev;
     int fd;
     int is_uds;
+    uint8_t stopped;     /* EMFILE with no reserve descriptor: not watched until tm */
+    struct timer tm;
 };
 
 struct gw {
@@ -141,10 +151,10 @@ struct gw {
 
     /* metrics and the summary line (ops.c) */
     struct listener listen_metrics;
-    struct mconn *mconns; /* HTTP connections asking for the page */
+    struct connq metrics_conns; /* HTTP connections asking for the page, oldest first (mhttp.c) */
     int nmconns;
-    uint64_t mconn_serial;
-    struct timer metrics_tm, stats_tm;
+    struct log_limit metrics_accept_log;
+    struct timer stats_tm;
     int64_t stats_last_ms;
     uint64_t stats_last_ended;
     SLIST_HEAD(, ustate) users;

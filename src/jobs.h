@@ -15,7 +15,7 @@ enum job_kind {
     JK_RESOLVE,     /* reader resolved a worker's address (aux[0] its serial): out = sockaddr */
     JK_RELOAD,      /* reader read the config and users files (ctx: struct reload_job) */
     JK_ALOG,        /* writer wrote a batch of the access log */
-    JK_METRICS,     /* writer made the metrics page (aux[0]: the HTTP connection's serial) */
+    JK_METRICS,     /* writer made the metrics page for the HTTP connection the job names */
 };
 
 /* A gateway command is short: longer messages that look like one are refused unread. */

@@ -1,5 +1,5 @@
-/* ops.c: snapshots for .qgate.stats[] and .qgate.totals[], the metrics listener and its HTTP
- * connections, the periodic summary line. */
+/* ops.c: snapshots for .qgate.stats[] and .qgate.totals[], the periodic summary line; the
+ * metrics page's HTTP side is mhttp.c's. */
 #include "ops.h"
 
 #include <errno.h>
@@ -16,14 +16,12 @@
 #include "jobs.h"
 #include "log.h"
 #include "metrics.h"
+#include "mhttp.h"
 #include "net.h"
 #include "pool.h"
 #include "version.h"
 #include "worker.h"
 
-#define MCONN_MAX 32          /* metrics connections at once; more are closed at accept */
-#define MCONN_TIMEOUT_MS 10000 /* to send a request and take the page */
-#define MREQ_MAX 4096         /* an HTTP request's head */
 
 /* ---- snapshots -------------------------------------------------------------------------------- */
 
@@ -174,187 +172,8 @@ void ops_reloaded_loop(struct gw *g)
         timer_arm_loop(g, &g->stats_tm, g->loop.now_ms + g->cfg.stats_period, on_stats_timer);
 }
 
-/* ---- metrics over HTTP ---------------------------------------------------------------------------- */
-
-struct mconn {
-    struct evsrc ev;      /* first: epoll's data points here */
-    struct mconn *next;
-    int fd;
-    uint64_t serial;      /* names it to the page's job */
-    int64_t deadline_ms;
-    int waiting;          /* the page is being made */
-    char in[MREQ_MAX];
-    size_t inlen;
-    uint8_t *out;
-    size_t outlen, off;
-};
-
-static void mconn_close(struct gw *g, struct mconn *m)
-{
-    for (struct mconn **p = &g->mconns; *p; p = &(*p)->next)
-        if (*p == m) {
-            *p = m->next;
-            break;
-        }
-    loop_unwatch_loop(g, m->fd, 0);
-    close(m->fd);
-    free(m->out);
-    free(m);
-    g->nmconns--;
-}
-
-/* Write what is left; closed once all is out (or on an error). */
-static void mconn_write(struct gw *g, struct mconn *m)
-{
-    while (m->off < m->outlen) {
-        ssize_t n = send(m->fd, m->out + m->off, m->outlen - m->off, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN) {
-            loop_modify_loop(g, m->fd, &m->ev, EPOLLOUT, 0);
-            return;
-        }
-        if (n <= 0)
-            break;
-        m->off += (size_t)n;
-    }
-    mconn_close(g, m);
-}
-
-static void mconn_reply(struct gw *g, struct mconn *m, const char *status, const char *text)
-{
-    char buf[512];
-    int n = snprintf(buf, sizeof buf,
-                     "HTTP/1.1 %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n%s",
-                     status, strlen(text), text);
-    if (!(m->out = malloc((size_t)n))) {
-        mconn_close(g, m);
-        return;
-    }
-    memcpy(m->out, buf, (size_t)n);
-    m->outlen = (size_t)n;
-    mconn_write(g, m);
-}
-
-/* A whole request head: GET (or HEAD) /metrics or / gets the page, made on the writer pool. */
-static void mconn_request(struct gw *g, struct mconn *m)
-{
-    int head = !strncmp(m->in, "HEAD ", 5);
-    if (strncmp(m->in, "GET ", 4) && !head) {
-        mconn_reply(g, m, "405 Method Not Allowed", "qgate: only GET /metrics\n");
-        return;
-    }
-    const char *path = m->in + (head ? 5 : 4);
-    size_t plen = strcspn(path, " ?\r\n");
-    if (!((plen == 8 && !memcmp(path, "/metrics", 8)) || (plen == 1 && path[0] == '/'))) {
-        mconn_reply(g, m, "404 Not Found", "qgate: the metrics are at /metrics\n");
-        return;
-    }
-    struct job *j = job_new(job_metrics_page, JK_METRICS);
-    if (!j || !(j->ctx = ops_snapshot_loop(g))) {
-        job_free(j);
-        mconn_reply(g, m, "503 Service Unavailable", "qgate: out of memory\n");
-        return;
-    }
-    j->ctx_free = metrics_snap_free;
-    j->arg = head;
-    j->aux[0] = (int64_t)m->serial;
-    m->waiting = 1;
-    loop_modify_loop(g, m->fd, &m->ev, 0, 0);
-    pool_submit(g->writers, j);
-}
-
-static void on_mconn(struct gw *g, struct evsrc *s, uint32_t ev)
-{
-    struct mconn *m = (struct mconn *)s;
-    if (m->waiting)
-        return;
-    if (m->outlen) {
-        mconn_write(g, m);
-        return;
-    }
-    ssize_t n = recv(m->fd, m->in + m->inlen, sizeof m->in - 1 - m->inlen, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n <= 0 || (ev & (EPOLLERR | EPOLLHUP))) {
-        mconn_close(g, m);
-        return;
-    }
-    m->inlen += (size_t)n;
-    m->in[m->inlen] = 0;
-    if (strstr(m->in, "\r\n\r\n") || strstr(m->in, "\n\n"))
-        mconn_request(g, m);
-    else if (m->inlen == sizeof m->in - 1)
-        mconn_reply(g, m, "431 Request Header Fields Too Large", "qgate: request head too long\n");
-}
-
-static const struct evops mconn_ops = {.on_event = on_mconn};
-
-void ops_page_done_loop(struct gw *g, struct job *j)
-{
-    struct mconn *m = g->mconns;
-    while (m && m->serial != (uint64_t)j->aux[0])
-        m = m->next;
-    if (!m) /* it went meanwhile */
-        return;
-    m->waiting = 0;
-    if (!j->out) {
-        mconn_reply(g, m, "503 Service Unavailable", "qgate: out of memory\n");
-        return;
-    }
-    m->out = j->out;
-    m->outlen = j->out_len;
-    j->out = NULL;
-    mconn_write(g, m);
-}
-
-static void on_metrics_timer(struct gw *g, struct timer *t)
-{
-    for (struct mconn *m = g->mconns, *n; m; m = n) {
-        n = m->next;
-        if (g->loop.now_ms >= m->deadline_ms)
-            mconn_close(g, m);
-    }
-    if (g->mconns)
-        timer_arm_loop(g, t, g->loop.now_ms + 1000, on_metrics_timer);
-}
-
-static void on_metrics_listener(struct gw *g, struct evsrc *s, uint32_t ev)
-{
-    (void)s;
-    (void)ev;
-    for (int i = 0; i < 16; i++) {
-        int fd = accept4(g->listen_metrics.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        struct mconn *m = g->nmconns < MCONN_MAX ? calloc(1, sizeof *m) : NULL;
-        if (!m) {
-            close(fd);
-            continue;
-        }
-        m->fd = fd;
-        m->ev.ops = &mconn_ops;
-        m->serial = ++g->mconn_serial;
-        m->deadline_ms = g->loop.now_ms + MCONN_TIMEOUT_MS;
-        if (loop_watch(g, fd, &m->ev, EPOLLIN, 0)) {
-            close(fd);
-            free(m);
-            continue;
-        }
-        m->next = g->mconns;
-        g->mconns = m;
-        g->nmconns++;
-        if (!g->metrics_tm.pos)
-            timer_arm_loop(g, &g->metrics_tm, g->loop.now_ms + 1000, on_metrics_timer);
-    }
-}
-
-static const struct evops metrics_listener_ops = {.on_event = on_metrics_listener};
-
 int ops_init(struct gw *g, const struct config *cfg)
 {
-    g->listen_metrics.fd = -1;
     gw_clock_loop(g);
     g->started_ms = g->stats_last_ms = g->loop.now_ms;
     struct timespec ts;
@@ -362,29 +181,7 @@ int ops_init(struct gw *g, const struct config *cfg)
     g->started_wall_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     if (cfg->stats_period > 0)
         timer_arm_loop(g, &g->stats_tm, g->loop.now_ms + cfg->stats_period, on_stats_timer);
-    if (!cfg->metrics_port)
-        return 0;
-    const char *bind = cfg->metrics_bind[0] ? cfg->metrics_bind : cfg->bind;
-    int fd = net_listen_tcp(bind, cfg->metrics_port, 64, NET_NONBLOCK, NULL);
-    if (fd < 0) {
-        log_error(NULL, "cannot listen for metrics on %s:%d: %s", bind, cfg->metrics_port, strerror(errno));
-        return -1;
-    }
-    g->listen_metrics.fd = fd;
-    g->listen_metrics.ev.ops = &metrics_listener_ops;
-    if (loop_watch(g, fd, &g->listen_metrics.ev, EPOLLIN, 0))
-        return -1;
-    log_info(NULL, "metrics on http://%s:%d/metrics", bind, cfg->metrics_port);
-    return 0;
+    return mhttp_init(g, cfg);
 }
 
-void ops_free(struct gw *g)
-{
-    while (g->mconns)
-        mconn_close(g, g->mconns);
-    if (g->listen_metrics.fd >= 0) {
-        loop_unwatch_loop(g, g->listen_metrics.fd, 0);
-        close(g->listen_metrics.fd);
-        g->listen_metrics.fd = -1;
-    }
-}
+void ops_free(struct gw *g) { mhttp_free(g); }

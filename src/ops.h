@@ -19,7 +19,5 @@ void ops_reloaded_loop(struct gw *g);
  * malloc'd, for a writer job's ctx. */
 struct stats_snapshot *ops_stats_snapshot_loop(struct gw *g);
 struct metrics_snap *ops_snapshot_loop(struct gw *g);
-/* A metrics page came back from the writer (JK_METRICS). */
-void ops_page_done_loop(struct gw *g, struct job *j);
 
 #endif

@@ -20,7 +20,7 @@ err() { echo "FAIL: $*"; fail=1; }
 # module of a file, and its layer (higher includes lower, never the reverse)
 module() {
     case "$1" in
-        gateway|reload|control|main|ops) echo gateway ;;
+        gateway|reload|control|main|ops|mhttp) echo gateway ;;
         worker|relay|lost|broadcast|session|fanout|pipeline) echo worker ;;
         client|request|callback|access|stop) echo client ;;
         *) echo "$1" ;;
@@ -56,7 +56,7 @@ if [ "${2:-}" = "--graph" ]; then
 fi
 
 # symbols, per object of the library
-core_objs="loop conn dispatch client request callback access stop worker relay lost pipeline broadcast session fanout gateway reload control ops"
+core_objs="loop conn dispatch client request callback access stop worker relay lost pipeline broadcast session fanout gateway reload control ops mhttp"
 is_core() { case " $core_objs " in *" $1 "*) return 0 ;; esac; return 1; }
 syms=$(mktemp)
 nm -A "$lib" | sed -E 's|^[^:]*:([a-z_]+)\.o:|\1 |' >"$syms"
@@ -73,7 +73,7 @@ done
 allowed="gw_init gw_free loop_init loop_free loop_watch loop_watch_pool loop_on_job gw_now_us
          timers_next timers_pop_due timers_free connq_init client_users_free client_state_name
          worker_state_name worker_via_name req_free access_init access_close ops_init ops_free gw_refusal_name control_free
-         pipeline_key pipeline_learned_us worker_run_began_us"
+         pipeline_key pipeline_learned_us worker_run_began_us mhttp_init mhttp_free"
 for s in $core_defs; do
     case "$s" in *_loop) continue ;; esac
     case " $(echo $allowed) " in *" $s "*) continue ;; esac

@@ -1,0 +1,306 @@
+/* mhttp.c: the metrics page over HTTP on metrics_port: its listener and its connections. A
+ * metrics connection is a kind of connection conn.c owns like the others: its table slot, its
+ * lists (the flush list, the metrics connections in accept order), its timer and the one close
+ * path, and it is freed after the iteration it closed in, never inside it; the page is rendered
+ * on the writer pool, its completion naming the connection by (id, generation).
+ *
+ * What a scraper may do, and what it costs: it sends a request head within MREQ_TIMEOUT_MS (an
+ * idle or slow connection holds a place no longer), takes its page within MPAGE_TIMEOUT_MS, and
+ * may reset at any point (the page is dropped when it comes back). At most MCONN_MAX connections
+ * at once, MCONN_PER_PEER from one address: when full, the oldest connection still sending its
+ * request is closed to make room, so that a scrape always gets through; a connection over the
+ * per-peer limit, or one for which there is no room at all, is answered 503 at once. Each of
+ * these is counted (the refusals, metrics_*). EMFILE is met as on the q port: the reserve
+ * descriptor (conn_emfile_loop). */
+#include "mhttp.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "gw.h"
+#include "jobs.h"
+#include "log.h"
+#include "metrics.h"
+#include "net.h"
+#include "ops.h"
+#include "pool.h"
+
+#define MCONN_MAX 32            /* metrics connections at once */
+#define MCONN_PER_PEER 8        /* from one address */
+#define MREQ_MAX 4096           /* an HTTP request's head */
+#define MREQ_TIMEOUT_MS 2000    /* to send it */
+#define MPAGE_TIMEOUT_MS 10000  /* to take the page, once asked for */
+
+enum { MC_READING, MC_WAITING, MC_WRITING };
+
+struct mconn {
+    struct conn c;       /* first: conn.c owns it */
+    uint8_t st;          /* MC_* */
+    char peer[64];       /* its address without the port: the per-peer limit */
+};
+
+static struct mconn *mconn_of(struct conn *c) { return (struct mconn *)c; }
+
+static const struct connops mconn_connops;
+
+/* The reply text (a status, then a short body), the connection closed once it is out. */
+static void reply(struct gw *g, struct mconn *m, const char *status, const char *text)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof buf,
+                     "HTTP/1.1 %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
+                     "%sConnection: close\r\n\r\n%s",
+                     status, strlen(text), !strncmp(status, "405", 3) ? "Allow: GET, HEAD\r\n" : "", text);
+    m->st = MC_WRITING;
+    conn_set_reading_loop(g, &m->c, 0);
+    if (outq_copy(&m->c.out, buf, (size_t)QG_MIN((size_t)n, sizeof buf - 1))) {
+        conn_close_loop(g, &m->c, "out of memory");
+        return;
+    }
+    conn_mark_dirty_loop(g, &m->c);
+}
+
+/* A whole request head: GET (or HEAD) /metrics or / gets the page, made on the writer pool. */
+static void request(struct gw *g, struct mconn *m, const char *in)
+{
+    int head = !strncmp(in, "HEAD ", 5);
+    if (strncmp(in, "GET ", 4) && !head) {
+        reply(g, m, "405 Method Not Allowed", "qgate: only GET /metrics\n");
+        return;
+    }
+    const char *path = in + (head ? 5 : 4);
+    size_t plen = strcspn(path, " ?\r\n");
+    if (!((plen == 8 && !memcmp(path, "/metrics", 8)) || (plen == 1 && path[0] == '/'))) {
+        reply(g, m, "404 Not Found", "qgate: the metrics are at /metrics\n");
+        return;
+    }
+    struct job *j = job_new(job_metrics_page, JK_METRICS);
+    if (!j || !(j->ctx = ops_snapshot_loop(g))) {
+        job_free(j);
+        reply(g, m, "503 Service Unavailable", "qgate: out of memory\n");
+        return;
+    }
+    j->ctx_free = metrics_snap_free;
+    j->arg = head;
+    m->st = MC_WAITING;
+    conn_set_reading_loop(g, &m->c, 0); /* what it sends now is not read: the page comes, then the close */
+    conn_submit_loop(g->writers, j, &m->c, 0);
+}
+
+static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
+{
+    struct mconn *m = mconn_of((struct conn *)s);
+    if (m->c.closing)
+        return;
+    if (ev & EPOLLOUT)
+        conn_flush_loop(g, &m->c);
+    if (m->c.closing || m->st != MC_READING || !(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
+        return;
+    struct inbuf *in = &m->c.in;
+    if (inbuf_reserve(in, MREQ_MAX)) {
+        conn_close_loop(g, &m->c, "out of memory");
+        return;
+    }
+    ssize_t n = recv(m->c.fd, in->p + in->len, MREQ_MAX - 1 - in->len, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        conn_close_loop(g, &m->c, n == 0 ? "closed before its request" : strerror(errno));
+        return;
+    }
+    in->len += (size_t)n;
+    in->p[in->len] = 0;
+    const char *text = (const char *)in->p;
+    if (strstr(text, "\r\n\r\n") || strstr(text, "\n\n"))
+        request(g, m, text);
+    else if (in->len == MREQ_MAX - 1)
+        reply(g, m, "431 Request Header Fields Too Large", "qgate: request head too long\n");
+}
+
+/* Written: all of it out, the connection closes (Connection: close). */
+static void on_flushed(struct gw *g, struct conn *c, size_t before, size_t wrote)
+{
+    (void)before;
+    (void)wrote;
+    struct mconn *m = mconn_of(c);
+    if (m->st == MC_WRITING && !conn_pending(c))
+        conn_close_loop(g, c, "page sent");
+}
+
+static void on_timeout(struct gw *g, struct conn *c)
+{
+    struct mconn *m = mconn_of(c);
+    conn_refused_loop(g, REFUSED_METRICS_TIMEOUT, c->name, "metrics connection: %s within %d ms: closed",
+                      m->st == MC_READING ? "no request" : "the page not taken", m->st == MC_READING ? MREQ_TIMEOUT_MS
+                                                                                                  : MPAGE_TIMEOUT_MS);
+    conn_close_loop(g, c, "timed out");
+}
+
+static void on_close(struct gw *g, struct conn *c, const char *why)
+{
+    log_debug(c->name, "metrics connection closed: %s", why);
+    g->nmconns--;
+}
+
+static void mconn_free(struct conn *c) { free(mconn_of(c)); }
+
+static const struct connops mconn_connops = {
+    .ev = {.on_event = on_event},
+    .on_close = on_close,
+    .on_flushed = on_flushed,
+    .free = mconn_free,
+};
+
+void mhttp_page_done_loop(struct gw *g, struct job *j)
+{
+    struct conn *c = conn_lookup_loop(g, j->conn_id, j->conn_gen);
+    if (!c || c->kind != CONN_METRICS || c->closing || mconn_of(c)->st != MC_WAITING)
+        return; /* it went meanwhile (reset, timed out): the page is dropped with the job */
+    struct mconn *m = mconn_of(c);
+    if (!j->out) {
+        reply(g, m, "503 Service Unavailable", "qgate: out of memory\n");
+        return;
+    }
+    struct chunk *ch = chunk_wrap(j->out, j->out_len);
+    j->out = NULL;
+    if (!ch) {
+        conn_close_loop(g, c, "out of memory");
+        return;
+    }
+    m->st = MC_WRITING;
+    outq_push(&c->out, ch);
+    conn_mark_dirty_loop(g, c);
+    conn_timer_arm_loop(g, c, 0, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
+}
+
+/* Answer 503 to a connection there is no place for, and let it go (never registered). */
+static void refuse_fd(struct gw *g, int fd, int why, const char *peer)
+{
+    static const char text[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                               "Content-Length: 38\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+                               "qgate: too many metrics connections\r\n";
+    ssize_t n = send(fd, text, sizeof text - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)n; /* what the socket takes now, or nothing: it is closed either way */
+    close(fd);
+    conn_refused_loop(g, why, NULL, "metrics connection from %s refused: %s", peer,
+                      why == REFUSED_METRICS_PEER ? "over the per-address limit" : "no room");
+}
+
+/* The oldest connection still sending its request (it gives way to a new one), or NULL. */
+static struct conn *oldest_reading(struct gw *g)
+{
+    for (struct conn *x = connq_first(&g->metrics_conns); x; x = connq_next(x))
+        if (mconn_of(x)->st == MC_READING)
+            return x;
+    return NULL;
+}
+
+static int from_peer(struct gw *g, const char *peer)
+{
+    int n = 0;
+    for (struct conn *x = connq_first(&g->metrics_conns); x; x = connq_next(x))
+        n += !strcmp(mconn_of(x)->peer, peer);
+    return n;
+}
+
+int mhttp_adopt_loop(struct gw *g, int fd, const char *peer)
+{
+    if (from_peer(g, peer) >= MCONN_PER_PEER) {
+        refuse_fd(g, fd, REFUSED_METRICS_PEER, peer);
+        return -1;
+    }
+    if (g->nmconns >= MCONN_MAX) {
+        struct conn *old = oldest_reading(g);
+        if (!old) {
+            refuse_fd(g, fd, REFUSED_METRICS_FULL, peer);
+            return -1;
+        }
+        conn_refused_loop(g, REFUSED_METRICS_FULL, old->name, "metrics connections full: the oldest still sending "
+                                                               "its request gives way");
+        conn_close_loop(g, old, "gave way to a new metrics connection");
+    }
+    struct mconn *m = calloc(1, sizeof *m);
+    if (!m) {
+        close(fd);
+        return -1;
+    }
+    m->c.fd = -1;
+    if (conn_register_loop(g, &m->c, &mconn_connops, CONN_METRICS, fd, EPOLLIN | EPOLLRDHUP)) {
+        close(fd);
+        free(m);
+        return -1;
+    }
+    snprintf(m->peer, sizeof m->peer, "%s", peer);
+    snprintf(m->c.name, sizeof m->c.name, "metrics %s", peer);
+    g->nmconns++;
+    conn_queue_in_loop(&g->metrics_conns, &m->c);
+    conn_timer_arm_loop(g, &m->c, 0, g->loop.now_ms + MREQ_TIMEOUT_MS, on_timeout);
+    return 0;
+}
+
+/* A peer's address without its port. */
+static void peer_host(int fd, char *buf, size_t len)
+{
+    net_peer_name(fd, buf, len);
+    char *colon = strrchr(buf, ':');
+    if (colon && colon != buf)
+        *colon = 0;
+}
+
+static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
+{
+    (void)ev;
+    struct listener *l = (struct listener *)s;
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE)
+                conn_emfile_loop(g, l, REFUSED_METRICS_FDS);
+            else if (errno != EAGAIN && errno != EINTR)
+                log_limited(&g->metrics_accept_log, g->loop.now_ms, LOG_WARN, NULL, "metrics accept: %s",
+                            strerror(errno));
+            return;
+        }
+        char peer[64];
+        peer_host(fd, peer, sizeof peer);
+        mhttp_adopt_loop(g, fd, peer);
+    }
+    g->loop.work_pending = 1; /* more may wait: next iteration */
+}
+
+static const struct evops listener_ops = {.on_event = on_listener};
+
+int mhttp_init(struct gw *g, const struct config *cfg)
+{
+    g->listen_metrics.fd = -1;
+    connq_init(&g->metrics_conns);
+    if (!cfg->metrics_port)
+        return 0;
+    const char *bind = cfg->metrics_bind[0] ? cfg->metrics_bind : cfg->bind;
+    int fd = net_listen_tcp(bind, cfg->metrics_port, 512, NET_NONBLOCK, NULL);
+    if (fd < 0) {
+        log_error(NULL, "cannot listen for metrics on %s:%d: %s", bind, cfg->metrics_port, strerror(errno));
+        return -1;
+    }
+    g->listen_metrics.fd = fd;
+    g->listen_metrics.ev.ops = &listener_ops;
+    if (loop_watch(g, fd, &g->listen_metrics.ev, EPOLLIN, 0))
+        return -1;
+    log_info(NULL, "metrics on http://%s:%d/metrics", bind, cfg->metrics_port);
+    return 0;
+}
+
+void mhttp_free(struct gw *g)
+{
+    struct conn *x;
+    while ((x = connq_first(&g->metrics_conns)))
+        conn_close_loop(g, x, "the gateway stops");
+    conn_reap_loop(g);
+    conn_listener_close_loop(g, &g->listen_metrics);
+}
