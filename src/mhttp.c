@@ -7,11 +7,12 @@
  * What a scraper may do, and what it costs: it sends a request head within MREQ_TIMEOUT_MS (an
  * idle or slow connection holds a place no longer), takes its page within MPAGE_TIMEOUT_MS, and
  * may reset at any point (the page is dropped when it comes back). At most MCONN_MAX connections
- * at once, MCONN_PER_PEER from one address: when full, the oldest connection still sending its
- * request is closed to make room, so that a scrape always gets through; a connection over the
- * per-peer limit, or one for which there is no room at all, is answered 503 at once. Each of
- * these is counted (the refusals, metrics_*). EMFILE is met as on the q port: the reserve
- * descriptor (conn_emfile_loop). */
+ * at once, MCONN_PER_PEER from one address: a new connection over either limit takes the place
+ * of the oldest one still sending its request (of that address, for the second), which is
+ * answered 503, so that a scrape always gets through however many idle connections hold places;
+ * with none to take the place of, the new one is answered 503. Each of these is counted (the
+ * refusals metrics_full, metrics_per_peer, metrics_timeout, metrics_out_of_fds). EMFILE is met
+ * as on the q port: the reserve descriptor (conn_emfile_loop). */
 #include "mhttp.h"
 
 #include <errno.h>
@@ -179,26 +180,40 @@ void mhttp_page_done_loop(struct gw *g, struct job *j)
     conn_timer_arm_loop(g, c, 0, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
 }
 
-/* Answer 503 to a connection there is no place for, and let it go (never registered). */
-static void refuse_fd(struct gw *g, int fd, int why, const char *peer)
+/* 503 on fd, as far as its socket takes it at once (it is closed next either way). */
+static void send_503(int fd)
 {
     static const char text[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                               "Content-Length: 38\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-                               "qgate: too many metrics connections\r\n";
+                               "Content-Length: 36\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+                               "qgate: too many metrics connections\n";
     ssize_t n = send(fd, text, sizeof text - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-    (void)n; /* what the socket takes now, or nothing: it is closed either way */
-    close(fd);
-    conn_refused_loop(g, why, NULL, "metrics connection from %s refused: %s", peer,
-                      why == REFUSED_METRICS_PEER ? "over the per-address limit" : "no room");
+    (void)n;
 }
 
-/* The oldest connection still sending its request (it gives way to a new one), or NULL. */
-static struct conn *oldest_reading(struct gw *g)
+/* The oldest connection still sending its request (of peer, unless NULL), or NULL. */
+static struct conn *oldest_reading(struct gw *g, const char *peer)
 {
     for (struct conn *x = connq_first(&g->metrics_conns); x; x = connq_next(x))
-        if (mconn_of(x)->st == MC_READING)
+        if (mconn_of(x)->st == MC_READING && (!peer || !strcmp(mconn_of(x)->peer, peer)))
             return x;
     return NULL;
+}
+
+/* Room for a new connection from peer, over the limit why: the oldest connection still sending
+ * its request (peer's own, for the per-address limit) gives way, answered 503. 0, or -1 if
+ * none can (the new one is answered 503 instead). Counted either way. */
+static int make_room(struct gw *g, int why, const char *peer)
+{
+    struct conn *old = oldest_reading(g, why == REFUSED_METRICS_PEER ? peer : NULL);
+    conn_refused_loop(g, why, old ? old->name : NULL, "metrics connections %s: %s", why == REFUSED_METRICS_PEER
+                      ? "from one address at their limit" : "at their limit",
+                      old ? "the oldest still sending its request gives way (503)" : "the new one gets 503");
+    if (!old)
+        return -1;
+    if (old->fd >= 0)
+        send_503(old->fd);
+    conn_close_loop(g, old, "gave way to a new metrics connection (503)");
+    return 0;
 }
 
 static int from_peer(struct gw *g, const char *peer)
@@ -211,19 +226,11 @@ static int from_peer(struct gw *g, const char *peer)
 
 int mhttp_adopt_loop(struct gw *g, int fd, const char *peer)
 {
-    if (from_peer(g, peer) >= MCONN_PER_PEER) {
-        refuse_fd(g, fd, REFUSED_METRICS_PEER, peer);
+    if ((from_peer(g, peer) >= MCONN_PER_PEER && make_room(g, REFUSED_METRICS_PEER, peer)) ||
+        (g->nmconns >= MCONN_MAX && make_room(g, REFUSED_METRICS_FULL, peer))) {
+        send_503(fd);
+        close(fd);
         return -1;
-    }
-    if (g->nmconns >= MCONN_MAX) {
-        struct conn *old = oldest_reading(g);
-        if (!old) {
-            refuse_fd(g, fd, REFUSED_METRICS_FULL, peer);
-            return -1;
-        }
-        conn_refused_loop(g, REFUSED_METRICS_FULL, old->name, "metrics connections full: the oldest still sending "
-                                                               "its request gives way");
-        conn_close_loop(g, old, "gave way to a new metrics connection");
     }
     struct mconn *m = calloc(1, sizeof *m);
     if (!m) {
