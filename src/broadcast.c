@@ -104,14 +104,14 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
     return up;
 }
 
-/* Send every broadcast queued on w, and those that releasing them queues next (a client's
- * following broadcasts), up to a batch; a chaser after each client's run of them, so that what
- * the worker sends meanwhile is known to be that client's. Returns the chasers sent. */
-int broadcast_send_loop(struct gw *g, struct worker *w)
+/* Send what w owes (up to max messages, 0: a batch), and what releasing them queues next (a
+ * client's following broadcasts); a chaser after each client's run of them, so that what the
+ * worker sends meanwhile is known to be that client's. Returns the chasers sent. */
+int broadcast_send_loop(struct gw *g, struct worker *w, int max)
 {
     int n = 0, chasers = 0;
     struct bnode *prev = NULL;
-    while (!STAILQ_EMPTY(&w->bq) && n < BATCH_MAX) {
+    while (!STAILQ_EMPTY(&w->bq) && n < (max ? max : BATCH_MAX)) {
         struct bnode *b = STAILQ_FIRST(&w->bq);
         STAILQ_REMOVE_HEAD(&w->bq, link);
         if (prev && (prev->cl_id != b->cl_id || prev->cl_gen != b->cl_gen)) {

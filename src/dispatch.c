@@ -82,16 +82,25 @@ void dispatch_hold_loop(struct gw *g, struct group *grp, struct conn *client, ui
     log_debug(client->name, "request %llu held: group %s is paused", (unsigned long long)seq, grp->cfg.name);
 }
 
-void dispatch_run_loop(struct gw *g, struct group *grp)
+/* Idle workers of grp that owe what (OWES_ANY, OWES_PARTS) run it. */
+static void run_owed(struct gw *g, struct group *grp, int what)
 {
-    /* broadcasts first: an idle worker sends what it owes before taking a request */
     for (struct conn *w = connq_first(&grp->idle), *n; w; w = n) {
         n = connq_next(w);
-        if (g->back->owes_broadcasts(w))
+        if (g->back->owes(w, what))
             g->back->start(g, w, NULL);
         if (n && n->q != &grp->idle) /* a start may start others (a broadcast released): again */
             n = connq_first(&grp->idle);
     }
+}
+
+void dispatch_run_loop(struct gw *g, struct group *grp)
+{
+    /* fan-out parts first: an idle worker runs what it was given (its broadcasts before them,
+     * a client's order); with nobody waiting, its broadcasts too, in batches; with clients
+     * waiting, a worker sends one owed broadcast before each request it takes (relay.c), so that
+     * one client's flood of broadcasts holds nobody else's request back for long */
+    run_owed(g, grp, connq_first(&grp->queue) && !grp->paused ? OWES_FIRST : OWES_ANY);
     if (grp->paused) /* what was given to its workers runs; nothing new starts */
         return;
     /* the worker idle longest takes the client waiting longest that may start (a user under
@@ -110,6 +119,7 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
         else
             g->back->start(g, w, c);
     }
+    run_owed(g, grp, OWES_ANY); /* what the clients left, none of them ready for a worker */
     /* pipeline > 1, every worker busy: sync requests still waiting go to free connections of the
      * busy workers running fewest, as pipeline_wait allows */
     for (struct conn *c = group_pipelines(grp) && connq_first(&grp->queue) ? connq_first(&grp->queue) : NULL, *n; c;

@@ -57,6 +57,8 @@ static inline int group_pipelines(const struct group *grp)
 /* How many connections grp keeps to each of its workers. */
 static inline int group_conns(const struct group *grp) { return group_pipelines(grp) ? grp->cfg.pipeline : 1; }
 
+enum { OWES_ANY = 0, OWES_FIRST = 1 };
+
 /* What dispatch may start for a queued client (frontend ops ready). */
 enum { WAIT_NOT_NOW = 0, WAIT_WORKER = 1, WAIT_BROADCAST = 2 };
 
@@ -75,7 +77,9 @@ struct backend_ops {
     /* Run client's head request (and any async ones right behind it) on idle worker w; with
      * no client, only the broadcasts w owes. */
     void (*start)(struct gw *g, struct conn *w, struct conn *client);
-    int (*owes_broadcasts)(const struct conn *w);
+    /* Does w owe broadcasts or fan-out parts (what = OWES_ANY), or what it runs before any
+     * client's request (OWES_FIRST: fan-out parts, or anything when it takes no new work)? */
+    int (*owes)(const struct conn *w, int what);
     /* pool = session: run client's head on the worker given to it, if that worker is free
      * (1); 0 if it is still finishing the last run (it starts the head when it has). */
     int (*session_start)(struct gw *g, struct worker *w, struct client *client);
@@ -85,7 +89,8 @@ struct backend_ops {
     /* client, whose request w runs or holds behind the one it runs, has gone (closed, or its
      * input ended): drain its reply. */
     void (*client_gone)(struct gw *g, struct worker *w, struct client *client);
-    /* The idle connection that takes grp's next request: of a worker running nothing (NULL: none). */
+    /* The idle connection that takes grp's next request: of a worker in rotation running nothing
+     * (NULL: none). */
     struct conn *(*idle_first)(struct gw *g, struct group *grp);
     /* pipeline > 1: start client's head, a sync request, on a free connection of a busy worker
      * of grp. 1 if one took it; 0 if it is not such a request; -1 if no worker may take it. */

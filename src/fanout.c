@@ -6,7 +6,7 @@
  * answer, one lost midway is left out, and the answer is `workers`result!(addresses; merged).
  *
  * Each worker gets a part (struct fpart): run at once if the worker is idle, else owed (its
- * fq) and run when it is free, before any request (dispatch asks owes_broadcasts). A part's
+ * fq) and run when it is free, before any request (dispatch asks backend_ops.owes). A part's
  * reply is collected whole (bounded, with the others, by merge_max). The first failure
  * answers the client at once: a worker lost ('qgate: worker host:port lost), a timeout, merge
  * too large; the parts not begun are dropped, the running ones drained (their fo is NULL).

@@ -84,10 +84,9 @@ static int runs_any(const struct worker *lead)
 struct conn *pipeline_idle_first_loop(struct gw *g, struct group *grp)
 {
     (void)g;
-    if (!group_pipelines(grp))
-        return connq_first(&grp->idle);
-    for (struct conn *x = connq_first(&grp->idle); x; x = connq_next(x))
-        if (!runs_any(worker_of(x)))
+    for (struct conn *x = connq_first(&grp->idle); x; x = connq_next(x)) /* (one idle out of rotation
+                                                                        * runs only what it owes) */
+        if (worker_takes_work(worker_of(x)) && (!group_pipelines(grp) || !runs_any(worker_of(x))))
             return x;
     return NULL;
 }

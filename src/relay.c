@@ -89,7 +89,8 @@ void relay_start_loop(struct gw *g, struct worker *w, struct client *c)
         return;
     w->cl = NULL;
     worker_set_state_loop(g, w, WS_BUSY); /* before the broadcasts: releasing one must not start here */
-    int swallow = broadcast_send_loop(g, w);
+    int swallow = broadcast_send_loop(g, w, c ? 1 : 0); /* a client waits: one owed message before it, a
+                                                      * round's worth (a flood drains between requests) */
     w->run = RUN_BROADCASTS;
     w->cl = c;
     if (c) {

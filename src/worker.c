@@ -523,13 +523,19 @@ static int back_follow(struct gw *g, struct group *grp, struct conn *c)
 {
     return pipeline_follow_loop(g, grp, client_of(c));
 }
-static int back_owes(const struct conn *x) { return owes((const struct worker *)x); /* broadcasts, fan-out parts */ }
+static int back_owes(const struct conn *x, int what)
+{
+    const struct worker *w = (const struct worker *)x;
+    if (what == OWES_FIRST) /* a disabled or removed worker takes no request: it runs what it owes now */
+        return !STAILQ_EMPTY(&w->fq) || (!worker_takes_work(w) && owes(w));
+    return owes(w); /* broadcasts, fan-out parts */
+}
 
 const struct backend_ops worker_backend = {
     .start = back_start,
     .session_start = session_start_loop,
     .release = session_release_loop,
-    .owes_broadcasts = back_owes,
+    .owes = back_owes,
     .client_gone = relay_client_gone_loop,
     .idle_first = back_idle_first,
     .follow = back_follow,

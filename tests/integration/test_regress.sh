@@ -247,9 +247,33 @@ r_idle_async() {
     pass "an idle worker's async message in a request pool belongs to nobody: dropped, counted, logged with the fix"
 }
 
+# --- one client's flood of broadcasts holds nobody else's request back: a worker sends one owed
+# broadcast before each request it takes while clients wait (0.12.0 sent all it owed first: a
+# sync request waited for all 200,000) ---------------------------------------------------------
+r_broadcast_flood() {
+    start_worker B1 --rows 10 --quiet
+    start_worker B2 --rows 10 --quiet
+    conf "$TMP/bf.conf" -- "[group bc]" "workers = 127.0.0.1:$B1_PORT,127.0.0.1:$B2_PORT" "async = broadcast"
+    start_gateway BF -c "$TMP/bf.conf"
+    G="127.0.0.1:$BF_PORT"
+    wait_count "$TMP/BF.log" "connected \\(capability" 2
+    timeout 300 "$BIN/qsend" -g "$G" --flood 200000 "x:1" "echo flood done" > "$TMP/flood.out" 2>&1 & fp=$!
+    ended() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
+        awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == "requests") print v[i - 1] }'; }
+    started() { local n; n=$(ended); [ -n "$n" ] && [ "$n" -ge 1000 ]; }
+    wait_for 60 "the flood under way" started
+    timeout 60 "$BIN/qsend" -g "$G" "echo b" > "$TMP/b.out" 2>&1
+    n=$(ended)
+    expect_lines "$TMP/b.out" '^"b"$' 1
+    [ "$n" -lt 200000 ] || fail "the sync request was answered only after the flood ($n requests ended by then)"
+    wait "$fp"
+    expect_lines "$TMP/flood.out" '^"flood done"$' 1
+    pass "a sync request answered while another client's 200,000 broadcasts were still going ($n ended by then), the flood then done"
+}
+
 start_worker W --rows 3000000
 WA="127.0.0.1:$W_PORT"
-for s in close_runs async_full_queue stall held_broadcast command_shape cap0_bound byte3 bad_body emfile disconnect_id admin_exact idle_async; do
+for s in close_runs async_full_queue stall held_broadcast command_shape cap0_bound byte3 bad_body emfile disconnect_id admin_exact idle_async broadcast_flood; do
     [ -z "${ONLY:-}" ] || [ "$ONLY" = "$s" ] || continue
     "r_$s"
 done

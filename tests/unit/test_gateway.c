@@ -328,6 +328,69 @@ static void test_async_chaser_and_commands(void **state)
     close(wp), close(pa);
 }
 
+/* async = broadcast: a worker that frees with broadcasts owed from three senders, and a client
+ * waiting, sends one owed message (and its chaser) before that client's request, not all three:
+ * a waiting request never waits behind more than one owed broadcast per worker per round
+ * (0.12.0 sent everything owed first). */
+static void test_broadcast_fair(void **state)
+{
+    (void)state;
+    g.groups[0].cfg.async_mode = CFG_ASYNC_BROADCAST;
+    int wp, ps, pa[3], pb;
+    struct worker *w = fake_worker("w1", &wp);
+    struct client *s = fake_client(&ps), *a[3], *b = fake_client(&pb);
+    char got[300];
+    send_text(ps, KIPC_SYNC, "first");
+    client_in(s);
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_SYNC); /* w runs it: what follows waits */
+    assert_string_equal(got, "first");
+    for (int i = 0; i < 3; i++) { /* three senders: a broadcast of each owed by w */
+        a[i] = fake_client(&pa[i]);
+        char t[16];
+        snprintf(t, sizeof t, "a%d", i + 1);
+        send_text(pa[i], KIPC_ASYNC, t);
+        client_in(a[i]);
+    }
+    assert_int_equal((int)(STAILQ_FIRST(&w->bq) != NULL), 1);
+    send_text(pb, KIPC_SYNC, "b");
+    client_in(b);
+    send_text(wp, KIPC_RESPONSE, "r:first");
+    worker_in(w); /* w frees: one owed broadcast, its chaser, then b */
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_ASYNC);
+    assert_string_equal(got, "a1");
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_SYNC);
+    assert_string_equal(got, "");
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_SYNC);
+    assert_string_equal(got, "b");
+    assert_false(readable(wp));
+    send_text(wp, KIPC_RESPONSE, "chaser reply");
+    send_text(wp, KIPC_RESPONSE, "r:b");
+    worker_in(w);
+    assert_int_equal(recv_text(pb, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:b");
+    /* nobody waiting now: the rest go in one run */
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_ASYNC);
+    assert_string_equal(got, "a2");
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_SYNC);
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_ASYNC);
+    assert_string_equal(got, "a3");
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_SYNC);
+    send_text(wp, KIPC_RESPONSE, "chaser reply");
+    send_text(wp, KIPC_RESPONSE, "chaser reply");
+    worker_in(w);
+    assert_int_equal(w->st, WS_IDLE);
+    for (int i = 0; i < 3; i++) {
+        conn_close_loop(&g, &a[i]->c, "test");
+        close(pa[i]);
+    }
+    conn_close_loop(&g, &s->c, "test");
+    conn_close_loop(&g, &b->c, "test");
+    worker_remove_loop(&g, w);
+    step();
+    g.groups[0].cfg.async_mode = CFG_ASYNC_ONE;
+    close(wp), close(ps), close(pb);
+}
+
 /* A freed id is not handed out again until ID_QUARANTINE others have been freed after it, and
  * then oldest first; a completion for the old (id, generation) never reaches the new owner. */
 static void test_stale_completion_dropped(void **state)
@@ -624,6 +687,7 @@ int main(void)
         cmocka_unit_test(test_fairness_round_robin),
         cmocka_unit_test(test_n_plus_one),
         cmocka_unit_test(test_async_chaser_and_commands),
+        cmocka_unit_test(test_broadcast_fair),
         cmocka_unit_test(test_stale_completion_dropped),
         cmocka_unit_test(test_close_leaves_every_list),
         cmocka_unit_test(test_gateway_replies_bounded),
