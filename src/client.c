@@ -156,23 +156,32 @@ static void finish_handshake(struct gw *g, struct client *c)
 }
 
 /* Hashing is not the loop's work: a reader checks the credentials; the client waits in AUTH. */
-static int check_credentials(struct gw *g, struct client *c, const struct kipc_hs *hs)
+/* A reader checks credentials "user[:password]" (clen bytes) against the users file in force
+ * now; the client waits in AUTH. 0, or -1 (closed: out of memory). */
+static int submit_check(struct gw *g, struct client *c, const uint8_t *cred, size_t clen)
 {
     struct job *j = job_new(job_check_credentials, JK_AUTH);
-    size_t clen = hs->pass_len ? hs->user_len + 1 + hs->pass_len : hs->user_len;
     if (!j || !(j->in = malloc(clen ? clen : 1))) {
         job_free(j);
         conn_close_loop(g, &c->c, "out of memory");
         return -1;
     }
-    memcpy(j->in, inbuf_data(&c->c.in), clen);
+    memcpy(j->in, cred, clen);
     j->in_len = clen;
     j->ctx = auth_ref(g->auth);
     j->ctx_free = auth_unref;
+    conn_submit_loop(g->readers, j, &c->c, 0);
+    return 0;
+}
+
+static int check_credentials(struct gw *g, struct client *c, const struct kipc_hs *hs)
+{
+    size_t clen = hs->pass_len ? hs->user_len + 1 + hs->pass_len : hs->user_len;
+    if (submit_check(g, c, inbuf_data(&c->c.in), clen))
+        return -1;
     inbuf_consume(&c->c.in, hs->len);
     client_set_state_loop(c, CS_AUTH);
     conn_set_reading_loop(g, &c->c, 0);
-    conn_submit_loop(g->readers, j, &c->c, 0);
     return 0;
 }
 
@@ -245,6 +254,12 @@ void client_auth_done_loop(struct gw *g, struct job *j)
     struct client *c = x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
     if (!c || c->st != CS_AUTH)
         return;
+    if (j->ctx != g->auth) { /* a reload changed the users file meanwhile: the check is made again,
+                              * against the file in force (its entry, flags and limits) */
+        log_debug(c->c.name, "credentials checked against a users file since replaced: checked again");
+        submit_check(g, c, j->in, j->in_len);
+        return;
+    }
     if (!j->result) {
         conn_refused_loop(g, REFUSED_ACCESS, c->c.name, "access denied: user '%s' from %s", c->user, c->peer);
         conn_close_loop(g, &c->c, "bad credentials ('access)");

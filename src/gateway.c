@@ -79,8 +79,10 @@ static void on_command(struct gw *g, struct job *j)
     if (control_command_loop(g, cl, r, j)) /* pause, kill and the other operator's commands */
         return;
     struct job *w = job_new(job_encode_command, JK_REPLY);
-    if (!w)
+    if (!w) { /* no reply can be made: as q out of memory, the connection goes */
+        conn_close_loop(g, &cl->c, "out of memory answering a gateway command");
         return;
+    }
     w->arg = j->result;
     w->ctx_free = free;
     if (j->result == GWCMD_STATS)

@@ -28,8 +28,12 @@ struct pool {
     atomic_int has_done; /* a hint that done is not empty, for pool_take_loop */
 };
 
+long job_new_fail_at;
+
 struct job *job_new(job_fn run, int kind)
 {
+    if (job_new_fail_at > 0 && --job_new_fail_at == 0)
+        return NULL; /* a test's out of memory */
     struct job *j = calloc(1, sizeof *j);
     if (j) {
         j->run = run;

@@ -32,6 +32,8 @@ struct job {
 STAILQ_HEAD(joblist, job);
 
 struct job *job_new(job_fn run, int kind);
+/* Tests: when set to N > 0, the Nth job_new from now fails, as out of memory would (0: never). */
+extern long job_new_fail_at;
 /* The job after j in a list taken by pool_drain_loop or pool_take_loop, or NULL. */
 static inline struct job *job_next(const struct job *j) { return STAILQ_NEXT(j, link); }
 void job_free(struct job *j);

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "client.h"
 #include "conn.h"
 #include "control.h"
@@ -34,6 +35,7 @@
 #include "kipc.h"
 #include "kzip.h"
 #include "log.h"
+#include "mhttp.h"
 
 /* Sanitizer hooks, present when built with ASan (weak: absent otherwise). */
 size_t __sanitizer_get_current_allocated_bytes(void) __attribute__((weak));
@@ -251,6 +253,8 @@ struct sim {
     int64_t now_us;
     char conf_path[64], users_path[64], alog_path[64];
     int users_file;
+    int carol_max;       /* carol's max_inflight in the users file now (a reload may change it) */
+    int scraper[4];      /* fake metrics scrapers: their end of a socketpair, or -1 */
     int alog;            /* access_log on: every request ended is a line of it */
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
@@ -1733,6 +1737,52 @@ static void client_close(struct fclient *c)
     client_gone(c);
 }
 
+/* ---- fake scrapers of the metrics page ------------------------------------------------------- */
+
+/* A scraper connects, sends its request (or part of it, or junk), reads what comes, or goes at
+ * any point: before, while and after its page is made (the writer pool runs when it will). */
+static void scrape_event(void)
+{
+    int i = rnd(4);
+    int *fd = &S->scraper[i];
+    if (*fd < 0) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
+            fail("socketpair: %s", strerror(errno));
+        set_sndbuf(sv[0]);
+        set_sndbuf(sv[1]);
+        S->in_gw = 1;
+        int rc = mhttp_adopt_loop(&S->g, sv[0], chance(50) ? "sim-a" : "sim-b");
+        S->in_gw = 0;
+        *fd = sv[1];
+        tr("scraper %d connects%s", i, rc ? " (refused: 503)" : "");
+        return;
+    }
+    int what = rnd(10);
+    if (what < 4) {
+        static const char get[] = "GET /metrics HTTP/1.1\r\nHost: sim\r\n\r\n";
+        const char *m = chance(10) ? "POST / HTTP/1.1\r\n\r\n" : get;
+        size_t n = strlen(m), k = chance(30) ? 1 + (size_t)rnd((int)n) : n;
+        ssize_t w = write(*fd, m, k);
+        S->res->scrapes += w == (ssize_t)n && m == get;
+        tr("scraper %d sends %zd of %zu bytes of its request", i, w, n);
+    } else if (what < 8) {
+        char buf[8192];
+        ssize_t n = read(*fd, buf, sizeof buf);
+        if (n > 0)
+            S->moved += (size_t)n;
+        if (n == 0) {
+            tr("scraper %d: the gateway closed it", i);
+            close(*fd);
+            *fd = -1;
+        }
+    } else {
+        tr("scraper %d goes (resets)", i);
+        close(*fd);
+        *fd = -1;
+    }
+}
+
 /* ---- the gateway's own invariants ---------------------------------------------------------- */
 
 static int conn_live(struct gw *g, const struct conn *x)
@@ -1836,7 +1886,7 @@ static void check_gateway(void)
 {
     struct gw *g = &S->g;
     S->res->checks++;
-    int nclients = 0, backlog = 0, dirty = 0;
+    int nclients = 0, backlog = 0, dirty = 0, nmetrics = 0;
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *x = g->tab[id];
         if (!x)
@@ -1847,6 +1897,11 @@ static void check_gateway(void)
             fail("closed connection %s is still in the table", x->name);
         if (x->dirty && x->fd < 0)
             fail("%s is on the flush list without a socket", x->name);
+        if (x->kind == CONN_METRICS) {
+            nmetrics++;
+            if (x->q != &g->metrics_conns || x->fd < 0)
+                fail("%s: a metrics connection not on the metrics list, or without its socket", x->name);
+        }
         if (x->kind != CONN_CLIENT)
             continue;
         nclients++;
@@ -1889,6 +1944,8 @@ static void check_gateway(void)
         fail("%llu worker state transitions outside worker.c's table (see the log)", (unsigned long long)g->bad_transitions);
     if (nclients != g->nclients)
         fail("nclients is %d, the table holds %d clients", g->nclients, nclients);
+    if (nmetrics != g->nmconns || nmetrics != g->metrics_conns.n)
+        fail("nmconns %d, the metrics list holds %d, the table %d", g->nmconns, g->metrics_conns.n, nmetrics);
     struct conn *x;
     TAILQ_FOREACH(x, &g->dirty, dirty_link) {
         dirty++;
@@ -1978,6 +2035,10 @@ static void check_gateway(void)
         }
         if (u->inflight != inflight || u->conns != conns)
             fail("user %s: inflight %d conns %d, counted %d and %d", u->name, u->inflight, u->conns, inflight, conns);
+        const struct auth_user *e = g->auth ? auth_find(auth_db_of(g->auth), u->name, strlen(u->name)) : NULL;
+        if (e && conns && (u->admin != e->admin || u->max_inflight != e->max_inflight || u->max_conns != e->max_conns))
+            fail("user %s: admin %d max_inflight %d max_conns %d, the users file in force says %d, %d, %d", u->name,
+                 u->admin, u->max_inflight, u->max_conns, e->admin, e->max_inflight, e->max_conns);
     }
 }
 
@@ -2115,7 +2176,8 @@ static void write_users(void)
     FILE *f = fopen(S->users_path, "w");
     if (!f)
         fail("cannot write %s", S->users_path);
-    fprintf(f, "alice:wonder\tadmin=1\nbob:builder\ncarol:s3cret\tmax_inflight=1\ndave:d\tmax_conns=2\nbea:b\n");
+    fprintf(f, "alice:wonder\tadmin=1\nbob:builder\ncarol:s3cret\tmax_inflight=%d\ndave:d\tmax_conns=2\nbea:b\n",
+            S->carol_max);
     fclose(f);
 }
 
@@ -2142,6 +2204,11 @@ static void reload(void)
         tr("reload: %s W%d", w->in_config ? "put back" : "remove", k);
         if (!w->in_config)
             S->wdeaths++;
+    }
+    if (S->users_file && chance(30)) { /* a user's limits change: logins checked meanwhile get the new */
+        S->carol_max = S->carol_max == 1 ? 2 : 1;
+        write_users();
+        tr("reload: carol's max_inflight %d", S->carol_max);
     }
     if (chance(25)) { /* each worker's connections opened or closed to match */
         S->pipeline = chance(50) ? 1 : 2 + rnd(3);
@@ -2301,6 +2368,10 @@ static void one_event(void)
     } else if (k < 82) {
         if (enabled(SIM_EV_DISABLE) && w && chance(40))
             operator_disable(w);
+
+    } else if (k < 84) {
+        if (enabled(SIM_EV_SCRAPE))
+            scrape_event();
     } else {
         if (enabled(SIM_EV_STEP))
             gw_step();
@@ -2441,6 +2512,12 @@ static void quiesce(int include_stalled, const char *phase)
             worker_read(w, 1 << 20);
             worker_process(w, 1 << 20);
             worker_write(w, 1 << 20);
+        }
+        for (int i = 0; i < 4; i++) { /* scrapers take what comes */
+            char buf[65536];
+            ssize_t n;
+            while (S->scraper[i] >= 0 && (n = read(S->scraper[i], buf, sizeof buf)) > 0)
+                S->moved += (size_t)n;
         }
         run_pool(S->g.readers, 1);
         run_pool(S->g.writers, 1);
@@ -2643,6 +2720,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     S->ngroups = chance(60) ? 2 : 1;
     S->bc_group = S->ngroups > 1 ? 1 : -1;
     S->users_file = chance(40);
+    S->carol_max = 1;
     S->alog = chance(40);
     S->session = chance(30);
     S->pipeline = chance(40) ? 2 + rnd(3) : 1;
@@ -2651,6 +2729,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
         cfg->queue_timeout = 50 + rnd(2000);
     S->nw = S->ngroups + rnd(4); /* every group has one at least */
     S->defer_pct = chance(40) ? 1 + rnd(30) : 0;
+    for (int i = 0; i < 4; i++)
+        S->scraper[i] = -1;
     for (int k = 0; k < S->nw; k++)
         fw_init(&S->w[k], k, k < S->ngroups ? k : rnd(S->ngroups));
     /* the configuration goes through the file, as a reload reads it */
@@ -2691,6 +2771,11 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     check_nothing_lost();
 
     /* everyone leaves */
+    for (int i = 0; i < 4; i++)
+        if (S->scraper[i] >= 0) {
+            close(S->scraper[i]);
+            S->scraper[i] = -1;
+        }
     for (int i = 0; i < MAXC; i++)
         if (S->cl[i].st == FC_HS || S->cl[i].st == FC_READY)
             client_close(&S->cl[i]);

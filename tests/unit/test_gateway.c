@@ -13,6 +13,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +29,7 @@
 #include "kcodec.h"
 #include "kipc.h"
 #include "log.h"
+#include "pool.h"
 
 static struct gw g;
 
@@ -391,6 +395,64 @@ static void test_broadcast_fair(void **state)
     close(wp), close(ps), close(pb);
 }
 
+/* No reply can be made for a gateway command (out of memory): the client is closed, never left
+ * waiting for ever (0.12.0 left its request LOCAL: the client hung). */
+static void test_command_out_of_memory(void **state)
+{
+    (void)state;
+    int pa;
+    struct client *a = fake_client(&pa);
+    int before = g.nclients;
+    job_new_fail_at = 2; /* the reader's parse job is made; the reply's job is not */
+    send_text(pa, KIPC_SYNC, ".qgate.ping[]");
+    client_in(a);
+    settle_pools();
+    job_new_fail_at = 0;
+    assert_int_equal(g.nclients, before - 1);
+    char b[16];
+    assert_true(readable(pa));
+    assert_int_equal(read(pa, b, sizeof b), 0); /* closed, without a byte */
+    close(pa);
+}
+
+/* accept meets EMFILE with no reserve descriptor to give up (it could not be taken back): the
+ * listener stops for a while instead of waking the loop for ever, counted; then it takes the
+ * reserve back and accepts again (0.12.0 spun on the level-triggered listener). */
+static void test_emfile_without_reserve(void **state)
+{
+    (void)state;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(connect(cfd, (struct sockaddr *)&a, sizeof a), 0); /* waits in the backlog */
+    close(g.reserve_fd);
+    g.reserve_fd = -1; /* as when it could not be taken back */
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int fill[64], nfill = 0, top = dup(0); /* the lowest free descriptors go to fill[], up to the limit */
+    low = old;
+    low.rlim_cur = (rlim_t)top;
+    close(top);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    while (nfill < 64 && (fill[nfill] = dup(0)) >= 0)
+        nfill++;
+    uint64_t refused = g.refused[REFUSED_NO_FDS].n;
+    event((struct conn *)&g.listen_tcp.ev, EPOLLIN); /* the listener's own handler, as the loop calls it */
+    assert_int_equal(g.refused[REFUSED_NO_FDS].n, refused + 1);
+    assert_int_equal(g.listen_tcp.stopped, 1);
+    assert_true(g.listen_tcp.tm.pos != 0);
+    for (int i = 0; i < nfill; i++)
+        close(fill[i]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    int clients = g.nclients;
+    for (int i = 0; i < 2000 && (g.listen_tcp.stopped || g.nclients == clients); i++)
+        gw_step_loop(&g, 10); /* its timer, then the accept: events, never a time */
+    assert_int_equal(g.listen_tcp.stopped, 0);
+    assert_true(g.reserve_fd >= 0);
+    assert_int_equal(g.nclients, clients + 1); /* the waiting connection taken */
+    close(cfd);
+}
+
 /* A freed id is not handed out again until ID_QUARANTINE others have been freed after it, and
  * then oldest first; a completion for the old (id, generation) never reaches the new owner. */
 static void test_stale_completion_dropped(void **state)
@@ -688,6 +750,8 @@ int main(void)
         cmocka_unit_test(test_n_plus_one),
         cmocka_unit_test(test_async_chaser_and_commands),
         cmocka_unit_test(test_broadcast_fair),
+        cmocka_unit_test(test_command_out_of_memory),
+        cmocka_unit_test(test_emfile_without_reserve),
         cmocka_unit_test(test_stale_completion_dropped),
         cmocka_unit_test(test_close_leaves_every_list),
         cmocka_unit_test(test_gateway_replies_bounded),
