@@ -64,8 +64,12 @@ void client_take_response_loop(struct gw *g, struct client *c, uint8_t *msg, siz
     struct conn *wc = k && !kept.cancelled ? conn_lookup_loop(g, kept.w_id, kept.w_gen) : NULL;
     client_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
     if (!wc || wc->kind != CONN_WORKER) {
-        log_warn(c->c.name, k ? "answer to a callback whose worker has gone: dropped"
-                              : "response message nobody asked for: dropped");
+        if (k) /* a client may send these as fast as it likes: one line a second */
+            log_limited(&g->lim.orphan, g->loop.now_ms, LOG_WARN, c->c.name,
+                        "answer to a callback whose worker has gone: dropped");
+        else
+            log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name,
+                        "response message nobody asked for: dropped");
         free(msg);
         return;
     }

@@ -67,7 +67,7 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
             if (errno == EMFILE || errno == ENFILE)
                 conn_emfile_loop(g, l, REFUSED_NO_FDS);
             else if (errno != EAGAIN && errno != EINTR)
-                log_warn(NULL, "accept: %s", strerror(errno));
+                log_limited(&g->lim.accept, g->loop.now_ms, LOG_WARN, NULL, "accept: %s", strerror(errno));
             return;
         }
         int over = g->nclients >= g->cfg.max_clients;

@@ -87,7 +87,8 @@ static void fail(struct gw *g, struct fanout *fo, const char *why)
     fanout_free(g, fo);
     if (!r || r->seq != seq || r->state != RS_RUNNING)
         return;
-    log_info(c->c.name, "request %llu: .qgate.all failed: %s", (unsigned long long)r->seq, why);
+    log_limited(&g->lim.fanout, g->loop.now_ms, LOG_INFO, c->c.name, "request %llu: .qgate.all failed: %s",
+                (unsigned long long)r->seq, why);
     client_error_loop(g, c, r, "%s", why);
 }
 

@@ -66,7 +66,7 @@ static void on_command(struct gw *g, struct job *j)
         return;
     }
     if (gwcmd_admin_only(j->result) && !(cl->us && cl->us->admin)) {
-        log_warn(cl->c.name, "refused %s: not an admin", j->text);
+        log_limited(&g->lim.not_admin, g->loop.now_ms, LOG_WARN, cl->c.name, "refused %s: not an admin", j->text);
         client_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
         return;
     }

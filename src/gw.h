@@ -136,6 +136,17 @@ struct gw {
     uint64_t accepted;   /* client connections accepted */
     int64_t started_ms, started_wall_ms;
     uint64_t bad_transitions; /* state changes the tables do not allow (worker.c): a bug */
+    /* lines a client can cause as often as it sends: at most one a second of each kind
+     * (log_limited), the next saying how many were not logged; refusals have theirs above,
+     * messages from a worker that belong to nobody their group's dropped_log */
+    struct {
+        struct log_limit unasked;    /* a response message nobody asked for (callback.c) */
+        struct log_limit orphan;     /* an answer to a callback whose worker has gone (callback.c) */
+        struct log_limit not_admin;  /* an admin's command from a user who is not one (gateway.c) */
+        struct log_limit not_routed; /* a route that cannot go (request.c) */
+        struct log_limit fanout;     /* a .qgate.all that failed (fanout.c) */
+        struct log_limit accept;     /* accept() failing with a pending connection's error (client.c) */
+    } lim;
     struct auth_shared *auth; /* users file, or NULL: any credentials */
 
     /* the access log (access.c) */

@@ -1,4 +1,7 @@
-/* log.h: levelled logging; lines carry the connection they concern. */
+/* log.h: levelled logging; lines carry the connection they concern. Once log_start has run, a
+ * line is appended to a bounded in-memory queue that a thread of its own writes to stderr: the
+ * loop never waits for a slow reader of stderr (a stalled journald, a full pipe), and what does
+ * not fit is dropped and counted. */
 #ifndef LOG_H
 #define LOG_H
 
@@ -20,8 +23,29 @@ extern void (*log_sink)(const char *line, size_t len);
 int log_level_parse(const char *s);
 const char *log_level_name(int level);
 
-/* Write one line: time, level, prefix (may be NULL) and the message. Thread-safe. */
+/* Write one line: time, level, prefix (may be NULL) and the message. Thread-safe, and never
+ * waits on the output while the log thread runs: the line is queued, or dropped and counted if
+ * the queue has no room for it. Before log_start and after log_stop it is written at once; with
+ * log_sink set it goes to log_sink, at once, on the caller's thread. */
 void log_write(int level, const char *prefix, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The queue's size, in bytes, in production. */
+#define LOG_QUEUE_BYTES (1u << 20)
+
+/* Start the log thread writing to fd (STDERR_FILENO in production) through a queue of cap
+ * bytes. 0, or -1 (no thread: lines are written at once, as before log_start). */
+int log_start(int fd, size_t cap);
+/* Stop it: what is queued is written first, for at most timeout_ms. 0 once the thread has ended
+ * (lines are written at once again), -1 if it is still blocked writing (a reader that never
+ * reads): lines still go to the queue, never to the stuck fd, and a later call may finish. */
+int log_stop(int timeout_ms);
+/* Lines dropped so far: the queue had no room, or the output failed. */
+uint64_t log_dropped_total(void);
+/* Read JOURNAL_STREAM (systemd sets it when stderr is the journal's stream): when set, each line
+ * written starts with its syslog priority as <N> (error <3>, warn <4>, info <6>, debug <7>), as
+ * sd-daemon(3) describes, so the journal files it at that priority. Lines to log_sink never
+ * carry it. Returns whether it is on. */
+int log_journal_detect(void);
 
 /* The macros skip formatting entirely when the level is off. */
 #define log_at(lvl, prefix, ...)                       \

@@ -104,6 +104,7 @@ int main(int argc, char **argv)
 {
     const char *path = "";
     int check = 0;
+    log_journal_detect(); /* under systemd, lines carry their priority for the journal */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -146,10 +147,16 @@ int main(int argc, char **argv)
         return rc;
     }
     static struct gw g;
+    /* from here on, log lines go through the log thread's queue: the loop never waits on
+     * stderr; at the end what is queued is written, for 2 s at most (a reader that never
+     * reads does not hold the exit) */
+    if (log_start(STDERR_FILENO, LOG_QUEUE_BYTES))
+        fprintf(stderr, "qgate: no log thread (out of memory or threads): lines are written as they come\n");
     if (gw_init(&g, cfg, path, &qgate_overrides, NULL)) {
-        fprintf(stderr, "qgate: cannot start (see the log above)\n");
         gw_free(&g);
         free(cfg);
+        log_stop(2000);
+        fprintf(stderr, "qgate: cannot start (see the log above)\n");
         return 1;
     }
     printf("qgate listening on %s:%d\n", cfg->bind, g.port);
@@ -159,5 +166,6 @@ int main(int argc, char **argv)
     free(cfg);
     int rc = gw_run_loop(&g);
     gw_free(&g);
+    log_stop(2000);
     return rc;
 }

@@ -163,8 +163,9 @@ static int route(struct gw *g, struct client *c, struct req *r)
             client_error_loop(g, c, r, "qgate: .qgate.all does not apply to group %s (pool = session)", name);
         else
             client_error_loop(g, c, r, "qgate: access: group %s does not admit user '%s'", name, user);
-        log_info(c->c.name, "request %llu not routed%s%s%s", (unsigned long long)r->seq,
-                 r->type == KIPC_ASYNC ? " (async: dropped)" : "", ok ? "" : ": bad route: ", ok ? "" : jobs_route_why(f));
+        log_limited(&g->lim.not_routed, g->loop.now_ms, LOG_INFO, c->c.name, "request %llu not routed%s%s%s",
+                    (unsigned long long)r->seq, r->type == KIPC_ASYNC ? " (async: dropped)" : "",
+                    ok ? "" : ": bad route: ", ok ? "" : jobs_route_why(f));
         return -1;
     }
     /* no copy: a header for query's bytes goes over the end of the wrapper, and the message
