@@ -32,6 +32,11 @@ static const char prio[LOG_NLEVELS] = {'3', '4', '6', '7'};
 
 static int journal; /* JOURNAL_STREAM was set: lines start with <N> */
 
+/* log_start_manual: the ring without a thread; log_pump gives its lines to manual_out. Set and
+ * read on the one thread that uses it (tests/sim); never in production. */
+static int manual;
+static void (*manual_out)(const char *line, size_t len);
+
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t more;  /* lines queued, or stop asked: the thread wakes */
@@ -41,8 +46,10 @@ static struct {
     uint64_t dropped;     /* lines dropped since the last "dropped" line */
     uint64_t dropped_total;
     int fd;
-    int running;          /* the thread owns fd: lines go to the ring */
+    int running;          /* the thread owns fd (or manual): lines go to the ring */
     int stopping, ended;
+    uint64_t lines_in;    /* lines offered to the ring */
+    uint64_t written;     /* lines written from it (manual mode: given to out) */
     pthread_t th;
 } Q = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = STDERR_FILENO};
 
@@ -147,19 +154,20 @@ void log_write(int level, const char *prefix, const char *fmt, ...)
     va_start(ap, fmt);
     size_t n = format(buf, &line, level, prefix, fmt, ap);
     va_end(ap);
-    if (log_sink) {
-        if (journal) /* the sink gets the line without its priority */
-            line += PRIO_LEN, n -= PRIO_LEN;
+    if (journal && (log_sink || manual)) /* the sink gets the line without its priority */
+        line += PRIO_LEN, n -= PRIO_LEN;
+    if (log_sink && !manual) {
         log_sink(line, n);
         return;
     }
     pthread_mutex_lock(&Q.mu);
     if (Q.running) {
         int was_empty = Q.len == 0;
+        Q.lines_in++;
         if (ring_put(line, n)) {
             Q.dropped++;
             Q.dropped_total++;
-        } else if (was_empty) {
+        } else if (was_empty && !manual) {
             pthread_cond_signal(&Q.more);
         }
         pthread_mutex_unlock(&Q.mu);
@@ -205,10 +213,11 @@ static void *log_main(void *arg)
             int fd = Q.fd;
             pthread_mutex_unlock(&Q.mu);
             size_t w = write_all(fd, ring + h, n);
-            uint64_t lost = w < n ? count_lines(ring + h + w, n - w) : 0;
+            uint64_t lost = w < n ? count_lines(ring + h + w, n - w) : 0, lines = count_lines(ring + h, n);
             pthread_mutex_lock(&Q.mu);
             Q.head = (h + n) % Q.cap;
             Q.len -= n;
+            Q.written += lines - lost;
             Q.dropped_total += lost; /* the output failed: not retried, not reported through it */
             continue;
         }
@@ -283,6 +292,15 @@ int log_start(int fd, size_t cap)
 
 int log_stop(int timeout_ms)
 {
+    if (manual) { /* what is queued is given out first */
+        log_pump((size_t)-1);
+        free(Q.ring);
+        Q.ring = NULL;
+        Q.cap = Q.head = 0;
+        Q.running = manual = 0;
+        manual_out = NULL;
+        return 0;
+    }
     pthread_mutex_lock(&Q.mu);
     if (!Q.running) {
         pthread_mutex_unlock(&Q.mu);
@@ -311,6 +329,7 @@ int log_stop(int timeout_ms)
         size_t first = MIN_(Q.len, Q.cap - Q.head);
         write_all(Q.fd, Q.ring + Q.head, first);
         write_all(Q.fd, Q.ring, Q.len - first);
+        Q.written += count_lines(Q.ring + Q.head, first) + count_lines(Q.ring, Q.len - first);
         Q.len = 0;
     }
     char *ring = Q.ring;
@@ -325,6 +344,73 @@ int log_stop(int timeout_ms)
     pthread_cond_destroy(&Q.ended_cv);
     free(ring);
     return 0;
+}
+
+int log_start_manual(size_t cap, void (*out)(const char *line, size_t len))
+{
+    if (Q.running || !cap || !out || !(Q.ring = malloc(cap)))
+        return -1;
+    Q.cap = cap;
+    Q.head = Q.len = 0;
+    Q.dropped = Q.dropped_total = Q.lines_in = Q.written = 0;
+    Q.running = manual = 1;
+    manual_out = out;
+    return 0;
+}
+
+/* The first queued line, copied out whole (it may wrap the ring's end): its length. */
+static size_t ring_line(char *out)
+{
+    size_t n = 0;
+    while (n < Q.len && n < LINE_MAX_LEN) {
+        char ch = Q.ring[(Q.head + n) % Q.cap];
+        out[n++] = ch;
+        if (ch == '\n')
+            break;
+    }
+    return n;
+}
+
+size_t log_pump(size_t max)
+{
+    if (!manual)
+        return 0;
+    size_t k = 0, done = 0;
+    char buf[LINE_MAX_LEN + PRIO_LEN];
+    while (Q.len) {
+        size_t n = ring_line(buf);
+        if (done + n > max)
+            return k;
+        Q.head = (Q.head + n) % Q.cap;
+        Q.len -= n;
+        Q.written++;
+        done += n;
+        k++;
+        manual_out(buf, n);
+    }
+    if (Q.dropped) { /* drained: said as the thread says it */
+        const char *line;
+        size_t n = format_args(buf, &line, LOG_WARN, NULL, "%llu log lines dropped: the log was behind",
+                               (unsigned long long)Q.dropped);
+        if (journal)
+            line += PRIO_LEN, n -= PRIO_LEN;
+        Q.dropped = 0;
+        manual_out(line, n);
+    }
+    return k;
+}
+
+void log_counts(struct log_counts *c)
+{
+    pthread_mutex_lock(&Q.mu);
+    c->offered = Q.lines_in;
+    c->written = Q.written;
+    c->dropped = Q.dropped_total;
+    c->queued = Q.len ? count_lines(Q.ring + Q.head, MIN_(Q.len, Q.cap - Q.head)) +
+                            count_lines(Q.ring, Q.len - MIN_(Q.len, Q.cap - Q.head))
+                      : 0;
+    c->queued_bytes = Q.len;
+    pthread_mutex_unlock(&Q.mu);
 }
 
 uint64_t log_dropped_total(void)

@@ -39,6 +39,23 @@ int log_start(int fd, size_t cap);
  * (lines are written at once again), -1 if it is still blocked writing (a reader that never
  * reads): lines still go to the queue, never to the stuck fd, and a later call may finish. */
 int log_stop(int timeout_ms);
+/* tests/sim: the queue of cap bytes without a thread. Lines queue (or are dropped) as under
+ * log_start, and go out only when log_pump gives them to out, one whole line a call, without
+ * their <N>; log_sink is not used meanwhile. log_stop gives out what is queued and ends it.
+ * 0, or -1. */
+int log_start_manual(size_t cap, void (*out)(const char *line, size_t len));
+/* Manual mode: give out whole queued lines, up to max bytes of them, then, once the queue is
+ * empty, the "N log lines dropped" line if lines were dropped since it was last said. The
+ * queued lines given out. */
+size_t log_pump(size_t max);
+struct log_counts {
+    uint64_t offered;    /* lines that came to the queue (dropped ones included) */
+    uint64_t written;    /* lines written from it */
+    uint64_t dropped;    /* lines that did not fit, or that the output failed */
+    uint64_t queued;     /* lines in the queue now */
+    uint64_t queued_bytes;
+};
+void log_counts(struct log_counts *c);
 /* Lines dropped so far: the queue had no room, or the output failed. */
 uint64_t log_dropped_total(void);
 /* Read JOURNAL_STREAM (systemd sets it when stderr is the journal's stream): when set, each line

@@ -255,6 +255,9 @@ struct sim {
     int users_file;
     int carol_max;       /* carol's max_inflight in the users file now (a reload may change it) */
     int scraper[4];      /* fake metrics scrapers: their end of a socketpair, or -1 */
+    int log_queued;      /* the log goes through its queue (log_start_manual), its reader log_event */
+    int log_stalled;     /* that reader has stopped */
+    size_t log_cap;      /* the queue's bytes */
     int alog;            /* access_log on: every request ended is a line of it */
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
@@ -312,6 +315,24 @@ static void on_log(const char *line, size_t n)
     while (len && (p[len - 1] == '\n'))
         len--;
     tr("  gw %.*s", (int)len, p);
+}
+
+/* The log sink of worlds whose log goes through the queue (log_start_manual): lines come when
+ * the sink takes them (log_event); the "dropped" lines are summed to check them. */
+static uint64_t log_given, log_reported;
+
+static void on_log_queued(const char *line, size_t n)
+{
+    const char *d = memmem(line, n, " log lines dropped: the log was behind", 38);
+    if (d) {
+        const char *p = d;
+        while (p > line && p[-1] >= '0' && p[-1] <= '9')
+            p--;
+        log_reported += strtoull(p, NULL, 10);
+    } else {
+        log_given++;
+    }
+    on_log(line, n);
 }
 
 static void print_trace(void)
@@ -1783,6 +1804,39 @@ static void scrape_event(void)
     }
 }
 
+/* ---- the log's sink ---------------------------------------------------------------------- */
+
+/* In worlds whose log is queued, its reader stops (a stalled journald, a full pipe), goes on,
+ * or takes some of what is queued. While it is stopped the queue fills and lines are dropped;
+ * the gateway is unaffected (every other invariant still holds). */
+static void log_event(void)
+{
+    if (!S->log_queued)
+        return;
+    if (chance(25)) {
+        S->log_stalled = !S->log_stalled;
+        tr("the log's reader %s", S->log_stalled ? "stops" : "resumes");
+    }
+    if (!S->log_stalled)
+        log_pump(chance(30) ? (size_t)-1 : (size_t)(1 + rnd(4096)));
+}
+
+static void check_log(void)
+{
+    if (!S->log_queued)
+        return;
+    struct log_counts lc;
+    log_counts(&lc);
+    if (lc.offered != lc.written + lc.dropped + lc.queued)
+        fail("the log: %llu lines offered, %llu written, %llu dropped, %llu queued", (unsigned long long)lc.offered,
+             (unsigned long long)lc.written, (unsigned long long)lc.dropped, (unsigned long long)lc.queued);
+    if (lc.written != log_given || lc.queued_bytes > S->log_cap)
+        fail("the log: %llu lines written, the sink got %llu; %llu bytes queued in %zu", (unsigned long long)lc.written,
+             (unsigned long long)log_given, (unsigned long long)lc.queued_bytes, S->log_cap);
+    if (!lc.queued && !S->log_stalled && log_reported != lc.dropped) /* drained: the dropped line has come */
+        fail("the log: %llu lines dropped, %llu said", (unsigned long long)lc.dropped, (unsigned long long)log_reported);
+}
+
 /* ---- the gateway's own invariants ---------------------------------------------------------- */
 
 static int conn_live(struct gw *g, const struct conn *x)
@@ -1886,6 +1940,7 @@ static void check_gateway(void)
 {
     struct gw *g = &S->g;
     S->res->checks++;
+    check_log();
     int nclients = 0, backlog = 0, dirty = 0, nmetrics = 0;
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *x = g->tab[id];
@@ -2372,6 +2427,9 @@ static void one_event(void)
     } else if (k < 84) {
         if (enabled(SIM_EV_SCRAPE))
             scrape_event();
+    } else if (k < 86) {
+        if (enabled(SIM_EV_LOGSINK))
+            log_event();
     } else {
         if (enabled(SIM_EV_STEP))
             gw_step();
@@ -2702,7 +2760,12 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     snprintf(S->alog_path, sizeof S->alog_path, "/tmp/qgate-sim-%d.access", (int)getpid());
     unlink(S->alog_path);
     log_sink = on_log;
+    log_given = log_reported = 0;
     if (setjmp(S->fail)) {
+        if (S->log_queued) {
+            tr("(the lines still in the log's queue)");
+            log_stop(0);
+        }
         if (!o->quiet) {
             fprintf(stderr, "sim: seed %llu failed at step %ld: %s\n", (unsigned long long)o->seed, res->failed_step,
                     res->what);
@@ -2729,6 +2792,10 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
         cfg->queue_timeout = 50 + rnd(2000);
     S->nw = S->ngroups + rnd(4); /* every group has one at least */
     S->defer_pct = chance(40) ? 1 + rnd(30) : 0;
+    S->log_queued = enabled(SIM_EV_LOGSINK) && chance(50);
+    S->log_cap = 1024 + (size_t)rnd(16384);
+    if (S->log_queued && log_start_manual(S->log_cap, on_log_queued))
+        fail("log_start_manual failed");
     for (int i = 0; i < 4; i++)
         S->scraper[i] = -1;
     for (int k = 0; k < S->nw; k++)
@@ -2821,6 +2888,16 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
         S->res->alog_lines = lines;
     }
     free_world();
+    if (S->log_queued) { /* the reader takes the rest */
+        struct log_counts lc;
+        log_stop(0);
+        log_counts(&lc);
+        if (lc.offered != lc.written + lc.dropped || lc.written != log_given || log_reported != lc.dropped)
+            fail("the end: the log had %llu lines offered, %llu written (the sink got %llu), %llu dropped (%llu said)",
+                 (unsigned long long)lc.offered, (unsigned long long)lc.written, (unsigned long long)log_given,
+                 (unsigned long long)lc.dropped, (unsigned long long)log_reported);
+        S->res->log_dropped = (long)lc.dropped;
+    }
     log_sink = NULL;
     unlink(S->conf_path);
     unlink(S->users_path);

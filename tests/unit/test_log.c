@@ -3,7 +3,8 @@
  * queue is dropped and counted, and once the reader is back the thread says how many; under
  * systemd (JOURNAL_STREAM) each line starts with its priority, <3> to <7>, and not otherwise;
  * log_sink still gets lines at once; log_stop gives up on a reader that never reads, in bounded
- * time; log_limited writes one line a second and then says how many it did not. */
+ * time; log_limited writes one line a second and then says how many it did not; the manual
+ * mode tests/sim drives queues and drops the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -293,6 +294,43 @@ static void test_stop_gives_up_on_a_dead_reader(void **state)
     close(p[1]);
 }
 
+/* The manual mode tests/sim drives: lines wait in the queue (wrapping its end) until pumped,
+ * whole; what does not fit is dropped; the counts add up; the dropped line comes once drained. */
+static void test_manual_queue(void **state)
+{
+    (void)state;
+    sunk[0] = 0;
+    nsunk = 0;
+    log_sink = sink; /* not used while the queue is manual */
+    assert_int_equal(log_start_manual(3 * LINE + LINE / 2, sink), 0);
+    for (int i = 0; i < 5; i++)
+        log_numbered(LOG_INFO, i);
+    assert_int_equal(nsunk, 0);
+    struct log_counts lc;
+    log_counts(&lc);
+    assert_int_equal(lc.offered, 5);
+    assert_int_equal(lc.dropped, 2);
+    assert_int_equal(lc.queued, 3);
+    assert_int_equal(lc.queued_bytes, 3 * LINE);
+    assert_int_equal(log_pump(LINE + 1), 1); /* whole lines only */
+    assert_int_equal(nsunk, 1);
+    assert_non_null(strstr(sunk, "line 0000 "));
+    log_numbered(LOG_INFO, 5); /* wraps the ring's end */
+    assert_int_equal(log_pump((size_t)-1), 3);
+    assert_int_equal(nsunk, 5); /* and the dropped line */
+    assert_non_null(strstr(sunk, "line 0001 "));
+    assert_null(strstr(sunk, "line 0003 "));
+    assert_non_null(strstr(strstr(sunk, "line 0005 "), " warn  2 log lines dropped: the log was behind\n"));
+    log_counts(&lc);
+    assert_int_equal(lc.offered, lc.written + lc.dropped + lc.queued);
+    assert_int_equal(lc.written, 4);
+    log_numbered(LOG_INFO, 6);
+    assert_int_equal(log_stop(0), 0); /* gives out what is queued */
+    assert_int_equal(nsunk, 6);
+    assert_non_null(strstr(sunk, "line 0006 "));
+    log_sink = NULL;
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -305,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_sink_at_once),
         cmocka_unit_test(test_limited),
         cmocka_unit_test(test_stop_gives_up_on_a_dead_reader),
+        cmocka_unit_test(test_manual_queue),
     };
     return cmocka_run_group_tests_name("log", tests, NULL, NULL);
 }
