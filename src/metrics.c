@@ -31,7 +31,8 @@ static void tprintf(struct text *t, const char *fmt, ...)
     for (int tries = 0; tries < 2 && !t->oom; tries++) {
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        /* no buffer yet: vsnprintf(NULL, 0) only measures (NULL + 0 is undefined) */
+        int n = vsnprintf(t->p ? t->p + t->len : NULL, t->cap - t->len, fmt, ap);
         va_end(ap);
         if (n < 0) {
             t->oom = 1;
