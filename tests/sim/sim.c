@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "client.h"
 #include "conn.h"
 #include "control.h"
@@ -2521,7 +2522,7 @@ static size_t gw_kept(void)
     size_t n = (size_t)g->tab_cap * (sizeof(struct conn *) + 2 * sizeof(uint32_t));
     n += (size_t)g->loop.timers.cap * sizeof(struct timer *);
     n += g->names_bytes; /* worker names, kept for the access log's records */
-    n += g->alog.cap;    /* its records not yet handed to the writer */
+    n += access_bytes_loop(g); /* the access log's record buffers */
     for (int i = 0; i < g->ngroups; i++) {
         struct worker *w;
         TAILQ_FOREACH(w, &g->groups[i].workers, glink)
