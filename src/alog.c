@@ -1,16 +1,20 @@
-/* alog.c: access-log records, their logfmt lines, and the writer job. Pure but for the job's
- * write: runs on the writer pool, touching nothing of the loop's. */
+/* alog.c: access-log records, their logfmt lines, and the access log's thread. Pure but for the
+ * thread, which touches nothing of the loop's: the loop reaches it through alog_writer_*. */
 #include "alog.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include "pool.h"
+#include "log.h"
 
 #define NSTR 5 /* user, peer, group, worker, error */
 
@@ -62,13 +66,6 @@ void alog_buf_free(struct alog_buf *b)
 {
     free(b->p);
     *b = (struct alog_buf){0};
-}
-
-void alog_buf_ctx_free(void *ctx)
-{
-    if (ctx)
-        alog_buf_free(ctx);
-    free(ctx);
 }
 
 /* ---- lines ------------------------------------------------------------------------------------ */
@@ -191,43 +188,483 @@ int alog_open(const char *path, char *err, size_t errlen)
     return fd;
 }
 
-static int write_all(int fd, const char *p, size_t n)
+/* ---- the writer thread ------------------------------------------------------------------------- */
+
+#define OUT_CAP (1 << 20)          /* lines formatted per write */
+#define BATCH_BYTES (256 * 1024)   /* records that make the thread write at once */
+#define FLUSH_MS 100               /* else it writes within this long of the first */
+#define SHRINK_CAP (4 << 20)       /* an empty queue larger than this is given back */
+#define WARN_MS 10000              /* write errors: a line at most this often */
+#define NREOPEN 4                  /* reopens waiting for the thread; beyond, the last one's path changes */
+#define KICK_SIG (SIGRTMIN + 5)    /* interrupts the thread's stuck open() or write() at stop */
+
+struct reopen {
+    size_t mark;                   /* q's bytes when it was asked: those go to the file open before */
+    int announce;                  /* log it */
+    uint64_t seq;                  /* open_asked then */
+    char path[1024];
+};
+
+struct alog_writer {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;           /* the thread: records, a reopen, stop */
+    pthread_cond_t done;           /* alog_writer_opened and _stop: an open done, the thread ended */
+    pthread_t th;
+    size_t max;                    /* bytes of records the queue may hold */
+    struct alog_buf q;             /* the loop appends here */
+    struct alog_buf cur;           /* the thread's batch, taken whole from q (mu: swapped) */
+    int idle;                      /* the thread waits for records */
+    int lingering;                 /* ...or for more of them, FLUSH_MS at most */
+    int stop, ended;
+    atomic_int abandon;            /* stop's time is up: give up an interrupted open() or write() */
+    /* the opens asked for (mu) */
+    int nreopen;
+    struct reopen reopen[NREOPEN], taken_reopen[NREOPEN]; /* the second: the thread's copy */
+    int quiet_late;                /* alog_writer_opened gave up waiting: log the outcome */
+    uint64_t open_asked, open_done;
+    int open_failed;
+    char open_err[1200];
+    /* counts (mu) */
+    uint64_t offered, lines, dropped, errors;
+    uint64_t taken, settled;       /* records taken into cur; those of them counted lines or dropped */
+    /* the thread's own */
+    int fd;                        /* -1: none */
+    int frag;                      /* the file ends in part of a line (a write cut short) */
+    int frag_whole;                /* ...all of it but its newline: a line once that is written */
+    char fpath[1024];              /* the file's path */
+    char *out;                     /* OUT_CAP + 1: [0] for the newline that ends a fragment */
+    int64_t warned_ms;             /* the last write error logged */
+    /* no thread (alog_writer_start_manual): the work done in alog_writer_pump, writes through wr */
+    int manual;
+    alog_write_fn *wr;
+    void *wctx;
+};
+
+static int64_t mono_ms(void)
 {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? errno : EIO;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void job_alog_write(struct job *j)
+static struct timespec abs_ms(int64_t ms)
 {
-    const struct alog_buf *b = j->ctx;
-    size_t cap = 1 << 20, len = 0, off = 0;
-    char *out = malloc(cap);
-    j->result = 0;
-    j->aux[0] = 0;
-    if (!out) {
-        j->result = ENOMEM;
-        snprintf(j->text, sizeof j->text, "out of memory formatting %llu lines", (unsigned long long)b->n);
+    return (struct timespec){.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+}
+
+/* Write errors: logged at most once per WARN_MS, with the counts so far. */
+static void write_failed(struct alog_writer *w, int err)
+{
+    int64_t now = mono_ms();
+    if (w->warned_ms && now - w->warned_ms < WARN_MS)
+        return;
+    w->warned_ms = now;
+    pthread_mutex_lock(&w->mu);
+    uint64_t errors = w->errors, dropped = w->dropped;
+    pthread_mutex_unlock(&w->mu);
+    log_error(NULL, "access log %s: %s: lines dropped (%llu write errors, %llu lines dropped so far)", w->fpath,
+              strerror(err), (unsigned long long)errors, (unsigned long long)dropped);
+}
+
+/* Settle the counts of a write of n lines: ok of them reached the file whole; err its error. */
+static void settle(struct alog_writer *w, uint64_t n, uint64_t ok, int err)
+{
+    pthread_mutex_lock(&w->mu);
+    w->lines += ok;
+    w->dropped += n - ok;
+    w->settled += n;
+    int kicked = atomic_load(&w->abandon); /* stop's time was up: not a write error */
+    w->errors += err && !kicked;
+    pthread_mutex_unlock(&w->mu);
+    if (err && !kicked)
+        write_failed(w, err);
+}
+
+static ssize_t write_some(struct alog_writer *w, const char *p, size_t len)
+{
+    return w->wr ? w->wr(w->wctx, w->fd, p, len) : write(w->fd, p, len);
+}
+
+/* Write the n whole lines at p (len bytes; p[-1] is ours). lines counts those that reached the
+ * file whole; a write cut short leaves a fragment, which the next write ends with a newline
+ * first. A line cut just before its newline is settled by that newline: a line if it is
+ * written, dropped if not (end_fragment). */
+static void flush_lines(struct alog_writer *w, char *p, size_t len, uint64_t n)
+{
+    if (w->fd < 0) {
+        settle(w, n, 0, 0);
         return;
     }
-    while (off < b->len && !j->result) {
+    uint64_t ok = 0;
+    int err = 0;
+    char *s = p;
+    if (w->frag)
+        *--s = '\n';
+    size_t total = len + (size_t)(p - s), off = 0;
+    while (off < total) {
+        ssize_t r = write_some(w, s + off, total - off);
+        if (r < 0 && errno == EINTR && !atomic_load(&w->abandon))
+            continue;
+        if (r <= 0) {
+            err = r < 0 ? errno : EIO;
+            break;
+        }
+        off += (size_t)r;
+    }
+    if (off && w->frag_whole) { /* its newline written: the line before is whole */
+        w->frag_whole = 0;
+        settle(w, 1, 1, 0);
+    }
+    if (off == total) {
+        ok = n;
+    } else {
+        for (const char *c = p, *end = s + off; c < end && (c = memchr(c, '\n', (size_t)(end - c))); c++)
+            ok++;
+    }
+    if (off)
+        w->frag = s[off - 1] != '\n';
+    int whole = off && off < total && w->frag && s[off] == '\n'; /* all of a line but its newline */
+    w->frag_whole |= whole;
+    settle(w, n - (uint64_t)whole, ok, err);
+}
+
+/* Before the file is closed: a fragment it ends in gets its newline (a line cut just before its
+ * newline then counted a line; dropped if even that cannot be written). */
+static void end_fragment(struct alog_writer *w)
+{
+    if (w->fd < 0 || !w->frag)
+        return;
+    ssize_t r;
+    while ((r = write_some(w, "\n", 1)) < 0 && errno == EINTR && !atomic_load(&w->abandon))
+        ;
+    if (r == 1)
+        w->frag = 0;
+    if (w->frag_whole) {
+        w->frag_whole = 0;
+        settle(w, 1, r == 1, 0);
+    }
+}
+
+/* Format and write the records of b from byte from to byte to. */
+static void write_records(struct alog_writer *w, const struct alog_buf *b, size_t from, size_t to)
+{
+    char *out = w->out + 1;
+    size_t len = 0;
+    uint64_t n = 0;
+    for (size_t off = from; off < to && !atomic_load(&w->abandon);) {
         size_t rl;
         len += alog_format(b->p + off, &rl, out + len);
         off += rl;
-        j->aux[0]++;
-        if (cap - len < ALOG_LINE_MAX || off == b->len) {
-            j->result = write_all(j->arg, out, len);
+        n++;
+        if (OUT_CAP - len < ALOG_LINE_MAX || off == to) {
+            flush_lines(w, out, len, n);
             len = 0;
+            n = 0;
         }
     }
-    if (j->result)
-        snprintf(j->text, sizeof j->text, "writing the access log: %s", strerror(j->result));
-    free(out);
+}
+
+/* The open asked for (path "": none). Called unlocked; publishes the outcome. */
+static void do_open(struct alog_writer *w, const struct reopen *r)
+{
+    char err[1200] = "";
+    int fd = -1;
+    if (r->path[0])
+        while ((fd = alog_open(r->path, err, sizeof err)) < 0 && errno == EINTR && !atomic_load(&w->abandon))
+            ; /* a FIFO with no reader, a hung mount: only stop's KICK_SIG ends it */
+    int failed = r->path[0] && fd < 0, was_open = w->fd >= 0;
+    if (!failed) {
+        /* the same file again (SIGUSR1 with no rotation), ending in a fragment that could not be
+         * ended: the next line still starts with its newline */
+        struct stat a, b;
+        int same = fd >= 0 && w->fd >= 0 && w->frag && !fstat(w->fd, &a) && !fstat(fd, &b) &&
+                   a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+        if (!same)
+            end_fragment(w);
+        if (w->fd >= 0)
+            close(w->fd);
+        w->fd = fd;
+        if (!same)
+            w->frag = 0; /* a new file: nothing to end */
+        snprintf(w->fpath, sizeof w->fpath, "%s", r->path);
+    }
+    pthread_mutex_lock(&w->mu);
+    w->open_done = r->seq;
+    w->open_failed = failed;
+    snprintf(w->open_err, sizeof w->open_err, "%s", err);
+    w->errors += failed && !atomic_load(&w->abandon);
+    int late = w->quiet_late && !r->announce;
+    pthread_cond_broadcast(&w->done);
+    pthread_mutex_unlock(&w->mu);
+    if (atomic_load(&w->abandon))
+        return;
+    if (failed && (r->announce || late))
+        log_error(NULL, "%s (%s)", err, was_open ? "still writing to the file open before" : "its lines are dropped");
+    else if (!failed && late)
+        log_info(NULL, "access log: %s open at last", r->path);
+    else if (!failed && r->announce && (r->path[0] || was_open))
+        log_info(NULL, "access log %s%s", r->path[0] ? "reopened: " : "off", r->path);
+}
+
+/* Take the queue whole into cur (empty): the loop gets cur's buffer back to append to. */
+static void take(struct alog_writer *w)
+{
+    struct alog_buf t = w->cur;
+    w->cur = w->q;
+    w->q = t;
+    w->taken += w->cur.n;
+}
+
+/* One pass of the thread's work, mu held (let go while writing): the reopens asked, each after
+ * the records put before it, or else the queue whole. 0 if there was nothing to do. */
+static int work(struct alog_writer *w)
+{
+    int n = w->nreopen;
+    if (!n && !w->q.len)
+        return 0;
+    memcpy(w->taken_reopen, w->reopen, (size_t)n * sizeof w->reopen[0]);
+    w->nreopen = 0;
+    take(w);
+    pthread_mutex_unlock(&w->mu);
+    size_t from = 0;
+    for (int i = 0; i < n && !atomic_load(&w->abandon); i++) {
+        write_records(w, &w->cur, from, w->taken_reopen[i].mark);
+        do_open(w, &w->taken_reopen[i]);
+        from = w->taken_reopen[i].mark;
+    }
+    write_records(w, &w->cur, from, w->cur.len);
+    pthread_mutex_lock(&w->mu);
+    w->cur.len = w->cur.n = 0;
+    return 1;
+}
+
+static void run(struct alog_writer *w)
+{
+    int64_t linger_until = 0;
+    pthread_mutex_lock(&w->mu);
+    while (!atomic_load(&w->abandon)) {
+        if (w->nreopen) {
+            work(w);
+            continue;
+        }
+        if (!w->q.len) {
+            if (w->stop)
+                break;
+            w->idle = 1;
+            pthread_cond_wait(&w->wake, &w->mu);
+            w->idle = 0;
+            linger_until = mono_ms() + FLUSH_MS;
+            continue;
+        }
+        if (!w->stop && w->q.len < BATCH_BYTES && mono_ms() < linger_until) {
+            struct timespec ts = abs_ms(linger_until);
+            w->lingering = 1;
+            pthread_cond_timedwait(&w->wake, &w->mu, &ts);
+            w->lingering = 0;
+            continue;
+        }
+        work(w);
+    }
+    if (!atomic_load(&w->abandon)) {
+        pthread_mutex_unlock(&w->mu);
+        end_fragment(w);
+        pthread_mutex_lock(&w->mu);
+    }
+    w->ended = 1;
+    pthread_cond_broadcast(&w->done);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void on_kick(int sig) { (void)sig; }
+
+static void *writer_main(void *arg)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, KICK_SIG);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    run(arg);
+    return NULL;
+}
+
+static struct alog_writer *new_writer(size_t max_queued)
+{
+    struct alog_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    if (!(w->out = malloc(OUT_CAP + 1))) {
+        free(w);
+        return NULL;
+    }
+    w->max = max_queued;
+    w->fd = -1;
+    atomic_init(&w->abandon, 0);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->wake, &ca);
+    pthread_cond_init(&w->done, &ca);
+    pthread_condattr_destroy(&ca);
+    return w;
+}
+
+static void free_writer(struct alog_writer *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    alog_buf_free(&w->q);
+    alog_buf_free(&w->cur);
+    free(w->out);
+    pthread_cond_destroy(&w->wake);
+    pthread_cond_destroy(&w->done);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+struct alog_writer *alog_writer_start(size_t max_queued)
+{
+    /* KICK_SIG, without SA_RESTART: a stuck open() or write() of the thread returns EINTR */
+    struct sigaction sa = {.sa_handler = on_kick};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(KICK_SIG, &sa, NULL))
+        return NULL;
+    struct alog_writer *w = new_writer(max_queued);
+    if (!w)
+        return NULL;
+    int e = pthread_create(&w->th, NULL, writer_main, w);
+    if (e) {
+        free_writer(w);
+        errno = e;
+        return NULL;
+    }
+    return w;
+}
+
+struct alog_writer *alog_writer_start_manual(size_t max_queued, alog_write_fn *wr, void *ctx)
+{
+    struct alog_writer *w = new_writer(max_queued);
+    if (w) {
+        w->manual = 1;
+        w->wr = wr;
+        w->wctx = ctx;
+    }
+    return w;
+}
+
+void alog_writer_pump(struct alog_writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (work(w))
+        ;
+    pthread_mutex_unlock(&w->mu);
+}
+
+void alog_writer_reopen(struct alog_writer *w, const char *path, int announce)
+{
+    pthread_mutex_lock(&w->mu);
+    struct reopen *r = &w->reopen[NREOPEN - 1]; /* all taken: the last one moves to the new path */
+    if (w->nreopen < NREOPEN) {
+        r = &w->reopen[w->nreopen++];
+        r->mark = w->q.len;
+        r->announce = 0;
+    }
+    r->announce |= announce;
+    r->seq = ++w->open_asked;
+    snprintf(r->path, sizeof r->path, "%s", path);
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int alog_writer_opened(struct alog_writer *w, int ms, char *err, size_t errlen)
+{
+    if (w->manual)
+        alog_writer_pump(w);
+    int64_t deadline = mono_ms() + ms;
+    struct timespec ts = abs_ms(deadline);
+    pthread_mutex_lock(&w->mu);
+    while (w->open_done != w->open_asked && !w->ended && mono_ms() < deadline)
+        pthread_cond_timedwait(&w->done, &w->mu, &ts);
+    int r = w->open_done != w->open_asked ? 1 : w->open_failed ? -1 : 0;
+    if (r < 0)
+        snprintf(err, errlen, "%s", w->open_err);
+    if (r > 0)
+        w->quiet_late = 1;
+    pthread_mutex_unlock(&w->mu);
+    return r;
+}
+
+uint64_t alog_writer_put(struct alog_writer *w, const struct alog_fields *f)
+{
+    uint64_t dropped = 0;
+    pthread_mutex_lock(&w->mu);
+    w->offered++;
+    if (!w->q.len && w->q.cap > SHRINK_CAP)
+        alog_buf_free(&w->q); /* a burst is over: give its memory back */
+    if (w->q.len >= w->max || alog_append(&w->q, f))
+        dropped = ++w->dropped;
+    else if (w->idle || (w->lingering && w->q.len >= BATCH_BYTES))
+        pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->mu);
+    return dropped;
+}
+
+void alog_writer_counts(struct alog_writer *w, struct alog_counts *c)
+{
+    pthread_mutex_lock(&w->mu);
+    *c = (struct alog_counts){.lines = w->lines, .dropped = w->dropped, .errors = w->errors, .offered = w->offered,
+                              .queued = w->q.n + w->taken - w->settled};
+    pthread_mutex_unlock(&w->mu);
+}
+
+size_t alog_writer_bytes(struct alog_writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    size_t n = w->q.cap + w->cur.cap;
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+void alog_writer_stop(struct alog_writer *w, int ms, struct alog_counts *c)
+{
+    if (w->manual) { /* what the thread would do in its time: write what is queued */
+        alog_writer_pump(w);
+        end_fragment(w);
+        w->ended = 1;
+    }
+    int64_t deadline = mono_ms() + ms;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_signal(&w->wake);
+    struct timespec ts = abs_ms(deadline);
+    while (!w->ended && mono_ms() < deadline)
+        pthread_cond_timedwait(&w->done, &w->mu, &ts);
+    if (!w->ended) { /* stuck in a write or an open: interrupt it, again until it ends (or 1 s) */
+        atomic_store(&w->abandon, 1);
+        pthread_cond_signal(&w->wake);
+        deadline = mono_ms() + 1000;
+        while (!w->ended && mono_ms() < deadline) {
+            pthread_kill(w->th, KICK_SIG);
+            ts = abs_ms(mono_ms() + 10);
+            pthread_cond_timedwait(&w->done, &w->mu, &ts);
+        }
+    }
+    int ended = w->ended;
+    uint64_t left = w->q.n + w->taken - w->settled;
+    w->dropped += left;
+    if (c)
+        *c = (struct alog_counts){.lines = w->lines, .dropped = w->dropped, .errors = w->errors,
+                                  .offered = w->offered};
+    pthread_mutex_unlock(&w->mu);
+    if (!ended) {
+        log_error(NULL, "access log: its thread is stuck (in an open or a write: a hung mount?): left behind, "
+                  "with %llu lines not written", (unsigned long long)left);
+        pthread_detach(w->th);
+        return;
+    }
+    if (!w->manual)
+        pthread_join(w->th, NULL);
+    if (left)
+        log_warn(NULL, "access log: %llu lines not written at exit (dropped)", (unsigned long long)left);
+    free_writer(w);
 }

@@ -1,13 +1,13 @@
-/* alog.h: the access log's records and the pool job that writes them. The loop appends one
- * binary record per request (access.c); a writer-pool job turns a batch of them into logfmt
- * lines and writes them to the file: no formatting and no write on the loop. */
+/* alog.h: the access log's records, their lines, and the thread that writes them. The loop
+ * appends one binary record per request (access.c); the access log's own thread turns them into
+ * logfmt lines and writes them to the file: no formatting, no open and no write on the loop, and
+ * none on the writer pool that serves replies. */
 #ifndef ALOG_H
 #define ALOG_H
 
 #include <stddef.h>
 #include <stdint.h>
-
-struct job;
+#include <sys/types.h>
 
 /* How a request ended (the outcome= field). */
 #define ALOG_OUTCOMES(X) X(OK, "ok") X(ERROR, "error") X(GWERROR, "gwerror") X(GONE, "gone") X(CLOSED, "closed")
@@ -49,11 +49,48 @@ size_t alog_format(const uint8_t *p, size_t *rec_len, char *out);
 /* Open path for appending (created 0640). The fd, or -1 with the reason in err. */
 int alog_open(const char *path, char *err, size_t errlen);
 
-/* writer: j->ctx is a struct alog_buf (owned), j->arg the fd: format every record and write
- * them in order. result 0, or the errno of a failed write (j->text says what); aux[0] = lines
- * written. */
-void job_alog_write(struct job *j);
-/* Free a struct alog_buf given as a job's ctx. */
-void alog_buf_ctx_free(void *ctx);
+/* ---- the writer: a thread of its own -------------------------------------------------------------
+ * The loop appends records to a bounded queue (a mutex held for a copy, never for a write: the
+ * loop never waits for the thread); the thread takes the queue whole, formats the lines, and
+ * opens, writes and closes the file, so a full disk, a FIFO nobody reads or a hung mount stalls
+ * this thread only. Counted truly: lines = lines that reached the file whole; dropped = records
+ * that did not (the queue full, a failed or cut write, no file open, left at exit); errors =
+ * failed writes and opens. A line cut by a failed write is ended with a newline before the next
+ * one, so a line is never glued to a fragment. */
+struct alog_writer;
+
+struct alog_counts {
+    uint64_t lines, dropped, errors;
+    uint64_t offered;              /* records put (alog_writer_put) */
+    uint64_t queued;               /* ...of which not yet lines or dropped */
+};
+
+/* Start the thread, no file open yet; at most max_queued bytes of records wait for it. NULL on
+ * failure (errno set). */
+struct alog_writer *alog_writer_start(size_t max_queued);
+/* No thread (tests/sim): nothing is done until alog_writer_pump, which does what the thread
+ * would (the reopens asked, the records queued) at once, the file's writes going through wr
+ * (as write(2): a short count, or -1 with errno). alog_writer_opened and _stop pump first. */
+typedef ssize_t alog_write_fn(void *ctx, int fd, const void *p, size_t len);
+struct alog_writer *alog_writer_start_manual(size_t max_queued, alog_write_fn *wr, void *ctx);
+void alog_writer_pump(struct alog_writer *w);
+/* Ask the thread to (re)open path ("" closes the file: the log off). Records put before this go
+ * to the file open before, those put after to the new one; if the new one cannot be opened the
+ * old one is kept (logged). announce: log "access log reopened: PATH" / "access log off".
+ * Never waits for the thread. */
+void alog_writer_reopen(struct alog_writer *w, const char *path, int announce);
+/* Setup, before the loop runs: wait up to ms for the open asked last. 0 open, -1 it failed (the
+ * reason in err), 1 still opening (its outcome is logged when it comes). */
+int alog_writer_opened(struct alog_writer *w, int ms, char *err, size_t errlen);
+/* Append a record of f for the thread: 0, or (the queue full, or ENOMEM) the record dropped and
+ * the number dropped so far. */
+uint64_t alog_writer_put(struct alog_writer *w, const struct alog_fields *f);
+void alog_writer_counts(struct alog_writer *w, struct alog_counts *c);
+/* The heap its record buffers take (they change only in alog_writer_put; tests/sim). */
+size_t alog_writer_bytes(struct alog_writer *w);
+/* Stop: give the thread up to ms to write what is queued, then end it (cancelled if stuck in a
+ * write or an open), count what was left as dropped (its final counts in *c, if not NULL), close
+ * the file and free w. A thread that will not end (a hung mount) is left behind, and w with it. */
+void alog_writer_stop(struct alog_writer *w, int ms, struct alog_counts *c);
 
 #endif

@@ -205,7 +205,6 @@ static void wire(struct gw *g)
     loop_on_job(g, JK_NESTED, client_nested_checked_loop);
     loop_on_job(g, JK_RESOLVE, worker_resolved_loop);
     loop_on_job(g, JK_RELOAD, gw_reload_done_loop);
-    loop_on_job(g, JK_ALOG, access_done_loop);
     loop_on_job(g, JK_METRICS, mhttp_page_done_loop);
     g->front = &client_frontend;
     g->back = &worker_backend;
@@ -367,7 +366,7 @@ static int open_access_log(struct gw *g)
         log_error(NULL, "%s", err);
         return -1;
     }
-    if (g->alog_fd >= 0)
+    if (g->cfg.access_log[0])
         log_info(NULL, "access log: %s", g->cfg.access_log);
     return 0;
 }
@@ -382,7 +381,6 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
         g->overrides = *ov;
     g->cfg = *cfg;
     g->listen_tcp.fd = g->listen_uds.fd = g->listen_metrics.fd = g->sigfd = g->loop.epfd = g->loop.wepfd = -1;
-    g->alog_fd = -1;
     TAILQ_INIT(&g->dirty);
     TAILQ_INIT(&g->backlog);
     STAILQ_INIT(&g->closed);
@@ -417,7 +415,7 @@ void gw_free(struct gw *g)
         }
     }
     conn_reap_loop(g);
-    access_close(g); /* after the closes above: their requests' records are written too */
+    access_close(g); /* after the closes above: their requests' records are queued too */
     ops_free(g);
     pool_destroy(g->readers);
     pool_destroy(g->writers);

@@ -61,6 +61,8 @@ struct gw_hooks {
                                                    * the whole message); NULL = a hash of its
                                                    * bytes (pipeline_key) */
     int manual_pools;                             /* pools without threads (pool_run_one) */
+    struct alog_writer *(*alog_start)(void *ctx); /* the access log's writer; NULL = its thread
+                                                   * (alog_writer_start) */
 };
 
 /* A list of connections (a group's queue of clients, its idle workers, a client's waiters, the
@@ -149,14 +151,10 @@ struct gw {
     } lim;
     struct auth_shared *auth; /* users file, or NULL: any credentials */
 
-    /* the access log (access.c) */
-    int alog_fd;         /* -1: off */
-    int alog_busy;       /* a write job is out (it owns the batch; the loop keeps the fd) */
-    int alog_reopen;     /* reopen once it is back */
-    struct alog_buf alog; /* records not yet handed over */
-    struct timer alog_tm;
-    uint64_t alog_lines, alog_dropped, alog_errors;
-    int64_t alog_warned_ms;
+    /* the access log (access.c): its file is its thread's (alog.c) */
+    struct alog_writer *alogw; /* NULL until the log is first on */
+    struct alog_counts alog_last; /* its counts when it stopped (access_close) */
+    int64_t alog_warned_ms; /* the last "lines dropped: the queue is full" line */
     struct gw_name *names; /* interned worker names (access_name_loop) */
     size_t names_bytes;  /* what they take (tests/sim's accounting) */
 

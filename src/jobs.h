@@ -14,7 +14,6 @@ enum job_kind {
     JK_NESTED,      /* reader validated a client's response to a worker's nested request */
     JK_RESOLVE,     /* reader resolved a worker's address (aux[0] its serial): out = sockaddr */
     JK_RELOAD,      /* reader read the config and users files (ctx: struct reload_job) */
-    JK_ALOG,        /* writer wrote a batch of the access log */
     JK_METRICS,     /* writer made the metrics page for the HTTP connection the job names */
 };
 

@@ -118,10 +118,14 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
     tprintf(t, "qgate_request_bytes_total %llu\n", (unsigned long long)s->req_bytes);
     head(t, "qgate_reply_bytes_total", "counter", "bytes of their replies, as workers sent them or the gateway made them");
     tprintf(t, "qgate_reply_bytes_total %llu\n", (unsigned long long)s->reply_bytes);
-    head(t, "qgate_access_log_lines_total", "counter", "lines written to the access log");
+    head(t, "qgate_access_log_lines_total", "counter", "access log lines that reached the file whole");
     tprintf(t, "qgate_access_log_lines_total %llu\n", (unsigned long long)s->alog_lines);
-    head(t, "qgate_access_log_dropped_total", "counter", "access log lines dropped: the disk was behind");
+    head(t, "qgate_access_log_dropped_total", "counter",
+         "access log lines not written: the file behind (16 MiB queued), a write failed or cut short, no file open, "
+         "or left at exit");
     tprintf(t, "qgate_access_log_dropped_total %llu\n", (unsigned long long)s->alog_dropped);
+    head(t, "qgate_access_log_errors_total", "counter", "failed writes and opens of the access log");
+    tprintf(t, "qgate_access_log_errors_total %llu\n", (unsigned long long)s->alog_errors);
 }
 
 static void render_groups(struct text *t, const struct metrics_snap *s)
@@ -254,6 +258,9 @@ K metrics_totals(const struct metrics_snap *s)
     KV("request_bytes", s->req_bytes);
     KV("reply_bytes", s->reply_bytes);
     KV("query_timeouts", s->query_timeouts);
+    KV("alog_lines", s->alog_lines);
+    KV("alog_dropped", s->alog_dropped);
+    KV("alog_errors", s->alog_errors);
     uint64_t pipelined = 0;
     for (int i = 0; i < s->ngroups; i++)
         pipelined += s->groups[i].pipelined;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "client.h"
 #include "gw.h"
 #include "jobs.h"
@@ -117,9 +118,11 @@ struct metrics_snap *ops_snapshot_loop(struct gw *g)
         s->refusal[i] = gw_refusal_name(i);
         s->refused[i] = g->refused[i].n;
     }
-    s->alog_lines = g->alog_lines;
-    s->alog_dropped = g->alog_dropped;
-    s->alog_errors = g->alog_errors;
+    struct alog_counts ac;
+    access_counts_loop(g, &ac);
+    s->alog_lines = ac.lines;
+    s->alog_dropped = ac.dropped;
+    s->alog_errors = ac.errors;
     snap_groups(g, s);
     return s;
 }

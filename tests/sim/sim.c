@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "auth.h"
 #include "client.h"
 #include "conn.h"
@@ -259,6 +260,14 @@ struct sim {
     int log_stalled;     /* that reader has stopped */
     size_t log_cap;      /* the queue's bytes */
     int alog;            /* access_log on: every request ended is a line of it */
+    int alog_manual;     /* ...written by the sim's pumps (alog_writer_start_manual), no thread */
+    int alog_stalled;    /* its file takes nothing: the queue fills */
+    size_t alog_cap;     /* the queue's bytes */
+    size_t alog_room;    /* bytes its disk still takes (SIZE_MAX: no limit) */
+    int alog_cut;        /* the file ends in a line a failed write cut: 1 a fragment, 2 all but
+                          * its newline; the next byte written must be a newline */
+    int alog_midline;    /* the file's last byte is not a newline */
+    long alog_frags;     /* fragments ended by a newline */
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
     int session;         /* group main has pool = session */
@@ -1837,6 +1846,110 @@ static void check_log(void)
         fail("the log: %llu lines dropped, %llu said", (unsigned long long)lc.dropped, (unsigned long long)log_reported);
 }
 
+/* ---- the access log's sink ----------------------------------------------------------------- */
+
+/* In worlds whose access log has no thread (alog_writer_start_manual, a small queue), its file
+ * stalls (takes nothing: the queue fills and records are dropped), its disk fills (so many bytes
+ * of room, then ENOSPC: writes cut short) and gets room again. Every write goes through
+ * sim_alog_write, which knows where a line was cut and so whether each line of the file is whole. */
+static ssize_t sim_alog_write(void *ctx, int fd, const void *p, size_t len)
+{
+    (void)ctx;
+    const char *b = p;
+    if (S->alog_cut && len && b[0] != '\n')
+        fail("the access log: a line glued to the %s a write cut short", S->alog_cut == 1 ? "fragment" : "line");
+    if (S->alog_room != SIZE_MAX && len > S->alog_room) {
+        const char *nl = memrchr(b, '\n', S->alog_room);
+        if (nl && chance(40)) /* the disk full just before a line's newline: the line is all there */
+            S->alog_room = (size_t)(nl - b);
+        len = S->alog_room;
+    }
+    if (!len) {
+        errno = ENOSPC;
+        if (S->alog_midline && !S->alog_cut)
+            S->alog_cut = b[0] == '\n' ? 2 : 1; /* the writer gives up its line here */
+        return -1;
+    }
+    ssize_t r = write(fd, p, len);
+    if (r <= 0)
+        fail("the access log: write: %s", strerror(errno));
+    if (S->alog_room != SIZE_MAX)
+        S->alog_room -= (size_t)r;
+    if (S->alog_cut == 1)
+        S->alog_frags++;
+    S->alog_cut = 0;
+    S->alog_midline = b[r - 1] != '\n';
+    return r;
+}
+
+static struct alog_writer *hook_alog_start(void *ctx)
+{
+    (void)ctx;
+    return alog_writer_start_manual(S->alog_cap, sim_alog_write, NULL);
+}
+
+/* The file: every line whole but the fragments, none glued to one; lines counted = whole lines. */
+static void check_alog_file(const struct alog_counts *c)
+{
+    FILE *f = fopen(S->alog_path, "r");
+    if (!f)
+        fail("the access log: %s: %s", S->alog_path, strerror(errno));
+    char line[ALOG_LINE_MAX + 2];
+    uint64_t complete = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        if (!n || line[n - 1] != '\n')
+            break; /* the fragment or line still open */
+        complete++;
+        if (strncmp(line, "time=", n - 1 < 5 ? n - 1 : 5) || strstr(line + 1, "time=")) /* a fragment: the start of one */
+            fail("the access log: line %llu is not one record: %.200s", (unsigned long long)complete, line);
+    }
+    fclose(f);
+    if (complete != c->lines + (uint64_t)S->alog_frags)
+        fail("the access log: %llu lines in the file, %llu counted written, %ld fragments ended",
+             (unsigned long long)complete, (unsigned long long)c->lines, S->alog_frags);
+}
+
+static void check_alog(void)
+{
+    if (!S->alog_manual || !S->g.alogw)
+        return;
+    struct alog_counts c;
+    alog_writer_counts(S->g.alogw, &c);
+    uint64_t ended = 0;
+    for (int i = 0; i < ALOG_NOUTCOMES; i++)
+        ended += S->g.ended[i];
+    if (c.offered != ended || c.offered != c.lines + c.dropped + c.queued)
+        fail("the access log: %llu requests ended, %llu records offered, %llu lines, %llu dropped, %llu queued",
+             (unsigned long long)ended, (unsigned long long)c.offered, (unsigned long long)c.lines,
+             (unsigned long long)c.dropped, (unsigned long long)c.queued);
+}
+
+static void alog_event(void)
+{
+    if (!S->alog_manual || !S->g.alogw)
+        return;
+    int k = rnd(100);
+    if (k < 20) {
+        S->alog_stalled = !S->alog_stalled;
+        tr("the access log's file %s", S->alog_stalled ? "stalls" : "takes lines again");
+    } else if (k < 35) {
+        S->alog_room = S->alog_room == SIZE_MAX ? (size_t)rnd(2048) : SIZE_MAX;
+        if (S->alog_room == SIZE_MAX)
+            tr("the access log's disk has room again");
+        else
+            tr("the access log's disk fills: %zu bytes of room", S->alog_room);
+    }
+    if (S->alog_stalled)
+        return;
+    alog_writer_pump(S->g.alogw);
+    struct alog_counts c;
+    alog_writer_counts(S->g.alogw, &c);
+    if (c.queued > (S->alog_cut == 2)) /* a line cut before its newline waits for it */
+        fail("the access log: %llu records still queued after a pump", (unsigned long long)c.queued);
+    check_alog_file(&c);
+}
+
 /* ---- the gateway's own invariants ---------------------------------------------------------- */
 
 static int conn_live(struct gw *g, const struct conn *x)
@@ -1941,6 +2054,7 @@ static void check_gateway(void)
     struct gw *g = &S->g;
     S->res->checks++;
     check_log();
+    check_alog();
     int nclients = 0, backlog = 0, dirty = 0, nmetrics = 0;
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *x = g->tab[id];
@@ -2430,6 +2544,9 @@ static void one_event(void)
     } else if (k < 86) {
         if (enabled(SIM_EV_LOGSINK))
             log_event();
+    } else if (k < 88) {
+        if (enabled(SIM_EV_ALOGSINK))
+            alog_event();
     } else {
         if (enabled(SIM_EV_STEP))
             gw_step();
@@ -2656,7 +2773,7 @@ static size_t gw_kept(void)
     size_t n = (size_t)g->tab_cap * (sizeof(struct conn *) + 2 * sizeof(uint32_t));
     n += (size_t)g->loop.timers.cap * sizeof(struct timer *);
     n += g->names_bytes; /* worker names, kept for the access log's records */
-    n += g->alog.cap;    /* its records not yet handed to the writer */
+    n += access_bytes_loop(g); /* the access log's record buffers */
     for (int i = 0; i < g->ngroups; i++) {
         struct worker *w;
         TAILQ_FOREACH(w, &g->groups[i].workers, glink)
@@ -2805,6 +2922,9 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     S->users_file = chance(40);
     S->carol_max = 1;
     S->alog = chance(40);
+    S->alog_manual = S->alog && enabled(SIM_EV_ALOGSINK) && chance(60);
+    S->alog_cap = 256 + (size_t)rnd(8192);
+    S->alog_room = SIZE_MAX;
     S->session = chance(30);
     S->pipeline = chance(40) ? 2 + rnd(3) : 1;
     S->pipeline_wait = chance(40) ? 0 : chance(50) ? 1 + rnd(30) : 100 + rnd(3000);
@@ -2830,6 +2950,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
         fail("the simulation's configuration was refused: %s", err);
     struct gw_hooks hooks = {.now_us = hook_now, .connect = hook_connect, .lost = hook_lost, .closed = hook_closed, .unread = hook_unread,
                              .dispatched = hook_dispatched, .query_key = hook_query_key, .manual_pools = 1};
+    if (S->alog_manual)
+        hooks.alog_start = hook_alog_start;
     if (gw_init(&S->g, cfg, S->conf_path, NULL, &hooks))
         fail("gw_init failed");
     free(cfg);
@@ -2895,8 +3017,22 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     uint64_t ended = 0;
     for (int i = 0; i < ALOG_NOUTCOMES; i++)
         ended += S->g.ended[i];
+    if (S->alog_manual) { /* the disk gets room, the file takes what is left */
+        S->alog_room = SIZE_MAX;
+        S->alog_stalled = 0;
+    }
     gw_free(&S->g); /* writes the access log's last lines */
-    if (S->alog) {
+    if (S->alog_manual) {
+        const struct alog_counts *c = &S->g.alog_last;
+        if (c->offered != ended || c->lines + c->dropped != ended || S->alog_cut)
+            fail("the end: the access log had %llu records for %llu requests ended: %llu lines, %llu dropped%s",
+                 (unsigned long long)c->offered, (unsigned long long)ended, (unsigned long long)c->lines,
+                 (unsigned long long)c->dropped, S->alog_cut ? "; its file ends in a cut line" : "");
+        check_alog_file(c);
+        S->res->alog_lines = (long)c->lines;
+        S->res->alog_dropped = (long)c->dropped;
+        S->res->alog_frags = S->alog_frags;
+    } else if (S->alog) {
         FILE *f = fopen(S->alog_path, "r");
         uint64_t lines = 0;
         for (int ch; f && (ch = fgetc(f)) != EOF;)

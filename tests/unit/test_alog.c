@@ -1,5 +1,7 @@
 /* test_alog.c: the access log's records and lines: every field in order, logfmt quoting of
- * awkward values, long values cut, and the writer job writing every record in order. */
+ * awkward values, long values cut, and the access log's thread: every record in order, a reopen
+ * between two of them, the truth counted (a failed open, /dev/full, a write cut short and its
+ * fragment ended, never glued), and a FIFO nobody reads bounding neither the queue nor stop. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,10 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alog.h"
-#include "pool.h"
 
 static const struct alog_fields base = {
     .wall_us = 1764604800123456LL, /* 2025-12-01T16:00:00.123456Z */
@@ -73,37 +79,305 @@ static void test_cut(void **state)
     assert_true(strlen(line) < ALOG_LINE_MAX);
 }
 
-static void test_job_writes_in_order(void **state)
+/* ---- the writer thread ----------------------------------------------------------------------- */
+
+static char *tmp_path(const char *name)
 {
-    (void)state;
-    char path[] = "/tmp/test_alog.XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    struct alog_buf *b = calloc(1, sizeof *b);
-    assert_non_null(b);
-    struct alog_fields f = base;
-    for (int i = 0; i < 5000; i++) {
-        f.client = (uint64_t)i;
-        assert_int_equal(alog_append(b, &f), 0);
+    static char dir[64];
+    static char paths[8][128];
+    static int n;
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/test_alog.XXXXXX");
+        assert_non_null(mkdtemp(dir));
     }
-    struct job j = {.ctx = b, .arg = fd};
-    job_alog_write(&j);
-    assert_int_equal(j.result, 0);
-    assert_int_equal(j.aux[0], 5000);
-    alog_buf_ctx_free(b);
+    char *p = paths[n++ % 8];
+    snprintf(p, 128, "%s/%s", dir, name);
+    return p;
+}
+
+/* Wait (bounded) until the writer has dealt with n records: written or dropped. */
+static void wait_settled(struct alog_writer *w, uint64_t n)
+{
+    struct alog_counts c;
+    for (int i = 0; i < 20000; i++) {
+        alog_writer_counts(w, &c);
+        if (c.lines + c.dropped >= n)
+            return;
+        usleep(1000);
+    }
+    fail_msg("the writer settled %llu of %llu records", (unsigned long long)(c.lines + c.dropped),
+             (unsigned long long)n);
+}
+
+static void put_range(struct alog_writer *w, int from, int to)
+{
+    struct alog_fields f = base;
+    for (int i = from; i < to; i++) {
+        f.client = (uint64_t)i;
+        assert_int_equal(alog_writer_put(w, &f), 0);
+    }
+}
+
+/* The file's lines: each a whole record (its client id in ids[]), or a fragment (-1). */
+static int read_lines(const char *path, long *ids, int max, int *frags)
+{
     FILE *in = fopen(path, "r");
     assert_non_null(in);
     char line[ALOG_LINE_MAX];
     int n = 0;
+    *frags = 0;
     while (fgets(line, sizeof line, in)) {
-        unsigned long long id = 0;
-        assert_int_equal(sscanf(strstr(line, " client="), " client=%llu", &id), 1);
-        assert_int_equal(id, (unsigned long long)n);
-        n++;
+        size_t len = strlen(line);
+        assert_true(len && line[len - 1] == '\n'); /* the file ends in a whole line */
+        const char *t = strstr(line, "time=");
+        assert_true(!t || !strstr(t + 1, "time=")); /* never two records glued */
+        unsigned long long id;
+        if (t == line && strstr(line, " outcome=ok\n") && sscanf(strstr(line, " client="), " client=%llu", &id) == 1) {
+            assert_true(n < max);
+            ids[n++] = (long)id;
+        } else {
+            (*frags)++;
+        }
     }
-    assert_int_equal(n, 5000);
     fclose(in);
-    close(fd);
+    return n;
+}
+
+static void test_writer_in_order(void **state)
+{
+    (void)state;
+    char *path = tmp_path("order.log");
+    struct alog_writer *w = alog_writer_start(16 << 20);
+    assert_non_null(w);
+    alog_writer_reopen(w, path, 0);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    put_range(w, 0, 5000);
+    struct alog_counts c;
+    alog_writer_stop(w, 10000, &c);
+    assert_int_equal(c.lines, 5000);
+    assert_int_equal(c.dropped, 0);
+    assert_int_equal(c.errors, 0);
+    static long ids[6000];
+    int frags, n = read_lines(path, ids, 6000, &frags);
+    assert_int_equal(n, 5000);
+    assert_int_equal(frags, 0);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(ids[i], i);
+    unlink(path);
+}
+
+/* A reopen: the records put before it go to the old file, those after to the new one. */
+static void test_writer_reopen(void **state)
+{
+    (void)state;
+    char *p1 = tmp_path("one.log"), *p2 = tmp_path("two.log");
+    struct alog_writer *w = alog_writer_start(16 << 20);
+    assert_non_null(w);
+    alog_writer_reopen(w, p1, 0);
+    put_range(w, 0, 300);
+    alog_writer_reopen(w, p2, 0);
+    put_range(w, 300, 500);
+    struct alog_counts c;
+    alog_writer_stop(w, 10000, &c);
+    assert_int_equal(c.lines, 500);
+    static long ids[600];
+    int frags, n = read_lines(p1, ids, 600, &frags);
+    assert_int_equal(n, 300);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(ids[i], i);
+    n = read_lines(p2, ids, 600, &frags);
+    assert_int_equal(n, 200);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(ids[i], 300 + i);
+    unlink(p1);
+    unlink(p2);
+}
+
+static void test_writer_open_fails(void **state)
+{
+    (void)state;
+    struct alog_writer *w = alog_writer_start(1 << 20);
+    assert_non_null(w);
+    alog_writer_reopen(w, "/nonexistent/dir/x.log", 0);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), -1);
+    assert_string_equal(err, "access_log /nonexistent/dir/x.log: No such file or directory");
+    put_range(w, 0, 10);
+    struct alog_counts c;
+    alog_writer_stop(w, 10000, &c);
+    assert_int_equal(c.lines, 0);
+    assert_int_equal(c.dropped, 10); /* no file: dropped, counted */
+    assert_int_equal(c.errors, 1);
+}
+
+/* /dev/full: every write fails; nothing counts as written. */
+static void test_writer_dev_full(void **state)
+{
+    (void)state;
+    struct alog_writer *w = alog_writer_start(16 << 20);
+    assert_non_null(w);
+    alog_writer_reopen(w, "/dev/full", 0);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    put_range(w, 0, 20000);
+    struct alog_counts c;
+    alog_writer_stop(w, 10000, &c);
+    assert_int_equal(c.lines, 0);
+    assert_int_equal(c.dropped, 20000);
+    assert_true(c.errors > 0);
+}
+
+/* A write cut short (the file size limit, as a full disk cuts it): the fragment is ended with a
+ * newline before the next line, and counted dropped, not written. */
+static void test_writer_cut_write(void **state)
+{
+    (void)state;
+    char *path = tmp_path("cut.log");
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    struct alog_writer *w = alog_writer_start(16 << 20);
+    assert_non_null(w);
+    alog_writer_reopen(w, path, 0);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    lim = old;
+    lim.rlim_cur = 10000; /* about 60 lines, the last of them cut */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    put_range(w, 0, 200);
+    wait_settled(w, 200);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    struct alog_counts c;
+    alog_writer_counts(w, &c);
+    assert_true(c.lines > 0 && c.lines < 200);
+    assert_int_equal(c.lines + c.dropped, 200);
+    assert_true(c.errors > 0);
+    uint64_t first = c.lines;
+    put_range(w, 200, 300);
+    alog_writer_stop(w, 10000, &c);
+    assert_int_equal(c.lines, first + 100);
+    assert_int_equal(c.lines + c.dropped, 300);
+    static long ids[400];
+    int frags, n = read_lines(path, ids, 400, &frags);
+    assert_int_equal(frags, 1); /* the cut line, ended */
+    assert_int_equal(n, (int)c.lines);
+    for (int i = 0; i < (int)first; i++)
+        assert_int_equal(ids[i], i);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(ids[first + (uint64_t)i], 200 + i);
+    unlink(path);
+}
+
+/* A disk with so many bytes of room (the writer with no thread: alog_writer_start_manual). */
+static size_t room;
+static ssize_t write_room(void *ctx, int fd, const void *p, size_t len)
+{
+    (void)ctx;
+    if (len > room)
+        len = room;
+    if (!len) {
+        errno = ENOSPC;
+        return -1;
+    }
+    ssize_t r = write(fd, p, len);
+    room -= r > 0 ? (size_t)r : 0;
+    return r;
+}
+
+/* The disk full just before a line's newline: that line is neither written nor dropped until its
+ * newline is (then a line); a reopen of the same file (SIGUSR1, no rotation) keeps the cut line's
+ * newline owed, so nothing is glued to it. */
+static void test_writer_cut_before_newline(void **state)
+{
+    (void)state;
+    char *path = tmp_path("nl.log");
+    struct alog_writer *w = alog_writer_start_manual(1 << 20, write_room, NULL);
+    assert_non_null(w);
+    room = (size_t)-1;
+    alog_writer_reopen(w, path, 0);
+    char err[1200], line[ALOG_LINE_MAX];
+    assert_int_equal(alog_writer_opened(w, 0, err, sizeof err), 0);
+    struct alog_fields f = base;
+    line_of(&f, line);
+    size_t len = strlen(line);
+    room = 2 * (len + 1) - 1; /* two lines but the second's newline */
+    put_range(w, 0, 3);
+    alog_writer_pump(w);
+    struct alog_counts c;
+    alog_writer_counts(w, &c);
+    assert_int_equal(c.lines, 1);
+    assert_int_equal(c.dropped, 1); /* the third */
+    assert_int_equal(c.queued, 1);  /* the second: all there but its newline */
+    alog_writer_reopen(w, path, 0); /* the same file: nothing can be written yet */
+    put_range(w, 3, 4);
+    alog_writer_pump(w);
+    alog_writer_counts(w, &c);
+    assert_int_equal(c.lines + c.dropped + c.queued, 4);
+    assert_int_equal(c.queued, 1);
+    room = (size_t)-1; /* room again: the newline, then the next line */
+    put_range(w, 4, 6);
+    alog_writer_stop(w, 1000, &c);
+    assert_int_equal(c.lines, 4); /* 0, 1, 4, 5 */
+    assert_int_equal(c.dropped, 2);
+    static long ids[8];
+    int frags, n = read_lines(path, ids, 8, &frags);
+    assert_int_equal(frags, 0);
+    assert_int_equal(n, 4);
+    assert_int_equal(ids[0], 0);
+    assert_int_equal(ids[1], 1);
+    assert_int_equal(ids[2], 4);
+    assert_int_equal(ids[3], 5);
+    unlink(path);
+}
+
+/* A FIFO nobody reads: the queue's bound drops what does not fit, and stop ends the stuck
+ * write within its bound, counting what was left as dropped. */
+static void test_writer_stuck_fifo(void **state)
+{
+    (void)state;
+    char *path = tmp_path("fifo");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    int holder = open(path, O_RDWR | O_NONBLOCK); /* a reader that never reads */
+    assert_true(holder >= 0);
+    struct alog_writer *w = alog_writer_start(1 << 20); /* past BATCH_BYTES: the thread writes, and is stuck */
+    assert_non_null(w);
+    alog_writer_reopen(w, path, 0);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    struct alog_fields f = base;
+    uint64_t dropped = 0;
+    int i;
+    for (i = 0; !dropped && i < 1000000; i++) { /* until the queue is full */
+        f.client = (uint64_t)i;
+        dropped = alog_writer_put(w, &f);
+    }
+    assert_int_equal(dropped, 1);
+    struct alog_counts c;
+    alog_writer_stop(w, 200, &c);
+    assert_int_equal(c.lines + c.dropped, (uint64_t)i);
+    assert_true(c.lines > 0 && c.lines < (uint64_t)i / 4); /* a pipe's 64 KiB of 1 MiB */
+    assert_int_equal(c.errors, 0);                        /* ended by stop: no write error */
+    close(holder);
+    unlink(path);
+}
+
+/* A FIFO with no reader at all: the open blocks; the setup's wait gives up, and stop ends it. */
+static void test_writer_stuck_open(void **state)
+{
+    (void)state;
+    char *path = tmp_path("fifo2");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    struct alog_writer *w = alog_writer_start(1 << 20);
+    assert_non_null(w);
+    alog_writer_reopen(w, path, 0);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 50, err, sizeof err), 1);
+    put_range(w, 0, 10);
+    struct alog_counts c;
+    alog_writer_stop(w, 100, &c);
+    assert_int_equal(c.lines, 0);
+    assert_int_equal(c.dropped, 10);
     unlink(path);
 }
 
@@ -113,7 +387,14 @@ int main(void)
         cmocka_unit_test(test_fields),
         cmocka_unit_test(test_quoting),
         cmocka_unit_test(test_cut),
-        cmocka_unit_test(test_job_writes_in_order),
+        cmocka_unit_test(test_writer_in_order),
+        cmocka_unit_test(test_writer_reopen),
+        cmocka_unit_test(test_writer_open_fails),
+        cmocka_unit_test(test_writer_dev_full),
+        cmocka_unit_test(test_writer_cut_write),
+        cmocka_unit_test(test_writer_cut_before_newline),
+        cmocka_unit_test(test_writer_stuck_fifo),
+        cmocka_unit_test(test_writer_stuck_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
