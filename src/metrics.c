@@ -126,6 +126,9 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
     tprintf(t, "qgate_access_log_dropped_total %llu\n", (unsigned long long)s->alog_dropped);
     head(t, "qgate_access_log_errors_total", "counter", "failed writes and opens of the access log");
     tprintf(t, "qgate_access_log_errors_total %llu\n", (unsigned long long)s->alog_errors);
+    head(t, "qgate_log_dropped_total", "counter",
+         "log lines dropped: stderr behind (1 MiB queued: a stalled journald, a stopped pipe reader)");
+    tprintf(t, "qgate_log_dropped_total %llu\n", (unsigned long long)s->log_dropped);
 }
 
 static void render_groups(struct text *t, const struct metrics_snap *s)
@@ -261,6 +264,7 @@ K metrics_totals(const struct metrics_snap *s)
     KV("alog_lines", s->alog_lines);
     KV("alog_dropped", s->alog_dropped);
     KV("alog_errors", s->alog_errors);
+    KV("log_dropped", s->log_dropped);
     uint64_t pipelined = 0;
     for (int i = 0; i < s->ngroups; i++)
         pipelined += s->groups[i].pipelined;

@@ -123,6 +123,7 @@ struct metrics_snap *ops_snapshot_loop(struct gw *g)
     s->alog_lines = ac.lines;
     s->alog_dropped = ac.dropped;
     s->alog_errors = ac.errors;
+    s->log_dropped = log_dropped_total();
     snap_groups(g, s);
     return s;
 }

@@ -43,7 +43,9 @@ READER=$!
 PIDS+=("$READER")
 # fail_cont MSG: the reader goes on first, so that the log above can be read
 fail_cont() { kill -CONT "$READER" 2>/dev/null || true; fail "$@"; }
-"$BIN/qgate" -p 0 --bind 127.0.0.1 --workers "$WORKERS" --loglevel debug > "$TMP/gw.out" 2> "$TMP/fifo" &
+METRICS_PORT=$(pick_port)
+printf '[gateway]\nmetrics_port = %s\nmetrics_bind = 127.0.0.1\n[group main]\nworkers = %s\n' "$METRICS_PORT" "$WORKERS" > "$TMP/stall.conf"
+"$BIN/qgate" -c "$TMP/stall.conf" -p 0 --bind 127.0.0.1 --loglevel debug > "$TMP/gw.out" 2> "$TMP/fifo" &
 GW_PID=$!
 PIDS+=("$GW_PID")
 wait_line "$TMP/gw.out" "qgate listening on"
@@ -90,6 +92,17 @@ kill -CONT "$READER"
 wait_line "$TMP/gw.log" "[0-9]+ log lines dropped: the log was behind"
 dropped=$(sed -n 's/.* \([0-9]*\) log lines dropped: the log was behind$/\1/p' "$TMP/gw.log" | head -n 1)
 pass "the reader back: the log says $dropped lines were dropped"
+
+# the count exported: .qgate.totals[] log_dropped is what the log has said it dropped
+log_dropped_said() {
+    T=$(timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")
+        for (i = 2; i <= nk; i++) if (k[i] == "log_dropped") print v[i - 1] }')
+    SAID=$(sed -n 's/.* \([0-9]*\) log lines dropped: the log was behind$/\1/p' "$TMP/gw.log" | awk '{ s += $1 } END { print s + 0 }')
+    M=$(curl -s --max-time 10 "http://127.0.0.1:$METRICS_PORT/metrics" | awk '$1 == "qgate_log_dropped_total" { print $2 }')
+    [ "${T:-0}" -gt 0 ] && [ "$T" -eq "$SAID" ] && [ "${M:-0}" -eq "$SAID" ]
+}
+wait_for 30 ".qgate.totals[] log_dropped and qgate_log_dropped_total = the dropped lines said" log_dropped_said
+pass ".qgate.totals[] log_dropped and qgate_log_dropped_total: $T, as the log said"
 
 # the flood's warnings: one a second at most; the next one says how many were not logged
 unasked_counted() { printf '%b' "$UNASKED" >&3; grep -qE "$UNASKED_RE \\(and [0-9]+ more not logged" "$TMP/gw.log"; }
