@@ -60,6 +60,8 @@ static void item(struct out *o, int t, const uint8_t *d)
     }
 }
 
+#define KFMT_ITEMS 64 /* the items of a vector or list shown, then ".." (.qgate.totals[] has over 30 keys) */
+
 static const char suffix[20] = {[KT_BOOL] = 'b', [KT_SHORT] = 'h', [KT_INT] = 'i', [KT_REAL] = 'e'};
 
 static void fmt(struct out *o, const K x)
@@ -82,9 +84,9 @@ static void fmt(struct out *o, const K x)
             put(o, "`symbol$()");
         if (x->n == 1)
             put(o, ",");
-        for (int64_t k = 0; k < x->n && k < 20; k++)
+        for (int64_t k = 0; k < x->n && k < KFMT_ITEMS; k++)
             put(o, "`%s", kS(x)[k]);
-        if (x->n > 20)
+        if (x->n > KFMT_ITEMS)
             put(o, "..");
     } else if (t > 0 && t < 20) {
         if (x->n == 1)
@@ -92,12 +94,12 @@ static void fmt(struct out *o, const K x)
         if (x->n == 0)
             put(o, "()");
         int sz = ktype_size(t);
-        for (int64_t k = 0; k < x->n && k < 20; k++) {
+        for (int64_t k = 0; k < x->n && k < KFMT_ITEMS; k++) {
             if (k)
                 put(o, " ");
             item(o, t, kG(x) + k * sz);
         }
-        if (x->n > 20)
+        if (x->n > KFMT_ITEMS)
             put(o, " ..");
         if (x->n && suffix[t])
             put(o, "%c", suffix[t]);
@@ -106,12 +108,12 @@ static void fmt(struct out *o, const K x)
         fmt(o, kK(x)[0]);
     } else if (t == KT_LIST) {
         put(o, "(");
-        for (int64_t k = 0; k < x->n && k < 20; k++) {
+        for (int64_t k = 0; k < x->n && k < KFMT_ITEMS; k++) {
             if (k)
                 put(o, ";");
             fmt(o, kK(x)[k]);
         }
-        if (x->n > 20)
+        if (x->n > KFMT_ITEMS)
             put(o, ";..");
         put(o, ")");
     } else if (t == KT_TABLE) {

@@ -24,9 +24,11 @@ cleanup() {
     done
     wait 2>/dev/null || true
     if [ -n "${CLEANUP_HOOK:-}" ]; then "$CLEANUP_HOOK" || rc=1; fi # e.g. tests/net: the namespaces
-    if grep -lE "ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:" "$TMP"/*.log "$TMP"/*.err 2>/dev/null; then
+    local logs=() f
+    for f in "$TMP"/*.log "$TMP"/*.err; do [ -f "$f" ] && logs+=("$f"); done # files only: a FIFO would block
+    if [ ${#logs[@]} -gt 0 ] && grep -lE "ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:" "${logs[@]}" 2>/dev/null; then
         echo "FAIL: a sanitizer reported in the logs above:" >&2
-        grep -hE -A12 "ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:" "$TMP"/*.log "$TMP"/*.err 2>/dev/null | head -60 >&2
+        grep -hE -A12 "ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:" "${logs[@]}" 2>/dev/null | head -60 >&2
         rc=1
     fi
     if [ "${KEEP_TMP:-}" = "" ]; then rm -rf "$TMP"; else echo "kept $TMP"; fi
