@@ -417,7 +417,8 @@ static struct reply eval_global(struct wconn *c, const char *s, size_t n)
 }
 
 /* The plain char vector queries tests use: "", rows N, sleep MS, echo X, err X, notify N X,
- * callback X, later MS X (answers MS at once, then publishes X async MS ms later), hold TAG
+ * callback X, later MS X (answers MS at once, then publishes X async MS ms later), tell X
+ * (publishes X async on every other connection at once, answers how many), hold TAG
  * (answers TAG when "release TAG" comes, on any connection; that answers how many it ended). */
 static struct reply eval_text(struct wconn *c, const char *s, size_t n)
 {
@@ -455,6 +456,20 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
         c->hold = strndup(s + 5, n - 5);
         logf_(c, "hold %s", c->hold);
         return (struct reply){.held = 1};
+    }
+    if (n > 5 && !memcmp(s, "tell ", 5)) { /* publishes X async on every other connection now, then
+                                            * answers how many (a publish a test makes happen
+                                            * at a moment of its choosing, not a timer's) */
+        long told = 0;
+        for (int i = 0; i < nconns; i++) {
+            struct wconn *h = &conns[i];
+            if (h == c || h->fd < 0 || !h->ready)
+                continue;
+            logf_(h, "tell: publishing \"%.*s\"", (int)QG_MIN(n - 5, (size_t)60), s + 5);
+            send_msg(h, k_str(s + 5, n - 5), KIPC_ASYNC);
+            told++;
+        }
+        return (struct reply){.k = k_long(told)};
     }
     if (n > 8 && n < sizeof buf && !memcmp(s, "release ", 8)) { /* answers how many it ended */
         char *tag = strndup(s + 8, n - 8);
