@@ -62,14 +62,9 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
     (void)ev;
     struct listener *l = (struct listener *)s;
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE)
-                conn_emfile_loop(g, l, REFUSED_NO_FDS);
-            else if (errno != EAGAIN && errno != EINTR)
-                log_limited(&g->lim.accept, g->loop.now_ms, LOG_WARN, NULL, "accept: %s", strerror(errno));
+        int fd = conn_accept_loop(g, l, REFUSED_NO_FDS, &g->lim.accept, "accept");
+        if (fd < 0)
             return;
-        }
         int over = g->nclients >= g->cfg.max_clients;
         if (g->draining || (over && g->nclients >= g->cfg.max_clients + REFUSING_MAX)) {
             conn_refused_loop(g, g->draining ? REFUSED_DRAINING : REFUSED_TOO_MANY, NULL,

@@ -444,7 +444,7 @@ static void on_listener_timer(struct gw *g, struct timer *t)
         log_error(NULL, "a listener could not be watched again after running out of descriptors");
 }
 
-void conn_emfile_loop(struct gw *g, struct listener *l, int kind)
+static void emfile(struct gw *g, struct listener *l, int kind)
 {
     conn_refused_loop(g, kind, NULL, "out of file descriptors: refusing connections (%llu so far)",
                       (unsigned long long)g->refused[kind].n + 1);
@@ -464,6 +464,18 @@ void conn_emfile_loop(struct gw *g, struct listener *l, int kind)
     l->stopped = 1;
     loop_modify_loop(g, l->fd, &l->ev, 0, 0);
     timer_arm_loop(g, &l->tm, g->loop.now_ms + EMFILE_PAUSE_MS, on_listener_timer);
+}
+
+int conn_accept_loop(struct gw *g, struct listener *l, int kind, struct log_limit *lim, const char *what)
+{
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0)
+        return fd;
+    if (errno == EMFILE || errno == ENFILE)
+        emfile(g, l, kind);
+    else if (errno != EAGAIN && errno != EINTR)
+        log_limited(lim, g->loop.now_ms, LOG_WARN, NULL, "%s: %s", what, strerror(errno));
+    return -1;
 }
 
 void conn_listener_close_loop(struct gw *g, struct listener *l)

@@ -144,12 +144,14 @@ void conn_refused_loop(struct gw *g, int kind, const char *who, const char *fmt,
 /* Its name in .qgate.totals[] and the metrics ("busy", ...). */
 const char *gw_refusal_name(int kind);
 struct listener;
-/* accept on listener l met EMFILE or ENFILE: the reserve descriptor is given up to accept and
- * close one connection at once (its peer sees a close, as when q is out of fds), then taken
- * back, so that the level-triggered listener does not wake the loop for ever; if the reserve
- * could not be taken back, the listener stops for 100 ms and tries again. Counted as refusal
- * kind (enum gw_refusal). */
-void conn_emfile_loop(struct gw *g, struct listener *l, int kind);
+/* The next connection waiting on listener l (non-blocking, close-on-exec), or -1: none now, or
+ * an error. On EMFILE or ENFILE the reserve descriptor is given up to accept and close one
+ * connection at once (its peer sees a close, as when q is out of fds), then taken back, so that
+ * the level-triggered listener does not wake the loop for ever; if the reserve could not be
+ * taken back, the listener stops for 100 ms and tries again. Counted as refusal kind (enum
+ * gw_refusal). Other errors are logged as "WHAT: reason", through lim. */
+struct log_limit;
+int conn_accept_loop(struct gw *g, struct listener *l, int kind, struct log_limit *lim, const char *what);
 /* Stop watching and close a listener (teardown, SIGTERM). */
 void conn_listener_close_loop(struct gw *g, struct listener *l);
 /* Put a connection on the closed list (a worker leaving the configuration). */

@@ -12,7 +12,7 @@
  * answered 503, so that a scrape always gets through however many idle connections hold places;
  * with none to take the place of, the new one is answered 503. Each of these is counted (the
  * refusals metrics_full, metrics_per_peer, metrics_timeout, metrics_out_of_fds). EMFILE is met
- * as on the q port: the reserve descriptor (conn_emfile_loop). */
+ * as on the q port: the reserve descriptor (conn_accept_loop). */
 #include "mhttp.h"
 
 #include <errno.h>
@@ -265,15 +265,9 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
     (void)ev;
     struct listener *l = (struct listener *)s;
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE)
-                conn_emfile_loop(g, l, REFUSED_METRICS_FDS);
-            else if (errno != EAGAIN && errno != EINTR)
-                log_limited(&g->metrics_accept_log, g->loop.now_ms, LOG_WARN, NULL, "metrics accept: %s",
-                            strerror(errno));
+        int fd = conn_accept_loop(g, l, REFUSED_METRICS_FDS, &g->metrics_accept_log, "metrics accept");
+        if (fd < 0)
             return;
-        }
         char peer[64];
         peer_host(fd, peer, sizeof peer);
         mhttp_adopt_loop(g, fd, peer);
