@@ -58,6 +58,8 @@ struct req {
     uint8_t route;       /* its first item names .qgate.on or .qgate.all: routed (query alone is
                           * sent) or refused before it runs, as form says */
     uint8_t routed;      /* it was: its bytes are query's, sent as they are to a worker of grp */
+    int8_t cmd;          /* jobs_peek_command of its bytes as they came (a sync request's) ... */
+    uint8_t cmd_known;   /* ... if they came plain: compressed ones are peeked at once inflated */
     uint8_t fan;         /* .qgate.all: 1 the replies merged, 2 their list (`list) */
     uint8_t partial;     /* .qgate.all with `partial */
     struct route_form form; /* route: the form as read (on arrival, or by the reader that

@@ -240,7 +240,8 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
     }
     if (r->route && route(g, c, r) < 0)
         return;
-    int cmd = r->type == KIPC_SYNC && !r->routed ? jobs_peek_command(r->msg, r->len) : 0; /* never a route */
+    int cmd = r->type != KIPC_SYNC || r->routed ? 0 /* never a route */
+              : r->cmd_known ? r->cmd : jobs_peek_command(r->msg, r->len);
     if (cmd < 0) {
         client_error_loop(g, c, r, "qgate: bad command: a command is .qgate.name[] or (`.qgate.name; arg), "
                                    "under %d bytes", GWCMD_MAX_LEN);
@@ -407,7 +408,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
     int route = !h->compressed && jobs_peek_route(msg, (size_t)h->len) != 0;
     struct route_form form = {0};
     int read_ok = route && !unchecked && jobs_parse_route(msg, (size_t)h->len, &form) > 0; /* then it is valid */
-    int cmd = h->type == KIPC_SYNC && !route && jobs_peek_command(msg, (size_t)h->len); /* decoded on a reader */
+    int cmd = h->type == KIPC_SYNC && !route ? jobs_peek_command(msg, (size_t)h->len) : 0; /* decoded on a reader */
     struct kerr e;
     if (!unchecked && !cmd && !read_ok && kcodec_validate(msg + 8, (size_t)h->len - 8, h->le, NULL, &e) != QG_OK) {
         free(msg);
@@ -424,6 +425,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
     }
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
                       .unchecked = (uint8_t)unchecked, .route = (uint8_t)route, .form = form, .grp = c->grp,
+                      .cmd = (int8_t)cmd, .cmd_known = !h->compressed,
                       .t_arrive = g->loop.now_ms, .t_in_us = g->loop.now_us, .in_len = (size_t)h->len};
     c->pending += req_cost(r);
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
