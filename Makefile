@@ -32,7 +32,7 @@ UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/qfan $(B)/qrtt $(B)/qnotify $(B)/bench-codec $(B)/gw30 $(B)/qslow $(B)/qscrape
 GW_BIN    := $(B)/qgate
 
-.PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-net test-tsan demo bench deps-test clean bench-codec install uninstall deb
+.PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-net test-tsan demo bench bench-smoke deps-test clean bench-codec install uninstall deb
 all: bins
 
 bins: $(GW_BIN) $(BENCH_BIN)
@@ -129,6 +129,10 @@ demo: bins
 # Every scenario against every target (bench/run); results under bench/results/.
 bench: bins
 	BIN=$(B) bench/run all
+
+# Every scenario against every target, briefly on small data (make test runs bench/run --quick).
+bench-smoke: bins
+	BIN=$(B) bench/run --smoke all
 
 bench-codec: bins
 	$(B)/bench-codec
