@@ -99,9 +99,9 @@ fi
 while read -r k; do
     grep -qF "\\fB$(sed 's/-/\\-/g' <<< "$k")\\fR = " "$MAN" || fail "qgate.1 does not document the key $k"
 done < "$TMP/keys"
-for c in $(grep -o '\.qgate\.[a-z]*' "$ROOT/README.md" | sort -u); do
-    [ "$c" = .qgate.name ] && continue # the README's placeholder
-    grep -qF "$c" "$MAN" || fail "qgate.1 does not document $c (the README does)"
+for c in $(cat "$ROOT/README.md" "$ROOT"/docs/*.md | grep -o '\.qgate\.[a-z]*' | sort -u); do
+    [ "$c" = .qgate.name ] && continue # the docs' placeholder
+    grep -qF "$c" "$MAN" || fail "qgate.1 does not document $c (the README or docs/ does)"
 done
 pass "qgate.1 renders without warnings and documents every key of --print-config and every .qgate command"
 

@@ -35,8 +35,8 @@ raw_hs alice:pw 3
 raw_open "$R_PORT" 4
 raw_hs bob:pw 4
 # The worker publishes when the test says (tell, from a connection of its own), never on a timer
-# that could fire while bob's request is on it (that publish would be his run's: the race the
-# README describes)
+# that could fire while bob's request is on it (that publish would be his run's: the race
+# docs/usage.md describes)
 for i in 1 2 3; do
     raw_text 1 "echo a$i" 3             # alice is served, then bob: he is the one served last
     timeout 10 head -c 16 <&3 > "$TMP/a$i.out" || fail "no reply to alice's echo a$i"

@@ -16,7 +16,7 @@
 #include "tutil.h"
 
 #define EXAMPLE "gateway.conf.example"
-#define README "README.md"
+#define README "docs/configuration.md" /* the reference the README points to */
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
