@@ -32,7 +32,7 @@ UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/qfan $(B)/qrtt $(B)/qnotify $(B)/bench-codec $(B)/gw30 $(B)/qslow $(B)/qscrape
 GW_BIN    := $(B)/qgate
 
-.PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-net test-tsan demo bench bench-smoke deps-test clean bench-codec install uninstall deb
+.PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-net test-tsan demo bench bench-smoke docs deps-test clean bench-codec install uninstall deb
 all: bins
 
 bins: $(GW_BIN) $(BENCH_BIN)
@@ -129,6 +129,14 @@ demo: bins
 # Every scenario against every target (bench/run); results under bench/results/.
 bench: bins
 	BIN=$(B) bench/run all
+
+# docs/configuration.md's table of keys, made from src/config.c's cfg_keys (test_config checks it).
+docs: build/rel/qgate
+	@awk -v made="$$(build/rel/qgate --print-config=markdown)" \
+	    '/^<!-- the table below is made by `make docs`/ { print; print made; skip = 1; next } \
+	     /^<!-- end of the table made by make docs -->/ { skip = 0 } !skip' docs/configuration.md > docs/configuration.md.new
+	@mv docs/configuration.md.new docs/configuration.md
+	@echo "docs/configuration.md: the table of keys made from src/config.c"
 
 # Every scenario against every target, briefly on small data (make test runs bench/run --quick).
 bench-smoke: bins

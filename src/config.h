@@ -124,5 +124,9 @@ int config_list_next(const char **p, char *out, size_t len);
 
 /* Print every key with its default and help, in gateway.conf.example form. */
 void config_print_reference(void *file);
+/* The same as a Markdown table (docs/configuration.md's, which `make docs` writes): a header, then
+ * a row per key, config_markdown_row's. */
+void config_print_markdown(void *file);
+void config_markdown_row(const struct cfg_key *k, char *out, size_t len);
 
 #endif

@@ -29,7 +29,7 @@ static void usage(int asked)
             "  --loglevel L     error, warn, info or debug\n"
             "  --check          validate the configuration, the users file and every worker's\n"
             "                   address (resolved), and exit\n"
-            "  --print-config   print every key with its default and exit\n"
+            "  --print-config   print every key with its default and exit (=markdown: as a table)\n"
             "  --version        print the version and exit\n"
             "signals: SIGHUP reloads the worker set; SIGTERM drains and exits 0\n");
     exit(asked ? 0 : 2);
@@ -122,6 +122,9 @@ int main(int argc, char **argv)
             check = 1;
         else if (!strcmp(a, "--print-config")) {
             config_print_reference(stdout);
+            return 0;
+        } else if (!strcmp(a, "--print-config=markdown")) {
+            config_print_markdown(stdout);
             return 0;
         } else if (!strcmp(a, "--version")) {
             printf("qgate %s\n", QG_VERSION);
