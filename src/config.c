@@ -453,6 +453,28 @@ void config_print_reference(void *file)
     }
 }
 
+void config_markdown_row(const struct cfg_key *k, char *out, size_t len)
+{
+    size_t o = (size_t)snprintf(out, len, "| `%s` | [%s] | `%s` | ", k->name, k->section, k->def);
+    for (const char *h = k->help; *h && o + 3 < len; h++) { /* a | in the text would end the cell */
+        if (*h == '|')
+            out[o++] = '\\';
+        out[o++] = *h;
+    }
+    snprintf(out + (o < len ? o : len - 1), len - (o < len ? o : len - 1), " |");
+}
+
+void config_print_markdown(void *file)
+{
+    FILE *f = file;
+    char row[2048];
+    fprintf(f, "| key | section | default | meaning |\n|---|---|---|---|\n");
+    for (int i = 0; i < cfg_nkeys; i++) {
+        config_markdown_row(&cfg_keys[i], row, sizeof row);
+        fprintf(f, "%s\n", row);
+    }
+}
+
 int config_override(struct cfg_overrides *ov, int default_group, const char *key, const char *value)
 {
     if (ov->n == (int)(sizeof ov->o / sizeof ov->o[0]) || strlen(key) >= sizeof ov->o[0].key ||
