@@ -1,0 +1,200 @@
+/* test_conn.c: conn.c's lifetime against a fake kind of connection, without clients or workers:
+ * closing takes a connection off every list it is on (flush list, backlog, a queue, the waiters
+ * of another) and cancels its timers before the kind's teardown runs; its waiters are woken; its
+ * id and generation no longer find it; its struct is freed only by the reap after the
+ * iteration; a close from inside a teardown, or a second close, is a no-op. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "gateway.h"
+#include "gw.h"
+#include "log.h"
+
+static struct gw g;
+
+static int setup(void **state)
+{
+    (void)state;
+    struct config cfg;
+    config_defaults(&cfg);
+    cfg.port = 0;
+    strcpy(cfg.bind, "127.0.0.1");
+    cfg.unix_socket = 0;
+    cfg.loglevel = LOG_ERROR;
+    config_group(&cfg, "main");
+    assert_int_equal(gw_init(&g, &cfg, NULL, NULL, NULL), 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    gw_free(&g);
+    return 0;
+}
+
+/* ---- the fake kind -------------------------------------------------------------------------- */
+
+struct fake {
+    struct conn c;
+    int peer;               /* the socketpair's other end */
+    int closes, wakes;      /* on_close and on_wake calls */
+    int clean_at_close;     /* on_close found it off every list, its timers cancelled */
+    struct fake *close_too; /* on_close closes this one (and itself again) */
+};
+static int freed;
+
+static void fake_on_close(struct gw *gw, struct conn *c, const char *why)
+{
+    (void)why;
+    struct fake *f = (struct fake *)c;
+    f->closes++;
+    f->clean_at_close = !c->dirty && !c->in_backlog && !c->q && !conn_timer_armed(c, 0) && !conn_timer_armed(c, 1);
+    conn_close_loop(gw, c, "again, from its own teardown");
+    if (f->close_too)
+        conn_close_loop(gw, &f->close_too->c, "closed by another's teardown");
+}
+
+static void fake_on_wake(struct gw *gw, struct conn *c)
+{
+    (void)gw;
+    ((struct fake *)c)->wakes++;
+}
+
+static void fake_free(struct conn *c)
+{
+    struct fake *f = (struct fake *)c;
+    close(f->peer);
+    free(f);
+    freed++;
+}
+
+static void on_event(struct gw *gw, struct evsrc *s, uint32_t ev) { (void)gw, (void)s, (void)ev; }
+static void never(struct gw *gw, struct conn *c) { (void)gw, (void)c; fail_msg("a cancelled timer fired"); }
+
+static const struct connops fake_ops = {
+    .ev = {.on_event = on_event}, .on_close = fake_on_close, .free = fake_free, .on_wake = fake_on_wake};
+
+static struct fake *fake_new(void)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    struct fake *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->peer = sv[1];
+    assert_int_equal(conn_register_loop(&g, &f->c, &fake_ops, CONN_METRICS, sv[0], EPOLLIN), 0);
+    return f;
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_close_leaves_every_list(void **state)
+{
+    (void)state;
+    freed = 0;
+    struct fake *a = fake_new(), *b = fake_new(), *w = fake_new();
+    struct connq q;
+    connq_init(&q);
+    conn_mark_dirty_loop(&g, &a->c);
+    conn_backlog_add_loop(&g, &a->c);
+    conn_queue_in_loop(&q, &a->c);
+    conn_timer_arm_loop(&g, &a->c, 0, g.loop.now_ms + 10, never);
+    conn_timer_arm_loop(&g, &a->c, 1, g.loop.now_ms + 20, never);
+    conn_wait_on_loop(&w->c, &a->c); /* w waits for a's output */
+    conn_wait_on_loop(&b->c, &w->c); /* and b for w's */
+    assert_true(a->c.dirty && a->c.in_backlog && a->c.q == &q);
+    uint32_t id = a->c.id, gen = a->c.gen;
+    assert_ptr_equal(conn_lookup_loop(&g, id, gen), &a->c);
+
+    conn_close_loop(&g, &a->c, "test");
+    assert_int_equal(a->closes, 1);
+    assert_true(a->clean_at_close);
+    assert_null(connq_first(&q));
+    assert_null(conn_backlog_pop_loop(&g));
+    assert_int_equal(a->c.fd, -1);
+    assert_null(conn_lookup_loop(&g, id, gen));
+    assert_int_equal(w->wakes, 1); /* its waiter woken, off a's list */
+    assert_null(w->c.q);
+    assert_null(connq_first(&a->c.waiters));
+    assert_int_equal(b->wakes, 0); /* waiting on w, which is still there */
+    assert_ptr_equal(b->c.q, &w->c.waiters);
+    conn_close_loop(&g, &a->c, "twice"); /* a no-op */
+    assert_int_equal(a->closes, 1);
+    assert_int_equal(freed, 0);    /* the struct lives to the end of the iteration */
+    conn_reap_loop(&g);
+    assert_int_equal(freed, 1);
+
+    conn_close_loop(&g, &w->c, "test"); /* b, waiting on it, is woken */
+    assert_int_equal(b->wakes, 1);
+    assert_null(b->c.q);
+    conn_close_loop(&g, &b->c, "test");
+    conn_reap_loop(&g);
+    assert_int_equal(freed, 3);
+}
+
+/* A teardown that closes another connection, and itself again: each closes once, both are freed
+ * by the reap, and neither before it. */
+static void test_close_from_teardown(void **state)
+{
+    (void)state;
+    freed = 0;
+    struct fake *a = fake_new(), *b = fake_new();
+    a->close_too = b;
+    b->close_too = a; /* b's teardown closes a, which is closing: a no-op */
+    conn_close_loop(&g, &a->c, "test");
+    assert_int_equal(a->closes, 1);
+    assert_int_equal(b->closes, 1);
+    assert_int_equal(freed, 0);
+    conn_reap_loop(&g);
+    assert_int_equal(freed, 2);
+}
+
+/* A freed id is reused only after a quarantine of others freed (256), the oldest first, with a new
+ * generation: a completion naming the old (id, generation) finds nothing, and one naming the new
+ * finds the new connection. */
+static void test_stale_generation(void **state)
+{
+    (void)state;
+    freed = 0;
+    struct fake *a = fake_new();
+    uint32_t id = a->c.id, gen = a->c.gen;
+    conn_close_loop(&g, &a->c, "test");
+    conn_reap_loop(&g);
+    struct fake *b = NULL;
+    int n = 0;
+    for (; n < 1000 && (!b || b->c.id != id); n++) { /* new ones, each closed, until id comes back */
+        if (b) {
+            conn_close_loop(&g, &b->c, "test");
+            conn_reap_loop(&g);
+        }
+        b = fake_new();
+        assert_null(conn_lookup_loop(&g, id, gen));
+    }
+    assert_int_equal(b->c.id, id);
+    assert_true(n > 256); /* not at once: a late completion for it would find another */
+    assert_int_not_equal(b->c.gen, gen);
+    assert_null(conn_lookup_loop(&g, id, gen));
+    assert_ptr_equal(conn_lookup_loop(&g, b->c.id, b->c.gen), &b->c);
+    conn_close_loop(&g, &b->c, "test");
+    conn_reap_loop(&g);
+    assert_int_equal(freed, n + 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_close_leaves_every_list, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_from_teardown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_generation, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
