@@ -18,6 +18,7 @@
 #include "gateway.h"
 #include "gw.h"
 #include "log.h"
+#include "tutil.h"
 
 static struct gw g;
 
@@ -25,12 +26,7 @@ static int setup(void **state)
 {
     (void)state;
     struct config cfg;
-    config_defaults(&cfg);
-    cfg.port = 0;
-    strcpy(cfg.bind, "127.0.0.1");
-    cfg.unix_socket = 0;
-    cfg.loglevel = LOG_ERROR;
-    config_group(&cfg, "main");
+    tutil_gw_config(&cfg);
     assert_int_equal(gw_init(&g, &cfg, NULL, NULL, NULL), 0);
     return 0;
 }

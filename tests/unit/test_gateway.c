@@ -30,6 +30,7 @@
 #include "kipc.h"
 #include "log.h"
 #include "pool.h"
+#include "tutil.h"
 
 static struct gw g;
 
@@ -37,13 +38,8 @@ static int setup(void **state)
 {
     (void)state;
     struct config cfg;
-    config_defaults(&cfg);
-    cfg.port = 0;
-    strcpy(cfg.bind, "127.0.0.1");
-    cfg.unix_socket = 0;
-    cfg.loglevel = LOG_ERROR;
+    tutil_gw_config(&cfg);
     cfg.splice = 0;
-    config_group(&cfg, "main"); /* no workers: the tests add their own on socketpairs */
     assert_int_equal(gw_init(&g, &cfg, NULL, NULL, NULL), 0);
     return 0;
 }

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
+#include "log.h"
+
 const char *tutil_testdata_dir(void)
 {
     const char *d = getenv("QG_TESTDATA");
@@ -78,4 +81,14 @@ uint64_t tutil_rand(uint64_t *s)
     x ^= x >> 27;
     *s = x;
     return x * 0x2545F4914F6CDD1DULL;
+}
+
+void tutil_gw_config(struct config *cfg)
+{
+    config_defaults(cfg);
+    cfg->port = 0;
+    strcpy(cfg->bind, "127.0.0.1");
+    cfg->unix_socket = 0;
+    cfg->loglevel = LOG_ERROR;
+    config_group(cfg, "main"); /* no workers: the tests add their own on socketpairs */
 }

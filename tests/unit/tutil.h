@@ -23,4 +23,9 @@ uint8_t *tutil_unhex(const char *hex, size_t *len);
 /* xorshift64* PRNG with a fixed seed, so failures repeat. */
 uint64_t tutil_rand(uint64_t *s);
 
+/* A gateway's configuration for tests that run its loop on socketpairs: defaults, a free port
+ * on 127.0.0.1, no Unix socket, errors only in the log, one group "main" with no workers. */
+struct config;
+void tutil_gw_config(struct config *cfg);
+
 #endif
