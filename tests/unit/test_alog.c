@@ -143,15 +143,23 @@ static int read_lines(const char *path, long *ids, int max, int *frags)
     return n;
 }
 
+/* A writer with at most max bytes queued, asked to open path; alog_writer_opened(wait_ms) must
+ * say want (0 open, 1 still opening). */
+static struct alog_writer *writer_on(const char *path, size_t max, int wait_ms, int want)
+{
+    struct alog_writer *w = alog_writer_start(max);
+    assert_non_null(w);
+    alog_writer_reopen(w, path, 0);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, wait_ms, err, sizeof err), want);
+    return w;
+}
+
 static void test_writer_in_order(void **state)
 {
     (void)state;
     char *path = tmp_path("order.log");
-    struct alog_writer *w = alog_writer_start(16 << 20);
-    assert_non_null(w);
-    alog_writer_reopen(w, path, 0);
-    char err[1200];
-    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    struct alog_writer *w = writer_on(path, 16 << 20, 10000, 0);
     put_range(w, 0, 5000);
     struct alog_counts c;
     alog_writer_stop(w, 10000, &c);
@@ -215,11 +223,7 @@ static void test_writer_open_fails(void **state)
 static void test_writer_dev_full(void **state)
 {
     (void)state;
-    struct alog_writer *w = alog_writer_start(16 << 20);
-    assert_non_null(w);
-    alog_writer_reopen(w, "/dev/full", 0);
-    char err[1200];
-    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    struct alog_writer *w = writer_on("/dev/full", 16 << 20, 10000, 0);
     put_range(w, 0, 20000);
     struct alog_counts c;
     alog_writer_stop(w, 10000, &c);
@@ -237,11 +241,7 @@ static void test_writer_cut_write(void **state)
     struct rlimit old, lim;
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, SIG_IGN);
-    struct alog_writer *w = alog_writer_start(16 << 20);
-    assert_non_null(w);
-    alog_writer_reopen(w, path, 0);
-    char err[1200];
-    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    struct alog_writer *w = writer_on(path, 16 << 20, 10000, 0);
     lim = old;
     lim.rlim_cur = 10000; /* about 60 lines, the last of them cut */
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
@@ -340,11 +340,7 @@ static void test_writer_stuck_fifo(void **state)
     assert_int_equal(mkfifo(path, 0600), 0);
     int holder = open(path, O_RDWR | O_NONBLOCK); /* a reader that never reads */
     assert_true(holder >= 0);
-    struct alog_writer *w = alog_writer_start(1 << 20); /* past BATCH_BYTES: the thread writes, and is stuck */
-    assert_non_null(w);
-    alog_writer_reopen(w, path, 0);
-    char err[1200];
-    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    struct alog_writer *w = writer_on(path, 1 << 20, 10000, 0); /* past BATCH_BYTES: the thread writes, and is stuck */
     struct alog_fields f = base;
     uint64_t dropped = 0;
     int i;
@@ -368,11 +364,7 @@ static void test_writer_stuck_open(void **state)
     (void)state;
     char *path = tmp_path("fifo2");
     assert_int_equal(mkfifo(path, 0600), 0);
-    struct alog_writer *w = alog_writer_start(1 << 20);
-    assert_non_null(w);
-    alog_writer_reopen(w, path, 0);
-    char err[1200];
-    assert_int_equal(alog_writer_opened(w, 50, err, sizeof err), 1);
+    struct alog_writer *w = writer_on(path, 1 << 20, 50, 1);
     put_range(w, 0, 10);
     struct alog_counts c;
     alog_writer_stop(w, 100, &c);
