@@ -4,7 +4,11 @@
 CC      ?= gcc
 SANITIZE ?=
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla
-CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -g -pthread -Isrc -MMD -MP $(WARN)
+# src/ is in folders by layer (tests/layering checks the order): base, kdb, jobs, core, client,
+# worker, gateway; every folder is on the include path, so a header is named by its file alone.
+SRC_DIRS := base kdb jobs core client worker gateway
+SRC_INC  := $(SRC_DIRS:%=-Isrc/%)
+CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -g -pthread $(SRC_INC) -MMD -MP $(WARN)
 
 ifeq ($(SANITIZE),address)
 B       := build/asan
@@ -22,7 +26,7 @@ endif
 CFLAGS  := $(CFLAGS_COMMON) $(SANFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS := -pthread $(SANFLAGS)
 
-LIB_SRC   := $(filter-out src/main.c,$(wildcard src/*.c))
+LIB_SRC   := $(filter-out src/gateway/main.c,$(wildcard $(SRC_DIRS:%=src/%/*.c)))
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
 BENCH_MAINS  := qworker qclient qsend codec gw30 qload qsoak qfan qrtt qnotify qslow qscrape
 BENCH_COMMON := $(filter-out $(BENCH_MAINS:%=bench/%.c),$(wildcard bench/*.c))
@@ -45,7 +49,7 @@ $(B)/libqgate.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/qgate: $(B)/src/main.o $(B)/libqgate.a
+$(B)/qgate: $(B)/src/gateway/main.o $(B)/libqgate.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lm
 
 $(B)/q%: $(B)/bench/q%.o $(BENCH_COMMON_OBJ) $(B)/libqgate.a
@@ -130,13 +134,13 @@ demo: bins
 bench: bins
 	BIN=$(B) bench/run all
 
-# docs/configuration.md's table of keys, made from src/config.c's cfg_keys (test_config checks it).
+# docs/configuration.md's table of keys, made from src/base/config.c's cfg_keys (test_config checks it).
 docs: build/rel/qgate
 	@awk -v made="$$(build/rel/qgate --print-config=markdown)" \
 	    '/^<!-- the table below is made by `make docs`/ { print; print made; skip = 1; next } \
 	     /^<!-- end of the table made by make docs -->/ { skip = 0 } !skip' docs/configuration.md > docs/configuration.md.new
 	@mv docs/configuration.md.new docs/configuration.md
-	@echo "docs/configuration.md: the table of keys made from src/config.c"
+	@echo "docs/configuration.md: the table of keys made from src/base/config.c"
 
 # Every scenario against every target, briefly on small data (make test runs bench/run --quick).
 bench-smoke: bins

@@ -84,7 +84,7 @@ static void bench_message(const char *name, const uint8_t *msg, size_t len)
     (void)sink;
 
     struct kerr e;
-    BEST(r[1].secs, if (kcodec_validate(msg + 8, len - 8, 1, NULL, &e) != QG_OK) {
+    BEST(r[1].secs, if (kvalidate_check(msg + 8, len - 8, 1, NULL, &e) != QG_OK) {
         fprintf(stderr, "validate failed: %s at %zu\n", e.why, e.off);
         exit(1);
     });

@@ -170,7 +170,7 @@ int main(int argc, char **argv)
             const char *etext;
             size_t elen;
             struct kerr e;
-            if (kcodec_validate(body, blen, c.hdr.le, NULL, &e) != QG_OK) {
+            if (kvalidate_check(body, blen, c.hdr.le, NULL, &e) != QG_OK) {
                 fails++;
                 status = "badmsg";
                 if (!quiet)

@@ -10,8 +10,8 @@ out=${2:?usage: mkdeb.sh ROOT OUTDIR}
 here=$(cd "$(dirname "$0")" && pwd)
 umask 022
 
-version=$(sed -n 's/^#define QG_VERSION "\(.*\)"$/\1/p' "$here/../src/version.h")
-[ -n "$version" ] || { echo "mkdeb.sh: no QG_VERSION in src/version.h" >&2; exit 1; }
+version=$(sed -n 's/^#define QG_VERSION "\(.*\)"$/\1/p' "$here/../src/base/version.h")
+[ -n "$version" ] || { echo "mkdeb.sh: no QG_VERSION in src/base/version.h" >&2; exit 1; }
 arch=$(dpkg --print-architecture)
 bin="$root/usr/bin/qgate"
 [ -x "$bin" ] || { echo "mkdeb.sh: $bin is missing: run make install DESTDIR=$root PREFIX=/usr" >&2; exit 1; }

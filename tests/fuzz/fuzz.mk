@@ -35,17 +35,18 @@ FUZZ_CC ?= clang
 FUZZ_DIR := build/fuzz
 FUZZ_CORPUS := $(FUZZ_DIR)/corpus
 FUZZ_REGRESS := tests/fuzz/regress
+FUZZ_INC := $(patsubst %,-I%,$(wildcard src/*/))
 FUZZ_CFLAGS := -std=c17 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-               -fno-sanitize-recover=undefined -Isrc -Wall -Wextra -Werror
+               -fno-sanitize-recover=undefined $(FUZZ_INC) -Wall -Wextra -Werror
 
 # The project sources each fuzzer is built with (compiled straight into it, with the fuzzer's
 # instrumentation; config.c needs log.c and net.c).
-FUZZ_SRC_handshake := src/kipc.c
-FUZZ_SRC_frame     := src/kipc.c src/kcodec.c src/kvalidate.c
-FUZZ_SRC_codec     := src/kcodec.c src/kvalidate.c src/kipc.c
-FUZZ_SRC_kzip      := src/kzip.c src/kipc.c
-FUZZ_SRC_config    := src/config.c src/log.c src/net.c
-FUZZ_SRC_sim       := $(filter-out src/main.c,$(wildcard src/*.c)) tests/sim/sim.c
+FUZZ_SRC_handshake := src/kdb/kipc.c
+FUZZ_SRC_frame     := src/kdb/kipc.c src/kdb/kcodec.c src/kdb/kvalidate.c
+FUZZ_SRC_codec     := src/kdb/kcodec.c src/kdb/kvalidate.c src/kdb/kipc.c
+FUZZ_SRC_kzip      := src/kdb/kzip.c src/kdb/kipc.c
+FUZZ_SRC_config    := src/base/config.c src/base/log.c src/base/net.c
+FUZZ_SRC_sim       := $(filter-out src/gateway/main.c,$(wildcard src/*/*.c)) tests/sim/sim.c
 # Extra flags per target (the simulation links the whole gateway, pools included).
 FUZZ_XFLAGS_sim    := -Itests/sim -pthread -lm
 
@@ -58,7 +59,7 @@ FUZZ_MAXLEN_config    := 16384
 FUZZ_MAXLEN_sim       := 8192
 
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
-FUZZ_HDRS := $(wildcard src/*.h) tests/sim/sim.h
+FUZZ_HDRS := $(wildcard src/*/*.h) tests/sim/sim.h
 
 .PHONY: fuzz fuzz-smoke fuzz-bins fuzz-deps fuzz-seed
 

@@ -2,7 +2,7 @@
  * Input: byte 0 chooses the options, the rest is a message body (no header).
  *   bit 0: byte order (1 = little-endian, 0 = big-endian)
  *   bit 1: decode with an interning hook (symbols point at interned text, as in q)
- * Checks: kcodec_validate accepts exactly when kcodec_decode succeeds; on failure the reason
+ * Checks: kvalidate_check accepts exactly when kcodec_decode succeeds; on failure the reason
  * is set and its offset lies inside the body; on success kcodec_size of the tree is the body
  * length and kcodec_write in the same byte order reproduces the body byte for byte (into a
  * buffer of exactly that size, so a write past it is caught); kcodec_is_error agrees. */
@@ -94,7 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct kcodec_opts opts = {.max_depth = 0, .intern = use_intern ? intern : NULL, .intern_ctx = &tab};
 
     struct kerr e = {0};
-    qg_status v = kcodec_validate(p, n, le, &opts, &e);
+    qg_status v = kvalidate_check(p, n, le, &opts, &e);
     K x = (K)(uintptr_t)1;
     struct kerr e2 = {0};
     qg_status d = kcodec_decode(p, n, le, &opts, &x, &e2);

@@ -4,7 +4,7 @@
  * QG_AGAIN asks for more than is there (8 for a header, then the whole message), QG_OK means
  * h.len bytes (9..max) are present and the header fields are in range, QG_ERR gives a reason
  * and only ever for a whole header. Each complete uncompressed body also goes through
- * kcodec_validate (it must not crash; any verdict is fine). */
+ * kvalidate_check (it must not crash; any verdict is fine). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (!h.compressed) {
             struct kerr e;
-            if (kcodec_validate(p + KIPC_HDR_LEN, (size_t)h.len - KIPC_HDR_LEN, h.le, NULL, &e) != QG_OK)
+            if (kvalidate_check(p + KIPC_HDR_LEN, (size_t)h.len - KIPC_HDR_LEN, h.le, NULL, &e) != QG_OK)
                 CHECK(e.why && e.off <= (size_t)h.len - KIPC_HDR_LEN);
         }
         off += (size_t)h.len;

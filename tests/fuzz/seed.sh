@@ -18,9 +18,9 @@ TESTDATA=${QG_TESTDATA:-tests/data}
 mkdir -p "$OUT" build/fuzz
 
 # the seed writer: a plain program (no fuzzer runtime) over the codec and compressor
-if [ ! -x "$BIN" ] || [ -n "$(find tests/fuzz/mkseed.c src/kcodec.c src/kvalidate.c src/kipc.c src/kzip.c src/*.h -newer "$BIN" 2>/dev/null)" ]; then
-    "$CC_FUZZ" -std=c17 -D_GNU_SOURCE -g -O1 -Isrc -Wall -Wextra -Werror \
-        -o "$BIN" tests/fuzz/mkseed.c src/kcodec.c src/kvalidate.c src/kipc.c src/kzip.c
+if [ ! -x "$BIN" ] || [ -n "$(find tests/fuzz/mkseed.c src/kdb/kcodec.c src/kdb/kvalidate.c src/kdb/kipc.c src/kdb/kzip.c src/*/*.h -newer "$BIN" 2>/dev/null)" ]; then
+    "$CC_FUZZ" -std=c17 -D_GNU_SOURCE -g -O1 $(for d in src/*/; do printf -- '-I%s ' "$d"; done) -Wall -Wextra -Werror \
+        -o "$BIN" tests/fuzz/mkseed.c src/kdb/kcodec.c src/kdb/kvalidate.c src/kdb/kipc.c src/kdb/kzip.c
 fi
 "$BIN" "$TESTDATA" "$OUT"
 

@@ -16,7 +16,7 @@ fi
 if dpkg-query -W -f '${Status}' qgate 2> /dev/null | grep -qv "not-installed"; then
     fail "a qgate package is installed already: this test installs and purges its own"
 fi
-VERSION=$(sed -n 's/^#define QG_VERSION "\(.*\)"$/\1/p' "$ROOT/src/version.h")
+VERSION=$(sed -n 's/^#define QG_VERSION "\(.*\)"$/\1/p' "$ROOT/src/base/version.h")
 ARCH=$(dpkg --print-architecture)
 USER_BEFORE=0
 getent passwd qgate > /dev/null && USER_BEFORE=1

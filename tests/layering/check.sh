@@ -1,14 +1,25 @@
 #!/bin/bash
-# tests/layering/check.sh: the shape of src/, checked (issue 9).
-#   1. The include graph: every #include between modules points down the layers below, and
-#      there is no cycle anywhere in it (tsort).
-#   2. The thread split, at link level: no object that the reader and writer pools run (the
-#      base layer: jobs and what it uses) references a symbol defined by a loop-only module,
-#      nor any *_loop symbol.
-#   3. Names say where code runs: every function a loop-only module exports ends in _loop,
-#      except setup and teardown (before the loop runs, after it ends) and pure functions
-#      that touch no loop state, listed below.
-# Usage: check.sh LIBQGATE.a [--graph]   (--graph prints the module include graph)
+# tests/layering/check.sh: the shape of src/, checked. The folders are the layers, lowest first:
+#
+#   base     buf, log, net, config, pool, auth, alog, sdnotify: no kdb+ and no loop
+#   kdb      the kdb+ IPC library: framing, codec, validation, compression, merge
+#   jobs     the pure functions the reader and writer pools run, and the tables they make
+#   core     loop, conn, stream, dispatch: the loop thread's machinery, knowing no client or worker
+#   client   a q client's connection and its requests
+#   worker   a back-end q connection and what runs on it
+#   gateway  setup, commands, control, reload, metrics; main()
+#
+# 1. Includes: a file includes headers of its own folder or of folders below it, never above,
+#    and the file-level include graph has no cycle (tsort).
+# 2. Calls, at link level (what each object of the library references, and who defines it): an
+#    object calls into its own folder or the folders below it, never above; and inside core/
+#    no file calls a file that calls it back, however far round (no file-level call cycle).
+# 3. The thread split: no object the pools run (base, kdb, jobs) references a *_loop symbol.
+# 4. Names say where code runs and where it lives: every function a loop folder (core, client,
+#    worker, gateway) exports ends in _loop, except setup and teardown and pure functions
+#    listed below; and every exported function starts with its file's name (or a prefix the
+#    table below gives that file).
+# Usage: check.sh LIBQGATE.a [--graph]   (--graph prints the folder include and call graphs)
 #   SRC=dir checks the sources in dir instead of src/ (selftest.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,68 +28,126 @@ src=${SRC:-src}
 fail=0
 err() { echo "FAIL: $*"; fail=1; }
 
-# module of a file, and its layer (higher includes lower, never the reverse)
-module() {
-    case "$1" in
-        gateway|reload|control|main|ops|mhttp) echo gateway ;;
-        worker|relay|lost|broadcast|session|fanout|pipeline) echo worker ;;
-        client|request|callback|access|stop) echo client ;;
-        *) echo "$1" ;;
-    esac
-}
-rank() {
-    case "$1" in
-        gateway) echo 7 ;; worker) echo 6 ;; client) echo 5 ;; dispatch) echo 4 ;; conn) echo 3 ;;
-        gw) echo 2 ;; loop) echo 1 ;; *) echo 0 ;;
-    esac
-}
+folders="base kdb jobs core client worker gateway"
+rank() { local i=0; for f in $folders; do [ "$f" = "$1" ] && { echo $i; return; }; i=$((i + 1)); done; echo 99; }
+loop_folders=" core client worker gateway "
 
-edges=$(mktemp)
-trap 'rm -f "$edges"' EXIT
-for f in "$src"/*.c "$src"/*.h; do
-    b=$(basename "$f"); b=${b%.*}
-    from=$(module "$b")
-    for inc in $(sed -n 's/^#include "\(.*\)\.h"/\1/p' "$f"); do
-        to=$(module "$inc")
-        [ "$from" = "$to" ] && continue
-        echo "$from $to" >>"$edges"
-        rf=$(rank "$from"); rt=$(rank "$to")
-        if [ "$rf" -le "$rt" ] && [ "$rt" -gt 0 ]; then
-            err "$f includes $inc.h: $from (layer $rf) may not include $to (layer $rt)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# every source file's module (its name) and folder
+for d in $folders; do
+    [ -d "$src/$d" ] || { err "no folder $src/$d"; continue; }
+    for f in "$src/$d"/*.[ch]; do
+        b=$(basename "$f"); echo "${b%.*} $d"
+    done
+done | sort -u >"$tmp/where"
+for f in "$src"/*.[ch]; do [ -e "$f" ] && err "$f: every source file lives in a layer's folder ($folders)"; done
+folder_of() { awk -v m="$1" '$1 == m {print $2; exit}' "$tmp/where"; }
+
+# ---- 1. includes ----------------------------------------------------------------------------
+: >"$tmp/inc"
+for d in $folders; do
+    for f in "$src/$d"/*.[ch]; do
+        b=$(basename "$f"); b=${b%.*}
+        for inc in $(sed -n 's/^#include "\(.*\)\.h"/\1/p' "$f"); do
+            [ "$inc" = "$b" ] && continue
+            to=$(folder_of "$inc")
+            [ -n "$to" ] || { err "$f includes $inc.h, which is in no folder of $src"; continue; }
+            echo "$b $inc" >>"$tmp/inc"
+            [ "$to" = "$d" ] && continue
+            echo "$d $to" >>"$tmp/incf"
+            if [ "$(rank "$d")" -lt "$(rank "$to")" ]; then
+                err "$f includes $inc.h: $d/ may not include $to/ (a layer above it)"
+            fi
+        done
+    done
+done
+if ! tsort "$tmp/inc" >/dev/null 2>&1; then
+    err "the include graph has a cycle: $(tsort "$tmp/inc" 2>&1 >/dev/null | grep -v 'contains a loop' | sed 's/^tsort: //' | tr '\n' ' ')"
+fi
+
+# ---- 2. calls at link level -------------------------------------------------------------------
+nm -A "$lib" | sed -E 's|^[^:]*:([a-z_0-9]+)\.o:|\1 |' >"$tmp/syms"
+awk '$(NF-1) == "T" || $(NF-1) == "D" || $(NF-1) == "B" || $(NF-1) == "R" {print $NF, $1}' "$tmp/syms" | sort -u >"$tmp/defs"
+awk '$(NF-1) == "U" {print $NF, $1}' "$tmp/syms" | sort -u >"$tmp/uses"
+join "$tmp/uses" "$tmp/defs" | awk '$2 != $3 {print $2, $3}' | sort -u >"$tmp/calls" # caller-object callee-object
+: >"$tmp/callf"
+: >"$tmp/corecalls"
+while read -r from to; do
+    df=$(folder_of "$from"); dt=$(folder_of "$to")
+    [ -n "$df" ] && [ -n "$dt" ] || continue
+    if [ "$df" != "$dt" ]; then
+        echo "$df $dt" >>"$tmp/callf"
+        if [ "$(rank "$df")" -lt "$(rank "$dt")" ]; then
+            syms=$(join "$tmp/uses" "$tmp/defs" | awk -v a="$from" -v b="$to" '$2 == a && $3 == b {print $1}' | tr '\n' ' ')
+            err "$from.o ($df/) calls into $to.o ($dt/, a layer above it): $syms"
         fi
-    done
-done
-if ! tsort "$edges" >/dev/null 2>&1; then
-    err "the include graph has a cycle: $(tsort "$edges" 2>&1 >/dev/null | tr '\n' ' ')"
+    elif [ "$df" = core ]; then
+        echo "$from $to" >>"$tmp/corecalls"
+    fi
+done <"$tmp/calls"
+if [ -s "$tmp/corecalls" ] && ! tsort "$tmp/corecalls" >/dev/null 2>&1; then
+    err "a file-level call cycle inside core/: $(tsort "$tmp/corecalls" 2>&1 >/dev/null | grep -v 'contains a loop' | sed 's/^tsort: //' | tr '\n' ' ')"
 fi
+
 if [ "${2:-}" = "--graph" ]; then
-    sort -u "$edges" | awk '{a[$1] = a[$1] " " $2} END {for (k in a) print k " ->" a[k]}' | sort
+    echo "folders, lowest first: $folders"
+    echo "includes between folders:"
+    sort -u "$tmp/incf" | awk '{a[$1] = a[$1] " " $2} END {for (k in a) print "  " k " ->" a[k]}' | sort
+    echo "calls between folders (link level):"
+    sort -u "$tmp/callf" | awk '{a[$1] = a[$1] " " $2} END {for (k in a) print "  " k " ->" a[k]}' | sort
+    echo "calls between the files of core/:"
+    sort -u "$tmp/corecalls" | awk '{a[$1] = a[$1] " " $2} END {for (k in a) print "  " k " ->" a[k]}' | sort
 fi
 
-# symbols, per object of the library
-core_objs="loop conn dispatch client request callback access stop worker relay lost pipeline broadcast session fanout gateway reload control ops mhttp"
-is_core() { case " $core_objs " in *" $1 "*) return 0 ;; esac; return 1; }
-syms=$(mktemp)
-nm -A "$lib" | sed -E 's|^[^:]*:([a-z_]+)\.o:|\1 |' >"$syms"
-core_defs=$(awk -v core=" $core_objs " 'index(core, " " $1 " ") && $(NF-1) == "T" {print $NF}' "$syms" | sort -u)
-for o in $(awk '{print $1}' "$syms" | sort -u); do
-    is_core "$o" && continue
-    for s in $(awk -v o="$o" '$1 == o && $(NF-1) == "U" {print $NF}' "$syms"); do
-        case "$s" in *_loop) err "$o.o (run by the pools) references $s" ;; esac
-        if grep -qx "$s" <<<"$core_defs"; then err "$o.o (run by the pools) references $s, a loop-only function"; fi
-    done
-done
+# ---- 3. the thread split ----------------------------------------------------------------------
+core_defs=$(awk 'NR == FNR {f[$1] = $2; next} (" '"$loop_folders"' " ~ " " f[$2] " ") && f[$2] != "" {print $1}' \
+    "$tmp/where" "$tmp/defs" | sort -u)
+while read -r s o; do
+    d=$(folder_of "$o")
+    case "$loop_folders" in *" $d "*) continue ;; esac
+    case "$s" in *_loop) err "$o.o (run by the pools) references $s" ;; esac
+    if grep -qx "$s" <<<"$core_defs"; then err "$o.o (run by the pools) references $s, a loop-only function"; fi
+done <"$tmp/uses"
 
-# setup/teardown and pure functions of the loop-only modules
-allowed="gw_init gw_free loop_init loop_free loop_watch loop_watch_pool loop_on_job gw_now_us
-         timers_next timers_pop_due timers_free connq_init client_users_free client_state_name
-         worker_state_name worker_via_name req_free access_init access_close ops_init ops_free gw_refusal_name control_free
-         pipeline_key pipeline_learned_us worker_run_began_us mhttp_init mhttp_free"
-for s in $core_defs; do
+# ---- 4. names -----------------------------------------------------------------------------------
+# setup/teardown and pure functions of the loop folders
+allowed="gw_init gw_free loop_init loop_free loop_watch loop_watch_pool loop_on_job loop_now_us
+         loop_timers_next loop_timers_pop_due loop_timers_free conn_q_init client_users_free client_state_name
+         worker_state_name worker_via_name request_free access_init access_close report_init report_free conn_refusal_name
+         control_free pipeline_key pipeline_learned_us worker_run_began_us mhttp_init mhttp_free
+         request_state_name"
+# names not yet moved to the file of their prefix (issue 22: this list ends empty)
+prefix_todo="$(awk '$(NF-1) == "T" {print $NF}' "$tmp/syms" | grep -E '^(client_(advance|backlog|bad_message|callback|cancel_calls|checked|error|finish_if_gone|head_done|lookup|nested_checked|of_job|owes_answer|refuse|reply_done|reply|requests_free|session_lost|take_messages|take_response)_loop|stats_clients_table|conn_q_init|gw_(clock|completion|drain_pool|flush_dirty|reload_done|reload|run|step|wait_ms)_loop|loop_now_us|conn_refusal_name|jobs_cmd_admin_only|kvalidate_extent|kvalidate_check|jobs_merge_in_free|stats_pools_table|relay_(answer|client_gone|lost)_loop|jobs_reload_free|req_(drop_after|remove|set_state)_loop|req_free|timer_(arm|cancel)_loop|timers_(free|next|pop_due))$' || true)"
+allowed="$allowed conn_q_init loop_now_us loop_timers_free loop_timers_next loop_timers_pop_due req_free"
+# a file's exported names start with its name, or with one of these
+prefixes() {
+    case "$1" in
+        kcodec) echo "kcodec_ k_ ktype_" ;;
+        buf) echo "buf_ chunk_ inbuf_ outq_" ;;
+        pool) echo "pool_ job_" ;;
+        jobs) echo "jobs_ job_" ;;
+        metrics) echo "metrics_ job_metrics_" ;;
+        stats) echo "stats_ hist_" ;;
+        gateway) echo "gateway_ gw_" ;;
+        *) echo "$1_" ;;
+    esac
+}
+while read -r s o; do
+    d=$(folder_of "$o")
+    [ -n "$d" ] || continue
+    [ "$o" = main ] && continue
+    ok=0
+    for p in $(prefixes "$o"); do case "$s" in "$p"*) ok=1 ;; esac; done
+    [ "$o" = "$s" ] && ok=1
+    case " $(echo $prefix_todo) " in *" $s "*) ok=1 ;; esac
+    [ $ok = 1 ] || err "$s is exported by $o.o: its name should start with ${o}_ (prefix = file)"
+    case "$loop_folders" in *" $d "*) ;; *) continue ;; esac
     case "$s" in *_loop) continue ;; esac
     case " $(echo $allowed) " in *" $s "*) continue ;; esac
     err "$s runs on the loop thread: its name should end in _loop (or list it here as setup or pure)"
-done
-rm -f "$syms"
-[ $fail = 0 ] && echo "ok - layering: includes point down the layers, no cycle; pool code reaches no loop-only function"
+done < <(awk '$(NF-1) == "T" {print $NF, $1}' "$tmp/syms" | sort -u)
+
+[ $fail = 0 ] && echo "ok - layering: folders are layers (includes and calls point down), no include cycle, no call cycle in core/; pool code reaches no loop function; names start with their file's"
 exit $fail

@@ -14,11 +14,11 @@ expect_fail() { # what, then the command
 }
 bash tests/layering/check.sh "$lib"
 
-cp -r src "$tmp/up" && sed -i '0,/#include "conn.h"/s//#include "conn.h"\n#include "client.h"/' "$tmp/up/conn.c"
+cp -r src "$tmp/up" && sed -i '0,/#include "conn.h"/s//#include "conn.h"\n#include "client.h"/' "$tmp/up/core/conn.c"
 expect_fail "conn.c including client.h" env SRC="$tmp/up" bash tests/layering/check.sh "$lib"
 
-cp -r src "$tmp/cycle" && echo '#include "jobs.h"' >>"$tmp/cycle/kipc.h"
-expect_fail "a cycle kipc -> jobs -> kipc" env SRC="$tmp/cycle" bash tests/layering/check.sh "$lib"
+cp -r src "$tmp/cycle" && echo '#include "kcodec.h"' >>"$tmp/cycle/kdb/kipc.h"
+expect_fail "a cycle kipc -> kcodec -> kipc" env SRC="$tmp/cycle" bash tests/layering/check.sh "$lib"
 
 cat >"$tmp/evil.c" <<'C'
 struct gw;
@@ -35,7 +35,18 @@ cat >"$tmp/named.c" <<'C'
 int dispatch_peek(void);
 int dispatch_peek(void) { return 0; }
 C
+cat >"$tmp/upcall.c" <<'C'
+struct gw;
+void control_drain_loop(struct gw *g);
+void kipc_up(struct gw *g);
+void kipc_up(struct gw *g) { control_drain_loop(g); }
+C
+cc -c "$tmp/upcall.c" -o "$tmp/kipc.o"
+mkdir "$tmp/y" && cp "$lib" "$tmp/lib3.a" && (cd "$tmp/y" && cp ../kipc.o . && ar r "$tmp/lib3.a" kipc.o)
+expect_fail "kdb/kipc.o calling control_drain_loop (gateway/)" bash tests/layering/check.sh "$tmp/lib3.a"
+cp -r src "$tmp/flat" && touch "$tmp/flat/stray.c"
+expect_fail "a source file outside the folders" env SRC="$tmp/flat" bash tests/layering/check.sh "$lib"
 cc -c "$tmp/named.c" -o "$tmp/dispatch.o"
 mkdir "$tmp/x" && cp "$lib" "$tmp/lib2.a" && (cd "$tmp/x" && cp ../dispatch.o . && ar r "$tmp/lib2.a" dispatch.o)
 expect_fail "dispatch.o exporting dispatch_peek" bash tests/layering/check.sh "$tmp/lib2.a"
-echo "ok - layering check fails on an include up the layers, a cycle, pool code calling the loop, a misnamed function"
+echo "ok - layering check fails on an include up the layers, a cycle, a call up the layers, a file outside the folders, pool code calling the loop, a misnamed function"

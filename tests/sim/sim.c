@@ -29,6 +29,7 @@
 #include "control.h"
 #include "dispatch.h"
 #include "gateway.h"
+#include "reload.h"
 #include "gw.h"
 #include "worker.h"
 #include "jobs.h"
@@ -970,7 +971,7 @@ static void worker_process(struct fworker *w, int max)
             fail("W%d: a header it read once is bad now", w->wid);
         if (!h.compressed) {
             struct kerr e;
-            if (kcodec_validate(k->in.p + 8, (size_t)h.len - 8, h.le, NULL, &e) != QG_OK)
+            if (kvalidate_check(k->in.p + 8, (size_t)h.len - 8, h.le, NULL, &e) != QG_OK)
                 fail("W%d got a malformed message body (%s at %zu): q would reject it", w->wid, e.why, e.off);
         }
         int type, comp;
@@ -2385,7 +2386,7 @@ static void reload(void)
     }
     write_config();
     S->in_gw = 1;
-    if (gw_reload_loop(&S->g, NULL, 0))
+    if (reload_start_loop(&S->g, NULL, 0))
         fail("reload refused");
     S->in_gw = 0;
 }
@@ -2440,7 +2441,7 @@ static int operator_release_all(void)
 static void gw_step(void)
 {
     S->in_gw = 1;
-    gw_step_loop(&S->g, 0);
+    loop_step_loop(&S->g, 0);
     S->in_gw = 0;
     check_gateway();
 }
@@ -2467,7 +2468,7 @@ static void advance_clock(int64_t ms)
 
 static void clock_event(void)
 {
-    int64_t next = timers_next(&S->g.loop.timers);
+    int64_t next = loop_timers_next(&S->g.loop.timers);
     if (next >= 0 && chance(40)) {
         int64_t d = next - S->now_us / 1000;
         advance_clock(d > 0 ? d : 0);
@@ -2706,14 +2707,14 @@ static void quiesce(int include_stalled, const char *phase)
         /* the gateway has work now, or events ready: no time passes (a peek at a level-triggered
          * epoll set takes nothing from it) */
         struct epoll_event ev;
-        if ((gw_wait_ms_loop(&S->g) == 0 || epoll_wait(S->g.loop.epfd, &ev, 1, 0) > 0) && round % 64)
+        if ((loop_wait_ms_loop(&S->g) == 0 || epoll_wait(S->g.loop.epfd, &ev, 1, 0) > 0) && round % 64)
             continue;
         if (S->session && end_idle_session())
             continue;
         if (operator_release_all()) /* a pause or a disable (an admin's, perhaps) holds what is left */
             continue;
         /* nothing moved: only time can help (timers, back-offs, reconnects) */
-        int64_t next = timers_next(&S->g.loop.timers);
+        int64_t next = loop_timers_next(&S->g.loop.timers);
         int64_t d = next >= 0 ? next - S->now_us / 1000 : 1000;
         advance_clock(QG_MAX(1, QG_MIN(d, 60000)));
         if (S->now_us / 1000 - t_still > 600000)

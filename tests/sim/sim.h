@@ -1,4 +1,4 @@
-/* sim.h: a deterministic simulation of qgate's loop. The real loop iteration (gw_step_loop)
+/* sim.h: a deterministic simulation of qgate's loop. The real loop iteration (loop_step_loop)
  * runs against fake q clients and fake q workers on socketpairs, with a fake clock and pools
  * whose jobs run when the simulation says; a seeded PRNG (or a fuzzer's input) picks every
  * next event, and invariants are checked after every step. */

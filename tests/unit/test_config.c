@@ -200,7 +200,7 @@ static void test_keys_in_example(void **state)
 }
 
 /* docs/configuration.md's table of keys is the one cfg_keys makes (config_print_markdown), between
- * its markers: a key added, removed or re-helped in src/config.c fails here until `make docs`. */
+ * its markers: a key added, removed or re-helped in src/base/config.c fails here until `make docs`. */
 static void test_keys_table_generated(void **state)
 {
     (void)state;
@@ -219,7 +219,7 @@ static void test_keys_table_generated(void **state)
     config_print_markdown(f);
     fclose(f);
     if ((size_t)(end - begin) != made_len || memcmp(begin, made, made_len))
-        fail_msg("%s: the table of keys is not what src/config.c makes: run make docs", README);
+        fail_msg("%s: the table of keys is not what src/base/config.c makes: run make docs", README);
     free(made);
     free(text);
 }

@@ -99,7 +99,7 @@ static void test_close_leaves_every_list(void **state)
     freed = 0;
     struct fake *a = fake_new(), *b = fake_new(), *w = fake_new();
     struct connq q;
-    connq_init(&q);
+    conn_q_init(&q);
     conn_mark_dirty_loop(&g, &a->c);
     conn_backlog_add_loop(&g, &a->c);
     conn_queue_in_loop(&q, &a->c);

@@ -161,10 +161,10 @@ static uint64_t handled; /* completions handled: one per job submitted */
 static void step(void)
 {
     client_backlog_loop(&g);
-    handled += (uint64_t)gw_drain_pool_loop(&g, g.readers);
-    handled += (uint64_t)gw_drain_pool_loop(&g, g.writers);
+    handled += (uint64_t)loop_drain_pool_loop(&g, g.readers);
+    handled += (uint64_t)loop_drain_pool_loop(&g, g.writers);
     dispatch_all_loop(&g);
-    gw_flush_dirty_loop(&g);
+    conn_flush_dirty_loop(&g);
     conn_reap_loop(&g);
 }
 
@@ -442,7 +442,7 @@ static void test_emfile_without_reserve(void **state)
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
     int clients = g.nclients;
     for (int i = 0; i < 2000 && (g.listen_tcp.stopped || g.nclients == clients); i++)
-        gw_step_loop(&g, 10); /* its timer, then the accept: events, never a time */
+        loop_step_loop(&g, 10); /* its timer, then the accept: events, never a time */
     assert_int_equal(g.listen_tcp.stopped, 0);
     assert_true(g.reserve_fd >= 0);
     assert_int_equal(g.nclients, clients + 1); /* the waiting connection taken */
@@ -485,7 +485,7 @@ static void test_stale_completion_dropped(void **state)
     j->conn_id = id;
     j->conn_gen = gen;
     j->seq = 0;
-    gw_completion_loop(&g, j); /* for (id, old generation): dropped */
+    loop_completion_loop(&g, j); /* for (id, old generation): dropped */
     settle_pools();
     char got[300];
     assert_int_equal(recv_text(pb, got, sizeof got), KIPC_RESPONSE);
@@ -520,7 +520,7 @@ static void test_close_leaves_every_list(void **state)
     assert_int_equal(g.ndirty, 0);
     step(); /* backlog, flush and reap: the freed client is on none of their lists */
     client_backlog_loop(&g);
-    gw_flush_dirty_loop(&g);
+    conn_flush_dirty_loop(&g);
     g.cfg.frames_budget = (int)fb;
     close(pa);
     settle_pools();
@@ -717,18 +717,18 @@ static void test_timers_heap(void **state)
     uint64_t seed = 11;
     for (int i = 0; i < 500; i++) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        timer_arm_loop(&g, &t[i], (int64_t)(seed >> 40) % 100000, NULL);
+        loop_timer_arm_loop(&g, &t[i], (int64_t)(seed >> 40) % 100000, NULL);
     }
     for (int i = 0; i < 500; i += 3)
-        timer_cancel_loop(&g, &t[i]);
+        loop_timer_cancel_loop(&g, &t[i]);
     for (int i = 1; i < 500; i += 7) /* re-arming moves a timer, or arms a cancelled one */
-        timer_arm_loop(&g, &t[i], 50000, NULL);
+        loop_timer_arm_loop(&g, &t[i], 50000, NULL);
     for (int i = 0; i < 500; i++)
         armed += t[i].pos != 0;
     int64_t last = -1;
     int n = 0;
     struct timer *x;
-    while ((x = timers_pop_due(&g.loop.timers, INT64_MAX))) {
+    while ((x = loop_timers_pop_due(&g.loop.timers, INT64_MAX))) {
         assert_true(x->when >= last);
         assert_int_equal(x->pos, 0);
         last = x->when;
@@ -736,7 +736,7 @@ static void test_timers_heap(void **state)
     }
     assert_int_equal(n, armed + before);
     assert_true(armed > 300 && armed < 400);
-    assert_int_equal(timers_next(&g.loop.timers), -1);
+    assert_int_equal(loop_timers_next(&g.loop.timers), -1);
 }
 
 int main(void)

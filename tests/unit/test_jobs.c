@@ -127,7 +127,7 @@ static void expect_route(uint8_t *m, size_t len, int kind, const char *grp, K qu
     assert_memory_equal(m + f.qoff, alone, qn);
     free(alone);
     /* a form read whole is a message q accepts */
-    assert_int_equal(kcodec_validate(m + 8, len - 8, m[0], NULL, NULL), QG_OK);
+    assert_int_equal(kvalidate_check(m + 8, len - 8, m[0], NULL, NULL), QG_OK);
     /* and it is never taken for a command */
     assert_int_equal(jobs_peek_command(m, len), 0);
 }
@@ -226,7 +226,7 @@ static void test_parse_route_malformed(void **state)
          * cut off there, the rest would reach the workers malformed */
         uint8_t *m = msg_le(form(".qgate.all", 1, k_sym("g"), k_str("echo x", 6), k_str("AB\xf5" "list\0", 8)), le, &len);
         assert_memory_equal(m + len - 6, "\xf5list", 6);
-        assert_int_equal(kcodec_validate(m + 8, len - 8, le, NULL, NULL), QG_OK); /* q reads it: a bad route */
+        assert_int_equal(kvalidate_check(m + 8, len - 8, le, NULL, NULL), QG_OK); /* q reads it: a bad route */
         expect_bad(m, len, ROUTE_ALL, ROUTE_BAD_OPTS);
         /* other 4th items: another symbol, a vector with another, the same twice, three, one */
         expect_bad_k(form(".qgate.all", 1, k_sym("g"), k_str("x", 1), k_sym("lost")), le, ROUTE_ALL,
@@ -464,7 +464,7 @@ static struct job *merge_job(K *parts, int n, int compress_first, int cap, int c
     }
     struct job *j = job_new(job_merge, 0);
     j->ctx = in;
-    j->ctx_free = merge_in_free;
+    j->ctx_free = jobs_merge_in_free;
     j->arg = cap;
     j->aux[0] = 1 << 24;
     j->aux[1] = compress;
@@ -534,7 +534,7 @@ static void test_merge_job(void **state)
     in->part[0].len = 9;
     j = job_new(job_merge, 0);
     j->ctx = in;
-    j->ctx_free = merge_in_free;
+    j->ctx_free = jobs_merge_in_free;
     j->arg = 3;
     job_merge(j);
     x = decoded_out(j);
@@ -672,13 +672,13 @@ static void test_parse_command_refused(void **state)
     assert_int_equal(j->result, GWCMD_UNKNOWN);
     job_free(j);
     /* who may run what: anyone the reading commands, admins the rest */
-    assert_false(gwcmd_admin_only(GWCMD_PING));
-    assert_false(gwcmd_admin_only(GWCMD_STATS));
-    assert_false(gwcmd_admin_only(GWCMD_POOLS));
+    assert_false(jobs_cmd_admin_only(GWCMD_PING));
+    assert_false(jobs_cmd_admin_only(GWCMD_STATS));
+    assert_false(jobs_cmd_admin_only(GWCMD_POOLS));
     static const int admin[] = {GWCMD_CLIENTS, GWCMD_RELOAD, GWCMD_DISCONNECT, GWCMD_KILL, GWCMD_PAUSE,
                                 GWCMD_RESUME, GWCMD_DISABLE, GWCMD_ENABLE, GWCMD_SHUTDOWN};
     for (size_t i = 0; i < sizeof admin / sizeof admin[0]; i++)
-        assert_true(gwcmd_admin_only(admin[i]));
+        assert_true(jobs_cmd_admin_only(admin[i]));
 }
 
 int main(void)

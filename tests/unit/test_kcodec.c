@@ -81,7 +81,7 @@ static void test_real_q_vectors_round_trip(void **state)
     assert_int_equal(nvecs, 118);
     for (int i = 0; i < nvecs; i++) {
         struct kerr e = {0};
-        if (kcodec_validate(vecs[i].body, vecs[i].len, 1, NULL, &e) != QG_OK)
+        if (kvalidate_check(vecs[i].body, vecs[i].len, 1, NULL, &e) != QG_OK)
             fail_msg("%s: validate: %s at %zu", vecs[i].expr, e.why, e.off);
         K x = decode_ok(vecs[i].body, vecs[i].len, 1);
         assert_encodes_to(x, vecs[i].body, vecs[i].len, 1);
@@ -188,7 +188,7 @@ static void test_truncations_rejected(void **state)
             memcpy(b, vecs[i].body, cut);
             struct kerr e = {0};
             K x = NULL;
-            if (kcodec_validate(b, cut, 1, NULL, &e) == QG_OK)
+            if (kvalidate_check(b, cut, 1, NULL, &e) == QG_OK)
                 fail_msg("%s: prefix %zu accepted", vecs[i].expr, cut);
             assert_non_null(e.why);
             assert_true(e.off <= cut);
@@ -251,7 +251,7 @@ static void expect_bad(const char *hex, int le, const char *why, size_t off)
     size_t n;
     uint8_t *b = tutil_unhex(hex, &n);
     struct kerr e = {0};
-    assert_int_equal(kcodec_validate(b, n, le, NULL, &e), QG_ERR);
+    assert_int_equal(kvalidate_check(b, n, le, NULL, &e), QG_ERR);
     if (strcmp(e.why, why) || e.off != off)
         fail_msg("%s: got '%s' at %zu, want '%s' at %zu", hex, e.why, e.off, why, off);
     free(b);
@@ -301,7 +301,7 @@ static void test_nesting_limit(void **state)
         memcpy(p, "\xf9\x01\x00\x00\x00\x00\x00\x00\x00", 9);
         struct kerr e = {0};
         struct kcodec_opts o = {.max_depth = 64};
-        qg_status st = kcodec_validate(b, n, 1, &o, &e);
+        qg_status st = kvalidate_check(b, n, 1, &o, &e);
         if (depth <= 64) {
             assert_int_equal(st, QG_OK);
         } else {

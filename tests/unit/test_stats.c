@@ -212,7 +212,7 @@ static K encode_check(K t, int64_t nrows)
     assert_memory_equal(m + 8, head, sizeof head);
     assert_memory_equal(m + 8 + sizeof head, "address\0group\0state\0", 20);
     struct kerr err = {0};
-    if (kcodec_validate(m + 8, len - 8, 1, NULL, &err) != QG_OK)
+    if (kvalidate_check(m + 8, len - 8, 1, NULL, &err) != QG_OK)
         fail_msg("stats table fails validation at %zu: %s", err.off, err.why);
     K back = NULL;
     assert_int_equal(kcodec_decode(m + 8, len - 8, 1, NULL, &back, &err), QG_OK);
@@ -324,7 +324,7 @@ static void test_pools_table(void **state)
     s->rows[0] = (struct pools_row){.group = "rdb", .paused = 1, .waiting = 3, .active = 2, .idle = 0, .down = 1,
                                     .disabled = 1, .maxwait_ms = 1500, .served = 1LL << 40, .errors = 7};
     s->rows[1] = (struct pools_row){.group = "hdb", .idle = 4};
-    K t = pools_table(s);
+    K t = stats_pools_table(s);
     free(s);
     size_t len = 0;
     uint8_t *m = kcodec_encode_msg(t, KIPC_RESPONSE, &len);

@@ -410,7 +410,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
     int read_ok = route && !unchecked && jobs_parse_route(msg, (size_t)h->len, &form) > 0; /* then it is valid */
     int cmd = h->type == KIPC_SYNC && !route ? jobs_peek_command(msg, (size_t)h->len) : 0; /* decoded on a reader */
     struct kerr e;
-    if (!unchecked && !cmd && !read_ok && kcodec_validate(msg + 8, (size_t)h->len - 8, h->le, NULL, &e) != QG_OK) {
+    if (!unchecked && !cmd && !read_ok && kvalidate_check(msg + 8, (size_t)h->len - 8, h->le, NULL, &e) != QG_OK) {
         free(msg);
         char bad[96];
         snprintf(bad, sizeof bad, "%s at byte %zu", e.why, e.off + 8);

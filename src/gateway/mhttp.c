@@ -29,7 +29,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
-#include "ops.h"
+#include "report.h"
 #include "pool.h"
 
 #define MCONN_MAX 32            /* metrics connections at once */
@@ -82,7 +82,7 @@ static void request(struct gw *g, struct mconn *m, const char *in)
         return;
     }
     struct job *j = job_new(job_metrics_page, JK_METRICS);
-    if (!j || !(j->ctx = ops_snapshot_loop(g))) {
+    if (!j || !(j->ctx = report_totals_loop(g))) {
         job_free(j);
         reply(g, m, "503 Service Unavailable", "qgate: out of memory\n");
         return;
@@ -280,7 +280,7 @@ static const struct evops listener_ops = {.on_event = on_listener};
 int mhttp_init(struct gw *g, const struct config *cfg)
 {
     g->listen_metrics.fd = -1;
-    connq_init(&g->metrics_conns);
+    conn_q_init(&g->metrics_conns);
     if (!cfg->metrics_port)
         return 0;
     const char *bind = cfg->metrics_bind[0] ? cfg->metrics_bind : cfg->bind;

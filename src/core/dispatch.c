@@ -15,10 +15,10 @@ struct group *dispatch_group_add_loop(struct gw *g, const struct group_cfg *gc)
     struct group *grp = &g->groups[g->ngroups];
     memset(grp, 0, sizeof *grp);
     TAILQ_INIT(&grp->workers);
-    connq_init(&grp->idle);
-    connq_init(&grp->spare);
-    connq_init(&grp->queue);
-    connq_init(&grp->held);
+    conn_q_init(&grp->idle);
+    conn_q_init(&grp->spare);
+    conn_q_init(&grp->queue);
+    conn_q_init(&grp->held);
     grp->cfg = *gc;
     grp->index = g->ngroups++;
     return grp;

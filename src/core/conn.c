@@ -88,7 +88,7 @@ int conn_register_loop(struct gw *g, struct conn *c, const struct connops *ops, 
     c->closing = 0;
     c->events = events;
     if (!c->waiters.h.tqh_last)
-        connq_init(&c->waiters);
+        conn_q_init(&c->waiters);
     if (loop_watch(g, fd, &c->ev, events, backend(c))) {
         free_id(g, id);
         c->fd = -1;
@@ -165,7 +165,7 @@ struct conn *conn_backlog_pop_loop(struct gw *g)
     return c;
 }
 
-void connq_init(struct connq *q)
+void conn_q_init(struct connq *q)
 {
     TAILQ_INIT(&q->h);
     q->n = 0;
@@ -197,7 +197,7 @@ void conn_wake_loop(struct gw *g, struct conn *target)
     if (!target->waiters.h.tqh_last || !connq_first(&target->waiters))
         return;
     struct connq woken; /* taken aside: a waiter whose wait goes on puts itself back */
-    connq_init(&woken);
+    conn_q_init(&woken);
     struct conn *x;
     while ((x = connq_first(&target->waiters)))
         conn_queue_in_loop(&woken, x);
@@ -217,10 +217,10 @@ void conn_timer_arm_loop(struct gw *g, struct conn *c, int which, int64_t when_m
 {
     c->tm[which].c = c;
     c->tm[which].fn = fn;
-    timer_arm_loop(g, &c->tm[which].t, when_ms, on_timer);
+    loop_timer_arm_loop(g, &c->tm[which].t, when_ms, on_timer);
 }
 
-void conn_timer_cancel_loop(struct gw *g, struct conn *c, int which) { timer_cancel_loop(g, &c->tm[which].t); }
+void conn_timer_cancel_loop(struct gw *g, struct conn *c, int which) { loop_timer_cancel_loop(g, &c->tm[which].t); }
 
 /* ---- output ------------------------------------------------------------------------------- */
 
@@ -333,7 +333,7 @@ int conn_flush_loop(struct gw *g, struct conn *c)
     return 0;
 }
 
-void gw_flush_dirty_loop(struct gw *g)
+void conn_flush_dirty_loop(struct gw *g)
 {
     /* only those dirty now: one that stays dirty (budget used up) goes to the tail for the
      * next iteration; a connection closed meanwhile has left the list */
@@ -463,7 +463,7 @@ static void emfile(struct gw *g, struct listener *l, int kind)
         return;
     l->stopped = 1;
     loop_modify_loop(g, l->fd, &l->ev, 0, 0);
-    timer_arm_loop(g, &l->tm, g->loop.now_ms + EMFILE_PAUSE_MS, on_listener_timer);
+    loop_timer_arm_loop(g, &l->tm, g->loop.now_ms + EMFILE_PAUSE_MS, on_listener_timer);
 }
 
 int conn_accept_loop(struct gw *g, struct listener *l, int kind, struct log_limit *lim, const char *what)
@@ -480,7 +480,7 @@ int conn_accept_loop(struct gw *g, struct listener *l, int kind, struct log_limi
 
 void conn_listener_close_loop(struct gw *g, struct listener *l)
 {
-    timer_cancel_loop(g, &l->tm);
+    loop_timer_cancel_loop(g, &l->tm);
     l->stopped = 0;
     if (l->fd < 0)
         return;
@@ -495,7 +495,7 @@ void conn_listener_close_loop(struct gw *g, struct listener *l)
 static const char *const refusal_names[] = {GW_REFUSALS(REFUSAL_NAME)};
 #undef REFUSAL_NAME
 
-const char *gw_refusal_name(int kind) { return kind >= 0 && kind < GW_NREFUSALS ? refusal_names[kind] : "?"; }
+const char *conn_refusal_name(int kind) { return kind >= 0 && kind < GW_NREFUSALS ? refusal_names[kind] : "?"; }
 
 void conn_refused_loop(struct gw *g, int kind, const char *who, const char *fmt, ...)
 {

@@ -143,7 +143,7 @@ int jobs_parse_route(const uint8_t *m, size_t len, struct route_form *f)
     const uint8_t *name = b + o + 1, *z = o + 1 < n ? memchr(name, 0, n - o - 1) : NULL;
     if (o + 1 >= n || (int8_t)b[o] != -KT_SYM || !z || z == name || z - name >= CFG_NAME_MAX)
         return route_bad(f, ROUTE_BAD_GROUP);
-    size_t qoff = (size_t)(z + 1 - b), qend = kcodec_extent(b, n, qoff, le), end = qend;
+    size_t qoff = (size_t)(z + 1 - b), qend = kvalidate_extent(b, n, qoff, le), end = qend;
     if (!qend) /* truncated, or not a q object: walked and validated as a worker would */
         return route_bad(f, ROUTE_BAD_QUERY);
     if (count == 4 && !(end = route_opts(b, n, qend, le, f)))
@@ -180,7 +180,7 @@ void jobs_route_form_of(const struct job *j, struct route_form *f) { memcpy(f, &
 
 _Static_assert(sizeof(struct route_form) <= 2 * sizeof(int64_t), "a route_form fits in a job's aux[1..2]");
 
-int gwcmd_admin_only(int cmd) { return cmd > 0 && cmd < GWCMD_N && cmds[cmd].admin; }
+int jobs_cmd_admin_only(int cmd) { return cmd > 0 && cmd < GWCMD_N && cmds[cmd].admin; }
 
 static enum gwcmd lookup(const char *name, size_t len)
 {
@@ -374,7 +374,7 @@ void job_validate_msg(struct job *j)
     struct route_form f = {0};
     int rt = h.type != KIPC_RESPONSE && jobs_parse_route(plain ? plain : j->in, n + 8, &f) > 0;
     struct kerr e;
-    if (rt || kcodec_validate(body, n, h.le, NULL, &e) == QG_OK)
+    if (rt || kvalidate_check(body, n, h.le, NULL, &e) == QG_OK)
         j->result = 0;
     else
         snprintf(j->text, sizeof j->text, "%s at byte %zu", e.why, e.off + 8);
@@ -426,7 +426,7 @@ void job_resolve(struct job *j)
     j->result = 0;
 }
 
-void reload_job_free(void *ctx)
+void jobs_reload_free(void *ctx)
 {
     struct reload_job *r = ctx;
     if (!r)
@@ -482,10 +482,10 @@ void job_encode_command(struct job *j)
         x = stats_table(j->ctx);
         break;
     case GWCMD_POOLS:
-        x = pools_table(j->ctx);
+        x = stats_pools_table(j->ctx);
         break;
     case GWCMD_CLIENTS:
-        x = clients_table(j->ctx);
+        x = stats_clients_table(j->ctx);
         break;
     case GWCMD_TOTALS:
         x = metrics_totals(j->ctx);
@@ -527,7 +527,7 @@ void job_check_reply(struct job *j)
     }
     uint32_t seen = 0;
     struct kcodec_opts o = {.seen = &seen};
-    if (kcodec_validate(plain + 8, len - 8, h.le, &o, NULL) == QG_OK && beyond_cap(seen, j->arg)) {
+    if (kvalidate_check(plain + 8, len - 8, h.le, &o, NULL) == QG_OK && beyond_cap(seen, j->arg)) {
         if (plain != j->in)
             free(plain);
         snprintf(j->text, sizeof j->text, "type");
@@ -564,7 +564,7 @@ void job_compress_reply(struct job *j)
     j->in = NULL;
 }
 
-void merge_in_free(void *ctx)
+void jobs_merge_in_free(void *ctx)
 {
     struct merge_in *in = ctx;
     for (int i = 0; in && i < in->n; i++) {

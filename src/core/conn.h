@@ -99,7 +99,7 @@ struct conn *conn_backlog_pop_loop(struct gw *g);
 void conn_backlog_remove_loop(struct gw *g, struct conn *c);
 void conn_queue_in_loop(struct connq *q, struct conn *c);   /* onto a group's queue or idle list */
 void conn_queue_out_loop(struct conn *c);                   /* off whichever it is on */
-void connq_init(struct connq *q);
+void conn_q_init(struct connq *q);
 static inline struct conn *connq_first(const struct connq *q) { return TAILQ_FIRST(&q->h); }
 static inline struct conn *connq_next(const struct conn *c) { return TAILQ_NEXT(c, qlink); }
 
@@ -129,7 +129,7 @@ void conn_pipe_close_loop(struct conn *c);
 /* Write what is pending within the write budget (the pipe first). -1 if the connection failed. */
 int conn_flush_loop(struct gw *g, struct conn *c);
 /* Write what connections have pending (step 6 of the iteration). */
-void gw_flush_dirty_loop(struct gw *g);
+void conn_flush_dirty_loop(struct gw *g);
 
 /* Close the socket but keep the connection (its id stays valid), dropping its output: a client
  * whose input ended while its requests still run. */
@@ -142,7 +142,7 @@ void conn_close_loop(struct gw *g, struct conn *c, const char *why);
 void conn_refused_loop(struct gw *g, int kind, const char *who, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Its name in .qgate.totals[] and the metrics ("busy", ...). */
-const char *gw_refusal_name(int kind);
+const char *conn_refusal_name(int kind);
 struct listener;
 /* The next connection waiting on listener l (non-blocking, close-on-exec), or -1: none now, or
  * an error. On EMFILE or ENFILE the reserve descriptor is given up to accept and close one

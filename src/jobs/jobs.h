@@ -67,7 +67,7 @@ struct route_form {
  * or 0. Reads the first item only: O(1), for the loop at arrival. */
 int jobs_peek_route(const uint8_t *m, size_t len);
 /* Read whole message m (uncompressed) as q would decode a routing form, walking every item
- * (the query with kcodec_extent): a general list of 3 items, or 4 for .qgate.all, that end
+ * (the query with kvalidate_extent): a general list of 3 items, or 4 for .qgate.all, that end
  * exactly at the end of the message; the name; the group a symbol atom; the query any q
  * object; .qgate.all's 4th item `list, `partial or a symbol vector of both (`list`partial).
  * Returns f->kind if it is exactly that form (then the whole message is one q would accept),
@@ -79,7 +79,7 @@ const char *jobs_route_why(const struct route_form *f);
 const char *jobs_route_usage(const struct route_form *f);
 
 /* Commands that change state or show other users: for users marked admin only. */
-int gwcmd_admin_only(int cmd);
+int jobs_cmd_admin_only(int cmd);
 
 /* reader: j->in holds the credentials "user:password" a client sent, j->ctx the shared users
  * database: j->result = 1 if they match an entry (plain, MD5 or SHA-1, as q -U), else 0; then
@@ -112,7 +112,7 @@ struct reload_job {
 /* reader: build the configuration (defaults, file, overrides) and load its users file. */
 void job_load_config(struct job *j);
 /* Free a reload_job and what it still holds (a job's ctx_free). */
-void reload_job_free(void *ctx);
+void jobs_reload_free(void *ctx);
 /* reader: decode the whole message j->in and name the command (j->result, j->text). Its
  * argument's kind in aux[1] (GWARG_*): a number (.qgate.kill[12], (`.qgate.kill; 12)) in
  * aux[0] (-1 if none); a name (.qgate.pause[`rdb], .qgate.pause["rdb"], (`.qgate.pause;
@@ -147,7 +147,7 @@ struct merge_in {
         size_t len;
     } part[];
 };
-void merge_in_free(void *ctx);
+void jobs_merge_in_free(void *ctx);
 /* writer: j->ctx a struct merge_in: j->out = the response to send a client of capability
  * j->arg: the replies merged (kmerge.c: q's raze of them), or their list; when partial, the
  * dictionary `workers`result! of the workers' addresses and that, unless it is an error (a q

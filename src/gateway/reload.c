@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway.h"
+#include "reload.h"
 #include "access.h"
-#include "ops.h"
+#include "report.h"
 #include "auth.h"
 #include "client.h"
 #include "jobs.h"
@@ -48,7 +48,7 @@ static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_
     snprintf(r->path, sizeof r->path, "%s", g->config_path);
     r->ov = g->overrides;
     j->ctx = r;
-    j->ctx_free = reload_job_free;
+    j->ctx_free = jobs_reload_free;
     if (req_gen) {
         j->conn_id = req_id;
         j->conn_gen = req_gen;
@@ -60,7 +60,27 @@ static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_
     return 0;
 }
 
-int gw_reload_loop(struct gw *g, struct conn *requester, uint64_t seq)
+struct group *reload_add_group_loop(struct gw *g, const struct group_cfg *gc)
+{
+    struct group *grp = dispatch_group_add_loop(g, gc);
+    if (!grp)
+        return NULL;
+    char addr[300];
+    for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);)
+        worker_add_loop(g, grp, addr);
+    char pl[96] = "";
+    if (group_pipelines(grp) && gc->pipeline_wait)
+        snprintf(pl, sizeof pl, ", pipeline %d (connections to each worker; to a busy one behind runs learned under %lld ms)",
+                 gc->pipeline, (long long)gc->pipeline_wait);
+    else if (group_pipelines(grp))
+        snprintf(pl, sizeof pl, ", pipeline %d (connections to each worker; to a busy one behind any run)", gc->pipeline);
+    log_info(NULL, "group %s: %d workers (%s), async %s, pool %s%s", gc->name, grp->nworkers, gc->workers,
+             gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one",
+             gc->pool_mode == CFG_POOL_SESSION ? "session" : "request", pl);
+    return grp;
+}
+
+int reload_start_loop(struct gw *g, struct conn *requester, uint64_t seq)
 {
     if (!g->reloading)
         return start_reload(g, requester ? requester->id : 0, requester ? requester->gen : 0, seq);
@@ -131,7 +151,7 @@ static void reload_groups(struct gw *g, const struct config *nc)
         struct group *grp = dispatch_group_find_loop(g, nc->groups[i].name);
         if (grp)
             reload_group(g, grp, &nc->groups[i]);
-        else if (!gw_add_group_loop(g, &nc->groups[i]))
+        else if (!reload_add_group_loop(g, &nc->groups[i]))
             log_error(NULL, "reload: too many groups, %s not added", nc->groups[i].name);
     }
     for (int i = 0; i < g->ngroups; i++) {
@@ -167,11 +187,11 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     g->cfg.metrics_port = keep.metrics_port;
     strcpy(g->cfg.metrics_bind, keep.metrics_bind);
     log_level = g->cfg.loglevel;
-    ops_reloaded_loop(g);
+    report_reloaded_loop(g);
     g->loop.work_pending = 1;
 }
 
-void gw_reload_done_loop(struct gw *g, struct job *j)
+void reload_done_loop(struct gw *g, struct job *j)
 {
     struct reload_job *r = j->ctx;
     g->reloading = 0;

@@ -125,7 +125,7 @@ static void complete(struct gw *g, struct fanout *fo)
         if (p->st != FP_DONE)
             continue; /* `partial: its worker was lost */
         if (fo->partial && !(in->names[in->n] = strdup(p->w->addr))) {
-            merge_in_free(in);
+            jobs_merge_in_free(in);
             job_free(j);
             fanout_free(g, fo);
             conn_close_loop(g, &c->c, "out of memory");
@@ -138,7 +138,7 @@ static void complete(struct gw *g, struct fanout *fo)
     }
     fanout_free(g, fo);
     j->ctx = in;
-    j->ctx_free = merge_in_free;
+    j->ctx_free = jobs_merge_in_free;
     j->arg = c->cap;
     j->aux[0] = g->cfg.max_message;
     j->aux[1] = g->cfg.compress && !c->local && c->cap >= 1;

@@ -19,7 +19,7 @@
 static struct loop *lp(struct gw *g) { return (struct loop *)(void *)g; }
 static const struct loop *lpc(const struct gw *g) { return (const struct loop *)(const void *)g; }
 
-int64_t gw_now_us(void)
+int64_t loop_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -76,7 +76,7 @@ static void heap_remove(struct timers *ts, struct timer *t)
     t->pos = 0;
 }
 
-void timer_arm_loop(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct gw *, struct timer *))
+void loop_timer_arm_loop(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct gw *, struct timer *))
 {
     struct timers *ts = &lp(g)->timers;
     if (t->pos)
@@ -98,15 +98,15 @@ void timer_arm_loop(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(s
     heap_up(ts, ts->n - 1);
 }
 
-void timer_cancel_loop(struct gw *g, struct timer *t)
+void loop_timer_cancel_loop(struct gw *g, struct timer *t)
 {
     if (t->pos)
         heap_remove(&lp(g)->timers, t);
 }
 
-int64_t timers_next(const struct timers *ts) { return ts->n ? ts->h[0]->when : -1; }
+int64_t loop_timers_next(const struct timers *ts) { return ts->n ? ts->h[0]->when : -1; }
 
-struct timer *timers_pop_due(struct timers *ts, int64_t now)
+struct timer *loop_timers_pop_due(struct timers *ts, int64_t now)
 {
     if (!ts->n || ts->h[0]->when > now)
         return NULL;
@@ -115,7 +115,7 @@ struct timer *timers_pop_due(struct timers *ts, int64_t now)
     return t;
 }
 
-void timers_free(struct timers *ts)
+void loop_timers_free(struct timers *ts)
 {
     free(ts->h);
     *ts = (struct timers){0};
@@ -128,7 +128,7 @@ int loop_init(struct gw *g, const struct loop_phases *phases, int64_t (*clock)(v
     lp(g)->phases = *phases;
     lp(g)->clock = clock;
     lp(g)->clock_ctx = clock_ctx;
-    gw_clock_loop(g);
+    loop_clock_loop(g);
     lp(g)->epfd = epoll_create1(EPOLL_CLOEXEC);
     lp(g)->wepfd = epoll_create1(EPOLL_CLOEXEC);
     return lp(g)->epfd < 0 || lp(g)->wepfd < 0 ? -1 : 0;
@@ -172,7 +172,7 @@ void loop_on_job(struct gw *g, int kind, job_done_fn fn)
 static void on_pool(struct gw *g, struct evsrc *s, uint32_t ev)
 {
     (void)ev; /* clear the eventfd and take the list */
-    gw_drain_pool_loop(g, ((struct pool_src *)s)->pool);
+    loop_drain_pool_loop(g, ((struct pool_src *)s)->pool);
 }
 static const struct evops pool_ops = {.on_event = on_pool};
 
@@ -194,10 +194,10 @@ void loop_free(struct gw *g)
     if (lp(g)->wepfd >= 0)
         close(lp(g)->wepfd);
     lp(g)->epfd = lp(g)->wepfd = -1;
-    timers_free(&lp(g)->timers);
+    loop_timers_free(&lp(g)->timers);
 }
 
-void gw_completion_loop(struct gw *g, struct job *j)
+void loop_completion_loop(struct gw *g, struct job *j)
 {
     job_done_fn fn = j->kind >= 0 && j->kind < LOOP_JOB_KINDS ? lp(g)->on_job[j->kind] : NULL;
     if (fn)
@@ -211,13 +211,13 @@ static int handle_completions(struct gw *g, struct job *j)
     int n = 0;
     for (struct job *next; j; j = next) {
         next = job_next(j);
-        gw_completion_loop(g, j);
+        loop_completion_loop(g, j);
         n++;
     }
     return n;
 }
 
-int gw_drain_pool_loop(struct gw *g, struct pool *p) { return handle_completions(g, pool_drain_loop(p)); }
+int loop_drain_pool_loop(struct gw *g, struct pool *p) { return handle_completions(g, pool_drain_loop(p)); }
 
 /* Completions already posted, taken between wake-ups without a system call. */
 static void take_pools(struct gw *g)
@@ -233,7 +233,7 @@ static void phase(struct gw *g, void (*fn)(struct gw *))
 }
 
 /* Serve the workers and the pools: replies, completions, the next requests to the workers
- * that are free, then the bytes. gw_step_loop calls this between every few events, so that a
+ * that are free, then the bytes. loop_step_loop calls this between every few events, so that a
  * worker's round trip never waits for a whole sweep of clients: one request per worker per
  * iteration would cap a busy gateway's worker throughput at the rate of iterations (the ssdb
  * defect, on the worker side). A worker served here is passed over if the main wait's list
@@ -261,33 +261,33 @@ static void service_backends(struct gw *g)
  * (measured with bench/run mix: 200 fast and 200 .qgate.ping[] connections). */
 static int events_per_service(const struct gw *g) { return QG_MAX(4, QG_MIN(64, 2 * lpc(g)->nbackends)); }
 
-void gw_clock_loop(struct gw *g)
+void loop_clock_loop(struct gw *g)
 {
-    lp(g)->now_us = lp(g)->clock ? lp(g)->clock(lp(g)->clock_ctx) : gw_now_us();
+    lp(g)->now_us = lp(g)->clock ? lp(g)->clock(lp(g)->clock_ctx) : loop_now_us();
     lp(g)->now_ms = lp(g)->now_us / 1000;
 }
 
-int gw_wait_ms_loop(struct gw *g)
+int loop_wait_ms_loop(struct gw *g)
 {
     if (lp(g)->work_pending || (lp(g)->phases.waiting && lp(g)->phases.waiting(g)))
         return 0;
-    int64_t next = timers_next(&lp(g)->timers);
+    int64_t next = loop_timers_next(&lp(g)->timers);
     if (next < 0)
         return -1;
     return next <= lp(g)->now_ms ? 0 : (int)QG_MIN(next - lp(g)->now_ms, 60000);
 }
 
-int gw_run_loop(struct gw *g)
+int loop_run_loop(struct gw *g)
 {
     while (!lp(g)->stop) {
-        gw_clock_loop(g);
-        if (gw_step_loop(g, gw_wait_ms_loop(g)))
+        loop_clock_loop(g);
+        if (loop_step_loop(g, loop_wait_ms_loop(g)))
             return 1;
     }
     return lp(g)->exit_code;
 }
 
-int gw_step_loop(struct gw *g, int timeout)
+int loop_step_loop(struct gw *g, int timeout)
 {
     struct epoll_event evs[256];
     lp(g)->work_pending = 0;
@@ -296,7 +296,7 @@ int gw_step_loop(struct gw *g, int timeout)
         log_error(NULL, "epoll_wait: %s", strerror(errno));
         return -1;
     }
-    gw_clock_loop(g);
+    loop_clock_loop(g);
     uint64_t iter = ++lp(g)->iter;
     int since_service = 0, per_service = events_per_service(g);
     for (int i = 0; i < n; i++) {
@@ -313,7 +313,7 @@ int gw_step_loop(struct gw *g, int timeout)
     phase(g, lp(g)->phases.dispatch);
     phase(g, lp(g)->phases.flush);
     struct timer *t;
-    while ((t = timers_pop_due(&lp(g)->timers, lp(g)->now_ms)))
+    while ((t = loop_timers_pop_due(&lp(g)->timers, lp(g)->now_ms)))
         t->fn(g, t);
     phase(g, lp(g)->phases.reap);
     if (lp(g)->phases.finished && lp(g)->phases.finished(g))

@@ -109,12 +109,12 @@ struct kcodec_opts {
  * the reason and byte offset in *err: truncation, counts past the end, unknown types, bad
  * attributes, symbols without a NUL, malformed tables, nesting deeper than max_depth,
  * trailing bytes. */
-qg_status kcodec_validate(const uint8_t *p, size_t n, int le, const struct kcodec_opts *o,
+qg_status kvalidate_check(const uint8_t *p, size_t n, int le, const struct kcodec_opts *o,
                           struct kerr *err) QG_MUSTCHECK;
 
 /* The offset just after the well-formed object that starts at p[off] (within p[0..n)), or 0
  * if there is none there: a walk, nothing built. */
-size_t kcodec_extent(const uint8_t *p, size_t n, size_t off, int le);
+size_t kvalidate_extent(const uint8_t *p, size_t n, size_t off, int le);
 
 /* Validate, then build the K tree of p[0..n). QG_ENOMEM if an allocation fails. */
 qg_status kcodec_decode(const uint8_t *p, size_t n, int le, const struct kcodec_opts *o, K *out,

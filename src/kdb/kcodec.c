@@ -306,7 +306,7 @@ qg_status kcodec_decode(const uint8_t *p, size_t n, int le, const struct kcodec_
                         struct kerr *err)
 {
     *out = NULL;
-    if (kcodec_validate(p, n, le, o, err) != QG_OK)
+    if (kvalidate_check(p, n, le, o, err) != QG_OK)
         return QG_ERR;
     struct dctx c = {.p = p, .le = le, .o = o};
     size_t off = 0;

@@ -167,7 +167,7 @@ int main(int argc, char **argv)
     if (sdnotify_printf("READY=1\nSTATUS=listening on %s:%d\nMAINPID=%ld", cfg->bind, g.port, (long)getpid()) < 0)
         log_warn(NULL, "NOTIFY_SOCKET: cannot tell the service manager qgate is ready: %s", strerror(errno));
     free(cfg);
-    int rc = gw_run_loop(&g);
+    int rc = loop_run_loop(&g);
     gw_free(&g);
     log_stop(2000);
     return rc;

@@ -14,10 +14,11 @@
 #include <unistd.h>
 
 #include "gateway.h"
+#include "reload.h"
 #include "access.h"
 #include "metrics.h"
 #include "mhttp.h"
-#include "ops.h"
+#include "report.h"
 #include "auth.h"
 #include "client.h"
 #include "control.h"
@@ -29,26 +30,6 @@
 #include "net.h"
 #include "sdnotify.h"
 #include "worker.h"
-
-struct group *gw_add_group_loop(struct gw *g, const struct group_cfg *gc)
-{
-    struct group *grp = dispatch_group_add_loop(g, gc);
-    if (!grp)
-        return NULL;
-    char addr[300];
-    for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);)
-        worker_add_loop(g, grp, addr);
-    char pl[96] = "";
-    if (group_pipelines(grp) && gc->pipeline_wait)
-        snprintf(pl, sizeof pl, ", pipeline %d (connections to each worker; to a busy one behind runs learned under %lld ms)",
-                 gc->pipeline, (long long)gc->pipeline_wait);
-    else if (group_pipelines(grp))
-        snprintf(pl, sizeof pl, ", pipeline %d (connections to each worker; to a busy one behind any run)", gc->pipeline);
-    log_info(NULL, "group %s: %d workers (%s), async %s, pool %s%s", gc->name, grp->nworkers, gc->workers,
-             gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one",
-             gc->pool_mode == CFG_POOL_SESSION ? "session" : "request", pl);
-    return grp;
-}
 
 /* ---- the gateway's commands ------------------------------------------------------------------ */
 
@@ -65,14 +46,14 @@ static void on_command(struct gw *g, struct job *j)
         client_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
         return;
     }
-    if (gwcmd_admin_only(j->result) && !(cl->us && cl->us->admin)) {
+    if (jobs_cmd_admin_only(j->result) && !(cl->us && cl->us->admin)) {
         log_limited(&g->lim.not_admin, g->loop.now_ms, LOG_WARN, cl->c.name, "refused %s: not an admin", j->text);
         client_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
         return;
     }
     if (j->result == GWCMD_RELOAD) { /* answered when the reload is done */
         log_info(cl->c.name, ".qgate.reload[] by admin %s", cl->user);
-        if (gw_reload_loop(g, &cl->c, j->seq))
+        if (reload_start_loop(g, &cl->c, j->seq))
             client_error_loop(g, cl, r, "qgate: a reload is already under way, and another waits");
         return;
     }
@@ -86,11 +67,11 @@ static void on_command(struct gw *g, struct job *j)
     w->arg = j->result;
     w->ctx_free = free;
     if (j->result == GWCMD_STATS)
-        w->ctx = ops_stats_snapshot_loop(g);
+        w->ctx = report_stats_loop(g);
     else if (j->result == GWCMD_CLIENTS)
         w->ctx = client_snapshot_loop(g);
     else if (j->result == GWCMD_TOTALS) {
-        w->ctx = ops_snapshot_loop(g);
+        w->ctx = report_totals_loop(g);
         w->ctx_free = metrics_snap_free;
     } else if (j->result == GWCMD_POOLS)
         w->ctx = control_pools_snapshot_loop(g);
@@ -106,10 +87,10 @@ static void on_signal(struct gw *g, struct evsrc *s, uint32_t ev)
     struct signalfd_siginfo si;
     while (read(g->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGHUP) {
-            sdnotify_reloading(); /* READY=1 when it is done: gw_reload_done_loop */
+            sdnotify_reloading(); /* READY=1 when it is done: reload_done_loop */
             log_info(NULL, "SIGHUP: reloading %s", g->config_path[0] ? g->config_path : "(no config file)");
             access_reopen_loop(g);
-            if (gw_reload_loop(g, NULL, 0))
+            if (reload_start_loop(g, NULL, 0))
                 log_error(NULL, "SIGHUP: out of memory starting the reload");
         } else if (si.ssi_signo == SIGUSR1) {
             access_reopen_loop(g);
@@ -117,82 +98,24 @@ static void on_signal(struct gw *g, struct evsrc *s, uint32_t ev)
             log_info(NULL, "%s: draining (up to %lld ms)", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
                      (long long)g->cfg.drain_timeout);
             sdnotify_send("STOPPING=1");
-            gw_drain_loop(g);
+            control_drain_loop(g);
         }
     }
 }
 
 static const struct evops signal_ops = {.on_event = on_signal};
 
-static void on_drain_timeout(struct gw *g, struct timer *t)
-{
-    (void)t;
-    log_warn(NULL, "drain_timeout reached with work in flight: exiting");
-    g->loop.stop = 1;
-}
-
-static void close_listener(struct gw *g, struct listener *l)
-{
-    if (l->fd < 0)
-        return;
-    loop_unwatch_loop(g, l->fd, 0);
-    close(l->fd);
-    l->fd = -1;
-}
-
-void gw_drain_loop(struct gw *g)
-{
-    if (g->draining)
-        return;
-    g->draining = 1;
-    close_listener(g, &g->listen_tcp);
-    close_listener(g, &g->listen_uds);
-    timer_cancel_loop(g, &g->uds_retry_tm); /* another qgate of the port may take it now */
-    client_pause_all_loop(g);
-    timer_arm_loop(g, &g->drain_tm, g->loop.now_ms + g->cfg.drain_timeout, on_drain_timeout);
-    g->loop.work_pending = 1;
-}
-
-/* Is anything received still to be answered: a worker busy, a client with requests held or
- * reply bytes unsent? (SIGTERM waits for this to be false.) */
-static int work_in_flight(struct gw *g)
-{
-    if (worker_busy_count_loop(g))
-        return 1;
-    for (uint32_t id = 0; id < g->next_id; id++) {
-        struct conn *c = g->tab[id];
-        if (c && c->kind == CONN_CLIENT && (client_head(client_of(c)) || c->out.bytes || c->piped))
-            return 1;
-    }
-    return 0;
-}
-
 /* ---- setting up ------------------------------------------------------------------------------- */
 
 static int waiting(struct gw *g) { return !TAILQ_EMPTY(&g->dirty) || !TAILQ_EMPTY(&g->backlog); }
 
-static int drained(struct gw *g)
-{
-    if (!g->draining || work_in_flight(g))
-        return 0;
-    if (!g->drain_closing) { /* everything owed is with the kernel: the clients are shut, not reset */
-        g->drain_closing = 1;
-        log_info(NULL, "drained: closing %d clients", g->nclients);
-        client_drain_close_loop(g);
-    }
-    if (g->nclients)
-        return 0;
-    log_info(NULL, "drained: exiting");
-    return 1;
-}
-
 static const struct loop_phases phases = {
     .backlog = client_backlog_loop,
     .dispatch = control_dispatch_loop, /* dispatch_all_loop, then the pauses complete */
-    .flush = gw_flush_dirty_loop,
+    .flush = conn_flush_dirty_loop,
     .reap = conn_reap_loop,
     .waiting = waiting,
-    .finished = drained,
+    .finished = control_drained_loop,
 };
 
 /* The completion handlers, and the two sides' ops for dispatch. */
@@ -204,7 +127,7 @@ static void wire(struct gw *g)
     loop_on_job(g, JK_CHECK, client_checked_loop);
     loop_on_job(g, JK_NESTED, client_nested_checked_loop);
     loop_on_job(g, JK_RESOLVE, worker_resolved_loop);
-    loop_on_job(g, JK_RELOAD, gw_reload_done_loop);
+    loop_on_job(g, JK_RELOAD, reload_done_loop);
     loop_on_job(g, JK_METRICS, mhttp_page_done_loop);
     g->front = &client_frontend;
     g->back = &worker_backend;
@@ -263,7 +186,7 @@ static int listen_uds_loop(struct gw *g, int retry)
     if (fd >= 0) {
         if (watch_listener(g, &g->listen_uds, fd, 1)) {
             log_error(NULL, "cannot watch q's Unix socket %s", uds_name(g->port, name, sizeof name));
-            close_listener(g, &g->listen_uds);
+            conn_listener_close_loop(g, &g->listen_uds);
             return -1;
         }
         if (retry)
@@ -276,7 +199,7 @@ static int listen_uds_loop(struct gw *g, int retry)
             log_warn(NULL, "q's Unix socket %s is held by another process (reuseport = 1: another qgate of port %d?): "
                      "this one serves TCP clients only, and takes the socket over when it is free",
                      uds_name(g->port, name, sizeof name), g->port);
-        timer_arm_loop(g, &g->uds_retry_tm, g->loop.now_ms + UDS_RETRY_MS, on_uds_retry);
+        loop_timer_arm_loop(g, &g->uds_retry_tm, g->loop.now_ms + UDS_RETRY_MS, on_uds_retry);
     } else if (fd == -1) {
         log_warn(NULL, "no Unix socket for port %d: %s", g->port, strerror(errno));
     }
@@ -287,7 +210,7 @@ static void on_uds_retry(struct gw *g, struct timer *t)
 {
     (void)t;
     if (!g->draining && g->listen_uds.fd < 0 && listen_uds_loop(g, 1))
-        timer_arm_loop(g, &g->uds_retry_tm, g->loop.now_ms + UDS_RETRY_MS, on_uds_retry);
+        loop_timer_arm_loop(g, &g->uds_retry_tm, g->loop.now_ms + UDS_RETRY_MS, on_uds_retry);
 }
 
 static int listen_all(struct gw *g, const struct config *cfg)
@@ -393,10 +316,10 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
         return -1;
     raise_fd_limit(cfg);
     if (listen_all(g, cfg) || watch_signals(g) || start_pools(g, cfg) || make_messages(g) || load_users(g, cfg) ||
-        open_access_log(g) || ops_init(g, cfg))
+        open_access_log(g) || report_init(g, cfg) || mhttp_init(g, cfg))
         return -1;
     for (int i = 0; i < cfg->ngroups; i++)
-        gw_add_group_loop(g, &cfg->groups[i]);
+        reload_add_group_loop(g, &cfg->groups[i]);
     log_info(NULL, "listening on %s:%d%s", cfg->bind, g->port, g->listen_uds.fd >= 0 ? " and q's Unix socket" : "");
     return 0;
 }
@@ -416,11 +339,11 @@ void gw_free(struct gw *g)
     }
     conn_reap_loop(g);
     access_close(g); /* after the closes above: their requests' records are queued too */
-    ops_free(g);
+    mhttp_free(g);
     pool_destroy(g->readers);
     pool_destroy(g->writers);
-    close_listener(g, &g->listen_tcp);
-    close_listener(g, &g->listen_uds);
+    conn_listener_close_loop(g, &g->listen_tcp);
+    conn_listener_close_loop(g, &g->listen_uds);
     if (g->sigfd >= 0)
         close(g->sigfd);
     if (g->reserve_fd >= 0)

@@ -65,7 +65,7 @@ struct clients_snapshot {
 };
 
 /* The table ([] id; user; peer; group; state; requests; running). */
-K clients_table(const struct clients_snapshot *s);
+K stats_clients_table(const struct clients_snapshot *s);
 
 /* One row of .qgate.pools[]: a group, its clients waiting and its workers by state. */
 struct pools_row {
@@ -86,6 +86,6 @@ struct pools_snapshot {
 
 /* The table ([] group; paused; waiting; active; idle; down; disabled; maxwait_ms; served;
  * errors): group a symbol, paused a boolean, the rest longs. */
-K pools_table(const struct pools_snapshot *s);
+K stats_pools_table(const struct pools_snapshot *s);
 
 #endif

@@ -122,7 +122,7 @@ K stats_table(const struct stats_snapshot *s)
     return k_table(k_dict(k_symv(NCOLS, names), cols));
 }
 
-K clients_table(const struct clients_snapshot *s)
+K stats_clients_table(const struct clients_snapshot *s)
 {
     static const char *names[] = {"id", "user", "peer", "group", "state", "requests", "running"};
     K cols = k_list(7);
@@ -145,7 +145,7 @@ K clients_table(const struct clients_snapshot *s)
     return k_table(k_dict(k_symv(7, names), cols));
 }
 
-K pools_table(const struct pools_snapshot *s)
+K stats_pools_table(const struct pools_snapshot *s)
 {
     static const char *names[] = {"group", "paused", "waiting", "active", "idle", "down", "disabled", "maxwait_ms",
                                   "served", "errors"};

@@ -158,7 +158,7 @@ struct gw {
     struct gw_name *names; /* interned worker names (access_name_loop) */
     size_t names_bytes;  /* what they take (tests/sim's accounting) */
 
-    /* metrics and the summary line (ops.c) */
+    /* metrics and the summary line (report.c) */
     struct listener listen_metrics;
     struct connq metrics_conns; /* HTTP connections asking for the page, oldest first (mhttp.c) */
     int nmconns;

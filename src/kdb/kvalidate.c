@@ -204,7 +204,7 @@ static size_t v_obj(struct vctx *v, size_t o, int d, int64_t *count)
     return v_other(v, o, t, d);
 }
 
-qg_status kcodec_validate(const uint8_t *p, size_t n, int le, const struct kcodec_opts *o,
+qg_status kvalidate_check(const uint8_t *p, size_t n, int le, const struct kcodec_opts *o,
                           struct kerr *err)
 {
     struct kerr dummy;
@@ -225,7 +225,7 @@ qg_status kcodec_validate(const uint8_t *p, size_t n, int le, const struct kcode
     return QG_OK;
 }
 
-size_t kcodec_extent(const uint8_t *p, size_t n, size_t off, int le)
+size_t kvalidate_extent(const uint8_t *p, size_t n, size_t off, int le)
 {
     struct kerr e;
     struct vctx v = {.p = p, .n = n, .le = le, .maxd = KCODEC_DEPTH_DEFAULT, .err = &e};

@@ -89,7 +89,7 @@ void client_take_response_loop(struct gw *g, struct client *c, uint8_t *msg, siz
         return;
     }
     struct kerr e;
-    if (kcodec_validate(msg + 8, len - 8, msg[0], NULL, &e) != QG_OK) {
+    if (kvalidate_check(msg + 8, len - 8, msg[0], NULL, &e) != QG_OK) {
         free(msg);
         tell_no_answer(g, &kept); /* the worker is told its answer is not coming */
         char why[96];

@@ -1,6 +1,6 @@
-/* ops.c: snapshots for .qgate.stats[] and .qgate.totals[], the periodic summary line; the
+/* report.c: snapshots for .qgate.stats[] and .qgate.totals[], the periodic summary line; the
  * metrics page's HTTP side is mhttp.c's. */
-#include "ops.h"
+#include "report.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,7 +17,6 @@
 #include "jobs.h"
 #include "log.h"
 #include "metrics.h"
-#include "mhttp.h"
 #include "net.h"
 #include "pool.h"
 #include "version.h"
@@ -26,7 +25,7 @@
 
 /* ---- snapshots -------------------------------------------------------------------------------- */
 
-struct stats_snapshot *ops_stats_snapshot_loop(struct gw *g)
+struct stats_snapshot *report_stats_loop(struct gw *g)
 {
     int n = 0;
     for (int i = 0; i < g->ngroups; i++)
@@ -86,10 +85,10 @@ static void snap_groups(struct gw *g, struct metrics_snap *s)
     }
 }
 
-struct metrics_snap *ops_snapshot_loop(struct gw *g)
+struct metrics_snap *report_totals_loop(struct gw *g)
 {
     struct metrics_snap *s = calloc(1, sizeof *s);
-    if (!s || !(s->workers = ops_stats_snapshot_loop(g))) {
+    if (!s || !(s->workers = report_stats_loop(g))) {
         free(s);
         return NULL;
     }
@@ -115,7 +114,7 @@ struct metrics_snap *ops_snapshot_loop(struct gw *g)
     memcpy(s->ended, g->ended, sizeof s->ended);
     s->nrefusals = GW_NREFUSALS;
     for (int i = 0; i < GW_NREFUSALS; i++) {
-        s->refusal[i] = gw_refusal_name(i);
+        s->refusal[i] = conn_refusal_name(i);
         s->refused[i] = g->refused[i].n;
     }
     struct alog_counts ac;
@@ -146,7 +145,7 @@ static void on_stats_timer(struct gw *g, struct timer *t)
     for (int i = 0; i < GW_NREFUSALS; i++) {
         refused += g->refused[i].n;
         if (g->refused[i].n && o < sizeof why - 64)
-            o += (size_t)snprintf(why + o, sizeof why - o, "%s%s %llu", o ? ", " : " (", gw_refusal_name(i),
+            o += (size_t)snprintf(why + o, sizeof why - o, "%s%s %llu", o ? ", " : " (", conn_refusal_name(i),
                                   (unsigned long long)g->refused[i].n);
     }
     if (o)
@@ -166,26 +165,26 @@ static void on_stats_timer(struct gw *g, struct timer *t)
     g->stats_last_ended = ended;
     g->stats_last_ms = g->loop.now_ms;
     if (g->cfg.stats_period > 0)
-        timer_arm_loop(g, t, g->loop.now_ms + g->cfg.stats_period, on_stats_timer);
+        loop_timer_arm_loop(g, t, g->loop.now_ms + g->cfg.stats_period, on_stats_timer);
 }
 
-void ops_reloaded_loop(struct gw *g)
+void report_reloaded_loop(struct gw *g)
 {
-    timer_cancel_loop(g, &g->stats_tm);
+    loop_timer_cancel_loop(g, &g->stats_tm);
     if (g->cfg.stats_period > 0)
-        timer_arm_loop(g, &g->stats_tm, g->loop.now_ms + g->cfg.stats_period, on_stats_timer);
+        loop_timer_arm_loop(g, &g->stats_tm, g->loop.now_ms + g->cfg.stats_period, on_stats_timer);
 }
 
-int ops_init(struct gw *g, const struct config *cfg)
+int report_init(struct gw *g, const struct config *cfg)
 {
-    gw_clock_loop(g);
+    loop_clock_loop(g);
     g->started_ms = g->stats_last_ms = g->loop.now_ms;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     g->started_wall_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     if (cfg->stats_period > 0)
-        timer_arm_loop(g, &g->stats_tm, g->loop.now_ms + cfg->stats_period, on_stats_timer);
-    return mhttp_init(g, cfg);
+        loop_timer_arm_loop(g, &g->stats_tm, g->loop.now_ms + cfg->stats_period, on_stats_timer);
+    return 0;
 }
 
-void ops_free(struct gw *g) { mhttp_free(g); }
+

@@ -95,28 +95,28 @@ void loop_on_job(struct gw *g, int kind, job_done_fn fn);
 int loop_watch_pool(struct gw *g, struct pool *p, struct evsrc *s);
 void loop_free(struct gw *g);
 
-int64_t gw_now_us(void);
+int64_t loop_now_us(void);
 /* Read the clock into now_us and now_ms. */
-void gw_clock_loop(struct gw *g);
+void loop_clock_loop(struct gw *g);
 /* How long the next iteration may wait in epoll: 0 if work is pending, else until the next
  * timer (at most 60 s), -1 for no limit. */
-int gw_wait_ms_loop(struct gw *g);
+int loop_wait_ms_loop(struct gw *g);
 /* One iteration of the loop (DESIGN.md): epoll_wait up to timeout_ms, clock, ready sources
  * within budgets, completions, the phases, timers, reclaim. 0, or -1 if epoll failed. */
-int gw_step_loop(struct gw *g, int timeout_ms);
+int loop_step_loop(struct gw *g, int timeout_ms);
 /* Run the loop until the finished phase says so or stop is set. */
-int gw_run_loop(struct gw *g);
+int loop_run_loop(struct gw *g);
 
-void timer_arm_loop(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct gw *, struct timer *));
-void timer_cancel_loop(struct gw *g, struct timer *t);
-int64_t timers_next(const struct timers *ts);
+void loop_timer_arm_loop(struct gw *g, struct timer *t, int64_t when_ms, void (*fn)(struct gw *, struct timer *));
+void loop_timer_cancel_loop(struct gw *g, struct timer *t);
+int64_t loop_timers_next(const struct timers *ts);
 /* Remove and return the earliest timer due at or before now, or NULL. */
-struct timer *timers_pop_due(struct timers *ts, int64_t now);
-void timers_free(struct timers *ts);
+struct timer *loop_timers_pop_due(struct timers *ts, int64_t now);
+void loop_timers_free(struct timers *ts);
 
 /* Handle one completion (its kind's handler), then free it. */
-void gw_completion_loop(struct gw *g, struct job *j);
+void loop_completion_loop(struct gw *g, struct job *j);
 /* Take a pool's whole completion list in one splice and handle every job; returns how many. */
-int gw_drain_pool_loop(struct gw *g, struct pool *p);
+int loop_drain_pool_loop(struct gw *g, struct pool *p);
 
 #endif

@@ -31,6 +31,12 @@ int control_disable_loop(struct gw *g, const char *addr, int on, const char *by)
 /* The .qgate.pools[] snapshot (a struct pools_snapshot, malloc'd), or NULL. */
 void *control_pools_snapshot_loop(struct gw *g);
 /* Teardown: the pauses still waiting. */
+/* SIGTERM or .qgate.shutdown[]: stop accepting, read nothing more, and exit once everything
+ * received is answered (or drain_timeout has passed). */
+void control_drain_loop(struct gw *g);
+/* The loop's finished phase: the drain is complete (the clients were shut after their last
+ * reply byte, and have gone). */
+int control_drained_loop(struct gw *g);
 void control_free(struct gw *g);
 
 #endif

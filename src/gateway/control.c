@@ -17,7 +17,6 @@
 #include "control.h"
 #include "client.h"
 #include "dispatch.h"
-#include "gateway.h"
 #include "jobs.h"
 #include "log.h"
 #include "worker.h"
@@ -253,7 +252,7 @@ int control_command_loop(struct gw *g, struct client *cl, struct req *r, struct 
     case GWCMD_SHUTDOWN: /* as SIGTERM: its 1b is among the replies the drain waits for */
         log_info(cl->c.name, ".qgate.shutdown[] by admin %s: draining (up to %lld ms)", cl->user,
                  (long long)g->cfg.drain_timeout);
-        gw_drain_loop(g);
+        control_drain_loop(g);
         return 0;
     default:
         return 0;
@@ -300,6 +299,58 @@ void *control_pools_snapshot_loop(struct gw *g)
         }
     }
     return s;
+}
+
+/* ---- draining (SIGTERM, .qgate.shutdown[]) ------------------------------------------------------- */
+
+static void on_drain_timeout(struct gw *g, struct timer *t)
+{
+    (void)t;
+    log_warn(NULL, "drain_timeout reached with work in flight: exiting");
+    g->loop.stop = 1;
+}
+
+void control_drain_loop(struct gw *g)
+{
+    if (g->draining)
+        return;
+    g->draining = 1;
+    conn_listener_close_loop(g, &g->listen_tcp);
+    conn_listener_close_loop(g, &g->listen_uds);
+    loop_timer_cancel_loop(g, &g->uds_retry_tm); /* another qgate of the port may take it now */
+    client_pause_all_loop(g);
+    loop_timer_arm_loop(g, &g->drain_tm, g->loop.now_ms + g->cfg.drain_timeout, on_drain_timeout);
+    g->loop.work_pending = 1;
+}
+
+/* Is anything received still to be answered: a worker busy, a client with requests held or
+ * reply bytes unsent? (SIGTERM waits for this to be false.) */
+static int work_in_flight(struct gw *g)
+{
+    if (worker_busy_count_loop(g))
+        return 1;
+    for (uint32_t id = 0; id < g->next_id; id++) {
+        struct conn *c = g->tab[id];
+        if (c && c->kind == CONN_CLIENT && (client_head(client_of(c)) || c->out.bytes || c->piped))
+            return 1;
+    }
+    return 0;
+}
+
+
+int control_drained_loop(struct gw *g)
+{
+    if (!g->draining || work_in_flight(g))
+        return 0;
+    if (!g->drain_closing) { /* everything owed is with the kernel: the clients are shut, not reset */
+        g->drain_closing = 1;
+        log_info(NULL, "drained: closing %d clients", g->nclients);
+        client_drain_close_loop(g);
+    }
+    if (g->nclients)
+        return 0;
+    log_info(NULL, "drained: exiting");
+    return 1;
 }
 
 void control_free(struct gw *g)

@@ -1,4 +1,4 @@
-/* metrics.h: what the gateway counts, as one snapshot taken on the loop (ops.c), and its two
+/* metrics.h: what the gateway counts, as one snapshot taken on the loop (report.c), and its two
  * renderings made on the writer pool: the Prometheus text page (metrics_port) and the
  * .qgate.totals[] dictionary. */
 #ifndef METRICS_H

@@ -721,7 +721,7 @@ static int splice_tables(struct obuf *o, const struct bpart *p, const size_t *at
     int ok = off != NULL;
     for (int i = 0; ok && i < n; i++) {
         const uint8_t *b = p[i].b + at[i];
-        size_t ne = at[i] + 3 < p[i].n ? kcodec_extent(p[i].b, p[i].n, at[i] + 3, 1) : 0;
+        size_t ne = at[i] + 3 < p[i].n ? kvalidate_extent(p[i].b, p[i].n, at[i] + 3, 1) : 0;
         ok = at[i] + 3 < p[i].n && b[0] == KT_TABLE && b[2] == KT_DICT && b[3] == KT_SYM && ne &&
              ne + 6 <= p[i].n && p[i].b[ne] == KT_LIST;
         if (!ok)
@@ -742,7 +742,7 @@ static int splice_tables(struct obuf *o, const struct bpart *p, const size_t *at
     for (size_t c = 0; ok && c < ncols; c++) {
         int t0 = cur[0] < p[0].n ? (int8_t)p[0].b[cur[0]] : -1;
         for (int i = 0; ok && i < n; i++) {
-            size_t e = kcodec_extent(p[i].b, p[i].n, cur[i], 1);
+            size_t e = kvalidate_extent(p[i].b, p[i].n, cur[i], 1);
             ok = e && (int8_t)p[i].b[cur[i]] == t0 && (ktype_basic(t0) || (t0 == KT_LIST && !p[i].b[cur[i] + 1]));
             cur[i] = e;
         }
@@ -760,7 +760,7 @@ static int splice_tables(struct obuf *o, const struct bpart *p, const size_t *at
         ob_add(o, lh, 6);
         for (size_t c = 0; ok && c < ncols; c++) {
             for (int i = 0; i < n; i++)
-                end[i] = kcodec_extent(p[i].b, p[i].n, off[i], 1);
+                end[i] = kvalidate_extent(p[i].b, p[i].n, off[i], 1);
             ok = splice_items(o, p, off, end, n, (int8_t)p[0].b[off[0]]);
             for (int i = 0; i < n; i++)
                 off[i] = end[i];
@@ -782,7 +782,7 @@ uint8_t *kmerge_bytes(const uint8_t *const *m, const size_t *len, int n, int as_
     for (int i = 0; ok && i < n; i++) { /* little-endian, plain, one whole object: else K objects */
         ok = len[i] > 8 && m[i][0] == 1 && !m[i][2];
         p[i] = (struct bpart){m[i] + 8, len[i] - 8};
-        ok = ok && kcodec_extent(p[i].b, p[i].n, 0, 1) == p[i].n;
+        ok = ok && kvalidate_extent(p[i].b, p[i].n, 0, 1) == p[i].n;
     }
     int first_error = -1, t = ok ? bltype(p[0].b) : -1, lt = t, live = 0, last = -1;
     for (int i = 0; ok && i < n; i++) {

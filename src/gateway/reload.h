@@ -1,0 +1,25 @@
+/* reload.h: the configuration read again (SIGHUP, .qgate.reload[]) and applied live: worker
+ * sets, the users file, the keys that need no restart. */
+#ifndef RELOAD_H
+#define RELOAD_H
+
+#include <stdint.h>
+
+struct gw;
+struct conn;
+struct job;
+struct group;
+struct group_cfg;
+
+/* A group from its configuration, with its workers (at start, and when a reload adds one). */
+struct group *reload_add_group_loop(struct gw *g, const struct group_cfg *gc);
+
+/* Read the configuration again (on the reader pool) and apply it: worker sets, users file, live
+ * keys. requester (NULL for SIGHUP) is answered for request seq when it is done. One reload
+ * runs at a time; asked for meanwhile, one more follows it. -1 if a client already waits for
+ * that one, or out of memory. */
+int reload_start_loop(struct gw *g, struct conn *requester, uint64_t seq);
+/* A reload job came back (JK_RELOAD). */
+void reload_done_loop(struct gw *g, struct job *j);
+
+#endif
