@@ -79,48 +79,37 @@ int outq_copy(struct outq *q, const void *p, size_t len)
     return 0;
 }
 
-ssize_t outq_flush(struct outq *q, int fd, size_t budget)
+int outq_iov(const struct outq *q, struct iovec *iov, int max, size_t budget, size_t *bytes)
 {
-    size_t done = 0;
-    while (q->head && done < budget) {
-        struct iovec iov[IOV_MAX > 64 ? 64 : IOV_MAX];
-        int n = 0;
-        size_t want = 0;
-        for (struct chunk *c = q->head; c && n < (int)(sizeof iov / sizeof iov[0]) && want < budget - done; c = c->next) {
-            size_t l = c->len - c->off;
-            if (l > budget - done - want)
-                l = budget - done - want;
-            iov[n++] = (struct iovec){c->p + c->off, l};
-            want += l;
-        }
-        ssize_t w = writev(fd, iov, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN)
-                return (ssize_t)done;
-            return -1;
-        }
-        done += (size_t)w;
-        q->bytes -= (size_t)w;
-        size_t left = (size_t)w;
-        while (left && q->head) {
-            struct chunk *c = q->head;
-            size_t l = c->len - c->off;
-            if (left < l) {
-                c->off += left;
-                break;
-            }
-            left -= l;
-            q->head = c->next;
-            if (!q->head)
-                q->tail = NULL;
-            chunk_free(c);
-        }
-        if ((size_t)w < want)
-            break; /* the socket is full */
+    int n = 0;
+    size_t want = 0;
+    for (struct chunk *c = q->head; c && n < max && want < budget; c = c->next) {
+        size_t l = c->len - c->off;
+        if (l > budget - want)
+            l = budget - want;
+        iov[n++] = (struct iovec){c->p + c->off, l};
+        want += l;
     }
-    return (ssize_t)done;
+    *bytes = want;
+    return n;
+}
+
+void outq_consume(struct outq *q, size_t n)
+{
+    q->bytes -= n;
+    while (n && q->head) {
+        struct chunk *c = q->head;
+        size_t l = c->len - c->off;
+        if (n < l) {
+            c->off += n;
+            break;
+        }
+        n -= l;
+        q->head = c->next;
+        if (!q->head)
+            q->tail = NULL;
+        chunk_free(c);
+    }
 }
 
 void outq_clear(struct outq *q)

@@ -35,9 +35,11 @@ void outq_push(struct outq *q, struct chunk *c);
 void outq_append(struct outq *dst, struct outq *src);
 /* Copy len bytes in, into the tail chunk when it has room. 0, or -1 on ENOMEM. */
 int outq_copy(struct outq *q, const void *p, size_t len);
-/* writev up to budget bytes (IOV_MAX pieces); frees written chunks. Returns bytes written,
- * 0 if the socket would block, or -1 on error (errno set). */
-ssize_t outq_flush(struct outq *q, int fd, size_t budget);
+/* The first unwritten bytes, up to budget, as at most max iovecs: how many; *bytes their sum. */
+struct iovec;
+int outq_iov(const struct outq *q, struct iovec *iov, int max, size_t budget, size_t *bytes);
+/* n bytes were written: drop them, freeing the chunks written whole. */
+void outq_consume(struct outq *q, size_t n);
 void outq_clear(struct outq *q);
 
 /* A contiguous input buffer, allocated lazily and given back when empty. The unread bytes

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "stream.h"
 #include "auth.h"
 #include "gw.h"
 #include "jobs.h"
@@ -145,6 +146,7 @@ static void finish_handshake(struct gw *g, struct client *c)
     conn_mark_dirty_loop(g, &c->c);
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     c->grp = dispatch_route_loop(g, c->us ? c->us->name : c->user);
+    c->c.framed = 1; /* kdb+ messages from now on */
     client_set_state_loop(c, c->eof ? CS_GONE : CS_READY);
     g->handshakes++;
     log_debug(c->c.name, "handshake: capability %d, group %s", c->cap, c->grp->cfg.name);
@@ -281,7 +283,7 @@ void client_auth_done_loop(struct gw *g, struct job *j)
         return;
     if (!c->eof)
         conn_set_reading_loop(g, &c->c, 1);
-    client_take_messages_loop(g, c);
+    stream_frame_loop(g, &c->c); /* what it sent after its handshake */
 }
 
 void client_users_reloaded_loop(struct gw *g)
@@ -300,24 +302,6 @@ void client_users_reloaded_loop(struct gw *g)
 
 /* ---- reading, and leaving ------------------------------------------------------------------- */
 
-/* What is still unread was sent before the close: take it, whatever the pause. */
-static void drain_input(struct client *c)
-{
-    size_t got = 0;
-    while (c->c.fd >= 0 && (c->st == CS_READY || c->st == CS_AUTH) && got < GONE_DRAIN_MAX) {
-        size_t avail = inbuf_avail(&c->c.in);
-        if (inbuf_reserve(&c->c.in, avail + 65536))
-            break;
-        ssize_t n = read(c->c.fd, c->c.in.p + c->c.in.len, 65536);
-        if (n <= 0 && !(n < 0 && errno == EINTR))
-            break;
-        if (n > 0) {
-            c->c.in.len += (size_t)n;
-            got += (size_t)n;
-        }
-    }
-}
-
 /* The client's input ended (EOF, a reset, a failed write): it has left. What it sent before
  * still runs, in order, with nobody to answer: q runs every message it read before it sees
  * the close. The socket goes now; the client goes when its last request has run. */
@@ -329,7 +313,8 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
         conn_close_loop(g, &c->c, why);
         return;
     }
-    drain_input(c);
+    if (c->c.fd >= 0 && (c->st == CS_READY || c->st == CS_AUTH)) /* what it sent before the close: all of it */
+        stream_read_rest_loop(g, &c->c, GONE_DRAIN_MAX);
     log_debug(c->c.name, "input ended (%s): %s (%zu bytes unread)", why,
               client_head(c) || inbuf_avail(&c->c.in) ? "its requests still run" : "nothing held",
               inbuf_avail(&c->c.in));
@@ -345,49 +330,35 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
     if (c->st == CS_AUTH) /* the credentials check returns first */
         return;
     client_set_state_loop(c, CS_GONE);
-    client_take_messages_loop(g, c);
+    stream_frame_loop(g, &c->c); /* what it sent before it left runs */
 }
 
 static void on_gone(struct gw *g, struct conn *x, const char *why) { client_peer_gone_loop(g, client_of(x), why); }
 
-static void read_some(struct gw *g, struct client *c)
+/* ---- what the stream hands it ------------------------------------------------------------ */
+
+/* Raw input: its handshake. */
+static int on_bytes(struct gw *g, struct conn *x)
 {
-    size_t budget = (size_t)g->cfg.read_budget;
-    while (budget && !c->c.closing && c->c.fd >= 0 && (c->st == CS_HANDSHAKE || c->st == CS_READY) && !c->paused) {
-        size_t want = 16384, avail = inbuf_avail(&c->c.in);
-        struct kipc_hdr h;
-        const char *why;
-        if (c->st == CS_READY && avail >= KIPC_HDR_LEN &&
-            kipc_hdr_parse(inbuf_data(&c->c.in), avail, (uint64_t)g->cfg.max_message, &h, &why) == QG_OK &&
-            h.len > avail)
-            want = QG_MAX(want, (size_t)h.len - avail); /* grows with what arrives */
-        want = QG_MIN(want, budget);
-        if (inbuf_reserve(&c->c.in, avail + want)) {
-            conn_close_loop(g, &c->c, "out of memory");
-            return;
-        }
-        ssize_t n = read(c->c.fd, c->c.in.p + c->c.in.len, want);
-        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-            client_peer_gone_loop(g, c, n == 0 ? "client closed the connection" : strerror(errno));
-            return;
-        }
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        c->c.in.len += (size_t)n;
-        budget -= (size_t)n;
-        if (c->st == CS_HANDSHAKE && do_handshake(g, c))
-            return;
-        if (c->st == CS_READY && !c->c.in_backlog)
-            client_take_messages_loop(g, c);
-        if ((size_t)n < want)
-            break;
-    }
-    if (budget == 0)
-        g->loop.work_pending = 1;
+    struct client *c = client_of(x);
+    if (c->st != CS_HANDSHAKE || do_handshake(g, c))
+        return SS_STOP;
+    return c->st == CS_HANDSHAKE || c->st == CS_READY ? SS_OK : SS_STOP; /* AUTH: a reader checks first */
 }
+
+static int on_eof(struct gw *g, struct conn *x, const char *why)
+{
+    client_peer_gone_loop(g, client_of(x), why);
+    return SS_STOP;
+}
+
+static int on_bad(struct gw *g, struct conn *x, const char *why)
+{
+    client_bad_message_loop(g, client_of(x), why);
+    return SS_STOP;
+}
+
+static int takes_output(const struct conn *x) { return client_takes_output((const struct client *)x); }
 
 /* Why a lingering client is closed: after a bad message, or at the end of a drain. */
 static const char *linger_why(const struct client *c) { return c->bye ? "drained: closed" : "closed after a bad message"; }
@@ -398,25 +369,10 @@ static void on_linger_timeout(struct gw *g, struct conn *x) { conn_close_loop(g,
 static void linger(struct gw *g, struct client *c)
 {
     client_set_state_loop(c, CS_LINGER);
-    shutdown(c->c.fd, SHUT_WR);
+    stream_shutdown_loop(&c->c);
     c->paused = 0;
     conn_set_reading_loop(g, &c->c, 1);
     conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + 2000, on_linger_timeout);
-}
-
-/* Read and drop whatever the client still sends, until it closes. */
-static void linger_read(struct gw *g, struct client *c)
-{
-    uint8_t buf[4096];
-    for (int i = 0; i < 64; i++) {
-        ssize_t n = read(c->c.fd, buf, sizeof buf);
-        if (n > 0)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
-        conn_close_loop(g, &c->c, linger_why(c));
-        return;
-    }
 }
 
 static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
@@ -425,17 +381,17 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
     if (c->c.closing)
         return;
     if (ev & EPOLLOUT)
-        conn_flush_loop(g, &c->c);
+        stream_flush_loop(g, &c->c);
     if (c->c.closing || c->c.fd < 0)
         return;
-    if (c->st == CS_LINGER) {
-        if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))
-            linger_read(g, c);
+    if (c->st == CS_LINGER) { /* what it still sends is read and dropped, until it closes */
+        if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && stream_discard_loop(g, &c->c) == SS_CLOSE)
+            conn_close_loop(g, &c->c, linger_why(c));
         return;
     }
     int reading = (c->st == CS_HANDSHAKE || c->st == CS_READY) && !c->paused;
     if (reading && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
-        read_some(g, c); /* reads to the end, and notices it */
+        stream_read_loop(g, &c->c); /* reads to the end, and notices it */
     else if (ev & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
         client_peer_gone_loop(g, c, "client closed the connection"); /* not reading: notice it now */
 }
@@ -557,6 +513,15 @@ static void client_free(struct conn *x) { free(client_of(x)); }
 
 const struct connops client_connops = {
     .ev = {.on_event = on_event},
+    .on_bytes = on_bytes,
+    .on_message = client_message_loop,
+    .on_framed = client_framed_loop,
+    .on_bad = on_bad,
+    .on_eof = on_eof,
+    .takes_output = takes_output,
+    .read_size = 16384,
+    .raw_max = 16384,
+    .budget_frames = 1,
     .on_close = on_close,
     .on_flushed = on_flushed,
     .on_gone = on_gone,

@@ -196,10 +196,11 @@ void client_users_free(struct gw *g);
  * QUEUED takes it off. */
 void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st);
 void req_free(struct req *r);
-/* Turn whole messages at the front of the input into requests (frames budget permitting). */
-void client_take_messages_loop(struct gw *g, struct client *c);
-/* Take the messages that the frames budget left in clients' buffers. */
-void client_backlog_loop(struct gw *g);
+/* The stream's handlers: a whole message (a request, or an answer to a callback); what a read
+ * brought has been framed (its requests go on). */
+struct kipc_hdr;
+int client_message_loop(struct gw *g, struct conn *c, const struct kipc_hdr *h, uint8_t *msg);
+int client_framed_loop(struct gw *g, struct conn *c);
 /* Start the head request if it is waiting, and send every finished reply at the head; loops
  * (never recurses) over however many requests finish at once. */
 void client_advance_loop(struct gw *g, struct client *c);

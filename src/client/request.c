@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "stream.h"
 #include "access.h"
 #include "alog.h"
 #include "gw.h"
@@ -381,17 +382,17 @@ void client_head_done_loop(struct gw *g, struct client *c)
 
 /* ---- framing ----------------------------------------------------------------------------------- */
 
-/* Take one whole message of h.len bytes as a request (or an answer): 0, or -1 to stop. */
-static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
+/* A whole message of h->len bytes (msg, owned): a request, or an answer to a callback. */
+int client_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg)
 {
-    uint8_t *msg = inbuf_take(&c->c.in, (size_t)h->len);
-    if (!msg) {
-        conn_close_loop(g, &c->c, "out of memory");
-        return -1;
+    struct client *c = client_of(x);
+    if (c->st != CS_READY && c->st != CS_GONE) { /* it reads nothing more */
+        free(msg);
+        return SS_STOP;
     }
     if (h->type == KIPC_RESPONSE) {
         client_take_response_loop(g, c, msg, (size_t)h->len);
-        return 0;
+        return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
     }
     if (c->refuse) { /* over max_clients: its first request gets the error, then the close */
         free(msg);
@@ -400,7 +401,7 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
             client_refuse_loop(g, c, "qgate: too many connections", (size_t)h->len);
         else
             conn_close_loop(g, &c->c, "over max_clients");
-        return -1;
+        return SS_STOP;
     }
     int unchecked = h->compressed || h->len > VALIDATE_ON_LOOP_MAX;
     /* a peek at the first item's name; a route is read whole only where it is validated here
@@ -415,13 +416,12 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
         char bad[96];
         snprintf(bad, sizeof bad, "%s at byte %zu", e.why, e.off + 8);
         client_bad_message_loop(g, c, bad);
-        return -1;
+        return SS_STOP;
     }
     struct req *r = calloc(1, sizeof *r);
     if (!r) {
         free(msg);
-        conn_close_loop(g, &c->c, "out of memory");
-        return -1;
+        return stream_close(&c->c, "out of memory");
     }
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
                       .unchecked = (uint8_t)unchecked, .route = (uint8_t)route, .form = form, .grp = c->grp,
@@ -431,44 +431,17 @@ static int take_one(struct gw *g, struct client *c, const struct kipc_hdr *h)
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
               unchecked ? ", validated on a reader" : "");
-    return 0;
+    return SS_OK;
 }
 
-void client_take_messages_loop(struct gw *g, struct client *c)
+/* What arrived has been framed: its requests go on. */
+int client_framed_loop(struct gw *g, struct conn *x)
 {
-    int frames = 0;
-    while ((c->st == CS_READY || c->st == CS_GONE) && !c->c.closing) {
-        struct kipc_hdr h;
-        size_t need;
-        const char *why;
-        qg_status st = kipc_frame_check(inbuf_data(&c->c.in), inbuf_avail(&c->c.in), (uint64_t)g->cfg.max_message,
-                                        &h, &need, &why);
-        if (st == QG_ERR) {
-            client_bad_message_loop(g, c, why);
-            break;
-        }
-        if (st == QG_AGAIN)
-            break;
-        if (frames++ == g->cfg.frames_budget) {
-            conn_backlog_add_loop(g, &c->c);
-            break;
-        }
-        if (take_one(g, c, &h))
-            break;
-    }
-    if (c->c.closing)
-        return;
+    struct client *c = client_of(x);
     if (c->eof && !c->c.in_backlog) /* a message cut by the close never arrives */
-        inbuf_free(&c->c.in);
-    inbuf_release_idle(&c->c.in);
+        stream_input_drop_loop(&c->c);
     client_advance_loop(g, c);
-}
-
-void client_backlog_loop(struct gw *g)
-{
-    struct conn *x;
-    for (int n = g->nclients + 1; n > 0 && (x = conn_backlog_pop_loop(g)); n--)
-        client_take_messages_loop(g, client_of(x)); /* may put it back, at the tail */
+    return c->st == CS_READY && !c->paused && !c->c.closing ? SS_OK : SS_STOP;
 }
 
 /* ---- the client side, as dispatch sees it ---------------------------------------------------------- */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "stream.h"
 #include "gw.h"
 #include "jobs.h"
 #include "kipc.h"
@@ -21,7 +22,7 @@ static void stop_reading(struct gw *g, struct client *c)
     if (c->st != CS_GONE && c->st != CS_FLUSHING)
         client_set_state_loop(c, CS_FLUSHING);
     conn_set_reading_loop(g, &c->c, 0);
-    inbuf_free(&c->c.in);
+    stream_input_drop_loop(&c->c);
     conn_backlog_remove_loop(g, &c->c);
 }
 

@@ -1,8 +1,8 @@
 /* conn.c: the connection table (id, generation), epoll registration, the lists a connection
  * can be on (flush list, backlog, a group's queue or idle list, closed list) and its timers,
  * its output (queued bytes, a splice pipe ahead of them, whole messages held for a message
- * boundary), flushing, and the single teardown path. The kinds' own behaviour comes in
- * through their struct connops. */
+ * boundary), and the single teardown path. Reading and writing its socket is stream.c's. The
+ * kinds' own behaviour comes in through their struct connops. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,7 +23,6 @@
  * first), so that a late completion or an admin's stale id meets a new generation rarely, and
  * never the next connection. */
 #define ID_QUARANTINE 256
-#define PIPE_SIZE (1 << 20)
 
 static int grow_table(struct gw *g)
 {
@@ -239,23 +238,6 @@ void conn_stream_end_loop(struct gw *g, struct conn *c)
     conn_mark_dirty_loop(g, c);
 }
 
-size_t conn_pipe_room_loop(struct conn *c)
-{
-    if (!c->has_pipe) {
-        int p[2];
-        if (pipe2(p, O_NONBLOCK | O_CLOEXEC))
-            return 0;
-        int cap = fcntl(p[1], F_SETPIPE_SZ, PIPE_SIZE);
-        if (cap <= 0)
-            cap = fcntl(p[1], F_GETPIPE_SZ);
-        c->pipe_rd = p[0];
-        c->pipe_wr = p[1];
-        c->pipe_cap = cap > 0 ? (size_t)cap : 65536;
-        c->has_pipe = 1;
-    }
-    return c->pipe_cap - c->piped;
-}
-
 void conn_pipe_close_loop(struct conn *c)
 {
     if (c->has_pipe) {
@@ -263,84 +245,6 @@ void conn_pipe_close_loop(struct conn *c)
         close(c->pipe_wr);
         c->has_pipe = 0;
         c->piped = 0;
-    }
-}
-
-/* The peer is gone (a write failed): the kind decides, by default the connection closes. */
-static void write_failed(struct gw *g, struct conn *c, const char *why)
-{
-    if (conn_ops(c)->on_gone)
-        conn_ops(c)->on_gone(g, c, why);
-    else
-        conn_close_loop(g, c, why);
-}
-
-int conn_pipe_flush_loop(struct gw *g, struct conn *c)
-{
-    size_t budget = (size_t)g->cfg.write_budget;
-    while (c->piped && budget && c->fd >= 0) {
-        ssize_t n = splice(c->pipe_rd, NULL, c->fd, NULL, QG_MIN(c->piped, budget), SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-        if (n > 0) {
-            c->piped -= (size_t)n;
-            budget -= (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            break;
-        write_failed(g, c, n == 0 ? "peer closed" : strerror(errno));
-        return -1;
-    }
-    if (c->piped && !budget) {
-        conn_mark_dirty_loop(g, c);
-        g->loop.work_pending = 1;
-    }
-    return 0;
-}
-
-/* EPOLLOUT while output waits and the flush list will not take it on. */
-static void want_out(struct gw *g, struct conn *c)
-{
-    int want = (c->out.bytes > 0 || c->piped > 0) && !c->dirty;
-    if (want != c->want_out) {
-        c->want_out = (uint8_t)want;
-        conn_set_events_loop(g, c, want ? c->events | EPOLLOUT : c->events & ~(uint32_t)EPOLLOUT);
-    }
-}
-
-int conn_flush_loop(struct gw *g, struct conn *c)
-{
-    if (c->fd < 0 || c->closing)
-        return -1;
-    size_t before = conn_pending(c);
-    if (c->piped && conn_pipe_flush_loop(g, c)) /* spliced bytes are older than anything in out */
-        return -1;
-    if (!c->piped && c->out.bytes) {
-        ssize_t w = outq_flush(&c->out, c->fd, (size_t)g->cfg.write_budget);
-        if (w < 0) {
-            write_failed(g, c, errno == EPIPE || errno == ECONNRESET ? "peer closed" : strerror(errno));
-            return -1;
-        }
-        if (c->out.bytes && (size_t)w >= (size_t)g->cfg.write_budget) {
-            conn_mark_dirty_loop(g, c); /* budget used up: more next iteration */
-            g->loop.work_pending = 1;
-        }
-    }
-    want_out(g, c);
-    if (conn_ops(c)->on_flushed)
-        conn_ops(c)->on_flushed(g, c, before, before - conn_pending(c));
-    return 0;
-}
-
-void conn_flush_dirty_loop(struct gw *g)
-{
-    /* only those dirty now: one that stays dirty (budget used up) goes to the tail for the
-     * next iteration; a connection closed meanwhile has left the list */
-    for (int n = g->ndirty; n > 0 && !TAILQ_EMPTY(&g->dirty); n--) {
-        struct conn *c = TAILQ_FIRST(&g->dirty);
-        conn_unmark_dirty_loop(g, c);
-        conn_flush_loop(g, c);
     }
 }
 
@@ -386,6 +290,8 @@ static void detach(struct gw *g, struct conn *c)
         free_id(g, c->id);
     }
     inbuf_free(&c->in);
+    c->rd = (struct rdstate){0};
+    c->framed = 0; /* a worker reconnecting starts with its handshake again */
 }
 
 void conn_close_loop(struct gw *g, struct conn *c, const char *why)

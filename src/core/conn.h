@@ -17,11 +17,57 @@
 enum conn_kind { CONN_CLIENT = 1, CONN_WORKER, CONN_METRICS };
 
 struct conn;
+struct kipc_hdr;
+
+/* The message being read on a framed connection (stream.c's): its phase, where it goes, how
+ * much of it is still to come, and the first bytes of its body (an error's text). */
+enum { RD_BOUNDARY = 0, /* between messages (a header may be partly in the input buffer) */
+       RD_WHOLE,        /* gathering a whole message in the input buffer */
+       RD_BODY };       /* streaming or dropping a body, its header routed */
+enum { SR_WHOLE = 0, SR_STREAM, SR_DROP };
+#define STREAM_PEEK 80
+struct rdstate {
+    uint8_t phase;       /* RD_* */
+    uint8_t route;       /* SR_* */
+    uint8_t type;        /* its kipc type */
+    uint8_t npeek;       /* bytes in peek */
+    uint64_t left;       /* RD_BODY: body bytes to come */
+    uint64_t len;        /* RD_WHOLE: the length of the message being gathered */
+    struct conn *to;     /* SR_STREAM: whose output its bytes go to */
+    uint8_t peek[STREAM_PEEK]; /* the first bytes of its body */
+};
 
 
-/* What a kind of connection does on the events the connection layer sees. */
+/* What a kind of connection does on the events the connection layer and the stream see. The
+ * stream's handlers return SS_OK, SS_STOP or SS_CLOSE (stream.h). */
 struct connops {
     struct evops ev;  /* first: a connection is an event source */
+    /* Raw input (a handshake, an HTTP request): what has arrived is in c->in. */
+    int (*on_bytes)(struct gw *g, struct conn *c);
+    /* Framed input: a message's header has arrived: where it goes (stream_route; whole if the
+     * kind says nothing). NULL: every message is taken whole. */
+    int (*on_header)(struct gw *g, struct conn *c, const struct kipc_hdr *h);
+    /* A whole message (its bytes are the kind's now). SS_STOP: it reads nothing more (what
+     * else arrived is dropped). */
+    int (*on_message)(struct gw *g, struct conn *c, const struct kipc_hdr *h, uint8_t *msg);
+    /* What a read brought (or the backlog held) has been framed: the kind goes on with it.
+     * SS_STOP: read no more now. NULL: nothing to do. */
+    int (*on_framed)(struct gw *g, struct conn *c);
+    /* A message streamed or dropped has ended. */
+    int (*on_end)(struct gw *g, struct conn *c);
+    /* A header that cannot be taken (why: what is wrong with it). */
+    int (*on_bad)(struct gw *g, struct conn *c, const char *why);
+    /* The input ended: EOF, or a read failed (why). NULL: the connection is closed. */
+    int (*on_eof)(struct gw *g, struct conn *c, const char *why);
+    /* It stopped reading until another connection's output drains; it reads again. NULL: nothing. */
+    void (*on_pause)(struct gw *g, struct conn *c);
+    void (*on_resume)(struct gw *g, struct conn *c);
+    /* May others' messages go into its output now? NULL: while it is connected. */
+    int (*takes_output)(const struct conn *c);
+    size_t read_size;     /* a read between messages */
+    size_t raw_max;       /* raw input held at most (more is the kind's on_bytes to refuse) */
+    uint8_t budget_frames; /* at most frames_budget whole messages per iteration: the rest wait
+                           * on the backlog */
     /* The connection is closing (it is already off every list): the kind's own teardown. */
     void (*on_close)(struct gw *g, struct conn *c, const char *why);
     /* Output was written: before, bytes pending (queued, piped, held) before; wrote, how many
@@ -58,6 +104,8 @@ struct conn {
     uint8_t has_pipe;
     uint8_t streaming;   /* a message to this connection is half written into out: whole ones
                           * from elsewhere wait in held */
+    uint8_t framed;      /* its input is kdb+ messages (else raw: a handshake, an HTTP request) */
+    uint8_t paused;      /* stopped reading until waits_on's output drains (stream_pause_loop) */
     uint32_t id, gen;
     int fd;
     uint32_t events;     /* registered epoll mask */
@@ -66,6 +114,9 @@ struct conn {
     int pipe_rd, pipe_wr; /* bytes spliced from another socket, ahead of everything in out */
     size_t piped, pipe_cap;
     struct inbuf in;
+    struct rdstate rd;   /* the message being read (framed) */
+    struct conn *waits_on; /* paused: the connection whose output it waits on (on its waiters) */
+    int64_t last_read_ms; /* when its socket last gave bytes */
     struct conn_timer tm[CONN_TIMERS]; /* what each is for is the kind's (client.h, worker.h) */
     struct connq *q;     /* the queue, idle list or waiters it is on, or NULL */
     struct connq waiters; /* connections that stopped reading until this one's output drains */
@@ -74,6 +125,7 @@ struct conn {
     TAILQ_ENTRY(conn) backlog_link;
     STAILQ_ENTRY(conn) closed_link;
     char name[160];      /* log prefix */
+    char why[128];       /* why a handler asked the stream to close it (stream_close) */
 };
 
 TAILQ_HEAD(connlist, conn);
@@ -121,15 +173,9 @@ static inline size_t conn_pending(const struct conn *c) { return c->out.bytes + 
 void conn_push_whole_loop(struct gw *g, struct conn *c, struct chunk *ch);
 /* The message being streamed into out has ended: what was held goes out now. */
 void conn_stream_end_loop(struct gw *g, struct conn *c);
-/* Room in the splice pipe (made on first use); 0 if splicing is not possible. */
-size_t conn_pipe_room_loop(struct conn *c);
-/* Send what the pipe holds; -1 if the connection failed (its on_gone ran). */
-int conn_pipe_flush_loop(struct gw *g, struct conn *c);
+/* Close its splice pipe (made by the stream when it first splices into it). */
 void conn_pipe_close_loop(struct conn *c);
-/* Write what is pending within the write budget (the pipe first). -1 if the connection failed. */
-int conn_flush_loop(struct gw *g, struct conn *c);
-/* Write what connections have pending (step 6 of the iteration). */
-void conn_flush_dirty_loop(struct gw *g);
+/* (Reading and writing it, and the bound on its output: stream.h.) */
 
 /* Close the socket but keep the connection (its id stays valid), dropping its output: a client
  * whose input ended while its requests still run. */

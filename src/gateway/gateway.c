@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gateway.h"
+#include "stream.h"
 #include "reload.h"
 #include "access.h"
 #include "metrics.h"
@@ -110,9 +111,9 @@ static const struct evops signal_ops = {.on_event = on_signal};
 static int waiting(struct gw *g) { return !TAILQ_EMPTY(&g->dirty) || !TAILQ_EMPTY(&g->backlog); }
 
 static const struct loop_phases phases = {
-    .backlog = client_backlog_loop,
+    .backlog = stream_backlog_loop,
     .dispatch = control_dispatch_loop, /* dispatch_all_loop, then the pauses complete */
-    .flush = conn_flush_dirty_loop,
+    .flush = stream_flush_dirty_loop,
     .reap = conn_reap_loop,
     .waiting = waiting,
     .finished = control_drained_loop,

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "stream.h"
 #include "gw.h"
 #include "jobs.h"
 #include "log.h"
@@ -94,34 +95,33 @@ static void request(struct gw *g, struct mconn *m, const char *in)
     conn_submit_loop(g->writers, j, &m->c, 0);
 }
 
+/* Raw input: the request head, once it has all come. */
+static int on_bytes(struct gw *g, struct conn *c)
+{
+    struct mconn *m = mconn_of(c);
+    struct inbuf *in = &c->in;
+    if (m->st != MC_READING)
+        return SS_STOP;
+    if (inbuf_reserve(in, inbuf_avail(in) + 1))
+        return stream_close(c, "out of memory");
+    in->p[in->len] = 0;
+    const char *text = (const char *)inbuf_data(in);
+    if (strstr(text, "\r\n\r\n") || strstr(text, "\n\n"))
+        request(g, m, text);
+    else if (inbuf_avail(in) >= MREQ_MAX - 1)
+        reply(g, m, "431 Request Header Fields Too Large", "qgate: request head too long\n");
+    return m->st == MC_READING ? SS_OK : SS_STOP;
+}
+
 static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
 {
     struct mconn *m = mconn_of((struct conn *)s);
     if (m->c.closing)
         return;
     if (ev & EPOLLOUT)
-        conn_flush_loop(g, &m->c);
-    if (m->c.closing || m->st != MC_READING || !(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
-        return;
-    struct inbuf *in = &m->c.in;
-    if (inbuf_reserve(in, MREQ_MAX)) {
-        conn_close_loop(g, &m->c, "out of memory");
-        return;
-    }
-    ssize_t n = recv(m->c.fd, in->p + in->len, MREQ_MAX - 1 - in->len, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n <= 0) {
-        conn_close_loop(g, &m->c, n == 0 ? "closed before its request" : strerror(errno));
-        return;
-    }
-    in->len += (size_t)n;
-    in->p[in->len] = 0;
-    const char *text = (const char *)in->p;
-    if (strstr(text, "\r\n\r\n") || strstr(text, "\n\n"))
-        request(g, m, text);
-    else if (in->len == MREQ_MAX - 1)
-        reply(g, m, "431 Request Header Fields Too Large", "qgate: request head too long\n");
+        stream_flush_loop(g, &m->c);
+    if (!m->c.closing && m->st == MC_READING && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
+        stream_read_loop(g, &m->c);
 }
 
 /* Written: all of it out, the connection closes (Connection: close). */
@@ -153,6 +153,8 @@ static void mconn_free(struct conn *c) { free(mconn_of(c)); }
 
 static const struct connops mconn_connops = {
     .ev = {.on_event = on_event},
+    .on_bytes = on_bytes,
+    .raw_max = MREQ_MAX - 1,
     .on_close = on_close,
     .on_flushed = on_flushed,
     .free = mconn_free,
@@ -186,8 +188,7 @@ static void send_503(int fd)
     static const char text[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
                                "Content-Length: 36\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
                                "qgate: too many metrics connections\n";
-    ssize_t n = send(fd, text, sizeof text - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-    (void)n;
+    stream_send_now(fd, text, sizeof text - 1);
 }
 
 /* The oldest connection still sending its request (of peer, unless NULL), or NULL. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "worker.h"
+#include "stream.h"
 #include "gw.h"
 #include "jobs.h"
 
@@ -15,6 +16,7 @@ void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c)
     if (w->msg.route == ROUTE_STREAM && w->msg.to == c) { /* a message to it: the rest is drained */
         w->msg.route = ROUTE_DROP;
         w->msg.to = NULL;
+        stream_drop_rest_loop(&w->c);
         if (c == w->cl && w->busy != WB_SENT)
             worker_set_busy_loop(g, w, WB_DRAINING);
     }
@@ -23,13 +25,14 @@ void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c)
     client_cancel_calls_loop(g, c, &w->c); /* a callback it waits on gets its error */
     if (w->msg.route == ROUTE_COLLECT) { /* drained, dropped */
         w->msg.route = ROUTE_DROP;
+        stream_drop_rest_loop(&w->c);
         inbuf_free(&w->coll);
         if (w->busy != WB_SENT)
             worker_set_busy_loop(g, w, WB_DRAINING);
     }
     if (c->c.closing)
         w->cl = NULL; /* closed for good; one whose input ended still has its FIFO advanced */
-    relay_resume_loop(g, w);
+    stream_resume_loop(g, &w->c);
 }
 
 /* The requests of c running on a worker that went down: given up on (the sim's hook). */
@@ -66,14 +69,14 @@ void relay_lost_loop(struct gw *g, struct worker *w)
     }
     w->reset_owed = 0;
     /* a message cut in the middle of its stream leaves that client's stream broken */
-    struct client *to = w->msg.route == ROUTE_STREAM && w->msg.hdr_have == 8 ? w->msg.to : NULL;
+    struct client *to = w->msg.route == ROUTE_STREAM && w->c.rd.phase == RD_BODY ? w->msg.to : NULL;
     int cut = to && to == c && !c->eof, cut_sess = to && to == s;
     w->cl = NULL;
     inbuf_free(&w->coll);
     w->msg = (struct wmsg){0};
     w->swallow = 0;
     w->in_call = 0;
-    relay_resume_loop(g, w); /* off the waiters of the client it waited on */
+    stream_resume_loop(g, &w->c); /* off the waiters of the client it waited on */
     /* down first: what follows may start a client's next request, never on this worker */
     worker_set_state_loop(g, w, WS_DOWN);
     char text[400];

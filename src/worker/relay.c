@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "worker.h"
+#include "stream.h"
 #include "alog.h"
 #include "gw.h"
 #include "jobs.h"
@@ -38,9 +39,7 @@
 #include "kzip.h"
 #include "log.h"
 
-#define BOUNDARY_READ 65536
 #define ASYNC_BATCH_MAX 4096
-#define SPLICE_MIN 65536
 
 /* ---- starting a run --------------------------------------------------------------------------- */
 
@@ -164,7 +163,7 @@ static void request_done(struct gw *g, struct worker *w)
     while (!STAILQ_EMPTY(&w->bsent)) /* their chasers came back before this reply */
         broadcast_forget_sent_loop(g, w, 0);
     w->cl = NULL;
-    relay_resume_loop(g, w); /* paused for its client's output, which has its whole reply now */
+    stream_resume_loop(g, &w->c); /* paused for its client's output, which has its whole reply now */
     conn_timer_cancel_loop(g, &w->c, WORKER_TM);
     if (c) {
         if (w->busy == WB_COLLECTING && !c->eof)
@@ -179,99 +178,7 @@ static void request_done(struct gw *g, struct worker *w)
 }
 
 
-/* ---- backpressure ---------------------------------------------------------------------------- */
-
-void relay_pause_for_loop(struct gw *g, struct worker *w, struct client *c)
-{
-    if (w->paused)
-        return;
-    w->paused = 1;
-    w->waits_on = c;
-    conn_set_reading_loop(g, &w->c, 0);
-    conn_timer_cancel_loop(g, &w->c, WORKER_TM); /* a slow client is not a slow query: client_stall_timeout watches it */
-    conn_wait_on_loop(&w->c, &c->c); /* woken when c drains, or goes */
-}
-
-/* What of c's output bounds w: the bytes ahead of the message w streams into it (those held
- * behind it go once it ends: they must not stop it), or everything waiting (w puts whole
- * messages behind what is there). */
-static size_t unsent_for(const struct worker *w, const struct client *c)
-{
-    int streams = w->msg.route == ROUTE_STREAM && w->msg.to == c;
-    return streams ? c->c.out.bytes + c->c.piped : conn_pending(&c->c);
-}
-
-/* What went into c's output from w: past client_high_water, w waits for c to drain. */
-static void pause_if_full(struct gw *g, struct worker *w, struct client *c)
-{
-    if (!w->paused && unsent_for(w, c) > (size_t)g->cfg.client_high_water) {
-        relay_pause_for_loop(g, w, c);
-        log_debug(w->c.name, "paused: %s has %zu bytes unsent", c->c.name, conn_pending(&c->c));
-    }
-}
-
-void relay_woken_loop(struct gw *g, struct worker *w)
-{
-    struct client *c = w->waits_on;
-    if (w->paused && c && client_takes_output(c) && unsent_for(w, c) > (size_t)g->cfg.client_low_water) {
-        conn_wait_on_loop(&w->c, &c->c); /* not yet under client_low_water for it */
-        return;
-    }
-    relay_resume_loop(g, w);
-}
-
-void relay_resume_loop(struct gw *g, struct worker *w)
-{
-    if (!w->paused)
-        return;
-    w->paused = 0;
-    w->waits_on = NULL;
-    if (w->c.q && w->c.q != &w->grp->idle && w->c.q != &w->grp->spare)
-        conn_queue_out_loop(&w->c); /* off the waiters of the client it waited on */
-    if (w->c.fd < 0)
-        return;
-    conn_set_reading_loop(g, &w->c, 1);
-    worker_arm_query_timer_loop(g, w);
-}
-
 /* ---- routing what the worker sends ----------------------------------------------------------- */
-
-static int collect_bytes(struct gw *g, struct worker *w, const uint8_t *p, size_t n)
-{
-    if (inbuf_reserve(&w->coll, w->coll.len + n)) {
-        conn_close_loop(g, &w->c, "out of memory collecting a message");
-        return -1;
-    }
-    memcpy(w->coll.p + w->coll.len, p, n);
-    w->coll.len += n;
-    return 0;
-}
-
-/* Bytes of the message being read, where its route says. A whole chunk streams without a copy. */
-static void deliver(struct gw *g, struct worker *w, struct chunk *ch, const uint8_t *p, size_t n)
-{
-    struct client *c = w->msg.to;
-    switch (w->msg.route) {
-    case ROUTE_COLLECT:
-    case ROUTE_FORWARD:
-        collect_bytes(g, w, p, n);
-        break;
-    case ROUTE_STREAM:
-        if (ch) {
-            outq_push(&c->c.out, ch);
-            ch = NULL;
-        } else if (outq_copy(&c->c.out, p, n)) {
-            conn_close_loop(g, &c->c, "out of memory");
-            break;
-        }
-        conn_mark_dirty_loop(g, &c->c);
-        pause_if_full(g, w, c);
-        break;
-    default: /* dropped, swallowed */
-        break;
-    }
-    chunk_free(ch);
-}
 
 /* A live client that can be sent a message, or NULL. */
 static struct client *reachable(struct gw *g, uint32_t id, uint32_t gen)
@@ -298,7 +205,7 @@ static void deliver_whole(struct gw *g, struct worker *w)
         return;
     }
     conn_push_whole_loop(g, &c->c, ch);
-    pause_if_full(g, w, c);
+    stream_check_bound_loop(g, &w->c, &c->c);
 }
 
 /* Replies that must be collected for c: to check them for an old client, to compress them for
@@ -319,7 +226,7 @@ static int needs_collect(struct gw *g, const struct client *c, const struct kipc
 static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
 {
     struct client *c = w->cl;
-    w->msg.first_byte = 1;
+    w->msg.reply = 1; /* its first bytes tell whether it is a q error */
     w->is_error = 0;
     w->reply_len = h->len;
     if (w->run == RUN_FANOUT)
@@ -397,200 +304,78 @@ static int route_callback(struct gw *g, struct worker *w)
     return ROUTE_DROP;
 }
 
-/* A whole header has arrived: decide where the message goes. -1 if the worker is broken. */
-static int on_header(struct gw *g, struct worker *w)
+/* ---- what the stream hands it ------------------------------------------------------------------ */
+
+/* A message's header has arrived: where it goes. */
+int relay_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
 {
-    struct kipc_hdr h;
-    const char *why;
-    if (kipc_hdr_parse(w->msg.hdr, 8, (uint64_t)g->cfg.max_message, &h, &why) != QG_OK) {
-        char text[96];
-        snprintf(text, sizeof text, "bad message header from the worker: %s", why);
-        conn_close_loop(g, &w->c, text);
-        return -1;
-    }
-    w->msg.type = h.type;
-    w->msg.left = h.len - 8;
+    struct worker *w = worker_of(x);
+    w->msg.reply = 0;
     w->in_call = 0; /* it sends: whatever it waited for has come */
-    w->msg.first_byte = 0;
     int route = ROUTE_DROP;
-    if (h.type == KIPC_RESPONSE && w->st == WS_BUSY)
-        route = w->swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, &h);
-    else if (h.type == KIPC_ASYNC)
+    if (h->type == KIPC_RESPONSE && w->st == WS_BUSY)
+        route = w->swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, h);
+    else if (h->type == KIPC_ASYNC)
         route = route_async(g, w);
-    else if (h.type == KIPC_SYNC)
+    else if (h->type == KIPC_SYNC)
         route = route_callback(g, w);
-    if (w->c.fd < 0) /* closed while routing */
-        return -1;
+    if (w->c.fd < 0 || w->c.closing) /* closed while routing */
+        return SS_STOP;
     w->msg.route = (uint8_t)route;
-    if (route == ROUTE_STREAM)
-        w->msg.to->c.streaming = 1; /* nothing else goes into its stream until this message ends */
-    else
+    if (route == ROUTE_STREAM) {
+        stream_route(x, SR_STREAM, &w->msg.to->c);
+    } else {
         w->msg.to = NULL;
-    return 0;
+        stream_route(x, route == ROUTE_COLLECT || route == ROUTE_FORWARD ? SR_WHOLE : SR_DROP, NULL);
+    }
+    return SS_OK;
 }
 
-static void on_message_end(struct gw *g, struct worker *w)
+int relay_bad_header_loop(struct gw *g, struct conn *x, const char *why)
 {
-    w->msg.hdr_have = 0;
+    (void)g;
+    return stream_close(x, "bad message header from the worker: %s", why);
+}
+
+/* The message has ended (streamed, dropped, or whole in w->coll). */
+static int message_done(struct gw *g, struct worker *w)
+{
+    const struct rdstate *rd = &w->c.rd;
+    if (w->msg.reply && rd->npeek) { /* a q error: its text, for the access log */
+        w->is_error = rd->peek[0] == (uint8_t)KT_ERROR;
+        if (w->is_error)
+            snprintf(w->etext, sizeof w->etext, "%.*s", (int)QG_MIN(rd->npeek - 1u, sizeof w->etext - 1),
+                     (const char *)rd->peek + 1);
+    }
     if (w->msg.route == ROUTE_FORWARD)
         deliver_whole(g, w);
-    else if (w->msg.route == ROUTE_STREAM) {
-        conn_stream_end_loop(g, &w->msg.to->c);
-        if (w->msg.to->st == CS_FLUSHING)
-            conn_mark_dirty_loop(g, &w->msg.to->c); /* its flush sees whether it may linger now */
-    }
+    else if (w->msg.route == ROUTE_STREAM && w->msg.to->st == CS_FLUSHING)
+        conn_mark_dirty_loop(g, &w->msg.to->c); /* its flush sees whether it may linger now */
     int route = w->msg.route;
     w->msg.route = ROUTE_DROP;
     w->msg.to = NULL;
-    if (w->msg.type != KIPC_RESPONSE || w->st != WS_BUSY)
-        return;
+    w->msg.reply = 0;
+    if (rd->type != KIPC_RESPONSE || w->st != WS_BUSY)
+        return SS_OK;
     if (route == ROUTE_SWALLOW) {
         broadcast_forget_sent_loop(g, w, 0); /* a chaser came back: one client's broadcasts before it ran */
         if (--w->swallow == 0 && w->run != RUN_REQUEST)
             request_done(g, w);
-        return;
+        return SS_OK;
     }
     request_done(g, w);
+    return SS_OK;
 }
 
-/* Route the bytes of one read: headers, then message bodies, message by message. */
-static void route_read(struct gw *g, struct worker *w, struct chunk *ch)
-{
-    struct wmsg *m = &w->msg;
-    const uint8_t *p = ch->p;
-    size_t n = ch->len, off = 0;
-    while (off < n && w->c.fd >= 0) {
-        if (m->hdr_have < 8) {
-            size_t k = QG_MIN(8u - m->hdr_have, n - off);
-            memcpy(m->hdr + m->hdr_have, p + off, k);
-            m->hdr_have = (uint8_t)(m->hdr_have + k);
-            off += k;
-            if (m->hdr_have < 8 || on_header(g, w))
-                break;
-            deliver(g, w, NULL, m->hdr, 8); /* a body follows: a header claims at least one byte */
-            continue;
-        }
-        size_t k = (size_t)QG_MIN((uint64_t)(n - off), m->left);
-        if (m->first_byte && k) {
-            w->is_error = p[off] == (uint8_t)KT_ERROR;
-            m->first_byte = 0;
-            if (w->is_error) /* its text, as far as this read has it */
-                snprintf(w->etext, sizeof w->etext, "%.*s", (int)QG_MIN(k - 1, sizeof w->etext - 1),
-                         (const char *)p + off + 1);
-        }
-        if (off == 0 && k == n) {
-            deliver(g, w, ch, p, k);
-            ch = NULL;
-        } else {
-            deliver(g, w, NULL, p + off, k);
-        }
-        off += k;
-        m->left -= k;
-        if (m->left == 0)
-            on_message_end(g, w);
-    }
-    chunk_free(ch);
-}
+int relay_end_loop(struct gw *g, struct conn *x) { return message_done(g, worker_of(x)); }
 
-/* Move reply bytes from the worker's socket to the client's inside the kernel, through the
- * client's pipe: only for the body of a streamed reply whose first byte was seen, and only when
- * nothing is queued in the client's out (the pipe goes ahead of it). Returns bytes moved, 0
- * when splicing does not apply or nothing came, -1 if the worker connection was closed. */
-static ssize_t splice_body(struct gw *g, struct worker *w, size_t budget)
+/* A message gathered whole: a reply to transform, or a message for a client at a boundary. */
+int relay_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg)
 {
-    struct client *c = w->msg.to;
-    const struct wmsg *m = &w->msg;
-    if (!g->cfg.splice || m->route != ROUTE_STREAM || m->type != KIPC_RESPONSE || m->first_byte ||
-        m->hdr_have < 8 || m->left < SPLICE_MIN || c->c.out.bytes || c->c.fd < 0)
-        return 0;
-    size_t room = conn_pipe_room_loop(&c->c);
-    if (!room) {
-        if (c->c.has_pipe) /* full: wait for the client to take some */
-            relay_pause_for_loop(g, w, c);
-        return 0;
-    }
-    ssize_t n = splice(w->c.fd, NULL, c->c.pipe_wr, NULL, (size_t)QG_MIN((uint64_t)QG_MIN(room, budget), m->left),
-                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-    if (n == 0) {
-        conn_close_loop(g, &w->c, "worker closed the connection");
-        return -1;
-    }
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR)
-            return 0;
-        conn_close_loop(g, &w->c, strerror(errno));
-        return -1;
-    }
-    c->c.piped += (size_t)n;
-    w->msg.left -= (uint64_t)n;
-    if (conn_pipe_flush_loop(g, &c->c) == 0 && c->c.piped == c->c.pipe_cap)
-        relay_pause_for_loop(g, w, c); /* the client is not keeping up: stop reading until it does */
-    if (c->c.piped)
-        conn_mark_dirty_loop(g, &c->c);
-    if (w->msg.left == 0)
-        on_message_end(g, w);
-    return n;
-}
-
-/* One read into a chunk the size the message being read wants, routed. 1: the socket may have
- * more; 0: it is empty for now; -1: the connection was closed. */
-static int read_chunk(struct gw *g, struct worker *w, size_t *budget)
-{
-    const struct wmsg *m = &w->msg;
-    size_t want = m->hdr_have == 8 && m->left ? (size_t)QG_MIN(m->left, (uint64_t)g->cfg.chunk_size)
-                                              : (size_t)QG_MIN(BOUNDARY_READ, g->cfg.chunk_size);
-    want = QG_MIN(want, *budget);
-    /* a read that may end a small message goes to rbuf, then into a chunk of what came: no
-     * 64 KiB block taken and given back (and the heap's top moved) per small reply */
-    int small = want <= sizeof g->rbuf;
-    struct chunk *ch = small ? NULL : chunk_new(want);
-    if (!small && !ch) {
-        conn_close_loop(g, &w->c, "out of memory");
-        return -1;
-    }
-    ssize_t r = read(w->c.fd, small ? g->rbuf : ch->p, want);
-    if (r <= 0) {
-        chunk_free(ch);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR))
-            return 0;
-        conn_close_loop(g, &w->c, r == 0 ? "worker closed the connection" : strerror(errno));
-        return -1;
-    }
-    if (small && !(ch = chunk_new((size_t)r))) {
-        conn_close_loop(g, &w->c, "out of memory");
-        return -1;
-    }
-    if (small)
-        memcpy(ch->p, g->rbuf, (size_t)r);
-    ch->len = (size_t)r;
-    *budget -= (size_t)r;
-    if (w->st == WS_BUSY)
-        worker_arm_query_timer_loop(g, w);
-    route_read(g, w, ch);
-    return (size_t)r == want;
-}
-
-void relay_read_loop(struct gw *g, struct worker *w)
-{
-    size_t budget = (size_t)g->cfg.read_budget;
-    while (budget && w->c.fd >= 0 && !w->paused) {
-        ssize_t n = splice_body(g, w, budget);
-        if (n < 0)
-            return;
-        if (n > 0) {
-            budget -= QG_MIN((size_t)n, budget);
-            if (w->st == WS_BUSY)
-                worker_arm_query_timer_loop(g, w);
-            continue;
-        }
-        if (w->paused)
-            break;
-        int more = read_chunk(g, w, &budget);
-        if (more < 0)
-            return;
-        if (!more)
-            break;
-    }
-    if (budget == 0)
-        g->loop.work_pending = 1;
+    struct worker *w = worker_of(x);
+    inbuf_free(&w->coll);
+    w->coll = (struct inbuf){.p = msg, .len = (size_t)h->len, .cap = (size_t)h->len};
+    if (w->msg.route != ROUTE_COLLECT && w->msg.route != ROUTE_FORWARD) /* dropped meanwhile */
+        inbuf_free(&w->coll);
+    return message_done(g, w);
 }

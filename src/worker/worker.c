@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "worker.h"
+#include "stream.h"
 #include "access.h"
 #include "gw.h"
 #include "jobs.h"
@@ -96,8 +97,8 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
     if (w->st == WS_BUSY && st != WS_BUSY && w->grp->paused)
         g->loop.work_pending = 1; /* a pause waits for its group's last run to end */
     w->st = (uint8_t)st;
-    if ((st == WS_IDLE || st == WS_DISABLED) && w->paused)
-        relay_resume_loop(g, w); /* free: nothing it sends waits for a client's output now */
+    if ((st == WS_IDLE || st == WS_DISABLED) && w->c.paused)
+        stream_resume_loop(g, &w->c); /* free: nothing it sends waits for a client's output now */
     if (worker_is_lead(w)) /* a worker is up while its lead is */
         w->grp->nup += worker_is_up(w) - was;
     if (st == WS_DISABLED)
@@ -382,16 +383,16 @@ static void finish_connect(struct gw *g, struct worker *w)
     send_handshake(g, w);
 }
 
-static void read_capability(struct gw *g, struct worker *w)
+/* Raw input: the capability byte that ends q's handshake. */
+static int on_bytes(struct gw *g, struct conn *x)
 {
-    uint8_t cap;
-    ssize_t r = read(w->c.fd, &cap, 1);
-    if (r < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (r != 1) {
-        conn_close_loop(g, &w->c, "closed during the handshake ('access: check the group's user and password)");
-        return;
-    }
+    struct worker *w = worker_of(x);
+    if (w->st != WS_HANDSHAKE || !inbuf_avail(&x->in))
+        return SS_OK;
+    uint8_t cap = inbuf_data(&x->in)[0];
+    inbuf_consume(&x->in, 1);
+    inbuf_release_idle(&x->in);
+    x->framed = 1; /* kdb+ messages from now on */
     w->cap = cap;
     w->backoff = g->cfg.reconnect_min;
     if (!w->disabled && worker_is_lead(w))
@@ -406,11 +407,25 @@ static void read_capability(struct gw *g, struct worker *w)
              w->uds_why[0] && w->via == VIA_TCP ? "; its Unix socket " : "", w->via == VIA_TCP ? w->uds_why : "");
     w->uds_why[0] = 0;
     worker_set_state_loop(g, w, WS_IDLE);
+    return SS_OK;
+}
+
+static int on_eof(struct gw *g, struct conn *x, const char *why)
+{
+    (void)g;
+    if (worker_of(x)->st == WS_HANDSHAKE)
+        return stream_close(x, "closed during the handshake ('access: check the group's user and password)");
+    return stream_close(x, "%s", why);
 }
 
 static void on_query_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
+    int64_t due = QG_MAX(w->tm_armed_ms, c->last_read_ms) + g->cfg.query_timeout; /* a byte came since */
+    if (due > g->loop.now_ms) {
+        conn_timer_arm_loop(g, c, WORKER_TM, due, on_query_timeout);
+        return;
+    }
     g->query_timeouts++;
     log_warn(w->c.name, "no reply byte for %lld ms: dropping the connection", (long long)g->cfg.query_timeout);
     w->timed_out = 1; /* the loss answers 'qgate: timeout, unless a message to the client was cut */
@@ -420,8 +435,10 @@ static void on_query_timeout(struct gw *g, struct conn *c)
 
 void worker_arm_query_timer_loop(struct gw *g, struct worker *w)
 {
-    if (g->cfg.query_timeout > 0 && w->st == WS_BUSY && !w->paused)
+    if (g->cfg.query_timeout > 0 && w->st == WS_BUSY && !w->c.paused) {
+        w->tm_armed_ms = g->loop.now_ms;
         conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms + g->cfg.query_timeout, on_query_timeout);
+    }
 }
 
 static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
@@ -435,13 +452,10 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
         return;
     }
     if (ev & EPOLLOUT)
-        conn_flush_loop(g, &w->c);
+        stream_flush_loop(g, &w->c);
     if (w->c.fd < 0 || !(ev & (EPOLLIN | EPOLLERR | EPOLLHUP)))
         return;
-    if (w->st == WS_HANDSHAKE)
-        read_capability(g, w);
-    else
-        relay_read_loop(g, w);
+    stream_read_loop(g, &w->c); /* the capability byte, then messages */
 }
 
 /* A worker leaving the configuration, down now: off its group, freed after this iteration. */
@@ -505,13 +519,25 @@ int worker_busy_count_loop(const struct gw *g)
     return n;
 }
 
-static void on_wake(struct gw *g, struct conn *c) { relay_woken_loop(g, worker_of(c)); }
+/* Waiting for a client's output is not a slow query: client_stall_timeout watches that. */
+static void on_pause(struct gw *g, struct conn *c) { conn_timer_cancel_loop(g, c, WORKER_TM); }
+static void on_resume(struct gw *g, struct conn *c) { worker_arm_query_timer_loop(g, worker_of(c)); }
 
 const struct connops worker_connops = {
     .ev = {.on_event = on_event},
+    .on_bytes = on_bytes,
+    .on_header = relay_header_loop,
+    .on_message = relay_message_loop,
+    .on_end = relay_end_loop,
+    .on_bad = relay_bad_header_loop,
+    .on_eof = on_eof,
+    .on_pause = on_pause,
+    .on_resume = on_resume,
+    .read_size = 65536,
+    .raw_max = 1,
     .on_close = on_close,
     .free = worker_free_loop,
-    .on_wake = on_wake,
+    .on_wake = stream_woken_loop,
 };
 
 static void back_start(struct gw *g, struct conn *w, struct conn *c)

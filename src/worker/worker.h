@@ -83,15 +83,11 @@ struct fanout {
     struct fpart *part[];
 };
 
-/* The message being read from the worker: its header, and where its bytes go. */
+/* Where the message being read from the worker goes (its bytes are moved by the stream). */
 struct wmsg {
     struct client *to;   /* ROUTE_STREAM: the client its bytes go to (the run's, or a session's) */
-    uint8_t hdr[8];
-    uint8_t hdr_have;
-    uint8_t type;        /* its kipc type */
     uint8_t route;       /* enum route */
-    uint8_t first_byte;  /* the next body byte tells whether a reply is an error */
-    uint64_t left;       /* body bytes still to come */
+    uint8_t reply;       /* it is the run's reply: its first bytes say whether it is a q error */
     uint32_t to_id, to_gen; /* ROUTE_FORWARD: the client it goes to */
 };
 
@@ -112,7 +108,6 @@ struct worker {
     uint8_t busy;        /* enum worker_busy, while BUSY */
     uint8_t run;         /* enum run_kind, while BUSY */
     uint8_t cap;
-    uint8_t paused;      /* reading stopped: its client's output is over high water */
     uint8_t removed;     /* dropped by a reload: goes when idle */
     uint8_t resolved;    /* na holds its addresses */
     uint8_t via;         /* enum worker_via: how its connection (or the attempt) goes */
@@ -137,7 +132,6 @@ struct worker {
     char uds_why[96];    /* why its Unix socket was passed over for TCP last, for the log */
     struct client *cl;   /* client of the current request; NULL once it is gone */
     struct client *sess; /* pool = session: the client it is given to (c->sess is this worker) */
-    struct client *waits_on; /* paused: the client whose output it waits on (on its waiters) */
     uint64_t req_seq;
     struct inbuf coll;   /* a message collected whole */
     int64_t backoff;     /* ms */
@@ -147,6 +141,7 @@ struct worker {
     struct fpartlist fq; /* fan-out parts owed, run before any request (after broadcasts) */
     struct fpart *fp;    /* RUN_FANOUT: the part running */
     int64_t t_start_us;  /* its run was sent */
+    int64_t tm_armed_ms; /* its query timer was armed (it fires query_timeout after that or the last byte read) */
     int64_t last_end_us; /* the lead: when a run of the worker last ended, on any connection (q
                           * runs one at a time: a run sent before began no earlier) */
     uint64_t served, errors, dropped;
@@ -205,18 +200,18 @@ void worker_arm_query_timer_loop(struct gw *g, struct worker *w);
 /* Send c's head request (and async ones right behind it) to idle worker w, the broadcasts w
  * owes first; c NULL: the broadcasts alone. */
 void relay_start_loop(struct gw *g, struct worker *w, struct client *c);
-/* Read and route what the worker sent, within the read budget. */
-void relay_read_loop(struct gw *g, struct worker *w);
+/* The stream's handlers: a message's header (where it goes), a bad header, the end of a message
+ * streamed or dropped, a message gathered whole. */
+struct kipc_hdr;
+int relay_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h);
+int relay_bad_header_loop(struct gw *g, struct conn *x, const char *why);
+int relay_end_loop(struct gw *g, struct conn *x);
+int relay_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg);
 /* Send request x of c to w, as it is (x leaves c's queue: RS_RUNNING). */
 void relay_send_request_loop(struct gw *g, struct worker *w, struct client *c, struct req *x);
 /* Client c, whose request w runs or holds, has gone. */
 void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c);
 
-void relay_resume_loop(struct gw *g, struct worker *w);
-/* The client w waits on has drained some output, or gone: w reads again, or waits on. */
-void relay_woken_loop(struct gw *g, struct worker *w);
-/* Stop reading w until c's output has drained (below client_low_water, or c gone). */
-void relay_pause_for_loop(struct gw *g, struct worker *w, struct client *c);
 /* The worker's connection is gone: fail or finish its request (reason: timeout or loss). */
 void relay_lost_loop(struct gw *g, struct worker *w);
 void relay_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);

@@ -2179,9 +2179,9 @@ static void check_gateway(void)
             if (w->cl && (w->st != WS_BUSY || w->cl->w != w))
                 fail("%s (%s) runs a request of %s, which does not point at it", w->c.name, worker_state_name(w->st),
                      w->cl->c.name);
-            if (w->paused && (w->st != WS_BUSY && w->st != WS_PINNED))
+            if (w->c.paused && (w->st != WS_BUSY && w->st != WS_PINNED))
                 fail("%s is %s, and paused for a client's output", w->c.name, worker_state_name(w->st));
-            if (w->paused && !w->c.q && w->c.fd >= 0)
+            if (w->c.paused && !w->c.q && w->c.fd >= 0)
                 fail("%s is paused for a client's output, and waits on none", w->c.name);
             if (w->st != WS_IDLE && w->st != WS_BUSY && (!STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->bsent)))
                 fail("%s is %s with broadcasts queued on it", w->c.name, worker_state_name(w->st));
@@ -2260,7 +2260,7 @@ static void dump_world(void)
                     k = &fw->k[j];
             tr("gw %s: %s, for %s, swallow %d, bq %d bsent %d, paused %d | W%d: fd %d, %zu in, %zu to send, cb %d, "
                "%d unread, %d deferred", w->c.name, worker_state_name(w->st), w->cl ? w->cl->c.name : "-", w->swallow,
-               !STAILQ_EMPTY(&w->bq), !STAILQ_EMPTY(&w->bsent), w->paused, fw ? fw->wid : -1, k ? k->fd : -1,
+               !STAILQ_EMPTY(&w->bq), !STAILQ_EMPTY(&w->bsent), w->c.paused, fw ? fw->wid : -1, k ? k->fd : -1,
                k ? k->in.len : 0, k ? k->out.len - k->out_off : 0, fw ? fw->waiting_cb : 0, k ? unread(k->fd) : 0,
                fw ? fw->deferred.n : 0);
         }

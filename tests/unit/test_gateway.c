@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "stream.h"
 #include "client.h"
 #include "conn.h"
 #include "dispatch.h"
@@ -73,6 +74,7 @@ static struct worker *fake_worker(const char *name, int *peer)
     w->grp->nworkers++;
     g.loop.nbackends++;
     w->st = WS_HANDSHAKE; /* as if q's handshake had just been done on the socketpair */
+    w->c.framed = 1;
     worker_set_state_loop(&g, w, WS_IDLE);
     *peer = sv[1];
     return w;
@@ -88,6 +90,7 @@ static struct client *fake_client(int *peer)
     assert_int_equal(conn_register_loop(&g, &c->c, &client_connops, CONN_CLIENT, sv[0], EPOLLIN), 0);
     g.nclients++;
     c->st = CS_READY;
+    c->c.framed = 1; /* its handshake done: kdb+ messages */
     c->cap = 3;
     c->local = 1;
     c->grp = &g.groups[0];
@@ -160,11 +163,11 @@ static uint64_t handled; /* completions handled: one per job submitted */
 
 static void step(void)
 {
-    client_backlog_loop(&g);
+    stream_backlog_loop(&g);
     handled += (uint64_t)loop_drain_pool_loop(&g, g.readers);
     handled += (uint64_t)loop_drain_pool_loop(&g, g.writers);
     dispatch_all_loop(&g);
-    conn_flush_dirty_loop(&g);
+    stream_flush_dirty_loop(&g);
     conn_reap_loop(&g);
 }
 
@@ -519,8 +522,8 @@ static void test_close_leaves_every_list(void **state)
     assert_true(TAILQ_EMPTY(&g.dirty));
     assert_int_equal(g.ndirty, 0);
     step(); /* backlog, flush and reap: the freed client is on none of their lists */
-    client_backlog_loop(&g);
-    conn_flush_dirty_loop(&g);
+    stream_backlog_loop(&g);
+    stream_flush_dirty_loop(&g);
     g.cfg.frames_budget = (int)fb;
     close(pa);
     settle_pools();
@@ -671,13 +674,13 @@ static void test_backpressure_and_splice(void **state)
                 fed += (size_t)n;
             event(&w->c, EPOLLIN);
             step();
-            if (w->paused) {
+            if (w->c.paused) {
                 paused_seen = 1;
                 /* while paused, the gateway holds at most high water plus one read (and its
                  * splice pipe) */
                 assert_true(a->c.out.bytes <= (size_t)g.cfg.client_high_water + (size_t)g.cfg.chunk_size);
             }
-            if (w->paused || fed == total) { /* only now does the client read */
+            if (w->c.paused || fed == total) { /* only now does the client read */
                 ssize_t r;
                 while (received < total && (r = read(pa, all + received, total - received)) > 0)
                     received += (size_t)r;

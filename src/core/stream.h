@@ -1,0 +1,108 @@
+/* stream.h: the framed stream, both sides: every socket read and write of a client, a worker
+ * or a metrics connection goes through here (PgBouncer's sbuf and twemproxy's conn_recv and
+ * conn_sendv in one). It holds the input buffer, the kdb+ header of the message being read and
+ * the read budget, moves bytes through an IO ops table (plain sockets now; TLS to workers would
+ * be a second table), and hands what arrives to the connection kind's handlers (struct connops,
+ * conn.h):
+ *
+ *   raw       (a handshake, an HTTP request): on_bytes sees everything read so far, in c->in
+ *   framed    each kdb+ message, as its header arrives: on_header says where it goes, with
+ *             stream_route(), or every message is taken whole when the kind has no on_header
+ *               WHOLE   read whole, then on_message (the bytes are the kind's)
+ *               STREAM  its bytes go to another connection's output as they arrive (cut-
+ *                       through; spliced inside the kernel when big), then on_end
+ *               DROP    read and dropped, then on_end
+ *
+ * Handlers return a status: SS_OK, SS_STOP (read no more now), or SS_CLOSE (stream_close()
+ * said why): the stream closes the connection, in one place. What a connection puts into a
+ * client's output counts against client_high_water: past it the reader waits for that output
+ * to drain below client_low_water (stream_pause_loop, stream_woken_loop). */
+#ifndef STREAM_H
+#define STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "conn.h"
+
+/* How bytes move on a connection's socket. */
+struct stream_io {
+    ssize_t (*read)(int fd, void *p, size_t n);
+    ssize_t (*writev)(int fd, const struct iovec *iov, int n);
+    /* Move up to n bytes from one descriptor to another inside the kernel (socket to pipe, pipe
+     * to socket); NULL when the transport cannot (its bytes must pass through user space). */
+    ssize_t (*splice)(int from, int to, size_t n);
+    int (*shutdown_write)(int fd);
+};
+extern const struct stream_io stream_plain;
+
+/* What a handler tells the stream. */
+enum { SS_OK = 0, SS_STOP = 1, SS_CLOSE = 2 };
+
+/* Set c's reason to close and return SS_CLOSE: `return stream_close(c, "why");` */
+int stream_close(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* From on_header: the message whose header has arrived goes whole (the default), to to's
+ * output (to != NULL), or nowhere. */
+static inline void stream_route(struct conn *c, int route, struct conn *to)
+{
+    c->rd.route = (uint8_t)route;
+    c->rd.to = to;
+}
+/* The message being read is no longer anyone's: the rest of it is read and dropped (what was
+ * gathered of a whole one too). */
+void stream_drop_rest_loop(struct conn *c);
+/* Is c's message being streamed into `to` past its header (a loss now cuts to's stream)? */
+static inline int stream_into(const struct conn *c, const struct conn *to)
+{
+    return c->rd.phase == RD_BODY && c->rd.route == SR_STREAM && c->rd.to == to;
+}
+
+/* Read what c's socket holds, within the read budget, and hand it to c's kind (raw or
+ * framed). Stops at SS_STOP, a pause, or when the socket is empty. */
+void stream_read_loop(struct gw *g, struct conn *c);
+/* Frame what c's input buffer already holds, without reading (messages a budget left, or what
+ * a client sent before it left). */
+void stream_frame_loop(struct gw *g, struct conn *c);
+/* Take c's messages left over by the frames budget (the backlog phase of the iteration). */
+void stream_backlog_loop(struct gw *g);
+/* Read everything c's socket still holds into its input buffer, up to max bytes, unframed (a
+ * client that has left: what it sent before still runs). */
+void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max);
+/* Read and drop what c's peer still sends: SS_OK, or SS_CLOSE when it has closed or failed
+ * (the caller closes it, saying why). */
+int stream_discard_loop(struct gw *g, struct conn *c);
+/* Drop what c's input buffer holds, and the message it was gathering (it reads no more). */
+void stream_input_drop_loop(struct conn *c);
+/* Our side of c is done writing (FIN after the last byte queued was sent). */
+void stream_shutdown_loop(struct conn *c);
+/* Best effort, outside the output queue: len bytes straight to a socket that is about to be
+ * closed (a 503 to a connection that gives way). */
+void stream_send_now(int fd, const void *p, size_t len);
+
+/* ---- output ---------------------------------------------------------------------------------- */
+/* Write what is pending within the write budget (the pipe first). -1 if the connection failed. */
+int stream_flush_loop(struct gw *g, struct conn *c);
+/* Write what connections have pending (the flush phase of the iteration). */
+void stream_flush_dirty_loop(struct gw *g);
+
+/* ---- bounds ---------------------------------------------------------------------------------- */
+/* Bytes of to's output that bound what c may put into it: those ahead of the message c streams
+ * into it (what is held behind goes once it ends), else everything waiting (c puts whole
+ * messages behind what is there). */
+static inline size_t stream_unsent_for(const struct conn *c, const struct conn *to)
+{
+    return c->rd.route == SR_STREAM && c->rd.to == to ? to->out.bytes + to->piped : conn_pending(to);
+}
+/* c put bytes into to's output: past client_high_water, c stops reading until it drains. */
+void stream_check_bound_loop(struct gw *g, struct conn *c, struct conn *to);
+/* Stop reading c until to's output drains (below client_low_water, or to gone). */
+void stream_pause_loop(struct gw *g, struct conn *c, struct conn *to);
+/* c reads again (its kind's on_resume runs). */
+void stream_resume_loop(struct gw *g, struct conn *c);
+/* The connection c waits on drained some output, or went: c reads again, or waits on. */
+void stream_woken_loop(struct gw *g, struct conn *c);
+
+#endif
