@@ -112,14 +112,52 @@ static size_t output_bound(const struct conn *x)
     return (size_t)g->cfg.client_high_water + (x->has_pipe ? x->pipe_cap : 0) + feeders * (read + S->max_msg + 256);
 }
 
-/* Every connection on exactly the lists its state says; counts that match. */
-void check_gateway(void)
+/* A client in the table: on its group's queue or held list exactly as its head request's state
+ * says (held only while that group is paused); its worker, session and fan-out its own; its
+ * output within its bound; gone only once its peer has. */
+static void check_client(struct conn *x)
 {
     struct gw *g = &S->g;
-    S->res->checks++;
-    check_log();
-    check_alog();
-    int nclients = 0, backlog = 0, dirty = 0, nmetrics = 0;
+    struct client *c = (struct client *)x;
+    struct req *h = client_head(c);
+    if (c->w && (c->w->cl != c || c->w->st != WS_BUSY))
+        fail("%s points at worker %s, which is not running its request", x->name, c->w->c.name);
+    if (c->fo && (!h || h->state != RS_RUNNING || !h->fan))
+        fail("%s has a fan-out, and its head is not a running .qgate.all", x->name);
+    if (h && h->fan && h->type == KIPC_SYNC && h->state == RS_RUNNING && !c->fo)
+        fail("%s: its head .qgate.all runs with no fan-out", x->name);
+    if (c->sess && (c->sess->sess != c || (c->w && c->w != c->sess)))
+        fail("%s has session worker %s, which is not its, or runs its request on another", x->name, c->sess->addr);
+    int queued = h && x->q == &h->grp->queue; /* the head's group: its client's, or routed to */
+    int held_p = h && x->q == &h->grp->held;  /* ... or its held list, while that group is paused */
+    if (c->sess && queued)
+        fail("%s has a session worker, and is on its group's queue", x->name);
+    if (x->q && !queued && !held_p)
+        fail("%s is on a list that is not its group's queue nor its held list", x->name);
+    if (queued != (h && h->state == RS_QUEUED))
+        fail("%s: queued %d, head request %s", x->name, queued, h ? "not queued" : "absent");
+    if (held_p != (h && h->state == RS_HELD))
+        fail("%s: on the held list %d, head request %s", x->name, held_p, h ? "not held" : "absent");
+    if (held_p && (!h->grp->paused || !((h->fan && h->type == KIPC_SYNC) || (c->sess && h->grp == c->grp))))
+        fail("%s is held, and its group is not paused or its head is neither a session's nor a .qgate.all",
+             x->name);
+    S->res->paused_held += h && (held_p || queued) && h->grp->paused;
+    if ((c->st == CS_GONE) != (c->eof && c->st != CS_AUTH))
+        fail("%s: state %s with eof %d", x->name, client_state_name(c->st), c->eof);
+    if (conn_pending(x) > output_bound(x))
+        fail("%s holds %zu bytes of output, over its bound %zu (client_high_water %lld)", x->name, conn_pending(x),
+             output_bound(x), (long long)g->cfg.client_high_water);
+    if (c->eof && (x->fd >= 0 || x->has_pipe || conn_timer_armed(x, CLIENT_TM_STALL)))
+        fail("%s has gone but keeps its socket, pipe or stall timer", x->name);
+    if (c->st == CS_GONE && !h && !x->in_backlog && c->c.in.len == c->c.in.off)
+        fail("%s has gone with nothing left to run, and is still open", x->name);
+}
+
+/* The table: each connection in its own slot, none closed, on the flush list only with a socket,
+ * a metrics one on the metrics list; each client checked. What it counts, for the lists. */
+static void check_table(int *nclients, int *nmetrics, int *backlog)
+{
+    struct gw *g = &S->g;
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *x = g->tab[id];
         if (!x)
@@ -131,48 +169,23 @@ void check_gateway(void)
         if (x->dirty && x->fd < 0)
             fail("%s is on the flush list without a socket", x->name);
         if (x->kind == CONN_METRICS) {
-            nmetrics++;
+            (*nmetrics)++;
             if (x->q != &g->metrics_conns || x->fd < 0)
                 fail("%s: a metrics connection not on the metrics list, or without its socket", x->name);
         }
         if (x->kind != CONN_CLIENT)
             continue;
-        nclients++;
-        struct client *c = (struct client *)x;
-        struct req *h = client_head(c);
-        backlog += x->in_backlog;
-        if (c->w && (c->w->cl != c || c->w->st != WS_BUSY))
-            fail("%s points at worker %s, which is not running its request", x->name, c->w->c.name);
-        if (c->fo && (!h || h->state != RS_RUNNING || !h->fan))
-            fail("%s has a fan-out, and its head is not a running .qgate.all", x->name);
-        if (h && h->fan && h->type == KIPC_SYNC && h->state == RS_RUNNING && !c->fo)
-            fail("%s: its head .qgate.all runs with no fan-out", x->name);
-        if (c->sess && (c->sess->sess != c || (c->w && c->w != c->sess)))
-            fail("%s has session worker %s, which is not its, or runs its request on another", x->name, c->sess->addr);
-        int queued = h && x->q == &h->grp->queue; /* the head's group: its client's, or routed to */
-        int held_p = h && x->q == &h->grp->held;  /* ... or its held list, while that group is paused */
-        if (c->sess && queued)
-            fail("%s has a session worker, and is on its group's queue", x->name);
-        if (x->q && !queued && !held_p)
-            fail("%s is on a list that is not its group's queue nor its held list", x->name);
-        if (queued != (h && h->state == RS_QUEUED))
-            fail("%s: queued %d, head request %s", x->name, queued, h ? "not queued" : "absent");
-        if (held_p != (h && h->state == RS_HELD))
-            fail("%s: on the held list %d, head request %s", x->name, held_p, h ? "not held" : "absent");
-        if (held_p && (!h->grp->paused || !((h->fan && h->type == KIPC_SYNC) || (c->sess && h->grp == c->grp))))
-            fail("%s is held, and its group is not paused or its head is neither a session's nor a .qgate.all",
-                 x->name);
-        S->res->paused_held += h && (held_p || queued) && h->grp->paused;
-        if ((c->st == CS_GONE) != (c->eof && c->st != CS_AUTH))
-            fail("%s: state %s with eof %d", x->name, client_state_name(c->st), c->eof);
-        if (conn_pending(x) > output_bound(x))
-            fail("%s holds %zu bytes of output, over its bound %zu (client_high_water %lld)", x->name, conn_pending(x),
-                 output_bound(x), (long long)g->cfg.client_high_water);
-        if (c->eof && (x->fd >= 0 || x->has_pipe || conn_timer_armed(x, CLIENT_TM_STALL)))
-            fail("%s has gone but keeps its socket, pipe or stall timer", x->name);
-        if (c->st == CS_GONE && !h && !x->in_backlog && c->c.in.len == c->c.in.off)
-            fail("%s has gone with nothing left to run, and is still open", x->name);
+        (*nclients)++;
+        *backlog += x->in_backlog;
+        check_client(x);
     }
+}
+
+/* The counts and the gateway-wide lists (flush, backlog) against what the table holds. */
+static void check_lists(int nclients, int nmetrics, int backlog)
+{
+    struct gw *g = &S->g;
+    int dirty = 0;
     if (g->bad_transitions)
         fail("%llu worker state transitions outside worker.c's table (see the log)", (unsigned long long)g->bad_transitions);
     if (nclients != g->nclients)
@@ -195,67 +208,101 @@ void check_gateway(void)
     }
     if (nb != backlog)
         fail("%d clients marked in the backlog, the list holds %d", backlog, nb);
-    for (int i = 0; i < g->ngroups; i++) {
-        struct group *grp = &g->groups[i];
-        int n = 0, up = 0, idle = 0, nidle = 0;
-        for (struct conn *y = connq_first(&grp->queue); y; y = connq_next(y)) {
-            n++;
-            struct client *c = client_of(y);
-            struct req *h = client_head(c);
-            if (y->kind != CONN_CLIENT || y->q != &grp->queue || c->grp != grp || !conn_live(g, y) || !h ||
-                h->state != RS_QUEUED)
-                fail("group %s's queue holds %s, which is not queued there", grp->cfg.name, y->name);
-        }
-        if (n != grp->queue.n)
-            fail("group %s: queue.n %d, its queue holds %d", grp->cfg.name, grp->queue.n, n);
-        check_held_and_disabled(grp);
-        for (int k = 0; k < 2; k++) { /* leads IDLE on the idle list, their other connections on spare */
-            struct connq *q = k ? &grp->spare : &grp->idle;
-            int nq = 0;
-            for (struct conn *y = connq_first(q); y; y = connq_next(y), nq++) {
-                struct worker *w = worker_of(y);
-                if (y->kind != CONN_WORKER || w->st != WS_IDLE || y->q != q || worker_is_lead(w) == k)
-                    fail("%s is on the %s list in state %s", y->name, k ? "spare" : "idle", worker_state_name(w->st));
-            }
-            if (nq != q->n)
-                fail("group %s: %s.n %d, its list holds %d", grp->cfg.name, k ? "spare" : "idle", q->n, nq);
-            idle += nq;
-        }
-        check_connections(grp);
-        struct worker *w;
-        TAILQ_FOREACH(w, &grp->workers, glink) {
-            up += worker_is_lead(w) && worker_is_up(w);
-            if (w->fp && (w->st != WS_BUSY || w->run != RUN_FANOUT))
-                fail("%s (%s) holds a fan-out part outside a fan-out run", w->c.name, worker_state_name(w->st));
-            if (!STAILQ_EMPTY(&w->fq) && w->st != WS_IDLE && w->st != WS_BUSY)
-                fail("%s is %s and owes fan-out parts", w->c.name, worker_state_name(w->st));
-            if (w->st == WS_PINNED && (!w->sess || w->sess->sess != w))
-                fail("%s is pinned, but not to a client that has it", w->c.name);
-            if (w->sess && (w->sess->sess != w || !conn_live(g, &w->sess->c) || (w->st != WS_BUSY && w->st != WS_PINNED)))
-                fail("%s (%s) is given to %s, which does not have it, or is freed", w->c.name, worker_state_name(w->st),
-                     w->sess->c.name);
-            if (w->sess && !S->session)
-                fail("%s is in a session, in a group with pool = request", w->c.name);
-            nidle += w->st == WS_IDLE;
-            if (w->cl && !conn_live(g, &w->cl->c))
-                fail("%s runs a request of a freed client", w->c.name);
-            if (w->cl && (w->st != WS_BUSY || w->cl->w != w))
-                fail("%s (%s) runs a request of %s, which does not point at it", w->c.name, worker_state_name(w->st),
-                     w->cl->c.name);
-            if (w->paused && (w->st != WS_BUSY && w->st != WS_PINNED))
-                fail("%s is %s, and paused for a client's output", w->c.name, worker_state_name(w->st));
-            if (w->paused && !w->c.q && w->c.fd >= 0)
-                fail("%s is paused for a client's output, and waits on none", w->c.name);
-            if (w->st != WS_IDLE && w->st != WS_BUSY && (!STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->bsent)))
-                fail("%s is %s with broadcasts queued on it", w->c.name, worker_state_name(w->st));
-            if ((w->st == WS_DOWN || w->st == WS_RESOLVING) && w->c.fd >= 0)
-                fail("%s is %s with a socket", w->c.name, worker_state_name(w->st));
-        }
-        if (idle != nidle)
-            fail("group %s: %d idle workers, %d on the idle list", grp->cfg.name, nidle, idle);
-        if (up != grp->nup)
-            fail("group %s: nup %d, %d workers up", grp->cfg.name, grp->nup, up);
+}
+
+/* A group's queue: its clients, each with its head request QUEUED there. */
+static void check_queue(struct group *grp)
+{
+    int n = 0;
+    for (struct conn *y = connq_first(&grp->queue); y; y = connq_next(y)) {
+        n++;
+        struct client *c = client_of(y);
+        struct req *h = client_head(c);
+        if (y->kind != CONN_CLIENT || y->q != &grp->queue || c->grp != grp || !conn_live(&S->g, y) || !h ||
+            h->state != RS_QUEUED)
+            fail("group %s's queue holds %s, which is not queued there", grp->cfg.name, y->name);
     }
+    if (n != grp->queue.n)
+        fail("group %s: queue.n %d, its queue holds %d", grp->cfg.name, grp->queue.n, n);
+}
+
+/* A group's idle workers: leads IDLE on the idle list, their other connections on spare. How
+ * many the two lists hold. */
+static int check_idle_lists(struct group *grp)
+{
+    int idle = 0;
+    for (int k = 0; k < 2; k++) {
+        struct connq *q = k ? &grp->spare : &grp->idle;
+        int nq = 0;
+        for (struct conn *y = connq_first(q); y; y = connq_next(y), nq++) {
+            struct worker *w = worker_of(y);
+            if (y->kind != CONN_WORKER || w->st != WS_IDLE || y->q != q || worker_is_lead(w) == k)
+                fail("%s is on the %s list in state %s", y->name, k ? "spare" : "idle", worker_state_name(w->st));
+        }
+        if (nq != q->n)
+            fail("group %s: %s.n %d, its list holds %d", grp->cfg.name, k ? "spare" : "idle", q->n, nq);
+        idle += nq;
+    }
+    return idle;
+}
+
+/* A worker connection: a fan-out part, a session, a client's request, a pause for a client's
+ * output and broadcasts only in the states that may have them; a socket only when connected. */
+static void check_worker(struct worker *w)
+{
+    struct gw *g = &S->g;
+    if (w->fp && (w->st != WS_BUSY || w->run != RUN_FANOUT))
+        fail("%s (%s) holds a fan-out part outside a fan-out run", w->c.name, worker_state_name(w->st));
+    if (!STAILQ_EMPTY(&w->fq) && w->st != WS_IDLE && w->st != WS_BUSY)
+        fail("%s is %s and owes fan-out parts", w->c.name, worker_state_name(w->st));
+    if (w->st == WS_PINNED && (!w->sess || w->sess->sess != w))
+        fail("%s is pinned, but not to a client that has it", w->c.name);
+    if (w->sess && (w->sess->sess != w || !conn_live(g, &w->sess->c) || (w->st != WS_BUSY && w->st != WS_PINNED)))
+        fail("%s (%s) is given to %s, which does not have it, or is freed", w->c.name, worker_state_name(w->st),
+             w->sess->c.name);
+    if (w->sess && !S->session)
+        fail("%s is in a session, in a group with pool = request", w->c.name);
+    if (w->cl && !conn_live(g, &w->cl->c))
+        fail("%s runs a request of a freed client", w->c.name);
+    if (w->cl && (w->st != WS_BUSY || w->cl->w != w))
+        fail("%s (%s) runs a request of %s, which does not point at it", w->c.name, worker_state_name(w->st),
+             w->cl->c.name);
+    if (w->paused && (w->st != WS_BUSY && w->st != WS_PINNED))
+        fail("%s is %s, and paused for a client's output", w->c.name, worker_state_name(w->st));
+    if (w->paused && !w->c.q && w->c.fd >= 0)
+        fail("%s is paused for a client's output, and waits on none", w->c.name);
+    if (w->st != WS_IDLE && w->st != WS_BUSY && (!STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->bsent)))
+        fail("%s is %s with broadcasts queued on it", w->c.name, worker_state_name(w->st));
+    if ((w->st == WS_DOWN || w->st == WS_RESOLVING) && w->c.fd >= 0)
+        fail("%s is %s with a socket", w->c.name, worker_state_name(w->st));
+}
+
+/* A group: its queue, held list, idle lists and connections; each worker; its counts of idle
+ * workers and of workers up. */
+static void check_group(struct group *grp)
+{
+    int up = 0, nidle = 0;
+    check_queue(grp);
+    check_held_and_disabled(grp);
+    int idle = check_idle_lists(grp);
+    check_connections(grp);
+    struct worker *w;
+    TAILQ_FOREACH(w, &grp->workers, glink) {
+        up += worker_is_lead(w) && worker_is_up(w);
+        nidle += w->st == WS_IDLE;
+        check_worker(w);
+    }
+    if (idle != nidle)
+        fail("group %s: %d idle workers, %d on the idle list", grp->cfg.name, nidle, idle);
+    if (up != grp->nup)
+        fail("group %s: nup %d, %d workers up", grp->cfg.name, grp->nup, up);
+}
+
+/* Each user's counts of connections and requests in flight, and its limits those of the users
+ * file in force. */
+static void check_users(void)
+{
+    struct gw *g = &S->g;
     struct ustate *u;
     SLIST_FOREACH(u, &g->users, link) {
         int inflight = 0, conns = 0;
@@ -273,6 +320,20 @@ void check_gateway(void)
             fail("user %s: admin %d max_inflight %d max_conns %d, the users file in force says %d, %d, %d", u->name,
                  u->admin, u->max_inflight, u->max_conns, e->admin, e->max_inflight, e->max_conns);
     }
+}
+
+/* Every connection on exactly the lists its state says; counts that match. */
+void check_gateway(void)
+{
+    int nclients = 0, backlog = 0, nmetrics = 0;
+    S->res->checks++;
+    check_log();
+    check_alog();
+    check_table(&nclients, &nmetrics, &backlog);
+    check_lists(nclients, nmetrics, backlog);
+    for (int i = 0; i < S->g.ngroups; i++)
+        check_group(&S->g.groups[i]);
+    check_users();
 }
 
 /* What everyone holds, for the report of a failure. */
