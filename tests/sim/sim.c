@@ -481,9 +481,12 @@ static void recycle_clients(void)
     }
 }
 
-int sim_run(const struct sim_opts *o, struct sim_result *res)
+static struct sim sim; /* the world of the run (one at a time: the hooks find it through S) */
+
+/* A new world: nothing in it yet, the PRNG seeded, the clock at its start, the files named
+ * after this process, the gateway's log lines going to the trace. */
+static void world_reset(const struct sim_opts *o, struct sim_result *res)
 {
-    static struct sim sim;
     memset(&sim, 0, sizeof sim);
     memset(res, 0, sizeof *res);
     res->failed_step = -1;
@@ -504,27 +507,35 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     snprintf(S->users_path, sizeof S->users_path, "/tmp/qgate-sim-%d.users", (int)getpid());
     snprintf(S->alog_path, sizeof S->alog_path, "/tmp/qgate-sim-%d.access", (int)getpid());
     unlink(S->alog_path);
-    log_sink = on_log;
-    log_given = log_reported = 0;
-    if (setjmp(S->fail)) {
-        if (S->log_queued) {
-            tr("(the lines still in the log's queue)");
-            log_stop(0);
-        }
-        if (!o->quiet) {
-            fprintf(stderr, "sim: seed %llu failed at step %ld: %s\n", (unsigned long long)o->seed, res->failed_step,
-                    res->what);
-            print_trace();
-        }
-        log_sink = NULL;
-        unlink(S->conf_path);
-        unlink(S->users_path);
-        unlink(S->alog_path);
-        return 1; /* the gateway's state is abandoned: the caller exits */
-    }
+    log_sink_start();
+}
 
-    struct config *cfg = calloc(1, sizeof *cfg);
-    random_config(cfg);
+static void remove_files(void)
+{
+    unlink(S->conf_path);
+    unlink(S->users_path);
+    unlink(S->alog_path);
+}
+
+/* An invariant failed (fail() came back to sim_run): the report, unless quiet. 1. */
+static int run_failed(void)
+{
+    log_sink_failed();
+    if (!S->o->quiet) {
+        fprintf(stderr, "sim: seed %llu failed at step %ld: %s\n", (unsigned long long)S->o->seed, S->res->failed_step,
+                S->res->what);
+        print_trace();
+    }
+    log_sink = NULL;
+    remove_files();
+    return 1; /* the gateway's state is abandoned: the caller exits */
+}
+
+/* The world's shape, chosen after the gateway's configuration: its groups, the users file, the
+ * access log and its sink, the main group's pool, pipeline, the workers, the share of replies
+ * deferred, the log's queue. */
+static void choose_world(struct config *cfg)
+{
     S->ngroups = chance(60) ? 2 : 1;
     S->bc_group = S->ngroups > 1 ? 1 : -1;
     S->users_file = chance(40);
@@ -542,8 +553,15 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     S->defer_pct = chance(40) ? 1 + rnd(30) : 0;
     S->log_queued = enabled(SIM_EV_LOGSINK) && chance(50);
     S->log_cap = 1024 + (size_t)rnd(16384);
-    if (S->log_queued && log_start_manual(S->log_cap, on_log_queued))
-        fail("log_start_manual failed");
+}
+
+/* The gateway, set up from a random configuration and the fake workers it is to connect to. */
+static void start_world(void)
+{
+    struct config *cfg = calloc(1, sizeof *cfg);
+    random_config(cfg);
+    choose_world(cfg);
+    log_queue_start();
     for (int i = 0; i < 4; i++)
         S->scraper[i] = -1;
     for (int k = 0; k < S->nw; k++)
@@ -564,30 +582,52 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
         fail("gw_init failed");
     free(cfg);
     tr("seed %llu: %d groups (main pool %s), %d workers, users file %d, max_queue %d, queue_timeout %lld, query_timeout %lld, "
-       "frames_budget %d, splice %d, compress %d", (unsigned long long)o->seed, S->ngroups,
+       "frames_budget %d, splice %d, compress %d", (unsigned long long)S->o->seed, S->ngroups,
        S->session ? "session" : "request", S->nw, S->users_file,
        S->g.cfg.max_queue, (long long)S->g.cfg.queue_timeout, (long long)S->g.cfg.query_timeout,
        S->g.cfg.frames_budget, S->g.cfg.splice, S->g.cfg.compress);
+}
 
-    /* workers up: the baseline for memory and fds */
-    quiesce(1, "start");
-    S->quiescing = 0;
-    int fds0 = count_fds(), wup0 = workers_connected(), half0 = gw_unpaired();
-    size_t heap0 = gw_heap(), kept0 = gw_kept();
+/* What the run starts with once the workers are up, and must end with: the fds open (with the
+ * workers connected, and the gateway's connections that a worker's Unix socket closed at once),
+ * the gateway's heap (with what it may keep for good). */
+struct baseline {
+    int fds, wup, half;
+    size_t heap, kept;
+};
 
-    long steps = o->steps > 0 ? o->steps : 3000;
-    for (S->step = 0; S->step < steps; S->step++) {
-        one_event();
-        res->steps++;
-        if (S->step % 64 == 0)
-            recycle_clients();
-    }
-    tr("quiescence");
-    quiesce(0, "quiescence (clients that stopped reading still stopped)");
-    quiesce(1, "quiescence");
-    check_nothing_lost();
+static void take_baseline(struct baseline *b)
+{
+    b->fds = count_fds();
+    b->wup = workers_connected();
+    b->half = gw_unpaired();
+    b->heap = gw_heap();
+    b->kept = gw_kept();
+}
 
-    /* everyone leaves */
+/* At the end: as many fds as at the start, but two for each worker connection more (one for a
+ * connection a Unix socket closed at once); as much heap, but what the gateway keeps for good. */
+static void check_baseline(const struct baseline *b0)
+{
+    struct baseline b1;
+    b1.fds = count_fds();
+    b1.wup = workers_connected();
+    b1.half = gw_unpaired();
+    if (b1.fds - b0->fds != 2 * (b1.wup - b0->wup) + (b1.half - b0->half))
+        fail("the end: %d fds open, %d at the start (workers connected %d, then %d; the gateway's "
+             "connections to a worker that closed them at once %d, then %d)", b1.fds, b0->fds, b0->wup, b1.wup,
+             b0->half, b1.half);
+    b1.heap = gw_heap();
+    b1.kept = gw_kept();
+    if (b0->heap && b1.heap - b0->heap != b1.kept - b0->kept)
+        fail("the end: the gateway holds %zd bytes more than at the start (%zd accounted for)",
+             (ssize_t)(b1.heap - b0->heap), (ssize_t)(b1.kept - b0->kept));
+}
+
+/* Everyone leaves: the scrapers and the clients close, the workers stay up and take what comes,
+ * the gateway sees the closes. Then everything any client sent has run, and no client is left. */
+static void everyone_leaves(void)
+{
     for (int i = 0; i < 4; i++)
         if (S->scraper[i] >= 0) {
             close(S->scraper[i]);
@@ -612,61 +652,44 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     check_nothing_lost();
     if (S->g.nclients)
         fail("the end: %d clients still in the gateway", S->g.nclients);
-    int fds1 = count_fds(), wup1 = workers_connected(), half1 = gw_unpaired();
-    if (fds1 - fds0 != 2 * (wup1 - wup0) + (half1 - half0))
-        fail("the end: %d fds open, %d at the start (workers connected %d, then %d; the gateway's "
-             "connections to a worker that closed them at once %d, then %d)", fds1, fds0, wup0, wup1, half0, half1);
-    size_t heap1 = gw_heap(), kept1 = gw_kept();
-    if (heap0 && heap1 - heap0 != kept1 - kept0)
-        fail("the end: the gateway holds %zd bytes more than at the start (%zd accounted for)",
-             (ssize_t)(heap1 - heap0), (ssize_t)(kept1 - kept0));
+}
+
+int sim_run(const struct sim_opts *o, struct sim_result *res)
+{
+    world_reset(o, res);
+    if (setjmp(S->fail))
+        return run_failed();
+    start_world();
+
+    /* workers up: the baseline for memory and fds */
+    quiesce(1, "start");
+    S->quiescing = 0;
+    struct baseline b0;
+    take_baseline(&b0);
+
+    long steps = o->steps > 0 ? o->steps : 3000;
+    for (S->step = 0; S->step < steps; S->step++) {
+        one_event();
+        res->steps++;
+        if (S->step % 64 == 0)
+            recycle_clients();
+    }
+    tr("quiescence");
+    quiesce(0, "quiescence (clients that stopped reading still stopped)");
+    quiesce(1, "quiescence");
+    check_nothing_lost();
+
+    everyone_leaves();
+    check_baseline(&b0);
     tr("end: %ld steps, %ld checks", res->steps, res->checks);
 
-    uint64_t ended = 0;
-    for (int i = 0; i < ALOG_NOUTCOMES; i++)
-        ended += S->g.ended[i];
-    if (S->alog_manual) { /* the disk gets room, the file takes what is left */
-        S->alog_room = SIZE_MAX;
-        S->alog_stalled = 0;
-    }
+    uint64_t ended = alog_sink_finish();
     gw_free(&S->g); /* writes the access log's last lines */
-    if (S->alog_manual) {
-        const struct alog_counts *c = &S->g.alog_last;
-        if (c->offered != ended || c->lines + c->dropped != ended || S->alog_cut)
-            fail("the end: the access log had %llu records for %llu requests ended: %llu lines, %llu dropped%s",
-                 (unsigned long long)c->offered, (unsigned long long)ended, (unsigned long long)c->lines,
-                 (unsigned long long)c->dropped, S->alog_cut ? "; its file ends in a cut line" : "");
-        check_alog_file(c);
-        S->res->alog_lines = (long)c->lines;
-        S->res->alog_dropped = (long)c->dropped;
-        S->res->alog_frags = S->alog_frags;
-    } else if (S->alog) {
-        FILE *f = fopen(S->alog_path, "r");
-        uint64_t lines = 0;
-        for (int ch; f && (ch = fgetc(f)) != EOF;)
-            lines += ch == '\n';
-        if (f)
-            fclose(f);
-        if (lines != ended)
-            fail("the end: the access log has %llu lines for %llu requests ended", (unsigned long long)lines,
-                 (unsigned long long)ended);
-        S->res->alog_lines = lines;
-    }
+    check_alog_end(ended);
     free_world();
-    if (S->log_queued) { /* the reader takes the rest */
-        struct log_counts lc;
-        log_stop(0);
-        log_counts(&lc);
-        if (lc.offered != lc.written + lc.dropped || lc.written != log_given || log_reported != lc.dropped)
-            fail("the end: the log had %llu lines offered, %llu written (the sink got %llu), %llu dropped (%llu said)",
-                 (unsigned long long)lc.offered, (unsigned long long)lc.written, (unsigned long long)log_given,
-                 (unsigned long long)lc.dropped, (unsigned long long)log_reported);
-        S->res->log_dropped = (long)lc.dropped;
-    }
+    check_log_end();
     log_sink = NULL;
-    unlink(S->conf_path);
-    unlink(S->users_path);
-    unlink(S->alog_path);
+    remove_files();
     S = NULL;
     return 0;
 }

@@ -13,7 +13,6 @@
 #include "kcodec.h"
 #include "sim.h"
 
-struct alog_counts;
 struct alog_writer;
 struct config;
 struct conn;
@@ -283,15 +282,17 @@ void dump_world(void);
 
 /* ---- sinks.c: the log, the access log, the metrics scrapers ------------------------------- */
 
-extern uint64_t log_given, log_reported;
-void on_log(const char *line, size_t n);
-void on_log_queued(const char *line, size_t n);
+void log_sink_start(void);
+void log_queue_start(void);
+void log_sink_failed(void);
 void log_event(void);
 void check_log(void);
+void check_log_end(void);
 struct alog_writer *hook_alog_start(void *ctx);
-void check_alog_file(const struct alog_counts *c);
 void check_alog(void);
 void alog_event(void);
+uint64_t alog_sink_finish(void);
+void check_alog_end(uint64_t ended);
 void scrape_event(void);
 
 /* ---- operator.c: the configuration and the operator --------------------------------------- */

@@ -17,7 +17,7 @@
 /* ---- the log's sink ---------------------------------------------------------------------- */
 
 /* The gateway's log lines go into the trace. */
-void on_log(const char *line, size_t n)
+static void on_log(const char *line, size_t n)
 {
     /* drop the wall-clock date and time the gateway puts first */
     const char *p = n > 24 ? line + 24 : line;
@@ -29,9 +29,9 @@ void on_log(const char *line, size_t n)
 
 /* The log sink of worlds whose log goes through the queue (log_start_manual): lines come when
  * the sink takes them (log_event); the "dropped" lines are summed to check them. */
-uint64_t log_given, log_reported;
+static uint64_t log_given, log_reported;
 
-void on_log_queued(const char *line, size_t n)
+static void on_log_queued(const char *line, size_t n)
 {
     const char *d = memmem(line, n, " log lines dropped: the log was behind", 38);
     if (d) {
@@ -74,6 +74,45 @@ void check_log(void)
              (unsigned long long)log_given, (unsigned long long)lc.queued_bytes, S->log_cap);
     if (!lc.queued && !S->log_stalled && log_reported != lc.dropped) /* drained: the dropped line has come */
         fail("the log: %llu lines dropped, %llu said", (unsigned long long)lc.dropped, (unsigned long long)log_reported);
+}
+
+/* The gateway's log lines go to the trace from the start of a run. */
+void log_sink_start(void)
+{
+    log_sink = on_log;
+    log_given = log_reported = 0;
+}
+
+/* In worlds whose log is queued: the queue, its reader log_event. */
+void log_queue_start(void)
+{
+    if (S->log_queued && log_start_manual(S->log_cap, on_log_queued))
+        fail("log_start_manual failed");
+}
+
+/* A run failed: the lines still in the log's queue go to the trace too. */
+void log_sink_failed(void)
+{
+    if (S->log_queued) {
+        tr("(the lines still in the log's queue)");
+        log_stop(0);
+    }
+}
+
+/* At the end, in worlds whose log is queued: the reader takes the rest; every line offered was
+ * written or dropped, and the drops were said. */
+void check_log_end(void)
+{
+    if (!S->log_queued)
+        return;
+    struct log_counts lc;
+    log_stop(0);
+    log_counts(&lc);
+    if (lc.offered != lc.written + lc.dropped || lc.written != log_given || log_reported != lc.dropped)
+        fail("the end: the log had %llu lines offered, %llu written (the sink got %llu), %llu dropped (%llu said)",
+             (unsigned long long)lc.offered, (unsigned long long)lc.written, (unsigned long long)log_given,
+             (unsigned long long)lc.dropped, (unsigned long long)log_reported);
+    S->res->log_dropped = (long)lc.dropped;
 }
 
 /* ---- the access log's sink ----------------------------------------------------------------- */
@@ -119,7 +158,7 @@ struct alog_writer *hook_alog_start(void *ctx)
 }
 
 /* The file: every line whole but the fragments, none glued to one; lines counted = whole lines. */
-void check_alog_file(const struct alog_counts *c)
+static void check_alog_file(const struct alog_counts *c)
 {
     FILE *f = fopen(S->alog_path, "r");
     if (!f)
@@ -178,6 +217,49 @@ void alog_event(void)
     if (c.queued > (S->alog_cut == 2)) /* a line cut before its newline waits for it */
         fail("the access log: %llu records still queued after a pump", (unsigned long long)c.queued);
     check_alog_file(&c);
+}
+
+/* Before the gateway goes: in worlds with the access log's sink, its disk gets room and its file
+ * takes what is left. The requests ended, for check_alog_end once gw_free has written the last
+ * lines. */
+uint64_t alog_sink_finish(void)
+{
+    uint64_t ended = 0;
+    for (int i = 0; i < ALOG_NOUTCOMES; i++)
+        ended += S->g.ended[i];
+    if (S->alog_manual) { /* the disk gets room, the file takes what is left */
+        S->alog_room = SIZE_MAX;
+        S->alog_stalled = 0;
+    }
+    return ended;
+}
+
+/* After gw_free: a line of the access log for each request ended, but those counted dropped
+ * (with its sink, its file stalled or full); none cut at the end. */
+void check_alog_end(uint64_t ended)
+{
+    if (S->alog_manual) {
+        const struct alog_counts *c = &S->g.alog_last;
+        if (c->offered != ended || c->lines + c->dropped != ended || S->alog_cut)
+            fail("the end: the access log had %llu records for %llu requests ended: %llu lines, %llu dropped%s",
+                 (unsigned long long)c->offered, (unsigned long long)ended, (unsigned long long)c->lines,
+                 (unsigned long long)c->dropped, S->alog_cut ? "; its file ends in a cut line" : "");
+        check_alog_file(c);
+        S->res->alog_lines = (long)c->lines;
+        S->res->alog_dropped = (long)c->dropped;
+        S->res->alog_frags = S->alog_frags;
+    } else if (S->alog) {
+        FILE *f = fopen(S->alog_path, "r");
+        uint64_t lines = 0;
+        for (int ch; f && (ch = fgetc(f)) != EOF;)
+            lines += ch == '\n';
+        if (f)
+            fclose(f);
+        if (lines != ended)
+            fail("the end: the access log has %llu lines for %llu requests ended", (unsigned long long)lines,
+                 (unsigned long long)ended);
+        S->res->alog_lines = lines;
+    }
 }
 
 /* ---- fake scrapers of the metrics page ------------------------------------------------------- */
