@@ -240,46 +240,63 @@ static int control_request(struct fclient *c, int op)
     return bad ? CTL_NOTARGET : op == OP_DISABLE || op == OP_ENABLE ? CTL_MAYBE : CTL_OK;
 }
 
-/* Append one request of kind op to c's output. */
-static void client_request(struct fclient *c, int op)
+/* A request for a worker, "q CID SEQ OP ARG" (sync) or "a CID SEQ OP ARG" (async), its argument
+ * in *arg: how big a reply, how many pushes, how slow. The group it may run on (put_request). */
+static int worker_request(struct fclient *c, int op, int seq, int *arg)
 {
     char text[96];
-    int to = -2;
-    int seq = c->nseq, arg = 0;
-    switch (op) {
-    case OP_BIG:
-    case OP_PUSH:
-    case OP_SLOW:
-    case OP_ECHO:
-    case OP_ERR:
-    case OP_GUID:
-    case OP_CB:
-        arg = op == OP_BIG ? 1000 + rnd(enabled(SIM_EV_BIGREPLY) ? 300000 : 3000)
-            : op == OP_PUSH ? 1 + rnd(4) : op == OP_SLOW ? 1 + rnd(2000) : 0;
-        snprintf(text, sizeof text, "q %d %d %d %d", c->cid, seq, op, arg);
-        to = put_request(c, KIPC_SYNC, text);
-        break;
-    case OP_ASYNC:
-    case OP_APUSH:
-        arg = op == OP_APUSH ? 1 + rnd(3) : 0;
-        snprintf(text, sizeof text, "a %d %d %d %d", c->cid, seq, op, arg);
-        to = put_request(c, KIPC_ASYNC, text);
-        break;
-    case OP_ALL: {
-        int as_list = chance(50);
-        K l = k_list(3 + as_list);
-        char t[96];
-        snprintf(t, sizeof t, "q %d %d %d 0", c->cid, seq, op);
-        kK(l)[0] = k_sym(".qgate.all");
-        kK(l)[1] = k_sym(c->group == S->bc_group ? "bc" : "main");
-        kK(l)[2] = k_str(t, strlen(t));
-        if (as_list)
-            kK(l)[3] = k_sym("list");
-        put_msg(&c->out, KIPC_SYNC, l);
-        to = S->session && c->group != S->bc_group ? -1 : c->group; /* not for a session group */
-        arg = 1 + as_list;
-        break;
+    if (op == OP_ASYNC || op == OP_APUSH) {
+        *arg = op == OP_APUSH ? 1 + rnd(3) : 0;
+        snprintf(text, sizeof text, "a %d %d %d %d", c->cid, seq, op, *arg);
+        return put_request(c, KIPC_ASYNC, text);
     }
+    *arg = op == OP_BIG ? 1000 + rnd(enabled(SIM_EV_BIGREPLY) ? 300000 : 3000)
+         : op == OP_PUSH ? 1 + rnd(4) : op == OP_SLOW ? 1 + rnd(2000) : 0;
+    snprintf(text, sizeof text, "q %d %d %d %d", c->cid, seq, op, *arg);
+    return put_request(c, KIPC_SYNC, text);
+}
+
+/* (`.qgate.all; `G; "q ..."[; `list]) on c's own group, *arg 1 (merged) or 2 (`list). The group
+ * it may run on: none for a session group. */
+static int all_request(struct fclient *c, int seq, int *arg)
+{
+    int as_list = chance(50);
+    K l = k_list(3 + as_list);
+    char t[96];
+    snprintf(t, sizeof t, "q %d %d %d 0", c->cid, seq, OP_ALL);
+    kK(l)[0] = k_sym(".qgate.all");
+    kK(l)[1] = k_sym(c->group == S->bc_group ? "bc" : "main");
+    kK(l)[2] = k_str(t, strlen(t));
+    if (as_list)
+        kK(l)[3] = k_sym("list");
+    put_msg(&c->out, KIPC_SYNC, l);
+    *arg = 1 + as_list;
+    return S->session && c->group != S->bc_group ? -1 : c->group; /* not for a session group */
+}
+
+/* .qgate.disconnect or .qgate.kill of a client the gateway showed, or of one it never did: the
+ * client's number (the request's arg). */
+static int disconnect_request(struct fclient *c)
+{
+    struct fclient *v = pick_client(0);
+    int arg = v && chance(80) ? (int)v->serial : 5000 + rnd(100);
+    if (chance(40)) {
+        put_text(&c->out, KIPC_SYNC, ".qgate.disconnect[%d]", arg);
+    } else if (chance(50)) {
+        put_text(&c->out, KIPC_SYNC, ".qgate.kill[%d]", arg); /* the same command, PgBouncer's name */
+    } else {
+        K n = k_atom(-KT_LONG);
+        n->j = arg;
+        put_msg(&c->out, KIPC_SYNC, control_call(".qgate.kill", n));
+    }
+    return arg;
+}
+
+/* One of the gateway's commands (not the operator's pause and disable), in one of the forms a q
+ * client may send. Its arg: the client a disconnect names, else 0. */
+static int command_request(struct fclient *c, int op)
+{
+    switch (op) {
     case OP_PING:
         if (chance(50))
             put_text(&c->out, KIPC_SYNC, ".qgate.ping[]");
@@ -299,32 +316,13 @@ static void client_request(struct fclient *c, int op)
                                          : op == OP_RELOADCMD ? ".qgate.reload[]"
                                                               : ".qgate.nosuch[]");
         break;
-    case OP_DISCONNECT: {
-        /* an id the gateway showed, or one it never did */
-        struct fclient *v = pick_client(0);
-        arg = v && chance(80) ? (int)v->serial : 5000 + rnd(100);
-        if (chance(40)) {
-            put_text(&c->out, KIPC_SYNC, ".qgate.disconnect[%d]", arg);
-        } else if (chance(50)) {
-            put_text(&c->out, KIPC_SYNC, ".qgate.kill[%d]", arg); /* the same command, PgBouncer's name */
-        } else {
-            K n = k_atom(-KT_LONG);
-            n->j = arg;
-            put_msg(&c->out, KIPC_SYNC, control_call(".qgate.kill", n));
-        }
-        break;
-    }
+    case OP_DISCONNECT:
+        return disconnect_request(c);
     case OP_POOLS:
         if (chance(50))
             put_text(&c->out, KIPC_SYNC, ".qgate.pools[]");
         else
             put_msg(&c->out, KIPC_SYNC, control_call(".qgate.pools", NULL));
-        break;
-    case OP_PAUSE:
-    case OP_RESUME:
-    case OP_DISABLE:
-    case OP_ENABLE:
-        arg = control_request(c, op);
         break;
     case OP_BIGCMD: { /* a command with a huge argument list */
         int n = 1000 + rnd(20000);
@@ -337,7 +335,17 @@ static void client_request(struct fclient *c, int op)
         put_msg(&c->out, KIPC_SYNC, l);
         break;
     }
-    case OP_BADHDR: {
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* A malformed message, request seq: a header q would reject, or a whole message whose body it
+ * would. Nothing after it is answered. */
+static void bad_request(struct fclient *c, int op, int seq)
+{
+    if (op == OP_BADHDR) {
         static const uint8_t bad[][8] = {
             {2, 1, 0, 0, 20, 0, 0, 0},  /* byte order 2 */
             {1, 3, 0, 0, 20, 0, 0, 0},  /* type 3 */
@@ -345,11 +353,7 @@ static void client_request(struct fclient *c, int op)
             {1, 1, 0, 1, 20, 0, 0, 0},  /* byte 3 set: only with capability 6 */
         };
         sb_add(&c->out, bad[rnd(4)], 8);
-        c->bad = 1;
-        c->bad_seq = seq;
-        break;
-    }
-    case OP_BADBODY: { /* a whole message whose body q would reject */
+    } else { /* a whole message whose body q would reject */
         uint8_t m[8 + 12] = {1, 1, 0, 0, 20, 0, 0, 0};
         static const uint8_t bodies[][12] = {
             {KT_CHAR, 0, 200, 0, 0, 0, 'x'},              /* count past the end */
@@ -359,11 +363,43 @@ static void client_request(struct fclient *c, int op)
         };
         memcpy(m + 8, bodies[rnd(4)], 12);
         sb_add(&c->out, m, sizeof m);
-        c->bad = 1;
-        c->bad_seq = seq;
-        break;
     }
+    c->bad = 1;
+    c->bad_seq = seq;
+}
+
+/* Append one request of kind op to c's output. */
+static void client_request(struct fclient *c, int op)
+{
+    int to = -2; /* the group a request for a worker may run on, -1 none; -2: not one */
+    int seq = c->nseq, arg = 0;
+    switch (op) {
+    case OP_BIG:
+    case OP_PUSH:
+    case OP_SLOW:
+    case OP_ECHO:
+    case OP_ERR:
+    case OP_GUID:
+    case OP_CB:
+    case OP_ASYNC:
+    case OP_APUSH:
+        to = worker_request(c, op, seq, &arg);
+        break;
+    case OP_ALL:
+        to = all_request(c, seq, &arg);
+        break;
+    case OP_PAUSE:
+    case OP_RESUME:
+    case OP_DISABLE:
+    case OP_ENABLE:
+        arg = control_request(c, op);
+        break;
+    case OP_BADHDR:
+    case OP_BADBODY:
+        bad_request(c, op, seq);
+        break;
     default:
+        arg = command_request(c, op);
         break;
     }
     int type = op == OP_ASYNC || op == OP_APUSH ? KIPC_ASYNC : KIPC_SYNC;
@@ -495,59 +531,63 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
 #undef HAS
 }
 
-/* A message for client c arrived: it must be for c, in order. */
-static void client_got(struct fclient *c, int type, K x, int compressed)
+/* An async message for c (text s): a worker's timer publish, which only one client may get
+ * (tpub_check says which), or a push of c's own request. */
+static void client_got_async(struct fclient *c, const char *s)
 {
-    char s[256];
-    text_of(x, s, sizeof s);
-    if (compressed && (c->local || c->cap < 1))
-        fail("C%d (%s, capability %d) got a compressed message", c->cid, c->local ? "local" : "remote", c->cap);
-    if (type == KIPC_ASYNC) {
-        int cid = -1, id = -1, j = 0;
-        if (sscanf(s, "t %d %d", &id, &j) == 2 && id >= 0 && id < S->tpubs.n) { /* a worker's timer */
-            struct tpub *t = &S->tpubs.v[id];
-            if (t->to >= 0 && t->to != c->cid)
-                fail("C%d got publish %d of W%d, which C%d got too", c->cid, id, t->wid, t->to);
-            t->to = c->cid;
-            tpub_check(t, id);
-            tr("C%d got publish %d of W%d's timer", c->cid, id, t->wid);
-            return;
-        }
-        if (sscanf(s, "p %d", &cid) != 1 || cid != c->cid)
-            fail("C%d got an async message that is not its own: \"%s\"", c->cid, s);
-        tr("C%d got push \"%s\"", c->cid, s);
+    int cid = -1, id = -1, j = 0;
+    if (sscanf(s, "t %d %d", &id, &j) == 2 && id >= 0 && id < S->tpubs.n) { /* a worker's timer */
+        struct tpub *t = &S->tpubs.v[id];
+        if (t->to >= 0 && t->to != c->cid)
+            fail("C%d got publish %d of W%d, which C%d got too", c->cid, id, t->wid, t->to);
+        t->to = c->cid;
+        tpub_check(t, id);
+        tr("C%d got publish %d of W%d's timer", c->cid, id, t->wid);
         return;
     }
-    if (type == KIPC_SYNC) {
-        int cid = -1, seq = -1;
-        if (sscanf(s, "c %d %d", &cid, &seq) != 2 || cid != c->cid)
-            fail("C%d got a sync request that is not its own: \"%s\"", c->cid, s);
-        put_text(&c->out, KIPC_RESPONSE, "r %d %d", cid, seq);
-        add_sent(c, KIPC_RESPONSE, OP_RESP, seq);
-        tr("C%d answers callback %d", c->cid, seq);
-        return;
-    }
-    if (c->pend_off == c->pend.n)
-        fail("C%d got a reply with no request outstanding: \"%s\" (type %d)", c->cid, s, x->t);
-    struct sent *r = &c->sent.v[c->pend.v[c->pend_off++]];
-    r->answered = 1;
-    const char *op = op_names[r->op];
-    tr("C%d got the reply to %s %d: %s%s", c->cid, op, r->seq, x->t == KT_ERROR ? "'" : "",
-       x->t == KT_ERROR ? x->s : (s[0] ? s : "(value)"));
-    if (x->t == KT_ERROR && (!strncmp(x->s, "qgate: timeout (", 16) || !strncmp(x->s, "qgate: worker ", 14)))
-        r->abandoned = 1; /* the worker may still run it */
+    if (sscanf(s, "p %d", &cid) != 1 || cid != c->cid)
+        fail("C%d got an async message that is not its own: \"%s\"", c->cid, s);
+    tr("C%d got push \"%s\"", c->cid, s);
+}
 
-    if (r->op >= OP_PAUSE && r->op <= OP_ENABLE) {
-        control_got(c, r, x);
-        return;
+/* A sync message for c (text s): a worker's callback for one of c's requests; c answers it. */
+static void client_got_callback(struct fclient *c, const char *s)
+{
+    int cid = -1, seq = -1;
+    if (sscanf(s, "c %d %d", &cid, &seq) != 2 || cid != c->cid)
+        fail("C%d got a sync request that is not its own: \"%s\"", c->cid, s);
+    put_text(&c->out, KIPC_RESPONSE, "r %d %d", cid, seq);
+    add_sent(c, KIPC_RESPONSE, OP_RESP, seq);
+    tr("C%d answers callback %d", c->cid, seq);
+}
+
+/* The reply x to c's .qgate.all r: "R cid seq" from each worker (one at least), razed into one
+ * string or (`list) in a list. */
+static void check_all_reply(const struct fclient *c, const struct sent *r, K x, const char *want)
+{
+    size_t wl = strlen(want);
+    if (r->arg == 2) {
+        if (x->t != KT_LIST || x->n < 1)
+            fail("C%d: .qgate.all %d with `list wanted a list of replies, got type %d", c->cid, r->seq, x->t);
+        for (int64_t i = 0; i < x->n; i++) {
+            K y = kK(x)[i];
+            if (y->t != KT_CHAR || (size_t)y->n != wl || memcmp(kC(y), want, wl))
+                fail("C%d: .qgate.all %d: item %lld is not \"%s\"", c->cid, r->seq, (long long)i, want);
+        }
+    } else {
+        if (x->t != KT_CHAR || x->n < 1 || (size_t)x->n % wl)
+            fail("C%d: .qgate.all %d wanted \"%s\" razed, got type %d", c->cid, r->seq, want, x->t);
+        for (int64_t i = 0; i < x->n; i += (int64_t)wl)
+            if (memcmp(kC(x) + i, want, wl))
+                fail("C%d: .qgate.all %d: \"%s\" razed, not at %lld", c->cid, r->seq, want, (long long)i);
     }
-    if (x->t == KT_ERROR && !strncmp(x->s, "qgate: ", 7)) {
-        const char *why = gw_error_unjustified(c, r, x->s);
-        if (why)
-            fail("C%d got '%s for its %s request %d: nothing in the world justifies it (%s)", c->cid, x->s, op,
-                 r->seq, why);
-        return;
-    }
+}
+
+/* The reply x (text s) to c's request r, not a gateway error: what its op asks the worker or the
+ * gateway to answer ("R cid seq", its error, a guid, 1b, a table...). */
+static void check_reply(const struct fclient *c, const struct sent *r, K x, const char *s)
+{
+    const char *op = op_names[r->op];
     char want[64];
     snprintf(want, sizeof want, "R %d %d", c->cid, r->seq);
     size_t wl = strlen(want);
@@ -587,21 +627,7 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
             fail("C%d: %s wanted an error, got type %d", c->cid, op, x->t);
         return;
     case OP_ALL: /* k >= 1 replies "R cid seq": merged (one string), or their list */
-        if (r->arg == 2) {
-            if (x->t != KT_LIST || x->n < 1)
-                fail("C%d: .qgate.all %d with `list wanted a list of replies, got type %d", c->cid, r->seq, x->t);
-            for (int64_t i = 0; i < x->n; i++) {
-                K y = kK(x)[i];
-                if (y->t != KT_CHAR || (size_t)y->n != wl || memcmp(kC(y), want, wl))
-                    fail("C%d: .qgate.all %d: item %lld is not \"%s\"", c->cid, r->seq, (long long)i, want);
-            }
-        } else {
-            if (x->t != KT_CHAR || x->n < 1 || (size_t)x->n % wl)
-                fail("C%d: .qgate.all %d wanted \"%s\" razed, got type %d", c->cid, r->seq, want, x->t);
-            for (int64_t i = 0; i < x->n; i += (int64_t)wl)
-                if (memcmp(kC(x) + i, want, wl))
-                    fail("C%d: .qgate.all %d: \"%s\" razed, not at %lld", c->cid, r->seq, want, (long long)i);
-        }
+        check_all_reply(c, r, x, want);
         return;
     case OP_BADBODY:
     case OP_BADHDR:
@@ -616,6 +642,45 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
             fail("C%d: big reply of %lld bytes, wanted %zu", c->cid, (long long)x->n, wl + 1 + (size_t)r->arg);
         return;
     }
+}
+
+/* A message for client c arrived: it must be for c, in order. */
+static void client_got(struct fclient *c, int type, K x, int compressed)
+{
+    char s[256];
+    text_of(x, s, sizeof s);
+    if (compressed && (c->local || c->cap < 1))
+        fail("C%d (%s, capability %d) got a compressed message", c->cid, c->local ? "local" : "remote", c->cap);
+    if (type == KIPC_ASYNC) {
+        client_got_async(c, s);
+        return;
+    }
+    if (type == KIPC_SYNC) {
+        client_got_callback(c, s);
+        return;
+    }
+    if (c->pend_off == c->pend.n)
+        fail("C%d got a reply with no request outstanding: \"%s\" (type %d)", c->cid, s, x->t);
+    struct sent *r = &c->sent.v[c->pend.v[c->pend_off++]];
+    r->answered = 1;
+    const char *op = op_names[r->op];
+    tr("C%d got the reply to %s %d: %s%s", c->cid, op, r->seq, x->t == KT_ERROR ? "'" : "",
+       x->t == KT_ERROR ? x->s : (s[0] ? s : "(value)"));
+    if (x->t == KT_ERROR && (!strncmp(x->s, "qgate: timeout (", 16) || !strncmp(x->s, "qgate: worker ", 14)))
+        r->abandoned = 1; /* the worker may still run it */
+
+    if (r->op >= OP_PAUSE && r->op <= OP_ENABLE) {
+        control_got(c, r, x);
+        return;
+    }
+    if (x->t == KT_ERROR && !strncmp(x->s, "qgate: ", 7)) {
+        const char *why = gw_error_unjustified(c, r, x->s);
+        if (why)
+            fail("C%d got '%s for its %s request %d: nothing in the world justifies it (%s)", c->cid, x->s, op,
+                 r->seq, why);
+        return;
+    }
+    check_reply(c, r, x, s);
 }
 
 static void client_gone(struct fclient *c)
