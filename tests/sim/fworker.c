@@ -286,18 +286,12 @@ static void fw_reply_k(struct fworker *w, int i, int cid, int may_defer, K x)
     fw_reply(w, i, cid, &m, may_defer);
 }
 
-/* A request "q CID SEQ OP ARG" or "a CID SEQ OP ARG" reached worker w on its connection i:
- * check where it came from and its order, then do what it asks. */
-static void worker_run(struct fworker *w, int i, int type, const char *s)
+/* Request seq of client cid (c, or NULL once it is forgotten), text s, reached w: it may run on
+ * w's group, each client's requests in order (again only if the gateway gave up on it); a
+ * broadcast or a .qgate.all's part once on each worker, in order. What c sent, or NULL. */
+static struct sent *check_run_order(struct fworker *w, int type, const char *s, struct fclient *c, int cid,
+                                    int seq)
 {
-    struct fwconn *k = &w->k[i];
-    char kind;
-    int cid, seq, op, arg;
-    if (sscanf(s, "%c %d %d %d %d", &kind, &cid, &seq, &op, &arg) != 5 || cid < 0 || cid >= S->by_cid.n)
-        fail("W%d got a request it cannot read: \"%s\"", w->wid, s);
-    struct fclient *c = S->by_cid.v[cid];
-    if ((kind == 'q') != (type == KIPC_SYNC))
-        fail("W%d got \"%s\" as a %s message", w->wid, s, kipc_type_name(type));
     struct sent *x0 = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
     int want = x0 ? x0->grp : cid_group(cid);
     if (want != w->group)
@@ -325,24 +319,26 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
         if (seq > S->last_seq.v[cid])
             S->last_seq.v[cid] = seq;
     }
-    if (S->session && w->group != S->bc_group) { /* one worker for all a session sends */
-        while (S->sess_wid.n <= cid)
-            VEC_PUSH(S->sess_wid, -1);
-        if (S->sess_wid.v[cid] < 0)
-            S->sess_wid.v[cid] = w->wid;
-        else if (S->sess_wid.v[cid] != w->wid)
-            fail("W%d ran \"%s\" of C%d, whose session is on W%d", w->wid, s, cid, S->sess_wid.v[cid]);
-    }
-    if (x)
-        x->seen++;
-    k->last_cid = cid;
-    tr("W%d runs %s (connection %d)", w->wid, s, i);
-    if (type == KIPC_ASYNC) {
-        if (op == OP_APUSH)
-            for (int j = 0; j < arg; j++)
-                put_text(&k->out, KIPC_ASYNC, "p %d %d %d", cid, seq, j);
-        return;
-    }
+    return x;
+}
+
+/* pool = session: every message a session sends runs on one worker, the one that ran its
+ * first (recorded here). */
+static void check_session_worker(const struct fworker *w, const char *s, int cid)
+{
+    while (S->sess_wid.n <= cid)
+        VEC_PUSH(S->sess_wid, -1);
+    if (S->sess_wid.v[cid] < 0)
+        S->sess_wid.v[cid] = w->wid;
+    else if (S->sess_wid.v[cid] != w->wid)
+        fail("W%d ran \"%s\" of C%d, whose session is on W%d", w->wid, s, cid, S->sess_wid.v[cid]);
+}
+
+/* What sync request seq of client cid asks of w, on its connection i: its reply ("R cid seq", an
+ * error, a guid, a big string; deferred or not), pushes before it, a callback, a slow run. */
+static void worker_answer(struct fworker *w, int i, int cid, int seq, int op, int arg)
+{
+    struct fwconn *k = &w->k[i];
     switch (op) {
     case OP_PUSH:
         for (int j = 0; j < arg; j++)
@@ -390,6 +386,34 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
         fw_reply_text(w, i, cid, 1, "R %d %d", cid, seq);
         break;
     }
+}
+
+/* A request "q CID SEQ OP ARG" or "a CID SEQ OP ARG" reached worker w on its connection i:
+ * check where it came from and its order, then do what it asks. */
+static void worker_run(struct fworker *w, int i, int type, const char *s)
+{
+    struct fwconn *k = &w->k[i];
+    char kind;
+    int cid, seq, op, arg;
+    if (sscanf(s, "%c %d %d %d %d", &kind, &cid, &seq, &op, &arg) != 5 || cid < 0 || cid >= S->by_cid.n)
+        fail("W%d got a request it cannot read: \"%s\"", w->wid, s);
+    struct fclient *c = S->by_cid.v[cid];
+    if ((kind == 'q') != (type == KIPC_SYNC))
+        fail("W%d got \"%s\" as a %s message", w->wid, s, kipc_type_name(type));
+    struct sent *x = check_run_order(w, type, s, c, cid, seq);
+    if (S->session && w->group != S->bc_group) /* one worker for all a session sends */
+        check_session_worker(w, s, cid);
+    if (x)
+        x->seen++;
+    k->last_cid = cid;
+    tr("W%d runs %s (connection %d)", w->wid, s, i);
+    if (type == KIPC_ASYNC) {
+        if (op == OP_APUSH)
+            for (int j = 0; j < arg; j++)
+                put_text(&k->out, KIPC_ASYNC, "p %d %d %d", cid, seq, j);
+        return;
+    }
+    worker_answer(w, i, cid, seq, op, arg);
 }
 
 /* May w take the next message of its connection i now? A whole one (or the handshake), and,
