@@ -84,11 +84,11 @@ static void clock_event(void)
     }
 }
 
-static void one_event(void)
+/* A client's event (k of one_event's 100: 0..39): one connects, queues requests, writes, reads,
+ * closes, stops or resumes reading. */
+static void client_event(int k)
 {
-    int k = rnd(100);
     struct fclient *c;
-    struct fworker *w = S->nw ? &S->w[rnd(S->nw)] : NULL;
     if (k < 4) {
         if (enabled(SIM_EV_CONNECT) && nopen_clients() < MAXC)
             client_connect();
@@ -104,12 +104,19 @@ static void one_event(void)
     } else if (k < 39) {
         if (enabled(SIM_EV_CLOSE) && (c = pick_client(0)) && chance(50))
             client_close(c);
-    } else if (k < 40) {
+    } else {
         if (enabled(SIM_EV_STALL) && (c = pick_client(1))) {
             c->stalled = !c->stalled;
             tr("C%d %s reading", c->cid, c->stalled ? "stops" : "resumes");
         }
-    } else if (k < 48) {
+    }
+}
+
+/* Worker w's event (k: 40..65): it reads, runs what it got, writes, dies (or comes back up),
+ * publishes on its timer. */
+static void worker_event(int k, struct fworker *w)
+{
+    if (k < 48) {
         if (enabled(SIM_EV_WREAD) && w)
             worker_read(w, chance(30) ? 1 + (size_t)rnd(16) : (size_t)(1 + rnd(100000)));
     } else if (k < 56) {
@@ -127,10 +134,18 @@ static void one_event(void)
                 tr("W%d is back up", w->wid);
             }
         }
-    } else if (k < 66) {
+    } else {
         if (enabled(SIM_EV_WPUSH) && w)
             worker_timer_push(w);
-    } else if (k < 74) {
+    }
+}
+
+/* The rest of the world's events (k: 66..99): a pool job runs, time passes, the operator reloads,
+ * pauses or disables (w), a scraper, the log's reader or the access log's file does something,
+ * or the gateway runs an iteration. */
+static void world_event(int k, struct fworker *w)
+{
+    if (k < 74) {
         if (enabled(SIM_EV_POOL))
             run_pool(chance(50) ? S->g.readers : S->g.writers, chance(20));
     } else if (k < 79) {
@@ -145,7 +160,6 @@ static void one_event(void)
     } else if (k < 82) {
         if (enabled(SIM_EV_DISABLE) && w && chance(40))
             operator_disable(w);
-
     } else if (k < 84) {
         if (enabled(SIM_EV_SCRAPE))
             scrape_event();
@@ -159,6 +173,19 @@ static void one_event(void)
         if (enabled(SIM_EV_STEP))
             gw_step();
     }
+}
+
+/* One event, picked by the PRNG: what kind (k), and the worker it would be (whatever the kind). */
+static void one_event(void)
+{
+    int k = rnd(100);
+    struct fworker *w = S->nw ? &S->w[rnd(S->nw)] : NULL;
+    if (k < 40)
+        client_event(k);
+    else if (k < 66)
+        worker_event(k, w);
+    else
+        world_event(k, w);
 }
 
 /* Work the gateway itself still holds: requests of clients (gone ones too), workers busy,
@@ -266,6 +293,43 @@ static int end_idle_session(void)
     return 0;
 }
 
+/* A round of quiescence: every client writes and reads (those that stopped reading too, with
+ * include_stalled), every worker is up and does all it can at once, the scrapers read, every
+ * pool job runs, the gateway runs an iteration. */
+static void everyone_moves(int include_stalled)
+{
+    for (int i = 0; i < MAXC; i++) {
+        struct fclient *c = &S->cl[i];
+        if (c->st == FC_HS || c->st == FC_READY) {
+            client_write(c, 1 << 20);
+            if (!c->stalled || include_stalled) {
+                c->stalled = 0;
+                client_read(c, 1 << 20);
+            }
+        }
+    }
+    for (int k = 0; k < S->nw; k++) {
+        struct fworker *w = &S->w[k];
+        w->refuse = 0;
+        w->busy_until = 0;
+        for (int i = 0; i < FW_CONNS; i++)
+            w->k[i].hold_until = 0;
+        fw_release_deferred(w, 1);
+        worker_read(w, 1 << 20);
+        worker_process(w, 1 << 20);
+        worker_write(w, 1 << 20);
+    }
+    for (int i = 0; i < 4; i++) { /* scrapers take what comes */
+        char buf[65536];
+        ssize_t n;
+        while (S->scraper[i] >= 0 && (n = read(S->scraper[i], buf, sizeof buf)) > 0)
+            S->moved += (size_t)n;
+    }
+    run_pool(S->g.readers, 1);
+    run_pool(S->g.writers, 1);
+    gw_step();
+}
+
 /* Everyone does everything they can until nothing is left; time passes when only timers can
  * make progress. A client still waiting after ten minutes of simulated time waits forever.
  * include_stalled: clients that stopped reading read again. */
@@ -275,36 +339,7 @@ static void quiesce(int include_stalled, const char *phase)
     int64_t t_still = S->now_us / 1000; /* nothing has moved since */
     for (int round = 0; round < 2000000; round++) {
         uint64_t moved = S->moved;
-        for (int i = 0; i < MAXC; i++) {
-            struct fclient *c = &S->cl[i];
-            if (c->st == FC_HS || c->st == FC_READY) {
-                client_write(c, 1 << 20);
-                if (!c->stalled || include_stalled) {
-                    c->stalled = 0;
-                    client_read(c, 1 << 20);
-                }
-            }
-        }
-        for (int k = 0; k < S->nw; k++) {
-            struct fworker *w = &S->w[k];
-            w->refuse = 0;
-            w->busy_until = 0;
-            for (int i = 0; i < FW_CONNS; i++)
-                w->k[i].hold_until = 0;
-            fw_release_deferred(w, 1);
-            worker_read(w, 1 << 20);
-            worker_process(w, 1 << 20);
-            worker_write(w, 1 << 20);
-        }
-        for (int i = 0; i < 4; i++) { /* scrapers take what comes */
-            char buf[65536];
-            ssize_t n;
-            while (S->scraper[i] >= 0 && (n = read(S->scraper[i], buf, sizeof buf)) > 0)
-                S->moved += (size_t)n;
-        }
-        run_pool(S->g.readers, 1);
-        run_pool(S->g.writers, 1);
-        gw_step();
+        everyone_moves(include_stalled);
         if (!busy(include_stalled))
             return;
         if (S->moved != moved) {
