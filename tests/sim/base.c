@@ -1,7 +1,6 @@
 /* base.c: what every part of the simulation uses: its own memory, accounted apart from the
  * gateway's; the trace and the report of a violation; the PRNG (or a fuzzer's bytes) that
  * makes every choice; the q messages both fake sides write and parse. */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

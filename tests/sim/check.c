@@ -1,7 +1,6 @@
 /* check.c: the gateway's own invariants, checked after every gateway iteration: every
  * connection on exactly the lists its state says, counts that match, each client's output
  * within its bound; and the world as it stands, for the report of a failure. */
-#include <stdio.h>
 #include <string.h>
 
 #include "auth.h"

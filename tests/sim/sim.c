@@ -9,7 +9,6 @@
  * the configuration in operator.c, what they all share in base.c and sim_int.h. */
 #include "sim.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +36,7 @@ struct sim *S; /* for the hooks and the death callback */
 
 /* ---- the clock ---------------------------------------------------------------------------- */
 
+/* The gateway's clock is the simulation's (advance_clock moves it). */
 static int64_t hook_now(void *ctx)
 {
     (void)ctx;
@@ -545,6 +545,7 @@ static void world_reset(const struct sim_opts *o, struct sim_result *res)
     log_sink_start();
 }
 
+/* The run's configuration, users file and access log go. */
 static void remove_files(void)
 {
     unlink(S->conf_path);
@@ -552,7 +553,8 @@ static void remove_files(void)
     unlink(S->alog_path);
 }
 
-/* An invariant failed (fail() came back to sim_run): the report, unless quiet. 1. */
+/* An invariant failed, and fail() jumped back to sim_run: the report (unless quiet). What
+ * sim_run returns: 1. */
 static int run_failed(void)
 {
     log_sink_failed();
