@@ -65,8 +65,9 @@ $(B)/tests/%: $(B)/tests/unit/%.o $(B)/tests/unit/tutil.o $(BENCH_COMMON_OBJ) $(
 
 unit: $(UNIT_BIN)
 
-# tests/sim: the deterministic simulation of the loop (sim.c) and its command line (main.c)
-SIM_OBJ := $(B)/tests/sim/sim.o $(B)/tests/sim/main.o
+# tests/sim: the deterministic simulation of the loop (every tests/sim/*.c: the driver in sim.c,
+# the rest by concern) and its command line (main.c)
+SIM_OBJ := $(patsubst %.c,$(B)/%.o,$(wildcard tests/sim/*.c))
 $(B)/sim: $(SIM_OBJ) $(B)/libqgate.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lm
 $(B)/tests/sim/%.o: tests/sim/%.c

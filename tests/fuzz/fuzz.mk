@@ -46,7 +46,7 @@ FUZZ_SRC_frame     := src/kdb/kipc.c src/kdb/kcodec.c src/kdb/kvalidate.c
 FUZZ_SRC_codec     := src/kdb/kcodec.c src/kdb/kvalidate.c src/kdb/kipc.c
 FUZZ_SRC_kzip      := src/kdb/kzip.c src/kdb/kipc.c
 FUZZ_SRC_config    := src/base/config.c src/base/log.c src/base/net.c
-FUZZ_SRC_sim       := $(filter-out src/gateway/main.c,$(wildcard src/*/*.c)) tests/sim/sim.c
+FUZZ_SRC_sim       := $(filter-out src/gateway/main.c,$(wildcard src/*/*.c)) $(filter-out tests/sim/main.c,$(wildcard tests/sim/*.c))
 # Extra flags per target (the simulation links the whole gateway, pools included).
 FUZZ_XFLAGS_sim    := -Itests/sim -pthread -lm
 
@@ -59,7 +59,7 @@ FUZZ_MAXLEN_config    := 16384
 FUZZ_MAXLEN_sim       := 8192
 
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
-FUZZ_HDRS := $(wildcard src/*/*.h) tests/sim/sim.h
+FUZZ_HDRS := $(wildcard src/*/*.h) $(wildcard tests/sim/*.h)
 
 .PHONY: fuzz fuzz-smoke fuzz-bins fuzz-deps fuzz-seed
 

@@ -1,0 +1,614 @@
+/* fworker.c: the fake q workers. A worker is one process with as many connections as the
+ * gateway opens (hook_connect), running one message at a time from whichever connection;
+ * it checks where each message came from and its order, answers (in some worlds deferring a
+ * share of its replies, as -30! does), calls back, publishes on its own timer, stalls in slow
+ * queries, and dies. */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gw.h"
+#include "kcodec.h"
+#include "kipc.h"
+#include "worker.h"
+#include "sim_int.h"
+
+/* ---- the gateway's hooks about workers ---------------------------------------------------- */
+
+/* pipeline_wait's name for a query: its op and argument ("q CID SEQ OP ARG"), so that the
+ * requests of every client are learned together, as the same query text is in a real world. */
+uint64_t hook_query_key(void *ctx, const uint8_t *msg, size_t len)
+{
+    (void)ctx;
+    int cid, seq, op, arg;
+    char t[96];
+    if (len < 14 || len - 14 >= sizeof t || msg[8] != KT_CHAR)
+        return 0;
+    memcpy(t, msg + 14, len - 14);
+    t[len - 14] = 0;
+    if (sscanf(t, "q %d %d %d %d", &cid, &seq, &op, &arg) != 4)
+        return 0;
+    return 1 + (uint64_t)op * 100000 + (uint64_t)arg;
+}
+
+/* A client's message given to a worker: never to one of a paused group, never to a disabled
+ * one (but the next of a session it had before). */
+void hook_dispatched(void *ctx, const struct conn *wc, uint32_t id, uint32_t gen, uint64_t seq)
+{
+    (void)ctx;
+    const struct worker *w = (const struct worker *)wc;
+    struct fclient *c = fclient_of(id, gen);
+    int cid = c ? c->cid : -1;
+    struct fworker *f = worker_of_addr(w->addr);
+    for (int i = 0; f && i < FW_CONNS; i++) {
+        struct fwconn *k = &f->k[i];
+        if (k->gw_fd < 0 || k->gw_fd != w->c.fd)
+            continue;
+        int j = 0;
+        while (j < k->nrecent && k->recent[j] != cid)
+            j++;
+        if (j == k->nrecent && k->nrecent < 8)
+            k->nrecent++;
+        memmove(k->recent + 1, k->recent, (size_t)QG_MIN(j, 7) * sizeof k->recent[0]);
+        k->recent[0] = cid; /* the most recent first, each client once */
+    }
+    if (w->grp->paused)
+        fail("%s (group %s, paused) was given message %llu of C%d", w->c.name, w->grp->cfg.name,
+             (unsigned long long)seq, cid);
+    if (!w->disabled)
+        return;
+    const struct fworker *fw = worker_of_addr(w->addr);
+    int own = S->session && cid >= 0 && cid < S->sess_wid.n && fw && S->sess_wid.v[cid] == fw->wid &&
+              w->sess && w->sess->c.id == id && w->sess->c.gen == gen;
+    if (!own)
+        fail("%s, disabled, was given message %llu of C%d, whose session it is not", w->c.name,
+             (unsigned long long)seq, cid);
+}
+
+struct fworker *worker_of_addr(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    int port = colon ? atoi(colon + 1) : 0;
+    int k = port - WPORT0;
+    return k >= 0 && k < S->nw ? &S->w[k] : NULL;
+}
+
+static void fwc_reset(struct fwconn *k)
+{
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = k->gw_fd = -1;
+    k->st = FW_DOWN;
+    k->in.len = 0;
+    k->out.len = 0;
+    k->out_off = 0;
+    k->hold_until = 0;
+    k->last_cid = -1;
+    k->nrecent = 0;
+}
+
+static void tpub_conn_gone(struct fworker *w, int conn);
+
+/* Connection i of w has closed (its end too): a callback it waited on will not be answered. */
+static void fw_conn_gone(struct fworker *w, int i)
+{
+    tpub_conn_gone(w, i);
+    fwc_reset(&w->k[i]);
+    if (w->waiting_cb && w->cb_conn == i)
+        w->waiting_cb = 0; /* q's sync call on that handle fails: it goes on */
+}
+
+/* Every connection closed, nothing deferred (the process died, or starts afresh). */
+void fw_reset(struct fworker *w)
+{
+    for (int i = 0; i < FW_CONNS; i++)
+        fw_conn_gone(w, i);
+    w->waiting_cb = 0;
+    for (int i = 0; i < w->deferred.n; i++)
+        sb_free(&w->deferred.v[i].msg);
+    w->deferred.n = 0;
+}
+
+int fw_live(const struct fworker *w)
+{
+    int n = 0;
+    for (int i = 0; i < FW_CONNS; i++)
+        n += w->k[i].fd >= 0;
+    return n;
+}
+
+int hook_connect(void *ctx, const char *addr, int uds)
+{
+    (void)ctx;
+    struct fworker *w = worker_of_addr(addr);
+    if (!w || w->refuse || (uds && w->uds == UDS_REFUSE)) {
+        tr("gateway connects to %s%s: refused", addr, uds ? " over its Unix socket" : "");
+        errno = ECONNREFUSED;
+        return -1;
+    }
+    if (uds && S->g.cfg.local_workers != CFG_LOCAL_UNIX)
+        fail("the gateway tried W%d's Unix socket with local_workers = tcp", w->wid);
+    int slot = -1;
+    for (int i = 0; i < FW_CONNS && slot < 0; i++)
+        if (w->k[i].fd < 0)
+            slot = i;
+    for (int i = 0; i < FW_CONNS && slot < 0; i++) { /* full: those the gateway closed go first, as
+                                                      * q's select would tell it */
+        struct pollfd pf = {.fd = w->k[i].fd, .events = POLLIN};
+        if (w->k[i].fd >= 0 && poll(&pf, 1, 0) == 1 && (pf.revents & POLLHUP)) {
+            tr("W%d: the gateway had closed its connection %d", w->wid, i);
+            fw_conn_gone(w, i);
+            slot = i;
+        }
+    }
+    if (slot < 0)
+        fail("the gateway opens a %dth connection to W%d at once", FW_CONNS + 1, w->wid);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
+        fail("socketpair: %s", strerror(errno));
+    if (uds && w->uds == UDS_MUTE) { /* accepted, then closed before a byte of the handshake */
+        close(sv[1]);
+        S->res->uds_mutes++;
+        tr("gateway connects to W%d over its Unix socket: closed at once", w->wid);
+        return sv[0];
+    }
+    S->res->uds_conns += uds;
+    set_sndbuf(sv[0]);
+    set_sndbuf(sv[1]);
+    struct fwconn *k = &w->k[slot];
+    fwc_reset(k);
+    k->fd = sv[1];
+    k->gw_fd = sv[0];
+    k->st = FW_HS;
+    k->serial = ++w->conns;
+    tr("gateway connects to W%d (its connection %d)%s", w->wid, slot, uds ? " over its Unix socket" : "");
+    return sv[0];
+}
+
+/* ---- fake workers ------------------------------------------------------------------------- */
+
+static int cid_group(int cid) { return cid >= 0 && cid < S->cid_group.n ? S->cid_group.v[cid] : -1; }
+
+/* The gateway's connection for w's connection i (found by its socket), or NULL. */
+static struct worker *gw_conn_of(const struct fworker *w, int i)
+{
+    int fd = w->k[i].gw_fd;
+    for (int gi = 0; fd >= 0 && gi < S->g.ngroups; gi++) {
+        struct worker *x;
+        TAILQ_FOREACH(x, &S->g.groups[gi].workers, glink)
+            if (x->c.fd == fd)
+                return x;
+    }
+    return NULL;
+}
+
+/* Publish t may have reached client cid only if that is its owner or its session's client. */
+void tpub_check(const struct tpub *t, int id)
+{
+    if (t->to < 0 || t->owner == -2 || t->to == t->owner || t->to == t->sess)
+        return;
+    for (int i = 0; t->owner == -4 && i < t->nok; i++)
+        if (t->to == t->ok[i])
+            return;
+    fail("C%d got publish %d of W%d's connection %d, which was C%d's (the next reply there) or %s", t->to, id, t->wid,
+         t->conn, t->owner, t->sess >= 0 ? "its session's client's" : "nobody's");
+}
+
+/* A reply to client cid is written on w's connection i: the publishes before it there are cid's. */
+static void tpub_owned(struct fworker *w, int i, int cid)
+{
+    for (int j = 0; j < S->tpubs.n; j++) {
+        struct tpub *t = &S->tpubs.v[j];
+        if (t->owner == -2 && t->wid == w->wid && t->conn == i && t->serial == w->k[i].serial) {
+            t->owner = cid;
+            tpub_check(t, j);
+        }
+    }
+}
+
+/* w's connection i closes with publishes on it that no reply followed: they were for the
+ * client of the request the gateway ran there last, if any. */
+static void tpub_conn_gone(struct fworker *w, int i)
+{
+    const struct fwconn *k = &w->k[i];
+    for (int j = 0; k->fd >= 0 && j < S->tpubs.n; j++) {
+        struct tpub *t = &S->tpubs.v[j];
+        if (t->owner == -2 && t->wid == w->wid && t->conn == i && t->serial == k->serial) {
+            t->owner = -4; /* the request it ran there (the gateway's, if it had read it) has gone with it */
+            memcpy(t->ok, k->recent, sizeof t->ok);
+            t->nok = k->nrecent;
+            tpub_check(t, j);
+        }
+    }
+}
+
+/* The reply m (taken) to client cid, on w's connection i; deferred (-30!) if may_defer says so. */
+static void fw_reply(struct fworker *w, int i, int cid, struct sbuf *m, int may_defer)
+{
+    if (m->len > S->max_msg)
+        S->max_msg = m->len;
+    if (may_defer && S->defer_pct && chance(S->defer_pct)) {
+        struct dfr d = {.conn = i, .serial = w->k[i].serial, .cid = cid, .due_ms = S->now_us / 1000 + rnd(20), .msg = *m};
+        *m = (struct sbuf){0};
+        VEC_PUSH(w->deferred, d);
+        tr("W%d defers its reply to C%d (-30!), due at %lld ms", w->wid, cid, (long long)d.due_ms);
+        return;
+    }
+    tpub_owned(w, i, cid);
+    sb_add(&w->k[i].out, m->p, m->len);
+    sb_free(m);
+}
+
+/* Deferred replies due (all: every one) are sent, each on its own connection. */
+void fw_release_deferred(struct fworker *w, int all)
+{
+    for (int j = 0; j < w->deferred.n;) {
+        struct dfr *d = &w->deferred.v[j];
+        if (!all && d->due_ms > S->now_us / 1000) {
+            j++;
+            continue;
+        }
+        struct fwconn *k = &w->k[d->conn];
+        if (k->fd >= 0 && k->serial == d->serial) {
+            tpub_owned(w, d->conn, d->cid);
+            sb_add(&k->out, d->msg.p, d->msg.len);
+            tr("W%d sends its deferred reply to C%d (connection %d)", w->wid, d->cid, d->conn);
+        }
+        sb_free(&d->msg);
+        w->deferred.v[j] = w->deferred.v[--w->deferred.n];
+    }
+}
+
+/* The reply text, to client cid. */
+static void fw_reply_text(struct fworker *w, int i, int cid, int may_defer, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void fw_reply_text(struct fworker *w, int i, int cid, int may_defer, const char *fmt, ...)
+{
+    char t[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t, sizeof t, fmt, ap);
+    va_end(ap);
+    struct sbuf m = {0};
+    put_msg(&m, KIPC_RESPONSE, k_str(t, strlen(t)));
+    fw_reply(w, i, cid, &m, may_defer);
+}
+
+static void fw_reply_k(struct fworker *w, int i, int cid, int may_defer, K x)
+{
+    struct sbuf m = {0};
+    put_msg(&m, KIPC_RESPONSE, x);
+    fw_reply(w, i, cid, &m, may_defer);
+}
+
+/* Request seq of client cid (c, or NULL once it is forgotten), text s, reached w: it may run on
+ * w's group, each client's requests in order (again only if the gateway gave up on it); a
+ * broadcast or a .qgate.all's part once on each worker, in order. What c sent, or NULL. */
+static struct sent *check_run_order(struct fworker *w, int type, const char *s, struct fclient *c, int cid,
+                                    int seq)
+{
+    struct sent *x0 = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
+    int want = x0 ? x0->grp : cid_group(cid);
+    if (want != w->group)
+        fail("W%d (group %d) got \"%s\" of C%d, which may run on group %d only", w->wid, w->group, s, cid, want);
+    int fan = (x0 && x0->fan) || (!c && cid < S->fan_given_up.n && S->fan_given_up.v[cid] && seq <= S->last_seq.v[cid]);
+    int bcast = (w->group == S->bc_group && type == KIPC_ASYNC) || fan; /* on each worker once, in order */
+    if (bcast) {
+        while (w->seen_async_last.n <= cid)
+            VEC_PUSH(w->seen_async_last, -1);
+        if (seq <= w->seen_async_last.v[cid])
+            fail("W%d ran async %d of C%d after %d (order)", w->wid, seq, cid, w->seen_async_last.v[cid]);
+        w->seen_async_last.v[cid] = seq;
+    }
+    struct sent *x = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
+    if (c && !x)
+        fail("W%d ran request %d of C%d, which it never sent", w->wid, seq, cid);
+    if (fan && seq < S->last_seq.v[cid] && x && !x->abandoned)
+        fail("W%d ran its part of request %d of C%d after its request %d (order)", w->wid, seq, cid, S->last_seq.v[cid]);
+    if (fan && seq > S->last_seq.v[cid])
+        S->last_seq.v[cid] = seq;
+    if (!bcast) {
+        if (seq <= S->last_seq.v[cid] && !(x && x->abandoned))
+            fail("W%d ran request %d of C%d after its request %d (order, or twice)", w->wid, seq, cid,
+                 S->last_seq.v[cid]);
+        if (seq > S->last_seq.v[cid])
+            S->last_seq.v[cid] = seq;
+    }
+    return x;
+}
+
+/* pool = session: every message a session sends runs on one worker, the one that ran its
+ * first (recorded here). */
+static void check_session_worker(const struct fworker *w, const char *s, int cid)
+{
+    while (S->sess_wid.n <= cid)
+        VEC_PUSH(S->sess_wid, -1);
+    if (S->sess_wid.v[cid] < 0)
+        S->sess_wid.v[cid] = w->wid;
+    else if (S->sess_wid.v[cid] != w->wid)
+        fail("W%d ran \"%s\" of C%d, whose session is on W%d", w->wid, s, cid, S->sess_wid.v[cid]);
+}
+
+/* What sync request seq of client cid asks of w, on its connection i: its reply ("R cid seq", an
+ * error, a guid, a big string; deferred or not), pushes before it, a callback, a slow run. */
+static void worker_answer(struct fworker *w, int i, int cid, int seq, int op, int arg)
+{
+    struct fwconn *k = &w->k[i];
+    switch (op) {
+    case OP_PUSH:
+        for (int j = 0; j < arg; j++)
+            put_text(&k->out, KIPC_ASYNC, "p %d %d %d", cid, seq, j);
+        fw_reply_text(w, i, cid, 1, "R %d %d", cid, seq);
+        break;
+    case OP_CB:
+        put_text(&k->out, KIPC_SYNC, "c %d %d", cid, seq);
+        w->waiting_cb = 1;
+        w->cb_conn = i;
+        w->cb_cid = cid;
+        w->cb_seq = seq;
+        break;
+    case OP_ERR: {
+        char e[64];
+        snprintf(e, sizeof e, "E %d %d", cid, seq);
+        fw_reply_k(w, i, cid, 1, k_err(e));
+        break;
+    }
+    case OP_GUID: {
+        K l = k_list(2);
+        kK(l)[0] = k_atom(-KT_GUID);
+        char r[64];
+        snprintf(r, sizeof r, "R %d %d", cid, seq);
+        kK(l)[1] = k_str(r, strlen(r));
+        fw_reply_k(w, i, cid, 1, l);
+        break;
+    }
+    case OP_BIG: {
+        /* "R cid seq " then arg bytes: compressible, and big enough to stream */
+        char r[64];
+        int n = snprintf(r, sizeof r, "R %d %d ", cid, seq);
+        K v = k_vec(KT_CHAR, n + arg);
+        memcpy(kC(v), r, (size_t)n);
+        for (int j = 0; j < arg; j++)
+            kC(v)[n + j] = (char)('a' + (j / 7) % 3);
+        fw_reply_k(w, i, cid, 1, v);
+        break;
+    }
+    case OP_SLOW: /* q is busy: nothing else runs, nothing is written, until it is done */
+        w->busy_until = k->hold_until = S->now_us / 1000 + arg;
+        fw_reply_text(w, i, cid, 0, "R %d %d", cid, seq);
+        break;
+    default:
+        fw_reply_text(w, i, cid, 1, "R %d %d", cid, seq);
+        break;
+    }
+}
+
+/* A request "q CID SEQ OP ARG" or "a CID SEQ OP ARG" reached worker w on its connection i:
+ * check where it came from and its order, then do what it asks. */
+static void worker_run(struct fworker *w, int i, int type, const char *s)
+{
+    struct fwconn *k = &w->k[i];
+    char kind;
+    int cid, seq, op, arg;
+    if (sscanf(s, "%c %d %d %d %d", &kind, &cid, &seq, &op, &arg) != 5 || cid < 0 || cid >= S->by_cid.n)
+        fail("W%d got a request it cannot read: \"%s\"", w->wid, s);
+    struct fclient *c = S->by_cid.v[cid];
+    if ((kind == 'q') != (type == KIPC_SYNC))
+        fail("W%d got \"%s\" as a %s message", w->wid, s, kipc_type_name(type));
+    struct sent *x = check_run_order(w, type, s, c, cid, seq);
+    if (S->session && w->group != S->bc_group) /* one worker for all a session sends */
+        check_session_worker(w, s, cid);
+    if (x)
+        x->seen++;
+    k->last_cid = cid;
+    tr("W%d runs %s (connection %d)", w->wid, s, i);
+    if (type == KIPC_ASYNC) {
+        if (op == OP_APUSH)
+            for (int j = 0; j < arg; j++)
+                put_text(&k->out, KIPC_ASYNC, "p %d %d %d", cid, seq, j);
+        return;
+    }
+    worker_answer(w, i, cid, seq, op, arg);
+}
+
+/* May w take the next message of its connection i now? A whole one (or the handshake), and,
+ * while q waits in a callback, only the answer on that connection. */
+static int fw_ready(const struct fworker *w, int i)
+{
+    const struct fwconn *k = &w->k[i];
+    if (k->fd < 0)
+        return 0;
+    if (k->st == FW_HS)
+        return k->in.len && memchr(k->in.p, 0, k->in.len);
+    if (k->st != FW_UP || k->in.len < 8)
+        return 0;
+    struct kipc_hdr h;
+    const char *why = "";
+    if (kipc_hdr_parse(k->in.p, k->in.len, (uint64_t)1 << 32, &h, &why) != QG_OK)
+        fail("W%d got a bad header: %s", w->wid, why);
+    if (k->in.len < h.len)
+        return 0;
+    return !w->waiting_cb || (i == w->cb_conn && h.type == KIPC_RESPONSE);
+}
+
+/* Run what arrived, one message at a time, as q does: from whichever connection (q's select
+ * order is its own), each connection's in order; a callback blocks the worker until that
+ * client's response comes; a deferred reply goes when it is due, others meanwhile. */
+void worker_process(struct fworker *w, int max)
+{
+    while (max-- > 0) {
+        fw_release_deferred(w, 0);
+        if (S->now_us / 1000 < w->busy_until)
+            return;
+        int idx[FW_CONNS], n = 0;
+        for (int i = 0; i < FW_CONNS; i++)
+            if (fw_ready(w, i))
+                idx[n++] = i;
+        if (!n)
+            return;
+        int i = idx[rnd(n)];
+        struct fwconn *k = &w->k[i];
+        if (k->st == FW_HS) {
+            uint8_t *z = memchr(k->in.p, 0, k->in.len);
+            sb_drop(&k->in, (size_t)(z - k->in.p) + 1);
+            uint8_t cap = 3;
+            sb_add(&k->out, &cap, 1);
+            k->st = FW_UP;
+            tr("W%d: handshake done (connection %d)", w->wid, i);
+            continue;
+        }
+        /* what the gateway forwards must be a message q accepts: check the body too */
+        struct kipc_hdr h;
+        const char *why = "";
+        if (kipc_hdr_parse(k->in.p, k->in.len, (uint64_t)1 << 32, &h, &why) != QG_OK)
+            fail("W%d: a header it read once is bad now", w->wid);
+        if (!h.compressed) {
+            struct kerr e;
+            if (kvalidate_check(k->in.p + 8, (size_t)h.len - 8, h.le, NULL, &e) != QG_OK)
+                fail("W%d got a malformed message body (%s at %zu): q would reject it", w->wid, e.why, e.off);
+        }
+        int type, comp;
+        K x;
+        int r = take_msg(&k->in, &type, &x, &comp, &why);
+        if (r < 0)
+            fail("W%d cannot decode what it got: %s", w->wid, why);
+        char s[256];
+        text_of(x, s, sizeof s);
+        if (type == KIPC_RESPONSE) {
+            int cid, seq;
+            if (!w->waiting_cb)
+                fail("W%d got a response it did not ask for: \"%s\"", w->wid, s);
+            if (x->t == KT_ERROR) {
+                tr("W%d: callback answered by the gateway: '%s", w->wid, x->s);
+            } else if (sscanf(s, "r %d %d", &cid, &seq) != 2 || cid != w->cb_cid || seq != w->cb_seq) {
+                fail("W%d waited for the answer to callback %d of C%d and got \"%s\"", w->wid, w->cb_seq,
+                     w->cb_cid, s);
+            }
+            w->waiting_cb = 0;
+            fw_reply_text(w, i, w->cb_cid, 1, "R %d %d", w->cb_cid, w->cb_seq);
+            tr("W%d: callback answered, replies", w->wid);
+        } else if (x->t == KT_CHAR && x->n == 0) { /* the gateway's chaser */
+            if (type == KIPC_SYNC)
+                fw_reply_k(w, i, k->last_cid, 0, k_prim(KT_UNARY, 0));
+            tr("W%d: chaser (connection %d)", w->wid, i);
+        } else {
+            worker_run(w, i, type, s);
+        }
+        k_free(x);
+    }
+}
+
+void worker_read(struct fworker *w, size_t want)
+{
+    for (int i = 0; i < FW_CONNS; i++) {
+        struct fwconn *k = &w->k[i];
+        if (k->fd < 0)
+            continue;
+        sb_reserve(&k->in, k->in.len + want);
+        ssize_t n = read(k->fd, k->in.p + k->in.len, want);
+        if (n == 0) {
+            tr("W%d: the gateway closed its connection %d", w->wid, i);
+            fw_conn_gone(w, i);
+            continue;
+        }
+        if (n > 0) {
+            k->in.len += (size_t)n;
+            S->moved += (size_t)n;
+        }
+    }
+}
+
+void worker_write(struct fworker *w, size_t want)
+{
+    for (int i = 0; i < FW_CONNS; i++) {
+        struct fwconn *k = &w->k[i];
+        if (k->fd < 0 || k->out_off == k->out.len || S->now_us / 1000 < k->hold_until)
+            continue;
+        ssize_t n = sb_send(k->fd, &k->out, &k->out_off, NULL, want);
+        if (n > 0) {
+            if (k->out_off == k->out.len)
+                k->out.len = k->out_off = 0;
+        } else if (n < 0 && errno != EAGAIN) {
+            tr("W%d: write on connection %d: %s", w->wid, i, strerror(errno));
+            fw_conn_gone(w, i);
+        }
+    }
+}
+
+/* The gateway's worker for fake worker w (its lead connection), or NULL. */
+struct worker *gw_worker_of(const struct fworker *w)
+{
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", WPORT0 + w->wid);
+    for (int i = 0; i < S->g.ngroups; i++) {
+        struct worker *x;
+        TAILQ_FOREACH(x, &S->g.groups[i].workers, glink)
+            if (!strcmp(x->addr, addr) && !x->removed)
+                return x;
+    }
+    return NULL;
+}
+
+/* A worker publishes on its own timer (q runs its timer between messages): on one of its
+ * connections, whatever the gateway runs there, racing the requests sent on it. "t ID": who may
+ * get it is the client of the next reply there, or the session's (struct tpub). */
+void worker_timer_push(struct fworker *w)
+{
+    int idx[FW_CONNS], n = 0;
+    for (int i = 0; i < FW_CONNS; i++)
+        if (w->k[i].fd >= 0 && w->k[i].st == FW_UP)
+            idx[n++] = i;
+    if (!n || w->waiting_cb || S->now_us / 1000 < w->busy_until)
+        return;
+    int i = idx[rnd(n)], id = S->tpubs.n;
+    const struct worker *gw = gw_conn_of(w, i);
+    const struct fclient *sc = gw && gw->sess ? fclient_of(gw->sess->c.id, gw->sess->c.gen) : NULL;
+    struct tpub t = {.wid = w->wid, .conn = i, .serial = w->k[i].serial, .owner = -2, .sess = sc ? sc->cid : -1, .to = -1};
+    VEC_PUSH(S->tpubs, t);
+    int burst = chance(20) ? 1 + rnd(40) : 1; /* a timer's publish, or a burst of them (for one) */
+    size_t big = chance(40) ? (size_t)4096 << rnd(5) : 0; /* or big ones: a subscriber's output bound */
+    for (int j = 0; j < burst; j++) {
+        if (!big) {
+            put_text(&w->k[i].out, KIPC_ASYNC, "t %d %d", id, j);
+            continue;
+        }
+        char head[32];
+        int hl = snprintf(head, sizeof head, "t %d %d ", id, j);
+        K v = k_vec(KT_CHAR, (int64_t)big);
+        memset(kC(v), 'x', big);
+        memcpy(kC(v), head, (size_t)hl);
+        put_msg(&w->k[i].out, KIPC_ASYNC, v);
+        if (big + 14 > S->max_msg)
+            S->max_msg = big + 14;
+    }
+    tr("W%d publishes %d on its timer (connection %d, its session's client C%d)", w->wid, id, i, t.sess);
+}
+
+void worker_die(struct fworker *w)
+{
+    tr("W%d dies (%d connections)", w->wid, fw_live(w));
+    fw_reset(w);
+    S->wdeaths++;
+    S->outages++;
+    w->refuse = chance(50);
+    w->uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE; /* restarted otherwise */
+}
+
+void fw_init(struct fworker *w, int wid, int group)
+{
+    memset(w, 0, sizeof *w);
+    w->wid = wid;
+    w->group = group;
+    w->in_config = 1;
+    for (int i = 0; i < FW_CONNS; i++) {
+        w->k[i].fd = w->k[i].gw_fd = -1;
+        w->k[i].last_cid = -1;
+    }
+    w->uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE;
+}
+

@@ -1,0 +1,185 @@
+/* operator.c: the operator's side: the random configuration, written to the file a reload
+ * reads, the users file, reloads that add and remove workers and change pipeline, and the
+ * pausing and disabling of groups and workers at any moment. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "control.h"
+#include "gateway.h"
+#include "reload.h"
+#include "gw.h"
+#include "log.h"
+#include "worker.h"
+#include "sim_int.h"
+
+/* ---- configuration ------------------------------------------------------------------------ */
+
+void write_config(void)
+{
+    FILE *f = fopen(S->conf_path, "w");
+    if (!f)
+        fail("cannot write %s", S->conf_path);
+    const struct config *c = &S->g.cfg;
+    fprintf(f, "[gateway]\nport = 0\nbind = 127.0.0.1\nunix_socket = 0\nloglevel = %s\n", log_level_name(c->loglevel));
+    fprintf(f, "max_queue = %d\nqueue_timeout = %lld\nquery_timeout = %lld\nhandshake_timeout = %lld\n", c->max_queue,
+            (long long)c->queue_timeout, (long long)c->query_timeout, (long long)c->handshake_timeout);
+    fprintf(f, "frames_budget = %d\nread_budget = %lld\nwrite_budget = %lld\nchunk_size = %lld\n", c->frames_budget,
+            (long long)c->read_budget, (long long)c->write_budget, (long long)c->chunk_size);
+    fprintf(f, "client_high_water = %lld\nclient_low_water = %lld\nclient_max_pending = %lld\n",
+            (long long)c->client_high_water, (long long)c->client_low_water, (long long)c->client_max_pending);
+    fprintf(f, "reconnect_min = %lld\nreconnect_max = %lld\nworker_connect_timeout = %lld\n",
+            (long long)c->reconnect_min, (long long)c->reconnect_max, (long long)c->worker_connect_timeout);
+    fprintf(f, "compress = %d\ncompress_max = %lld\nsplice = %d\nmax_message = %lld\n", c->compress,
+            (long long)c->compress_max, c->splice, (long long)c->max_message);
+    fprintf(f, "local_workers = %s\n", c->local_workers == CFG_LOCAL_UNIX ? "unix" : "tcp");
+    if (S->users_file)
+        fprintf(f, "users_file = %s\n", S->users_path);
+    if (S->alog)
+        fprintf(f, "access_log = %s\n", S->alog_path);
+    for (int gi = 0; gi < S->ngroups; gi++) {
+        fprintf(f, "[group %s]\nasync = %s\n", gi == S->bc_group ? "bc" : "main", gi == S->bc_group ? "broadcast" : "one");
+        if (S->session && gi != S->bc_group)
+            fprintf(f, "pool = session\n");
+        else
+            fprintf(f, "pipeline = %d\npipeline_wait = %d\n", S->pipeline, S->pipeline_wait);
+        if (gi == S->bc_group)
+            fprintf(f, "users = bob,bea\n");
+        fprintf(f, "workers = ");
+        int first = 1;
+        for (int k = 0; k < S->nw; k++)
+            if (S->w[k].in_config && S->w[k].group == gi) {
+                fprintf(f, "%s127.0.0.1:%d", first ? "" : ",", WPORT0 + k);
+                first = 0;
+            }
+        fprintf(f, "\n");
+    }
+    fclose(f);
+}
+
+void random_config(struct config *c)
+{
+    config_defaults(c);
+    c->port = 0;
+    strcpy(c->bind, "127.0.0.1");
+    c->unix_socket = 0;
+    c->loglevel = chance(50) ? LOG_DEBUG : LOG_INFO;
+    if (getenv("SIM_DEBUG")) /* the gateway's debug lines in the trace, whatever the seed says */
+        c->loglevel = LOG_DEBUG;
+    c->max_queue = chance(30) ? 1 + rnd(4) : 1000;
+    c->queue_timeout = chance(30) ? 50 + rnd(500) : 0;
+    c->query_timeout = chance(30) ? 200 + rnd(3000) : 0;
+    c->handshake_timeout = 200 + rnd(5000);
+    c->frames_budget = chance(50) ? 1 + rnd(4) : 64;
+    c->read_budget = 4096 << rnd(5);
+    c->write_budget = 4096 << rnd(5);
+    c->chunk_size = 4096 << rnd(3);
+    c->client_high_water = 65536 << rnd(2);
+    c->client_low_water = c->client_high_water / (2 + rnd(4));
+    c->client_max_pending = 65536 << rnd(3);
+    c->reconnect_min = 10 + rnd(100);
+    c->reconnect_max = c->reconnect_min * (1 + rnd(20));
+    c->worker_connect_timeout = 100 + rnd(3000);
+    c->compress = chance(80);
+    c->compress_max = chance(20) ? 4096 : 64 << 20;
+    c->splice = chance(50);
+    c->local_workers = chance(50) ? CFG_LOCAL_UNIX : CFG_LOCAL_TCP;
+    c->max_message = chance(10) ? ((int64_t)1 << 33) : 2147483647;
+}
+
+void write_users(void)
+{
+    FILE *f = fopen(S->users_path, "w");
+    if (!f)
+        fail("cannot write %s", S->users_path);
+    fprintf(f, "alice:wonder\tadmin=1\nbob:builder\ncarol:s3cret\tmax_inflight=%d\ndave:d\tmax_conns=2\nbea:b\n",
+            S->carol_max);
+    fclose(f);
+}
+
+void reload(void)
+{
+    S->outages++; /* a worker added is not up until it has connected; one removed goes */
+    /* add a worker, or remove one (a group keeps at least one) */
+    int k = rnd(MAXW);
+    if (k >= S->nw) {
+        if (S->nw == MAXW)
+            return;
+        k = S->nw++;
+        struct fworker *w = &S->w[k];
+        fw_init(w, k, rnd(S->ngroups));
+        tr("reload: add W%d to group %d", k, w->group);
+    } else {
+        struct fworker *w = &S->w[k];
+        int others = 0;
+        for (int i = 0; i < S->nw; i++)
+            others += i != k && S->w[i].in_config && S->w[i].group == w->group;
+        if (!others && w->in_config)
+            return;
+        w->in_config = !w->in_config;
+        tr("reload: %s W%d", w->in_config ? "put back" : "remove", k);
+        if (!w->in_config)
+            S->wdeaths++;
+    }
+    if (S->users_file && chance(30)) { /* a user's limits change: logins checked meanwhile get the new */
+        S->carol_max = S->carol_max == 1 ? 2 : 1;
+        write_users();
+        tr("reload: carol's max_inflight %d", S->carol_max);
+    }
+    if (chance(25)) { /* each worker's connections opened or closed to match */
+        S->pipeline = chance(50) ? 1 : 2 + rnd(3);
+        tr("reload: pipeline %d", S->pipeline);
+    }
+    write_config();
+    S->in_gw = 1;
+    if (reload_start_loop(&S->g, NULL, 0))
+        fail("reload refused");
+    S->in_gw = 0;
+}
+
+/* ---- the operator, as .qgate.pause[] and .qgate.disable[] do it -------------------------- */
+
+/* Pause group gi, or resume it if it is paused. */
+void operator_pause(int gi)
+{
+    struct group *grp = &S->g.groups[gi];
+    tr("operator: %s group %s (%d queued, %d held)", grp->paused ? "resume" : "pause", grp->cfg.name, grp->queue.n,
+       grp->held.n);
+    S->in_gw = 1;
+    control_pause_loop(&S->g, grp, !grp->paused, "the simulation");
+    S->in_gw = 0;
+}
+
+/* Disable w, or enable it if it is disabled. */
+void operator_disable(struct fworker *w)
+{
+    struct worker *gw = gw_worker_of(w);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", WPORT0 + w->wid);
+    int on = !(gw && gw->disabled);
+    tr("operator: %s W%d (%s)", on ? "disable" : "enable", w->wid, gw ? worker_state_name(gw->st) : "not in the gateway");
+    S->in_gw = 1;
+    control_disable_loop(&S->g, addr, on, "the simulation");
+    S->in_gw = 0;
+}
+
+/* Every group resumed, every worker enabled: what waits for them can finish. 1 if any was not. */
+int operator_release_all(void)
+{
+    int n = 0;
+    for (int i = 0; i < S->g.ngroups; i++)
+        if (S->g.groups[i].paused) {
+            operator_pause(i);
+            n++;
+        }
+    for (int k = 0; k < S->nw; k++) {
+        struct worker *gw = gw_worker_of(&S->w[k]);
+        if (gw && gw->disabled) {
+            operator_disable(&S->w[k]);
+            n++;
+        }
+    }
+    return n;
+}
+
