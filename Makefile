@@ -200,3 +200,10 @@ clean:
 include tests/fuzz/fuzz.mk
 
 -include $(shell find build -name '*.d' -type f 2>/dev/null)
+
+# bench/trace/run: one "echo x" through qgate built with -finstrument-functions (build/trace):
+# the loop thread's calls across files per leg of the request (issue 22). TRACE_ARGS=--tree
+# prints every call; TRACE_ARGS="--src DIR" measures another tree.
+.PHONY: trace
+trace:
+	@bench/trace/run $(TRACE_ARGS)
