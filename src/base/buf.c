@@ -18,25 +18,6 @@ struct chunk *chunk_new(size_t cap)
     return c;
 }
 
-struct chunk *chunk_wrap(uint8_t *buf, size_t len)
-{
-    struct chunk *c = malloc(sizeof *c);
-    if (!c) {
-        free(buf);
-        return NULL;
-    }
-    *c = (struct chunk){.p = buf, .len = len, .cap = len, .ext = buf};
-    return c;
-}
-
-void chunk_free(struct chunk *c)
-{
-    if (c) {
-        free(c->ext);
-        free(c);
-    }
-}
-
 void outq_append(struct outq *dst, struct outq *src)
 {
     if (!src->head)
@@ -48,17 +29,6 @@ void outq_append(struct outq *dst, struct outq *src)
     dst->tail = src->tail;
     dst->bytes += src->bytes;
     *src = (struct outq){0};
-}
-
-void outq_push(struct outq *q, struct chunk *c)
-{
-    c->next = NULL;
-    if (q->tail)
-        q->tail->next = c;
-    else
-        q->head = c;
-    q->tail = c;
-    q->bytes += c->len - c->off;
 }
 
 int outq_copy(struct outq *q, const void *p, size_t len)
@@ -77,39 +47,6 @@ int outq_copy(struct outq *q, const void *p, size_t len)
     c->len = len;
     outq_push(q, c);
     return 0;
-}
-
-int outq_iov(const struct outq *q, struct iovec *iov, int max, size_t budget, size_t *bytes)
-{
-    int n = 0;
-    size_t want = 0;
-    for (struct chunk *c = q->head; c && n < max && want < budget; c = c->next) {
-        size_t l = c->len - c->off;
-        if (l > budget - want)
-            l = budget - want;
-        iov[n++] = (struct iovec){c->p + c->off, l};
-        want += l;
-    }
-    *bytes = want;
-    return n;
-}
-
-void outq_consume(struct outq *q, size_t n)
-{
-    q->bytes -= n;
-    while (n && q->head) {
-        struct chunk *c = q->head;
-        size_t l = c->len - c->off;
-        if (n < l) {
-            c->off += n;
-            break;
-        }
-        n -= l;
-        q->head = c->next;
-        if (!q->head)
-            q->tail = NULL;
-        chunk_free(c);
-    }
 }
 
 void outq_clear(struct outq *q)

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/types.h>
 
 /* A piece of output. Its bytes live inline (data[]) or in a malloc'd block it owns (ext). */
@@ -20,8 +21,23 @@ struct chunk {
 /* A chunk with room for cap bytes inline; NULL on ENOMEM. */
 struct chunk *chunk_new(size_t cap);
 /* A chunk owning buf (malloc'd), holding its first len bytes; NULL (and buf freed) on ENOMEM. */
-struct chunk *chunk_wrap(uint8_t *buf, size_t len);
-void chunk_free(struct chunk *c);
+static inline struct chunk *chunk_wrap(uint8_t *buf, size_t len)
+{
+    struct chunk *c = malloc(sizeof *c);
+    if (!c) {
+        free(buf);
+        return NULL;
+    }
+    *c = (struct chunk){.p = buf, .len = len, .cap = len, .ext = buf};
+    return c;
+}
+static inline void chunk_free(struct chunk *c)
+{
+    if (c) {
+        free(c->ext);
+        free(c);
+    }
+}
 
 /* A FIFO of chunks. Valid all-zero, as the calloc'd connections holding it are: hence head and
  * tail by hand rather than an STAILQ, which must be initialised. */
@@ -30,16 +46,21 @@ struct outq {
     size_t bytes; /* unwritten bytes */
 };
 
-void outq_push(struct outq *q, struct chunk *c);
+static inline void outq_push(struct outq *q, struct chunk *c)
+{
+    c->next = NULL;
+    if (q->tail)
+        q->tail->next = c;
+    else
+        q->head = c;
+    q->tail = c;
+    q->bytes += c->len - c->off;
+}
 /* Move every chunk of src to the end of dst, in order; src is left empty. */
 void outq_append(struct outq *dst, struct outq *src);
 /* Copy len bytes in, into the tail chunk when it has room. 0, or -1 on ENOMEM. */
 int outq_copy(struct outq *q, const void *p, size_t len);
-/* The first unwritten bytes, up to budget, as at most max iovecs: how many; *bytes their sum. */
-struct iovec;
-int outq_iov(const struct outq *q, struct iovec *iov, int max, size_t budget, size_t *bytes);
-/* n bytes were written: drop them, freeing the chunks written whole. */
-void outq_consume(struct outq *q, size_t n);
+/* (Writing a queue out is stream.c's.) */
 void outq_clear(struct outq *q);
 
 /* A contiguous input buffer, allocated lazily and given back when empty. The unread bytes

@@ -12,7 +12,7 @@
 #include "kipc.h"
 #include "log.h"
 
-int client_callback_loop(struct gw *g, struct client *c, const struct conn *w)
+int callback_add_loop(struct gw *g, struct client *c, const struct conn *w)
 {
     struct call *k = calloc(1, sizeof *k);
     if (!k)
@@ -21,11 +21,11 @@ int client_callback_loop(struct gw *g, struct client *c, const struct conn *w)
     k->w_gen = w->gen;
     STAILQ_INSERT_TAIL(&c->calls, k, link);
     c->ncalls++;
-    client_check_pending_loop(g, c);
+    request_check_pending_loop(g, c);
     return 0;
 }
 
-int client_owes_answer_loop(struct gw *g, const struct client *c)
+int callback_owed_loop(struct gw *g, const struct client *c)
 {
     const struct call *k;
     STAILQ_FOREACH(k, &c->calls, link)
@@ -44,7 +44,7 @@ static void tell_no_answer(struct gw *g, struct call *k)
     }
 }
 
-void client_cancel_calls_loop(struct gw *g, struct client *c, const struct conn *w)
+void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w)
 {
     struct call *k;
     STAILQ_FOREACH(k, &c->calls, link)
@@ -52,7 +52,7 @@ void client_cancel_calls_loop(struct gw *g, struct client *c, const struct conn 
             tell_no_answer(g, k);
 }
 
-void client_take_response_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
+void callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
 {
     struct call *k = STAILQ_FIRST(&c->calls), kept = {0};
     if (k) {
@@ -62,7 +62,7 @@ void client_take_response_loop(struct gw *g, struct client *c, uint8_t *msg, siz
         free(k);
     }
     struct conn *wc = k && !kept.cancelled ? conn_lookup_loop(g, kept.w_id, kept.w_gen) : NULL;
-    client_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
+    request_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
     if (!wc || wc->kind != CONN_WORKER) {
         if (k) /* a client may send these as fast as it likes: one line a second */
             log_limited(&g->lim.orphan, g->loop.now_ms, LOG_WARN, c->c.name,
@@ -94,13 +94,13 @@ void client_take_response_loop(struct gw *g, struct client *c, uint8_t *msg, siz
         tell_no_answer(g, &kept); /* the worker is told its answer is not coming */
         char why[96];
         snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
-        client_bad_message_loop(g, c, why);
+        request_bad_message_loop(g, c, why);
         return;
     }
     g->back->answer(g, wc, msg, len);
 }
 
-void client_nested_checked_loop(struct gw *g, struct job *j)
+void callback_checked_loop(struct gw *g, struct job *j)
 {
     struct client *c = client_of_job_loop(g, j);
     if (!c)
@@ -109,7 +109,7 @@ void client_nested_checked_loop(struct gw *g, struct job *j)
     struct conn *wc = conn_lookup_loop(g, k.w_id, k.w_gen);
     if (j->result) {
         tell_no_answer(g, &k);
-        client_bad_message_loop(g, c, j->text);
+        request_bad_message_loop(g, c, j->text);
         return;
     }
     if (wc && wc->kind == CONN_WORKER) {

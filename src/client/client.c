@@ -115,25 +115,6 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local)
     return c;
 }
 
-/* ---- the pause for client_max_pending ------------------------------------------------------ */
-
-void client_check_pending_loop(struct gw *g, struct client *c)
-{
-    int owes = c->ncalls && client_owes_answer_loop(g, c);
-    int may_read = c->st == CS_READY && !g->draining && !c->eof;
-    if (c->paused && owes && may_read) { /* its answer may be behind what it sent since */
-        c->paused = 0;
-        conn_set_reading_loop(g, &c->c, 1);
-    } else if (!c->paused && c->pending > (size_t)g->cfg.client_max_pending && !owes) {
-        c->paused = 1;
-        conn_set_reading_loop(g, &c->c, 0);
-        log_debug(c->c.name, "paused: %zu bytes of requests waiting", c->pending);
-    } else if (c->paused && c->pending <= (size_t)g->cfg.client_max_pending / 2 && may_read) {
-        c->paused = 0;
-        conn_set_reading_loop(g, &c->c, 1);
-    }
-}
-
 /* ---- handshake and credentials ------------------------------------------------------------- */
 
 /* Accept the client: the capability byte, its group, and on to requests. */
@@ -236,15 +217,6 @@ void client_users_free(struct gw *g)
     }
 }
 
-void client_set_worker_loop(struct client *c, struct worker *w)
-{
-    if (c->us && !c->w && w)
-        c->us->inflight++;
-    else if (c->us && c->w && !w)
-        c->us->inflight--;
-    c->w = w;
-}
-
 void client_auth_done_loop(struct gw *g, struct job *j)
 {
     struct conn *x = conn_lookup_loop(g, j->conn_id, j->conn_gen);
@@ -326,7 +298,7 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
     if (c->sess && c->sess != c->w)
         g->back->client_gone(g, c->sess, c); /* and what its session's worker publishes to it */
     conn_drop_socket_loop(g, &c->c); /* the workers waiting for its output go on */
-    client_cancel_calls_loop(g, c, NULL); /* a worker waiting on a callback gets an error */
+    callback_cancel_loop(g, c, NULL); /* a worker waiting on a callback gets an error */
     if (c->st == CS_AUTH) /* the credentials check returns first */
         return;
     client_set_state_loop(c, CS_GONE);
@@ -354,7 +326,7 @@ static int on_eof(struct gw *g, struct conn *x, const char *why)
 
 static int on_bad(struct gw *g, struct conn *x, const char *why)
 {
-    client_bad_message_loop(g, client_of(x), why);
+    request_bad_message_loop(g, client_of(x), why);
     return SS_STOP;
 }
 
@@ -398,11 +370,6 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
 
 /* ---- the output bound ------------------------------------------------------------------------ */
 
-int client_output_full_loop(const struct gw *g, const struct client *c)
-{
-    return conn_pending(&c->c) > (size_t)g->cfg.client_high_water;
-}
-
 static void on_stall_timeout(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
@@ -436,7 +403,7 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
     if (before > (size_t)g->cfg.client_low_water && now <= (size_t)g->cfg.client_low_water) {
         struct req *h = client_head(c);
         if (h && h->state == RS_WAITING)
-            client_advance_loop(g, c); /* it was held back by the output bound */
+            request_advance_loop(g, c); /* it was held back by the output bound */
         if (x->closing)
             return;
         now = conn_pending(x); /* the advance may have queued replies (a request done at once) */
@@ -505,7 +472,7 @@ static void on_close(struct gw *g, struct conn *x, const char *why)
         g->back->fanout_cancel(g, c->fo); /* .qgate.all: given up */
     if (c->us)
         c->us->conns--;
-    client_requests_free_loop(g, c);
+    request_free_all_loop(g, c);
     g->nclients--;
 }
 
@@ -514,8 +481,8 @@ static void client_free(struct conn *x) { free(client_of(x)); }
 const struct connops client_connops = {
     .ev = {.on_event = on_event},
     .on_bytes = on_bytes,
-    .on_message = client_message_loop,
-    .on_framed = client_framed_loop,
+    .on_message = request_message_loop,
+    .on_framed = request_framed_loop,
     .on_bad = on_bad,
     .on_eof = on_eof,
     .takes_output = takes_output,
@@ -527,6 +494,14 @@ const struct connops client_connops = {
     .on_gone = on_gone,
     .free = client_free,
 };
+
+struct client *client_lookup_loop(struct gw *g, uint32_t id, uint32_t gen)
+{
+    struct conn *x = conn_lookup_loop(g, id, gen);
+    return x && x->kind == CONN_CLIENT ? client_of(x) : NULL; /* stale: gone, or id reused */
+}
+
+struct client *client_of_job_loop(struct gw *g, const struct job *j) { return client_lookup_loop(g, j->conn_id, j->conn_gen); }
 
 struct client *client_by_serial_loop(struct gw *g, uint64_t serial)
 {

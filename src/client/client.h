@@ -41,7 +41,7 @@ enum client_state { CLIENT_STATES(ST_ENUM) };
  *   WAITING -> LOCAL (a pool job is making its reply) -> READY (reply bytes held) -> sent
  *   WAITING -> HELD (on its group's held list: the group is paused, and the request is one
  *     that never enters the queue, a session's or a .qgate.all) -> WAITING (resumed)
- * req_set_state_loop is the one setter: QUEUED is being on the group's queue, HELD on its
+ * request_set_state_loop is the one setter: QUEUED is being on the group's queue, HELD on its
  * held list. */
 #define REQ_STATES(X) X(WAITING) X(CHECKING) X(QUEUED) X(RUNNING) X(LOCAL) X(READY) X(HELD)
 #define ST_ENUM(e) RS_##e,
@@ -154,24 +154,34 @@ void client_set_state_loop(struct client *c, enum client_state st);
 const char *client_state_name(int st);
 /* Reading stops past client_max_pending bytes held (unless it owes a callback an answer), and
  * goes on below half of it. */
-void client_check_pending_loop(struct gw *g, struct client *c);
+void request_check_pending_loop(struct gw *g, struct client *c);
 /* Its input ended (EOF, reset, a failed write): what it sent still runs, with the replies
  * dropped; it is closed when the last one is done. */
 void client_peer_gone_loop(struct gw *g, struct client *c, const char *why);
 /* Refuse a client that has done its handshake: nothing more is read, the q error text is the
  * answer to the request of len bytes it just sent (not taken), then the close. */
-void client_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len);
+void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len);
 /* Take request x out of the FIFO and free it, its end counted (and logged: access.c): it ran
  * or was answered (answered), or never will be. */
-void req_remove_loop(struct gw *g, struct client *c, struct req *x, int answered);
+void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered);
 /* Drop every request behind r (nothing after it is answered). */
-void req_drop_after_loop(struct gw *g, struct client *c, struct req *r);
+void request_drop_after_loop(struct gw *g, struct client *c, struct req *r);
 /* A reader checked the credentials of a client in AUTH (the job of kind JK_AUTH). */
 void client_auth_done_loop(struct gw *g, struct job *j);
 /* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */
-int client_output_full_loop(const struct gw *g, const struct client *c);
+static inline int client_output_full_loop(const struct gw *g, const struct client *c)
+{
+    return conn_pending(&c->c) > (size_t)g->cfg.client_high_water;
+}
 /* The one setter of the worker running c's head request; keeps the user's count. */
-void client_set_worker_loop(struct client *c, struct worker *w);
+static inline void client_set_worker_loop(struct client *c, struct worker *w)
+{
+    if (c->us && !c->w && w)
+        c->us->inflight++;
+    else if (c->us && c->w && !w)
+        c->us->inflight--;
+    c->w = w;
+}
 /* The client with this serial (as shown by .qgate.clients[]), or NULL. */
 struct client *client_by_serial_loop(struct gw *g, uint64_t serial);
 /* The .qgate.clients[] snapshot (malloc'd). */
@@ -194,53 +204,53 @@ void client_users_free(struct gw *g);
 /* ---- request.c -------------------------------------------------------------------------- */
 /* The one setter of a request's state: QUEUED puts the client on its group's queue, leaving
  * QUEUED takes it off. */
-void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st);
-void req_free(struct req *r);
+void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st);
+void request_free(struct req *r);
 /* The stream's handlers: a whole message (a request, or an answer to a callback); what a read
  * brought has been framed (its requests go on). */
 struct kipc_hdr;
-int client_message_loop(struct gw *g, struct conn *c, const struct kipc_hdr *h, uint8_t *msg);
-int client_framed_loop(struct gw *g, struct conn *c);
+int request_message_loop(struct gw *g, struct conn *c, const struct kipc_hdr *h, uint8_t *msg);
+int request_framed_loop(struct gw *g, struct conn *c);
 /* Start the head request if it is waiting, and send every finished reply at the head; loops
  * (never recurses) over however many requests finish at once. */
-void client_advance_loop(struct gw *g, struct client *c);
+void request_advance_loop(struct gw *g, struct client *c);
 /* The head request finished (its reply fully relayed or dropped). */
-void client_head_done_loop(struct gw *g, struct client *c);
+void request_head_done_loop(struct gw *g, struct client *c);
 /* Answer request r with the q error text (via the writer pool). */
-void client_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
+void request_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Completions: a reply made by a pool job (JK_REPLY); a body validated (JK_CHECK). */
-void client_reply_done_loop(struct gw *g, struct job *j);
-void client_checked_loop(struct gw *g, struct job *j);
+void request_reply_done_loop(struct gw *g, struct job *j);
+void request_checked_loop(struct gw *g, struct job *j);
 /* Queue c's reply to request seq (msg owned now). */
-void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
+void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
 /* The client of connection (id, gen), or NULL if it has gone; of pool job j likewise. */
 struct client *client_lookup_loop(struct gw *g, uint32_t id, uint32_t gen);
 struct client *client_of_job_loop(struct gw *g, const struct job *j);
 /* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
  * 'qgate: badmsg after the replies owed, then the client is closed. */
-void client_bad_message_loop(struct gw *g, struct client *c, const char *why);
+void request_bad_message_loop(struct gw *g, struct client *c, const char *why);
 
 /* Drop every request and callback of a client that is closing. */
-void client_requests_free_loop(struct gw *g, struct client *c);
+void request_free_all_loop(struct gw *g, struct client *c);
 /* pool = session: its worker went down (text says why; cut: in the middle of a message to
  * it). As if its q had died: the first sync request not yet answered gets text, nothing after
  * it runs, and the client is closed once what it is owed is sent. */
-void client_session_lost_loop(struct gw *g, struct client *c, int cut, const char *text);
+void request_session_lost_loop(struct gw *g, struct client *c, int cut, const char *text);
 /* A client whose input ended goes once everything it sent has run. */
-void client_finish_if_gone_loop(struct gw *g, struct client *c);
+void request_finish_if_gone_loop(struct gw *g, struct client *c);
 
 /* ---- callback.c ------------------------------------------------------------------------- */
 /* A response from the client: the answer to the oldest callback relayed to it (msg owned). */
-void client_take_response_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len);
+void callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len);
 /* Worker w sends c a callback: its answer is expected, and c is read until it comes. 0, or -1
  * on ENOMEM. */
-int client_callback_loop(struct gw *g, struct client *c, const struct conn *w);
+int callback_add_loop(struct gw *g, struct client *c, const struct conn *w);
 /* c will not answer w's callbacks (NULL: anyone's): each such worker is told so. */
-void client_cancel_calls_loop(struct gw *g, struct client *c, const struct conn *w);
+void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w);
 /* Does a worker wait for c's answer to a callback? */
-int client_owes_answer_loop(struct gw *g, const struct client *c);
+int callback_owed_loop(struct gw *g, const struct client *c);
 /* A response to a callback validated by a reader (JK_NESTED). */
-void client_nested_checked_loop(struct gw *g, struct job *j);
+void callback_checked_loop(struct gw *g, struct job *j);
 
 #endif

@@ -1,8 +1,8 @@
 /* request.c: a client's requests, answered in order: framing and validation of what it sends,
  * the FIFO (only the head is started, and the FIFO is walked by one loop, never by
- * recursion), replies made by the pools. The client side's ops for dispatch are here too.
- * What stops a client's reading early (bad messages, refusals, its session's worker lost) is
- * stop.c's. */
+ * recursion), replies made by the pools; what stops a client's reading early (bad messages,
+ * refusals, its session's worker lost) and a reader's verdict on a body it validated. The
+ * client side's ops for dispatch are here too. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +18,7 @@
 #include "kipc.h"
 #include "log.h"
 
-void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st)
+void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st)
 {
     if (r->state == st)
         return;
@@ -31,7 +31,7 @@ void req_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_
     r->state = (uint8_t)st;
 }
 
-void req_free(struct req *r)
+void request_free(struct req *r)
 {
     free(r->msg);
     free(r->etext);
@@ -49,28 +49,28 @@ static void req_drop_msg(struct client *c, struct req *r)
     }
 }
 
-static void pop_head(struct gw *g, struct client *c) { req_remove_loop(g, c, client_head(c), 1); }
+static void pop_head(struct gw *g, struct client *c) { request_remove_loop(g, c, client_head(c), 1); }
 
-void req_remove_loop(struct gw *g, struct client *c, struct req *x, int answered)
+void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered)
 {
     access_req_loop(g, c, x, answered);
-    req_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
+    request_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
     STAILQ_REMOVE(&c->reqs, x, req, link);
     req_drop_msg(c, x);
-    req_free(x);
+    request_free(x);
 }
 
 /* Drop every request behind r (nothing after it is answered). */
-void req_drop_after_loop(struct gw *g, struct client *c, struct req *r)
+void request_drop_after_loop(struct gw *g, struct client *c, struct req *r)
 {
     struct req *x;
     while ((x = STAILQ_NEXT(r, link)))
-        req_remove_loop(g, c, x, 0);
+        request_remove_loop(g, c, x, 0);
 }
 
-void client_requests_free_loop(struct gw *g, struct client *c)
+void request_free_all_loop(struct gw *g, struct client *c)
 {
-    client_cancel_calls_loop(g, c, NULL);
+    callback_cancel_loop(g, c, NULL);
     struct call *k;
     while ((k = STAILQ_FIRST(&c->calls))) {
         STAILQ_REMOVE_HEAD(&c->calls, link);
@@ -81,12 +81,12 @@ void client_requests_free_loop(struct gw *g, struct client *c)
         struct req *r = client_head(c);
         STAILQ_REMOVE_HEAD(&c->reqs, link);
         access_req_loop(g, c, r, 0);
-        req_free(r);
+        request_free(r);
     }
     c->pending = 0;
 }
 
-void client_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
+void request_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
 {
     struct job *j = job_new(job_encode_error, JK_REPLY);
     va_list ap;
@@ -105,7 +105,7 @@ void client_error_loop(struct gw *g, struct client *c, struct req *r, const char
     r->outcome = ALOG_GWERROR;
     free(r->etext);
     r->etext = strdup(j->text);
-    req_set_state_loop(g, c, r, RS_LOCAL);
+    request_set_state_loop(g, c, r, RS_LOCAL);
     conn_submit_loop(g->writers, j, &c->c, r->seq);
 }
 
@@ -117,8 +117,8 @@ static void on_queue_timeout(struct gw *g, struct conn *x)
         return;
     conn_refused_loop(g, REFUSED_QUEUE_TIMEOUT, c->c.name, "request waited %lld ms for a worker (queue_timeout)",
                       (long long)(g->loop.now_ms - r->t_arrive));
-    client_error_loop(g, c, r, "qgate: timeout (queued %lld ms)", (long long)(g->loop.now_ms - r->t_arrive));
-    client_check_pending_loop(g, c);
+    request_error_loop(g, c, r, "qgate: timeout (queued %lld ms)", (long long)(g->loop.now_ms - r->t_arrive));
+    request_check_pending_loop(g, c);
 }
 
 /* Hand request r's bytes to a reader job (it owns them now): validation or a command. */
@@ -134,7 +134,7 @@ static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, 
     j->aux[0] = g->cfg.max_message;
     r->msg = NULL;
     c->pending -= req_cost(r);
-    req_set_state_loop(g, c, r, (enum req_state)state);
+    request_set_state_loop(g, c, r, (enum req_state)state);
     conn_submit_loop(g->readers, j, &c->c, r->seq);
 }
 
@@ -155,15 +155,15 @@ static int route(struct gw *g, struct client *c, struct req *r)
     if (!ok || !to || !dispatch_admits_loop(g, to, user) || session_all) {
         if (r->type == KIPC_ASYNC) { /* nobody to tell: done with, as if run */
             req_drop_msg(c, r);
-            req_set_state_loop(g, c, r, RS_READY);
+            request_set_state_loop(g, c, r, RS_READY);
         } else if (!ok)
-            client_error_loop(g, c, r, "qgate: bad route: %s; it is %s", jobs_route_why(f), jobs_route_usage(f));
+            request_error_loop(g, c, r, "qgate: bad route: %s; it is %s", jobs_route_why(f), jobs_route_usage(f));
         else if (!to)
-            client_error_loop(g, c, r, "qgate: no group %s", name);
+            request_error_loop(g, c, r, "qgate: no group %s", name);
         else if (session_all)
-            client_error_loop(g, c, r, "qgate: .qgate.all does not apply to group %s (pool = session)", name);
+            request_error_loop(g, c, r, "qgate: .qgate.all does not apply to group %s (pool = session)", name);
         else
-            client_error_loop(g, c, r, "qgate: access: group %s does not admit user '%s'", name, user);
+            request_error_loop(g, c, r, "qgate: access: group %s does not admit user '%s'", name, user);
         log_limited(&g->lim.not_routed, g->loop.now_ms, LOG_INFO, c->c.name, "request %llu not routed%s%s%s",
                     (unsigned long long)r->seq, r->type == KIPC_ASYNC ? " (async: dropped)" : "",
                     ok ? "" : ": bad route: ", ok ? "" : jobs_route_why(f));
@@ -199,18 +199,18 @@ static int start_unqueued(struct gw *g, struct client *c, struct req *r)
     struct group *grp = r->grp;
     int fan = r->fan && r->type == KIPC_SYNC, own = c->sess && grp == c->grp && !r->fan;
     if (grp->paused && (fan || own)) { /* held, queue_timeout applying; the others wait in the queue */
-        req_set_state_loop(g, c, r, RS_HELD);
+        request_set_state_loop(g, c, r, RS_HELD);
         if (g->cfg.queue_timeout > 0 && r->type == KIPC_SYNC)
             conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
         return 1;
     }
     if (fan) { /* .qgate.all: every worker up runs it, the replies merged */
         if (!grp->nup) {
-            client_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
+            request_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
             return 1;
         }
         conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE); /* its queue timeout, if it was held */
-        req_set_state_loop(g, c, r, RS_RUNNING);
+        request_set_state_loop(g, c, r, RS_RUNNING);
         if (g->back->fanout(g, grp, c, r))
             conn_close_loop(g, &c->c, "out of memory");
         return 1;
@@ -221,10 +221,10 @@ static int start_unqueued(struct gw *g, struct client *c, struct req *r)
     }
     if (r->type == KIPC_ASYNC && (grp->cfg.async_mode == CFG_ASYNC_BROADCAST || r->fan) && grp->nup &&
         !grp->paused) {
-        req_set_state_loop(g, c, r, RS_RUNNING);
+        request_set_state_loop(g, c, r, RS_RUNNING);
         if (g->back->broadcast(g, grp, c, r))
             return 1;
-        req_set_state_loop(g, c, r, RS_WAITING); /* none could take it: it waits in the queue */
+        request_set_state_loop(g, c, r, RS_WAITING); /* none could take it: it waits in the queue */
     }
     return 0;
 }
@@ -232,7 +232,7 @@ static int start_unqueued(struct gw *g, struct client *c, struct req *r)
 /* Start the head request: a body to validate goes to a reader first, a gateway command to a
  * reader, a route to its group, a broadcast to every worker up, anything else to its group's
  * queue (or its session's worker). It never finishes here, so the FIFO is walked by
- * client_advance_loop alone, without recursion. */
+ * request_advance_loop alone, without recursion. */
 static void start_head(struct gw *g, struct client *c, struct req *r)
 {
     if (r->unchecked) {
@@ -244,7 +244,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
     int cmd = r->type != KIPC_SYNC || r->routed ? 0 /* never a route */
               : r->cmd_known ? r->cmd : jobs_peek_command(r->msg, r->len);
     if (cmd < 0) {
-        client_error_loop(g, c, r, "qgate: bad command: a command is .qgate.name[] or (`.qgate.name; arg), "
+        request_error_loop(g, c, r, "qgate: bad command: a command is .qgate.name[] or (`.qgate.name; arg), "
                                    "under %d bytes", GWCMD_MAX_LEN);
         return;
     }
@@ -258,16 +258,16 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
     if (grp->unavailable && !grp->paused && r->type == KIPC_SYNC) {
         conn_refused_loop(g, REFUSED_NO_WORKER, c->c.name, "no worker of group %s is up: refused a request",
                           grp->cfg.name);
-        client_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
+        request_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
         return;
     }
     if (r->type == KIPC_SYNC && dispatch_full_loop(g, grp)) { /* an async message always waits */
         conn_refused_loop(g, REFUSED_BUSY, c->c.name, "group %s: max_queue (%d) clients wait: 'qgate: busy",
                           grp->cfg.name, g->cfg.max_queue);
-        client_error_loop(g, c, r, "qgate: busy");
+        request_error_loop(g, c, r, "qgate: busy");
         return;
     }
-    req_set_state_loop(g, c, r, RS_QUEUED);
+    request_set_state_loop(g, c, r, RS_QUEUED);
     if (g->cfg.queue_timeout > 0 && r->type == KIPC_SYNC)
         conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
 }
@@ -282,14 +282,14 @@ static int has_whole_message(const struct gw *g, const struct client *c)
                             &why) == QG_OK;
 }
 
-void client_finish_if_gone_loop(struct gw *g, struct client *c)
+void request_finish_if_gone_loop(struct gw *g, struct client *c)
 {
     if (c->eof && !c->c.closing && c->st != CS_AUTH && !client_head(c) && !c->c.in_backlog &&
         !has_whole_message(g, c))
         conn_close_loop(g, &c->c, "client closed the connection");
 }
 
-void client_advance_loop(struct gw *g, struct client *c)
+void request_advance_loop(struct gw *g, struct client *c)
 {
     struct req *r;
     while (!c->c.closing && (r = client_head(c))) {
@@ -302,7 +302,7 @@ void client_advance_loop(struct gw *g, struct client *c)
                 conn_push_whole_loop(g, &c->c, r->reply); /* after a publish being streamed to it */
                 r->reply = NULL;
             }
-            req_free(r);
+            request_free(r);
             continue;
         }
         /* a client that reads nothing gets nothing more: its output bounds what it costs */
@@ -315,11 +315,11 @@ void client_advance_loop(struct gw *g, struct client *c)
     }
     if (c->c.closing)
         return;
-    client_check_pending_loop(g, c);
-    client_finish_if_gone_loop(g, c);
+    request_check_pending_loop(g, c);
+    request_finish_if_gone_loop(g, c);
 }
 
-void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len)
+void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len)
 {
     /* the head's, usually; a bad message's error is made as soon as it is seen, behind the
      * requests still owed, and waits there for its turn */
@@ -334,7 +334,7 @@ void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *ms
     if (r->type != KIPC_SYNC) { /* nobody waits for an async message's reply */
         free(msg);
         if (r == client_head(c))
-            client_head_done_loop(g, c);
+            request_head_done_loop(g, c);
         return;
     }
     r->reply = chunk_wrap(msg, len);
@@ -342,21 +342,13 @@ void client_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *ms
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    req_set_state_loop(g, c, r, RS_READY);
+    request_set_state_loop(g, c, r, RS_READY);
     if (r->close_after && r == client_head(c)) /* the bad message's error: nothing after it */
-        req_drop_after_loop(g, c, client_head(c));
-    client_advance_loop(g, c);
+        request_drop_after_loop(g, c, client_head(c));
+    request_advance_loop(g, c);
 }
 
-struct client *client_lookup_loop(struct gw *g, uint32_t id, uint32_t gen)
-{
-    struct conn *x = conn_lookup_loop(g, id, gen);
-    return x && x->kind == CONN_CLIENT ? client_of(x) : NULL; /* stale: gone, or id reused */
-}
-
-struct client *client_of_job_loop(struct gw *g, const struct job *j) { return client_lookup_loop(g, j->conn_id, j->conn_gen); }
-
-void client_reply_done_loop(struct gw *g, struct job *j)
+void request_reply_done_loop(struct gw *g, struct job *j)
 {
     struct client *c = client_of_job_loop(g, j);
     if (!c)
@@ -365,11 +357,11 @@ void client_reply_done_loop(struct gw *g, struct job *j)
         conn_close_loop(g, &c->c, "out of memory making a reply");
         return;
     }
-    client_reply_loop(g, c, j->seq, j->out, j->out_len);
+    request_reply_loop(g, c, j->seq, j->out, j->out_len);
     j->out = NULL;
 }
 
-void client_head_done_loop(struct gw *g, struct client *c)
+void request_head_done_loop(struct gw *g, struct client *c)
 {
     client_set_worker_loop(c, NULL);
     if (c->c.has_pipe && !c->c.piped)
@@ -377,13 +369,32 @@ void client_head_done_loop(struct gw *g, struct client *c)
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     while (client_head(c) && client_head(c)->state == RS_RUNNING)
         pop_head(g, c);
-    client_advance_loop(g, c);
+    request_advance_loop(g, c);
+}
+
+/* ---- the pause for client_max_pending ------------------------------------------------------ */
+
+void request_check_pending_loop(struct gw *g, struct client *c)
+{
+    int owes = c->ncalls && callback_owed_loop(g, c);
+    int may_read = c->st == CS_READY && !g->draining && !c->eof;
+    if (c->paused && owes && may_read) { /* its answer may be behind what it sent since */
+        c->paused = 0;
+        conn_set_reading_loop(g, &c->c, 1);
+    } else if (!c->paused && c->pending > (size_t)g->cfg.client_max_pending && !owes) {
+        c->paused = 1;
+        conn_set_reading_loop(g, &c->c, 0);
+        log_debug(c->c.name, "paused: %zu bytes of requests waiting", c->pending);
+    } else if (c->paused && c->pending <= (size_t)g->cfg.client_max_pending / 2 && may_read) {
+        c->paused = 0;
+        conn_set_reading_loop(g, &c->c, 1);
+    }
 }
 
 /* ---- framing ----------------------------------------------------------------------------------- */
 
 /* A whole message of h->len bytes (msg, owned): a request, or an answer to a callback. */
-int client_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg)
+int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg)
 {
     struct client *c = client_of(x);
     if (c->st != CS_READY && c->st != CS_GONE) { /* it reads nothing more */
@@ -391,31 +402,25 @@ int client_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, 
         return SS_STOP;
     }
     if (h->type == KIPC_RESPONSE) {
-        client_take_response_loop(g, c, msg, (size_t)h->len);
+        callback_answer_loop(g, c, msg, (size_t)h->len);
         return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
     }
     if (c->refuse) { /* over max_clients: its first request gets the error, then the close */
         free(msg);
         conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
         if (h->type == KIPC_SYNC)
-            client_refuse_loop(g, c, "qgate: too many connections", (size_t)h->len);
+            request_refuse_loop(g, c, "qgate: too many connections", (size_t)h->len);
         else
             conn_close_loop(g, &c->c, "over max_clients");
         return SS_STOP;
     }
-    int unchecked = h->compressed || h->len > VALIDATE_ON_LOOP_MAX;
-    /* a peek at the first item's name; a route is read whole only where it is validated here
-     * anyway (the reader reads the others, and every compressed one) */
-    int route = !h->compressed && jobs_peek_route(msg, (size_t)h->len) != 0;
-    struct route_form form = {0};
-    int read_ok = route && !unchecked && jobs_parse_route(msg, (size_t)h->len, &form) > 0; /* then it is valid */
-    int cmd = h->type == KIPC_SYNC && !route ? jobs_peek_command(msg, (size_t)h->len) : 0; /* decoded on a reader */
+    struct jobs_arrival a;
     struct kerr e;
-    if (!unchecked && !cmd && !read_ok && kvalidate_check(msg + 8, (size_t)h->len - 8, h->le, NULL, &e) != QG_OK) {
+    if (jobs_arrival(msg, h, VALIDATE_ON_LOOP_MAX, &a, &e)) {
         free(msg);
         char bad[96];
         snprintf(bad, sizeof bad, "%s at byte %zu", e.why, e.off + 8);
-        client_bad_message_loop(g, c, bad);
+        request_bad_message_loop(g, c, bad);
         return SS_STOP;
     }
     struct req *r = calloc(1, sizeof *r);
@@ -424,24 +429,165 @@ int client_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, 
         return stream_close(&c->c, "out of memory");
     }
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
-                      .unchecked = (uint8_t)unchecked, .route = (uint8_t)route, .form = form, .grp = c->grp,
-                      .cmd = (int8_t)cmd, .cmd_known = !h->compressed,
+                      .unchecked = a.unchecked, .route = a.route, .form = a.form, .grp = c->grp,
+                      .cmd = a.cmd, .cmd_known = !h->compressed,
                       .t_arrive = g->loop.now_ms, .t_in_us = g->loop.now_us, .in_len = (size_t)h->len};
     c->pending += req_cost(r);
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
-              unchecked ? ", validated on a reader" : "");
+              a.unchecked ? ", validated on a reader" : "");
     return SS_OK;
 }
 
 /* What arrived has been framed: its requests go on. */
-int client_framed_loop(struct gw *g, struct conn *x)
+int request_framed_loop(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
     if (c->eof && !c->c.in_backlog) /* a message cut by the close never arrives */
         stream_input_drop_loop(&c->c);
-    client_advance_loop(g, c);
+    request_advance_loop(g, c);
     return c->st == CS_READY && !c->paused && !c->c.closing ? SS_OK : SS_STOP;
+}
+
+/* ---- bad messages ---------------------------------------------------------------------------- */
+
+/* Nothing more is read: what is owed is sent, then the client is closed (FLUSHING). */
+static void stop_reading(struct gw *g, struct client *c)
+{
+    if (g->hooks.unread)
+        g->hooks.unread(g->hooks.ctx, c->c.id, c->c.gen, c->next_seq);
+    callback_cancel_loop(g, c, NULL); /* q reads nothing more: no answer comes */
+    if (c->st != CS_GONE && c->st != CS_FLUSHING)
+        client_set_state_loop(c, CS_FLUSHING);
+    conn_set_reading_loop(g, &c->c, 0);
+    stream_input_drop_loop(&c->c);
+    conn_backlog_remove_loop(g, &c->c);
+}
+
+/* Stop reading after a bad message: 'qgate: badmsg comes after the replies owed, then close. */
+static void stop_for_bad_message(struct gw *g, struct client *c, const char *why)
+{
+    conn_refused_loop(g, REFUSED_BADMSG, c->c.name, "bad message: %s", why);
+    stop_reading(g, c);
+}
+
+/* Reading has stopped: error text goes after the replies owed (as the answer to a request of
+ * seq next, of len bytes if known), then the close. */
+static void close_with_error(struct gw *g, struct client *c, const char *text, size_t len)
+{
+    if (c->eof) /* nobody to tell: what came before still runs */
+        return;
+    struct req *r = calloc(1, sizeof *r);
+    if (!r) {
+        conn_close_loop(g, &c->c, "out of memory");
+        return;
+    }
+    r->seq = c->next_seq++;
+    r->type = KIPC_SYNC;
+    r->grp = c->grp;
+    r->close_after = 1;
+    r->t_arrive = g->loop.now_ms;
+    r->t_in_us = g->loop.now_us;
+    r->in_len = len;
+    STAILQ_INSERT_TAIL(&c->reqs, r, link);
+    request_error_loop(g, c, r, "%s", text);
+}
+
+/* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
+ * 'qgate: badmsg after the replies owed. */
+void request_bad_message_loop(struct gw *g, struct client *c, const char *why)
+{
+    stop_for_bad_message(g, c, why);
+    char text[160];
+    snprintf(text, sizeof text, "qgate: badmsg %s", why);
+    close_with_error(g, c, text, 0);
+}
+
+void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len)
+{
+    stop_reading(g, c);
+    close_with_error(g, c, text, len);
+}
+
+/* Request x will not run: its session's worker is gone (named to tests/sim's lost hook). */
+static void give_up(struct gw *g, struct client *c, struct req *x)
+{
+    if (g->hooks.lost)
+        g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, x->seq);
+    request_remove_loop(g, c, x, 0);
+}
+
+void request_session_lost_loop(struct gw *g, struct client *c, int cut, const char *text)
+{
+    if (c->c.closing)
+        return;
+    log_info(c->c.name, "session: %s", text + strlen("qgate: "));
+    if (cut || c->eof) { /* its stream is broken, or nobody is left to tell */
+        conn_close_loop(g, &c->c, "its session's worker was lost");
+        return;
+    }
+    while (client_head(c) && client_head(c)->state == RS_RUNNING && client_head(c)->type == KIPC_ASYNC)
+        request_remove_loop(g, c, client_head(c), 1); /* ran, or went down with the worker */
+    stop_reading(g, c);
+    struct req *r;
+    STAILQ_FOREACH(r, &c->reqs, link)
+        if (r->type == KIPC_SYNC && r->state != RS_LOCAL && r->state != RS_READY)
+            break;
+    if (r)
+        while (STAILQ_NEXT(r, link))
+            give_up(g, c, STAILQ_NEXT(r, link)); /* nothing after it */
+    /* before it, what has not run never will; replies made (commands, errors) still go */
+    for (struct req *x = client_head(c), *n; x && x != r; x = n) {
+        n = STAILQ_NEXT(x, link);
+        if (x->state != RS_LOCAL && x->state != RS_READY)
+            give_up(g, c, x);
+    }
+    if (r) {
+        r->close_after = 1;
+        request_error_loop(g, c, r, "%s", text);
+        return;
+    }
+    if (!client_head(c) && !conn_pending(&c->c))
+        conn_close_loop(g, &c->c, "its session's worker was lost");
+    else
+        request_advance_loop(g, c); /* replies made before go, then the close (FLUSHING) */
+}
+
+void request_checked_loop(struct gw *g, struct job *j)
+{
+    struct client *c = client_of_job_loop(g, j);
+    struct req *r = c ? client_head(c) : NULL;
+    if (!r || r->seq != j->seq || r->state != RS_CHECKING)
+        return;
+    if (!j->result) {
+        r->msg = j->out ? j->out : j->in; /* a compressed route comes back decompressed */
+        r->len = j->out ? j->out_len : r->len;
+        /* the reader read what the arrival's peek saw, and what no peek sees in a compressed
+         * message: the route as a whole, its offsets into r->msg */
+        jobs_route_form_of(j, &r->form);
+        r->route = r->form.kind != 0;
+        if (j->out)
+            j->out = NULL;
+        else
+            j->in = NULL;
+        c->pending += req_cost(r);
+        r->unchecked = 0;
+        request_set_state_loop(g, c, r, RS_WAITING);
+        request_advance_loop(g, c);
+        return;
+    }
+    /* its body failed: it is answered 'qgate: badmsg in its place, what came after dropped */
+    request_drop_after_loop(g, c, client_head(c));
+    stop_for_bad_message(g, c, j->text);
+    if (c->eof) {
+        request_remove_loop(g, c, client_head(c), 1);
+        request_finish_if_gone_loop(g, c);
+        return;
+    }
+    r->type = KIPC_SYNC;
+    r->close_after = 1;
+    r->unchecked = 0;
+    request_error_loop(g, c, r, "qgate: badmsg %s", j->text);
 }
 
 /* ---- the client side, as dispatch sees it ---------------------------------------------------------- */
@@ -462,9 +608,9 @@ static void front_broadcast(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
     struct req *r = client_head(c);
-    req_set_state_loop(g, c, r, RS_RUNNING);
+    request_set_state_loop(g, c, r, RS_RUNNING);
     if (!g->back->broadcast(g, r->grp, c, r)) /* out of memory: it waits again */
-        req_set_state_loop(g, c, r, RS_QUEUED);
+        request_set_state_loop(g, c, r, RS_QUEUED);
 }
 
 static void front_no_worker(struct gw *g, struct conn *x)
@@ -472,11 +618,32 @@ static void front_no_worker(struct gw *g, struct conn *x)
     struct client *c = client_of(x);
     struct req *r = client_head(c);
     if (r && r->state == RS_QUEUED && r->type == KIPC_SYNC)
-        client_error_loop(g, c, r, "qgate: no worker of group %s is up", r->grp->cfg.name);
+        request_error_loop(g, c, r, "qgate: no worker of group %s is up", r->grp->cfg.name);
+}
+
+static void front_pause_done(struct gw *g, uint32_t id, uint32_t gen, uint64_t seq, int done, const char *what)
+{
+    struct client *c = client_lookup_loop(g, id, gen);
+    struct req *r = c ? client_head(c) : NULL;
+    if (!r || r->seq != seq || r->state != RS_LOCAL) /* gone meanwhile */
+        return;
+    if (!done) {
+        request_error_loop(g, c, r, "%s", what);
+        return;
+    }
+    log_info(c->c.name, "%s", what);
+    struct job *j = job_new(job_encode_command, JK_REPLY); /* 1b */
+    if (!j) {
+        conn_close_loop(g, &c->c, "out of memory");
+        return;
+    }
+    j->arg = GWCMD_PAUSE;
+    conn_submit_loop(g->writers, j, &c->c, seq);
 }
 
 const struct frontend_ops client_frontend = {
     .ready = front_ready,
     .broadcast = front_broadcast,
     .no_worker = front_no_worker,
+    .pause_done = front_pause_done,
 };

@@ -121,48 +121,7 @@ void conn_set_reading_loop(struct gw *g, struct conn *c, int on)
 
 /* ---- the lists ---------------------------------------------------------------------------- */
 
-void conn_mark_dirty_loop(struct gw *g, struct conn *c)
-{
-    if (c->dirty || c->closing || c->fd < 0)
-        return;
-    c->dirty = 1;
-    TAILQ_INSERT_TAIL(&g->dirty, c, dirty_link);
-    g->ndirty++;
-}
-
-void conn_unmark_dirty_loop(struct gw *g, struct conn *c)
-{
-    if (!c->dirty)
-        return;
-    TAILQ_REMOVE(&g->dirty, c, dirty_link);
-    g->ndirty--;
-    c->dirty = 0;
-}
-
-void conn_backlog_add_loop(struct gw *g, struct conn *c)
-{
-    if (c->in_backlog || c->closing)
-        return;
-    c->in_backlog = 1;
-    TAILQ_INSERT_TAIL(&g->backlog, c, backlog_link);
-    g->loop.work_pending = 1;
-}
-
-void conn_backlog_remove_loop(struct gw *g, struct conn *c)
-{
-    if (!c->in_backlog)
-        return;
-    TAILQ_REMOVE(&g->backlog, c, backlog_link);
-    c->in_backlog = 0;
-}
-
-struct conn *conn_backlog_pop_loop(struct gw *g)
-{
-    struct conn *c = TAILQ_FIRST(&g->backlog);
-    if (c)
-        conn_backlog_remove_loop(g, c);
-    return c;
-}
+int conn_waiting_loop(struct gw *g) { return !TAILQ_EMPTY(&g->dirty) || !TAILQ_EMPTY(&g->backlog); }
 
 void conn_q_init(struct connq *q)
 {
@@ -170,31 +129,10 @@ void conn_q_init(struct connq *q)
     q->n = 0;
 }
 
-void conn_queue_in_loop(struct connq *q, struct conn *c)
-{
-    if (c->q == q)
-        return;
-    conn_queue_out_loop(c);
-    TAILQ_INSERT_TAIL(&q->h, c, qlink);
-    q->n++;
-    c->q = q;
-}
-
-void conn_queue_out_loop(struct conn *c)
-{
-    if (!c->q)
-        return;
-    TAILQ_REMOVE(&c->q->h, c, qlink);
-    c->q->n--;
-    c->q = NULL;
-}
-
 void conn_wait_on_loop(struct conn *c, struct conn *target) { conn_queue_in_loop(&target->waiters, c); }
 
-void conn_wake_loop(struct gw *g, struct conn *target)
+void conn_wake_all_loop(struct gw *g, struct conn *target)
 {
-    if (!target->waiters.h.tqh_last || !connq_first(&target->waiters))
-        return;
     struct connq woken; /* taken aside: a waiter whose wait goes on puts itself back */
     conn_q_init(&woken);
     struct conn *x;
@@ -206,20 +144,11 @@ void conn_wake_loop(struct gw *g, struct conn *target)
     }
 }
 
-static void on_timer(struct gw *g, struct timer *t)
+void conn_timer_fire_loop(struct gw *g, struct timer *t)
 {
     struct conn_timer *ct = (struct conn_timer *)t;
     ct->fn(g, ct->c);
 }
-
-void conn_timer_arm_loop(struct gw *g, struct conn *c, int which, int64_t when_ms, conn_timer_fn fn)
-{
-    c->tm[which].c = c;
-    c->tm[which].fn = fn;
-    loop_timer_arm_loop(g, &c->tm[which].t, when_ms, on_timer);
-}
-
-void conn_timer_cancel_loop(struct gw *g, struct conn *c, int which) { loop_timer_cancel_loop(g, &c->tm[which].t); }
 
 /* ---- output ------------------------------------------------------------------------------- */
 
@@ -229,18 +158,9 @@ void conn_push_whole_loop(struct gw *g, struct conn *c, struct chunk *ch)
     conn_mark_dirty_loop(g, c);
 }
 
-void conn_stream_end_loop(struct gw *g, struct conn *c)
+void conn_pipe_close_all_loop(struct conn *c)
 {
-    c->streaming = 0;
-    if (!c->held.head)
-        return;
-    outq_append(&c->out, &c->held); /* in the order they came */
-    conn_mark_dirty_loop(g, c);
-}
-
-void conn_pipe_close_loop(struct conn *c)
-{
-    if (c->has_pipe) {
+    {
         close(c->pipe_rd);
         close(c->pipe_wr);
         c->has_pipe = 0;

@@ -106,6 +106,7 @@ struct conn {
                           * from elsewhere wait in held */
     uint8_t framed;      /* its input is kdb+ messages (else raw: a handshake, an HTTP request) */
     uint8_t paused;      /* stopped reading until waits_on's output drains (stream_pause_loop) */
+    uint8_t owes;        /* a worker: it owes broadcasts or fan-out parts (dispatch asks what, then) */
     uint32_t id, gen;
     int fd;
     uint32_t events;     /* registered epoll mask */
@@ -142,29 +143,95 @@ void conn_set_events_loop(struct gw *g, struct conn *c, uint32_t events);
 /* Reading on or off (EPOLLIN | EPOLLRDHUP). */
 void conn_set_reading_loop(struct gw *g, struct conn *c, int on);
 
-/* The lists. Each is entered and left here only. */
-void conn_mark_dirty_loop(struct gw *g, struct conn *c);    /* output queued: flush this iteration */
-void conn_unmark_dirty_loop(struct gw *g, struct conn *c);
-void conn_backlog_add_loop(struct gw *g, struct conn *c);   /* whole messages left over by a budget */
+/* The lists. Each is entered and left here only (these, and conn.c). They are in the header
+ * because a plain request passes them a dozen times: list operations, no decision. */
+static inline void conn_mark_dirty_loop(struct gw *g, struct conn *c) /* output queued: flush this iteration */
+{
+    if (c->dirty || c->closing || c->fd < 0)
+        return;
+    c->dirty = 1;
+    TAILQ_INSERT_TAIL(&g->dirty, c, dirty_link);
+    g->ndirty++;
+}
+static inline void conn_unmark_dirty_loop(struct gw *g, struct conn *c)
+{
+    if (!c->dirty)
+        return;
+    TAILQ_REMOVE(&g->dirty, c, dirty_link);
+    g->ndirty--;
+    c->dirty = 0;
+}
+static inline void conn_backlog_add_loop(struct gw *g, struct conn *c) /* whole messages left over by a budget */
+{
+    if (c->in_backlog || c->closing)
+        return;
+    c->in_backlog = 1;
+    TAILQ_INSERT_TAIL(&g->backlog, c, backlog_link);
+    g->loop.work_pending = 1;
+}
+static inline void conn_backlog_remove_loop(struct gw *g, struct conn *c)
+{
+    if (!c->in_backlog)
+        return;
+    TAILQ_REMOVE(&g->backlog, c, backlog_link);
+    c->in_backlog = 0;
+}
 /* Take the backlog's oldest off it, or NULL. */
-struct conn *conn_backlog_pop_loop(struct gw *g);
-void conn_backlog_remove_loop(struct gw *g, struct conn *c);
-void conn_queue_in_loop(struct connq *q, struct conn *c);   /* onto a group's queue or idle list */
-void conn_queue_out_loop(struct conn *c);                   /* off whichever it is on */
+static inline struct conn *conn_backlog_pop_loop(struct gw *g)
+{
+    struct conn *c = TAILQ_FIRST(&g->backlog);
+    if (c)
+        conn_backlog_remove_loop(g, c);
+    return c;
+}
+/* Is work waiting (output to flush, messages on the backlog)? The loop's waiting phase. */
+int conn_waiting_loop(struct gw *g);
 void conn_q_init(struct connq *q);
+static inline void conn_queue_out_loop(struct conn *c) /* off whichever queue or list it is on */
+{
+    if (!c->q)
+        return;
+    TAILQ_REMOVE(&c->q->h, c, qlink);
+    c->q->n--;
+    c->q = NULL;
+}
+static inline void conn_queue_in_loop(struct connq *q, struct conn *c) /* onto a group's queue or idle list */
+{
+    if (c->q == q)
+        return;
+    conn_queue_out_loop(c);
+    TAILQ_INSERT_TAIL(&q->h, c, qlink);
+    q->n++;
+    c->q = q;
+}
 static inline struct conn *connq_first(const struct connq *q) { return TAILQ_FIRST(&q->h); }
 static inline struct conn *connq_next(const struct conn *c) { return TAILQ_NEXT(c, qlink); }
 
 /* Its timers: armed and cancelled here (closing cancels them all). */
-void conn_timer_arm_loop(struct gw *g, struct conn *c, int which, int64_t when_ms, conn_timer_fn fn);
-void conn_timer_cancel_loop(struct gw *g, struct conn *c, int which);
+void conn_timer_fire_loop(struct gw *g, struct timer *t);
+static inline void conn_timer_arm_loop(struct gw *g, struct conn *c, int which, int64_t when_ms, conn_timer_fn fn)
+{
+    c->tm[which].c = c;
+    c->tm[which].fn = fn;
+    loop_timer_arm_loop(g, &c->tm[which].t, when_ms, conn_timer_fire_loop);
+}
+static inline void conn_timer_cancel_loop(struct gw *g, struct conn *c, int which)
+{
+    if (c->tm[which].t.pos)
+        loop_timer_cancel_loop(g, &c->tm[which].t);
+}
 static inline int conn_timer_armed(const struct conn *c, int which) { return c->tm[which].t.pos != 0; }
 
 /* c stops until target's output drains: on target's waiters, woken (its on_wake) by
  * conn_wake_loop, or when target closes or drops its socket. */
 void conn_wait_on_loop(struct conn *c, struct conn *target);
 /* Wake every connection waiting on target's output. */
-void conn_wake_loop(struct gw *g, struct conn *target);
+void conn_wake_all_loop(struct gw *g, struct conn *target);
+static inline void conn_wake_loop(struct gw *g, struct conn *target)
+{
+    if (target->waiters.h.tqh_last && connq_first(&target->waiters))
+        conn_wake_all_loop(g, target);
+}
 
 /* Output. */
 /* Bytes waiting: queued, piped and held. */
@@ -172,9 +239,21 @@ static inline size_t conn_pending(const struct conn *c) { return c->out.bytes + 
 /* A whole message from elsewhere: into out, or held while a message is being streamed. */
 void conn_push_whole_loop(struct gw *g, struct conn *c, struct chunk *ch);
 /* The message being streamed into out has ended: what was held goes out now. */
-void conn_stream_end_loop(struct gw *g, struct conn *c);
+static inline void conn_stream_end_loop(struct gw *g, struct conn *c)
+{
+    c->streaming = 0;
+    if (!c->held.head)
+        return;
+    outq_append(&c->out, &c->held); /* in the order they came */
+    conn_mark_dirty_loop(g, c);
+}
 /* Close its splice pipe (made by the stream when it first splices into it). */
-void conn_pipe_close_loop(struct conn *c);
+void conn_pipe_close_all_loop(struct conn *c);
+static inline void conn_pipe_close_loop(struct conn *c)
+{
+    if (c->has_pipe)
+        conn_pipe_close_all_loop(c);
+}
 /* (Reading and writing it, and the bound on its output: stream.h.) */
 
 /* Close the socket but keep the connection (its id stays valid), dropping its output: a client

@@ -1,6 +1,9 @@
 /* dispatch.c: worker groups: routing, the queue of waiting clients, the idle workers, and
- * handing requests to idle workers round-robin across waiting clients. It knows both sides
- * only through their ops (g->front, g->back) and their connections. */
+ * handing requests to idle workers round-robin across waiting clients; and the completion of
+ * pauses (a .qgate.pause[] is answered once no worker of its groups runs anything, checked
+ * after each dispatch phase while one waits). It knows both sides only through their ops
+ * (g->front, g->back, a group's mode) and their connections. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,19 +65,6 @@ int dispatch_admits_loop(const struct gw *g, const struct group *grp, const char
     return 1;
 }
 
-int dispatch_full_loop(const struct gw *g, const struct group *grp)
-{
-    return grp->queue.n >= g->cfg.max_queue && (!grp->idle.n || grp->paused);
-}
-
-void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq)
-{
-    conn_queue_in_loop(&grp->queue, client);
-    g->loop.work_pending = 1; /* dispatched this iteration */
-    log_debug(client->name, "request %llu queued in group %s (%d waiting)", (unsigned long long)seq, grp->cfg.name,
-              grp->queue.n);
-}
-
 void dispatch_hold_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq)
 {
     (void)g;
@@ -87,7 +77,7 @@ static void run_owed(struct gw *g, struct group *grp, int what)
 {
     for (struct conn *w = connq_first(&grp->idle), *n; w; w = n) {
         n = connq_next(w);
-        if (g->back->owes(w, what))
+        if (w->owes && g->back->owes(w, what))
             g->back->start(g, w, NULL);
         if (n && n->q != &grp->idle) /* a start may start others (a broadcast released): again */
             n = connq_first(&grp->idle);
@@ -107,7 +97,7 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
      * its max_inflight: one user cannot take every worker); a broadcast takes no worker of its
      * own: it goes to every worker up */
     struct conn *w;
-    while ((w = connq_first(&grp->queue) ? g->back->idle_first(g, grp) : NULL)) {
+    while ((w = connq_first(&grp->queue) ? grp->mode->idle_first(g, grp) : NULL)) {
         struct conn *c = connq_first(&grp->queue);
         int how = WAIT_NOT_NOW;
         while (c && (how = g->front->ready(g, c)) == WAIT_NOT_NOW)
@@ -122,18 +112,86 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
     run_owed(g, grp, OWES_ANY); /* what the clients left, none of them ready for a worker */
     /* pipeline > 1, every worker busy: sync requests still waiting go to free connections of the
      * busy workers running fewest, as pipeline_wait allows */
-    for (struct conn *c = group_pipelines(grp) && connq_first(&grp->queue) ? connq_first(&grp->queue) : NULL, *n; c;
+    for (struct conn *c = grp->mode->follow && connq_first(&grp->queue) ? connq_first(&grp->queue) : NULL, *n; c;
          c = n) {
         n = connq_next(c);
-        if (g->front->ready(g, c) == WAIT_WORKER && g->back->follow(g, grp, c) < 0)
+        if (g->front->ready(g, c) == WAIT_WORKER && grp->mode->follow(g, grp, c) < 0)
             break;
     }
 }
 
+/* ---- pauses ------------------------------------------------------------------------------------ */
+
+/* A .qgate.pause[] waiting for its group (or every group: grp -1) to have nothing running. */
+struct pause_wait {
+    SLIST_ENTRY(pause_wait) link;
+    uint32_t id, gen;
+    uint64_t seq;
+    int grp;
+};
+
+/* Is the pause of group index gi (-1: every group) complete? */
+static int pause_done(const struct gw *g, int gi)
+{
+    for (int i = 0; i < g->ngroups; i++)
+        if ((gi < 0 || gi == i) && g->back->busy(&g->groups[i]))
+            return 0;
+    return 1;
+}
+
+/* Answer the pauses that are complete, and those of a group resumed (NULL: none). */
+static void answer_pauses(struct gw *g, const struct group *resumed)
+{
+    struct pause_wait **pp = &SLIST_FIRST(&g->pause_waits);
+    while (*pp) {
+        struct pause_wait *p = *pp;
+        int cancel = resumed && (p->grp < 0 || p->grp == resumed->index);
+        if (!cancel && !pause_done(g, p->grp)) {
+            pp = &SLIST_NEXT(p, link);
+            continue;
+        }
+        *pp = SLIST_NEXT(p, link);
+        char why[CFG_NAME_MAX + 64];
+        if (cancel)
+            snprintf(why, sizeof why, "qgate: group %s was resumed before its pause completed", resumed->cfg.name);
+        else
+            snprintf(why, sizeof why, "pause of %s complete: no worker of it runs anything",
+                     p->grp < 0 ? "every group" : g->groups[p->grp].cfg.name);
+        g->front->pause_done(g, p->id, p->gen, p->seq, !cancel, why);
+        free(p);
+    }
+}
+
+int dispatch_pause_wait_loop(struct gw *g, const struct conn *client, uint64_t seq, int gi)
+{
+    if (pause_done(g, gi))
+        return 1;
+    struct pause_wait *p = calloc(1, sizeof *p);
+    if (!p)
+        return -1;
+    *p = (struct pause_wait){.id = client->id, .gen = client->gen, .seq = seq, .grp = gi};
+    SLIST_INSERT_HEAD(&g->pause_waits, p, link);
+    return 0;
+}
+
+void dispatch_resumed_loop(struct gw *g, const struct group *grp) { answer_pauses(g, grp); }
+
+void dispatch_free(struct gw *g)
+{
+    while (!SLIST_EMPTY(&g->pause_waits)) {
+        struct pause_wait *p = SLIST_FIRST(&g->pause_waits);
+        SLIST_REMOVE_HEAD(&g->pause_waits, link);
+        free(p);
+    }
+}
+
+/* The dispatch phase of the iteration: every group, then the pauses that are complete. */
 void dispatch_all_loop(struct gw *g)
 {
     for (int i = 0; i < g->ngroups; i++)
         dispatch_run_loop(g, &g->groups[i]);
+    if (!SLIST_EMPTY(&g->pause_waits))
+        answer_pauses(g, NULL);
 }
 
 void dispatch_fail_group_loop(struct gw *g, struct group *grp)

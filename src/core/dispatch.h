@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "conn.h"
+#include "gw.h"
 #include "log.h"
 
 struct gw;
@@ -30,14 +31,32 @@ struct learned {
     uint8_t calls_back;  /* it called its client back once: never learned fast */
 };
 
+/* A group's mode: how its workers are chosen and what a run does besides a plain request's path
+ * (a variant of the run, worker/run.c). The worker side fills one for plain requests, one for
+ * sessions (pool = session), one for pipelining (pipeline > 1); a group's is chosen from its
+ * configuration (run_mode_of), again on reload. */
+struct group_mode {
+    const char *name;
+    /* The idle connection of grp that takes its next request (NULL: none). */
+    struct conn *(*idle_first)(struct gw *g, struct group *grp);
+    /* Every worker busy: start client's head, a sync request, on a free connection of a busy
+     * worker. 1 if one took it; 0 if it is not such a request; -1 if none may. NULL: never. */
+    int (*follow)(struct gw *g, struct group *grp, struct conn *client);
+    /* A client's request begins on w (a session: the worker is given to it). NULL: nothing. */
+    void (*begin)(struct gw *g, struct worker *w, struct client *client);
+    /* w's run has ended: what w does next. */
+    void (*end)(struct gw *g, struct worker *w);
+};
+
 struct group {
     struct group_cfg cfg;
+    const struct group_mode *mode;
     int index;
     struct workerlist workers; /* every worker of the group, in configuration order */
     int nworkers;
     struct connq idle;   /* workers IDLE: their leads (worker_set_state_loop keeps it) */
     struct connq spare;  /* pipeline > 1: their other connections IDLE */
-    struct connq queue;  /* clients whose head request is QUEUED (req_set_state_loop keeps it) */
+    struct connq queue;  /* clients whose head request is QUEUED (request_set_state_loop keeps it) */
     struct connq held;   /* clients whose head is HELD: a session's or a .qgate.all's request,
                           * which never enter the queue, waiting for the group's resume */
     int nup;             /* workers up (IDLE, BUSY or PINNED) */
@@ -70,6 +89,10 @@ struct frontend_ops {
     void (*broadcast)(struct gw *g, struct conn *client);
     /* No worker of its group is up and connecting failed: a sync head is answered. */
     void (*no_worker)(struct gw *g, struct conn *client);
+    /* A .qgate.pause[] of client's request seq has completed (done: answered 1b, what says so for
+     * the log), or was cut short by a resume (what: the error). Nothing if the client or that
+     * request has gone. */
+    void (*pause_done)(struct gw *g, uint32_t id, uint32_t gen, uint64_t seq, int done, const char *what);
 };
 
 /* The worker side, as dispatch and the client side see it (worker.c, relay.c). */
@@ -78,7 +101,8 @@ struct backend_ops {
      * no client, only the broadcasts w owes. */
     void (*start)(struct gw *g, struct conn *w, struct conn *client);
     /* Does w owe broadcasts or fan-out parts (what = OWES_ANY), or what it runs before any
-     * client's request (OWES_FIRST: fan-out parts, or anything when it takes no new work)? */
+     * client's request (OWES_FIRST: fan-out parts, or anything when it takes no new work)?
+     * Asked only of a worker whose connection says it owes something (struct conn owes). */
     int (*owes)(const struct conn *w, int what);
     /* pool = session: run client's head on the worker given to it, if that worker is free
      * (1); 0 if it is still finishing the last run (it starts the head when it has). */
@@ -89,12 +113,6 @@ struct backend_ops {
     /* client, whose request w runs or holds behind the one it runs, has gone (closed, or its
      * input ended): drain its reply. */
     void (*client_gone)(struct gw *g, struct worker *w, struct client *client);
-    /* The idle connection that takes grp's next request: of a worker in rotation running nothing
-     * (NULL: none). */
-    struct conn *(*idle_first)(struct gw *g, struct group *grp);
-    /* pipeline > 1: start client's head, a sync request, on a free connection of a busy worker
-     * of grp. 1 if one took it; 0 if it is not such a request; -1 if no worker may take it. */
-    int (*follow)(struct gw *g, struct group *grp, struct conn *client);
     /* The client's answer to w's callback (its bytes, owned now). */
     void (*answer)(struct gw *g, struct conn *w, uint8_t *msg, size_t len);
     /* .qgate.all: run request r of client (its head) on every worker of grp that is up, and
@@ -105,6 +123,8 @@ struct backend_ops {
     void (*fanout_cancel)(struct gw *g, struct fanout *fo);
     /* Queue broadcast message r of client on every worker of grp that is up; how many. */
     int (*broadcast)(struct gw *g, struct group *grp, struct client *client, struct req *r);
+    /* Does a worker of grp run anything, or owe what it was given (a pause waits for neither)? */
+    int (*busy)(const struct group *grp);
 };
 
 /* The groups (g->groups), set up by the gateway. */
@@ -117,10 +137,19 @@ struct group *dispatch_route_loop(struct gw *g, const char *user);
 int dispatch_admits_loop(const struct gw *g, const struct group *grp, const char *user);
 /* Are max_queue clients waiting already, with no worker idle? (Then a sync request is refused;
  * an async message cannot be answered: it always waits its turn.) */
-int dispatch_full_loop(const struct gw *g, const struct group *grp);
-/* Put client (its request seq) on its group's queue: req_set_state_loop's, entering QUEUED. */
-void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq);
-/* Put client (its request seq) on its group's held list: req_set_state_loop's, entering HELD. */
+static inline int dispatch_full_loop(const struct gw *g, const struct group *grp)
+{
+    return grp->queue.n >= g->cfg.max_queue && (!grp->idle.n || grp->paused);
+}
+/* Put client (its request seq) on its group's queue: request_set_state_loop's, entering QUEUED. */
+static inline void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq)
+{
+    conn_queue_in_loop(&grp->queue, client);
+    g->loop.work_pending = 1; /* dispatched this iteration */
+    log_debug(client->name, "request %llu queued in group %s (%d waiting)", (unsigned long long)seq, grp->cfg.name,
+              grp->queue.n);
+}
+/* Put client (its request seq) on its group's held list: request_set_state_loop's, entering HELD. */
 void dispatch_hold_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq);
 /* Hand queued requests to idle workers, round-robin across waiting clients. A paused group's
  * idle workers run only what they owe (broadcasts, fan-out parts given before the pause). */
@@ -129,5 +158,13 @@ void dispatch_all_loop(struct gw *g);
 /* No worker of the group is up and connecting failed: answer every sync request waiting (a
  * paused group holds them: its resume does this if it is still so). */
 void dispatch_fail_group_loop(struct gw *g, struct group *grp);
+
+/* A pause (.qgate.pause[] of client's request seq) completes when no worker of its group (gi;
+ * -1: every group) runs anything: done now (1), or it waits (0; answered after the dispatch
+ * phase that finds it done), or -1 out of memory. */
+int dispatch_pause_wait_loop(struct gw *g, const struct conn *client, uint64_t seq, int gi);
+/* grp was resumed: the pauses still waiting for it are told so. */
+void dispatch_resumed_loop(struct gw *g, const struct group *grp);
+void dispatch_free(struct gw *g);
 
 #endif

@@ -146,6 +146,41 @@ static int pipe_flush(struct gw *g, struct conn *c)
     return 0;
 }
 
+/* The first unwritten bytes of q, up to budget, as at most max iovecs: how many; *bytes their sum;
+ * then, once written, n bytes dropped (the chunks written whole freed). */
+static int outq_iov(const struct outq *q, struct iovec *iov, int max, size_t budget, size_t *bytes)
+{
+    int n = 0;
+    size_t want = 0;
+    for (struct chunk *c = q->head; c && n < max && want < budget; c = c->next) {
+        size_t l = c->len - c->off;
+        if (l > budget - want)
+            l = budget - want;
+        iov[n++] = (struct iovec){c->p + c->off, l};
+        want += l;
+    }
+    *bytes = want;
+    return n;
+}
+
+static void outq_consume(struct outq *q, size_t n)
+{
+    q->bytes -= n;
+    while (n && q->head) {
+        struct chunk *c = q->head;
+        size_t l = c->len - c->off;
+        if (n < l) {
+            c->off += n;
+            break;
+        }
+        n -= l;
+        q->head = c->next;
+        if (!q->head)
+            q->tail = NULL;
+        chunk_free(c);
+    }
+}
+
 /* writev c's queued output, up to budget bytes. Returns bytes written (0: the socket is full),
  * or -1 on error (errno set). */
 static ssize_t queue_flush(struct conn *c, size_t budget)
@@ -223,7 +258,7 @@ void stream_shutdown_loop(struct conn *c)
         io_of(c)->shutdown_write(c->fd);
 }
 
-void stream_send_now(int fd, const void *p, size_t len)
+void stream_send_now_loop(int fd, const void *p, size_t len)
 {
     ssize_t n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)n;
@@ -414,6 +449,15 @@ static int frame_span(struct gw *g, struct conn *c, const uint8_t *p, size_t n, 
         struct kipc_hdr h;
         if ((st = header(g, c, p + off, &h)) != SS_OK)
             return st;
+        if (rd->route == SR_STREAM && n - off >= h.len) { /* all of it in this read: on in one piece */
+            rd->phase = RD_BODY;
+            rd->left = 0;
+            peek_add(rd, p + off + KIPC_HDR_LEN, (size_t)h.len - KIPC_HDR_LEN);
+            deliver(g, c, p + off, (size_t)h.len);
+            off += (size_t)h.len;
+            st = c->closing || c->fd < 0 ? SS_STOP : message_end(g, c);
+            continue;
+        }
         if (rd->route != SR_WHOLE) {
             body_begins(g, c, p + off, &h);
             off += KIPC_HDR_LEN;

@@ -80,7 +80,7 @@ void stream_input_drop_loop(struct conn *c);
 void stream_shutdown_loop(struct conn *c);
 /* Best effort, outside the output queue: len bytes straight to a socket that is about to be
  * closed (a 503 to a connection that gives way). */
-void stream_send_now(int fd, const void *p, size_t len);
+void stream_send_now_loop(int fd, const void *p, size_t len);
 
 /* ---- output ---------------------------------------------------------------------------------- */
 /* Write what is pending within the write budget (the pipe first). -1 if the connection failed. */

@@ -7,7 +7,7 @@
  * what they were given before (broadcasts, fan-out parts: dispatch.c), and starts nothing new:
  * requests wait in its queue, or, if they never enter it (a session's, a .qgate.all), on its
  * held list (request.c). The pause is answered 1b once no worker of its groups runs anything
- * (struct pause_wait, checked after each dispatch phase), so that a script may restart the
+ * (dispatch.c checks after each dispatch phase while one waits), so that a script may restart the
  * workers when it returns. A disabled worker (worker.c) finishes what it runs and owes, then is
  * DISABLED: connected, given nothing, until enabled. */
 #include <stdio.h>
@@ -21,87 +21,7 @@
 #include "log.h"
 #include "worker.h"
 
-/* A .qgate.pause[] waiting for its group (or every group: grp -1) to have nothing running. */
-struct pause_wait {
-    SLIST_ENTRY(pause_wait) link;
-    uint32_t id, gen;
-    uint64_t seq;
-    int grp;
-};
-
 /* ---- pause and resume ------------------------------------------------------------------------ */
-
-/* Does a worker of grp run anything, or owe what it was given (which dispatch starts)? */
-static int group_busy(const struct group *grp)
-{
-    const struct worker *w;
-    TAILQ_FOREACH(w, &grp->workers, glink)
-        if (w->st == WS_BUSY || !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq))
-            return 1;
-    return 0;
-}
-
-/* Is the pause of group index gi (-1: every group) complete? */
-static int pause_done(const struct gw *g, int gi)
-{
-    for (int i = 0; i < g->ngroups; i++)
-        if ((gi < 0 || gi == i) && group_busy(&g->groups[i]))
-            return 0;
-    return 1;
-}
-
-/* The reply 1b to command cmd, request seq of connection c. */
-static void reply_true(struct gw *g, struct conn *c, uint64_t seq, int cmd)
-{
-    struct job *j = job_new(job_encode_command, JK_REPLY);
-    if (!j) {
-        conn_close_loop(g, c, "out of memory");
-        return;
-    }
-    j->arg = cmd;
-    conn_submit_loop(g->writers, j, c, seq);
-}
-
-/* The client still waiting for pause p (its head is that request), or NULL. */
-static struct client *waiter(struct gw *g, const struct pause_wait *p)
-{
-    struct client *c = client_lookup_loop(g, p->id, p->gen);
-    struct req *r = c ? client_head(c) : NULL;
-    return r && r->seq == p->seq && r->state == RS_LOCAL ? c : NULL;
-}
-
-/* Answer the pauses that are complete (1b), and those of grp if it was resumed (an error):
- * grp NULL for none resumed. */
-static void answer_pauses(struct gw *g, const struct group *resumed)
-{
-    struct pause_wait **pp = &SLIST_FIRST(&g->pause_waits);
-    while (*pp) {
-        struct pause_wait *p = *pp;
-        struct client *c = waiter(g, p);
-        int cancel = resumed && (p->grp < 0 || p->grp == resumed->index);
-        if (c && !cancel && !pause_done(g, p->grp)) {
-            pp = &SLIST_NEXT(p, link);
-            continue;
-        }
-        *pp = SLIST_NEXT(p, link);
-        if (c && cancel)
-            client_error_loop(g, c, client_head(c), "qgate: group %s was resumed before its pause completed",
-                              resumed->cfg.name);
-        else if (c) {
-            log_info(c->c.name, "pause of %s complete: no worker of it runs anything",
-                     p->grp < 0 ? "every group" : g->groups[p->grp].cfg.name);
-            reply_true(g, &c->c, p->seq, GWCMD_PAUSE);
-        }
-        free(p);
-    }
-}
-
-void control_dispatch_loop(struct gw *g)
-{
-    dispatch_all_loop(g);
-    if (!SLIST_EMPTY(&g->pause_waits))
-        answer_pauses(g, NULL);
-}
 
 /* The held requests of a resumed group go on, oldest first. */
 static void release_held(struct gw *g, struct group *grp)
@@ -114,8 +34,8 @@ static void release_held(struct gw *g, struct group *grp)
             conn_queue_out_loop(x);
             continue;
         }
-        req_set_state_loop(g, c, h, RS_WAITING); /* off the held list */
-        client_advance_loop(g, c);
+        request_set_state_loop(g, c, h, RS_WAITING); /* off the held list */
+        request_advance_loop(g, c);
     }
 }
 
@@ -132,7 +52,7 @@ void control_pause_loop(struct gw *g, struct group *grp, int on, const char *by)
     }
     log_info(NULL, "group %s resumed by %s: %d requests queued, %d held", grp->cfg.name, by, grp->queue.n,
              grp->held.n);
-    answer_pauses(g, grp); /* a pause still waiting for it is told it did not complete */
+    dispatch_resumed_loop(g, grp); /* a pause still waiting for it is told it did not complete */
     release_held(g, grp);
     if (grp->unavailable && !grp->nup) /* what the pause held from failing fails now */
         dispatch_fail_group_loop(g, grp);
@@ -145,11 +65,11 @@ static int pause_command(struct gw *g, struct client *cl, struct req *r, const s
     const char *cmd = on ? ".qgate.pause" : ".qgate.resume";
     struct group *grp = NULL;
     if (j->aux[1] == GWARG_NUM) {
-        client_error_loop(g, cl, r, "qgate: %s takes a group's name (%s[`group]), or nothing for every group", cmd, cmd);
+        request_error_loop(g, cl, r, "qgate: %s takes a group's name (%s[`group]), or nothing for every group", cmd, cmd);
         return 1;
     }
     if (j->aux[1] == GWARG_NAME && !(grp = dispatch_group_find_loop(g, (const char *)j->out))) {
-        client_error_loop(g, cl, r, "qgate: no group %s", (const char *)j->out);
+        request_error_loop(g, cl, r, "qgate: no group %s", (const char *)j->out);
         return 1;
     }
     char by[96];
@@ -157,15 +77,13 @@ static int pause_command(struct gw *g, struct client *cl, struct req *r, const s
     for (int i = 0; i < g->ngroups; i++)
         if (!grp || grp == &g->groups[i])
             control_pause_loop(g, &g->groups[i], on, by);
-    if (!on || pause_done(g, grp ? grp->index : -1))
+    int done = on ? dispatch_pause_wait_loop(g, &cl->c, r->seq, grp ? grp->index : -1) : 1;
+    if (done > 0)
         return 0; /* 1b now */
-    struct pause_wait *p = calloc(1, sizeof *p);
-    if (!p) {
+    if (done < 0) {
         conn_close_loop(g, &cl->c, "out of memory");
         return 1;
     }
-    *p = (struct pause_wait){.id = cl->c.id, .gen = cl->c.gen, .seq = r->seq, .grp = grp ? grp->index : -1};
-    SLIST_INSERT_HEAD(&g->pause_waits, p, link);
     log_info(cl->c.name, "%s: answered when no worker of %s runs anything", j->text, grp ? grp->cfg.name : "any group");
     return 1;
 }
@@ -198,7 +116,7 @@ static int disable_command(struct gw *g, struct client *cl, struct req *r, const
     int on = j->result == GWCMD_DISABLE;
     const char *cmd = on ? ".qgate.disable" : ".qgate.enable";
     if (j->aux[1] != GWARG_NAME) {
-        client_error_loop(g, cl, r, "qgate: %s takes a worker's address as .qgate.stats[] shows it (%s[`host:port])",
+        request_error_loop(g, cl, r, "qgate: %s takes a worker's address as .qgate.stats[] shows it (%s[`host:port])",
                           cmd, cmd);
         return 1;
     }
@@ -207,7 +125,7 @@ static int disable_command(struct gw *g, struct client *cl, struct req *r, const
     char by[96];
     snprintf(by, sizeof by, "admin %s", cl->user);
     if (!control_disable_loop(g, addr, on, by)) {
-        client_error_loop(g, cl, r, "qgate: no worker %s", addr);
+        request_error_loop(g, cl, r, "qgate: no worker %s", addr);
         return 1;
     }
     return 0;
@@ -220,14 +138,14 @@ static int disable_command(struct gw *g, struct client *cl, struct req *r, const
 static int kill_command(struct gw *g, struct client *cl, struct req *r, const struct job *j)
 {
     if (j->aux[1] != GWARG_NUM) {
-        client_error_loop(g, cl, r, "qgate: %.*s takes a client's id as .qgate.clients[] shows it",
+        request_error_loop(g, cl, r, "qgate: %.*s takes a client's id as .qgate.clients[] shows it",
                           (int)strcspn(j->text, "["), j->text);
         return 1;
     }
     int64_t id = j->aux[0];
     struct client *x = id > 0 ? client_by_serial_loop(g, (uint64_t)id) : NULL;
     if (!x) {
-        client_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
+        request_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
         return 1;
     }
     log_info(cl->c.name, "disconnecting client %lld (%s) as admin %s asked", (long long)id, x->c.name, cl->user);
@@ -320,6 +238,7 @@ void control_drain_loop(struct gw *g)
     loop_timer_cancel_loop(g, &g->uds_retry_tm); /* another qgate of the port may take it now */
     client_pause_all_loop(g);
     loop_timer_arm_loop(g, &g->drain_tm, g->loop.now_ms + g->cfg.drain_timeout, on_drain_timeout);
+    g->loop.phases.finished = control_drained_loop; /* asked after each iteration from now on */
     g->loop.work_pending = 1;
 }
 
@@ -351,13 +270,4 @@ int control_drained_loop(struct gw *g)
         return 0;
     log_info(NULL, "drained: exiting");
     return 1;
-}
-
-void control_free(struct gw *g)
-{
-    while (!SLIST_EMPTY(&g->pause_waits)) {
-        struct pause_wait *p = SLIST_FIRST(&g->pause_waits);
-        SLIST_REMOVE_HEAD(&g->pause_waits, link);
-        free(p);
-    }
 }

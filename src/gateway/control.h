@@ -19,7 +19,6 @@ struct group;
 int control_command_loop(struct gw *g, struct client *cl, struct req *r, struct job *j);
 /* The dispatch phase of the loop: dispatch_all_loop, then every pause whose groups have no
  * run left on a worker is answered 1b. */
-void control_dispatch_loop(struct gw *g);
 /* Pause grp (on: its workers finish what they run and what they were given, nothing new
  * starts: requests wait in its queue, or held) or resume it (off: the held requests go on,
  * dispatch goes on; pauses still waiting for it are answered with an error). Idempotent. by
@@ -37,6 +36,5 @@ void control_drain_loop(struct gw *g);
 /* The loop's finished phase: the drain is complete (the clients were shut after their last
  * reply byte, and have gone). */
 int control_drained_loop(struct gw *g);
-void control_free(struct gw *g);
 
 #endif

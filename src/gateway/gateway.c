@@ -44,18 +44,18 @@ static void on_command(struct gw *g, struct job *j)
     if (!r || r->seq != j->seq || r->state != RS_LOCAL)
         return;
     if (j->result == GWCMD_UNKNOWN) {
-        client_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
+        request_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
         return;
     }
     if (jobs_cmd_admin_only(j->result) && !(cl->us && cl->us->admin)) {
         log_limited(&g->lim.not_admin, g->loop.now_ms, LOG_WARN, cl->c.name, "refused %s: not an admin", j->text);
-        client_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
+        request_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
         return;
     }
     if (j->result == GWCMD_RELOAD) { /* answered when the reload is done */
         log_info(cl->c.name, ".qgate.reload[] by admin %s", cl->user);
         if (reload_start_loop(g, &cl->c, j->seq))
-            client_error_loop(g, cl, r, "qgate: a reload is already under way, and another waits");
+            request_error_loop(g, cl, r, "qgate: a reload is already under way, and another waits");
         return;
     }
     if (control_command_loop(g, cl, r, j)) /* pause, kill and the other operator's commands */
@@ -108,25 +108,23 @@ static const struct evops signal_ops = {.on_event = on_signal};
 
 /* ---- setting up ------------------------------------------------------------------------------- */
 
-static int waiting(struct gw *g) { return !TAILQ_EMPTY(&g->dirty) || !TAILQ_EMPTY(&g->backlog); }
-
 static const struct loop_phases phases = {
     .backlog = stream_backlog_loop,
-    .dispatch = control_dispatch_loop, /* dispatch_all_loop, then the pauses complete */
+    .dispatch = dispatch_all_loop, /* then the pauses that are complete */
     .flush = stream_flush_dirty_loop,
     .reap = conn_reap_loop,
-    .waiting = waiting,
-    .finished = control_drained_loop,
+    .waiting = conn_waiting_loop,
+    .finished = NULL, /* control_drained_loop, once a drain has begun (control_drain_loop) */
 };
 
 /* The completion handlers, and the two sides' ops for dispatch. */
 static void wire(struct gw *g)
 {
     loop_on_job(g, JK_COMMAND, on_command);
-    loop_on_job(g, JK_REPLY, client_reply_done_loop);
+    loop_on_job(g, JK_REPLY, request_reply_done_loop);
     loop_on_job(g, JK_AUTH, client_auth_done_loop);
-    loop_on_job(g, JK_CHECK, client_checked_loop);
-    loop_on_job(g, JK_NESTED, client_nested_checked_loop);
+    loop_on_job(g, JK_CHECK, request_checked_loop);
+    loop_on_job(g, JK_NESTED, callback_checked_loop);
     loop_on_job(g, JK_RESOLVE, worker_resolved_loop);
     loop_on_job(g, JK_RELOAD, reload_done_loop);
     loop_on_job(g, JK_METRICS, mhttp_page_done_loop);
@@ -350,7 +348,7 @@ void gw_free(struct gw *g)
     if (g->reserve_fd >= 0)
         close(g->reserve_fd);
     loop_free(g);
-    control_free(g);
+    dispatch_free(g);
     free(g->no_client_err);
     auth_unref(g->auth);
     client_users_free(g);

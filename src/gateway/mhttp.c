@@ -188,7 +188,7 @@ static void send_503(int fd)
     static const char text[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
                                "Content-Length: 36\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
                                "qgate: too many metrics connections\n";
-    stream_send_now(fd, text, sizeof text - 1);
+    stream_send_now_loop(fd, text, sizeof text - 1);
 }
 
 /* The oldest connection still sending its request (of peer, unless NULL), or NULL. */

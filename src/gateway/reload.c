@@ -65,6 +65,7 @@ struct group *reload_add_group_loop(struct gw *g, const struct group_cfg *gc)
     struct group *grp = dispatch_group_add_loop(g, gc);
     if (!grp)
         return NULL;
+    grp->mode = run_mode_of(grp); /* plain, session or pipelining */
     char addr[300];
     for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);)
         worker_add_loop(g, grp, addr);
@@ -106,7 +107,7 @@ static void reload_answer(struct gw *g, struct job *j, const char *err)
     if (!r || r->seq != j->seq || r->state != RS_LOCAL)
         return;
     if (err) {
-        client_error_loop(g, c, r, "qgate: reload failed: %s", err);
+        request_error_loop(g, c, r, "qgate: reload failed: %s", err);
         return;
     }
     struct job *w = job_new(job_encode_command, JK_REPLY);
@@ -122,6 +123,7 @@ static void reload_answer(struct gw *g, struct job *j, const char *err)
 static void reload_group(struct gw *g, struct group *grp, const struct group_cfg *gc)
 {
     grp->cfg = *gc; /* its pipeline: how many connections each worker gets */
+    grp->mode = run_mode_of(grp);
     char addr[300];
     for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);) {
         struct worker *w, *found = NULL;

@@ -708,3 +708,17 @@ void job_merge(struct job *j)
         j->in = NULL;
     }
 }
+
+int jobs_arrival(const uint8_t *m, const struct kipc_hdr *h, size_t check_max, struct jobs_arrival *a, struct kerr *e)
+{
+    size_t len = (size_t)h->len;
+    *a = (struct jobs_arrival){.unchecked = h->compressed || len > check_max};
+    /* a peek at the first item's name; a route is read whole only where it is validated here
+     * anyway (the reader reads the others, and every compressed one) */
+    a->route = !h->compressed && jobs_peek_route(m, len) != 0;
+    int read_ok = a->route && !a->unchecked && jobs_parse_route(m, len, &a->form) > 0; /* then it is valid */
+    a->cmd = (int8_t)(h->type == KIPC_SYNC && !a->route ? jobs_peek_command(m, len) : 0); /* decoded on a reader */
+    if (a->unchecked || a->cmd || read_ok)
+        return 0;
+    return kvalidate_check(m + 8, len - 8, h->le, NULL, e) == QG_OK ? 0 : -1;
+}

@@ -74,6 +74,20 @@ int jobs_peek_route(const uint8_t *m, size_t len);
  * -1 if it names a route but is not one (f->kind, f->bad say what it names and what is wrong;
  * it may also be a message q would not accept), 0 if it names no route. */
 int jobs_parse_route(const uint8_t *m, size_t len, struct route_form *f);
+/* What a request is, read as it arrives (on the loop: a peek at a few bytes, and the whole of a
+ * small body walked). */
+struct jobs_arrival {
+    uint8_t unchecked;        /* compressed, or over check_max: validated on a reader before it runs */
+    uint8_t route;            /* its first item names .qgate.on or .qgate.all */
+    int8_t cmd;               /* jobs_peek_command of a sync request that is no route */
+    struct route_form form;   /* a route read whole here (a small plain one), else kind 0 */
+};
+/* Read whole message m (h its header) as it arrives: what it is (a), and, unless it is to be
+ * validated on a reader (compressed, or over check_max bytes) or is a command (decoded on a
+ * reader) or a route read whole, whether q would accept its body: 0, or -1 with e saying why. */
+struct kerr;
+struct kipc_hdr;
+int jobs_arrival(const uint8_t *m, const struct kipc_hdr *h, size_t check_max, struct jobs_arrival *a, struct kerr *e);
 /* What is wrong with a form (f->bad), and what its kind takes, for 'qgate: bad route: */
 const char *jobs_route_why(const struct route_form *f);
 const char *jobs_route_usage(const struct route_form *f);

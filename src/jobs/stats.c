@@ -5,29 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int bucket_of(uint64_t v)
-{
-    if (v < 32)
-        return (int)v;
-    int e = 63 - __builtin_clzll(v); /* v in [2^e, 2^(e+1)), e >= 5 */
-    int sub = (int)((v >> (e - 4)) & (HIST_SUB - 1));
-    int b = 32 + (e - 5) * HIST_SUB + sub;
-    return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
-}
-
 static uint64_t bucket_top(int b)
 {
     if (b < 32)
         return (uint64_t)b;
     int e = (b - 32) / HIST_SUB + 5, sub = (b - 32) % HIST_SUB;
     return ((uint64_t)(HIST_SUB + sub + 1) << (e - 4)) - 1;
-}
-
-void hist_add(struct hist *h, uint64_t us)
-{
-    h->b[bucket_of(us)]++;
-    h->n++;
-    h->sum += us;
 }
 
 void hist_merge(struct hist *dst, const struct hist *src)

@@ -16,7 +16,22 @@ struct hist {
     uint32_t b[HIST_BUCKETS];
 };
 
-void hist_add(struct hist *h, uint64_t us);
+/* The bucket of v (µs). */
+static inline int hist_bucket_of(uint64_t v)
+{
+    if (v < 32)
+        return (int)v;
+    int e = 63 - __builtin_clzll(v); /* v in [2^e, 2^(e+1)), e >= 5 */
+    int sub = (int)((v >> (e - 4)) & (HIST_SUB - 1));
+    int b = 32 + (e - 5) * HIST_SUB + sub;
+    return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
+}
+static inline void hist_add(struct hist *h, uint64_t us)
+{
+    h->b[hist_bucket_of(us)]++;
+    h->n++;
+    h->sum += us;
+}
 /* Add src's counts to dst. */
 void hist_merge(struct hist *dst, const struct hist *src);
 /* How many values lie in buckets whose upper edge is at most us (a Prometheus bucket le). */

@@ -3,48 +3,6 @@
 
 #include <string.h>
 
-qg_status kipc_hdr_parse(const uint8_t *p, size_t n, uint64_t max_len, struct kipc_hdr *h,
-                         const char **why)
-{
-    return kipc_hdr_parse_cap(p, n, max_len, 0, h, why);
-}
-
-qg_status kipc_hdr_parse_cap(const uint8_t *p, size_t n, uint64_t max_len, int cap, struct kipc_hdr *h,
-                             const char **why)
-{
-    if (n < KIPC_HDR_LEN)
-        return QG_AGAIN;
-    if (p[0] > 1) {
-        *why = "byte order not 0 or 1";
-        return QG_ERR;
-    }
-    if (p[1] > KIPC_RESPONSE) {
-        *why = "message type not 0, 1 or 2";
-        return QG_ERR;
-    }
-    if (p[2] > 1) {
-        *why = "compression flag not 0 or 1";
-        return QG_ERR;
-    }
-    if (p[3] && cap < KIPC_CAP_BIG) {
-        *why = "byte 3 set (length over 4 GiB needs capability 6)";
-        return QG_ERR;
-    }
-    h->le = p[0];
-    h->type = p[1];
-    h->compressed = p[2];
-    h->len = (uint64_t)qg_ld32o(p + 4, h->le) | ((uint64_t)p[3] << 32);
-    if (h->len < KIPC_HDR_LEN + 1 + (h->compressed ? 4u : 0u)) {
-        *why = "length too small";
-        return QG_ERR;
-    }
-    if (h->len > max_len) {
-        *why = "length over max_message";
-        return QG_ERR;
-    }
-    return QG_OK;
-}
-
 qg_status kipc_frame_check(const uint8_t *p, size_t n, uint64_t max_len, struct kipc_hdr *h,
                            size_t *need, const char **why)
 {

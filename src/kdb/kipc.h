@@ -19,16 +19,53 @@ struct kipc_hdr {
     uint64_t len;       /* total length: bytes 4..7 (plus byte 3 as bits 32..39 under cap 6) */
 };
 
-/* Decode and check the header in the first 8 bytes of p, from a peer of capability below 6:
- * byte 3 must be 0. Returns QG_AGAIN if n < 8, QG_ERR (with *why set to a static reason) if
- * the header is not one q would accept or its length is below 9 or above max_len, else QG_OK. */
-qg_status kipc_hdr_parse(const uint8_t *p, size_t n, uint64_t max_len, struct kipc_hdr *h,
-                         const char **why) QG_MUSTCHECK;
+/* Decode and check the header in the first 8 bytes of p, from a peer of capability cap: byte 3
+ * holds length bits 32..39 only when cap is 6 or more (messages over 4 GiB), and must be 0
+ * otherwise. Returns QG_AGAIN if n < 8, QG_ERR (with *why set to a static reason) if the header
+ * is not one q would accept or its length is below 9 or above max_len, else QG_OK. (Inline: it
+ * is read for every message either side sends.) */
+static inline QG_MUSTCHECK qg_status kipc_hdr_parse_cap(const uint8_t *p, size_t n, uint64_t max_len, int cap,
+                                                         struct kipc_hdr *h, const char **why)
+{
+    if (n < KIPC_HDR_LEN)
+        return QG_AGAIN;
+    if (p[0] > 1) {
+        *why = "byte order not 0 or 1";
+        return QG_ERR;
+    }
+    if (p[1] > KIPC_RESPONSE) {
+        *why = "message type not 0, 1 or 2";
+        return QG_ERR;
+    }
+    if (p[2] > 1) {
+        *why = "compression flag not 0 or 1";
+        return QG_ERR;
+    }
+    if (p[3] && cap < KIPC_CAP_BIG) {
+        *why = "byte 3 set (length over 4 GiB needs capability 6)";
+        return QG_ERR;
+    }
+    h->le = p[0];
+    h->type = p[1];
+    h->compressed = p[2];
+    h->len = (uint64_t)qg_ld32o(p + 4, h->le) | ((uint64_t)p[3] << 32);
+    if (h->len < KIPC_HDR_LEN + 1 + (h->compressed ? 4u : 0u)) {
+        *why = "length too small";
+        return QG_ERR;
+    }
+    if (h->len > max_len) {
+        *why = "length over max_message";
+        return QG_ERR;
+    }
+    return QG_OK;
+}
 
-/* The same for a peer of capability cap: byte 3 holds length bits 32..39 only when cap is 6
- * or more (messages over 4 GiB), and must be 0 otherwise. */
-qg_status kipc_hdr_parse_cap(const uint8_t *p, size_t n, uint64_t max_len, int cap, struct kipc_hdr *h,
-                             const char **why) QG_MUSTCHECK;
+/* The same from a peer of capability below 6: byte 3 must be 0. */
+static inline QG_MUSTCHECK qg_status kipc_hdr_parse(const uint8_t *p, size_t n, uint64_t max_len,
+                                                     struct kipc_hdr *h, const char **why)
+{
+    return kipc_hdr_parse_cap(p, n, max_len, 0, h, why);
+}
 
 /* Is a whole message at the front of p? QG_OK when all h->len bytes are present, QG_AGAIN
  * when more are needed (*need is the total wanted so far: 8, then the message length),

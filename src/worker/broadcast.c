@@ -23,7 +23,7 @@ static void bmsg_release(struct gw *g, struct bmsg *m)
         struct client *c = client_of(x);
         struct req *h = client_head(c);
         if (h && h->seq == m->seq && h->state == RS_RUNNING && !c->w)
-            client_head_done_loop(g, c);
+            request_head_done_loop(g, c);
     }
     free(m);
 }
@@ -51,6 +51,7 @@ void broadcast_drop_loop(struct gw *g, struct worker *w)
     while (!STAILQ_EMPTY(&w->bq)) {
         struct bnode *b = STAILQ_FIRST(&w->bq);
         STAILQ_REMOVE_HEAD(&w->bq, link);
+        worker_owes_update(w);
         if (g->hooks.lost)
             g->hooks.lost(g->hooks.ctx, b->cl_id, b->cl_gen, b->seq);
         bmsg_release(g, b->m);
@@ -64,6 +65,7 @@ void broadcast_free_loop(struct worker *w)
     while (!STAILQ_EMPTY(&w->bq)) {
         struct bnode *b = STAILQ_FIRST(&w->bq);
         STAILQ_REMOVE_HEAD(&w->bq, link);
+        worker_owes_update(w);
         if (--b->m->refs == 0)
             free(b->m);
         free(b);
@@ -97,6 +99,7 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
         }
         *b = (struct bnode){.m = m, .cl_id = m->cl_id, .cl_gen = m->cl_gen, .seq = m->seq};
         STAILQ_INSERT_TAIL(&w->bq, b, link);
+        worker_owes_update(w);
         if (g->hooks.dispatched)
             g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, r->seq);
     }
@@ -114,6 +117,7 @@ int broadcast_send_loop(struct gw *g, struct worker *w, int max)
     while (!STAILQ_EMPTY(&w->bq) && n < (max ? max : BATCH_MAX)) {
         struct bnode *b = STAILQ_FIRST(&w->bq);
         STAILQ_REMOVE_HEAD(&w->bq, link);
+        worker_owes_update(w);
         if (prev && (prev->cl_id != b->cl_id || prev->cl_gen != b->cl_gen)) {
             outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
             prev->seg_end = 1;

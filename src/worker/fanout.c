@@ -36,17 +36,17 @@ static int takes_part(const struct worker *w)
 static void start_part(struct gw *g, struct worker *w, struct fpart *p)
 {
     worker_set_state_loop(g, w, WS_BUSY);
-    w->run = RUN_FANOUT;
-    w->cl = NULL;
-    w->fp = p;
-    w->swallow = 0;
+    w->run.kind = RUN_FANOUT;
+    w->run.cl = NULL;
+    w->run.fp = p;
+    w->run.swallow = 0;
     p->st = FP_RUNNING;
     if (outq_copy(&w->c.out, p->fo->msg, p->fo->len)) {
         conn_close_loop(g, &w->c, "out of memory");
         return;
     }
-    w->t_start_us = g->loop.now_us;
-    worker_arm_query_timer_loop(g, w);
+    w->run.started_us = g->loop.now_us;
+    run_arm_timer_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
     log_debug(w->c.name, "running its part of a .qgate.all");
 }
@@ -62,6 +62,7 @@ static void fanout_free(struct gw *g, struct fanout *fo)
         }
         if (p->st == FP_OWED) {
             STAILQ_REMOVE(&p->w->fq, p, fpart, link);
+            worker_owes_update(p->w);
             if (p->w->disabled) /* idle for what it owed: now it owes nothing, DISABLED */
                 worker_disable_loop(g, p->w, 1);
         }
@@ -89,7 +90,7 @@ static void fail(struct gw *g, struct fanout *fo, const char *why)
         return;
     log_limited(&g->lim.fanout, g->loop.now_ms, LOG_INFO, c->c.name, "request %llu: .qgate.all failed: %s",
                 (unsigned long long)r->seq, why);
-    client_error_loop(g, c, r, "%s", why);
+    request_error_loop(g, c, r, "%s", why);
 }
 
 /* Every part has its reply: the writer pool merges them for the client. */
@@ -143,7 +144,7 @@ static void complete(struct gw *g, struct fanout *fo)
     j->aux[0] = g->cfg.max_message;
     j->aux[1] = g->cfg.compress && !c->local && c->cap >= 1;
     j->aux[2] = g->cfg.compress_max;
-    req_set_state_loop(g, c, r, RS_LOCAL);
+    request_set_state_loop(g, c, r, RS_LOCAL);
     conn_submit_loop(g->writers, j, &c->c, r->seq);
 }
 
@@ -176,6 +177,7 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
         *p = (struct fpart){.fo = fo, .w = w, .st = FP_OWED};
         fo->part[fo->n++] = p;
         STAILQ_INSERT_TAIL(&w->fq, p, link);
+        worker_owes_update(w);
         if (g->hooks.dispatched)
             g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, r->seq);
     }
@@ -209,32 +211,33 @@ int fanout_run_owed_loop(struct gw *g, struct worker *w)
     if (!p || w->st != WS_IDLE || !STAILQ_EMPTY(&w->bq)) /* broadcasts first: a client's order */
         return 0;
     STAILQ_REMOVE_HEAD(&w->fq, link);
+    worker_owes_update(w);
     start_part(g, w, p);
     return 1;
 }
 
 int fanout_route_loop(struct gw *g, struct worker *w, uint64_t len)
 {
-    struct fanout *fo = w->fp ? w->fp->fo : NULL;
+    struct fanout *fo = w->run.fp ? w->run.fp->fo : NULL;
     if (fo && fo->total + len > (uint64_t)g->cfg.merge_max) {
         char why[96];
         snprintf(why, sizeof why, "qgate: merge too large (over merge_max, %lld bytes)", (long long)g->cfg.merge_max);
-        fail(g, fo, why); /* w->fp->fo is NULL now */
+        fail(g, fo, why); /* w->run.fp->fo is NULL now */
         fo = NULL;
     }
     if (!fo) {
-        worker_set_busy_loop(g, w, WB_DRAINING);
+        run_set_phase_loop(g, w, WB_DRAINING);
         return ROUTE_DROP;
     }
     fo->total += len;
-    worker_set_busy_loop(g, w, WB_COLLECTING);
+    run_set_phase_loop(g, w, WB_COLLECTING);
     return ROUTE_COLLECT;
 }
 
 void fanout_part_done_loop(struct gw *g, struct worker *w)
 {
-    struct fpart *p = w->fp;
-    w->fp = NULL;
+    struct fpart *p = w->run.fp;
+    w->run.fp = NULL;
     if (!p)
         return;
     struct fanout *fo = p->fo;
@@ -271,8 +274,8 @@ static void part_lost(struct gw *g, struct fanout *fo, struct fpart *p)
 
 void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why)
 {
-    struct fpart *p = w->fp;
-    w->fp = NULL;
+    struct fpart *p = w->run.fp;
+    w->run.fp = NULL;
     if (p) {
         struct fanout *fo = p->fo;
         p->st = FP_DONE; /* freed with its fan-out, or here if that is gone */
@@ -286,6 +289,7 @@ void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why)
     while ((p = STAILQ_FIRST(&w->fq))) { /* fail removes each from fq */
         if (p->fo->partial) {
             STAILQ_REMOVE_HEAD(&w->fq, link);
+            worker_owes_update(w);
             part_lost(g, p->fo, p);
         } else {
             fail(g, p->fo, why);

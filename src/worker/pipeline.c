@@ -81,7 +81,7 @@ static int runs_any(const struct worker *lead)
     return 0;
 }
 
-struct conn *pipeline_idle_first_loop(struct gw *g, struct group *grp)
+static struct conn *idle_first(struct gw *g, struct group *grp)
 {
     (void)g;
     for (struct conn *x = connq_first(&grp->idle); x; x = connq_next(x)) /* (one idle out of rotation
@@ -110,10 +110,10 @@ static int may_wait_for(const struct gw *g, const struct group *grp, struct work
         }
         if (x->st != WS_BUSY)
             continue;
-        if (x->run != RUN_REQUEST || x->in_call)
+        if (x->run.kind != RUN_REQUEST || x->in_call)
             return 0;
         busy++;
-        int64_t ran = g->loop.now_us - worker_run_began_us(x), l = pipeline_learned_us(grp, x->run_key);
+        int64_t ran = g->loop.now_us - run_began_us(x), l = pipeline_learned_us(grp, x->run.key);
         if (budget && (l < 0 || ran >= budget))
             return 0;
         e += ran > l ? ran : l;
@@ -123,8 +123,9 @@ static int may_wait_for(const struct gw *g, const struct group *grp, struct work
 
 /* pipeline > 1, every worker busy: c's head goes to a free connection of the busy worker of grp
  * running the fewest requests, when it may wait for them. Only a sync request. */
-int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c)
+static int follow(struct gw *g, struct group *grp, struct conn *x)
 {
+    struct client *c = client_of(x);
     struct req *r = client_head(c);
     if (r->type != KIPC_SYNC || r->fan)
         return 0;
@@ -142,6 +143,13 @@ int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c)
     grp->pipelined++;
     log_debug(best->c.name, "sync request %llu of %s: to a worker running %d request%s, on its connection %d",
               (unsigned long long)r->seq, c->c.name, fewest, fewest > 1 ? "s" : "", best->slot);
-    relay_start_loop(g, best, c);
+    run_begin_loop(g, best, c);
     return 1;
 }
+
+const struct group_mode pipeline_mode = {
+    .name = "pipeline",
+    .idle_first = idle_first,
+    .follow = follow,
+    .end = run_plain_end_loop,
+};

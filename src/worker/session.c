@@ -4,7 +4,7 @@
  * goes to it (relay.c routes to the client served last). Between its requests the worker is
  * PINNED: up, off the idle list. When the client has gone for good (client.c's close calls
  * backend_ops.release) the worker runs the group's reset_query, if any, then is IDLE again.
- * When the worker is lost, relay.c tells the client (client_session_lost_loop). */
+ * When the worker is lost, relay.c tells the client (request_session_lost_loop). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +14,7 @@
 #include "kipc.h"
 #include "log.h"
 
-void session_begin_loop(struct gw *g, struct worker *w, struct client *c)
+static void begin(struct gw *g, struct worker *w, struct client *c)
 {
     (void)g;
     if (w->grp != c->grp || c->grp->cfg.pool_mode != CFG_POOL_SESSION || c->sess)
@@ -38,11 +38,11 @@ static int start_reset(struct gw *g, struct worker *w)
         return -1;
     worker_set_state_loop(g, w, WS_BUSY);
     outq_push(&w->c.out, ch);
-    w->run = RUN_BROADCASTS; /* no client's: nothing it sends reaches anyone */
-    w->cl = NULL;
-    w->swallow = 1;
-    w->t_start_us = g->loop.now_us;
-    worker_arm_query_timer_loop(g, w);
+    w->run.kind = RUN_BROADCASTS; /* no client's: nothing it sends reaches anyone */
+    w->run.cl = NULL;
+    w->run.swallow = 1;
+    w->run.started_us = g->loop.now_us;
+    run_arm_timer_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
     log_debug(w->c.name, "session ended: running the reset query");
     return 0;
@@ -56,21 +56,17 @@ static void let_go(struct gw *g, struct worker *w)
         if (start_reset(g, w) == 0)
             return;
     }
-    if (w->removed) {
-        conn_close_loop(g, &w->c, "removed from the configuration");
-        return;
-    }
-    worker_set_state_loop(g, w, WS_IDLE);
+    run_plain_end_loop(g, w); /* IDLE, or gone if removed */
 }
 
-void session_run_ended_loop(struct gw *g, struct worker *w)
+static void run_ended(struct gw *g, struct worker *w)
 {
     if (w->sess) { /* its session goes on: the client's next request may start now */
         worker_set_state_loop(g, w, WS_PINNED);
-        client_advance_loop(g, w->sess);
+        request_advance_loop(g, w->sess);
         return;
     }
-    if (w->grp->cfg.pool_mode == CFG_POOL_SESSION && (w->run == RUN_REQUEST || w->run == RUN_ASYNC) &&
+    if (w->grp->cfg.pool_mode == CFG_POOL_SESSION && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC) &&
         w->grp->cfg.reset_query[0]) { /* a request routed here from outside any session ran on it */
         w->reset_owed = 1; /* what it left behind is reset before a session is given the worker */
         log_debug(w->c.name, "a request from outside its sessions ran: the reset query runs next");
@@ -82,7 +78,7 @@ int session_start_loop(struct gw *g, struct worker *w, struct client *c)
 {
     if (w->st != WS_PINNED)
         return 0;
-    relay_start_loop(g, w, c);
+    run_begin_loop(g, w, c);
     return 1;
 }
 
@@ -99,3 +95,10 @@ void session_release_loop(struct gw *g, struct worker *w)
         let_go(g, w);
     /* BUSY: its run ends first (the client's reply drained), then session_run_ended_loop */
 }
+
+const struct group_mode session_mode = {
+    .name = "session",
+    .idle_first = run_idle_first_loop, /* idle workers are taken as in a plain group */
+    .begin = begin,
+    .end = run_ended,
+};

@@ -48,7 +48,6 @@
 
 #define ST_NAME(e) #e,
 static const char *const state_names[] = {WORKER_STATES(ST_NAME)};
-static const char *const busy_names[] = {BUSY_STATES(ST_NAME)};
 #undef ST_NAME
 
 #define TO(s) (1u << WS_##s)
@@ -61,14 +60,6 @@ static const unsigned allowed[] = {
     [WS_BUSY] = TO(IDLE) | TO(DOWN) | TO(PINNED) | TO(DISABLED),
     [WS_PINNED] = TO(BUSY) | TO(IDLE) | TO(DOWN) | TO(DISABLED),
     [WS_DISABLED] = TO(IDLE) | TO(DOWN),
-};
-#undef TO
-#define TO(s) (1u << WB_##s)
-static const unsigned busy_allowed[] = {
-    [WB_SENT] = TO(RELAYING) | TO(COLLECTING) | TO(DRAINING),
-    [WB_RELAYING] = TO(DRAINING),
-    [WB_COLLECTING] = TO(DRAINING),
-    [WB_DRAINING] = 0,
 };
 #undef TO
 
@@ -110,31 +101,7 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
         conn_queue_out_loop(&w->c); /* (one paused stays on its client's waiters) */
     }
     if (st == WS_BUSY)
-        w->busy = WB_SENT;
-}
-
-/* The lead of w's worker, or NULL if it has gone (a reload took its address away). */
-static const struct worker *lead_of(const struct worker *w)
-{
-    const struct worker *x = w;
-    while (x && x->slot) {
-        const struct worker *p = TAILQ_PREV(x, workerlist, glink);
-        x = p && !strcmp(p->addr, w->addr) ? p : NULL;
-    }
-    return x;
-}
-
-int64_t worker_run_began_us(const struct worker *w)
-{
-    const struct worker *lead = lead_of(w);
-    return lead && lead->last_end_us > w->t_start_us ? lead->last_end_us : w->t_start_us;
-}
-
-void worker_run_ended_loop(struct gw *g, struct worker *w)
-{
-    struct worker *lead = (struct worker *)lead_of(w);
-    if (lead)
-        lead->last_end_us = g->loop.now_us;
+        w->run.phase = WB_SENT;
 }
 
 void worker_disable_loop(struct gw *g, struct worker *w, int on)
@@ -145,14 +112,6 @@ void worker_disable_loop(struct gw *g, struct worker *w, int on)
     else if (!on && w->st == WS_DISABLED)
         worker_set_state_loop(g, w, WS_IDLE);
     /* busy or pinned: when its run or session ends; down: when it is back */
-}
-
-void worker_set_busy_loop(struct gw *g, struct worker *w, enum worker_busy b)
-{
-    if (w->busy == b)
-        return;
-    transition(g, w, "busy", busy_names[w->busy], busy_names[b], w->st == WS_BUSY && ((busy_allowed[w->busy] >> b) & 1));
-    w->busy = (uint8_t)b;
 }
 
 static void on_reconnect_timer(struct gw *g, struct conn *c);
@@ -418,29 +377,6 @@ static int on_eof(struct gw *g, struct conn *x, const char *why)
     return stream_close(x, "%s", why);
 }
 
-static void on_query_timeout(struct gw *g, struct conn *c)
-{
-    struct worker *w = worker_of(c);
-    int64_t due = QG_MAX(w->tm_armed_ms, c->last_read_ms) + g->cfg.query_timeout; /* a byte came since */
-    if (due > g->loop.now_ms) {
-        conn_timer_arm_loop(g, c, WORKER_TM, due, on_query_timeout);
-        return;
-    }
-    g->query_timeouts++;
-    log_warn(w->c.name, "no reply byte for %lld ms: dropping the connection", (long long)g->cfg.query_timeout);
-    w->timed_out = 1; /* the loss answers 'qgate: timeout, unless a message to the client was cut */
-    w->backoff = g->cfg.reconnect_min;
-    conn_close_loop(g, &w->c, "query timeout");
-}
-
-void worker_arm_query_timer_loop(struct gw *g, struct worker *w)
-{
-    if (g->cfg.query_timeout > 0 && w->st == WS_BUSY && !w->c.paused) {
-        w->tm_armed_ms = g->loop.now_ms;
-        conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms + g->cfg.query_timeout, on_query_timeout);
-    }
-}
-
 static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
 {
     struct worker *w = worker_of((struct conn *)s);
@@ -474,7 +410,7 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     log_at(w->removed ? LOG_INFO : LOG_WARN, c->name, "connection closed: %s", why);
     int was_up = worker_is_connected(w);
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
-    relay_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
+    run_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
     if (w->removed) {
         unlink_removed(g, w);
         return;
@@ -521,15 +457,15 @@ int worker_busy_count_loop(const struct gw *g)
 
 /* Waiting for a client's output is not a slow query: client_stall_timeout watches that. */
 static void on_pause(struct gw *g, struct conn *c) { conn_timer_cancel_loop(g, c, WORKER_TM); }
-static void on_resume(struct gw *g, struct conn *c) { worker_arm_query_timer_loop(g, worker_of(c)); }
+static void on_resume(struct gw *g, struct conn *c) { run_arm_timer_loop(g, worker_of(c)); }
 
 const struct connops worker_connops = {
     .ev = {.on_event = on_event},
     .on_bytes = on_bytes,
-    .on_header = relay_header_loop,
-    .on_message = relay_message_loop,
-    .on_end = relay_end_loop,
-    .on_bad = relay_bad_header_loop,
+    .on_header = run_header_loop,
+    .on_message = run_message_loop,
+    .on_end = run_message_end_loop,
+    .on_bad = run_bad_header_loop,
     .on_eof = on_eof,
     .on_pause = on_pause,
     .on_resume = on_resume,
@@ -540,15 +476,6 @@ const struct connops worker_connops = {
     .on_wake = stream_woken_loop,
 };
 
-static void back_start(struct gw *g, struct conn *w, struct conn *c)
-{
-    relay_start_loop(g, worker_of(w), c ? client_of(c) : NULL);
-}
-static struct conn *back_idle_first(struct gw *g, struct group *grp) { return pipeline_idle_first_loop(g, grp); }
-static int back_follow(struct gw *g, struct group *grp, struct conn *c)
-{
-    return pipeline_follow_loop(g, grp, client_of(c));
-}
 static int back_owes(const struct conn *x, int what)
 {
     const struct worker *w = (const struct worker *)x;
@@ -557,15 +484,24 @@ static int back_owes(const struct conn *x, int what)
     return owes(w); /* broadcasts, fan-out parts */
 }
 
+/* Does a worker of grp run anything, or owe what it was given (which dispatch starts)? */
+static int back_busy(const struct group *grp)
+{
+    const struct worker *w;
+    TAILQ_FOREACH(w, &grp->workers, glink)
+        if (w->st == WS_BUSY || owes(w))
+            return 1;
+    return 0;
+}
+
 const struct backend_ops worker_backend = {
-    .start = back_start,
+    .busy = back_busy,
+    .start = run_start_loop,
     .session_start = session_start_loop,
     .release = session_release_loop,
     .owes = back_owes,
-    .client_gone = relay_client_gone_loop,
-    .idle_first = back_idle_first,
-    .follow = back_follow,
-    .answer = relay_answer_loop,
+    .client_gone = run_client_gone_loop,
+    .answer = run_answer_loop,
     .broadcast = broadcast_queue_loop,
     .fanout = fanout_start_loop,
     .fanout_cancel = fanout_cancel_loop,

@@ -28,9 +28,28 @@ enum worker_state { WORKER_STATES(ST_ENUM) };
 enum worker_busy { BUSY_STATES(ST_ENUM) };
 #undef ST_ENUM
 
-/* What a run is: a client's sync request, a client's async batch, broadcasts only, or one
- * worker's part of a .qgate.all (fanout.c). */
+/* What a run is: a client's sync request, a client's async batch, broadcasts only (or the reset
+ * query a session owes), or one worker's part of a .qgate.all (fanout.c). */
 enum run_kind { RUN_REQUEST, RUN_ASYNC, RUN_BROADCASTS, RUN_FANOUT };
+
+struct fpart;
+struct client;
+/* A worker connection's run (run.c): from when its bytes are queued for the worker (run_begin)
+ * to when the worker has answered the last of them (run_end). One at a time on a connection,
+ * so the reply a connection brings is always its run's. */
+struct run {
+    uint8_t kind;        /* enum run_kind */
+    uint8_t phase;       /* enum worker_busy: what its reply has come to */
+    uint8_t is_error;    /* its reply is a q error (etext: the start of its text) */
+    int swallow;         /* chaser replies to drop before its own */
+    struct client *cl;   /* RUN_REQUEST, RUN_ASYNC: its client; NULL once that has gone */
+    uint64_t seq;        /* ... and the client's request */
+    uint64_t key;        /* RUN_REQUEST: pipeline_key of its query, 0 = none to learn */
+    int64_t started_us;  /* sent to the worker */
+    uint64_t reply_len;  /* of the reply being relayed */
+    struct fpart *fp;    /* RUN_FANOUT: its part */
+    char etext[80];
+};
 
 /* Where the message being read goes. */
 enum route { ROUTE_DROP, ROUTE_STREAM, ROUTE_COLLECT, ROUTE_FORWARD, ROUTE_SWALLOW };
@@ -105,42 +124,32 @@ enum { WORKER_TM = 0 };
 struct worker {
     struct conn c;
     uint8_t st;          /* enum worker_state */
-    uint8_t busy;        /* enum worker_busy, while BUSY */
-    uint8_t run;         /* enum run_kind, while BUSY */
     uint8_t cap;
     uint8_t removed;     /* dropped by a reload: goes when idle */
     uint8_t resolved;    /* na holds its addresses */
     uint8_t via;         /* enum worker_via: how its connection (or the attempt) goes */
     uint8_t skip_uds;    /* the next attempt goes over TCP: its Unix socket did not answer */
     uint8_t timed_out;   /* its connection is being dropped for query_timeout */
-    uint8_t is_error;    /* the reply being relayed is a q error */
     uint8_t reset_owed;  /* its session ended while it was busy: the reset query runs next */
     uint8_t in_call;     /* it waits for its client's answer to a callback: nothing may go ahead of it */
     uint8_t disabled;    /* .qgate.disable[]: out of rotation; DISABLED once it owes nothing (control.c) */
     uint8_t slot;        /* which of its worker's connections it is: 0, the lead, or 1..pipeline-1 */
-    int swallow;         /* chaser replies to drop before the request's own */
+    struct run run;      /* while BUSY */
     struct wmsg msg;
     uint64_t serial;     /* names it to pool jobs (resolution) */
     struct group *grp;
     TAILQ_ENTRY(worker) glink; /* a worker's connections lie one after another, its lead first */
     char addr[300];
     const char *iname;   /* addr, interned: for the access log's records, which outlive it */
-    uint64_t reply_len;  /* of the reply being relayed */
-    uint64_t run_key;    /* BUSY with run RUN_REQUEST (set with it): its query's pipeline_key, 0 = none to learn */
-    char etext[80];      /* the start of its text, when it is a q error */
     struct net_addrs na; /* over TCP, its Unix socket, or both (that first) */
     char uds_why[96];    /* why its Unix socket was passed over for TCP last, for the log */
-    struct client *cl;   /* client of the current request; NULL once it is gone */
     struct client *sess; /* pool = session: the client it is given to (c->sess is this worker) */
-    uint64_t req_seq;
     struct inbuf coll;   /* a message collected whole */
     int64_t backoff;     /* ms */
     struct bnodelist bq;    /* broadcasts to send before the next request */
     struct bnodelist bsent; /* broadcasts sent, not yet known to have run: until a run's
                              * chaser returns, the worker is running that client's messages */
     struct fpartlist fq; /* fan-out parts owed, run before any request (after broadcasts) */
-    struct fpart *fp;    /* RUN_FANOUT: the part running */
-    int64_t t_start_us;  /* its run was sent */
     int64_t tm_armed_ms; /* its query timer was armed (it fires query_timeout after that or the last byte read) */
     int64_t last_end_us; /* the lead: when a run of the worker last ended, on any connection (q
                           * runs one at a time: a run sent before began no earlier) */
@@ -149,6 +158,9 @@ struct worker {
 };
 
 static inline struct worker *worker_of(struct conn *c) { return (struct worker *)c; }
+/* Its connection says whether it owes broadcasts or fan-out parts (dispatch reads that): kept
+ * after every change to bq and fq. */
+static inline void worker_owes_update(struct worker *w) { w->c.owes = !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq); }
 /* Up: connected and in the group's rotation (DISABLED is connected, out of it). */
 static inline int worker_is_up(const struct worker *w)
 {
@@ -157,11 +169,6 @@ static inline int worker_is_up(const struct worker *w)
 static inline int worker_is_connected(const struct worker *w) { return worker_is_up(w) || w->st == WS_DISABLED; }
 /* May w be given new work (a request, a broadcast, a fan-out part)? */
 static inline int worker_takes_work(const struct worker *w) { return worker_is_up(w) && !w->removed && !w->disabled; }
-/* When w's run began at the worker, as far as the gateway can tell: when it was sent, or when
- * the worker last ended a run on another connection after that. */
-int64_t worker_run_began_us(const struct worker *w);
-/* w's run has ended (the worker is free of it). */
-void worker_run_ended_loop(struct gw *g, struct worker *w);
 static inline int worker_is_lead(const struct worker *w) { return w->slot == 0; }
 /* The next connection of x's worker, or NULL: for (x = lead; x; x = worker_sibling(x)) visits
  * them all. (A connection left behind by its lead's removal follows no lead: removed too.) */
@@ -184,8 +191,6 @@ void worker_free_loop(struct conn *c);
 void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st);
 /* .qgate.disable[] (on) and .qgate.enable[] (off): out of rotation, DISABLED once idle; back. */
 void worker_disable_loop(struct gw *g, struct worker *w, int on);
-/* The one setter of a busy worker's sub-state. */
-void worker_set_busy_loop(struct gw *g, struct worker *w, enum worker_busy b);
 const char *worker_state_name(int st);
 /* "unix", "tcp", or "" (never tried). */
 const char *worker_via_name(int via);
@@ -194,36 +199,51 @@ void worker_resolved_loop(struct gw *g, struct job *j);
 /* A reload dropped it: close now if idle or down, after its request if busy. */
 void worker_remove_loop(struct gw *g, struct worker *w);
 int worker_busy_count_loop(const struct gw *g);
-void worker_arm_query_timer_loop(struct gw *g, struct worker *w);
 
-/* ---- relay.c ---------------------------------------------------------------------------- */
-/* Send c's head request (and async ones right behind it) to idle worker w, the broadcasts w
- * owes first; c NULL: the broadcasts alone. */
-void relay_start_loop(struct gw *g, struct worker *w, struct client *c);
+/* ---- run.c ------------------------------------------------------------------------------ */
+/* Begin a run on idle worker w: c's head request (and async ones right behind it), the
+ * broadcasts w owes first; c NULL: what w owes alone (a fan-out part, or broadcasts). */
+void run_begin_loop(struct gw *g, struct worker *w, struct client *c);
+/* The same as dispatch starts it (struct backend_ops start). */
+void run_start_loop(struct gw *g, struct conn *w, struct conn *c);
 /* The stream's handlers: a message's header (where it goes), a bad header, the end of a message
  * streamed or dropped, a message gathered whole. */
 struct kipc_hdr;
-int relay_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h);
-int relay_bad_header_loop(struct gw *g, struct conn *x, const char *why);
-int relay_end_loop(struct gw *g, struct conn *x);
-int relay_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg);
+int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h);
+int run_bad_header_loop(struct gw *g, struct conn *x, const char *why);
+int run_message_end_loop(struct gw *g, struct conn *x);
+int run_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg);
 /* Send request x of c to w, as it is (x leaves c's queue: RS_RUNNING). */
-void relay_send_request_loop(struct gw *g, struct worker *w, struct client *c, struct req *x);
+void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, struct req *x);
 /* Client c, whose request w runs or holds, has gone. */
-void relay_client_gone_loop(struct gw *g, struct worker *w, struct client *c);
-
-/* The worker's connection is gone: fail or finish its request (reason: timeout or loss). */
-void relay_lost_loop(struct gw *g, struct worker *w);
-void relay_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
+void run_client_gone_loop(struct gw *g, struct worker *w, struct client *c);
+/* The worker's connection is gone: fail or finish its run (reason: timeout or loss). */
+void run_lost_loop(struct gw *g, struct worker *w);
+/* A client's answer to w's callback goes to w (msg owned). */
+void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
+/* The one setter of w's run's phase (what its reply has come to: enum worker_busy). */
+void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b);
+/* The query timer of w's run: query_timeout after it was armed or the worker's last byte. */
+void run_arm_timer_loop(struct gw *g, struct worker *w);
+/* When w's run began at the worker, as far as the gateway can tell: when it was sent, or when
+ * the worker last ended a run on another connection after that (q runs one at a time). */
+int64_t run_began_us(const struct worker *w);
+/* The modes a group's runs take (struct group_mode): plain requests here, and session.c's and
+ * pipeline.c's; the one a group's configuration selects. */
+extern const struct group_mode run_plain_mode;
+const struct group_mode *run_mode_of(const struct group *grp);
+/* The plain mode's end of a run (the worker idle, or gone if removed), and its choice of the
+ * idle connection that takes the next request (the one idle longest, in rotation), for the
+ * other modes. */
+void run_plain_end_loop(struct gw *g, struct worker *w);
+struct conn *run_idle_first_loop(struct gw *g, struct group *grp);
 
 /* ---- pipeline.c (pipeline > 1) ------------------------------------------------------------ */
-/* The idle connection of grp that takes the next request: the lead of a worker that runs
- * nothing (backend_ops idle_first), or NULL. */
-struct conn *pipeline_idle_first_loop(struct gw *g, struct group *grp);
-/* c's head, a sync request, on a free connection of the busy worker of grp running fewest,
- * when everything that worker runs is learned to end within pipeline_wait (struct backend_ops
- * follow): 1, 0 (not such a request), -1 (no worker may take it). */
-int pipeline_follow_loop(struct gw *g, struct group *grp, struct client *c);
+/* The mode of a group that pipelines: the idle connection that takes the next request is the
+ * lead of a worker that runs nothing; with every worker busy, a sync request follows on a free
+ * connection of the busy worker running fewest, when everything that worker runs is learned to
+ * end within pipeline_wait. */
+extern const struct group_mode pipeline_mode;
 /* r's query, to learn how long it runs (a hash of its bytes): 0 when grp does not learn, or r
  * is too long to. Before r is sent (its bytes go with it). */
 uint64_t pipeline_key(const struct gw *g, const struct group *grp, const struct req *r);
@@ -249,11 +269,9 @@ void broadcast_drop_loop(struct gw *g, struct worker *w);
 void broadcast_free_loop(struct worker *w);
 
 /* ---- session.c (pool = session) -------------------------------------------------------- */
-/* w starts c's request: in a session group, a client without a worker is given w. */
-void session_begin_loop(struct gw *g, struct worker *w, struct client *c);
-/* w's run has ended: its session's next request may start (PINNED), or the reset query it
- * owes runs, or it goes (removed), or it is IDLE. */
-void session_run_ended_loop(struct gw *g, struct worker *w);
+/* The mode of a session group: a run's begin gives the worker to a client without one; its end
+ * lets the session's next request start (PINNED), or runs the reset query owed, or frees it. */
+extern const struct group_mode session_mode;
 /* Start c's head on w, the worker given to it, if w is PINNED (1), else 0 (w starts it when its
  * run ends). */
 int session_start_loop(struct gw *g, struct worker *w, struct client *c);

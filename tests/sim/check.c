@@ -44,7 +44,7 @@ static void check_held_and_disabled(struct group *grp)
     struct worker *w;
     TAILQ_FOREACH(w, &grp->workers, glink) {
         int owes = !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq);
-        if (w->st == WS_DISABLED && (!w->disabled || w->c.fd < 0 || w->c.q || w->sess || w->cl || owes))
+        if (w->st == WS_DISABLED && (!w->disabled || w->c.fd < 0 || w->c.q || w->sess || w->run.cl || owes))
             fail("%s is DISABLED: not disabled, not connected, on a list, given a client or owing work", w->c.name);
         if (w->disabled && w->st == WS_IDLE && !owes)
             fail("%s is disabled, idle on the idle list, and owes nothing", w->c.name);
@@ -70,12 +70,12 @@ static void check_connections(struct group *grp)
             n++;
             live += !x->removed;
             if (x->slot && (x->sess || !STAILQ_EMPTY(&x->bq) || !STAILQ_EMPTY(&x->bsent) || !STAILQ_EMPTY(&x->fq) ||
-                            x->fp))
+                            x->run.fp))
                 fail("%s, not its worker's lead, has a session, broadcasts or fan-out parts", x->c.name);
-            if (x->st != WS_BUSY || (worker_is_lead(x) && x->run != RUN_REQUEST && x->run != RUN_ASYNC))
+            if (x->st != WS_BUSY || (worker_is_lead(x) && x->run.kind != RUN_REQUEST && x->run.kind != RUN_ASYNC))
                 continue;
             busy++;
-            if (!last || x->t_start_us > last->t_start_us)
+            if (!last || x->run.started_us > last->run.started_us)
                 last = x;
         }
         int conns = group_pipelines(grp) ? grp->cfg.pipeline : 1;
@@ -84,11 +84,11 @@ static void check_connections(struct group *grp)
         if (busy > 1)
             S->res->held += busy - 1, S->res->held_learned += S->pipeline_wait ? busy - 1 : 0;
         for (struct worker *x = w; busy > 1 && x; x = worker_sibling(x)) {
-            if (x == last || x->st != WS_BUSY || (worker_is_lead(x) && x->run != RUN_REQUEST && x->run != RUN_ASYNC))
+            if (x == last || x->st != WS_BUSY || (worker_is_lead(x) && x->run.kind != RUN_REQUEST && x->run.kind != RUN_ASYNC))
                 continue;
-            if (x->run != RUN_REQUEST || (S->pipeline_wait && !x->run_key))
+            if (x->run.kind != RUN_REQUEST || (S->pipeline_wait && !x->run.key))
                 fail("%s runs %s (query key %llu) while a request went to another connection of its worker after it",
-                     x->c.name, x->run == RUN_REQUEST ? "a request" : "an async batch", (unsigned long long)x->run_key);
+                     x->c.name, x->run.kind == RUN_REQUEST ? "a request" : "an async batch", (unsigned long long)x->run.key);
         }
     }
 }
@@ -119,7 +119,7 @@ static void check_client(struct conn *x)
     struct gw *g = &S->g;
     struct client *c = (struct client *)x;
     struct req *h = client_head(c);
-    if (c->w && (c->w->cl != c || c->w->st != WS_BUSY))
+    if (c->w && (c->w->run.cl != c || c->w->st != WS_BUSY))
         fail("%s points at worker %s, which is not running its request", x->name, c->w->c.name);
     if (c->fo && (!h || h->state != RS_RUNNING || !h->fan))
         fail("%s has a fan-out, and its head is not a running .qgate.all", x->name);
@@ -250,7 +250,7 @@ static int check_idle_lists(struct group *grp)
 static void check_worker(struct worker *w)
 {
     struct gw *g = &S->g;
-    if (w->fp && (w->st != WS_BUSY || w->run != RUN_FANOUT))
+    if (w->run.fp && (w->st != WS_BUSY || w->run.kind != RUN_FANOUT))
         fail("%s (%s) holds a fan-out part outside a fan-out run", w->c.name, worker_state_name(w->st));
     if (!STAILQ_EMPTY(&w->fq) && w->st != WS_IDLE && w->st != WS_BUSY)
         fail("%s is %s and owes fan-out parts", w->c.name, worker_state_name(w->st));
@@ -261,11 +261,11 @@ static void check_worker(struct worker *w)
              w->sess->c.name);
     if (w->sess && !S->session)
         fail("%s is in a session, in a group with pool = request", w->c.name);
-    if (w->cl && !conn_live(g, &w->cl->c))
+    if (w->run.cl && !conn_live(g, &w->run.cl->c))
         fail("%s runs a request of a freed client", w->c.name);
-    if (w->cl && (w->st != WS_BUSY || w->cl->w != w))
+    if (w->run.cl && (w->st != WS_BUSY || w->run.cl->w != w))
         fail("%s (%s) runs a request of %s, which does not point at it", w->c.name, worker_state_name(w->st),
-             w->cl->c.name);
+             w->run.cl->c.name);
     if (w->c.paused && (w->st != WS_BUSY && w->st != WS_PINNED))
         fail("%s is %s, and paused for a client's output", w->c.name, worker_state_name(w->st));
     if (w->c.paused && !w->c.q && w->c.fd >= 0)
@@ -382,7 +382,7 @@ void dump_world(void)
                 if (fw->k[j].gw_fd >= 0 && fw->k[j].gw_fd == w->c.fd)
                     k = &fw->k[j];
             tr("gw %s: %s, for %s, swallow %d, bq %d bsent %d, paused %d | W%d: fd %d, %zu in, %zu to send, cb %d, "
-               "%d unread, %d deferred", w->c.name, worker_state_name(w->st), w->cl ? w->cl->c.name : "-", w->swallow,
+               "%d unread, %d deferred", w->c.name, worker_state_name(w->st), w->run.cl ? w->run.cl->c.name : "-", w->run.swallow,
                !STAILQ_EMPTY(&w->bq), !STAILQ_EMPTY(&w->bsent), w->c.paused, fw ? fw->wid : -1, k ? k->fd : -1,
                k ? k->in.len : 0, k ? k->out.len - k->out_off : 0, fw ? fw->waiting_cb : 0, k ? unread(k->fd) : 0,
                fw ? fw->deferred.n : 0);

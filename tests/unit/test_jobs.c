@@ -475,7 +475,7 @@ static struct job *merge_job(K *parts, int n, int compress_first, int cap, int c
 
 static K decoded_out(struct job *j)
 {
-    struct kipc_hdr h;
+    struct kipc_hdr h = {0};
     const char *why;
     assert_non_null(j->out);
     assert_int_equal(kipc_hdr_parse(j->out, j->out_len, j->out_len, &h, &why), QG_OK);

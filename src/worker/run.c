@@ -1,0 +1,615 @@
+/* run.c: what runs on a worker connection, and where what the worker sends goes. A run
+ * (struct run) is a client's request (with the async messages right behind it and a chaser),
+ * the broadcasts the worker owes, or a part of a .qgate.all; it begins when its bytes are queued
+ * for the worker (run_begin_loop) and ends when the worker has answered the last of them
+ * (run_end), and the group's mode (struct group_mode: plain, session.c, pipeline.c) says what
+ * the worker does next. A plain request's run enters no other file of the worker side:
+ * broadcasts, fan-out parts, sessions and pipelining are entered only when a worker owes them
+ * or its group's mode is theirs.
+ *
+ * A connection carries one request at a time (docs/design.md, Dispatch): its reply is that
+ * request's, whatever order the worker answers its connections in.
+ *
+ * Where a worker's message goes (struct wmsg, route; the stream moves its bytes):
+ *   response to the running request  -> STREAM to its client (COLLECT for a pool job; DROP if
+ *                                       the client has gone or was answered already)
+ *   response to a chaser             -> SWALLOW
+ *   async, while running a client's broadcasts -> FORWARD to that broadcast's sender
+ *   async, while serving a request   -> STREAM to that request's client
+ *   async, pool = session, between its client's requests -> STREAM to that client
+ *   async, otherwise (pool = request, no client's request running: a timer, a subscription)
+ *                                    -> DROP: it belongs to nobody; counted (w->dropped), logged
+ *   sync (a callback, with .z.w)     -> STREAM to the running request's client, which answers;
+ *                                       with no such client the worker gets an error
+ * FORWARD collects the message whole and puts it into the client's output at a message
+ * boundary (conn_push_whole_loop): another worker may be streaming to that client meanwhile.
+ * Every byte put into a client's output counts against its bound: past client_high_water the
+ * worker feeding it stops reading until it drains (stream_check_bound_loop).
+ *
+ * And the other side going: a run's client (its reply drained, a callback's caller told), or
+ * its worker (every client whose request it ran told, as if its q had died, or closed if a
+ * message to it was cut). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "worker.h"
+#include "stream.h"
+#include "alog.h"
+#include "gw.h"
+#include "jobs.h"
+#include "kcodec.h"
+#include "kipc.h"
+#include "kzip.h"
+#include "stats.h"
+#include "log.h"
+
+#define ASYNC_BATCH_MAX 4096
+
+/* ---- starting a run --------------------------------------------------------------------------- */
+
+/* The request's bytes go to the worker as they are: no copy, no decoding. */
+void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, struct req *x)
+{
+    request_set_state_loop(g, c, x, RS_RUNNING);
+    c->pending -= req_cost(x);
+    x->t_run_us = g->loop.now_us;
+    x->wname = w->iname;
+    if (g->hooks.dispatched)
+        g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, x->seq);
+    struct chunk *ch = chunk_wrap(x->msg, x->off + x->len);
+    x->msg = NULL;
+    if (ch) {
+        ch->off = x->off; /* a routed request's wrapper is not sent */
+        outq_push(&w->c.out, ch);
+    }
+}
+
+/* c's head, and the async messages right behind it (one chaser after them). */
+static int send_head(struct gw *g, struct worker *w, struct client *c)
+{
+    struct req *r = client_head(c);
+    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
+    if (r->type == KIPC_SYNC) {
+        w->run.key = group_pipelines(w->grp) ? pipeline_key(g, w->grp, r) : 0;
+        run_send_request_loop(g, w, c, r);
+        w->run.kind = RUN_REQUEST;
+        return 0;
+    }
+    int n = 0;
+    for (struct req *x = r; x && x->type == KIPC_ASYNC && n < ASYNC_BATCH_MAX; x = STAILQ_NEXT(x, link), n++) {
+        if (x != r && (x->state != RS_WAITING || x->unchecked || x->route || x->grp != r->grp))
+            break; /* only what is ready to run here, as it is */
+        run_send_request_loop(g, w, c, x);
+    }
+    outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
+    w->run.kind = RUN_ASYNC;
+    return 1;
+}
+
+/* ---- the run's phase: what its reply has come to ------------------------------------------------ */
+
+#define ST_NAME(e) #e,
+static const char *const phase_names[] = {BUSY_STATES(ST_NAME)};
+#undef ST_NAME
+#define TO(s) (1u << WB_##s)
+static const unsigned phase_allowed[] = {
+    [WB_SENT] = TO(RELAYING) | TO(COLLECTING) | TO(DRAINING),
+    [WB_RELAYING] = TO(DRAINING),
+    [WB_COLLECTING] = TO(DRAINING),
+    [WB_DRAINING] = 0,
+};
+#undef TO
+
+/* The one setter of a run's phase; a change the table does not allow counts in
+ * g->bad_transitions (tests/sim requires it to stay 0). */
+void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
+{
+    if (w->run.phase == b)
+        return;
+    int ok = w->st == WS_BUSY && ((phase_allowed[w->run.phase] >> b) & 1);
+    if (ok) {
+        log_debug(w->c.name, "busy %s -> %s", phase_names[w->run.phase], phase_names[b]);
+    } else {
+        g->bad_transitions++;
+        log_error(w->c.name, "busy %s -> %s is not in run.c's table", phase_names[w->run.phase], phase_names[b]);
+    }
+    w->run.phase = (uint8_t)b;
+}
+
+/* ---- the query timer ------------------------------------------------------------------------- */
+
+static void on_query_timeout(struct gw *g, struct conn *c)
+{
+    struct worker *w = worker_of(c);
+    int64_t due = QG_MAX(w->tm_armed_ms, c->last_read_ms) + g->cfg.query_timeout; /* a byte came since */
+    if (due > g->loop.now_ms) {
+        conn_timer_arm_loop(g, c, WORKER_TM, due, on_query_timeout);
+        return;
+    }
+    g->query_timeouts++;
+    log_warn(w->c.name, "no reply byte for %lld ms: dropping the connection", (long long)g->cfg.query_timeout);
+    w->timed_out = 1; /* the loss answers 'qgate: timeout, unless a message to the client was cut */
+    w->backoff = g->cfg.reconnect_min;
+    conn_close_loop(g, &w->c, "query timeout");
+}
+
+void run_arm_timer_loop(struct gw *g, struct worker *w)
+{
+    if (g->cfg.query_timeout > 0 && w->st == WS_BUSY && !w->c.paused) {
+        w->tm_armed_ms = g->loop.now_ms;
+        conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms + g->cfg.query_timeout, on_query_timeout);
+    }
+}
+
+/* When w's run began at the worker, as far as the gateway can tell: when it was sent, or when
+ * the worker last ended a run on another connection after that (q runs one at a time). */
+static const struct worker *lead_of(const struct worker *w)
+{
+    const struct worker *x = w;
+    while (x && x->slot) {
+        const struct worker *p = TAILQ_PREV(x, workerlist, glink);
+        x = p && !strcmp(p->addr, w->addr) ? p : NULL;
+    }
+    return x;
+}
+
+int64_t run_began_us(const struct worker *w)
+{
+    if (!w->slot)
+        return w->last_end_us > w->run.started_us ? w->last_end_us : w->run.started_us;
+    const struct worker *lead = lead_of(w);
+    return lead && lead->last_end_us > w->run.started_us ? lead->last_end_us : w->run.started_us;
+}
+
+/* ---- beginning a run --------------------------------------------------------------------------- */
+
+void run_begin_loop(struct gw *g, struct worker *w, struct client *c)
+{
+    if (!c && !STAILQ_EMPTY(&w->fq) && fanout_run_owed_loop(g, w)) /* a .qgate.all's part, its broadcasts sent */
+        return;
+    w->run = (struct run){.kind = RUN_BROADCASTS};
+    worker_set_state_loop(g, w, WS_BUSY); /* before the broadcasts: releasing one must not start here */
+    int swallow = STAILQ_EMPTY(&w->bq) ? 0 : broadcast_send_loop(g, w, c ? 1 : 0); /* a client waits: one owed
+                                                      * message before it, else a round's worth (a flood drains
+                                                      * between requests) */
+    w->run.cl = c;
+    if (c) {
+        struct req *r = client_head(c);
+        if (w->grp->mode->begin)
+            w->grp->mode->begin(g, w, c); /* a session's worker given to its client */
+        swallow += send_head(g, w, c);
+        w->run.seq = r->seq;
+        client_set_worker_loop(c, w);
+        log_debug(w->c.name, "running %s request %llu of %s", r->type == KIPC_SYNC ? "sync" : "async",
+                  (unsigned long long)r->seq, c->c.name);
+    }
+    w->run.swallow = swallow;
+    w->run.started_us = g->loop.now_us;
+    run_arm_timer_loop(g, w);
+    conn_mark_dirty_loop(g, &w->c);
+}
+
+void run_start_loop(struct gw *g, struct conn *w, struct conn *c)
+{
+    run_begin_loop(g, worker_of(w), c ? client_of(c) : NULL);
+}
+
+/* ---- finishing a run ------------------------------------------------------------------------- */
+
+/* Hand a collected reply to the pool job that transforms it for c. */
+static void submit_collected(struct gw *g, struct worker *w, struct client *c)
+{
+    struct req *r = client_head(c);
+    int plain = c->local && w->coll.len > 2 && w->coll.p[2]; /* compressed, for this host */
+    int old = c->cap < 3 || plain;
+    struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_REPLY);
+    client_set_worker_loop(c, NULL);
+    if (!j || !r) {
+        job_free(j);
+        conn_close_loop(g, &c->c, "out of memory");
+        return;
+    }
+    request_set_state_loop(g, c, r, RS_LOCAL);
+    j->arg = c->cap;
+    j->aux[0] = g->cfg.max_message;
+    j->aux[1] = plain;
+    j->in = w->coll.p;
+    j->in_len = w->coll.len;
+    w->coll = (struct inbuf){0};
+    conn_submit_loop(old ? g->readers : g->writers, j, &c->c, r->seq);
+}
+
+/* What the access log says of the request c's reply answers. */
+static void note_reply(struct worker *w, struct client *c)
+{
+    struct req *r = client_head(c);
+    if (!r || r->state != RS_RUNNING)
+        return;
+    r->reply_len = w->run.reply_len;
+    if (w->run.is_error) {
+        r->outcome = ALOG_ERROR;
+        free(r->etext);
+        r->etext = strdup(w->run.etext);
+    }
+}
+
+/* The run has ended on the worker: its client goes on, the worker does what its group's mode
+ * says (the next request, its session's, the reset query, or it goes). */
+static void run_end(struct gw *g, struct worker *w)
+{
+    struct client *c = w->run.cl;
+    int64_t ran = g->loop.now_us - run_began_us(w); /* not its wait behind another connection's */
+    struct worker *lead = w->slot ? (struct worker *)lead_of(w) : w;
+    if (lead)
+        lead->last_end_us = g->loop.now_us;
+    if (w->run.kind == RUN_REQUEST) {
+        hist_add(&w->lat, (uint64_t)ran);
+        if (w->run.key) /* pipelining: how long its query runs, learned */
+            pipeline_learn_loop(w->grp, w->run.key, ran);
+        w->served++;
+        w->errors += w->run.is_error;
+        if (c)
+            note_reply(w, c);
+    }
+    while (!STAILQ_EMPTY(&w->bsent)) /* their chasers came back before this reply */
+        broadcast_forget_sent_loop(g, w, 0);
+    w->run.cl = NULL;
+    if (w->c.paused)
+        stream_resume_loop(g, &w->c); /* paused for its client's output, which has its whole reply now */
+    conn_timer_cancel_loop(g, &w->c, WORKER_TM);
+    if (c) {
+        if (w->run.phase == WB_COLLECTING && !c->eof)
+            submit_collected(g, w, c);
+        else
+            request_head_done_loop(g, c);
+    }
+    if (w->run.kind == RUN_FANOUT)
+        fanout_part_done_loop(g, w); /* its reply, collected, goes to its fan-out */
+    if (w->coll.p)
+        inbuf_free(&w->coll);
+    /* what its group's mode does next; a worker given to a session (or owing its reset) keeps to
+     * the session's way even if a reload has changed its group's pool since */
+    (w->sess || w->reset_owed ? &session_mode : w->grp->mode)->end(g, w);
+}
+
+/* The plain mode's end of a run: the worker takes the next request, or goes if a reload
+ * removed it. */
+static void plain_end(struct gw *g, struct worker *w)
+{
+    if (w->removed)
+        conn_close_loop(g, &w->c, "removed from the configuration");
+    else
+        worker_set_state_loop(g, w, WS_IDLE);
+}
+
+/* The idle connection of grp that takes its next request: the first (idle longest) in rotation. */
+struct conn *run_idle_first_loop(struct gw *g, struct group *grp)
+{
+    (void)g;
+    for (struct conn *x = connq_first(&grp->idle); x; x = connq_next(x)) /* (one idle out of rotation
+                                                                        * runs only what it owes) */
+        if (worker_takes_work(worker_of(x)))
+            return x;
+    return NULL;
+}
+
+const struct group_mode run_plain_mode = {
+    .name = "request",
+    .idle_first = run_idle_first_loop,
+    .end = plain_end,
+};
+
+const struct group_mode *run_mode_of(const struct group *grp)
+{
+    if (grp->cfg.pool_mode == CFG_POOL_SESSION)
+        return &session_mode;
+    return group_pipelines(grp) ? &pipeline_mode : &run_plain_mode;
+}
+
+void run_plain_end_loop(struct gw *g, struct worker *w) { plain_end(g, w); }
+
+/* ---- routing what the worker sends ----------------------------------------------------------- */
+
+/* A live client that can be sent a message, or NULL. */
+static struct client *reachable(struct gw *g, uint32_t id, uint32_t gen)
+{
+    struct conn *x = gen ? conn_lookup_loop(g, id, gen) : NULL;
+    struct client *c = x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
+    return c && client_takes_output(c) ? c : NULL;
+}
+
+/* A whole message for a client other than the running request's (an idle worker's publish, a
+ * broadcast's sender): into its stream at a message boundary, or dropped if it has gone. */
+static void deliver_whole(struct gw *g, struct worker *w)
+{
+    struct client *c = reachable(g, w->msg.to_id, w->msg.to_gen);
+    if (!c) {
+        w->dropped++;
+        inbuf_free(&w->coll);
+        return;
+    }
+    struct chunk *ch = chunk_wrap(w->coll.p, w->coll.len);
+    w->coll = (struct inbuf){0};
+    if (!ch) {
+        conn_close_loop(g, &c->c, "out of memory");
+        return;
+    }
+    conn_push_whole_loop(g, &c->c, ch);
+    stream_check_bound_loop(g, &w->c, &c->c);
+}
+
+/* Replies that must be collected for c: to check them for an old client, to compress them for
+ * a remote one, or to decompress a worker's compressed reply for a local one (q never sends
+ * compressed bytes on this host; one over compress_max goes as it is). An old client's reply
+ * over compress_max is refused instead (-1). */
+static int needs_collect(struct gw *g, const struct client *c, const struct kipc_hdr *h)
+{
+    if (c->cap < 3)
+        return h->len <= (uint64_t)g->cfg.compress_max ? 1 : -1;
+    if (c->local && h->compressed)
+        return h->len <= (uint64_t)g->cfg.compress_max;
+    return g->cfg.compress && !c->local && c->cap >= 1 && !h->compressed && h->len >= KZIP_MIN_LEN &&
+           h->len <= (uint64_t)g->cfg.compress_max;
+}
+
+/* The route of the running request's reply. */
+static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
+{
+    struct client *c = w->run.cl;
+    w->msg.reply = 1; /* its first bytes tell whether it is a q error */
+    w->run.is_error = 0;
+    w->run.reply_len = h->len;
+    if (w->run.kind == RUN_FANOUT)
+        return fanout_route_loop(g, w, h->len);
+    if (!c || c->eof) {
+        run_set_phase_loop(g, w, WB_DRAINING);
+        return ROUTE_DROP;
+    }
+    int nc = needs_collect(g, c, h);
+    if (nc < 0) { /* too big to check for an old client: it is told, the reply drained */
+        request_error_loop(g, c, client_head(c),
+                          "qgate: reply too large for capability %d (%llu bytes, over compress_max)", c->cap,
+                          (unsigned long long)h->len);
+        w->run.cl = NULL; /* its reply is made: a loss now touches nothing */
+        client_set_worker_loop(c, NULL);
+        run_set_phase_loop(g, w, WB_DRAINING);
+        return ROUTE_DROP;
+    }
+    run_set_phase_loop(g, w, nc ? WB_COLLECTING : WB_RELAYING); /* collected: grown as bytes arrive */
+    w->msg.to = c;
+    return nc ? ROUTE_COLLECT : ROUTE_STREAM;
+}
+
+/* An async message nobody is owed: dropped, counted, said (at most once a second). */
+static int drop_async(struct gw *g, struct worker *w, const char *why)
+{
+    w->dropped++;
+    log_limited(&w->grp->dropped_log, g->loop.now_ms, LOG_WARN, w->c.name,
+                "async message %s: dropped (a worker that publishes to its subscribers belongs in a "
+                "pool = session group)", why);
+    return ROUTE_DROP;
+}
+
+/* An async message: to the sender of the broadcasts running, else the running request's
+ * client, else a session's client; else it belongs to nobody. */
+static int route_async(struct gw *g, struct worker *w)
+{
+    if (!STAILQ_EMPTY(&w->bsent)) {
+        const struct bnode *b = STAILQ_FIRST(&w->bsent);
+        if (!reachable(g, b->cl_id, b->cl_gen))
+            return drop_async(g, w, "for the sender of a broadcast that has gone");
+        w->msg.to_id = b->cl_id;
+        w->msg.to_gen = b->cl_gen;
+        return ROUTE_FORWARD;
+    }
+    struct client *c = w->st == WS_BUSY ? w->run.cl : w->st == WS_PINNED ? w->sess : NULL;
+    if (c && client_takes_output(c) && (c == w->run.cl || c->st == CS_READY)) { /* a session's client
+                                     * that sent a bad message gets what it is owed, nothing new */
+        w->msg.to = c;
+        return ROUTE_STREAM;
+    }
+    if (c || (w->st == WS_BUSY && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC)))
+        return drop_async(g, w, "for a client that has gone");
+    if (w->st == WS_BUSY && w->run.kind == RUN_FANOUT) /* a .qgate.all's client gets the merged replies, nothing else */
+        return drop_async(g, w, "while it ran its part of a .qgate.all");
+    return drop_async(g, w, w->grp->cfg.pool_mode == CFG_POOL_SESSION ? "while given to no client's session"
+                                                                      : "while it ran no client's request (pool = request)");
+}
+
+/* A callback (a sync request with .z.w): the running request's client answers it, if it reads;
+ * otherwise (none, or a broadcast's sender, which waits for nothing) the worker is told so. */
+static int route_callback(struct gw *g, struct worker *w)
+{
+    struct client *c = w->run.cl;
+    if (w->st == WS_BUSY && w->run.kind == RUN_REQUEST)
+        pipeline_calls_back_loop(w->grp, w->run.key); /* nothing goes to its worker while it runs again */
+    if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent) &&
+        callback_add_loop(g, c, &w->c) == 0) {
+        w->in_call = 1; /* until it sends again, having had the answer */
+        w->msg.to = c;
+        return ROUTE_STREAM;
+    }
+    outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len);
+    conn_mark_dirty_loop(g, &w->c);
+    return ROUTE_DROP;
+}
+
+/* ---- what the stream hands it ------------------------------------------------------------------ */
+
+/* A message's header has arrived: where it goes. */
+int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
+{
+    struct worker *w = worker_of(x);
+    w->msg.reply = 0;
+    w->in_call = 0; /* it sends: whatever it waited for has come */
+    int route = ROUTE_DROP;
+    if (h->type == KIPC_RESPONSE && w->st == WS_BUSY)
+        route = w->run.swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, h);
+    else if (h->type == KIPC_ASYNC)
+        route = route_async(g, w);
+    else if (h->type == KIPC_SYNC)
+        route = route_callback(g, w);
+    if (w->c.fd < 0 || w->c.closing) /* closed while routing */
+        return SS_STOP;
+    w->msg.route = (uint8_t)route;
+    if (route == ROUTE_STREAM) {
+        stream_route(x, SR_STREAM, &w->msg.to->c);
+    } else {
+        w->msg.to = NULL;
+        stream_route(x, route == ROUTE_COLLECT || route == ROUTE_FORWARD ? SR_WHOLE : SR_DROP, NULL);
+    }
+    return SS_OK;
+}
+
+int run_bad_header_loop(struct gw *g, struct conn *x, const char *why)
+{
+    (void)g;
+    return stream_close(x, "bad message header from the worker: %s", why);
+}
+
+/* The message has ended (streamed, dropped, or whole in w->coll). */
+static int message_done(struct gw *g, struct worker *w)
+{
+    const struct rdstate *rd = &w->c.rd;
+    if (w->msg.reply && rd->npeek) { /* a q error: its text, for the access log */
+        w->run.is_error = rd->peek[0] == (uint8_t)KT_ERROR;
+        if (w->run.is_error)
+            snprintf(w->run.etext, sizeof w->run.etext, "%.*s", (int)QG_MIN(rd->npeek - 1u, sizeof w->run.etext - 1),
+                     (const char *)rd->peek + 1);
+    }
+    if (w->msg.route == ROUTE_FORWARD)
+        deliver_whole(g, w);
+    else if (w->msg.route == ROUTE_STREAM && w->msg.to->st == CS_FLUSHING)
+        conn_mark_dirty_loop(g, &w->msg.to->c); /* its flush sees whether it may linger now */
+    int route = w->msg.route;
+    w->msg.route = ROUTE_DROP;
+    w->msg.to = NULL;
+    w->msg.reply = 0;
+    if (rd->type != KIPC_RESPONSE || w->st != WS_BUSY)
+        return SS_OK;
+    if (route == ROUTE_SWALLOW) {
+        broadcast_forget_sent_loop(g, w, 0); /* a chaser came back: one client's broadcasts before it ran */
+        if (--w->run.swallow == 0 && w->run.kind != RUN_REQUEST)
+            run_end(g, w);
+        return SS_OK;
+    }
+    run_end(g, w);
+    return SS_OK;
+}
+
+int run_message_end_loop(struct gw *g, struct conn *x) { return message_done(g, worker_of(x)); }
+
+/* A message gathered whole: a reply to transform, or a message for a client at a boundary. */
+int run_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg)
+{
+    struct worker *w = worker_of(x);
+    inbuf_free(&w->coll);
+    w->coll = (struct inbuf){.p = msg, .len = (size_t)h->len, .cap = (size_t)h->len};
+    if (w->msg.route != ROUTE_COLLECT && w->msg.route != ROUTE_FORWARD) /* dropped meanwhile */
+        inbuf_free(&w->coll);
+    return message_done(g, w);
+}
+
+/* ---- the other side going ------------------------------------------------------------------- */
+
+void run_client_gone_loop(struct gw *g, struct worker *w, struct client *c)
+{
+    if (w->msg.route == ROUTE_STREAM && w->msg.to == c) { /* a message to it: the rest is drained */
+        w->msg.route = ROUTE_DROP;
+        w->msg.to = NULL;
+        stream_drop_rest_loop(&w->c);
+        if (c == w->run.cl && w->run.phase != WB_SENT)
+            run_set_phase_loop(g, w, WB_DRAINING);
+    }
+    if (c != w->run.cl) /* a session's client between its requests */
+        return;
+    callback_cancel_loop(g, c, &w->c); /* a callback it waits on gets its error */
+    if (w->msg.route == ROUTE_COLLECT) { /* drained, dropped */
+        w->msg.route = ROUTE_DROP;
+        stream_drop_rest_loop(&w->c);
+        inbuf_free(&w->coll);
+        if (w->run.phase != WB_SENT)
+            run_set_phase_loop(g, w, WB_DRAINING);
+    }
+    if (c->c.closing)
+        w->run.cl = NULL; /* closed for good; one whose input ended still has its FIFO advanced */
+    stream_resume_loop(g, &w->c);
+}
+
+/* The requests of c running on a worker that went down: given up on (the sim's hook). */
+static void note_lost(struct gw *g, struct client *c)
+{
+    for (struct req *r = client_head(c); g->hooks.lost && r && r->state == RS_RUNNING; r = STAILQ_NEXT(r, link))
+        g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, r->seq);
+}
+
+/* The client of a request that went down with the worker: closed if a message to it was cut,
+ * else answered with text (or, for async runs and clients gone, just moved on). */
+static void fail_request(struct gw *g, struct client *c, int cut, int run, const char *text)
+{
+    client_set_worker_loop(c, NULL);
+    struct req *h = client_head(c);
+    note_lost(g, c);
+    if (cut)
+        conn_close_loop(g, &c->c, "worker lost in the middle of the reply");
+    else if (run != RUN_REQUEST || c->eof)
+        request_head_done_loop(g, c);
+    else
+        request_error_loop(g, c, h, "%s", text);
+}
+
+void run_lost_loop(struct gw *g, struct worker *w)
+{
+    struct client *c = w->run.cl, *s = w->sess;
+    int busy = w->st == WS_BUSY, run = w->run.kind;
+    if (busy && run == RUN_REQUEST) /* it timed out, or its worker went down under it: learned */
+        pipeline_learn_loop(w->grp, w->run.key, INT64_MAX); /* slow, until a hundred fast runs or so */
+    if (s) { /* as if its q had died: the client is told, then closed */
+        s->sess = NULL;
+        w->sess = NULL;
+    }
+    w->reset_owed = 0;
+    /* a message cut in the middle of its stream leaves that client's stream broken */
+    struct client *to = w->msg.route == ROUTE_STREAM && w->c.rd.phase == RD_BODY ? w->msg.to : NULL;
+    int cut = to && to == c && !c->eof, cut_sess = to && to == s;
+    w->run.cl = NULL;
+    inbuf_free(&w->coll);
+    w->msg = (struct wmsg){0};
+    w->run.swallow = 0;
+    w->in_call = 0;
+    stream_resume_loop(g, &w->c); /* off the waiters of the client it waited on */
+    /* down first: what follows may start a client's next request, never on this worker */
+    worker_set_state_loop(g, w, WS_DOWN);
+    char text[400];
+    if (w->timed_out)
+        snprintf(text, sizeof text, "qgate: timeout (%s sent nothing for %lld ms)", w->addr,
+                 (long long)g->cfg.query_timeout);
+    else
+        snprintf(text, sizeof text, "qgate: worker %s lost", w->addr);
+    fanout_worker_lost_loop(g, w, text); /* a .qgate.all it ran, or owed, fails */
+    if (s) {
+        if (c == s && busy)
+            note_lost(g, s);
+        if (s->w == w)
+            client_set_worker_loop(s, NULL);
+        request_session_lost_loop(g, s, cut_sess, text);
+    } else if (c && busy) {
+        fail_request(g, c, cut, run, text);
+    }
+    w->timed_out = 0;
+    broadcast_drop_loop(g, w);
+}
+
+void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len)
+{
+    struct chunk *ch = chunk_wrap(msg, len);
+    if (!ch)
+        return;
+    outq_push(&wc->out, ch);
+    conn_mark_dirty_loop(g, wc);
+}
