@@ -21,9 +21,9 @@ struct job {
     size_t in_len;
     void *ctx;                  /* owned immutable context, freed with ctx_free */
     void (*ctx_free)(void *ctx);
-    int arg;                    /* small parameter: capability, command */
-    int result;                 /* decision */
-    int64_t aux[3];             /* small numeric results (command argument, user limits) */
+    int result;                 /* decision: 0 ok, or the kind's own (an enum gwcmd, a match) */
+    _Alignas(8) unsigned char args[64]; /* what the kind takes and gives besides its bytes: typed
+                                 * per kind by those who make jobs (jobs.h, union job_args) */
     uint8_t *out;               /* owned output bytes (a whole message) */
     size_t out_len;
     char text[192];             /* error text, command name */

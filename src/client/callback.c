@@ -82,9 +82,7 @@ void callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t l
         }
         j->in = msg;
         j->in_len = len;
-        j->aux[0] = g->cfg.max_message;
-        j->aux[1] = kept.w_id;
-        j->aux[2] = kept.w_gen;
+        job_args(j)->check = (struct job_check){.max = g->cfg.max_message, .w_id = kept.w_id, .w_gen = kept.w_gen};
         conn_submit_loop(g->readers, j, &c->c, 0);
         return;
     }
@@ -105,7 +103,7 @@ void callback_checked_loop(struct gw *g, struct job *j)
     struct client *c = client_of_job_loop(g, j);
     if (!c)
         return;
-    struct call k = {.w_id = (uint32_t)j->aux[1], .w_gen = (uint32_t)j->aux[2]};
+    struct call k = {.w_id = job_args(j)->check.w_id, .w_gen = job_args(j)->check.w_gen};
     struct conn *wc = conn_lookup_loop(g, k.w_id, k.w_gen);
     if (j->result) {
         tell_no_answer(g, &k);

@@ -29,9 +29,28 @@ static const char *const state_names[] = {CLIENT_STATES(ST_NAME)};
 
 const char *client_state_name(int st) { return st >= 0 && st <= CS_CLOSING ? state_names[st] : "?"; }
 
-void client_set_state_loop(struct client *c, enum client_state st)
+/* The transitions client.h's diagram allows (CLOSING is the connection's close, not set here). */
+#define TO(s) (1u << CS_##s)
+static const unsigned allowed[] = {
+    [CS_HANDSHAKE] = TO(READY) | TO(AUTH),
+    [CS_AUTH] = TO(READY) | TO(GONE),
+    [CS_READY] = TO(GONE) | TO(FLUSHING) | TO(LINGER),
+    [CS_FLUSHING] = TO(GONE) | TO(LINGER),
+    [CS_LINGER] = 0,
+    [CS_GONE] = 0,
+    [CS_CLOSING] = 0,
+};
+#undef TO
+
+void client_set_state_loop(struct gw *g, struct client *c, enum client_state st)
 {
-    log_debug(c->c.name, "state %s -> %s", client_state_name(c->st), client_state_name(st));
+    if ((allowed[c->st] >> st) & 1) {
+        log_debug(c->c.name, "state %s -> %s", client_state_name(c->st), client_state_name(st));
+    } else {
+        g->bad_transitions++;
+        log_error(c->c.name, "state %s -> %s is not in client.c's table", client_state_name(c->st),
+                  client_state_name(st));
+    }
     c->st = (uint8_t)st;
 }
 
@@ -128,7 +147,7 @@ static void finish_handshake(struct gw *g, struct client *c)
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     c->grp = dispatch_route_loop(g, c->us ? c->us->name : c->user);
     c->c.framed = 1; /* kdb+ messages from now on */
-    client_set_state_loop(c, c->eof ? CS_GONE : CS_READY);
+    client_set_state_loop(g, c, c->eof ? CS_GONE : CS_READY);
     g->handshakes++;
     log_debug(c->c.name, "handshake: capability %d, group %s", c->cap, c->grp->cfg.name);
 }
@@ -158,7 +177,7 @@ static int check_credentials(struct gw *g, struct client *c, const struct kipc_h
     if (submit_check(g, c, inbuf_data(&c->c.in), clen))
         return -1;
     inbuf_consume(&c->c.in, hs->len);
-    client_set_state_loop(c, CS_AUTH);
+    client_set_state_loop(g, c, CS_AUTH);
     conn_set_reading_loop(g, &c->c, 0);
     return 0;
 }
@@ -239,9 +258,10 @@ void client_auth_done_loop(struct gw *g, struct job *j)
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    u->admin = (uint8_t)j->aux[0]; /* the users file as loaded now */
-    u->max_conns = (int)j->aux[1];
-    u->max_inflight = (int)j->aux[2];
+    const struct job_auth *a = &job_args(j)->auth; /* the users file as loaded now */
+    u->admin = (uint8_t)a->admin;
+    u->max_conns = a->max_conns;
+    u->max_inflight = a->max_inflight;
     if (u->max_conns > 0 && u->conns >= u->max_conns) {
         conn_refused_loop(g, REFUSED_ACCESS, c->c.name, "user '%s' already has %d connections (max_conns): refused",
                           c->user, u->conns);
@@ -301,7 +321,7 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
     callback_cancel_loop(g, c, NULL); /* a worker waiting on a callback gets an error */
     if (c->st == CS_AUTH) /* the credentials check returns first */
         return;
-    client_set_state_loop(c, CS_GONE);
+    client_set_state_loop(g, c, CS_GONE);
     stream_frame_loop(g, &c->c); /* what it sent before it left runs */
 }
 
@@ -340,7 +360,7 @@ static void on_linger_timeout(struct gw *g, struct conn *x) { conn_close_loop(g,
 /* Everything owed was sent after a bad message: shut our side, drain theirs, then close. */
 static void linger(struct gw *g, struct client *c)
 {
-    client_set_state_loop(c, CS_LINGER);
+    client_set_state_loop(g, c, CS_LINGER);
     stream_shutdown_loop(&c->c);
     c->paused = 0;
     conn_set_reading_loop(g, &c->c, 1);

@@ -150,7 +150,7 @@ extern const struct frontend_ops client_frontend;
 /* Take a connected client socket (from accept, or a test): returns the client, or NULL (fd closed). */
 struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local);
 /* The one setter of a client's state. */
-void client_set_state_loop(struct client *c, enum client_state st);
+void client_set_state_loop(struct gw *g, struct client *c, enum client_state st);
 const char *client_state_name(int st);
 /* Reading stops past client_max_pending bytes held (unless it owes a callback an answer), and
  * goes on below half of it. */
@@ -205,6 +205,7 @@ void client_users_free(struct gw *g);
 /* The one setter of a request's state: QUEUED puts the client on its group's queue, leaving
  * QUEUED takes it off. */
 void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st);
+const char *request_state_name(int st);
 void request_free(struct req *r);
 /* The stream's handlers: a whole message (a request, or an answer to a callback); what a read
  * brought has been framed (its requests go on). */

@@ -18,10 +18,34 @@
 #include "kipc.h"
 #include "log.h"
 
+/* The transitions client.h's diagram allows. Any state goes back to WAITING: a request leaving
+ * the FIFO (answered, or dropped) passes it, to leave its group's queue or held list. */
+#define TO(s) (1u << RS_##s)
+static const unsigned allowed[] = {
+    [RS_WAITING] = TO(CHECKING) | TO(QUEUED) | TO(RUNNING) | TO(LOCAL) | TO(READY) | TO(HELD),
+    [RS_CHECKING] = TO(WAITING) | TO(LOCAL),
+    [RS_QUEUED] = TO(WAITING) | TO(RUNNING) | TO(LOCAL),
+    [RS_RUNNING] = TO(WAITING) | TO(QUEUED) | TO(LOCAL),
+    [RS_LOCAL] = TO(WAITING) | TO(READY),
+    [RS_READY] = TO(WAITING),
+    [RS_HELD] = TO(WAITING) | TO(LOCAL) | TO(RUNNING),
+};
+#undef TO
+#define ST_NAME(e) #e,
+static const char *const state_names[] = {REQ_STATES(ST_NAME)};
+#undef ST_NAME
+
+const char *request_state_name(int st) { return st >= 0 && st <= RS_HELD ? state_names[st] : "?"; }
+
 void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st)
 {
     if (r->state == st)
         return;
+    if (!((allowed[r->state] >> st) & 1)) {
+        g->bad_transitions++;
+        log_error(c->c.name, "request %llu: %s -> %s is not in request.c's table", (unsigned long long)r->seq,
+                  request_state_name(r->state), request_state_name(st));
+    }
     if (r->state == RS_QUEUED || r->state == RS_HELD)
         conn_queue_out_loop(&c->c);
     if (st == RS_QUEUED)
@@ -131,7 +155,7 @@ static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, 
     }
     j->in = r->msg;
     j->in_len = r->len;
-    j->aux[0] = g->cfg.max_message;
+    job_args(j)->check.max = g->cfg.max_message;
     r->msg = NULL;
     c->pending -= req_cost(r);
     request_set_state_loop(g, c, r, (enum req_state)state);
@@ -457,8 +481,8 @@ static void stop_reading(struct gw *g, struct client *c)
     if (g->hooks.unread)
         g->hooks.unread(g->hooks.ctx, c->c.id, c->c.gen, c->next_seq);
     callback_cancel_loop(g, c, NULL); /* q reads nothing more: no answer comes */
-    if (c->st != CS_GONE && c->st != CS_FLUSHING)
-        client_set_state_loop(c, CS_FLUSHING);
+    if (c->st == CS_READY) /* (gone, flushing or lingering: it reads no requests already) */
+        client_set_state_loop(g, c, CS_FLUSHING);
     conn_set_reading_loop(g, &c->c, 0);
     stream_input_drop_loop(&c->c);
     conn_backlog_remove_loop(g, &c->c);
@@ -564,7 +588,7 @@ void request_checked_loop(struct gw *g, struct job *j)
         r->len = j->out ? j->out_len : r->len;
         /* the reader read what the arrival's peek saw, and what no peek sees in a compressed
          * message: the route as a whole, its offsets into r->msg */
-        jobs_route_form_of(j, &r->form);
+        r->form = job_args(j)->check.form;
         r->route = r->form.kind != 0;
         if (j->out)
             j->out = NULL;
@@ -637,7 +661,7 @@ static void front_pause_done(struct gw *g, uint32_t id, uint32_t gen, uint64_t s
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    j->arg = GWCMD_PAUSE;
+    job_args(j)->answer = (struct job_answer){.cmd = GWCMD_PAUSE}; /* no table: 1b */
     conn_submit_loop(g->writers, j, &c->c, seq);
 }
 

@@ -59,16 +59,16 @@ void control_pause_loop(struct gw *g, struct group *grp, int on, const char *by)
 }
 
 /* .qgate.pause[`g] and .qgate.resume[`g] (every group without an argument). */
-static int pause_command(struct gw *g, struct client *cl, struct req *r, const struct job *j)
+int control_pause_command_loop(struct gw *g, struct client *cl, struct req *r, const struct job *j)
 {
     int on = j->result == GWCMD_PAUSE;
     const char *cmd = on ? ".qgate.pause" : ".qgate.resume";
     struct group *grp = NULL;
-    if (j->aux[1] == GWARG_NUM) {
+    if (job_args_c(j)->cmd.arg_kind == GWARG_NUM) {
         request_error_loop(g, cl, r, "qgate: %s takes a group's name (%s[`group]), or nothing for every group", cmd, cmd);
         return 1;
     }
-    if (j->aux[1] == GWARG_NAME && !(grp = dispatch_group_find_loop(g, (const char *)j->out))) {
+    if (job_args_c(j)->cmd.arg_kind == GWARG_NAME && !(grp = dispatch_group_find_loop(g, (const char *)j->out))) {
         request_error_loop(g, cl, r, "qgate: no group %s", (const char *)j->out);
         return 1;
     }
@@ -111,11 +111,11 @@ int control_disable_loop(struct gw *g, const char *addr, int on, const char *by)
 }
 
 /* .qgate.disable[`host:port] and .qgate.enable[`host:port]: every worker of that address. */
-static int disable_command(struct gw *g, struct client *cl, struct req *r, const struct job *j)
+int control_disable_command_loop(struct gw *g, struct client *cl, struct req *r, const struct job *j)
 {
     int on = j->result == GWCMD_DISABLE;
     const char *cmd = on ? ".qgate.disable" : ".qgate.enable";
-    if (j->aux[1] != GWARG_NAME) {
+    if (job_args_c(j)->cmd.arg_kind != GWARG_NAME) {
         request_error_loop(g, cl, r, "qgate: %s takes a worker's address as .qgate.stats[] shows it (%s[`host:port])",
                           cmd, cmd);
         return 1;
@@ -135,14 +135,14 @@ static int disable_command(struct gw *g, struct client *cl, struct req *r, const
 
 /* .qgate.kill[id] (or .qgate.disconnect[id]): the id .qgate.clients[] shows (a serial number,
  * never reused). Its worker, if it runs its request, drains the reply and is reused. */
-static int kill_command(struct gw *g, struct client *cl, struct req *r, const struct job *j)
+int control_kill_loop(struct gw *g, struct client *cl, struct req *r, const struct job *j)
 {
-    if (j->aux[1] != GWARG_NUM) {
+    if (job_args_c(j)->cmd.arg_kind != GWARG_NUM) {
         request_error_loop(g, cl, r, "qgate: %.*s takes a client's id as .qgate.clients[] shows it",
                           (int)strcspn(j->text, "["), j->text);
         return 1;
     }
-    int64_t id = j->aux[0];
+    int64_t id = job_args_c(j)->cmd.num;
     struct client *x = id > 0 ? client_by_serial_loop(g, (uint64_t)id) : NULL;
     if (!x) {
         request_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
@@ -155,26 +155,15 @@ static int kill_command(struct gw *g, struct client *cl, struct req *r, const st
     return x == cl; /* it closed itself: nobody to answer */
 }
 
-int control_command_loop(struct gw *g, struct client *cl, struct req *r, struct job *j)
+int control_shutdown_loop(struct gw *g, struct client *cl, struct req *r, const struct job *j)
 {
-    switch (j->result) {
-    case GWCMD_KILL:
-    case GWCMD_DISCONNECT:
-        return kill_command(g, cl, r, j);
-    case GWCMD_PAUSE:
-    case GWCMD_RESUME:
-        return pause_command(g, cl, r, j);
-    case GWCMD_DISABLE:
-    case GWCMD_ENABLE:
-        return disable_command(g, cl, r, j);
-    case GWCMD_SHUTDOWN: /* as SIGTERM: its 1b is among the replies the drain waits for */
-        log_info(cl->c.name, ".qgate.shutdown[] by admin %s: draining (up to %lld ms)", cl->user,
-                 (long long)g->cfg.drain_timeout);
-        control_drain_loop(g);
-        return 0;
-    default:
-        return 0;
-    }
+    (void)r;
+    (void)j;
+    /* as SIGTERM: its 1b is among the replies the drain waits for */
+    log_info(cl->c.name, ".qgate.shutdown[] by admin %s: draining (up to %lld ms)", cl->user,
+             (long long)g->cfg.drain_timeout);
+    control_drain_loop(g);
+    return 0;
 }
 
 /* ---- .qgate.pools[] -------------------------------------------------------------------------- */

@@ -16,7 +16,11 @@ struct group;
  * admitted already: 1 if it is answered (an error, a pause that waits, a client killed),
  * 0 if the usual reply is to be made now (1b, or the .qgate.pools[] table: see
  * control_pools_snapshot_loop), or if j is not a control command. */
-int control_command_loop(struct gw *g, struct client *cl, struct req *r, struct job *j);
+/* The commands' runs (command.c's table): 1 if answered (an error, or later), 0 to be answered 1b. */
+int control_pause_command_loop(struct gw *g, struct client *cl, struct req *r, const struct job *j);
+int control_disable_command_loop(struct gw *g, struct client *cl, struct req *r, const struct job *j);
+int control_kill_loop(struct gw *g, struct client *cl, struct req *r, const struct job *j);
+int control_shutdown_loop(struct gw *g, struct client *cl, struct req *r, const struct job *j);
 /* The dispatch phase of the loop: dispatch_all_loop, then every pause whose groups have no
  * run left on a worker is answered 1b. */
 /* Pause grp (on: its workers finish what they run and what they were given, nothing new

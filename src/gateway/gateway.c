@@ -22,6 +22,7 @@
 #include "report.h"
 #include "auth.h"
 #include "client.h"
+#include "command.h"
 #include "control.h"
 #include "dispatch.h"
 #include "jobs.h"
@@ -31,53 +32,6 @@
 #include "net.h"
 #include "sdnotify.h"
 #include "worker.h"
-
-/* ---- the gateway's commands ------------------------------------------------------------------ */
-
-/* A reader named the gateway command of a client's head request (JK_COMMAND): check who may
- * run it, do what it says, and have a writer encode the reply. */
-static void on_command(struct gw *g, struct job *j)
-{
-    struct conn *x = conn_lookup_loop(g, j->conn_id, j->conn_gen);
-    struct client *cl = x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
-    struct req *r = cl ? client_head(cl) : NULL;
-    if (!r || r->seq != j->seq || r->state != RS_LOCAL)
-        return;
-    if (j->result == GWCMD_UNKNOWN) {
-        request_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
-        return;
-    }
-    if (jobs_cmd_admin_only(j->result) && !(cl->us && cl->us->admin)) {
-        log_limited(&g->lim.not_admin, g->loop.now_ms, LOG_WARN, cl->c.name, "refused %s: not an admin", j->text);
-        request_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
-        return;
-    }
-    if (j->result == GWCMD_RELOAD) { /* answered when the reload is done */
-        log_info(cl->c.name, ".qgate.reload[] by admin %s", cl->user);
-        if (reload_start_loop(g, &cl->c, j->seq))
-            request_error_loop(g, cl, r, "qgate: a reload is already under way, and another waits");
-        return;
-    }
-    if (control_command_loop(g, cl, r, j)) /* pause, kill and the other operator's commands */
-        return;
-    struct job *w = job_new(job_encode_command, JK_REPLY);
-    if (!w) { /* no reply can be made: as q out of memory, the connection goes */
-        conn_close_loop(g, &cl->c, "out of memory answering a gateway command");
-        return;
-    }
-    w->arg = j->result;
-    w->ctx_free = free;
-    if (j->result == GWCMD_STATS)
-        w->ctx = report_stats_loop(g);
-    else if (j->result == GWCMD_CLIENTS)
-        w->ctx = client_snapshot_loop(g);
-    else if (j->result == GWCMD_TOTALS) {
-        w->ctx = report_totals_loop(g);
-        w->ctx_free = metrics_snap_free;
-    } else if (j->result == GWCMD_POOLS)
-        w->ctx = control_pools_snapshot_loop(g);
-    conn_submit_loop(g->writers, w, &cl->c, j->seq);
-}
 
 /* ---- signals, draining ------------------------------------------------------------------------- */
 
@@ -120,7 +74,7 @@ static const struct loop_phases phases = {
 /* The completion handlers, and the two sides' ops for dispatch. */
 static void wire(struct gw *g)
 {
-    loop_on_job(g, JK_COMMAND, on_command);
+    loop_on_job(g, JK_COMMAND, command_done_loop);
     loop_on_job(g, JK_REPLY, request_reply_done_loop);
     loop_on_job(g, JK_AUTH, client_auth_done_loop);
     loop_on_job(g, JK_CHECK, request_checked_loop);

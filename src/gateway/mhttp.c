@@ -89,7 +89,7 @@ static void request(struct gw *g, struct mconn *m, const char *in)
         return;
     }
     j->ctx_free = metrics_snap_free;
-    j->arg = head;
+    job_args(j)->page.head = head;
     m->st = MC_WAITING;
     conn_set_reading_loop(g, &m->c, 0); /* what it sends now is not read: the page comes, then the close */
     conn_submit_loop(g->writers, j, &m->c, 0);

@@ -53,7 +53,7 @@ static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_
         j->conn_id = req_id;
         j->conn_gen = req_gen;
         j->seq = seq;
-        j->arg = 1;
+        job_args(j)->reload.answer = 1;
     }
     g->reloading = 1;
     pool_submit(g->readers, j);
@@ -99,7 +99,7 @@ int reload_start_loop(struct gw *g, struct conn *requester, uint64_t seq)
 /* Answer the client that asked for the reload (if it is still there). */
 static void reload_answer(struct gw *g, struct job *j, const char *err)
 {
-    struct conn *x = j->arg ? conn_lookup_loop(g, j->conn_id, j->conn_gen) : NULL;
+    struct conn *x = job_args(j)->reload.answer ? conn_lookup_loop(g, j->conn_id, j->conn_gen) : NULL;
     if (!x || x->kind != CONN_CLIENT)
         return;
     struct client *c = client_of(x);
@@ -115,7 +115,7 @@ static void reload_answer(struct gw *g, struct job *j, const char *err)
         conn_close_loop(g, x, "out of memory");
         return;
     }
-    w->arg = GWCMD_RELOAD;
+    job_args(w)->answer = (struct job_answer){.cmd = GWCMD_RELOAD}; /* no table: 1b */
     conn_submit_loop(g->writers, w, x, j->seq);
 }
 

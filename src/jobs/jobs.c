@@ -12,20 +12,14 @@
 #include "kipc.h"
 #include "kmerge.h"
 #include "kzip.h"
-#include "metrics.h"
 #include "net.h"
-#include "stats.h"
 
 #define PREFIX ".qgate."
 #define PREFIX_LEN 7
 
-#define GWCMD_INFO(e, s, admin, yes) {s, admin, yes},
-static const struct {
-    const char *name;
-    uint8_t admin; /* for users marked admin only */
-    uint8_t yes;   /* answered 1b */
-} cmds[] = {GWCMDS(GWCMD_INFO)};
-#undef GWCMD_INFO
+#define GWCMD_NAME(e, s) s,
+static const char *const cmd_names[] = {GWCMDS(GWCMD_NAME)};
+#undef GWCMD_NAME
 
 int jobs_peek_command(const uint8_t *m, size_t len)
 {
@@ -176,16 +170,13 @@ const char *jobs_route_usage(const struct route_form *f)
                                  "or `list`partial)";
 }
 
-void jobs_route_form_of(const struct job *j, struct route_form *f) { memcpy(f, &j->aux[1], sizeof *f); }
 
-_Static_assert(sizeof(struct route_form) <= 2 * sizeof(int64_t), "a route_form fits in a job's aux[1..2]");
 
-int jobs_cmd_admin_only(int cmd) { return cmd > 0 && cmd < GWCMD_N && cmds[cmd].admin; }
 
 static enum gwcmd lookup(const char *name, size_t len)
 {
     for (int i = 1; i < GWCMD_N; i++)
-        if (strlen(cmds[i].name) == len && !memcmp(cmds[i].name, name, len))
+        if (strlen(cmd_names[i]) == len && !memcmp(cmd_names[i], name, len))
             return (enum gwcmd)i;
     return GWCMD_UNKNOWN;
 }
@@ -300,9 +291,10 @@ void job_parse_command(struct job *j)
     struct kerr e;
     struct kipc_hdr h;
     const char *why;
+    struct job_cmd *o = &job_args(j)->cmd;
     j->result = GWCMD_UNKNOWN;
-    j->aux[0] = -1;
-    j->aux[1] = GWARG_NONE;
+    o->num = -1;
+    o->arg_kind = GWARG_NONE;
     snprintf(j->text, sizeof j->text, "?");
     if (kipc_hdr_parse(j->in, j->in_len, j->in_len, &h, &why) != QG_OK ||
         kcodec_decode(j->in + 8, j->in_len - 8, h.le, NULL, &x, &e) != QG_OK)
@@ -312,9 +304,9 @@ void job_parse_command(struct job *j)
     k_free(x);
     if (j->result == GWCMD_UNKNOWN)
         return;
-    j->aux[1] = a.kind;
+    o->arg_kind = a.kind;
     if (a.kind == GWARG_NUM)
-        j->aux[0] = a.num;
+        o->num = a.num;
     if (a.kind == GWARG_NAME && (j->out = malloc(a.len + 1))) {
         memcpy(j->out, a.name, a.len + 1);
         j->out_len = a.len;
@@ -332,9 +324,8 @@ void job_check_credentials(struct job *j)
     const struct auth_user *u = auth_find(auth_db_of(j->ctx), c, ulen);
     j->result = u && auth_check(u, pass, j->in_len - (size_t)(pass - c));
     if (j->result) {
-        j->aux[0] = u->admin;
-        j->aux[1] = u->max_conns;
-        j->aux[2] = u->max_inflight;
+        job_args(j)->auth = (struct job_auth){.admin = u->admin, .max_conns = u->max_conns,
+                                              .max_inflight = u->max_inflight};
         snprintf(j->text, sizeof j->text, "%s", u->name);
     }
 }
@@ -353,7 +344,7 @@ void job_validate_msg(struct job *j)
     uint8_t *plain = NULL;
     if (h.compressed) {
         size_t len = kzip_uncompressed_len(j->in, j->in_len);
-        if (len < 9 || len > (uint64_t)j->aux[0]) {
+        if (len < 9 || len > (uint64_t)job_args(j)->check.max) {
             snprintf(j->text, sizeof j->text, "compressed message declares %zu bytes", len);
             return;
         }
@@ -379,7 +370,7 @@ void job_validate_msg(struct job *j)
     else
         snprintf(j->text, sizeof j->text, "%s at byte %zu", e.why, e.off + 8);
     if (h.type != KIPC_RESPONSE)
-        memcpy(&j->aux[1], &f, sizeof f); /* jobs_route_form_of */
+        job_args(j)->check.form = f;
     if (plain && rt) { /* a route is taken apart on the loop: it needs the plain bytes */
         kipc_hdr_len_write(plain, (uint32_t)(n + 8));
         j->out = plain;
@@ -419,8 +410,8 @@ void job_resolve(struct job *j)
     }
     memcpy(&na->tcp, ai->ai_addr, QG_MIN((size_t)ai->ai_addrlen, sizeof na->tcp));
     na->tcplen = (socklen_t)QG_MIN((size_t)ai->ai_addrlen, sizeof na->tcp);
-    /* aux[1]: local_workers = unix: a worker on this host is tried over q's Unix socket first */
-    if (j->aux[1] == CFG_LOCAL_UNIX && net_addr_is_local(ai->ai_addr) && net_uds_addr(&t, &na->uds, &na->udslen))
+    /* local_workers = unix: a worker on this host is tried over q's Unix socket first */
+    if (job_args(j)->resolve.local_workers == CFG_LOCAL_UNIX && net_addr_is_local(ai->ai_addr) && net_uds_addr(&t, &na->uds, &na->udslen))
         na->udslen = 0;
     freeaddrinfo(ai);
     j->result = 0;
@@ -470,29 +461,13 @@ void job_encode_error(struct job *j) { encode(j, k_err(j->text)); }
 
 void job_encode_command(struct job *j)
 {
+    const struct job_answer *a = &job_args(j)->answer;
     K x = NULL;
-    if (j->arg > 0 && j->arg < GWCMD_N && cmds[j->arg].yes) {
+    if (!a->encode) { /* it was done: 1b */
         if ((x = k_atom(-KT_BOOL)))
             x->g = 1;
-        encode(j, x);
-        return;
-    }
-    switch (j->arg) {
-    case GWCMD_STATS:
-        x = stats_table(j->ctx);
-        break;
-    case GWCMD_POOLS:
-        x = stats_pools_table(j->ctx);
-        break;
-    case GWCMD_CLIENTS:
-        x = stats_clients_table(j->ctx);
-        break;
-    case GWCMD_TOTALS:
-        x = metrics_totals(j->ctx);
-        break;
-    default:
-        x = k_err("qgate: unknown command");
-        break;
+    } else {
+        x = a->encode(j->ctx);
     }
     encode(j, x);
 }
@@ -516,7 +491,7 @@ void job_check_reply(struct job *j)
         goto pass;
     if (h.compressed) {
         len = kzip_uncompressed_len(j->in, j->in_len);
-        if (len < 9 || len > (uint64_t)j->aux[0] || !(plain = malloc(len)) ||
+        if (len < 9 || len > (uint64_t)job_args(j)->reply.max || !(plain = malloc(len)) ||
             kzip_decompress(j->in, j->in_len, plain, len, &why) != QG_OK) {
             free(plain == j->in ? NULL : plain);
             snprintf(j->text, sizeof j->text, "qgate: the worker's compressed reply cannot be decompressed");
@@ -527,7 +502,7 @@ void job_check_reply(struct job *j)
     }
     uint32_t seen = 0;
     struct kcodec_opts o = {.seen = &seen};
-    if (kvalidate_check(plain + 8, len - 8, h.le, &o, NULL) == QG_OK && beyond_cap(seen, j->arg)) {
+    if (kvalidate_check(plain + 8, len - 8, h.le, &o, NULL) == QG_OK && beyond_cap(seen, job_args(j)->reply.cap)) {
         if (plain != j->in)
             free(plain);
         snprintf(j->text, sizeof j->text, "type");
@@ -535,7 +510,7 @@ void job_check_reply(struct job *j)
         j->result = 1;
         return;
     }
-    if (plain != j->in && (j->arg == 0 || j->aux[1])) { /* capability 0 cannot take compressed
+    if (plain != j->in && (job_args(j)->reply.cap == 0 || job_args(j)->reply.plain)) { /* capability 0 cannot take compressed
                                                          * messages; a client on this host gets none */
         j->out = plain;
         j->out_len = len;
@@ -663,7 +638,7 @@ void job_merge(struct job *j)
 {
     struct merge_in *in = j->ctx;
     size_t len = 0;
-    int plain = make_plain(in, (size_t)j->aux[0]) == 0;
+    int plain = make_plain(in, (size_t)job_args(j)->reply.max) == 0;
     uint8_t *m = plain ? merge_on_bytes(in, &len) : NULL; /* tables and lists: no objects built */
     K x = NULL;
     if (!m && plain) {
@@ -698,9 +673,10 @@ void job_merge(struct job *j)
     free(j->in);
     j->in = m;
     j->in_len = len;
-    if (j->arg < 3)
+    const struct job_reply *o = &job_args(j)->reply;
+    if (o->cap < 3)
         job_check_reply(j); /* an old client: what its capability cannot carry is 'type */
-    else if (j->aux[1] && len <= (size_t)j->aux[2])
+    else if (o->compress && len <= (size_t)o->compress_max)
         job_compress_reply(j);
     else {
         j->out = j->in;

@@ -3,6 +3,7 @@
 #define JOBS_H
 
 #include "config.h"
+#include "kcodec.h"
 #include "pool.h"
 
 /* What the loop does with a completion (struct job.kind). */
@@ -20,14 +21,13 @@ enum job_kind {
 /* A gateway command is short: longer messages that look like one are refused unread. */
 #define GWCMD_MAX_LEN 1024
 
-/* X(NAME, "name", admin only, answered 1b) */
-#define GWCMDS(X)                                                                            \
-    X(UNKNOWN, "", 0, 0) X(PING, "ping", 0, 1) X(STATS, "stats", 0, 0) X(CLIENTS, "clients", 1, 0) \
-    X(RELOAD, "reload", 1, 1) X(DISCONNECT, "disconnect", 1, 1) X(TOTALS, "totals", 0, 0)       \
-    X(POOLS, "pools", 0, 0) X(PAUSE, "pause", 1, 1) X(RESUME, "resume", 1, 1)                  \
-    X(DISABLE, "disable", 1, 1) X(ENABLE, "enable", 1, 1) X(KILL, "kill", 1, 1)               \
-    X(SHUTDOWN, "shutdown", 1, 1)
-#define GWCMD_ENUM(e, s, admin, yes) GWCMD_##e,
+/* The gateway's commands by name, as a reader parses them (X(NAME, "name")); what each does, and
+ * who may run it, is a row of gateway/command.c's table. */
+#define GWCMDS(X)                                                                                  \
+    X(UNKNOWN, "") X(PING, "ping") X(STATS, "stats") X(CLIENTS, "clients") X(RELOAD, "reload")       \
+    X(DISCONNECT, "disconnect") X(TOTALS, "totals") X(POOLS, "pools") X(PAUSE, "pause")               \
+    X(RESUME, "resume") X(DISABLE, "disable") X(ENABLE, "enable") X(KILL, "kill") X(SHUTDOWN, "shutdown")
+#define GWCMD_ENUM(e, s) GWCMD_##e,
 enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
 #undef GWCMD_ENUM
 
@@ -74,6 +74,47 @@ int jobs_peek_route(const uint8_t *m, size_t len);
  * -1 if it names a route but is not one (f->kind, f->bad say what it names and what is wrong;
  * it may also be a message q would not accept), 0 if it names no route. */
 int jobs_parse_route(const uint8_t *m, size_t len, struct route_form *f);
+/* What each kind of job takes and gives besides its bytes (in, out), its context (ctx), its
+ * result and text: one typed struct per kind, in the job's args (job_args). */
+union job_args {
+    struct job_check {          /* job_validate_msg (JK_CHECK, JK_NESTED) */
+        int64_t max;            /* in: the longest message it may declare (decompressed) */
+        struct route_form form; /* out: a request's routing form, as read (kind 0: none) */
+        uint32_t w_id, w_gen;   /* JK_NESTED: the worker the answer goes to (the loop's, untouched) */
+    } check;
+    struct job_auth {           /* job_check_credentials: out, when they match */
+        int admin, max_conns, max_inflight;
+    } auth;
+    struct job_resolve {        /* job_resolve */
+        uint64_t serial;        /* the worker (the loop's, untouched) */
+        int local_workers;      /* CFG_LOCAL_*: a worker on this host over its Unix socket */
+    } resolve;
+    struct job_cmd {            /* job_parse_command: out, the command's argument */
+        int arg_kind;           /* GWARG_*: a number (num), a name (in out, NUL-terminated), none */
+        int64_t num;
+    } cmd;
+    struct job_answer {         /* job_encode_command */
+        int cmd;                /* enum gwcmd */
+        K (*encode)(const void *snap); /* its table from the loop's snapshot (ctx); NULL: 1b */
+    } answer;
+    struct job_reply {          /* job_check_reply, job_compress_reply, job_merge */
+        int cap;                /* the client's capability */
+        int64_t max;            /* the longest a compressed reply may declare */
+        uint8_t plain;          /* check: for this host (never compressed) */
+        uint8_t compress;       /* merge: compressed for a remote client ... */
+        int64_t compress_max;   /* ... up to this many bytes */
+    } reply;
+    struct job_page {           /* job_metrics_page */
+        int head;               /* HEAD: the headers alone */
+    } page;
+    struct job_reload {         /* job_load_config */
+        int answer;             /* a client waits for the reload's answer (its connection named) */
+    } reload;
+};
+_Static_assert(sizeof(union job_args) <= sizeof(((struct job *)0)->args), "a job's args hold every kind's");
+static inline union job_args *job_args(struct job *j) { return (union job_args *)(void *)j->args; }
+static inline const union job_args *job_args_c(const struct job *j) { return (const union job_args *)(const void *)j->args; }
+
 /* What a request is, read as it arrives (on the loop: a peek at a few bytes, and the whole of a
  * small body walked). */
 struct jobs_arrival {
@@ -92,8 +133,6 @@ int jobs_arrival(const uint8_t *m, const struct kipc_hdr *h, size_t check_max, s
 const char *jobs_route_why(const struct route_form *f);
 const char *jobs_route_usage(const struct route_form *f);
 
-/* Commands that change state or show other users: for users marked admin only. */
-int jobs_cmd_admin_only(int cmd);
 
 /* reader: j->in holds the credentials "user:password" a client sent, j->ctx the shared users
  * database: j->result = 1 if they match an entry (plain, MD5 or SHA-1, as q -U), else 0; then
@@ -107,8 +146,6 @@ void job_check_credentials(struct job *j);
  * back decompressed in out (so its offsets are into out); aux[1..2] of a response (a client's
  * answer to a callback) are left as they were. */
 void job_validate_msg(struct job *j);
-/* The routing form job_validate_msg found in a request (kind 0 if none). */
-void jobs_route_form_of(const struct job *j, struct route_form *f);
 /* reader: where a worker's address (j->ctx, a string) is: result 0 with a struct net_addrs in
  * out, its TCP address when it has a host, its Unix socket when it is unix://... or, with
  * aux[1] CFG_LOCAL_UNIX, when the host is this one; -1 with the reason in text. */
@@ -135,9 +172,8 @@ void jobs_reload_free(void *ctx);
 void job_parse_command(struct job *j);
 /* writer: j->out = a response carrying the q error j->text. */
 void job_encode_error(struct job *j);
-/* writer: j->out = the response to command j->arg: ping and the admin actions 1b, stats a table
- * from ctx (struct stats_snapshot), clients a table from ctx (struct clients_snapshot), totals
- * a dictionary from ctx (struct metrics_snap), pools a table from ctx (struct pools_snapshot). */
+/* writer: j->out = the response to a gateway command: its table or dictionary, made by the
+ * command's encode from the loop's snapshot (ctx), or 1b (no encode: it was done). */
 void job_encode_command(struct job *j);
 /* reader: j->in is a whole response for a client of capability j->arg: decompress it if the
  * client cannot take it compressed (capability 0) or must not (aux[1]: it is on this host;

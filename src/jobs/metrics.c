@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs.h"
 #include "kipc.h"
 #include "pool.h"
 
@@ -229,7 +230,7 @@ void job_metrics_page(struct job *j)
                      "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                      n);
-    size_t keep = j->arg ? 0 : n;
+    size_t keep = job_args(j)->page.head ? 0 : n;
     if ((j->out = malloc((size_t)h + keep + 1))) {
         memcpy(j->out, hdr, (size_t)h);
         memcpy(j->out + h, body, keep);

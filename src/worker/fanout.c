@@ -140,10 +140,9 @@ static void complete(struct gw *g, struct fanout *fo)
     fanout_free(g, fo);
     j->ctx = in;
     j->ctx_free = jobs_merge_in_free;
-    j->arg = c->cap;
-    j->aux[0] = g->cfg.max_message;
-    j->aux[1] = g->cfg.compress && !c->local && c->cap >= 1;
-    j->aux[2] = g->cfg.compress_max;
+    job_args(j)->reply = (struct job_reply){.cap = c->cap, .max = g->cfg.max_message,
+                                            .compress = g->cfg.compress && !c->local && c->cap >= 1,
+                                            .compress_max = g->cfg.compress_max};
     request_set_state_loop(g, c, r, RS_LOCAL);
     conn_submit_loop(g->writers, j, &c->c, r->seq);
 }

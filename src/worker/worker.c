@@ -276,8 +276,7 @@ static void worker_connect_loop(struct gw *g, struct worker *w)
         return;
     }
     j->ctx_free = free;
-    j->aux[0] = (int64_t)w->serial;
-    j->aux[1] = g->cfg.local_workers;
+    job_args(j)->resolve = (struct job_resolve){.serial = w->serial, .local_workers = g->cfg.local_workers};
     worker_set_state_loop(g, w, WS_RESOLVING);
     pool_submit(g->readers, j);
 }
@@ -299,7 +298,7 @@ static void unlink_removed(struct gw *g, struct worker *w);
 
 void worker_resolved_loop(struct gw *g, struct job *j)
 {
-    struct worker *w = worker_by_serial(g, (uint64_t)j->aux[0]);
+    struct worker *w = worker_by_serial(g, job_args(j)->resolve.serial);
     if (!w || w->st != WS_RESOLVING) /* removed meanwhile */
         return;
     worker_set_state_loop(g, w, WS_DOWN);

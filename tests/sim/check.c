@@ -186,7 +186,7 @@ static void check_lists(int nclients, int nmetrics, int backlog)
     struct gw *g = &S->g;
     int dirty = 0;
     if (g->bad_transitions)
-        fail("%llu worker state transitions outside worker.c's table (see the log)", (unsigned long long)g->bad_transitions);
+        fail("%llu state transitions outside the tables of worker.c, run.c, client.c or request.c (see the log)", (unsigned long long)g->bad_transitions);
     if (nclients != g->nclients)
         fail("nclients is %d, the table holds %d clients", g->nclients, nclients);
     if (nmetrics != g->nmconns || nmetrics != g->metrics_conns.n)

@@ -1,0 +1,93 @@
+/* command.c: the gateway's own commands (.qgate.*), a row each: who may run it, what it does on
+ * the loop, and how its answer is made. A reader has parsed the request (job_parse_command: the
+ * command and its argument) and its completion comes here; the answer is a table or dictionary
+ * made on the writer pool from a snapshot the loop takes now, or 1b once the command is done.
+ * Adding a command is a name in jobs.h's GWCMDS and a row here (test_command checks there is
+ * one for every name). */
+#include "command.h"
+
+#include <stdlib.h>
+
+#include "client.h"
+#include "control.h"
+#include "jobs.h"
+#include "log.h"
+#include "metrics.h"
+#include "reload.h"
+#include "report.h"
+#include "stats.h"
+
+/* .qgate.reload[]: answered when the reload is done. */
+static int reload_command(struct gw *g, struct client *cl, struct req *r, const struct job *j)
+{
+    (void)j;
+    log_info(cl->c.name, ".qgate.reload[] by admin %s", cl->user);
+    if (reload_start_loop(g, &cl->c, r->seq))
+        request_error_loop(g, cl, r, "qgate: a reload is already under way, and another waits");
+    return 1;
+}
+
+/* The snapshots the answers are made from, and the tables made of them. */
+static void *stats_snap(struct gw *g) { return report_stats_loop(g); }
+static void *clients_snap(struct gw *g) { return client_snapshot_loop(g); }
+static void *totals_snap(struct gw *g) { return report_totals_loop(g); }
+static K stats_k(const void *s) { return stats_table(s); }
+static K clients_k(const void *s) { return stats_clients_table(s); }
+static K totals_k(const void *s) { return metrics_totals(s); }
+static K pools_k(const void *s) { return stats_pools_table(s); }
+
+static const struct command commands[GWCMD_N] = {
+    [GWCMD_PING] = {.name = "ping"},
+    [GWCMD_STATS] = {.name = "stats", .snapshot = stats_snap, .snap_free = free, .encode = stats_k},
+    [GWCMD_CLIENTS] = {.name = "clients", .admin = 1, .snapshot = clients_snap, .snap_free = free, .encode = clients_k},
+    [GWCMD_TOTALS] = {.name = "totals", .snapshot = totals_snap, .snap_free = metrics_snap_free, .encode = totals_k},
+    [GWCMD_POOLS] = {.name = "pools", .snapshot = control_pools_snapshot_loop, .snap_free = free, .encode = pools_k},
+    [GWCMD_RELOAD] = {.name = "reload", .admin = 1, .run = reload_command},
+    [GWCMD_DISCONNECT] = {.name = "disconnect", .admin = 1, .run = control_kill_loop},
+    [GWCMD_KILL] = {.name = "kill", .admin = 1, .run = control_kill_loop},
+    [GWCMD_PAUSE] = {.name = "pause", .admin = 1, .run = control_pause_command_loop},
+    [GWCMD_RESUME] = {.name = "resume", .admin = 1, .run = control_pause_command_loop},
+    [GWCMD_DISABLE] = {.name = "disable", .admin = 1, .run = control_disable_command_loop},
+    [GWCMD_ENABLE] = {.name = "enable", .admin = 1, .run = control_disable_command_loop},
+    [GWCMD_SHUTDOWN] = {.name = "shutdown", .admin = 1, .run = control_shutdown_loop},
+};
+
+const struct command *command_row(int id) { return id > 0 && id < GWCMD_N && commands[id].name ? &commands[id] : NULL; }
+
+void command_done_loop(struct gw *g, struct job *j)
+{
+    struct client *cl = client_of_job_loop(g, j);
+    struct req *r = cl ? client_head(cl) : NULL;
+    if (!r || r->seq != j->seq || r->state != RS_LOCAL)
+        return;
+    const struct command *cmd = command_row(j->result);
+    if (!cmd) {
+        request_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
+        return;
+    }
+    if (cmd->admin && !(cl->us && cl->us->admin)) {
+        log_limited(&g->lim.not_admin, g->loop.now_ms, LOG_WARN, cl->c.name, "refused %s: not an admin", j->text);
+        request_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
+        return;
+    }
+    if (cmd->run && cmd->run(g, cl, r, j)) /* it answered, or will */
+        return;
+    command_answer_loop(g, &cl->c, j->seq, j->result);
+}
+
+void command_answer_loop(struct gw *g, struct conn *c, uint64_t seq, int id)
+{
+    const struct command *cmd = command_row(id);
+    struct job *w = job_new(job_encode_command, JK_REPLY);
+    if (!w || !cmd) { /* no reply can be made: as q out of memory, the connection goes */
+        job_free(w);
+        conn_close_loop(g, c, "out of memory answering a gateway command");
+        return;
+    }
+    job_args(w)->answer = (struct job_answer){.cmd = id, .encode = cmd->encode};
+    if (cmd->snapshot) {
+        w->ctx = cmd->snapshot(g);
+        w->ctx_free = cmd->snap_free;
+    }
+    conn_submit_loop(g->writers, w, c, seq);
+}
