@@ -97,15 +97,19 @@ test-sim: $(B)/sim
 deps-test:
 	@tests/deps.sh
 
+# Each build is made first with both cores (-j2), then its tests run one after another.
 test: deps-test
+	$(MAKE) --no-print-directory -j2 SANITIZE=address bins unit build/asan/sim
 	$(MAKE) --no-print-directory SANITIZE=address test-layering test-unit test-sim test-integration test-interop test-net
+	$(MAKE) --no-print-directory -j2 SANITIZE=thread bins build/tsan/tests/test_pool build/tsan/tests/test_gateway build/tsan/tests/test_loop
 	$(MAKE) --no-print-directory SANITIZE=thread test-tsan
-	$(MAKE) --no-print-directory fuzz-smoke
+	$(MAKE) --no-print-directory -j2 fuzz-bins
+	$(MAKE) --no-print-directory fuzz-smoke FUZZ_SMOKE_SECONDS=3
 	@echo "make test: all passed"
 
 # The thread code under ThreadSanitizer: the pool and loop unit tests, and the gateway's
 # integration suite (loop thread and both pools under real traffic).
-TSAN_UNITS := $(B)/tests/test_pool $(B)/tests/test_gateway
+TSAN_UNITS := $(B)/tests/test_pool $(B)/tests/test_gateway $(B)/tests/test_loop
 test-tsan: $(TSAN_UNITS) bins
 	@set -e; for t in $(TSAN_UNITS); do echo "== $$t (tsan)"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" $$t; done
 	@echo "== tests/integration/test_gateway.sh (tsan)"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" BIN=$(B) bash tests/integration/test_gateway.sh

@@ -77,7 +77,17 @@ $(FUZZ_DIR)/fuzz_$(1): tests/fuzz/fuzz_$(1).c $(FUZZ_SRC_$(1)) $(FUZZ_HDRS) $(FU
 	@mkdir -p $(FUZZ_DIR)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $$@ tests/fuzz/fuzz_$(1).c $(FUZZ_SRC_$(1)) $(FUZZ_XFLAGS_$(1))
 endef
-$(foreach t,$(FUZZ_TARGETS),$(eval $(call FUZZ_RULE,$(t))))
+$(foreach t,$(filter-out sim,$(FUZZ_TARGETS)),$(eval $(call FUZZ_RULE,$(t))))
+
+# The simulation's fuzzer is the whole gateway: its files compiled one by one (make -j compiles
+# them side by side), with the fuzzer's coverage and no libFuzzer main until the link.
+FUZZ_OBJ_sim := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_SRC_sim))
+$(FUZZ_DIR)/obj/%.o: %.c $(FUZZ_HDRS) $(FUZZ_MK) | fuzz-deps
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(subst -fsanitize=fuzzer,-fsanitize=fuzzer-no-link,$(FUZZ_CFLAGS)) -Itests/sim -c -o $@ $<
+$(FUZZ_DIR)/fuzz_sim: tests/fuzz/fuzz_sim.c $(FUZZ_OBJ_sim) $(FUZZ_HDRS) $(FUZZ_MK) | fuzz-deps
+	@mkdir -p $(FUZZ_DIR)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_sim.c $(FUZZ_OBJ_sim) $(FUZZ_XFLAGS_sim)
 
 # fuzz_run NAME MAXLEN LIMITS...: one libFuzzer run on the target's corpus, its output in
 # build/fuzz/<NAME>.log; prints the tail of the log on failure; appends a summary line.
