@@ -110,7 +110,7 @@ static int may_wait_for(const struct gw *g, const struct group *grp, struct work
         }
         if (x->st != WS_BUSY)
             continue;
-        if (x->run.kind != RUN_REQUEST || x->in_call)
+        if (x->run.kind != RUN_REQUEST || x->run.phase == WB_CALLED)
             return 0;
         busy++;
         int64_t ran = g->loop.now_us - run_began_us(x), l = pipeline_learned_us(grp, x->run.key);

@@ -98,10 +98,12 @@ static const char *const phase_names[] = {BUSY_STATES(ST_NAME)};
 #undef ST_NAME
 #define TO(s) (1u << WB_##s)
 static const unsigned phase_allowed[] = {
-    [WB_SENT] = TO(RELAYING) | TO(COLLECTING) | TO(DRAINING),
-    [WB_RELAYING] = TO(DRAINING),
-    [WB_COLLECTING] = TO(DRAINING),
-    [WB_DRAINING] = 0,
+    [WB_SENT] = TO(CALLED) | TO(RELAYING) | TO(COLLECTING) | TO(DRAINING) | TO(TIMEDOUT),
+    [WB_CALLED] = TO(SENT) | TO(DRAINING) | TO(TIMEDOUT),
+    [WB_RELAYING] = TO(DRAINING) | TO(TIMEDOUT),
+    [WB_COLLECTING] = TO(DRAINING) | TO(TIMEDOUT),
+    [WB_DRAINING] = TO(TIMEDOUT),
+    [WB_TIMEDOUT] = 0,
 };
 #undef TO
 
@@ -133,7 +135,7 @@ static void on_query_timeout(struct gw *g, struct conn *c)
     }
     g->query_timeouts++;
     log_warn(w->c.name, "no reply byte for %lld ms: dropping the connection", (long long)g->cfg.query_timeout);
-    w->timed_out = 1; /* the loss answers 'qgate: timeout, unless a message to the client was cut */
+    run_set_phase_loop(g, w, WB_TIMEDOUT); /* the loss answers 'qgate: timeout, unless a message to the client was cut */
     w->backoff = g->cfg.reconnect_min;
     conn_close_loop(g, &w->c, "query timeout");
 }
@@ -428,7 +430,7 @@ static int route_callback(struct gw *g, struct worker *w)
         pipeline_calls_back_loop(w->grp, w->run.key); /* nothing goes to its worker while it runs again */
     if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent) &&
         callback_add_loop(g, c, &w->c) == 0) {
-        w->in_call = 1; /* until it sends again, having had the answer */
+        run_set_phase_loop(g, w, WB_CALLED); /* until it sends again, having had the answer */
         w->msg.to = c;
         return ROUTE_STREAM;
     }
@@ -444,7 +446,8 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
 {
     struct worker *w = worker_of(x);
     w->msg.reply = 0;
-    w->in_call = 0; /* it sends: whatever it waited for has come */
+    if (w->st == WS_BUSY && w->run.phase == WB_CALLED)
+        run_set_phase_loop(g, w, WB_SENT); /* it sends: whatever it waited for has come */
     int route = ROUTE_DROP;
     if (h->type == KIPC_RESPONSE && w->st == WS_BUSY)
         route = w->run.swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, h);
@@ -564,7 +567,7 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, const
 void run_lost_loop(struct gw *g, struct worker *w)
 {
     struct client *c = w->run.cl, *s = w->sess;
-    int busy = w->st == WS_BUSY, run = w->run.kind;
+    int busy = w->st == WS_BUSY, run = w->run.kind, timed_out = busy && w->run.phase == WB_TIMEDOUT;
     if (busy && run == RUN_REQUEST) /* it timed out, or its worker went down under it: learned */
         pipeline_learn_loop(w->grp, w->run.key, INT64_MAX); /* slow, until a hundred fast runs or so */
     if (s) { /* as if its q had died: the client is told, then closed */
@@ -579,12 +582,11 @@ void run_lost_loop(struct gw *g, struct worker *w)
     inbuf_free(&w->coll);
     w->msg = (struct wmsg){0};
     w->run.swallow = 0;
-    w->in_call = 0;
     stream_resume_loop(g, &w->c); /* off the waiters of the client it waited on */
     /* down first: what follows may start a client's next request, never on this worker */
     worker_set_state_loop(g, w, WS_DOWN);
     char text[400];
-    if (w->timed_out)
+    if (timed_out)
         snprintf(text, sizeof text, "qgate: timeout (%s sent nothing for %lld ms)", w->addr,
                  (long long)g->cfg.query_timeout);
     else
@@ -599,7 +601,6 @@ void run_lost_loop(struct gw *g, struct worker *w)
     } else if (c && busy) {
         fail_request(g, c, cut, run, text);
     }
-    w->timed_out = 0;
     broadcast_drop_loop(g, w);
 }
 

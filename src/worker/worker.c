@@ -246,7 +246,7 @@ static void connect_now(struct gw *g, struct worker *w)
         fd = open_via(g, w, VIA_TCP);
     if (fd < 0) {
         log_debug(w->c.name, "connect: %s", strerror(errno));
-        w->resolved = 0; /* resolve again next time: the address may have moved */
+        memset(&w->na, 0, sizeof w->na); /* resolve again next time: the address may have moved */
     }
     if (fd < 0 || conn_register_loop(g, &w->c, &worker_connops, CONN_WORKER, fd, EPOLLOUT)) {
         if (fd >= 0)
@@ -264,7 +264,7 @@ static void worker_connect_loop(struct gw *g, struct worker *w)
 {
     if (w->c.fd >= 0 || w->st != WS_DOWN)
         return;
-    if (w->resolved || g->hooks.connect) {
+    if (w->na.tcplen || w->na.udslen || g->hooks.connect) { /* its addresses are known */
         connect_now(g, w);
         return;
     }
@@ -312,7 +312,6 @@ void worker_resolved_loop(struct gw *g, struct job *j)
         return;
     }
     memcpy(&w->na, j->out, sizeof w->na);
-    w->resolved = 1;
     connect_now(g, w);
 }
 

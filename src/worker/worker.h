@@ -22,8 +22,10 @@
 enum worker_state { WORKER_STATES(ST_ENUM) };
 #undef ST_ENUM
 
-/* What a BUSY worker's current request has come to (its sub-state). */
-#define BUSY_STATES(X) X(SENT) X(RELAYING) X(COLLECTING) X(DRAINING)
+/* What a BUSY worker's run has come to (its sub-state, the run's phase): sent; waiting for its
+ * client's answer to a callback (nothing may go ahead of it); its reply streaming, collected,
+ * or drained (the client gone); timed out (query_timeout: its connection is being dropped). */
+#define BUSY_STATES(X) X(SENT) X(CALLED) X(RELAYING) X(COLLECTING) X(DRAINING) X(TIMEDOUT)
 #define ST_ENUM(e) WB_##e,
 enum worker_busy { BUSY_STATES(ST_ENUM) };
 #undef ST_ENUM
@@ -126,12 +128,9 @@ struct worker {
     uint8_t st;          /* enum worker_state */
     uint8_t cap;
     uint8_t removed;     /* dropped by a reload: goes when idle */
-    uint8_t resolved;    /* na holds its addresses */
     uint8_t via;         /* enum worker_via: how its connection (or the attempt) goes */
     uint8_t skip_uds;    /* the next attempt goes over TCP: its Unix socket did not answer */
-    uint8_t timed_out;   /* its connection is being dropped for query_timeout */
     uint8_t reset_owed;  /* its session ended while it was busy: the reset query runs next */
-    uint8_t in_call;     /* it waits for its client's answer to a callback: nothing may go ahead of it */
     uint8_t disabled;    /* .qgate.disable[]: out of rotation; DISABLED once it owes nothing (control.c) */
     uint8_t slot;        /* which of its worker's connections it is: 0, the lead, or 1..pipeline-1 */
     struct run run;      /* while BUSY */
