@@ -1,6 +1,6 @@
 /* dispatch.h: worker groups (routing, the queue of waiting clients, the idle workers) and the
  * pairing of the two, round-robin. The two sides reach each other through the ops below: the
- * client side (client.c, request.c) and the worker side (worker.c, relay.c) each fill one, so
+ * client side (client.c, request.c) and the worker side (worker.c, run.c) each fill one, so
  * that neither needs the other's header to be told what happened. */
 #ifndef DISPATCH_H
 #define DISPATCH_H
@@ -95,7 +95,7 @@ struct frontend_ops {
     void (*pause_done)(struct gw *g, uint32_t id, uint32_t gen, uint64_t seq, int done, const char *what);
 };
 
-/* The worker side, as dispatch and the client side see it (worker.c, relay.c). */
+/* The worker side, as dispatch and the client side see it (worker.c, run.c). */
 struct backend_ops {
     /* Run client's head request (and any async ones right behind it) on idle worker w; with
      * no client, only the broadcasts w owes. */

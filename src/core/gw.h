@@ -122,7 +122,7 @@ struct gw {
     struct timer drain_tm;
     struct timer uds_retry_tm; /* reuseport: q's Unix socket held by another process; try again */
     uint8_t chaser[14];  /* sync "" : makes a worker report that it ran what came before */
-    uint8_t rbuf[65536]; /* a worker's reads at a message boundary land here first (relay.c):
+    uint8_t rbuf[65536]; /* a worker's reads at a message boundary land here first (stream.c):
                           * a small reply then takes a chunk its size, not one of 64 KiB */
     uint8_t *no_client_err; /* response for a worker's request when its client is gone */
     size_t no_client_err_len;

@@ -1,5 +1,5 @@
 /* loop.c: the loop thread: epoll over event sources (each carries its ops), the timer heap,
- * completions handed to their kind's handler, and the iteration of DESIGN.md: clock, wait,
+ * completions handed to their kind's handler, and the iteration of docs/design.md: clock, wait,
  * ready sources within budgets (the worker set served between batches), completions drained
  * whole, then the phases the gateway set (backlog, dispatch, flush), timers, reclaim. It knows
  * no kind of connection and no kind of job. */

@@ -1,7 +1,7 @@
 /* loop.h: the loop thread's machinery, knowing nothing of clients, workers or job kinds:
  * epoll over event sources that carry their own ops, a min-heap of timers, the cached clock,
  * completions handed to the handler registered for their kind, and the iteration of
- * DESIGN.md with the steps it does not own (backlog, dispatch, flush, reap) as hooks. */
+ * docs/design.md with the steps it does not own (backlog, dispatch, flush, reap) as hooks. */
 #ifndef LOOP_H
 #define LOOP_H
 
@@ -101,7 +101,7 @@ void loop_clock_loop(struct gw *g);
 /* How long the next iteration may wait in epoll: 0 if work is pending, else until the next
  * timer (at most 60 s), -1 for no limit. */
 int loop_wait_ms_loop(struct gw *g);
-/* One iteration of the loop (DESIGN.md): epoll_wait up to timeout_ms, clock, ready sources
+/* One iteration of the loop (docs/design.md): epoll_wait up to timeout_ms, clock, ready sources
  * within budgets, completions, the phases, timers, reclaim. 0, or -1 if epoll failed. */
 int loop_step_loop(struct gw *g, int timeout_ms);
 /* Run the loop until the finished phase says so or stop is set. */

@@ -1,7 +1,7 @@
 /* broadcast.c: an async message a client sends to every worker of its group (a publish to the
- * pool, DESIGN.md): one copy of its bytes, referenced by a node queued on each worker up. A
+ * pool, docs/design.md): one copy of its bytes, referenced by a node queued on each worker up. A
  * worker sends what it owes before its next request, a chaser after each sender's run of them;
- * until that chaser's reply returns, what the worker sends is that sender's (relay.c routes
+ * until that chaser's reply returns, what the worker sends is that sender's (run.c routes
  * it). The sender's turn comes back when every worker has taken the message. */
 #include <stdlib.h>
 #include <string.h>

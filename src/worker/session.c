@@ -1,10 +1,10 @@
 /* session.c: pool = session, the worker side. A client of a session group is given the worker
  * that runs its first request, and keeps it until it goes: every request it sends runs there
  * (request.c starts them through backend_ops.session_start), and what the worker publishes
- * goes to it (relay.c routes to the client served last). Between its requests the worker is
+ * goes to it (run.c routes to the client served last). Between its requests the worker is
  * PINNED: up, off the idle list. When the client has gone for good (client.c's close calls
  * backend_ops.release) the worker runs the group's reset_query, if any, then is IDLE again.
- * When the worker is lost, relay.c tells the client (request_session_lost_loop). */
+ * When the worker is lost, run.c tells the client (request_session_lost_loop). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* worker.c: a back-end q connection: resolve (on the reader pool), connect and q's handshake,
- * reconnect with back-off, query_timeout, loss, removal by a reload. What runs on it, and
- * where what it sends goes, is relay.c's.
+ * reconnect with back-off, loss, removal by a reload. What runs on it, where what it sends
+ * goes, and its query timeout are run.c's.
  *
  * States, and the transitions the tables below allow (worker_set_state_loop is the one setter:
  * it keeps the group's idle list and its count of workers up in step, and counts a transition
@@ -20,15 +20,17 @@
  *   CONNECTING, HANDSHAKE, IDLE, BUSY, PINNED, DISABLED --error, EOF, timeout--> DOWN (reconnect with back-off,
  *     or freed when a reload removed it)
  *
- * Sub-states of BUSY (worker_set_busy_loop), what the current request's reply has come to:
- *   SENT --its header, to stream--> RELAYING (a loss now cuts the client's stream: the client
- *     is closed)
+ * A BUSY worker's run has a phase (run.c's table, run_set_phase_loop), what it has come to:
+ *   SENT --a callback, its client to answer--> CALLED --the worker sends again--> SENT
+ *   SENT --its reply's header, to stream--> RELAYING (a loss now cuts the client's stream: the
+ *     client is closed)
  *   SENT --its header, to transform--> COLLECTING (held whole for a pool job)
- *   SENT --its header, client gone or answered already (too large for it)--> DRAINING
+ *   SENT or CALLED --its header, client gone or answered already (too large for it)--> DRAINING
  *   RELAYING or COLLECTING --the client gone--> DRAINING (read and dropped)
- *   any --the reply ends--> (IDLE)
+ *   any --query_timeout--> TIMEDOUT (its connection is dropped: the loss answers 'qgate: timeout)
+ *   any --the reply ends--> (IDLE, or what the group's mode says)
  * Chaser replies (the sync "" after async batches and broadcast runs) are swallowed while
- * swallow > 0, whatever the sub-state; every message is routed by struct wmsg (relay.c). */
+ * swallow > 0, whatever the phase; every message is routed by struct wmsg (run.c). */
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>

@@ -1,7 +1,8 @@
 /* worker.h: the worker side: a back-end q connection (worker.c: resolve, connect, handshake,
- * reconnect, loss) and what runs on it (relay.c: requests and broadcasts sent, and every
- * message read back routed: streamed to its client, collected, passed to another client at a
- * message boundary, or dropped). The state tables are at the top of worker.c. */
+ * reconnect, loss) and what runs on it (run.c: a run begun and ended, every message read back
+ * routed: streamed to its client, collected, passed to another client at a message boundary,
+ * or dropped), with the variants a group's mode or a worker's debts bring in (session.c,
+ * pipeline.c, broadcast.c, fanout.c). The state diagrams are at the top of worker.c. */
 #ifndef WORKER_H
 #define WORKER_H
 
