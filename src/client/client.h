@@ -152,20 +152,9 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local);
 /* The one setter of a client's state. */
 void client_set_state_loop(struct gw *g, struct client *c, enum client_state st);
 const char *client_state_name(int st);
-/* Reading stops past client_max_pending bytes held (unless it owes a callback an answer), and
- * goes on below half of it. */
-void request_check_pending_loop(struct gw *g, struct client *c);
 /* Its input ended (EOF, reset, a failed write): what it sent still runs, with the replies
  * dropped; it is closed when the last one is done. */
 void client_peer_gone_loop(struct gw *g, struct client *c, const char *why);
-/* Refuse a client that has done its handshake: nothing more is read, the q error text is the
- * answer to the request of len bytes it just sent (not taken), then the close. */
-void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len);
-/* Take request x out of the FIFO and free it, its end counted (and logged: access.c): it ran
- * or was answered (answered), or never will be. */
-void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered);
-/* Drop every request behind r (nothing after it is answered). */
-void request_drop_after_loop(struct gw *g, struct client *c, struct req *r);
 /* A reader checked the credentials of a client in AUTH (the job of kind JK_AUTH). */
 void client_auth_done_loop(struct gw *g, struct job *j);
 /* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */
@@ -182,6 +171,9 @@ static inline void client_set_worker_loop(struct client *c, struct worker *w)
         c->us->inflight--;
     c->w = w;
 }
+/* The client of connection (id, gen), or NULL if it has gone; of pool job j likewise. */
+struct client *client_lookup_loop(struct gw *g, uint32_t id, uint32_t gen);
+struct client *client_of_job_loop(struct gw *g, const struct job *j);
 /* The client with this serial (as shown by .qgate.clients[]), or NULL. */
 struct client *client_by_serial_loop(struct gw *g, uint64_t serial);
 /* The .qgate.clients[] snapshot (malloc'd). */
@@ -225,13 +217,21 @@ void request_reply_done_loop(struct gw *g, struct job *j);
 void request_checked_loop(struct gw *g, struct job *j);
 /* Queue c's reply to request seq (msg owned now). */
 void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
-/* The client of connection (id, gen), or NULL if it has gone; of pool job j likewise. */
-struct client *client_lookup_loop(struct gw *g, uint32_t id, uint32_t gen);
-struct client *client_of_job_loop(struct gw *g, const struct job *j);
 /* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
  * 'qgate: badmsg after the replies owed, then the client is closed. */
 void request_bad_message_loop(struct gw *g, struct client *c, const char *why);
 
+/* Reading stops past client_max_pending bytes held (unless it owes a callback an answer), and
+ * goes on below half of it. */
+void request_check_pending_loop(struct gw *g, struct client *c);
+/* Refuse a client that has done its handshake: nothing more is read, the q error text is the
+ * answer to the request of len bytes it just sent (not taken), then the close. */
+void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len);
+/* Take request x out of the FIFO and free it, its end counted (and logged: access.c): it ran
+ * or was answered (answered), or never will be. */
+void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered);
+/* Drop every request behind r (nothing after it is answered). */
+void request_drop_after_loop(struct gw *g, struct client *c, struct req *r);
 /* Drop every request and callback of a client that is closing. */
 void request_free_all_loop(struct gw *g, struct client *c);
 /* pool = session: its worker went down (text says why; cut: in the middle of a message to
