@@ -11,6 +11,7 @@
 
 #include "alog.h"
 #include "client.h"
+#include "query.h"
 #include "gw.h"
 #include "kipc.h"
 #include "log.h"
@@ -102,12 +103,28 @@ void access_req_loop(struct gw *g, const struct client *c, const struct req *r, 
     int sync = r->type == KIPC_SYNC;
     int outcome = !answered ? ALOG_CLOSED : sync && c->eof && r->outcome == ALOG_OK ? ALOG_GONE : r->outcome;
     uint64_t reply = r->reply_len ? r->reply_len : r->reply ? r->reply->len : 0;
+    int64_t now = g->loop.now_us, ran = r->t_run_us;
     g->ended[outcome]++;
     g->req_bytes += r->in_len;
     g->reply_bytes += reply;
+    struct group *grp = r->grp;
+    if (grp) { /* the group's totals, and its query's: waiting until its run began, then running */
+        int64_t began = r->t_began_us ? r->t_began_us : ran, wait = (began ? began : now) - r->t_in_us;
+        int64_t run = began ? now - began : 0;
+        grp->ended[outcome]++;
+        grp->req_bytes += r->in_len;
+        grp->reply_bytes += reply;
+        if (sync && began) {
+            hist_add(&grp->wait, (uint64_t)QG_MAX(wait, 0));
+            hist_add(&grp->run, (uint64_t)QG_MAX(run, 0));
+        }
+        if (sync)
+            hist_add(&grp->total, (uint64_t)QG_MAX(now - r->t_in_us, 0));
+        if (r->key)
+            query_end_loop(grp->queries, r->key, outcome == ALOG_ERROR, wait, run, r->in_len, reply, g->loop.now_ms);
+    }
     if (!g->alogw || !g->cfg.access_log[0])
         return;
-    int64_t now = g->loop.now_us, ran = r->t_run_us;
     struct alog_fields f = {.wall_us = wall_us(), .client = c->serial, .user = c->user, .peer = c->peer,
                             .group = r->grp ? r->grp->cfg.name : "", .worker = r->wname, .error = r->etext,
                             .sync = sync, .outcome = outcome, .req_bytes = r->in_len,

@@ -139,6 +139,7 @@ static void on_queue_timeout(struct gw *g, struct conn *x)
     struct req *r = client_head(c);
     if (!r || (r->state != RS_QUEUED && r->state != RS_HELD))
         return;
+    r->grp->refused_timeout++;
     conn_refused_loop(g, REFUSED_QUEUE_TIMEOUT, c->c.name, "request waited %lld ms for a worker (queue_timeout)",
                       (long long)(g->loop.now_ms - r->t_arrive));
     request_error_loop(g, c, r, "qgate: timeout (queued %lld ms)", (long long)(g->loop.now_ms - r->t_arrive));
@@ -280,12 +281,14 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         return;
     struct group *grp = r->grp;
     if (grp->unavailable && !grp->paused && r->type == KIPC_SYNC) {
+        grp->refused_no_worker++;
         conn_refused_loop(g, REFUSED_NO_WORKER, c->c.name, "no worker of group %s is up: refused a request",
                           grp->cfg.name);
         request_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
         return;
     }
     if (r->type == KIPC_SYNC && dispatch_full_loop(g, grp)) { /* an async message always waits */
+        grp->refused_busy++;
         conn_refused_loop(g, REFUSED_BUSY, c->c.name, "group %s: max_queue (%d) clients wait: 'qgate: busy",
                           grp->cfg.name, g->cfg.max_queue);
         request_error_loop(g, c, r, "qgate: busy");

@@ -23,6 +23,8 @@ struct group *dispatch_group_add_loop(struct gw *g, const struct group_cfg *gc)
     conn_q_init(&grp->queue);
     conn_q_init(&grp->held);
     grp->cfg = *gc;
+    if (!(grp->queries = calloc(QUERY_SLOTS, sizeof *grp->queries)))
+        return NULL;
     grp->index = g->ngroups++;
     return grp;
 }
@@ -178,6 +180,10 @@ void dispatch_resumed_loop(struct gw *g, const struct group *grp) { answer_pause
 
 void dispatch_free(struct gw *g)
 {
+    for (int i = 0; g->groups && i < g->ngroups; i++) {
+        free(g->groups[i].queries);
+        g->groups[i].queries = NULL;
+    }
     while (!SLIST_EMPTY(&g->pause_waits)) {
         struct pause_wait *p = SLIST_FIRST(&g->pause_waits);
         SLIST_REMOVE_HEAD(&g->pause_waits, link);

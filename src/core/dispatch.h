@@ -9,8 +9,11 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "alog.h"
 #include "config.h"
 #include "conn.h"
+#include "query.h"
+#include "stats.h"
 #include "gw.h"
 #include "log.h"
 
@@ -21,15 +24,6 @@ struct req;
 struct fanout;
 
 TAILQ_HEAD(workerlist, worker);
-
-/* What pipeline.c has learned of a query: the slowest of its recent runs (decaying). A cache
- * indexed by the key's low bits: a newer query takes an older one's slot. */
-#define PIPELINE_LEARNED 1024
-struct learned {
-    uint64_t key;
-    uint32_t worst_us;
-    uint8_t calls_back;  /* it called its client back once: never learned fast */
-};
 
 /* A group's mode: how its workers are chosen and what a run does besides a plain request's path
  * (a variant of the run, worker/run.c). The worker side fills one for plain requests, one for
@@ -64,7 +58,14 @@ struct group {
     uint8_t paused;      /* .qgate.pause[] (control.c): runs what its workers owe, starts nothing new */
     uint64_t pipelined;  /* requests sent to a busy worker, on another connection (pipeline.c) */
     struct log_limit dropped_log; /* async messages from its workers that belong to nobody */
-    struct learned learned[PIPELINE_LEARNED];
+    struct qslot *queries; /* QUERY_SLOTS: what it learned of each query it ran (query.c) */
+    /* its totals, kept whatever its workers do (a reload that removes one takes nothing away):
+     * requests ended by outcome, their bytes, the refusals of its requests, and how long they
+     * waited for a worker (from arrival to when their run began), ran, and took in all */
+    uint64_t ended[ALOG_NOUTCOMES], req_bytes, reply_bytes;
+    uint64_t refused_busy, refused_timeout, refused_no_worker;
+    uint64_t served, errors; /* runs of requests its workers ended, and those a q error */
+    struct hist wait, run, total;
 };
 
 /* Does grp send requests to busy workers, on their other connections (pipeline > 1; never in a
@@ -72,6 +73,12 @@ struct group {
 static inline int group_pipelines(const struct group *grp)
 {
     return grp->cfg.pipeline > 1 && grp->cfg.pool_mode != CFG_POOL_SESSION;
+}
+/* The key pipelining learns a query of length len by in grp: key when grp sends requests behind
+ * learned runs and the query is short enough to learn, else 0. */
+static inline uint64_t group_learn_key(const struct group *grp, uint64_t key, size_t len)
+{
+    return group_pipelines(grp) && grp->cfg.pipeline_wait && len <= QUERY_KEY_MAX ? key : 0;
 }
 /* How many connections grp keeps to each of its workers. */
 static inline int group_conns(const struct group *grp) { return group_pipelines(grp) ? grp->cfg.pipeline : 1; }

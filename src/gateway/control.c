@@ -190,10 +190,10 @@ void *control_pools_snapshot_loop(struct gw *g)
         snprintf(r->group, sizeof r->group, "%s", grp->cfg.name);
         r->paused = grp->paused;
         r->waiting = waiting(g, &grp->queue, &r->maxwait_ms) + waiting(g, &grp->held, &r->maxwait_ms);
+        r->served = (int64_t)grp->served; /* the group's: a worker removed takes nothing away */
+        r->errors = (int64_t)grp->errors;
         const struct worker *w;
         TAILQ_FOREACH(w, &grp->workers, glink) {
-            r->served += (int64_t)w->served; /* over every connection */
-            r->errors += (int64_t)w->errors;
             if (!worker_is_lead(w))
                 continue;
             int busy = 0; /* a worker is active while any of its connections runs something */

@@ -72,6 +72,15 @@ static void snap_groups(struct gw *g, struct metrics_snap *s)
         snprintf(m->name, sizeof m->name, "%s", grp->cfg.name);
         m->paused = grp->paused;
         m->pipelined = grp->pipelined;
+        memcpy(m->ended, grp->ended, sizeof m->ended);
+        m->req_bytes = grp->req_bytes;
+        m->reply_bytes = grp->reply_bytes;
+        m->refused_busy = grp->refused_busy;
+        m->refused_timeout = grp->refused_timeout;
+        m->refused_no_worker = grp->refused_no_worker;
+        m->wait = grp->wait;
+        m->run = grp->run;
+        m->total = grp->total;
         m->queued = grp->queue.n + grp->held.n; /* held: by a pause, a session's or a .qgate.all's */
         const struct connq *qs[2] = {&grp->queue, &grp->held};
         for (int k = 0; k < 2; k++) {

@@ -2,6 +2,7 @@
 #include "metrics.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,31 @@ static void render_groups(struct text *t, const struct metrics_snap *s)
     for (int i = 0; i < s->ngroups; i++)
         tprintf(t, "qgate_group_pipelined_total{group=\"%s\"} %llu\n", label(s->groups[i].name, gl, sizeof gl),
                 (unsigned long long)s->groups[i].pipelined);
+    head(t, "qgate_group_requests_total", "counter",
+         "requests of the group ended, by outcome (as qgate_requests_total): kept over reloads");
+    for (int i = 0; i < s->ngroups; i++)
+        for (int o = 0; o < ALOG_NOUTCOMES; o++)
+            tprintf(t, "qgate_group_requests_total{group=\"%s\",outcome=\"%s\"} %llu\n",
+                    label(s->groups[i].name, gl, sizeof gl), alog_outcome_name(o), (unsigned long long)s->groups[i].ended[o]);
+    head(t, "qgate_group_refused_total", "counter",
+         "requests of the group refused: busy (max_queue), queue_timeout, no_worker (none of it up)");
+    for (int i = 0; i < s->ngroups; i++) {
+        const struct metrics_group *m = &s->groups[i];
+        label(m->name, gl, sizeof gl);
+        tprintf(t, "qgate_group_refused_total{group=\"%s\",reason=\"busy\"} %llu\n", gl, (unsigned long long)m->refused_busy);
+        tprintf(t, "qgate_group_refused_total{group=\"%s\",reason=\"queue_timeout\"} %llu\n", gl,
+                (unsigned long long)m->refused_timeout);
+        tprintf(t, "qgate_group_refused_total{group=\"%s\",reason=\"no_worker\"} %llu\n", gl,
+                (unsigned long long)m->refused_no_worker);
+    }
+    head(t, "qgate_group_request_bytes_total", "counter", "bytes of the group's requests ended, as clients sent them");
+    for (int i = 0; i < s->ngroups; i++)
+        tprintf(t, "qgate_group_request_bytes_total{group=\"%s\"} %llu\n", label(s->groups[i].name, gl, sizeof gl),
+                (unsigned long long)s->groups[i].req_bytes);
+    head(t, "qgate_group_reply_bytes_total", "counter", "bytes of their replies");
+    for (int i = 0; i < s->ngroups; i++)
+        tprintf(t, "qgate_group_reply_bytes_total{group=\"%s\"} %llu\n", label(s->groups[i].name, gl, sizeof gl),
+                (unsigned long long)s->groups[i].reply_bytes);
     head(t, "qgate_workers", "gauge", "workers of the group, by state");
     for (int i = 0; i < s->ngroups; i++)
         for (int k = 0; k < s->nworker_states; k++) {
@@ -161,6 +187,17 @@ static void render_groups(struct text *t, const struct metrics_snap *s)
             tprintf(t, "qgate_workers{group=\"%s\",state=\"%s\"} %d\n", label(s->groups[i].name, gl, sizeof gl),
                     s->worker_state[k], n);
         }
+    head(t, "qgate_worker_up", "gauge", "1 while the worker is connected and in rotation (idle, busy, or given to a session)");
+    for (int r = 0; w && r < w->n; r++)
+        tprintf(t, "qgate_worker_up{group=\"%s\",worker=\"%s\"} %d\n", label(w->rows[r].group, gl, sizeof gl),
+                label(w->rows[r].addr, wl, sizeof wl),
+                !strcmp(w->rows[r].state, "idle") || !strcmp(w->rows[r].state, "busy") || !strcmp(w->rows[r].state, "pinned"));
+    head(t, "qgate_worker_state", "gauge", "1 for the worker's state, 0 for the others");
+    for (int r = 0; w && r < w->n; r++)
+        for (int k = 0; k < s->nworker_states; k++)
+            tprintf(t, "qgate_worker_state{group=\"%s\",worker=\"%s\",state=\"%s\"} %d\n",
+                    label(w->rows[r].group, gl, sizeof gl), label(w->rows[r].addr, wl, sizeof wl), s->worker_state[k],
+                    !strcmp(w->rows[r].state, s->worker_state[k]));
     head(t, "qgate_worker_requests_total", "counter", "requests the worker ran");
     for (int r = 0; w && r < w->n; r++)
         tprintf(t, "qgate_worker_requests_total{group=\"%s\",worker=\"%s\"} %lld\n",
@@ -181,23 +218,26 @@ static void render_latency(struct text *t, const struct metrics_snap *s)
 {
     const struct stats_snapshot *w = s->workers;
     char gl[160], wl[700], lb[900];
-    struct hist *h = calloc(1, sizeof *h);
-    if (!h) {
-        t->oom = 1;
-        return;
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } hs[] = {
+        {"qgate_group_queue_wait_seconds", "time a sync request of the group waited for a worker: from its arrival to when "
+         "its run began (after any run ahead of it on that worker)", offsetof(struct metrics_group, wait)},
+        {"qgate_group_run_seconds", "time a sync request of the group ran: from when its run began to the end of its reply",
+         offsetof(struct metrics_group, run)},
+        {"qgate_request_duration_seconds", "time a sync request of the group took in all: from its arrival to its end",
+         offsetof(struct metrics_group, total)},
+    };
+    for (size_t k = 0; k < sizeof hs / sizeof hs[0]; k++) {
+        head(t, hs[k].name, "histogram", hs[k].help);
+        for (int i = 0; i < s->ngroups; i++) {
+            snprintf(lb, sizeof lb, "group=\"%s\"", label(s->groups[i].name, gl, sizeof gl));
+            histogram(t, hs[k].name, lb, (const struct hist *)(const void *)((const char *)&s->groups[i] + hs[k].off));
+        }
     }
-    head(t, "qgate_request_duration_seconds", "histogram",
-         "time from a request sent to a worker of the group to the end of its reply");
-    for (int i = 0; i < s->ngroups; i++) {
-        memset(h, 0, sizeof *h);
-        for (int r = 0; w && r < w->n; r++)
-            if (!strcmp(w->rows[r].group, s->groups[i].name))
-                hist_merge(h, &w->rows[r].lat);
-        snprintf(lb, sizeof lb, "group=\"%s\"", label(s->groups[i].name, gl, sizeof gl));
-        histogram(t, "qgate_request_duration_seconds", lb, h);
-    }
-    free(h);
-    head(t, "qgate_worker_request_duration_seconds", "histogram", "the same, per worker");
+    head(t, "qgate_worker_request_duration_seconds", "histogram",
+         "time a request ran on the worker, from when its run began to the end of its reply");
     for (int r = 0; w && r < w->n; r++) {
         snprintf(lb, sizeof lb, "group=\"%s\",worker=\"%s\"", label(w->rows[r].group, gl, sizeof gl),
                  label(w->rows[r].addr, wl, sizeof wl));

@@ -21,6 +21,10 @@ struct metrics_group {
     int64_t maxwait_ms;   /* the longest any of them has waited */
     int paused;           /* .qgate.pause[] */
     uint64_t pipelined;   /* requests sent behind another's run */
+    /* its totals, whatever became of its workers (struct group's) */
+    uint64_t ended[ALOG_NOUTCOMES], req_bytes, reply_bytes;
+    uint64_t refused_busy, refused_timeout, refused_no_worker;
+    struct hist wait, run, total;
 };
 
 struct metrics_snap {

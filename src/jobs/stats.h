@@ -91,7 +91,7 @@ struct pools_row {
     int64_t idle, down;  /* free; not connected (down, resolving, connecting, handshake) */
     int64_t disabled;    /* connected, out of rotation (.qgate.disable[]), idle */
     int64_t maxwait_ms;  /* the longest a waiting request has waited so far; 0 if none */
-    int64_t served, errors; /* over the group's workers */
+    int64_t served, errors; /* runs of requests its workers ended, and q errors: kept over reloads */
 };
 
 struct pools_snapshot {

@@ -4,7 +4,7 @@
  * in (-30! deferred responses). While every worker of the group is busy, a waiting sync request
  * may go to a free connection of a busy worker: q finds it waiting when it is done, with no
  * round trip lost. pipeline_wait bounds the wait that buys: only when what the worker runs on
- * its other connections are queries learned to end, together, within it (struct learned: each
+ * its other connections are queries learned to end, together, within it (core/query.c: each
  * query's slowest recent run, by a hash of its bytes). A query never seen, once slow, timed out
  * or lost with its worker runs alone until it has shown itself fast again; one that has called
  * its client back, for good. A request sent so is still held up by a learned-fast query that
@@ -15,62 +15,6 @@
 #include "gw.h"
 #include "kipc.h"
 #include "log.h"
-
-/* Bodies longer than this are not learned: nothing is sent behind them. */
-#define PIPELINE_KEY_MAX 4096
-
-uint64_t pipeline_key(const struct gw *g, const struct group *grp, const struct req *r)
-{
-    if (!group_pipelines(grp) || !grp->cfg.pipeline_wait || !r->msg || r->len <= 8 || r->len > PIPELINE_KEY_MAX)
-        return 0;
-    if (g->hooks.query_key)
-        return g->hooks.query_key(g->hooks.ctx, r->msg + r->off, r->len);
-    const uint8_t *p = r->msg + r->off + 8;
-    size_t n = r->len - 8;
-    uint64_t h = 0x9e3779b97f4a7c15ULL ^ n;
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t v = 0;
-        memcpy(&v, p + i, n - i < 8 ? n - i : 8);
-        h = (h ^ v) * 0xff51afd7ed558ccdULL;
-        h ^= h >> 32;
-    }
-    return h ? h : 1;
-}
-
-/* key's slot: it holds key's query, or another's that takes it */
-static struct learned *slot(const struct group *grp, uint64_t key)
-{
-    return (struct learned *)&grp->learned[key & (PIPELINE_LEARNED - 1)];
-}
-
-void pipeline_learn_loop(struct group *grp, uint64_t key, int64_t us)
-{
-    if (!key)
-        return;
-    struct learned *e = slot(grp, key);
-    uint32_t u = us < 0 ? 0u : us > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)us;
-    uint32_t decayed = e->worst_us - e->worst_us / 8; /* a slow run is forgotten over a few fast ones */
-    if (e->key != key)
-        *e = (struct learned){.key = key, .worst_us = u};
-    else
-        e->worst_us = u > decayed ? u : decayed;
-}
-
-int64_t pipeline_learned_us(const struct group *grp, uint64_t key)
-{
-    const struct learned *e = slot(grp, key);
-    return key && e->key == key && !e->calls_back ? (int64_t)e->worst_us : -1;
-}
-
-void pipeline_calls_back_loop(struct group *grp, uint64_t key)
-{
-    if (!key)
-        return;
-    struct learned *e = slot(grp, key);
-    if (e->key != key)
-        *e = (struct learned){.key = key};
-    e->calls_back = 1;
-}
 
 /* Does lead's worker run anything on any of its connections? */
 static int runs_any(const struct worker *lead)
@@ -113,7 +57,7 @@ static int may_wait_for(const struct gw *g, const struct group *grp, struct work
         if (x->run.kind != RUN_REQUEST || x->run.phase == WB_CALLED)
             return 0;
         busy++;
-        int64_t ran = g->loop.now_us - run_began_us(x), l = pipeline_learned_us(grp, x->run.key);
+        int64_t ran = g->loop.now_us - run_began_us(x), l = query_learned_us(grp->queries, x->run.key);
         if (budget && (l < 0 || ran >= budget))
             return 0;
         e += ran > l ? ran : l;

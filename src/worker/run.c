@@ -75,7 +75,9 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
     struct req *r = client_head(c);
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     if (r->type == KIPC_SYNC) {
-        w->run.key = group_pipelines(w->grp) ? pipeline_key(g, w->grp, r) : 0;
+        r->key = query_key(g, r->msg + r->off, r->len); /* .qgate.queries[], and pipelining's learning */
+        query_begin_loop(r->grp->queries, r->key, r->msg + r->off, r->len);
+        w->run.key = group_learn_key(r->grp, r->key, r->len);
         run_send_request_loop(g, w, c, r);
         w->run.kind = RUN_REQUEST;
         return 0;
@@ -225,11 +227,12 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
 }
 
 /* What the access log says of the request c's reply answers. */
-static void note_reply(struct worker *w, struct client *c)
+static void note_reply(struct worker *w, struct client *c, int64_t began_us)
 {
     struct req *r = client_head(c);
     if (!r || r->state != RS_RUNNING)
         return;
+    r->t_began_us = began_us;
     r->reply_len = w->run.reply_len;
     if (w->run.is_error) {
         r->outcome = ALOG_ERROR;
@@ -243,18 +246,20 @@ static void note_reply(struct worker *w, struct client *c)
 static void run_end(struct gw *g, struct worker *w)
 {
     struct client *c = w->run.cl;
-    int64_t ran = g->loop.now_us - run_began_us(w); /* not its wait behind another connection's */
+    int64_t began = run_began_us(w), ran = g->loop.now_us - began; /* not its wait behind another connection's */
     struct worker *lead = w->slot ? (struct worker *)lead_of(w) : w;
     if (lead)
         lead->last_end_us = g->loop.now_us;
     if (w->run.kind == RUN_REQUEST) {
         hist_add(&w->lat, (uint64_t)ran);
         if (w->run.key) /* pipelining: how long its query runs, learned */
-            pipeline_learn_loop(w->grp, w->run.key, ran);
+            query_learn_loop(w->grp->queries, w->run.key, ran);
         w->served++;
         w->errors += w->run.is_error;
+        w->grp->served++; /* the group's, kept when a reload removes the worker */
+        w->grp->errors += w->run.is_error;
         if (c)
-            note_reply(w, c);
+            note_reply(w, c, began);
     }
     while (!STAILQ_EMPTY(&w->bsent)) /* their chasers came back before this reply */
         broadcast_forget_sent_loop(g, w, 0);
@@ -427,7 +432,7 @@ static int route_callback(struct gw *g, struct worker *w)
 {
     struct client *c = w->run.cl;
     if (w->st == WS_BUSY && w->run.kind == RUN_REQUEST)
-        pipeline_calls_back_loop(w->grp, w->run.key); /* nothing goes to its worker while it runs again */
+        query_calls_back_loop(w->grp->queries, w->run.key); /* nothing goes to its worker while it runs again */
     if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent) &&
         callback_add_loop(g, c, &w->c) == 0) {
         run_set_phase_loop(g, w, WB_CALLED); /* until it sends again, having had the answer */
@@ -568,8 +573,8 @@ void run_lost_loop(struct gw *g, struct worker *w)
 {
     struct client *c = w->run.cl, *s = w->sess;
     int busy = w->st == WS_BUSY, run = w->run.kind, timed_out = busy && w->run.phase == WB_TIMEDOUT;
-    if (busy && run == RUN_REQUEST) /* it timed out, or its worker went down under it: learned */
-        pipeline_learn_loop(w->grp, w->run.key, INT64_MAX); /* slow, until a hundred fast runs or so */
+    if (busy && run == RUN_REQUEST && w->run.key) /* it timed out, or its worker went down under it: */
+        query_learn_loop(w->grp->queries, w->run.key, INT64_MAX); /* learned slow, until a hundred fast runs or so */
     if (s) { /* as if its q had died: the client is told, then closed */
         s->sess = NULL;
         w->sess = NULL;

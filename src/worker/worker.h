@@ -47,7 +47,7 @@ struct run {
     int swallow;         /* chaser replies to drop before its own */
     struct client *cl;   /* RUN_REQUEST, RUN_ASYNC: its client; NULL once that has gone */
     uint64_t seq;        /* ... and the client's request */
-    uint64_t key;        /* RUN_REQUEST: pipeline_key of its query, 0 = none to learn */
+    uint64_t key;        /* RUN_REQUEST: its query's key as pipelining learns it (group_learn_key), 0 = none */
     int64_t started_us;  /* sent to the worker */
     uint64_t reply_len;  /* of the reply being relayed */
     struct fpart *fp;    /* RUN_FANOUT: its part */
@@ -244,16 +244,6 @@ struct conn *run_idle_first_loop(struct gw *g, struct group *grp);
  * connection of the busy worker running fewest, when everything that worker runs is learned to
  * end within pipeline_wait. */
 extern const struct group_mode pipeline_mode;
-/* r's query, to learn how long it runs (a hash of its bytes): 0 when grp does not learn, or r
- * is too long to. Before r is sent (its bytes go with it). */
-uint64_t pipeline_key(const struct gw *g, const struct group *grp, const struct req *r);
-/* A run of key's query took us (request_done). */
-void pipeline_learn_loop(struct group *grp, uint64_t key, int64_t us);
-/* key's query called its client back: nothing is sent to its worker while it runs again (while
- * it keeps its slot). */
-void pipeline_calls_back_loop(struct group *grp, uint64_t key);
-/* The slowest recent run of key's query, in us; -1: not learned, or it calls back. */
-int64_t pipeline_learned_us(const struct group *grp, uint64_t key);
 
 /* ---- broadcast.c ------------------------------------------------------------------------ */
 /* Queue broadcast message r of client c on every worker of grp that is up; how many. */
