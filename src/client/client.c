@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "query.h"
 #include "stream.h"
 #include "auth.h"
 #include "gw.h"
@@ -123,6 +124,7 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local)
         return NULL;
     }
     c->serial = ++g->next_serial;
+    c->connected_ms = g->loop.now_ms;
     g->nclients++;
     if (is_uds)
         snprintf(c->peer, sizeof c->peer, "unix");
@@ -553,6 +555,15 @@ struct clients_snapshot *client_snapshot_loop(struct gw *g)
         STAILQ_FOREACH(q, &c->reqs, link)
             r->requests++;
         r->running = c->w != NULL;
+        r->connected_ms = gw_wall_ms(g, c->connected_ms);
+        struct req *h = client_head(c);
+        if (c->w && h && h->state == RS_RUNNING) { /* what it runs, where, since when */
+            snprintf(r->worker, sizeof r->worker, "%s", h->wname ? h->wname : "");
+            r->since_ms = gw_wall_ms(g, h->t_run_us / 1000);
+            const struct qslot *e = h->key && h->grp->queries ? &h->grp->queries[h->key & (QUERY_SLOTS - 1)] : NULL;
+            if (e && e->key == h->key)
+                snprintf(r->query, sizeof r->query, "%s", e->text);
+        }
     }
     return s;
 }

@@ -130,6 +130,7 @@ struct client {
     size_t pending;      /* bytes of requests held */
     uint64_t next_seq;
     int64_t stall_since; /* ms: output has waited (without a byte accepted) since */
+    int64_t connected_ms; /* when it was accepted (the loop's clock) */
     struct worker *w;    /* worker running the head request */
     struct worker *sess; /* pool = session: the worker given to it, from its first request on */
     struct fanout *fo;   /* .qgate.all: its head running on every worker of a group */

@@ -171,4 +171,7 @@ struct gw {
 
 _Static_assert(offsetof(struct gw, loop) == 0, "the loop reaches its state through struct gw *");
 
+/* A time of the loop's clock (ms) on the wall clock (ms since the epoch), for what operators read. */
+static inline int64_t gw_wall_ms(const struct gw *g, int64_t mono_ms) { return g->started_wall_ms + (mono_ms - g->started_ms); }
+
 #endif

@@ -7,11 +7,13 @@
 #include "command.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "client.h"
 #include "control.h"
 #include "jobs.h"
 #include "log.h"
+#include "query.h"
 #include "metrics.h"
 #include "reload.h"
 #include "report.h"
@@ -27,10 +29,63 @@ static int reload_command(struct gw *g, struct client *cl, struct req *r, const 
     return 1;
 }
 
+/* Is cl an admin? (Without a users file nobody is: a user is only a name then.) */
+static int is_admin(const struct client *cl) { return cl->us && cl->us->admin; }
+
 /* The snapshots the answers are made from, and the tables made of them. */
-static void *stats_snap(struct gw *g) { return report_stats_loop(g); }
-static void *clients_snap(struct gw *g) { return client_snapshot_loop(g); }
-static void *totals_snap(struct gw *g) { return report_totals_loop(g); }
+static void *stats_snap(struct gw *g, const struct client *cl)
+{
+    struct stats_snapshot *s = report_stats_loop(g);
+    if (s && g->auth && !is_admin(cl)) /* with a users file, only admins see where the workers are (a user
+                                        * who knows cannot go around the gateway's limits and log) */
+        for (int i = 0, k = 1; i < s->n; i++, k = i < s->n && !strcmp(s->rows[i].group, s->rows[i - 1].group) ? k + 1 : 1)
+            snprintf(s->rows[i].addr, sizeof s->rows[i].addr, "%s#%d", s->rows[i].group, k);
+    return s;
+}
+static void *clients_snap(struct gw *g, const struct client *cl)
+{
+    (void)cl;
+    return client_snapshot_loop(g);
+}
+static void *totals_snap(struct gw *g, const struct client *cl)
+{
+    (void)cl;
+    return report_totals_loop(g);
+}
+static void *pools_snap(struct gw *g, const struct client *cl)
+{
+    (void)cl;
+    return control_pools_snapshot_loop(g);
+}
+static void *queries_snap(struct gw *g, const struct client *cl)
+{
+    (void)cl;
+    return report_queries_loop(g);
+}
+static K queries_k(const void *s) { return stats_queries_table(s); }
+
+/* .qgate.queries[] (the table) and .qgate.queries[`reset] (every group's totals forgotten: 1b). */
+static int queries_command(struct gw *g, struct client *cl, struct req *r, const struct job *j)
+{
+    const struct job_cmd *a = &job_args_c(j)->cmd;
+    if (a->arg_kind == GWARG_NONE)
+        return 0; /* the table */
+    if (a->arg_kind != GWARG_NAME || strcmp((const char *)j->out, "reset")) {
+        request_error_loop(g, cl, r, "qgate: .qgate.queries takes nothing (the table) or `reset");
+        return 1;
+    }
+    for (int i = 0; i < g->ngroups; i++)
+        query_reset_loop(g->groups[i].queries);
+    log_info(cl->c.name, ".qgate.queries[`reset] by admin %s", cl->user);
+    struct job *w = job_new(job_encode_command, JK_REPLY);
+    if (!w) {
+        conn_close_loop(g, &cl->c, "out of memory answering a gateway command");
+        return 1;
+    }
+    job_args(w)->answer = (struct job_answer){.cmd = GWCMD_QUERIES}; /* 1b */
+    conn_submit_loop(g->writers, w, &cl->c, r->seq);
+    return 1;
+}
 static K stats_k(const void *s) { return stats_table(s); }
 static K clients_k(const void *s) { return stats_clients_table(s); }
 static K totals_k(const void *s) { return metrics_totals(s); }
@@ -41,7 +96,9 @@ static const struct command commands[GWCMD_N] = {
     [GWCMD_STATS] = {.name = "stats", .snapshot = stats_snap, .snap_free = free, .encode = stats_k},
     [GWCMD_CLIENTS] = {.name = "clients", .admin = 1, .snapshot = clients_snap, .snap_free = free, .encode = clients_k},
     [GWCMD_TOTALS] = {.name = "totals", .snapshot = totals_snap, .snap_free = metrics_snap_free, .encode = totals_k},
-    [GWCMD_POOLS] = {.name = "pools", .snapshot = control_pools_snapshot_loop, .snap_free = free, .encode = pools_k},
+    [GWCMD_POOLS] = {.name = "pools", .snapshot = pools_snap, .snap_free = free, .encode = pools_k},
+    [GWCMD_QUERIES] = {.name = "queries", .admin = 1, .run = queries_command, .snapshot = queries_snap, .snap_free = free,
+                       .encode = queries_k},
     [GWCMD_RELOAD] = {.name = "reload", .admin = 1, .run = reload_command},
     [GWCMD_DISCONNECT] = {.name = "disconnect", .admin = 1, .run = control_kill_loop},
     [GWCMD_KILL] = {.name = "kill", .admin = 1, .run = control_kill_loop},
@@ -72,11 +129,12 @@ void command_done_loop(struct gw *g, struct job *j)
     }
     if (cmd->run && cmd->run(g, cl, r, j)) /* it answered, or will */
         return;
-    command_answer_loop(g, &cl->c, j->seq, j->result);
+    command_answer_loop(g, cl, j->seq, j->result);
 }
 
-void command_answer_loop(struct gw *g, struct conn *c, uint64_t seq, int id)
+void command_answer_loop(struct gw *g, struct client *cl, uint64_t seq, int id)
 {
+    struct conn *c = &cl->c;
     const struct command *cmd = command_row(id);
     struct job *w = job_new(job_encode_command, JK_REPLY);
     if (!w || !cmd) { /* no reply can be made: as q out of memory, the connection goes */
@@ -86,7 +144,7 @@ void command_answer_loop(struct gw *g, struct conn *c, uint64_t seq, int id)
     }
     job_args(w)->answer = (struct job_answer){.cmd = id, .encode = cmd->encode};
     if (cmd->snapshot) {
-        w->ctx = cmd->snapshot(g);
+        w->ctx = cmd->snapshot(g, cl);
         w->ctx_free = cmd->snap_free;
     }
     conn_submit_loop(g->writers, w, c, seq);

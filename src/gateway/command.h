@@ -20,7 +20,7 @@ struct command {
     int (*run)(struct gw *g, struct client *cl, struct req *r, const struct job *j);
     /* Its answer: encode's table from the loop's snapshot (freed with snap_free), made on the
      * writer pool; no encode: 1b. */
-    void *(*snapshot)(struct gw *g);
+    void *(*snapshot)(struct gw *g, const struct client *cl);
     void (*snap_free)(void *snap);
     K (*encode)(const void *snap);
 };
@@ -30,7 +30,7 @@ const struct command *command_row(int id);
 /* A reader named the gateway command of a client's head request (JK_COMMAND): check who may
  * run it, do what it says, and have a writer make its answer. */
 void command_done_loop(struct gw *g, struct job *j);
-/* Answer request seq of connection c with command id's answer (its snapshot's table, or 1b). */
-void command_answer_loop(struct gw *g, struct conn *c, uint64_t seq, int id);
+/* Answer client cl's request seq with command id's answer (its snapshot's table, or 1b). */
+void command_answer_loop(struct gw *g, struct client *cl, uint64_t seq, int id);
 
 #endif

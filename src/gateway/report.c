@@ -20,6 +20,7 @@
 #include "net.h"
 #include "pool.h"
 #include "version.h"
+#include "query.h"
 #include "worker.h"
 
 
@@ -58,9 +59,42 @@ struct stats_snapshot *report_stats_loop(struct gw *g)
                 }
                 r->dropped += (int64_t)x->dropped;
                 r->inflight += x->st == WS_BUSY;
+                if (x->st == WS_BUSY && x->run.cl && (!r->started_ms || x->run.started_us / 1000 < r->started_ms)) {
+                    r->client = (int64_t)x->run.cl->serial; /* its longest-running client's */
+                    r->started_ms = x->run.started_us / 1000;
+                }
             }
+            r->started_ms = r->started_ms ? gw_wall_ms(g, r->started_ms) : 0;
+            if (!r->client)
+                r->client = INT64_MIN; /* 0N: running no client's request */
         }
     }
+    return s;
+}
+
+struct queries_snapshot *report_queries_loop(struct gw *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->ngroups; i++)
+        for (int k = 0; g->groups[i].queries && k < QUERY_SLOTS; k++)
+            n += g->groups[i].queries[k].key && g->groups[i].queries[k].calls;
+    struct queries_snapshot *s = calloc(1, sizeof *s + (size_t)n * sizeof s->rows[0]);
+    if (!s)
+        return NULL;
+    for (int i = 0; i < g->ngroups; i++)
+        for (int k = 0; g->groups[i].queries && k < QUERY_SLOTS && s->n < n; k++) {
+            const struct qslot *e = &g->groups[i].queries[k];
+            if (!e->key || !e->calls)
+                continue;
+            struct query_row *r = &s->rows[s->n++];
+            *r = (struct query_row){.key = (int64_t)e->key, .calls = (int64_t)e->calls, .errors = (int64_t)e->errors,
+                                    .wait_us = (int64_t)e->wait_us, .wait_max_us = e->wait_max_us,
+                                    .run_us = (int64_t)e->run_us, .run_max_us = e->run_max_us,
+                                    .bytes_in = (int64_t)e->bytes_in, .bytes_out = (int64_t)e->bytes_out,
+                                    .last_ms = gw_wall_ms(g, e->last_ms)};
+            snprintf(r->group, sizeof r->group, "%s", g->groups[i].cfg.name);
+            snprintf(r->text, sizeof r->text, "%s", e->text);
+        }
     return s;
 }
 

@@ -18,5 +18,7 @@ void report_reloaded_loop(struct gw *g);
  * malloc'd, for a writer job's ctx. */
 struct stats_snapshot *report_stats_loop(struct gw *g);
 struct metrics_snap *report_totals_loop(struct gw *g);
+/* The .qgate.queries[] snapshot: every query a group has learned and run (malloc'd). */
+struct queries_snapshot *report_queries_loop(struct gw *g);
 
 #endif

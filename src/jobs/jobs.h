@@ -26,7 +26,8 @@ enum job_kind {
 #define GWCMDS(X)                                                                                  \
     X(UNKNOWN, "") X(PING, "ping") X(STATS, "stats") X(CLIENTS, "clients") X(RELOAD, "reload")       \
     X(DISCONNECT, "disconnect") X(TOTALS, "totals") X(POOLS, "pools") X(PAUSE, "pause")               \
-    X(RESUME, "resume") X(DISABLE, "disable") X(ENABLE, "enable") X(KILL, "kill") X(SHUTDOWN, "shutdown")
+    X(RESUME, "resume") X(DISABLE, "disable") X(ENABLE, "enable") X(KILL, "kill") X(SHUTDOWN, "shutdown")      \
+    X(QUERIES, "queries")
 #define GWCMD_ENUM(e, s) GWCMD_##e,
 enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
 #undef GWCMD_ENUM

@@ -47,6 +47,8 @@ struct stats_row {
     char transport[8];   /* unix, tcp, or empty: never tried */
     int64_t served, errors, inflight, queued, dropped;
     int64_t session;     /* pool = session: the id (.qgate.clients[]) of the client it is given to, or 0N */
+    int64_t client;      /* the client whose request it runs (the longest running, over its connections), or 0N */
+    int64_t started_ms;  /* when that run began, wall clock (ms since the epoch); 0: none */
     struct hist lat;
 };
 
@@ -72,6 +74,10 @@ struct client_row {
     char state[16];
     int64_t requests;  /* requests held: waiting, queued, running */
     int64_t running;   /* 1 while one of them is on a worker */
+    int64_t connected_ms; /* wall clock, ms since the epoch */
+    char worker[300];  /* the worker running its request, or empty */
+    int64_t since_ms;  /* when that run began (wall clock); 0: nothing running */
+    char query[64];    /* the first bytes of the running query, or empty */
 };
 
 struct clients_snapshot {
@@ -79,7 +85,9 @@ struct clients_snapshot {
     struct client_row rows[];
 };
 
-/* The table ([] id; user; peer; group; state; requests; running). */
+/* The table ([] id; user; peer; group; state; requests; running; connected; worker; since;
+ * query): connected and since timestamps (since 0Np when nothing runs), worker a symbol, query a
+ * string. */
 K stats_clients_table(const struct clients_snapshot *s);
 
 /* One row of .qgate.pools[]: a group, its clients waiting and its workers by state. */
@@ -102,5 +110,29 @@ struct pools_snapshot {
 /* The table ([] group; paused; waiting; active; idle; down; disabled; maxwait_ms; served;
  * errors): group a symbol, paused a boolean, the rest longs. */
 K stats_pools_table(const struct pools_snapshot *s);
+
+/* One row of .qgate.queries[] (admin only): a query a group learned (core/query.c). */
+struct query_row {
+    char group[64];
+    int64_t key;         /* its hash */
+    char text[64];       /* its first bytes */
+    int64_t calls, errors;
+    int64_t wait_us, wait_max_us, run_us, run_max_us; /* waits and runs: summed, the longest */
+    int64_t bytes_in, bytes_out;
+    int64_t last_ms;     /* when a run of it last ended (wall clock) */
+};
+
+struct queries_snapshot {
+    int n;
+    struct query_row rows[];
+};
+
+/* The table ([] group; key; query; calls; errors; wait_us; wait_mean_us; wait_max_us; run_us;
+ * run_mean_us; run_max_us; bytes_in; bytes_out; last): group a symbol, query a string, last a
+ * timestamp, the rest longs. */
+K stats_queries_table(const struct queries_snapshot *s);
+
+/* A wall-clock time (ms since the epoch) as a q timestamp (ns since 2000.01.01); 0: 0Np. */
+int64_t stats_timestamp(int64_t wall_ms);
 
 #endif

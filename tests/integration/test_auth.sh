@@ -27,7 +27,7 @@ timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out
 # the two bob clients: one running, one with its request held back (requests 1, running 0)
 expect_file_has "$TMP/cl.out" "^table\\[3\\] \`id \`user \`peer \`group \`state \`requests \`running"
 grep -q '`bob`bob' "$TMP/cl.out" || grep -q '`bob`alice`bob\|`alice`bob`bob\|`bob`alice' "$TMP/cl.out" || fail "clients table: $(cat "$TMP/cl.out")"
-running=$(sed 's/.*| \([0-9 ]*\)$/\1/' "$TMP/cl.out")
+running=$(awk -F' [|] ' '/^table/ {print $8}' "$TMP/cl.out") # the column running
 [ "$(echo "$running" | tr ' ' '\n' | grep -c 1)" -eq 1 ] || fail "exactly one bob request should run: $(cat "$TMP/cl.out")"
 held=$(grep -h -o "hold b[12]" "$TMP/W1.log" "$TMP/W2.log")
 [ "$(echo "$held" | wc -l)" -eq 1 ] || fail "both of bob's requests reached a worker: $held"

@@ -120,7 +120,7 @@ pass "under load: the pause returned with nothing running, nothing ran while 7 c
 
 admin ".qgate.disable[\`$W1A]"
 expect_lines "$TMP/a.out" '^1b$' 1
-w1_disabled() { timeout 10 "$BIN/qsend" -g "$G" -u bob:pw ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| \`$W1A\`$W2A \\| \`main\`main \\| \`disabled\`(idle|busy) \\|"; }
+w1_disabled() { timeout 10 "$BIN/qsend" -g "$G" -u alice:pw ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| \`$W1A\`$W2A \\| \`main\`main \\| \`disabled\`(idle|busy) \\|"; }
 wait_for 20 "W1 disabled" w1_disabled
 wait_for 10 "pools showing it" pools_has "\\| ,\`main \\| ,0b \\| ,[0-9]+ \\| ,[0-9]+ \\| ,[0-9]+ \\| ,0 \\| ,1 \\|"
 a1=$(served_by W1) b1=$(served_by W2)

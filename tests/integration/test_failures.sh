@@ -112,7 +112,7 @@ pass "query_timeout: 'qgate: timeout, connection dropped and remade, late reply 
 # --- a worker answers with a q error: unchanged, counted ----------------------------------
 q "err oops" ".qgate.stats[]"
 expect_lines "$TMP/q.out" "^'oops\$" 1
-expect_file_has "$TMP/q.out" '^table\[1\] `address `group `state `served `errors `inflight `queued `p50_us `p99_us `dropped `session `transport \| ,`127.0.0.1:[0-9]+ \| ,`main \| ,`idle \| ,[0-9]+ \| ,1 \| ,0 \| ,0 \|'
+expect_file_has "$TMP/q.out" '^table\[1\] `address `group `state `served `errors `inflight `queued `p50_us `p99_us `dropped `session `transport `client `started \| ,`127.0.0.1:[0-9]+ \| ,`main \| ,`idle \| ,[0-9]+ \| ,1 \| ,0 \| ,0 \|'
 pass "q errors pass through unchanged and are counted"
 
 # --- worker lost before any reply byte; then reconnect with back-off ---------------------

@@ -34,7 +34,7 @@ pass "replies, q errors, async messages from the worker and nested requests pass
 # --- gateway commands, answered by qgate itself ------------------------------------------
 q ".qgate.ping[]" ".qgate.stats[]" ".qgate.ping[ ]" ".qgate.bogus[]"
 expect_lines "$TMP/q.out" '^1b$' 2
-expect_lines "$TMP/q.out" '^table\[2\] `address `group `state `served `errors `inflight `queued `p50_us `p99_us `dropped `session `transport \| `127\.0\.0\.1:[0-9]+`127\.0\.0\.1:[0-9]+ \| `main`main \| `idle`idle \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+ \| 0 0 \| 0 0 \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+ \| 0 0 \| 0N 0N \| `tcp`tcp$' 1
+expect_lines "$TMP/q.out" '^table\[2\] `address `group `state `served `errors `inflight `queued `p50_us `p99_us `dropped `session `transport `client `started \| `127\.0\.0\.1:[0-9]+`127\.0\.0\.1:[0-9]+ \| `main`main \| `idle`idle \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+ \| 0 0 \| 0 0 \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+ \| 0 0 \| 0N 0N \| `tcp`tcp \| 0N 0N \| 0N 0N$' 1
 expect_lines "$TMP/q.out" "^'qgate: unknown command .qgate.bogus\\[\\]\$" 1
 grep -q "qgate" "$TMP/W1.log" "$TMP/W2.log" && fail "a gateway command reached a worker"
 pass ".qgate.ping[] and .qgate.stats[] answered by the gateway"
@@ -57,7 +57,7 @@ pass "async messages run, unanswered, before the client's next request"
 wait_any "hold n1" 10 "$TMP/W1.log" "$TMP/W2.log"
 wait_any "hold n2" 10 "$TMP/W1.log" "$TMP/W2.log"
 "$BIN/qsend" -g "$G" "sleep 1" > "$TMP/n3.out" & p3=$!   # the third: logged by the worker that runs it
-one_queued() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" | grep -qE '\| 1 1 \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+ \| 0 0 \| 0N 0N \| `tcp`tcp$'; }
+one_queued() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" | grep -qE '\| 1 1 \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+ \| 0 0 \| 0N 0N \| `tcp`tcp \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+$'; }
 wait_for 10 "the third request queued" one_queued
 release n2 "$W1_PORT" "$W2_PORT"                          # n2's worker frees first
 wait "$p3"

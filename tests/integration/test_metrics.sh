@@ -40,7 +40,11 @@ m2=$(awk -v k="qgate_worker_requests_total{group=\"main\",worker=\"127.0.0.1:$W2
 ok=$(awk '$1 == "qgate_requests_total{outcome=\"ok\"}" {print $2}' "$TMP/page")
 [ "$ok" -ge "$sent" ] && [ "$ok" -eq $((m1 + m2 + 1)) ] || fail "ok $ok: workers served $m1 + $m2, qload counted $sent"
 cnt=$(awk '$1 == "qgate_request_duration_seconds_count{group=\"main\"}" {print $2}' "$TMP/page")
-[ "$cnt" -eq $((m1 + m2)) ] || fail "latency count $cnt, served $((m1 + m2))"
+[ "$cnt" -eq "$ok" ] || fail "request durations counted $cnt, requests ended ok $ok (.qgate.stats[] among them)"
+for h in queue_wait run; do # the runs on workers: waited, then ran
+    c=$(awk -v k="qgate_group_${h}_seconds_count{group=\"main\"}" '$1 == k {print $2}' "$TMP/page")
+    [ "$c" -eq $((m1 + m2)) ] || fail "$h count $c, served $((m1 + m2))"
+done
 pass "after the load: served per worker and requests ok as .qgate.stats[] says ($m1 + $m2)"
 
 # --- other paths and methods ------------------------------------------------------------------------

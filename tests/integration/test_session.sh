@@ -65,7 +65,7 @@ timeout 60 "$BIN/qsend" -g "$G" "x" > "$TMP/c2.out" 2>&1 3<&- &   # not holding 
 C2=$!
 wait_line "$TMP/O.log" "c2 .*: request 0 queued in group main"
 q ".qgate.stats[]"                          # answered by the gateway: no worker needed
-expect_file_has "$TMP/q.out" '`dropped `session `transport \| ,`127\.0\.0\.1:[0-9]+ \| ,`main \| ,`pinned \|.* \| ,1 \| ,`tcp$'
+expect_file_has "$TMP/q.out" '`dropped `session `transport `client `started \| ,`127\.0\.0\.1:[0-9]+ \| ,`main \| ,`pinned \|.* \| ,1 \| ,`tcp \| ,0N \| ,0N$'
 kill -0 $C2 2>/dev/null || fail "the second client did not wait for the session's worker"
 raw_close 3                                 # the session ends: the waiting client gets the worker
 wait $C2 || true

@@ -16,7 +16,7 @@ conf() {
 # transport_is WANT: the gateway G's one worker shows `transport WANT in .qgate.stats[]
 transport_is() {
     q ".qgate.stats[]"
-    grep -qE "^table\\[1\\] .*\`transport \\| .* \\| ,\`$1\$" "$TMP/q.out"
+    grep -qE "^table\\[1\\] .*\`transport \`client \`started \\| .* \\| ,\`$1 \\| ,0N \\| ,0N\$" "$TMP/q.out"
 }
 # served_over NAME WHAT: the worker NAME's log shows a request from a peer of kind WHAT
 # (unix, or 127.0.0.1 for TCP)

@@ -168,9 +168,10 @@ static void test_hist_quantiles(void **state)
 
 /* ---- the stats table ----------------------------------------------------------------------- */
 
-#define NCOLS 12
+#define NCOLS 14
 static const char *const colnames[NCOLS] = {"address", "group", "state", "served", "errors", "inflight",
-                                            "queued", "p50_us", "p99_us", "dropped", "session", "transport"};
+                                            "queued", "p50_us", "p99_us", "dropped", "session", "transport",
+                                            "client", "started"};
 
 static void check_shape(K t, int64_t n)
 {
@@ -189,7 +190,7 @@ static void check_shape(K t, int64_t n)
     for (int c = 0; c < NCOLS; c++) {
         K col = kK(cols)[c];
         assert_non_null(col);
-        assert_int_equal(col->t, c < 3 || c == NCOLS - 1 ? KT_SYM : KT_LONG);
+        assert_int_equal(col->t, c < 3 || c == 11 ? KT_SYM : c == 13 ? KT_TIMESTAMP : KT_LONG);
         assert_int_equal(col->n, n);
     }
 }
@@ -254,6 +255,9 @@ static void test_table_two_rows(void **state)
     s->rows[0].session = 42;        /* given to client 42 */
     s->rows[1].session = INT64_MIN; /* 0N: given to nobody */
     strcpy(s->rows[0].transport, "unix");
+    s->rows[0].client = 9;                   /* running client 9's request */
+    s->rows[0].started_ms = 946684800000LL + 1500; /* since 2000.01.01D00:00:01.5 */
+    s->rows[1].client = INT64_MIN;           /* 0N: nobody's */
     /* row 1 never tried: an empty symbol */
     /* row 1 has an empty histogram: quantiles 0 */
 
@@ -281,6 +285,10 @@ static void test_table_two_rows(void **state)
     assert_true(kJ(kK(cols)[10])[1] == INT64_MIN);
     assert_string_equal(kS(kK(cols)[11])[0], "unix");
     assert_string_equal(kS(kK(cols)[11])[1], "");
+    assert_true(kJ(kK(cols)[12])[0] == 9);
+    assert_true(kJ(kK(cols)[12])[1] == INT64_MIN);
+    assert_true(kJ(kK(cols)[13])[0] == 1500000000LL); /* ns since 2000.01.01 */
+    assert_true(kJ(kK(cols)[13])[1] == INT64_MIN);    /* 0Np: nothing running */
     /* the table owns copies of the strings, not pointers into the snapshot */
     memset(s->rows, 0, 2 * sizeof s->rows[0]);
     assert_string_equal(kS(kK(cols)[0])[0], "localhost:5001");
@@ -353,9 +361,93 @@ static void test_pools_table(void **state)
     k_free(x);
 }
 
+/* x's wire form decoded again, as a q client would read it. */
+static K round_trip(K x)
+{
+    size_t len = 0;
+    uint8_t *m = kcodec_encode_msg(x, KIPC_RESPONSE, &len);
+    k_free(x);
+    assert_non_null(m);
+    struct kerr err = {0};
+    assert_int_equal(kvalidate_check(m + 8, len - 8, 1, NULL, &err), QG_OK);
+    K back = NULL;
+    assert_int_equal(kcodec_decode(m + 8, len - 8, 1, NULL, &back, &err), QG_OK);
+    free(m);
+    assert_int_equal(back->t, KT_TABLE);
+    return back;
+}
+
+/* .qgate.clients[]: connected and since are timestamps (since 0Np when nothing runs), worker a
+ * symbol, query a string. */
+static void test_clients_table(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"id", "user", "peer", "group", "state", "requests", "running",
+                                        "connected", "worker", "since", "query"};
+    struct clients_snapshot *s = calloc(1, sizeof *s + 2 * sizeof s->rows[0]);
+    assert_non_null(s);
+    s->n = 2;
+    s->rows[0] = (struct client_row){.id = 7, .user = "alice", .peer = "10.0.0.9:4001", .group = "main",
+                                     .state = "ready", .requests = 1, .running = 1,
+                                     .connected_ms = 946684800000LL + 1000, .worker = "w1:5001",
+                                     .since_ms = 946684800000LL + 2000, .query = "select from t"};
+    s->rows[1] = (struct client_row){.id = 8, .user = "bob", .state = "ready", .connected_ms = 946684800000LL};
+    K x = round_trip(stats_clients_table(s));
+    free(s);
+    K keys = kK(kK(x)[0])[0], cols = kK(kK(x)[0])[1];
+    assert_int_equal(keys->n, 11);
+    for (int c = 0; c < 11; c++)
+        assert_string_equal(kS(keys)[c], names[c]);
+    assert_int_equal(kK(cols)[7]->t, KT_TIMESTAMP);
+    assert_true(kJ(kK(cols)[7])[0] == 1000000000LL);
+    assert_true(kJ(kK(cols)[7])[1] == 0);
+    assert_string_equal(kS(kK(cols)[8])[0], "w1:5001");
+    assert_string_equal(kS(kK(cols)[8])[1], "");
+    assert_true(kJ(kK(cols)[9])[0] == 2000000000LL);
+    assert_true(kJ(kK(cols)[9])[1] == INT64_MIN);
+    assert_int_equal(kK(cols)[10]->t, KT_LIST);
+    K q = kK(kK(cols)[10])[0];
+    assert_int_equal(q->t, KT_CHAR);
+    assert_memory_equal(kC(q), "select from t", 13);
+    assert_int_equal(kK(kK(cols)[10])[1]->n, 0);
+    k_free(x);
+}
+
+/* .qgate.queries[]: a row per query learned, the means made from the sums, last a timestamp. */
+static void test_queries_table(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"group", "key", "query", "calls", "errors", "wait_us", "wait_mean_us",
+                                        "wait_max_us", "run_us", "run_mean_us", "run_max_us", "bytes_in", "bytes_out",
+                                        "last"};
+    struct queries_snapshot *s = calloc(1, sizeof *s + 1 * sizeof s->rows[0]);
+    assert_non_null(s);
+    s->n = 1;
+    s->rows[0] = (struct query_row){.group = "main", .key = -5, .text = "select from t", .calls = 4, .errors = 1,
+                                    .wait_us = 400, .wait_max_us = 250, .run_us = 8000, .run_max_us = 5000,
+                                    .bytes_in = 120, .bytes_out = 1 << 20, .last_ms = 946684800000LL + 3};
+    K x = round_trip(stats_queries_table(s));
+    free(s);
+    K keys = kK(kK(x)[0])[0], cols = kK(kK(x)[0])[1];
+    assert_int_equal(keys->n, 14);
+    for (int c = 0; c < 14; c++)
+        assert_string_equal(kS(keys)[c], names[c]);
+    assert_string_equal(kS(kK(cols)[0])[0], "main");
+    assert_memory_equal(kC(kK(kK(cols)[2])[0]), "select from t", 13);
+    static const int64_t want[] = {-5, 0, 4, 1, 400, 100, 250, 8000, 2000, 5000, 120, 1 << 20};
+    for (int c = 1; c < 13; c++)
+        if (c != 2)
+            assert_true(kJ(kK(cols)[c])[0] == want[c - 1]);
+    assert_int_equal(kK(cols)[13]->t, KT_TIMESTAMP);
+    assert_true(kJ(kK(cols)[13])[0] == 3000000LL);
+    k_free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_clients_table),
+        cmocka_unit_test(test_queries_table),
         cmocka_unit_test(test_hist_empty),
         cmocka_unit_test(test_hist_small_exact),
         cmocka_unit_test(test_hist_single_values),
