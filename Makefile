@@ -139,13 +139,32 @@ demo: bins
 bench: bins
 	BIN=$(B) bench/run all
 
-# docs/configuration.md's table of keys, made from src/base/config.c's cfg_keys (test_config checks it).
+# docs/configuration.md's table of keys, qgate.1's CONFIGURATION key list and gateway.conf.example's
+# keys, made from src/base/config.c's cfg_keys (qgate --print-config=markdown, =man, and plain)
+# between their markers; test_config fails while one is stale. DOCS_SPLICE puts the file MADE between the lines
+# starting BEGIN_MARK and END_MARK (from the environment: awk -v would eat the backslashes).
+DOCS_SPLICE = awk 'index($$0, ENVIRON["BEGIN_MARK"]) == 1 { print; while ((getline l < ENVIRON["MADE"]) > 0) print l; \
+                       skip = 1; found++; next } \
+                   index($$0, ENVIRON["END_MARK"]) == 1 { skip = 0; found++ } !skip { print } \
+                   END { if (found != 2) { print FILENAME ": the markers of make docs are missing" > "/dev/stderr"; exit 1 } }'
 docs: build/rel/qgate
-	@awk -v made="$$(build/rel/qgate --print-config=markdown)" \
-	    '/^<!-- the table below is made by `make docs`/ { print; print made; skip = 1; next } \
-	     /^<!-- end of the table made by make docs -->/ { skip = 0 } !skip' docs/configuration.md > docs/configuration.md.new
+	@build/rel/qgate --print-config=markdown > build/rel/keys.md
+	@MADE=build/rel/keys.md BEGIN_MARK='<!-- the table below is made by `make docs`' \
+	    END_MARK='<!-- end of the table made by make docs -->' $(DOCS_SPLICE) docs/configuration.md > docs/configuration.md.new || { rm -f docs/configuration.md.new; exit 1; }
 	@mv docs/configuration.md.new docs/configuration.md
 	@echo "docs/configuration.md: the table of keys made from src/base/config.c"
+	@build/rel/qgate --print-config=man > build/rel/keys.man
+	@MADE=build/rel/keys.man BEGIN_MARK='.\" the key list below is made by `make docs`' \
+	    END_MARK='.\" end of the key list made by make docs' $(DOCS_SPLICE) pkg/qgate.1 > pkg/qgate.1.new || { rm -f pkg/qgate.1.new; exit 1; }
+	@mv pkg/qgate.1.new pkg/qgate.1
+	@echo "pkg/qgate.1: CONFIGURATION's key list made from src/base/config.c"
+	@build/rel/qgate --print-config | sed -e 's/^\[group NAME\]$$/[group main]/' \
+	    -e 's/^workers = $$/workers = localhost:5001,localhost:5002/' > build/rel/keys.conf
+	@MADE=build/rel/keys.conf BEGIN_MARK='# the keys below are made by `make docs`' \
+	    END_MARK='# end of the keys made by make docs' $(DOCS_SPLICE) gateway.conf.example > gateway.conf.example.new \
+	    || { rm -f gateway.conf.example.new; exit 1; }
+	@mv gateway.conf.example.new gateway.conf.example
+	@echo "gateway.conf.example: its keys made from src/base/config.c"
 
 # Every scenario against every target, briefly on small data (make test runs bench/run --quick).
 bench-smoke: bins

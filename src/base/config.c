@@ -20,93 +20,93 @@ static const char *const local_choices[] = {"unix", "tcp", NULL};
 #define KMAX ((int64_t)1 << 40)
 
 const struct cfg_key cfg_keys[] = {
-    {"gateway", "port", CFG_INT, "8811", 0, 65535, G(port), NULL,
+    {"gateway", "port", CFG_INT, CFG_RESTART, "8811", 0, 65535, G(port), NULL,
      "TCP port q clients connect to (q's -p); 0 picks a free one"},
-    {"gateway", "bind", CFG_STR, "0.0.0.0", 0, 255, G(bind), NULL,
+    {"gateway", "bind", CFG_STR, CFG_RESTART, "0.0.0.0", 0, 255, G(bind), NULL,
      "address to listen on (0.0.0.0 = every interface, as q does)"},
-    {"gateway", "unix_socket", CFG_BOOL, "1", 0, 1, G(unix_socket), NULL,
+    {"gateway", "unix_socket", CFG_BOOL, CFG_RESTART, "1", 0, 1, G(unix_socket), NULL,
      "also listen on q's abstract Unix socket for the port (hopen `:unix://PORT)"},
-    {"gateway", "reuseport", CFG_BOOL, "0", 0, 1, G(reuseport), NULL,
+    {"gateway", "reuseport", CFG_BOOL, CFG_RESTART, "0", 0, 1, G(reuseport), NULL,
      "share the port with other qgate processes of this host and user that set it too (SO_REUSEPORT): the kernel spreads new connections over them; each has its own workers and queue; q's Unix socket for the port is served by one of them at a time"},
-    {"gateway", "max_clients", CFG_INT, "10000", 1, 1000000, G(max_clients), NULL,
+    {"gateway", "max_clients", CFG_INT, CFG_LIVE, "10000", 1, 1000000, G(max_clients), NULL,
      "client connections accepted at once; more get the q error 'qgate: too many connections after their handshake, then the close"},
-    {"gateway", "max_message", CFG_SIZE, "2147483647", 64, KMAX, G(max_message), NULL,
+    {"gateway", "max_message", CFG_SIZE, CFG_LIVE, "2147483647", 64, KMAX, G(max_message), NULL,
      "longest message (bytes, header included) accepted from a client or a worker"},
-    {"gateway", "max_queue", CFG_INT, "1000", 0, 10000000, G(max_queue), NULL,
+    {"gateway", "max_queue", CFG_INT, CFG_LIVE, "1000", 0, 10000000, G(max_queue), NULL,
      "clients waiting for a worker in one group before requests get 'qgate: busy"},
-    {"gateway", "queue_timeout", CFG_MS, "0", 0, KMAX, G(queue_timeout), NULL,
+    {"gateway", "queue_timeout", CFG_MS, CFG_LIVE, "0", 0, KMAX, G(queue_timeout), NULL,
      "ms a request may wait for a worker before 'qgate: timeout (queued ...); 0 = no limit"},
-    {"gateway", "query_timeout", CFG_MS, "0", 0, KMAX, G(query_timeout), NULL,
+    {"gateway", "query_timeout", CFG_MS, CFG_LIVE, "0", 0, KMAX, G(query_timeout), NULL,
      "ms a worker may go without sending a byte of the reply before 'qgate: timeout; 0 = no limit"},
-    {"gateway", "handshake_timeout", CFG_MS, "5000", 1, KMAX, G(handshake_timeout), NULL,
+    {"gateway", "handshake_timeout", CFG_MS, CFG_LIVE, "5000", 1, KMAX, G(handshake_timeout), NULL,
      "ms a client has to complete q's handshake before it is closed"},
-    {"gateway", "client_stall_timeout", CFG_MS, "60000", 0, KMAX, G(client_stall_timeout), NULL,
+    {"gateway", "client_stall_timeout", CFG_MS, CFG_LIVE, "60000", 0, KMAX, G(client_stall_timeout), NULL,
      "ms a client may accept no byte of its output, or keep more than client_high_water of it waiting, before it is closed (its worker freed); 0 = no limit"},
-    {"gateway", "drain_timeout", CFG_MS, "10000", 0, KMAX, G(drain_timeout), NULL,
+    {"gateway", "drain_timeout", CFG_MS, CFG_LIVE, "10000", 0, KMAX, G(drain_timeout), NULL,
      "ms SIGTERM waits for in-flight and queued requests before exiting"},
-    {"gateway", "reader_threads", CFG_INT, "2", 1, 256, G(reader_threads), NULL,
+    {"gateway", "reader_threads", CFG_INT, CFG_RESTART, "2", 1, 256, G(reader_threads), NULL,
      "threads decoding: gateway commands, checks of replies for old clients"},
-    {"gateway", "writer_threads", CFG_INT, "2", 1, 256, G(writer_threads), NULL,
+    {"gateway", "writer_threads", CFG_INT, CFG_RESTART, "2", 1, 256, G(writer_threads), NULL,
      "threads encoding: gateway-made replies, compression for remote clients"},
-    {"gateway", "chunk_size", CFG_SIZE, "262144", 4096, 64 << 20, G(chunk_size), NULL,
+    {"gateway", "chunk_size", CFG_SIZE, CFG_LIVE, "262144", 4096, 64 << 20, G(chunk_size), NULL,
      "bytes read from a worker at a time while streaming a reply"},
-    {"gateway", "read_budget", CFG_SIZE, "1048576", 4096, 1 << 30, G(read_budget), NULL,
+    {"gateway", "read_budget", CFG_SIZE, CFG_LIVE, "1048576", 4096, 1 << 30, G(read_budget), NULL,
      "bytes read from one connection per loop iteration (fairness)"},
-    {"gateway", "write_budget", CFG_SIZE, "1048576", 4096, 1 << 30, G(write_budget), NULL,
+    {"gateway", "write_budget", CFG_SIZE, CFG_LIVE, "1048576", 4096, 1 << 30, G(write_budget), NULL,
      "bytes written to one connection per loop iteration (fairness)"},
-    {"gateway", "frames_budget", CFG_INT, "64", 1, 1 << 20, G(frames_budget), NULL,
+    {"gateway", "frames_budget", CFG_INT, CFG_LIVE, "64", 1, 1 << 20, G(frames_budget), NULL,
      "messages taken from one client per loop iteration (fairness)"},
-    {"gateway", "client_high_water", CFG_SIZE, "8388608", 65536, KMAX, G(client_high_water), NULL,
+    {"gateway", "client_high_water", CFG_SIZE, CFG_LIVE, "8388608", 65536, KMAX, G(client_high_water), NULL,
      "a client's unsent bytes (replies, publishes, gateway-made replies) above which qgate stops reading from the worker feeding it"},
-    {"gateway", "client_low_water", CFG_SIZE, "2097152", 0, KMAX, G(client_low_water), NULL,
+    {"gateway", "client_low_water", CFG_SIZE, CFG_LIVE, "2097152", 0, KMAX, G(client_low_water), NULL,
      "unsent bytes below which reading from that worker resumes"},
-    {"gateway", "client_max_pending", CFG_SIZE, "67108864", 65536, KMAX, G(client_max_pending), NULL,
+    {"gateway", "client_max_pending", CFG_SIZE, CFG_LIVE, "67108864", 65536, KMAX, G(client_max_pending), NULL,
      "bytes of a client's requests waiting their turn above which qgate stops reading from it"},
-    {"gateway", "worker_connect_timeout", CFG_MS, "3000", 1, KMAX, G(worker_connect_timeout), NULL,
+    {"gateway", "worker_connect_timeout", CFG_MS, CFG_LIVE, "3000", 1, KMAX, G(worker_connect_timeout), NULL,
      "ms to connect to a worker and complete its handshake"},
-    {"gateway", "reconnect_min", CFG_MS, "100", 1, KMAX, G(reconnect_min), NULL,
+    {"gateway", "reconnect_min", CFG_MS, CFG_LIVE, "100", 1, KMAX, G(reconnect_min), NULL,
      "first back-off (ms) before reconnecting a lost worker; doubles on each failure"},
-    {"gateway", "reconnect_max", CFG_MS, "10000", 1, KMAX, G(reconnect_max), NULL,
+    {"gateway", "reconnect_max", CFG_MS, CFG_LIVE, "10000", 1, KMAX, G(reconnect_max), NULL,
      "longest back-off (ms) between reconnection attempts"},
-    {"gateway", "compress", CFG_BOOL, "1", 0, 1, G(compress), NULL,
+    {"gateway", "compress", CFG_BOOL, CFG_LIVE, "1", 0, 1, G(compress), NULL,
      "compress replies to remote clients as q does (over 2000 bytes, when under half)"},
-    {"gateway", "compress_max", CFG_SIZE, "67108864", 0, KMAX, G(compress_max), NULL,
+    {"gateway", "compress_max", CFG_SIZE, CFG_LIVE, "67108864", 0, KMAX, G(compress_max), NULL,
      "largest reply held whole to change it: compressed for remote clients (larger go plain), checked for old clients (capability below 3: larger get 'qgate: reply too large)"},
-    {"gateway", "merge_max", CFG_SIZE, "268435456", 0, KMAX, G(merge_max), NULL,
+    {"gateway", "merge_max", CFG_SIZE, CFG_LIVE, "268435456", 0, KMAX, G(merge_max), NULL,
      "bytes of the replies a .qgate.all collects to merge; beyond, the client gets 'qgate: merge too large"},
-    {"gateway", "splice", CFG_BOOL, "1", 0, 1, G(splice), NULL,
+    {"gateway", "splice", CFG_BOOL, CFG_LIVE, "1", 0, 1, G(splice), NULL,
      "move reply bytes that need no change from worker to client inside the kernel (splice)"},
-    {"gateway", "local_workers", CFG_ENUM, "unix", 0, 0, G(local_workers), local_choices,
+    {"gateway", "local_workers", CFG_ENUM, CFG_LIVE, "unix", 0, 0, G(local_workers), local_choices,
      "a worker at localhost, 127.0.0.1 or this host's own address: unix (over its Unix socket when that answers q's handshake, else TCP) or tcp"},
-    {"gateway", "loglevel", CFG_ENUM, "info", 0, 0, G(loglevel), level_choices,
+    {"gateway", "loglevel", CFG_ENUM, CFG_LIVE, "info", 0, 0, G(loglevel), level_choices,
      "error, warn, info or debug"},
-    {"gateway", "users_file", CFG_STR, "", 0, 1023, G(users_file), NULL,
-     "q -U style users file (user:password, MD5 or SHA-1 hex); empty = any credentials"},
-    {"gateway", "access_log", CFG_STR, "", 0, 1023, G(access_log), NULL,
+    {"gateway", "users_file", CFG_STR, CFG_LIVE, "", 0, 1023, G(users_file), NULL,
+     "q -U style users file (user:password, MD5 or SHA-1 hex); empty = any credentials; a reload may change it but not empty it (turning authentication off takes a restart)"},
+    {"gateway", "access_log", CFG_STR, CFG_LIVE, "", 0, 1023, G(access_log), NULL,
      "file getting one logfmt line per request (time, client, user, peer, group, worker, type, bytes, queued and run us, outcome); reopened on SIGHUP and SIGUSR1; empty = off"},
-    {"gateway", "metrics_port", CFG_INT, "0", 0, 65535, G(metrics_port), NULL,
+    {"gateway", "metrics_port", CFG_INT, CFG_RESTART, "0", 0, 65535, G(metrics_port), NULL,
      "TCP port serving Prometheus metrics over HTTP (GET /metrics); 0 = off"},
-    {"gateway", "metrics_bind", CFG_STR, "", 0, 255, G(metrics_bind), NULL,
+    {"gateway", "metrics_bind", CFG_STR, CFG_RESTART, "", 0, 255, G(metrics_bind), NULL,
      "address the metrics port listens on; empty = as bind"},
-    {"gateway", "stats_period", CFG_MS, "60000", 0, KMAX, G(stats_period), NULL,
+    {"gateway", "stats_period", CFG_MS, CFG_LIVE, "60000", 0, KMAX, G(stats_period), NULL,
      "ms between one-line summaries in the log (requests, errors, rejects, clients, queue); 0 = off"},
-    {"group", "workers", CFG_STR, "", 0, 4095, W(workers), NULL,
+    {"group", "workers", CFG_STR, CFG_LIVE, "", 0, 4095, W(workers), NULL,
      "the group's workers (required): host:port, unix://PORT (q's Unix socket for PORT) or unix:///path, comma-separated"},
-    {"group", "user", CFG_STR, "", 0, 255, W(user), NULL,
+    {"group", "user", CFG_STR, CFG_LIVE, "", 0, 255, W(user), NULL,
      "user name qgate presents to these workers"},
-    {"group", "password", CFG_STR, "", 0, 255, W(password), NULL,
+    {"group", "password", CFG_STR, CFG_LIVE, "", 0, 255, W(password), NULL,
      "password qgate presents to these workers (never logged)"},
-    {"group", "async", CFG_ENUM, "one", 0, 0, W(async_mode), async_choices,
+    {"group", "async", CFG_ENUM, CFG_LIVE, "one", 0, 0, W(async_mode), async_choices,
      "async messages: one (a worker runs them, busy until done) or broadcast (every worker, in order)"},
-    {"group", "users", CFG_STR, "", 0, 1023, W(users), NULL,
+    {"group", "users", CFG_STR, CFG_LIVE, "", 0, 1023, W(users), NULL,
      "client users routed to this group (comma list); others use the first group without users"},
-    {"group", "pool", CFG_ENUM, "request", 0, 0, W(pool_mode), pool_choices,
+    {"group", "pool", CFG_ENUM, CFG_LIVE, "request", 0, 0, W(pool_mode), pool_choices,
      "request (each request to any idle worker) or session (a client keeps one worker from its first request until it goes)"},
-    {"group", "pipeline", CFG_INT, "1", 1, 8, W(pipeline), NULL,
+    {"group", "pipeline", CFG_INT, CFG_LIVE, "1", 1, 8, W(pipeline), NULL,
      "connections to each worker, one request on each at a time: 1 = a request waits for a worker with nothing to run; 2..8 = while every worker is busy, a sync request may go to a busy one's free connection, as pipeline_wait allows (more throughput for small requests; a query learned fast that turns slow holds it: the trade)"},
-    {"group", "pipeline_wait", CFG_MS, "1", 0, KMAX, W(pipeline_wait), NULL,
+    {"group", "pipeline_wait", CFG_MS, CFG_LIVE, "1", 0, KMAX, W(pipeline_wait), NULL,
      "pipeline > 1, ms: a request goes to a busy worker only if what it runs on its other connections are queries learned to take, together, less than this (each query's slowest recent run), none has run that long yet, and none calls back; 0 = to a busy worker whatever it runs (a request may wait behind a slow query)"},
-    {"group", "reset_query", CFG_STR, "", 0, 1023, W(reset_query), NULL,
+    {"group", "reset_query", CFG_STR, CFG_LIVE, "", 0, 1023, W(reset_query), NULL,
      "pool = session: q sent to the worker when its client goes, before another may have it; empty = none"},
 };
 const int cfg_nkeys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);
@@ -439,23 +439,121 @@ int config_validate(const struct config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- what a reload does with each key ------------------------------------------------------- */
+
+/* Does key k hold the same value in a and b (the struct config or struct group_cfg of each)? A
+ * string is compared up to its NUL: what follows it in the field is whatever was there before. */
+static int same_value(const struct cfg_key *k, const void *a, const void *b)
+{
+    const char *x = (const char *)a + k->offset, *y = (const char *)b + k->offset;
+    return k->type == CFG_STR ? !strncmp(x, y, k->size) : !memcmp(x, y, k->size);
+}
+
+int config_restart_changed(const struct config *run, const struct config *nw, char *names, size_t len)
+{
+    int n = 0;
+    size_t o = 0;
+    if (names && len)
+        names[0] = 0;
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        if (k->reload != CFG_RESTART || strcmp(k->section, "gateway") || same_value(k, run, nw))
+            continue;
+        if (names && o < len)
+            o += (size_t)snprintf(names + o, len - o, "%s%s", n ? ", " : "", k->name);
+        n++;
+    }
+    return n;
+}
+
+void config_take_live(struct config *run, const struct config *nw)
+{
+    struct config keep = *run;
+    *run = *nw;
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        if (k->reload == CFG_RESTART && !strcmp(k->section, "gateway"))
+            memcpy((char *)run + k->offset, (const char *)&keep + k->offset, k->size);
+    }
+}
+
+/* ---- the key table printed: --print-config, its Markdown and roff forms ------------------------- */
+
+/* A bound as it is written in the file: sizes with k, m or g when exact; 2^40 for no real limit. */
+static void bound_text(const struct cfg_key *k, int64_t v, char *out, size_t len)
+{
+    static const char unit[] = "gmk";
+    if (k->type == CFG_SIZE && v > 0)
+        for (int u = 0; u < 3; u++) {
+            int64_t m = (int64_t)1 << (10 * (3 - u));
+            if (v % m == 0) {
+                snprintf(out, len, "%lld%c", (long long)(v / m), unit[u]);
+                return;
+            }
+        }
+    if (v == KMAX)
+        snprintf(out, len, "2^40");
+    else
+        snprintf(out, len, "%lld", (long long)v);
+}
+
+void config_key_values(const struct cfg_key *k, char *out, size_t len)
+{
+    char lo[32], hi[32];
+    bound_text(k, k->min, lo, sizeof lo);
+    bound_text(k, k->max, hi, sizeof hi);
+    switch (k->type) {
+    case CFG_INT:
+        snprintf(out, len, "integer %s..%s", lo, hi);
+        return;
+    case CFG_MS:
+        snprintf(out, len, "ms %s..%s", lo, hi);
+        return;
+    case CFG_SIZE:
+        snprintf(out, len, "bytes %s..%s", lo, hi);
+        return;
+    case CFG_BOOL:
+        snprintf(out, len, "boolean");
+        return;
+    case CFG_STR:
+        snprintf(out, len, "text, up to %lld bytes", (long long)k->max);
+        return;
+    case CFG_ENUM: {
+        size_t o = 0;
+        out[0] = 0;
+        for (int i = 0; k->choices[i] && o < len; i++)
+            o += (size_t)snprintf(out + o, len - o, "%s%s", i == 0 ? "" : k->choices[i + 1] ? ", " : " or ",
+                                  k->choices[i]);
+        return;
+    }
+    }
+    snprintf(out, len, "?");
+}
+
+const char *config_key_reload(const struct cfg_key *k) { return k->reload == CFG_RESTART ? "needs a restart" : "applied"; }
+
 void config_print_reference(void *file)
 {
     FILE *f = file;
     const char *sec = "";
+    char values[256];
     for (int i = 0; i < cfg_nkeys; i++) {
         const struct cfg_key *k = &cfg_keys[i];
         if (strcmp(sec, k->section)) {
             sec = k->section;
             fprintf(f, "\n[%s]\n", strcmp(sec, "group") ? sec : "group NAME");
         }
-        fprintf(f, "# %s\n%s = %s\n", k->help, k->name, k->def);
+        config_key_values(k, values, sizeof values);
+        fprintf(f, "# %s\n# %s; on reload: %s\n%s = %s\n", k->help, values, config_key_reload(k), k->name, k->def);
     }
 }
 
 void config_markdown_row(const struct cfg_key *k, char *out, size_t len)
 {
-    size_t o = (size_t)snprintf(out, len, "| `%s` | [%s] | `%s` | ", k->name, k->section, k->def);
+    char values[256];
+    config_key_values(k, values, sizeof values);
+    size_t o = (size_t)snprintf(out, len, "| `%s` | [%s] | `%s` | %s | %s | ", k->name, k->section, k->def, values,
+                                config_key_reload(k));
     for (const char *h = k->help; *h && o + 3 < len; h++) { /* a | in the text would end the cell */
         if (*h == '|')
             out[o++] = '\\';
@@ -468,10 +566,56 @@ void config_print_markdown(void *file)
 {
     FILE *f = file;
     char row[2048];
-    fprintf(f, "| key | section | default | meaning |\n|---|---|---|---|\n");
+    fprintf(f, "| key | section | default | values | on reload | meaning |\n|---|---|---|---|---|---|\n");
     for (int i = 0; i < cfg_nkeys; i++) {
         config_markdown_row(&cfg_keys[i], row, sizeof row);
         fprintf(f, "%s\n", row);
+    }
+}
+
+/* Text for a roff text line: backslashes, minus signs and quotes escaped, and a leading . or '
+ * made harmless. */
+static void man_text(FILE *f, const char *s)
+{
+    if (*s == '.' || *s == '\'')
+        fputs("\\&", f);
+    for (; *s; s++) {
+        switch (*s) {
+        case '\\': fputs("\\e", f); break;
+        case '-': fputs("\\-", f); break;
+        case '\'': fputs("\\(aq", f); break;
+        case '`': fputs("\\(ga", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+void config_print_man(void *file)
+{
+    FILE *f = file;
+    const char *sec = "";
+    char values[256];
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        if (strcmp(sec, k->section)) {
+            sec = k->section;
+            fprintf(f, strcmp(sec, "group") ? ".SS \"[%s]\"\n" : ".SS \"[%s \\fINAME\\fP]\"\n", sec);
+        }
+        fprintf(f, ".TP\n\\fB");
+        man_text(f, k->name);
+        fprintf(f, "\\fR = ");
+        if (k->def[0]) {
+            fprintf(f, "\\fI");
+            man_text(f, k->def);
+            fprintf(f, "\\fR\n");
+        } else {
+            fprintf(f, "(empty)\n");
+        }
+        man_text(f, k->help);
+        fprintf(f, "%s\n.br\nValues: ", k->help[0] && k->help[strlen(k->help) - 1] == '.' ? "" : ".");
+        config_key_values(k, values, sizeof values);
+        man_text(f, values);
+        fprintf(f, "; on reload: %s.\n", config_key_reload(k));
     }
 }
 

@@ -60,11 +60,21 @@ struct config {
 
 enum cfg_type { CFG_INT, CFG_MS, CFG_SIZE, CFG_BOOL, CFG_STR, CFG_ENUM };
 
-/* One configuration key: where it lives, its type, default, bounds and help text. */
+/* What a reload (SIGHUP, .qgate.reload[]) does with a key whose value the file now changes. */
+enum cfg_reload {
+    CFG_LIVE = 0,    /* applied: the running gateway takes the new value (config_take_live) */
+    CFG_RESTART = 1, /* kept as it runs, with a warning: only a restart changes it (the listeners,
+                      * the pools' threads). [gateway] keys only: a group's keys are all live */
+};
+
+/* One configuration key: where it lives, its type, whether a reload applies it, default,
+ * bounds and help text. The one place a key is documented: --print-config, gateway.conf.example's
+ * comments, docs/configuration.md's table and qgate.1's CONFIGURATION are made from it. */
 struct cfg_key {
     const char *section; /* "gateway" or "group" */
     const char *name;
     enum cfg_type type;
+    enum cfg_reload reload;
     const char *def;     /* default, as written in the file */
     int64_t min, max;    /* bounds for numbers; max length for strings */
     size_t offset;       /* in struct config or struct group_cfg */
@@ -122,11 +132,27 @@ int config_build(struct config *c, const char *path, const struct cfg_overrides 
  * at the end of the list. Items longer than len - 1 are cut. */
 int config_list_next(const char **p, char *out, size_t len);
 
-/* Print every key with its default and help, in gateway.conf.example form. */
+/* The keys that need a restart (CFG_RESTART) whose value nw changes from run's: how many, and
+ * their names, comma-separated, in names (len bytes; names may be NULL). */
+int config_restart_changed(const struct config *run, const struct config *nw, char *names, size_t len);
+/* A reloaded configuration nw taken as the running one, run: every key a reload applies and
+ * nw's groups, the keys that need a restart kept as run has them. */
+void config_take_live(struct config *run, const struct config *nw);
+
+/* What a key takes, for the docs: "integer 0..65535", "bytes 4k..64m", "unix or tcp", ... */
+void config_key_values(const struct cfg_key *k, char *out, size_t len);
+/* What a reload does with it: "applied" or "needs a restart". */
+const char *config_key_reload(const struct cfg_key *k);
+
+/* Print every key with its default, values, reload and help, in gateway.conf.example form
+ * (qgate --print-config). */
 void config_print_reference(void *file);
 /* The same as a Markdown table (docs/configuration.md's, which `make docs` writes): a header, then
- * a row per key, config_markdown_row's. */
+ * a row per key, config_markdown_row's (qgate --print-config=markdown). */
 void config_print_markdown(void *file);
 void config_markdown_row(const struct cfg_key *k, char *out, size_t len);
+/* The same in roff for man(7): a .SS per section, a .TP per key (qgate.1's CONFIGURATION, between
+ * its markers, which `make docs` writes; qgate --print-config=man). */
+void config_print_man(void *file);
 
 #endif

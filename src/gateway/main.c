@@ -29,7 +29,8 @@ static void usage(int asked)
             "  --loglevel L     error, warn, info or debug\n"
             "  --check          validate the configuration, the users file and every worker's\n"
             "                   address (resolved), and exit\n"
-            "  --print-config   print every key with its default and exit (=markdown: as a table)\n"
+            "  --print-config   print every key with its default and exit (=markdown: as a table,\n"
+            "                   =man: as roff, for qgate.1)\n"
             "  --version        print the version and exit\n"
             "signals: SIGHUP reloads the worker set; SIGTERM drains and exits 0\n");
     exit(asked ? 0 : 2);
@@ -125,6 +126,9 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--print-config=markdown")) {
             config_print_markdown(stdout);
+            return 0;
+        } else if (!strcmp(a, "--print-config=man")) {
+            config_print_man(stdout);
             return 0;
         } else if (!strcmp(a, "--version")) {
             printf("qgate %s\n", QG_VERSION);

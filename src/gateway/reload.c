@@ -25,15 +25,15 @@ static int has_addr(const char *list, const char *addr)
     return 0;
 }
 
-/* Keys that need a restart: warn when a reload changes them. */
+/* Keys that need a restart (CFG_RESTART in config.c's cfg_keys): warn when a reload changes
+ * them; config_take_live keeps their running values. */
 static void warn_restart(const struct config *old, const struct config *nw)
 {
-    if (old->port != nw->port || strcmp(old->bind, nw->bind) || old->unix_socket != nw->unix_socket ||
-        old->reuseport != nw->reuseport || old->reader_threads != nw->reader_threads ||
-        old->writer_threads != nw->writer_threads || old->metrics_port != nw->metrics_port ||
-        strcmp(old->metrics_bind, nw->metrics_bind))
-        log_warn(NULL, "reload: port, bind, unix_socket, reuseport, metrics_port, metrics_bind and thread counts "
-                       "change only on restart");
+    char changed[512];
+    if (config_restart_changed(old, nw, changed, sizeof changed)) {
+        log_warn(NULL, RELOAD_RESTART_WARNING);
+        log_debug(NULL, "reload: kept as running until a restart: %s", changed);
+    }
 }
 
 static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_t seq)
@@ -175,19 +175,11 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     g->auth = auth;
     client_users_reloaded_loop(g); /* admin flags and limits as the file says now */
     reload_groups(g, nc);
-    /* live keys: limits, timeouts, budgets, compression, log level */
-    struct config keep = g->cfg;
-    g->cfg = *nc;
-    if (strcmp(keep.access_log, nc->access_log))
+    /* live keys (CFG_LIVE): limits, timeouts, budgets, compression, log level; the others kept */
+    int reopen = strcmp(g->cfg.access_log, nc->access_log) != 0;
+    config_take_live(&g->cfg, nc);
+    if (reopen)
         access_reopen_loop(g); /* a new file, or none */
-    g->cfg.port = keep.port;
-    strcpy(g->cfg.bind, keep.bind);
-    g->cfg.unix_socket = keep.unix_socket;
-    g->cfg.reuseport = keep.reuseport;
-    g->cfg.reader_threads = keep.reader_threads;
-    g->cfg.writer_threads = keep.writer_threads;
-    g->cfg.metrics_port = keep.metrics_port;
-    strcpy(g->cfg.metrics_bind, keep.metrics_bind);
     log_level = g->cfg.loglevel;
     report_reloaded_loop(g);
     g->loop.work_pending = 1;

@@ -11,6 +11,12 @@ struct job;
 struct group;
 struct group_cfg;
 
+/* What a reload logs (at warn) when the file changes a key that needs a restart (CFG_RESTART in
+ * config.c's cfg_keys; test_config checks that it names each); the keys changed follow at debug. */
+#define RELOAD_RESTART_WARNING                                                                    \
+    "reload: port, bind, unix_socket, reuseport, metrics_port, metrics_bind and thread counts change " \
+    "only on restart"
+
 /* A group from its configuration, with its workers (at start, and when a reload adds one). */
 struct group *reload_add_group_loop(struct gw *g, const struct group_cfg *gc);
 

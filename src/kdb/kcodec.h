@@ -4,7 +4,7 @@
 
 #include "qg.h"
 
-/* K type codes (kdb-ipc.md section 3). Atoms are the negated vector codes. */
+/* K type codes (docs/kdb-ipc.md section 3). Atoms are the negated vector codes. */
 enum ktype {
     KT_LIST = 0, KT_BOOL = 1, KT_GUID = 2, KT_BYTE = 4, KT_SHORT = 5, KT_INT = 6, KT_LONG = 7,
     KT_REAL = 8, KT_FLOAT = 9, KT_CHAR = 10, KT_SYM = 11, KT_TIMESTAMP = 12, KT_MONTH = 13,

@@ -5,7 +5,7 @@
 #include "qg.h"
 
 #define KIPC_HDR_LEN 8
-#define KIPC_HS_MAX_DEFAULT 1024 /* longest handshake we accept (DESIGN: 1 KiB) */
+#define KIPC_HS_MAX_DEFAULT 1024 /* longest handshake we accept (docs/design.md: 1 KiB) */
 #define KIPC_CAP_MAX 3           /* highest capability we advertise: compression, guid */
 #define KIPC_CAP_BIG 6           /* the capability under which byte 3 carries length bits */
 

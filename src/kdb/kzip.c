@@ -1,4 +1,4 @@
-/* kzip.c: kdb+ IPC compression: the LZ scheme with a 256-slot XOR-hash table (kdb-ipc.md 4). */
+/* kzip.c: kdb+ IPC compression: the LZ scheme with a 256-slot XOR-hash table (docs/kdb-ipc.md 4). */
 #include "kzip.h"
 
 #include <string.h>
@@ -115,7 +115,7 @@ static inline void copy_exact(uint8_t *out, size_t src, size_t w, size_t len)
 #define GROUP_OUT_MAX (8 * 257 + 16)
 #define GROUP_IN_MAX 17
 
-/* The decompressor's state. The hash table update of kdb-ipc.md 4.2, restated so that it
+/* The decompressor's state. The hash table update of docs/kdb-ipc.md 4.2, restated so that it
  * needs no reads of the output: a literal hashes the pair it completes (previous byte, this
  * byte) at w-1 when the previous item was a literal too ("pend"); a back-reference with slot h
  * completes the pair at w-1 with its first byte (out[src]), and the pair at its own start

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The access log when its file misbehaves (DESIGN.md: "a stalled journald, a FIFO or a hung NFS
-# mount costs lines, counted, never service"): a full disk (a 256 KiB tmpfs; /dev/full) counts
+# The access log when its file misbehaves (docs/design.md: "a stalled journald, a FIFO nobody
+# reads, a hung NFS mount or a full disk costs lines, counted, never service"): a full disk (a 256 KiB tmpfs; /dev/full) counts
 # lines written and dropped truly, never glues a line to a fragment, and costs no reply; a FIFO
 # nobody reads (writer_threads = 1) and one nobody opens hold neither the loop nor the writer
 # pool, a SIGUSR1 while stuck included, and qgate still exits on SIGTERM.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Every row of DESIGN.md's failure table, with real processes on loopback: what the client
-# sees and what the gateway does.
+# The rows of docs/design.md's failure table ("Failure and bad input"), with real processes on
+# loopback: what the client sees and what the gateway does. (max_clients, client_stall_timeout,
+# out of fds: test_regress.sh; .qgate.all: test_fanout.sh; the log disks: test_alog_disk.sh,
+# test_logstall.sh.)
 . "$(dirname "$0")/lib.sh"
 
 conf() { # conf FILE WORKERS KEY=VALUE...: a config with one group

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fault injection under load: broken workers and hostile clients, while another client keeps
-# querying. In every case the gateway stays up, the client concerned gets what DESIGN.md says,
+# querying. In every case the gateway stays up, the client concerned gets what docs/design.md says,
 # the others get correct replies throughout, memory stays bounded, and nothing leaks (the
 # cleanup stops qgate with SIGTERM so that LeakSanitizer reports).
 . "$(dirname "$0")/lib.sh"

@@ -99,11 +99,17 @@ fi
 while read -r k; do
     grep -qF "\\fB$(sed 's/-/\\-/g' <<< "$k")\\fR = " "$MAN" || fail "qgate.1 does not document the key $k"
 done < "$TMP/keys"
+# the list of keys is the installed binary's own (make docs writes it from src/base/config.c)
+sed -n '/^\.\\" the key list below is made by `make docs`/,/^\.\\" end of the key list made by make docs/p' \
+    "$S/usr/share/man/man1/qgate.1" | sed '1d;$d' > "$TMP/man-keys"
+[ -s "$TMP/man-keys" ] || fail "qgate.1 has no key list between the markers of make docs"
+"$S/usr/bin/qgate" --print-config=man | cmp -s - "$TMP/man-keys" ||
+    fail "qgate.1's key list is not what qgate --print-config=man prints: run make docs"
 for c in $(cat "$ROOT/README.md" "$ROOT"/docs/*.md | grep -o '\.qgate\.[a-z]*' | sort -u); do
     [ "$c" = .qgate.name ] && continue # the docs' placeholder
     grep -qF "$c" "$MAN" || fail "qgate.1 does not document $c (the README or docs/ does)"
 done
-pass "qgate.1 renders without warnings and documents every key of --print-config and every .qgate command"
+pass "qgate.1 renders without warnings; its key list is --print-config=man's; it documents every .qgate command"
 
 # --- make deb: its metadata and files ---------------------------------------------------------
 mk deb > "$TMP/deb.txt" 2>&1 || fail "make deb: $(tail -n 5 "$TMP/deb.txt")"

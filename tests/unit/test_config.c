@@ -13,10 +13,12 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "reload.h"
 #include "tutil.h"
 
 #define EXAMPLE "gateway.conf.example"
 #define README "docs/configuration.md" /* the reference the README points to */
+#define MANPAGE "pkg/qgate.1"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -199,29 +201,96 @@ static void test_keys_in_example(void **state)
     assert_int_equal(missing, 0);
 }
 
-/* docs/configuration.md's table of keys is the one cfg_keys makes (config_print_markdown), between
- * its markers: a key added, removed or re-helped in src/base/config.c fails here until `make docs`. */
-static void test_keys_table_generated(void **state)
+/* The text of path between the line starting begin and the line starting end is what print
+ * makes of cfg_keys: a key added, removed or re-helped in src/base/config.c fails here until
+ * `make docs` writes it. */
+static void check_generated(const char *path, const char *begin, const char *end_mark, void (*print)(void *))
 {
-    (void)state;
-    char *text = slurp(README);
+    char *text = slurp(path);
     if (!text)
-        fail_msg("%s is missing (tests run from the project root)", README);
-    const char *begin = strstr(text, "<!-- the table below is made by `make docs`");
-    const char *end = begin ? strstr(begin, "<!-- end of the table made by make docs -->") : NULL;
-    if (!begin || !end)
-        fail_msg("%s: the markers around the table of keys are missing", README);
-    begin = strchr(begin, '\n') + 1;
+        fail_msg("%s is missing (tests run from the project root)", path);
+    const char *b = strstr(text, begin);
+    const char *e = b ? strstr(b, end_mark) : NULL;
+    if (!b || !e)
+        fail_msg("%s: the markers of make docs around the keys are missing", path);
+    b = strchr(b, '\n') + 1;
     char *made = NULL;
     size_t made_len = 0;
     FILE *f = open_memstream(&made, &made_len);
     assert_non_null(f);
-    config_print_markdown(f);
+    print(f);
     fclose(f);
-    if ((size_t)(end - begin) != made_len || memcmp(begin, made, made_len))
-        fail_msg("%s: the table of keys is not what src/base/config.c makes: run make docs", README);
+    if ((size_t)(e - b) != made_len || memcmp(b, made, made_len))
+        fail_msg("%s: the keys are not what src/base/config.c makes: run make docs", path);
     free(made);
     free(text);
+}
+
+/* docs/configuration.md's table of keys is the one cfg_keys makes (config_print_markdown). */
+static void test_keys_table_generated(void **state)
+{
+    (void)state;
+    check_generated(README, "<!-- the table below is made by `make docs`", "<!-- end of the table made by make docs -->",
+                    config_print_markdown);
+}
+
+/* qgate.1's CONFIGURATION lists the keys cfg_keys makes (config_print_man). */
+static void test_keys_man_generated(void **state)
+{
+    (void)state;
+    check_generated(MANPAGE, ".\\\" the key list below is made by `make docs`", ".\\\" end of the key list made by make docs",
+                    config_print_man);
+}
+
+/* Output of a printer, malloc'd. */
+static char *printed(void (*print)(void *))
+{
+    char *made = NULL;
+    size_t made_len = 0;
+    FILE *f = open_memstream(&made, &made_len);
+    assert_non_null(f);
+    print(f);
+    fclose(f);
+    return made;
+}
+
+/* A key added in one place, cfg_keys, is in every form of the reference: --print-config (and
+ * gateway.conf.example, its copy), docs/configuration.md's table, qgate.1's CONFIGURATION, each
+ * with its default, values and what a reload does with it. */
+static void test_keys_everywhere(void **state)
+{
+    (void)state;
+    char *ref = printed(config_print_reference), *md = slurp(README), *man = slurp(MANPAGE), *ex = slurp(EXAMPLE);
+    assert_non_null(md);
+    assert_non_null(man);
+    assert_non_null(ex);
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        char want[1024], values[256];
+        config_key_values(k, values, sizeof values);
+        snprintf(want, sizeof want, "\n# %s\n# %s; on reload: %s\n%s = %s\n", k->help, values, config_key_reload(k),
+                 k->name, k->def);
+        if (!strstr(ref, want))
+            fail_msg("--print-config lacks %s as <<%s>>", k->name, want);
+        if (strcmp(k->name, "workers") && !strstr(ex, want)) /* the example names its workers */
+            fail_msg("%s: %s is not as --print-config prints it: <<%s>>", EXAMPLE, k->name, want);
+        snprintf(want, sizeof want, "| `%s` | [%s] | `%s` | %s | %s | ", k->name, k->section, k->def, values,
+                 config_key_reload(k));
+        if (!strstr(md, want))
+            fail_msg("%s lacks the row of %s: <<%s>>", README, k->name, want);
+        snprintf(want, sizeof want, ".TP\n\\fB%s\\fR = ", k->name);
+        const char *entry = strstr(man, want), *next = entry ? strstr(entry + 1, ".TP\n") : NULL;
+        if (!entry)
+            fail_msg("%s lacks the entry of %s: <<%s>>", MANPAGE, k->name, want);
+        snprintf(want, sizeof want, "; on reload: %s.\n", config_key_reload(k));
+        const char *says = strstr(entry, want);
+        if (!says || (next && says > next))
+            fail_msg("%s: the entry of %s does not say '%s'", MANPAGE, k->name, want);
+    }
+    free(ref);
+    free(md);
+    free(man);
+    free(ex);
 }
 
 /* The table itself is coherent: names unique per section, fields inside their structs, sizes
@@ -247,6 +316,9 @@ static void test_table_shape(void **state)
             assert_true(k->size == sizeof(int) || k->size == sizeof(int64_t));
         if (k->type == CFG_ENUM)
             assert_non_null(k->choices);
+        assert_true(k->reload == CFG_LIVE || k->reload == CFG_RESTART);
+        if (grp && k->reload != CFG_LIVE) /* reload.c applies a group's keys whole (reload_group) */
+            fail_msg("[group] key %s needs a restart: config_take_live and reload_group keep none", k->name);
     }
 }
 
@@ -828,6 +900,124 @@ static void test_override_build(void **state)
     free(c);
 }
 
+/* ---- what a reload does with each key ------------------------------------------------------ */
+
+/* A valid value of k other than its default, as it would be written in the file. */
+static void other_value(const struct cfg_key *k, char *out, size_t len)
+{
+    switch (k->type) {
+    case CFG_INT:
+    case CFG_MS:
+    case CFG_SIZE: {
+        long long d = strtoll(k->def, NULL, 10);
+        snprintf(out, len, "%lld", d < k->max ? d + 1 : d - 1);
+        return;
+    }
+    case CFG_BOOL:
+        snprintf(out, len, "%s", !strcmp(k->def, "1") ? "0" : "1");
+        return;
+    case CFG_ENUM:
+        snprintf(out, len, "%s", strcmp(k->choices[0], k->def) ? k->choices[0] : k->choices[1]);
+        return;
+    case CFG_STR:
+        snprintf(out, len, "%s", !strcmp(k->name, "workers") ? "otherhost:5009" : "changed-by-the-reload");
+        return;
+    }
+    fail_msg("%s: unknown type", k->name);
+}
+
+/* Does text name name as a word of its list ("a, b and c change...")? */
+static int names_word(const char *text, const char *name)
+{
+    size_t l = strlen(name);
+    for (const char *p = strstr(text, name); p; p = strstr(p + 1, name))
+        if ((p == text || p[-1] == ' ') && (p[l] == ',' || p[l] == ' ' || !p[l]))
+            return 1;
+    return 0;
+}
+
+/* The flags of cfg_keys are what a reload does (reload.c's reload_apply: config_restart_changed
+ * for its warning, config_take_live for the values): for each key, a file that changes only it
+ * either has the new value taken (CFG_LIVE) or has it reported as needing a restart, the running
+ * value kept (CFG_RESTART); nothing else changes, and nothing else is reported. The warning
+ * reload.c logs names every key that needs a restart. */
+static void test_reload_flags(void **state)
+{
+    (void)state;
+    struct config *run = malloc(sizeof *run), *nw = malloc(sizeof *nw), *before = malloc(sizeof *before);
+    assert_non_null(run);
+    assert_non_null(nw);
+    assert_non_null(before);
+    int nrestart = 0;
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        int grp = !strcmp(k->section, "group");
+        char v[256], err[512], names[512];
+        config_defaults(run);
+        assert_int_equal(config_group(run, "main"), 0);
+        assert_int_equal(config_set(run, 0, "workers", "localhost:5001", err, sizeof err), 0);
+        *nw = *run;
+        other_value(k, v, sizeof v);
+        if (config_set(nw, grp ? 0 : -1, k->name, v, err, sizeof err))
+            fail_msg("%s = %s: %s", k->name, v, err);
+        const void *rb = grp ? (const void *)&run->groups[0] : run, *nb = grp ? (const void *)&nw->groups[0] : nw;
+        assert_true(memcmp((const char *)rb + k->offset, (const char *)nb + k->offset, k->size)); /* it changed */
+        *before = *run;
+        int n = config_restart_changed(run, nw, names, sizeof names);
+        config_take_live(run, nw);
+        const void *ab = grp ? (const void *)&run->groups[0] : run;
+        if (k->reload == CFG_RESTART) {
+            nrestart++;
+            if (n != 1 || strcmp(names, k->name))
+                fail_msg("%s needs a restart: a reload reported %d keys (%s)", k->name, n, names);
+            if (memcmp(before, run, sizeof *run))
+                fail_msg("%s needs a restart: a reload changed the running configuration", k->name);
+            if (!names_word(RELOAD_RESTART_WARNING, k->name) &&
+                !(strstr(k->name, "_threads") && strstr(RELOAD_RESTART_WARNING, "thread counts")))
+                fail_msg("%s needs a restart: reload.c's warning does not name it: %s", k->name, RELOAD_RESTART_WARNING);
+        } else {
+            if (n != 0)
+                fail_msg("%s is applied by a reload, which reported keys needing a restart: %s", k->name, names);
+            if (memcmp((const char *)ab + k->offset, (const char *)nb + k->offset, k->size))
+                fail_msg("%s is applied by a reload, which did not take its new value %s", k->name, v);
+            if (memcmp(nw, run, sizeof *run))
+                fail_msg("%s is applied by a reload: the running configuration is not the new one", k->name);
+        }
+    }
+    assert_true(nrestart > 0);
+    /* and the warning names no key that a reload applies */
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        if (k->reload == CFG_LIVE &&
+            (names_word(RELOAD_RESTART_WARNING, k->name) ||
+             (strstr(k->name, "_threads") && strstr(RELOAD_RESTART_WARNING, "thread counts"))))
+            fail_msg("reload.c's warning says %s changes only on restart, but a reload applies it", k->name);
+    }
+    /* several at once: all reported, in the table's order; the live one taken all the same */
+    config_defaults(run);
+    *nw = *run;
+    char err[512], names[512];
+    assert_int_equal(config_set(nw, -1, "metrics_port", "9811", err, sizeof err), 0);
+    assert_int_equal(config_set(nw, -1, "port", "9000", err, sizeof err), 0);
+    assert_int_equal(config_set(nw, -1, "max_queue", "7", err, sizeof err), 0);
+    assert_int_equal(config_restart_changed(run, nw, names, sizeof names), 2);
+    assert_string_equal(names, "port, metrics_port");
+    config_take_live(run, nw);
+    assert_int_equal(run->port, 8811);
+    assert_int_equal(run->metrics_port, 0);
+    assert_int_equal(run->max_queue, 7);
+    /* a string that reads the same is the same, whatever the field held beyond its NUL */
+    config_defaults(run);
+    *nw = *run;
+    assert_int_equal(config_set(nw, -1, "bind", "127.0.0.1.and.more", err, sizeof err), 0);
+    assert_int_equal(config_set(nw, -1, "bind", "0.0.0.0", err, sizeof err), 0);
+    assert_true(memcmp(run->bind, nw->bind, sizeof run->bind));
+    assert_int_equal(config_restart_changed(run, nw, NULL, 0), 0);
+    free(run);
+    free(nw);
+    free(before);
+}
+
 /* ---- the printed reference ------------------------------------------------------------------- */
 
 static void test_print_reference(void **state)
@@ -882,6 +1072,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_in_example),
         cmocka_unit_test(test_keys_table_generated),
+        cmocka_unit_test(test_keys_man_generated),
+        cmocka_unit_test(test_keys_everywhere),
+        cmocka_unit_test(test_reload_flags),
         cmocka_unit_test(test_table_shape),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_example_loads_as_defaults),

@@ -106,7 +106,7 @@ static void test_real_q_compressed(void **state)
     tutil_free_vectors(v, n);
 }
 
-/* The worked vectors of kdb-ipc.md 4.5. */
+/* The worked vectors of docs/kdb-ipc.md 4.5. */
 static void test_doc_vectors(void **state)
 {
     (void)state;
@@ -142,7 +142,7 @@ static void test_doc_vectors(void **state)
     }
 }
 
-/* Straight transcription of the pseudo-code in kdb-ipc.md 4.2, one byte at a time, as a
+/* Straight transcription of the pseudo-code in docs/kdb-ipc.md 4.2, one byte at a time, as a
  * reference for the optimised decompressor. Assumes well-formed input. */
 static void ref_decompress(const uint8_t *c, uint8_t *d, size_t n)
 {
