@@ -16,7 +16,7 @@
 
 #include "log.h"
 
-#define NSTR 5 /* user, peer, group, worker, error */
+#define NSTR 7 /* user, peer, group, worker, error, reason, query */
 
 struct rec_hdr {
     uint32_t size; /* the record's bytes, strings included */
@@ -30,7 +30,7 @@ static size_t cut(const char *s) { return s ? strnlen(s, 255) : 0; }
 
 int alog_append(struct alog_buf *b, const struct alog_fields *f)
 {
-    const char *s[NSTR] = {f->user, f->peer, f->group, f->worker, f->error};
+    const char *s[NSTR] = {f->user, f->peer, f->group, f->worker, f->error, f->reason, f->query};
     struct rec_hdr h = {.sync = (uint8_t)f->sync, .outcome = (uint8_t)f->outcome, .wall_us = f->wall_us,
                         .queued_us = f->queued_us, .run_us = f->run_us, .client = f->client,
                         .req_bytes = f->req_bytes, .reply_bytes = f->reply_bytes};
@@ -151,7 +151,7 @@ const char *alog_outcome_name(int outcome) { return outcome >= 0 && outcome < AL
 
 size_t alog_format(const uint8_t *p, size_t *rec_len, char *out)
 {
-    static const char *const keys[NSTR] = {" user=", " peer=", " group=", " worker=", " error="};
+    static const char *const keys[NSTR] = {" user=", " peer=", " group=", " worker=", " error=", " reason=", " query="};
     struct rec_hdr h;
     memcpy(&h, p, sizeof h);
     *rec_len = h.size;
@@ -172,8 +172,9 @@ size_t alog_format(const uint8_t *p, size_t *rec_len, char *out)
     o = put_i(put(o, " queued_us="), h.queued_us);
     o = put_i(put(o, " run_us="), h.run_us);
     o = put(put(o, " outcome="), alog_outcome_name(h.outcome));
-    if (h.slen[4])
-        o = put_v(put(o, keys[4]), s[4], h.slen[4]);
+    for (int i = 4; i < NSTR; i++) /* error, reason, query: when there is one */
+        if (h.slen[i])
+            o = put_v(put(o, keys[i]), s[i], h.slen[i]);
     *o++ = '\n';
     return (size_t)(o - out);
 }

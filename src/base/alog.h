@@ -21,6 +21,8 @@ struct alog_fields {
     int64_t wall_us;           /* when it ended: µs since the epoch */
     uint64_t client;           /* the client's id (.qgate.clients[]) */
     const char *user, *peer, *group, *worker, *error; /* worker: NULL or "" if none ran it */
+    const char *reason;        /* outcome closed or gone: why it was not answered (NULL: none said) */
+    const char *query;         /* access_log_query: its key or first bytes (NULL: no field) */
     int sync;                  /* 1 sync, 0 async */
     int outcome;               /* enum alog_outcome */
     uint64_t req_bytes, reply_bytes;

@@ -179,12 +179,19 @@ static int parse_options(char *opts, struct auth_user *u, char *why, size_t whyl
         *eq = 0;
         const char *v = eq + 1;
         int n = parse_count(v);
-        if (!strcmp(o, "admin")) {
+        if (!strcmp(o, "admin") || !strcmp(o, "monitor")) {
             if (n != 0 && n != 1) {
-                snprintf(why, whylen, "admin: '%.64s' is not 0 or 1", v);
+                snprintf(why, whylen, "%s: '%.64s' is not 0 or 1", o, v);
                 return -1;
             }
-            u->admin = (uint8_t)n;
+            if (!strcmp(o, "admin"))
+                u->admin = (uint8_t)n;
+            else
+                u->monitor = (uint8_t)n;
+            if (u->admin && u->monitor) {
+                snprintf(why, whylen, "admin and monitor both: a monitor runs gateway commands only, an admin all");
+                return -1;
+            }
         } else if (!strcmp(o, "max_conns") || !strcmp(o, "max_inflight")) {
             if (n < 0) {
                 snprintf(why, whylen, "%s: '%.64s' is not an integer >= 0", o, v);

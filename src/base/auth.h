@@ -15,6 +15,8 @@ struct auth_user {
     uint8_t kind;                    /* AUTH_PLAIN, AUTH_MD5, AUTH_SHA1 */
     char secret[AUTH_PASS_MAX + 1];  /* plain text, or the hex digest lowercased */
     uint8_t admin;                   /* option admin=0/1 */
+    uint8_t monitor;                 /* option monitor=0/1: gateway commands only (health checks,
+                                      * dashboards), never a worker */
     int max_conns;                   /* option max_conns; 0 = unlimited */
     int max_inflight;                /* option max_inflight; 0 = unlimited */
 };
@@ -34,8 +36,8 @@ void auth_sha1(const void *p, size_t n, uint8_t out[20]);
 void auth_hex(const uint8_t *d, size_t n, char *out);
 
 /* Load a users file: lines "user:password[<TAB>key=value,...]", '#' comments, blank lines.
- * The password is plain, or 32 hex digits (MD5) or 40 (SHA-1). Options: admin, max_conns,
- * max_inflight. Returns NULL with "path:line: reason" (or "path: reason") in err on failure. */
+ * The password is plain, or 32 hex digits (MD5) or 40 (SHA-1). Options: admin, monitor,
+ * max_conns, max_inflight (admin and monitor not both). Returns NULL with "path:line: reason" (or "path: reason") in err on failure. */
 struct auth_db *auth_load(const char *path, char *err, size_t errlen);
 
 /* Free a database from auth_load; NULL is ignored. */

@@ -14,6 +14,7 @@ static const char *const async_choices[] = {"one", "broadcast", NULL};
 static const char *const pool_choices[] = {"request", "session", NULL};
 static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
 static const char *const local_choices[] = {"unix", "tcp", NULL};
+static const char *const aq_choices[] = {"none", "hash", "text", NULL};
 
 #define G(field) offsetof(struct config, field), sizeof(((struct config *)0)->field)
 #define W(field) offsetof(struct group_cfg, field), sizeof(((struct group_cfg *)0)->field)
@@ -84,6 +85,14 @@ const struct cfg_key cfg_keys[] = {
      "q -U style users file (user:password, MD5 or SHA-1 hex); empty = any credentials; a reload may change it but not empty it (turning authentication off takes a restart)"},
     {"gateway", "access_log", CFG_STR, CFG_LIVE, "", 0, 1023, G(access_log), NULL,
      "file getting one logfmt line per request (time, client, user, peer, group, worker, type, bytes, queued and run us, outcome); reopened on SIGHUP and SIGUSR1; empty = off"},
+    {"gateway", "access_log_monitors", CFG_BOOL, CFG_LIVE, "1", 0, 1, G(access_log_monitors), NULL,
+     "the requests of users-file monitors (monitor=1: health checks, dashboards) in the access log too; 0 = left out"},
+    {"gateway", "access_log_query", CFG_ENUM, CFG_LIVE, "none", 0, 0, G(access_log_query), aq_choices,
+     "a field of each access-log line naming the request's query: hash (its key, as .qgate.queries[] shows it) or text (its first bytes); none = no field"},
+    {"gateway", "admin_from", CFG_ADDRS, CFG_LIVE, "", 0, 511, G(admin_from), NULL,
+     "where admin commands are accepted from (an admin's commands from elsewhere get 'qgate: access): unix (q's Unix socket), loopback, addresses, address/prefix ranges, comma-separated; empty = from anywhere"},
+    {"gateway", "proxy_from", CFG_ADDRS, CFG_LIVE, "", 0, 511, G(proxy_from), NULL,
+     "sources (a load balancer: HAProxy's send-proxy or send-proxy-v2) whose connections start with a PROXY protocol header, v1 or v2: the client address it carries is the client's in the log, the access log, admin_from and .qgate.clients[]; a connection from one of them without a header, or a header from anywhere else, is closed; empty = none"},
     {"gateway", "metrics_port", CFG_INT, CFG_RESTART, "0", 0, 65535, G(metrics_port), NULL,
      "TCP port serving Prometheus metrics over HTTP (GET /metrics); 0 = off"},
     {"gateway", "metrics_bind", CFG_STR, CFG_RESTART, "", 0, 255, G(metrics_bind), NULL,
@@ -190,8 +199,14 @@ static int set_key(void *base, const struct cfg_key *k, const char *v, char *err
         snprintf(err, errlen, "%s: '%s' is not one of the choices", k->name, v);
         return -1;
     case CFG_STR:
+    case CFG_ADDRS:
         if (strlen(v) >= k->size || (int64_t)strlen(v) > k->max) {
             snprintf(err, errlen, "%s: value too long", k->name);
+            return -1;
+        }
+        char why[200];
+        if (k->type == CFG_ADDRS && net_addr_list_check(v, why, sizeof why)) {
+            snprintf(err, errlen, "%s: %s", k->name, why);
             return -1;
         }
         strcpy(field, v);
@@ -446,7 +461,7 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 static int same_value(const struct cfg_key *k, const void *a, const void *b)
 {
     const char *x = (const char *)a + k->offset, *y = (const char *)b + k->offset;
-    return k->type == CFG_STR ? !strncmp(x, y, k->size) : !memcmp(x, y, k->size);
+    return k->type == CFG_STR || k->type == CFG_ADDRS ? !strncmp(x, y, k->size) : !memcmp(x, y, k->size);
 }
 
 int config_restart_changed(const struct config *run, const struct config *nw, char *names, size_t len)
@@ -517,6 +532,9 @@ void config_key_values(const struct cfg_key *k, char *out, size_t len)
         return;
     case CFG_STR:
         snprintf(out, len, "text, up to %lld bytes", (long long)k->max);
+        return;
+    case CFG_ADDRS:
+        snprintf(out, len, "sources: unix, loopback, addresses, address/prefix");
         return;
     case CFG_ENUM: {
         size_t o = 0;

@@ -26,6 +26,7 @@ struct group_cfg {
 
 enum cfg_async { CFG_ASYNC_ONE = 0, CFG_ASYNC_BROADCAST = 1 };
 enum cfg_pool { CFG_POOL_REQUEST = 0, CFG_POOL_SESSION = 1 };
+enum cfg_alog_query { CFG_AQ_NONE, CFG_AQ_HASH, CFG_AQ_TEXT };
 enum cfg_local { CFG_LOCAL_UNIX = 0, CFG_LOCAL_TCP = 1 };
 
 struct config {
@@ -50,6 +51,10 @@ struct config {
     int loglevel;
     char users_file[1024];
     char access_log[1024]; /* empty = off */
+    int access_log_monitors; /* monitor users' requests (health checks) in it too */
+    int access_log_query; /* enum cfg_alog_query: a field naming each request's query */
+    char admin_from[512]; /* sources admin commands are accepted from (net_addr_listed); empty = any */
+    char proxy_from[512]; /* sources whose connections start with a PROXY header; empty = none */
     int metrics_port;     /* 0 = off */
     char metrics_bind[256]; /* empty = as bind */
     int64_t stats_period; /* ms; 0 = off */
@@ -58,7 +63,7 @@ struct config {
     char file[256];       /* the file it was loaded from, for messages; empty = none */
 };
 
-enum cfg_type { CFG_INT, CFG_MS, CFG_SIZE, CFG_BOOL, CFG_STR, CFG_ENUM };
+enum cfg_type { CFG_INT, CFG_MS, CFG_SIZE, CFG_BOOL, CFG_STR, CFG_ENUM, CFG_ADDRS };
 
 /* What a reload (SIGHUP, .qgate.reload[]) does with a key whose value the file now changes. */
 enum cfg_reload {

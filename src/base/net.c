@@ -323,25 +323,283 @@ int net_peer_is_local(int fd)
     return 0;
 }
 
+const char *net_addr_name(const struct sockaddr *sa, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (sa->sa_family == AF_UNIX) {
+        snprintf(buf, len, "unix");
+    } else if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+        snprintf(buf, len, "%s:%d", ip, ntohs(a->sin_port));
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+        snprintf(buf, len, "[%s]:%d", ip, ntohs(a->sin6_port));
+    } else {
+        snprintf(buf, len, "?");
+    }
+    return buf;
+}
+
 const char *net_peer_name(int fd, char *buf, size_t len)
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
-    char ip[INET6_ADDRSTRLEN] = "?";
     if (getpeername(fd, (struct sockaddr *)&ss, &sl)) {
         snprintf(buf, len, "?");
-    } else if (ss.ss_family == AF_UNIX) {
-        snprintf(buf, len, "unix");
-    } else if (ss.ss_family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-        snprintf(buf, len, "%s:%d", ip, ntohs(a->sin_port));
-    } else {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-        snprintf(buf, len, "[%s]:%d", ip, ntohs(a->sin6_port));
+        return buf;
     }
-    return buf;
+    return net_addr_name((struct sockaddr *)&ss, buf, len);
+}
+
+/* ---- address lists ---------------------------------------------------------------------------- */
+
+/* An item of a list parsed: "unix", "loopback", or an address with its prefix length. */
+struct net_item {
+    int kind; /* 1 unix, 2 loopback, 3 an IPv4 range, 4 an IPv6 range */
+    uint8_t a[16];
+    int bits;
+};
+
+static int item_parse(const char *s, struct net_item *it)
+{
+    if (!strcmp(s, "unix")) {
+        it->kind = 1;
+        return 0;
+    }
+    if (!strcmp(s, "loopback")) {
+        it->kind = 2;
+        return 0;
+    }
+    char a[INET6_ADDRSTRLEN + 8];
+    if (strlen(s) >= sizeof a)
+        return -1;
+    snprintf(a, sizeof a, "%s", s);
+    char *slash = strchr(a, '/');
+    int bits = -1;
+    if (slash) {
+        char *end;
+        *slash = 0;
+        long b = strtol(slash + 1, &end, 10);
+        if (!slash[1] || *end || b < 0 || b > 128)
+            return -1;
+        bits = (int)b;
+    }
+    if (inet_pton(AF_INET, a, it->a) == 1) {
+        if (bits > 32)
+            return -1;
+        it->kind = 3;
+        it->bits = bits < 0 ? 32 : bits;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, a, it->a) == 1) {
+        it->kind = 4;
+        it->bits = bits < 0 ? 128 : bits;
+        return 0;
+    }
+    return -1;
+}
+
+/* The next item of list at *p into buf: 1, or 0 at the end. */
+static int item_next(const char **p, char *buf, size_t len)
+{
+    const char *s = *p;
+    while (*s == ',' || *s == ' ' || *s == '\t')
+        s++;
+    if (!*s)
+        return 0;
+    size_t n = strcspn(s, ", \t");
+    snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), s);
+    *p = s + n;
+    return 1;
+}
+
+int net_addr_list_check(const char *list, char *why, size_t whylen)
+{
+    char buf[96];
+    for (const char *p = list; item_next(&p, buf, sizeof buf);) {
+        struct net_item it;
+        if (item_parse(buf, &it)) {
+            snprintf(why, whylen, "'%s' is not unix, loopback, an address or address/prefix", buf);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int prefix_match(const uint8_t *a, const uint8_t *b, int bits)
+{
+    int whole = bits / 8, rest = bits % 8;
+    if (memcmp(a, b, (size_t)whole))
+        return 0;
+    return !rest || ((a[whole] ^ b[whole]) & (0xff << (8 - rest))) == 0;
+}
+
+int net_addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
+int net_addr_listed(const char *list, const struct sockaddr *sa, socklen_t len, int uds)
+{
+    (void)len;
+    char buf[96];
+    uint8_t v4[4], v6[16];
+    int has4 = 0, has6 = 0;
+    if (!uds && sa->sa_family == AF_INET) {
+        memcpy(v4, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        has4 = 1;
+    } else if (!uds && sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        memcpy(v6, a, 16);
+        has6 = 1;
+        if (IN6_IS_ADDR_V4MAPPED(a)) { /* ::ffff:a.b.c.d is a.b.c.d */
+            memcpy(v4, a->s6_addr + 12, 4);
+            has4 = 1;
+        }
+    }
+    for (const char *p = list; item_next(&p, buf, sizeof buf);) {
+        struct net_item it;
+        if (item_parse(buf, &it))
+            continue;
+        if ((it.kind == 1 && (uds || sa->sa_family == AF_UNIX)) || (it.kind == 2 && !uds && net_addr_is_loopback(sa)) ||
+            (it.kind == 3 && has4 && prefix_match(v4, it.a, it.bits)) ||
+            (it.kind == 4 && has6 && prefix_match(v6, it.a, it.bits)))
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- the PROXY protocol ----------------------------------------------------------------------- */
+
+static const uint8_t proxy_sig[12] = {0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a};
+
+int net_proxy_looks(const uint8_t *p, size_t n)
+{
+    return !memcmp(p, "PROXY ", n < 6 ? n : 6) || !memcmp(p, proxy_sig, n < 12 ? n : 12);
+}
+
+/* v1: "PROXY TCP4|TCP6 src dst sport dport\r\n" or "PROXY UNKNOWN...\r\n", at most 107 bytes. */
+static int proxy_v1(const uint8_t *p, size_t n, struct net_proxy *out, const char **why)
+{
+    const uint8_t *nl = memchr(p, '\n', n < 107 ? n : 107);
+    if (!nl) {
+        if (n >= 107) {
+            *why = "PROXY v1 header longer than 107 bytes";
+            return -1;
+        }
+        return 0;
+    }
+    size_t len = (size_t)(nl - p) + 1;
+    if (len < 8 || nl[-1] != '\r') {
+        *why = "PROXY v1 header not ended by CRLF";
+        return -1;
+    }
+    char line[108], proto[8], src[64], dst[64];
+    int sport, dport;
+    memcpy(line, p, len - 2);
+    line[len - 2] = 0;
+    *out = (struct net_proxy){0};
+    if (!strncmp(line, "PROXY UNKNOWN", 13)) {
+        out->local = 1;
+        return (int)len;
+    }
+    char extra;
+    if (sscanf(line, "PROXY %7s %63s %63s %d %d%c", proto, src, dst, &sport, &dport, &extra) != 5 || sport < 0 ||
+        sport > 65535 || dport < 0 || dport > 65535) {
+        *why = "PROXY v1 header malformed";
+        return -1;
+    }
+    if (!strcmp(proto, "TCP4")) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&out->src;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)sport);
+        if (inet_pton(AF_INET, src, &a->sin_addr) != 1) {
+            *why = "PROXY v1 header: a bad IPv4 address";
+            return -1;
+        }
+        out->srclen = sizeof *a;
+    } else if (!strcmp(proto, "TCP6")) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&out->src;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)sport);
+        if (inet_pton(AF_INET6, src, &a->sin6_addr) != 1) {
+            *why = "PROXY v1 header: a bad IPv6 address";
+            return -1;
+        }
+        out->srclen = sizeof *a;
+    } else {
+        *why = "PROXY v1 header: not TCP4, TCP6 or UNKNOWN";
+        return -1;
+    }
+    return (int)len;
+}
+
+/* v2: the signature, version and command, family, length, then the addresses (and TLVs). */
+static int proxy_v2(const uint8_t *p, size_t n, struct net_proxy *out, const char **why)
+{
+    if (n < 16)
+        return 0;
+    if ((p[12] >> 4) != 2) {
+        *why = "PROXY v2 header: not version 2";
+        return -1;
+    }
+    size_t len = 16 + (size_t)((p[14] << 8) | p[15]);
+    if (len > NET_PROXY_MAX) {
+        *why = "PROXY v2 header longer than 2048 bytes";
+        return -1;
+    }
+    if (n < len)
+        return 0;
+    int cmd = p[12] & 0xf, fam = p[13] >> 4;
+    *out = (struct net_proxy){0};
+    if (cmd == 0) { /* LOCAL: the proxy's own connection */
+        out->local = 1;
+        return (int)len;
+    }
+    if (cmd != 1) {
+        *why = "PROXY v2 header: neither LOCAL nor PROXY";
+        return -1;
+    }
+    if (fam == 1 && len >= 16 + 12) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&out->src;
+        a->sin_family = AF_INET;
+        memcpy(&a->sin_addr, p + 16, 4);
+        memcpy(&a->sin_port, p + 24, 2);
+        out->srclen = sizeof *a;
+    } else if (fam == 2 && len >= 16 + 36) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&out->src;
+        a->sin6_family = AF_INET6;
+        memcpy(&a->sin6_addr, p + 16, 16);
+        memcpy(&a->sin6_port, p + 48, 2);
+        out->srclen = sizeof *a;
+    } else if (fam == 0 || fam == 3) { /* unspecified, or a Unix socket behind the proxy: no address to give */
+        out->local = 1;
+    } else {
+        *why = "PROXY v2 header: an address family it does not carry, or too short for it";
+        return -1;
+    }
+    return (int)len;
+}
+
+int net_proxy_parse(const uint8_t *p, size_t n, struct net_proxy *out, const char **why)
+{
+    if (!n)
+        return 0;
+    if (!net_proxy_looks(p, n)) {
+        *why = "not a PROXY header";
+        return -1;
+    }
+    if (p[0] == 'P')
+        return n < 6 ? 0 : proxy_v1(p, n, out, why);
+    return n < 12 ? 0 : proxy_v2(p, n, out, why);
 }
 
 int net_write_all(int fd, const void *p, size_t n)

@@ -3,6 +3,7 @@
 #define NET_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -77,6 +78,36 @@ int net_peer_is_local(int fd);
 
 /* "ip:port" of the peer (or "unix"), written into buf. */
 const char *net_peer_name(int fd, char *buf, size_t len);
+
+/* "ip:port" of sa (or "unix"), written into buf. */
+const char *net_addr_name(const struct sockaddr *sa, char *buf, size_t len);
+
+/* ---- address lists (admin_from, proxy_from) ---------------------------------------------- */
+/* A list of sources, comma- or space-separated: "unix" (q's Unix socket), "loopback" (127/8,
+ * ::1), an address (IPv4 or IPv6), or an address/prefix (10.0.0.0/8, fd00::/8). An IPv4
+ * address matches its IPv4-mapped IPv6 form too. */
+/* Is list well formed? 0, or -1 with the item that is not in why. */
+int net_addr_list_check(const char *list, char *why, size_t whylen);
+/* Does list name the source sa (len bytes; uds: it came over a Unix socket)? 0 for an empty list. */
+int net_addr_listed(const char *list, const struct sockaddr *sa, socklen_t len, int uds);
+/* Is sa a loopback address? */
+int net_addr_is_loopback(const struct sockaddr *sa);
+
+/* ---- the PROXY protocol (HAProxy's, v1 text and v2 binary) ------------------------------- */
+/* The longest header accepted: v1's 107 bytes, v2's 16 and its addresses and TLVs. */
+#define NET_PROXY_MAX 2048
+struct net_proxy {
+    int local;           /* v2 LOCAL, or v1 UNKNOWN: the proxy's own connection (its health
+                          * check): no client address, the connection's own peer stands */
+    struct sockaddr_storage src; /* else: the client's address as the proxy saw it */
+    socklen_t srclen;
+};
+/* Do the n bytes at p start as a PROXY header would (v1's "PROXY " or v2's signature, as far
+ * as n bytes go)? */
+int net_proxy_looks(const uint8_t *p, size_t n);
+/* Parse the PROXY header at the front of p: the bytes it takes (> 0), 0 if more must come, or
+ * -1 if it is not one (why: a static reason). */
+int net_proxy_parse(const uint8_t *p, size_t n, struct net_proxy *out, const char **why);
 
 /* Write all of p, waiting for writability when the socket is non-blocking. 0 or -1. */
 int net_write_all(int fd, const void *p, size_t n);

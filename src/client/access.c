@@ -123,13 +123,21 @@ void access_req_loop(struct gw *g, const struct client *c, const struct req *r, 
         if (r->key)
             query_end_loop(grp->queries, r->key, outcome == ALOG_ERROR, wait, run, r->in_len, reply, g->loop.now_ms);
     }
-    if (!g->alogw || !g->cfg.access_log[0])
+    if (!g->alogw || !g->cfg.access_log[0] || (c->us && c->us->monitor && !g->cfg.access_log_monitors))
         return;
+    char qf[QUERY_TEXT + 24] = ""; /* access_log_query: the query's key, or its first bytes */
+    const struct qslot *e = r->key && grp ? &grp->queries[r->key & (QUERY_SLOTS - 1)] : NULL;
+    if (g->cfg.access_log_query == CFG_AQ_HASH && r->key)
+        snprintf(qf, sizeof qf, "%lld", (long long)r->key); /* as .qgate.queries[] shows it */
+    else if (g->cfg.access_log_query == CFG_AQ_TEXT && e && e->key == r->key)
+        snprintf(qf, sizeof qf, "%s", e->text);
     struct alog_fields f = {.wall_us = wall_us(), .client = c->serial, .user = c->user, .peer = c->peer,
                             .group = r->grp ? r->grp->cfg.name : "", .worker = r->wname, .error = r->etext,
                             .sync = sync, .outcome = outcome, .req_bytes = r->in_len,
                             .reply_bytes = reply,
-                            .queued_us = (ran ? ran : now) - r->t_in_us, .run_us = ran ? now - ran : 0};
+                            .queued_us = (ran ? ran : now) - r->t_in_us, .run_us = ran ? now - ran : 0,
+                            .reason = outcome == ALOG_CLOSED ? (c->drop_why ? c->drop_why : "not run") : NULL,
+                            .query = qf[0] ? qf : NULL};
     uint64_t dropped = alog_writer_put(g->alogw, &f);
     if (dropped && (!g->alog_warned_ms || g->loop.now_ms - g->alog_warned_ms >= 10000)) {
         g->alog_warned_ms = g->loop.now_ms;

@@ -126,10 +126,12 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local)
     c->serial = ++g->next_serial;
     c->connected_ms = g->loop.now_ms;
     g->nclients++;
-    if (is_uds)
-        snprintf(c->peer, sizeof c->peer, "unix");
-    else
-        net_peer_name(fd, c->peer, sizeof c->peer);
+    c->from_uds = (uint8_t)is_uds;
+    socklen_t fl = sizeof c->from;
+    if (is_uds || getpeername(fd, (struct sockaddr *)&c->from, &fl))
+        c->from.ss_family = AF_UNIX;
+    net_addr_name((struct sockaddr *)&c->from, c->peer, sizeof c->peer);
+    c->proxied = !is_uds && g->cfg.proxy_from[0] && net_addr_listed(g->cfg.proxy_from, (struct sockaddr *)&c->from, fl, 0);
     update_name(c);
     log_debug(c->c.name, "connected");
     conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + g->cfg.handshake_timeout, on_handshake_timeout);
@@ -262,6 +264,7 @@ void client_auth_done_loop(struct gw *g, struct job *j)
     }
     const struct job_auth *a = &job_args(j)->auth; /* the users file as loaded now */
     u->admin = (uint8_t)a->admin;
+    u->monitor = (uint8_t)a->monitor;
     u->max_conns = a->max_conns;
     u->max_inflight = a->max_inflight;
     if (u->max_conns > 0 && u->conns >= u->max_conns) {
@@ -289,6 +292,7 @@ void client_users_reloaded_loop(struct gw *g)
         if (u->admin && !(e && e->admin))
             log_info(NULL, "reload: user %s is no longer an admin", u->name);
         u->admin = e ? e->admin : 0;
+        u->monitor = e ? e->monitor : 0;
         u->max_conns = e ? e->max_conns : 0;
         u->max_inflight = e ? e->max_inflight : 0;
     }
@@ -331,11 +335,56 @@ static void on_gone(struct gw *g, struct conn *x, const char *why) { client_peer
 
 /* ---- what the stream hands it ------------------------------------------------------------ */
 
-/* Raw input: its handshake. */
+/* A PROXY header where one belongs (its source is in proxy_from: the client's address taken from
+ * it), or where none may be (any other source): 1 to go on to the handshake, 0 to wait for
+ * more, -1 if the client was refused (closed). */
+static int proxy_header(struct gw *g, struct client *c)
+{
+    const uint8_t *p = inbuf_data(&c->c.in);
+    size_t n = inbuf_avail(&c->c.in);
+    if (!c->proxied) { /* a header from a source not listed: it would claim an address it may not */
+        if ((n >= 6 && !memcmp(p, "PROXY ", 6)) || (n >= 12 && net_proxy_looks(p, 12))) {
+            conn_refused_loop(g, REFUSED_PROXY, c->c.name, "a PROXY header from %s, which proxy_from does not list: closed",
+                              c->peer);
+            conn_close_loop(g, &c->c, "a PROXY header from a source not in proxy_from");
+            return -1;
+        }
+        return 1;
+    }
+    struct net_proxy px;
+    const char *why = "";
+    int used = net_proxy_parse(p, n, &px, &why);
+    if (used == 0)
+        return 0;
+    if (used < 0) {
+        conn_refused_loop(g, REFUSED_PROXY, c->c.name, "from %s (proxy_from): %s: closed", c->peer, why);
+        conn_close_loop(g, &c->c, "no PROXY header from a source in proxy_from");
+        return -1;
+    }
+    inbuf_consume(&c->c.in, (size_t)used);
+    c->proxied = 0;
+    if (px.local) /* the balancer's own connection (its health check): its address stands */
+        return 1;
+    char was[64];
+    snprintf(was, sizeof was, "%s", c->peer);
+    c->from = px.src;
+    net_addr_name((struct sockaddr *)&c->from, c->peer, sizeof c->peer);
+    c->local = (uint8_t)net_addr_is_loopback((struct sockaddr *)&c->from); /* compressed for it as for a remote peer */
+    update_name(c);
+    log_debug(c->c.name, "PROXY header from %s: the client is %s", was, c->peer);
+    return 1;
+}
+
+/* Raw input: a PROXY header (proxy_from), then its handshake. */
 static int on_bytes(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
-    if (c->st != CS_HANDSHAKE || do_handshake(g, c))
+    if (c->st != CS_HANDSHAKE)
+        return SS_STOP;
+    int px = proxy_header(g, c);
+    if (px <= 0)
+        return px == 0 ? SS_OK : SS_STOP;
+    if (do_handshake(g, c))
         return SS_STOP;
     return c->st == CS_HANDSHAKE || c->st == CS_READY ? SS_OK : SS_STOP; /* AUTH: a reader checks first */
 }
@@ -481,7 +530,8 @@ void client_drain_close_loop(struct gw *g)
 static void on_close(struct gw *g, struct conn *x, const char *why)
 {
     struct client *c = client_of(x);
-    log_at(c->st == CS_READY || c->st == CS_GONE ? LOG_INFO : LOG_DEBUG, x->name, "closed: %s", why);
+    int monitor = c->us && c->us->monitor; /* a health check every few seconds: not worth a line each */
+    log_at((c->st == CS_READY || c->st == CS_GONE) && !monitor ? LOG_INFO : LOG_DEBUG, x->name, "closed: %s", why);
     if (c->w) {
         g->back->client_gone(g, c->w, c); /* its reply is drained and dropped */
         client_set_worker_loop(c, NULL);
@@ -494,7 +544,9 @@ static void on_close(struct gw *g, struct conn *x, const char *why)
         g->back->fanout_cancel(g, c->fo); /* .qgate.all: given up */
     if (c->us)
         c->us->conns--;
+    c->drop_why = why; /* the reason= of its requests left unanswered */
     request_free_all_loop(g, c);
+    c->drop_why = NULL;
     g->nclients--;
 }
 

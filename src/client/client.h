@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 
 #include "conn.h"
 #include "dispatch.h"
@@ -105,6 +106,7 @@ struct ustate {
     int conns, inflight;            /* connections open; requests on workers */
     int max_conns, max_inflight;    /* 0 = unlimited */
     uint8_t admin;
+    uint8_t monitor;                /* gateway commands only */
 };
 SLIST_HEAD(ustatelist, ustate);
 
@@ -121,6 +123,9 @@ struct client {
     uint8_t eof;         /* its input ended: nothing more will be read, nothing sent */
     uint8_t bye;         /* lingering at the end of a drain (not after a bad message) */
     uint8_t refuse;      /* over max_clients: its first request is answered 'qgate: too many connections */
+    uint8_t proxied;     /* its source is in proxy_from: a PROXY header comes before its handshake */
+    uint8_t from_uds;    /* it came over q's Unix socket */
+    struct sockaddr_storage from; /* its source: the socket's peer, or the client a PROXY header names */
     uint64_t serial;     /* its number, shown in logs and .qgate.clients[]; never reused */
     char user[64];       /* as sent, made printable and cut, for logs */
     char peer[64];
@@ -131,6 +136,7 @@ struct client {
     uint64_t next_seq;
     int64_t stall_since; /* ms: output has waited (without a byte accepted) since */
     int64_t connected_ms; /* when it was accepted (the loop's clock) */
+    const char *drop_why; /* while requests of it are dropped unanswered: why (the access log's reason=) */
     struct worker *w;    /* worker running the head request */
     struct worker *sess; /* pool = session: the worker given to it, from its first request on */
     struct fanout *fo;   /* .qgate.all: its head running on every worker of a group */

@@ -88,8 +88,10 @@ void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answ
 void request_drop_after_loop(struct gw *g, struct client *c, struct req *r)
 {
     struct req *x;
+    c->drop_why = "behind a message that could not be taken";
     while ((x = STAILQ_NEXT(r, link)))
         request_remove_loop(g, c, x, 0);
+    c->drop_why = NULL;
 }
 
 void request_free_all_loop(struct gw *g, struct client *c)
@@ -254,6 +256,13 @@ static int start_unqueued(struct gw *g, struct client *c, struct req *r)
     return 0;
 }
 
+/* Is r a gateway command (or what starts like one): a sync request, not a route? */
+static int is_command(const struct req *r)
+{
+    return r->type == KIPC_SYNC && !r->route && !r->routed &&
+           (r->cmd_known ? r->cmd : jobs_peek_command(r->msg, r->len)) != 0;
+}
+
 /* Start the head request: a body to validate goes to a reader first, a gateway command to a
  * reader, a route to its group, a broadcast to every worker up, anything else to its group's
  * queue (or its session's worker). It never finishes here, so the FIFO is walked by
@@ -262,6 +271,16 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
 {
     if (r->unchecked) {
         to_reader(g, c, r, job_validate_msg, JK_CHECK, RS_CHECKING);
+        return;
+    }
+    if (c->us && c->us->monitor && !is_command(r)) { /* a monitor: gateway commands only */
+        conn_refused_loop(g, REFUSED_ACCESS, c->c.name, "user %s is a monitor: a request for a worker refused", c->user);
+        if (r->type == KIPC_ASYNC) { /* nobody to tell: dropped, as if run */
+            req_drop_msg(c, r);
+            request_set_state_loop(g, c, r, RS_READY);
+        } else {
+            request_error_loop(g, c, r, "qgate: access: user %s is a monitor (gateway commands only)", c->user);
+        }
         return;
     }
     if (r->route && route(g, c, r) < 0)
@@ -541,7 +560,9 @@ static void give_up(struct gw *g, struct client *c, struct req *x)
 {
     if (g->hooks.lost)
         g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, x->seq);
+    c->drop_why = "its session's worker was lost";
     request_remove_loop(g, c, x, 0);
+    c->drop_why = NULL;
 }
 
 void request_session_lost_loop(struct gw *g, struct client *c, int cut, const char *text)

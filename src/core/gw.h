@@ -32,7 +32,7 @@ struct gw_name;
     X(BUSY, "busy") X(QUEUE_TIMEOUT, "queue_timeout") X(NO_WORKER, "no_worker") X(BADMSG, "badmsg") \
     X(STALLED, "stalled") X(NO_FDS, "out_of_fds") X(DRAINING, "draining")                                  \
     X(METRICS_FULL, "metrics_full") X(METRICS_PEER, "metrics_per_peer") X(METRICS_TIMEOUT, "metrics_timeout") \
-    X(METRICS_FDS, "metrics_out_of_fds")
+    X(METRICS_FDS, "metrics_out_of_fds") X(PROXY, "proxy")
 #define GW_REFUSAL_ENUM(e, s) REFUSED_##e,
 enum gw_refusal { GW_REFUSALS(GW_REFUSAL_ENUM) GW_NREFUSALS };
 #undef GW_REFUSAL_ENUM

@@ -13,6 +13,7 @@
 #include "control.h"
 #include "jobs.h"
 #include "log.h"
+#include "net.h"
 #include "query.h"
 #include "metrics.h"
 #include "reload.h"
@@ -125,6 +126,14 @@ void command_done_loop(struct gw *g, struct job *j)
     if (cmd->admin && !(cl->us && cl->us->admin)) {
         log_limited(&g->lim.not_admin, g->loop.now_ms, LOG_WARN, cl->c.name, "refused %s: not an admin", j->text);
         request_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
+        return;
+    }
+    if (cmd->admin && g->cfg.admin_from[0] &&
+        !net_addr_listed(g->cfg.admin_from, (const struct sockaddr *)&cl->from, sizeof cl->from, cl->from_uds)) {
+        log_limited(&g->lim.not_admin, g->loop.now_ms, LOG_WARN, cl->c.name, "refused %s: %s is not in admin_from",
+                    j->text, cl->peer);
+        request_error_loop(g, cl, r, "qgate: access (admin commands are accepted only from %s): %s", g->cfg.admin_from,
+                           j->text);
         return;
     }
     if (cmd->run && cmd->run(g, cl, r, j)) /* it answered, or will */

@@ -324,7 +324,7 @@ void job_check_credentials(struct job *j)
     const struct auth_user *u = auth_find(auth_db_of(j->ctx), c, ulen);
     j->result = u && auth_check(u, pass, j->in_len - (size_t)(pass - c));
     if (j->result) {
-        job_args(j)->auth = (struct job_auth){.admin = u->admin, .max_conns = u->max_conns,
+        job_args(j)->auth = (struct job_auth){.admin = u->admin, .monitor = u->monitor, .max_conns = u->max_conns,
                                               .max_inflight = u->max_inflight};
         snprintf(j->text, sizeof j->text, "%s", u->name);
     }

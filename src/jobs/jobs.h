@@ -84,7 +84,7 @@ union job_args {
         uint32_t w_id, w_gen;   /* JK_NESTED: the worker the answer goes to (the loop's, untouched) */
     } check;
     struct job_auth {           /* job_check_credentials: out, when they match */
-        int admin, max_conns, max_inflight;
+        int admin, monitor, max_conns, max_inflight;
     } auth;
     struct job_resolve {        /* job_resolve */
         uint64_t serial;        /* the worker (the loop's, untouched) */

@@ -58,11 +58,11 @@ cid=$(awk -F' [|] ' '{ n = split($2, ids, " "); split(substr($3, 2), us, "`"); f
 [ -n "$cid" ] || fail "no client of carol's in: $(cat "$TMP/cl.out")"
 timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.disconnect[$cid]" > /dev/null || true
 wait "$c1" || true
-wait_count "$A" " client=$cid .*outcome=closed\$" 2 10
+wait_count "$A" " client=$cid .*outcome=closed reason=\"disconnected by admin alice\"\$" 2 10
 release c1 "$W1_PORT"
-expect_lines "$A" " client=$cid .*worker=$W type=sync req_bytes=21 .*outcome=closed\$" 1
-expect_lines "$A" " client=$cid .*worker= type=sync req_bytes=25 .*outcome=closed\$" 1
-pass "the client gone: outcome gone; closed by an admin: outcome closed, for the request running and the one behind"
+expect_lines "$A" " client=$cid .*worker=$W type=sync req_bytes=21 .*outcome=closed reason=\"disconnected by admin alice\"\$" 1
+expect_lines "$A" " client=$cid .*worker= type=sync req_bytes=25 .*outcome=closed reason=\"disconnected by admin alice\"\$" 1
+pass "the client gone: outcome gone; closed by an admin: outcome closed, with the reason, for the request running and the one behind"
 
 # --- reopened on SIGUSR1 and SIGHUP (logrotate) ------------------------------------------------
 n=$(wc -l < "$A")

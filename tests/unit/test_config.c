@@ -310,7 +310,7 @@ static void test_table_shape(void **state)
         assert_true(k->offset + k->size <= whole);
         assert_non_null(k->def);
         assert_non_null(k->help);
-        if (k->type == CFG_STR)
+        if (k->type == CFG_STR || k->type == CFG_ADDRS)
             assert_true(k->max < (int64_t)k->size);
         else
             assert_true(k->size == sizeof(int) || k->size == sizeof(int64_t));
@@ -359,6 +359,7 @@ static void check_default(const void *base, const struct cfg_key *k)
         break;
     }
     case CFG_STR:
+    case CFG_ADDRS:
         assert_string_equal(field_str(base, k), k->def);
         break;
     default:
@@ -900,6 +901,25 @@ static void test_override_build(void **state)
     free(c);
 }
 
+/* admin_from and proxy_from take lists of sources; a list with an item that is none is refused. */
+static void test_address_keys(void **state)
+{
+    (void)state;
+    struct config *c = calloc(1, sizeof *c);
+    char err[256];
+    config_defaults(c);
+    static const char good[] = "[gateway]\nadmin_from = unix, loopback, 10.0.0.0/8\nproxy_from = 10.77.0.30\n";
+    assert_int_equal(config_parse(c, good, sizeof good - 1, "t.conf", err, sizeof err), 0);
+    assert_string_equal(c->admin_from, "unix, loopback, 10.0.0.0/8");
+    assert_string_equal(c->proxy_from, "10.77.0.30");
+    static const char bad[] = "[gateway]\nadmin_from = unix, localhost\n";
+    assert_int_equal(config_parse(c, bad, sizeof bad - 1, "t.conf", err, sizeof err), -1);
+    assert_non_null(strstr(err, "t.conf:2"));
+    assert_non_null(strstr(err, "admin_from"));
+    assert_non_null(strstr(err, "'localhost'"));
+    free(c);
+}
+
 /* ---- what a reload does with each key ------------------------------------------------------ */
 
 /* A valid value of k other than its default, as it would be written in the file. */
@@ -921,6 +941,9 @@ static void other_value(const struct cfg_key *k, char *out, size_t len)
         return;
     case CFG_STR:
         snprintf(out, len, "%s", !strcmp(k->name, "workers") ? "otherhost:5009" : "changed-by-the-reload");
+        return;
+    case CFG_ADDRS:
+        snprintf(out, len, "%s", "10.9.8.0/24");
         return;
     }
     fail_msg("%s: unknown type", k->name);
@@ -1077,6 +1100,7 @@ int main(void)
         cmocka_unit_test(test_reload_flags),
         cmocka_unit_test(test_table_shape),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_address_keys),
         cmocka_unit_test(test_example_loads_as_defaults),
         cmocka_unit_test(test_load_full),
         cmocka_unit_test(test_load_booleans_and_enums),

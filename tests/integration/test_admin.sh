@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Admin where it belongs (issue 23): admin_from limits where an admin's commands are accepted
+# (here q's Unix socket only: the same admin over TCP is refused, and nothing of it reaches a
+# worker); a users-file monitor (monitor=1, HAProxy's health check) runs gateway commands and
+# nothing else, its connections closing at debug, its requests left out of the access log
+# (access_log_monitors = 0); the access log names each request's query (access_log_query).
+. "$(dirname "$0")/lib.sh"
+
+start_worker W1 --rows 1000
+printf 'alice:pw\tadmin=1\nmon:pw\tmonitor=1\nbob:pw\n' > "$TMP/users"
+A="$TMP/access.log"
+cat > "$TMP/gw.conf" <<CONF
+[gateway]
+bind = 127.0.0.1
+users_file = $TMP/users
+admin_from = unix
+access_log = $A
+access_log_monitors = 0
+access_log_query = text
+loglevel = debug
+[group main]
+workers = 127.0.0.1:$W1_PORT
+CONF
+start_gateway GW -c "$TMP/gw.conf"
+wait_line "$TMP/GW.log" "connected \\(capability 3\\)" 10
+G="127.0.0.1:$GW_PORT"
+
+# --- admin_from = unix ---------------------------------------------------------------------------
+timeout 30 "$BIN/qsend" -g "$G" -u alice:pw ".qgate.pause[\`main]" ".qgate.clients[]" ".qgate.pools[]" "echo hi" > "$TMP/tcp.out" 2>&1 || true
+expect_lines "$TMP/tcp.out" "^'qgate: access \\(admin commands are accepted only from unix\\): \\.qgate\\.(pause|clients)" 2
+expect_lines "$TMP/tcp.out" '^table\[1\] `group `paused' 1 # a command for anyone: answered
+expect_lines "$TMP/tcp.out" '^"hi"$' 1
+wait_line "$TMP/GW.log" "refused \\.qgate\\.pause\\[\`main\\]: 127\\.0\\.0\\.1:[0-9]+ is not in admin_from" 10
+timeout 30 "$BIN/qsend" -g "unix:$GW_PORT" -u alice:pw ".qgate.pause[\`main]" ".qgate.resume[\`main]" > "$TMP/uds.out" 2>&1 || true
+expect_lines "$TMP/uds.out" '^1b$' 2
+grep -q "qgate" "$TMP/W1.log" && fail "a gateway command reached the worker"
+pass "admin_from = unix: the admin's commands refused over TCP (a command for anyone, and a query, answered), accepted over q's Unix socket"
+
+# --- a monitor: gateway commands only -------------------------------------------------------------
+timeout 30 "$BIN/qsend" -g "$G" -u mon:pw ".qgate.ping[]" "echo no" "on:main:echo no" ".qgate.pools[]" ".qgate.kill[1]" \
+    > "$TMP/mon.out" 2>&1 || true
+expect_lines "$TMP/mon.out" '^1b$' 1
+expect_lines "$TMP/mon.out" "^'qgate: access: user mon is a monitor \\(gateway commands only\\)$" 2
+expect_lines "$TMP/mon.out" '^table\[1\] `group `paused' 1
+expect_lines "$TMP/mon.out" "^'qgate: access \\(admin only\\): \\.qgate\\.kill" 1
+timeout 10 "$BIN/qsend" -g "$G" -u mon:pw --async "neg:echo async" ".qgate.ping[]" > /dev/null 2>&1 || true
+grep -qE "echo (no|async)" "$TMP/W1.log" && fail "a monitor's request reached the worker: $(cat "$TMP/W1.log")"
+wait_line "$TMP/GW.log" "debug c[0-9]+ 127\\.0\\.0\\.1:[0-9]+ mon: closed: client closed the connection" 10
+grep -qE "info  c[0-9]+ [^ ]+ mon: closed" "$TMP/GW.log" && fail "a monitor's close logged at info"
+pass "a monitor (monitor=1): .qgate.ping[] and .qgate.pools[] answered, anything for a worker refused (sync told, async dropped), admin commands refused; its closes at debug"
+
+# --- the access log: monitors left out, each request's query named ---------------------------------
+timeout 30 "$BIN/qsend" -g "$G" -u bob:pw "echo x" "echo x" > /dev/null 2>&1 || true
+wait_count "$A" " user=bob .*outcome=ok" 2 10
+expect_lines "$A" " user=bob .*outcome=ok query=\"echo x\"\$" 2
+expect_lines "$A" " user=alice .*outcome=ok query=\"echo hi\"\$" 1
+grep -q " user=mon " "$A" && fail "the monitor's requests are in the access log: $(grep ' user=mon ' "$A")"
+pass "the access log: the query's first bytes (access_log_query = text); no line for the monitor's requests (access_log_monitors = 0)"
