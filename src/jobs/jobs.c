@@ -251,13 +251,21 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
     return lookup(name, (size_t)(br - name));
 }
 
-/* A functional call's argument: a number, (::) or () for none, a symbol, or a string. */
+/* A functional call's argument: a number (a float only if whole), (::) or () for none, a symbol, or a string. */
 static int k_arg(const K x, struct cmd_arg *a)
 {
     switch (x->t) {
     case -KT_LONG: a->num = x->j; break;
     case -KT_INT: a->num = x->i; break;
     case -KT_SHORT: a->num = x->h; break;
+    case -KT_FLOAT: /* node-q sends a JavaScript number as a float: a whole one is an id */
+    case -KT_REAL: {
+        double d = x->t == -KT_FLOAT ? x->f : x->e;
+        if (!(d >= 0 && d <= INT32_MAX) || d != (double)(int64_t)d)
+            return -1;
+        a->num = (int64_t)d;
+        break;
+    }
     case KT_UNARY: return 0; /* (::): no argument */
     case -KT_SYM: return set_name(a, x->s, strlen(x->s));
     case KT_CHAR: return set_name(a, kC(x), (size_t)x->n); /* node-q sends a name as a string */

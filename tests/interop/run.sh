@@ -54,6 +54,14 @@ start_gateway CT -c "$TMP/ctl.conf"
 wait_count "$TMP/CT.log" "connected \(capability" 1
 (cd tests/interop && timeout 60 node control.js "$CT_PORT" "127.0.0.1:$S1_PORT") || fail "node-q control"
 
+# an admin finds the query hurting everyone and kills its client, from node-q
+printf 'nq:pw\tadmin=1\nbob:pw\n' > "$TMP/ops.users"
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/ops.users" "$S1_PORT" > "$TMP/ops.conf"
+start_gateway OP -c "$TMP/ops.conf"
+wait_count "$TMP/OP.log" "connected \(capability" 1
+(cd tests/interop && timeout 60 node longquery.js "$OP_PORT") || fail "node-q long query"
+expect_file_has "$TMP/OP.log" "disconnected by admin nq"
+
 # with a users file: node-q with good and with bad credentials
 printf 'nq:%s\n' "$(printf 'nodepw' | md5sum | cut -d' ' -f1)" > "$TMP/users"
 printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/users" "$W_PORT" > "$TMP/auth.conf"

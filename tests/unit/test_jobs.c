@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -631,6 +632,12 @@ static void test_parse_command_args(void **state)
         K i = k_atom(-KT_INT);
         i->i = 9;
         expect_cmd(call(".qgate.kill", sym, i), GWCMD_KILL, GWARG_NUM, NULL, 9);
+        K f = k_atom(-KT_FLOAT); /* node-q: every JavaScript number is a float */
+        f->f = 17;
+        expect_cmd(call(".qgate.kill", sym, f), GWCMD_KILL, GWARG_NUM, NULL, 17);
+        K e = k_atom(-KT_REAL);
+        e->e = 3;
+        expect_cmd(call(".qgate.disconnect", sym, e), GWCMD_DISCONNECT, GWARG_NUM, NULL, 3);
         expect_cmd(call(".qgate.disable", sym, k_sym("h:1")), GWCMD_DISABLE, GWARG_NAME, "h:1", 0);
         expect_cmd(call(".qgate.pools", sym, k_list(0)), GWCMD_POOLS, GWARG_NONE, NULL, 0);
     }
@@ -659,9 +666,15 @@ static void test_parse_command_refused(void **state)
     struct job *j = parsed(text(big)); /* a name longer than GWCMD_ARG_MAX */
     assert_int_equal(j->result, GWCMD_UNKNOWN);
     job_free(j);
-    K f = k_atom(-KT_FLOAT);
-    f->f = 1.5;
-    j = parsed(call(".qgate.kill", 1, f)); /* an argument of another type */
+    static const double not_ids[] = {1.5, -1, 3e9, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof not_ids / sizeof not_ids[0]; i++) { /* a float that is no id */
+        K f = k_atom(-KT_FLOAT);
+        f->f = not_ids[i];
+        j = parsed(call(".qgate.kill", 1, f));
+        assert_int_equal(j->result, GWCMD_UNKNOWN);
+        job_free(j);
+    }
+    j = parsed(call(".qgate.kill", 1, k_atom(-KT_TIMESTAMP))); /* an argument of another type */
     assert_int_equal(j->result, GWCMD_UNKNOWN);
     job_free(j);
     j = parsed(call(".qgate.pause", 1, k_str("a\0b", 3))); /* a name with a NUL in it */
