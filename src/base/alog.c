@@ -228,6 +228,7 @@ struct alog_writer {
     /* counts (mu) */
     uint64_t offered, lines, dropped, errors;
     uint64_t taken, settled;       /* records taken into cur; those of them counted lines or dropped */
+    int held;                      /* frag_whole, as the counts see it */
     /* the thread's own */
     int fd;                        /* -1: none */
     int frag;                      /* the file ends in part of a line (a write cut short) */
@@ -267,10 +268,12 @@ static void write_failed(struct alog_writer *w, int err)
               strerror(err), (unsigned long long)errors, (unsigned long long)dropped);
 }
 
-/* Settle the counts of a write of n lines: ok of them reached the file whole; err its error. */
-static void settle(struct alog_writer *w, uint64_t n, uint64_t ok, int err)
+/* Settle the counts of a write of n lines: ok of them reached the file whole; err its error;
+ * afterwards a line cut before its newline waits for it (held) or not. */
+static void settle(struct alog_writer *w, uint64_t n, uint64_t ok, int err, int held)
 {
     pthread_mutex_lock(&w->mu);
+    w->held = held;
     w->lines += ok;
     w->dropped += n - ok;
     w->settled += n;
@@ -293,7 +296,7 @@ static ssize_t write_some(struct alog_writer *w, const char *p, size_t len)
 static void flush_lines(struct alog_writer *w, char *p, size_t len, uint64_t n)
 {
     if (w->fd < 0) {
-        settle(w, n, 0, 0);
+        settle(w, n, 0, 0, w->frag_whole);
         return;
     }
     uint64_t ok = 0;
@@ -314,7 +317,7 @@ static void flush_lines(struct alog_writer *w, char *p, size_t len, uint64_t n)
     }
     if (off && w->frag_whole) { /* its newline written: the line before is whole */
         w->frag_whole = 0;
-        settle(w, 1, 1, 0);
+        settle(w, 1, 1, 0, 0);
     }
     if (off == total) {
         ok = n;
@@ -326,7 +329,7 @@ static void flush_lines(struct alog_writer *w, char *p, size_t len, uint64_t n)
         w->frag = s[off - 1] != '\n';
     int whole = off && off < total && w->frag && s[off] == '\n'; /* all of a line but its newline */
     w->frag_whole |= whole;
-    settle(w, n - (uint64_t)whole, ok, err);
+    settle(w, n - (uint64_t)whole, ok, err, w->frag_whole);
 }
 
 /* Before the file is closed: a fragment it ends in gets its newline (a line cut just before its
@@ -342,7 +345,7 @@ static void end_fragment(struct alog_writer *w)
         w->frag = 0;
     if (w->frag_whole) {
         w->frag_whole = 0;
-        settle(w, 1, r == 1, 0);
+        settle(w, 1, r == 1, 0, 0);
     }
 }
 
@@ -614,7 +617,7 @@ void alog_writer_counts(struct alog_writer *w, struct alog_counts *c)
 {
     pthread_mutex_lock(&w->mu);
     *c = (struct alog_counts){.lines = w->lines, .dropped = w->dropped, .errors = w->errors, .offered = w->offered,
-                              .queued = w->q.n + w->taken - w->settled};
+                              .queued = w->q.n + w->taken - w->settled, .held = (uint64_t)w->held};
     pthread_mutex_unlock(&w->mu);
 }
 

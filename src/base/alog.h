@@ -65,6 +65,8 @@ struct alog_counts {
     uint64_t lines, dropped, errors;
     uint64_t offered;              /* records put (alog_writer_put) */
     uint64_t queued;               /* ...of which not yet lines or dropped */
+    uint64_t held;                 /* ...of which a line cut just before its newline (0 or 1): it
+                                    * settles when the next write ends it (queued - held: waiting) */
 };
 
 /* Start the thread, no file open yet; at most max_queued bytes of records wait for it. NULL on

@@ -39,8 +39,13 @@ static void *stats_snap(struct gw *g, const struct client *cl)
     struct stats_snapshot *s = report_stats_loop(g);
     if (s && g->auth && !is_admin(cl)) /* with a users file, only admins see where the workers are (a user
                                         * who knows cannot go around the gateway's limits and log) */
-        for (int i = 0, k = 1; i < s->n; i++, k = i < s->n && !strcmp(s->rows[i].group, s->rows[i - 1].group) ? k + 1 : 1)
-            snprintf(s->rows[i].addr, sizeof s->rows[i].addr, "%s#%d", s->rows[i].group, k);
+        for (int i = 0, k = 0; i < s->n; i++) {
+            struct stats_row *r = &s->rows[i];
+            k = i && !strcmp(r->group, r[-1].group) ? k + 1 : 1; /* its place in its group */
+            char name[sizeof r->addr];
+            snprintf(name, sizeof name, "%.*s#%d", (int)(sizeof name - 16), r->group, k);
+            memcpy(r->addr, name, sizeof name);
+        }
     return s;
 }
 static void *clients_snap(struct gw *g, const struct client *cl)

@@ -165,6 +165,7 @@ struct metrics_snap *report_totals_loop(struct gw *g)
     s->alog_lines = ac.lines;
     s->alog_dropped = ac.dropped;
     s->alog_errors = ac.errors;
+    s->alog_queued = ac.queued - ac.held;
     s->log_dropped = log_dropped_total();
     snap_groups(g, s);
     return s;

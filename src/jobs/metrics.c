@@ -128,6 +128,10 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
     tprintf(t, "qgate_access_log_dropped_total %llu\n", (unsigned long long)s->alog_dropped);
     head(t, "qgate_access_log_errors_total", "counter", "failed writes and opens of the access log");
     tprintf(t, "qgate_access_log_errors_total %llu\n", (unsigned long long)s->alog_errors);
+    head(t, "qgate_access_log_queued", "gauge",
+         "access log lines waiting for its thread to write them (not a line cut before its newline by a full "
+         "disk, which waits for room)");
+    tprintf(t, "qgate_access_log_queued %llu\n", (unsigned long long)s->alog_queued);
     head(t, "qgate_log_dropped_total", "counter",
          "log lines dropped: stderr behind (1 MiB queued: a stalled journald, a stopped pipe reader)");
     tprintf(t, "qgate_log_dropped_total %llu\n", (unsigned long long)s->log_dropped);

@@ -41,6 +41,7 @@ struct metrics_snap {
     const char *refusal[METRICS_MAX_REFUSALS];    /* static names */
     uint64_t refused[METRICS_MAX_REFUSALS];
     uint64_t alog_lines, alog_dropped, alog_errors;
+    uint64_t alog_queued;                         /* lines waiting for the access log's thread */
     uint64_t log_dropped;                         /* the log's lines dropped (log_dropped_total) */
     int ngroups;
     struct metrics_group groups[CFG_MAX_GROUPS];

@@ -26,23 +26,25 @@ gateway() {
     G="127.0.0.1:${!port}"
     wait_line "$TMP/$name.log" "connected \\(capability 3\\)" 10
 }
-# counts: R (requests ended), L (access log lines written), D (dropped), E (errors) from the page
+# counts: R (requests ended), L (access log lines written), D (dropped), E (errors), Q (lines
+# waiting for the access log's thread) from one page
 counts() {
-    read -r R L D E < <(curl -s --max-time 10 "http://127.0.0.1:$METRICS_PORT/metrics" | awk '
+    read -r R L D E Q < <(curl -s --max-time 10 "http://127.0.0.1:$METRICS_PORT/metrics" | awk '
         $1 ~ /^qgate_requests_total\{/ { r += $2 }
         $1 == "qgate_access_log_lines_total" { l = $2 }
         $1 == "qgate_access_log_dropped_total" { d = $2 }
         $1 == "qgate_access_log_errors_total" { e = $2 }
-        END { print r + 0, l + 0, d + 0, (e == "" ? "none" : e) }')
+        $1 == "qgate_access_log_queued" { q = $2 }
+        END { print r + 0, l + 0, d + 0, (e == "" ? "none" : e), (q == "" ? "none" : q) }')
 }
-# settled [FILE]: every request ended is a line written or dropped (the access log's thread is
-# done) but, on a full disk, a line cut just before its newline: it waits for that newline (a
-# line once it is written), the file ending in it; PENDING is 1 then
+# settled [FILE]: the access log's thread has nothing left to write, and every request ended is a
+# line written or dropped but, on a full disk, a line cut just before its newline: it waits for
+# that newline (a line once it is written), the file ending in it; PENDING is 1 then
 settled() {
     counts
-    PENDING=0
-    if [ -n "${1:-}" ] && [ $((L + D + 1)) -eq "$R" ] && [ -n "$(tail -c 1 "$1")" ]; then PENDING=1; fi
-    [ "$R" -gt 0 ] && [ $((L + D + PENDING)) -eq "$R" ]
+    [ "$Q" = 0 ] || return 1
+    PENDING=$((R - L - D))
+    [ "$R" -gt 0 ] && { [ "$PENDING" -eq 0 ] || { [ "$PENDING" -eq 1 ] && [ -n "${1:-}" ] && [ -n "$(tail -c 1 "$1")" ]; }; }
 }
 # ping: .qgate.ping[] answered within 10 s
 ping_ok() { timeout 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" 2>&1 | grep -qx '1b'; }

@@ -309,14 +309,20 @@ static void test_writer_cut_before_newline(void **state)
     assert_int_equal(c.lines, 1);
     assert_int_equal(c.dropped, 1); /* the third */
     assert_int_equal(c.queued, 1);  /* the second: all there but its newline */
+    assert_int_equal(c.held, 1);    /* ...held for it, not waiting for the thread */
     alog_writer_reopen(w, path, 0); /* the same file: nothing can be written yet */
     put_range(w, 3, 4);
     alog_writer_pump(w);
     alog_writer_counts(w, &c);
     assert_int_equal(c.lines + c.dropped + c.queued, 4);
     assert_int_equal(c.queued, 1);
+    assert_int_equal(c.held, 1);
     room = (size_t)-1; /* room again: the newline, then the next line */
     put_range(w, 4, 6);
+    alog_writer_pump(w);
+    alog_writer_counts(w, &c);
+    assert_int_equal(c.queued, 0); /* the held line settled by its newline */
+    assert_int_equal(c.held, 0);
     alog_writer_stop(w, 1000, &c);
     assert_int_equal(c.lines, 4); /* 0, 1, 4, 5 */
     assert_int_equal(c.dropped, 2);
