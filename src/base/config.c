@@ -110,6 +110,7 @@ const struct cfg_key cfg_keys[] = {
      "pool = session: q sent to the worker when its client goes, before another may have it; empty = none"},
 };
 const int cfg_nkeys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);
+_Static_assert(sizeof cfg_keys / sizeof cfg_keys[0] <= CFG_MAX_KEYS, "cfg_keys outgrew CFG_MAX_KEYS");
 
 static const struct cfg_key *find_key(int group, const char *name)
 {
@@ -253,8 +254,16 @@ static char *trim(char *s)
     return s;
 }
 
+/* What one parse has seen, to refuse a second of anything: the line of each section's header
+ * and of each key in each section. Index 0 is [gateway]; group i is i + 1. */
+struct seen {
+    int section[CFG_MAX_GROUPS + 1];
+    int key[CFG_MAX_GROUPS + 1][CFG_MAX_KEYS];
+};
+
 /* One line of the file: a section header, a key, a comment. group is the current section. */
-static int parse_line(struct config *c, char *s, int *group, const char *name, int lineno, char *err, size_t errlen)
+static int parse_line(struct config *c, struct seen *seen, char *s, int *group, const char *name, int lineno,
+                      char *err, size_t errlen)
 {
     char why[512];
     s = trim(s);
@@ -282,6 +291,16 @@ static int parse_line(struct config *c, char *s, int *group, const char *name, i
             snprintf(err, errlen, "%s:%d: unknown section [%s]", name, lineno, sec);
             return -1;
         }
+        int *first = &seen->section[*group + 1];
+        if (*first) { /* a second [group main] would have replaced the first one's keys */
+            if (*group < 0)
+                snprintf(err, errlen, "%s:%d: [gateway] again (first at line %d)", name, lineno, *first);
+            else
+                snprintf(err, errlen, "%s:%d: [group %s] again (first at line %d)", name, lineno,
+                         c->groups[*group].name, *first);
+            return -1;
+        }
+        *first = lineno;
         return 0;
     }
     char *eq = strchr(s, '=');
@@ -291,11 +310,20 @@ static int parse_line(struct config *c, char *s, int *group, const char *name, i
     }
     *eq = 0;
     char *key = trim(s);
+    const struct cfg_key *k = find_key(*group, key);
+    int *first = k ? &seen->key[*group + 1][k - cfg_keys] : NULL;
+    if (first && *first) { /* the last one would win, silently */
+        snprintf(err, errlen, "%s:%d: %s again (first at line %d)", name, lineno, key, *first);
+        return -1;
+    }
     if (config_set(c, *group, key, trim(eq + 1), why, sizeof why)) {
         snprintf(err, errlen, "%s:%d: %s", name, lineno, why);
         return -1;
     }
-    if (*group >= 0 && !strcmp(key, "workers"))
+    *first = lineno; /* config_set knew the key: k is not NULL */
+    if (*group < 0)
+        c->key_line[k - cfg_keys] = lineno;
+    else if (!strcmp(key, "workers"))
         c->groups[*group].workers_line = lineno;
     return 0;
 }
@@ -305,25 +333,33 @@ int config_parse(struct config *c, const char *text, size_t len, const char *nam
     char line[8192];
     int lineno = 0, group = -1;
     size_t off = 0;
-    while (off < len) {
+    struct seen *seen = calloc(1, sizeof *seen);
+    if (!seen) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        return -1;
+    }
+    int rc = 0;
+    while (off < len && !rc) {
         const char *nl = memchr(text + off, '\n', len - off);
         size_t l = nl ? (size_t)(nl - text - off) : len - off;
         lineno++;
         if (l >= sizeof line) {
             snprintf(err, errlen, "%s:%d: line too long", name, lineno);
-            return -1;
+            rc = -1;
+            break;
         }
         memcpy(line, text + off, l);
         line[l] = 0;
         if (memchr(line, 0, l)) {
             snprintf(err, errlen, "%s:%d: NUL byte in line", name, lineno);
-            return -1;
+            rc = -1;
+            break;
         }
-        if (parse_line(c, line, &group, name, lineno, err, errlen))
-            return -1;
+        rc = parse_line(c, seen, line, &group, name, lineno, err, errlen);
         off += l + (nl ? 1 : 0);
     }
-    return 0;
+    free(seen);
+    return rc;
 }
 
 int config_load(struct config *c, const char *path, char *err, size_t errlen)

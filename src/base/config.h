@@ -7,6 +7,7 @@
 
 #define CFG_MAX_GROUPS 16
 #define CFG_NAME_MAX 64
+#define CFG_MAX_KEYS 64 /* entries of cfg_keys, both sections (config.c asserts it) */
 
 struct group_cfg {
     char name[CFG_NAME_MAX];
@@ -56,6 +57,8 @@ struct config {
     struct group_cfg groups[CFG_MAX_GROUPS];
     int ngroups;
     char file[256];       /* the file it was loaded from, for messages; empty = none */
+    int key_line[CFG_MAX_KEYS]; /* of each [gateway] key (by its index in cfg_keys) in the file, for
+                                 * messages; 0 = not in it */
 };
 
 enum cfg_type { CFG_INT, CFG_MS, CFG_SIZE, CFG_BOOL, CFG_STR, CFG_ENUM };
@@ -90,6 +93,9 @@ extern const int cfg_nkeys;
 void config_defaults(struct config *c);
 
 /* Parse INI text (len bytes, any content) over the current values; name is used in messages.
+ * A section header or a key that the text has already given in that section is refused
+ * ("name:12: [group main] again (first at line 3)", "name:9: port again (first at line 4)"):
+ * keys before any header are [gateway]'s, and so are those under a later [gateway] header.
  * 0, or -1 with "name:line: reason" in err. */
 int config_parse(struct config *c, const char *text, size_t len, const char *name, char *err, size_t errlen);
 

@@ -522,14 +522,60 @@ static void test_load_full(void **state)
     assert_string_equal(c->groups[1].users, "trader1,trader2");
     assert_int_equal(config_validate(c, err, sizeof err), 0);
 
-    /* keys before any section header are [gateway] keys; a group named twice is one group */
-    static const char twice[] = "port = 1\n[group a]\nworkers = x:1\n[gateway]\nport = 2\n[group a]\nuser = u\n";
-    assert_int_equal(load_text(c, twice, err, sizeof err, path, sizeof path), 0);
+    /* keys before any section header are [gateway] keys, as are those of a [gateway] after them */
+    static const char top[] = "port = 1\n[group a]\nworkers = x:1\n[gateway]\nbind = 127.0.0.1\n[group b]\nuser = u\n";
+    assert_int_equal(load_text(c, top, err, sizeof err, path, sizeof path), 0);
     unlink(path);
-    assert_int_equal(c->port, 2);
-    assert_int_equal(c->ngroups, 1);
+    assert_int_equal(c->port, 1);
+    assert_string_equal(c->bind, "127.0.0.1");
+    assert_int_equal(c->ngroups, 2);
     assert_string_equal(c->groups[0].workers, "x:1");
-    assert_string_equal(c->groups[0].user, "u");
+    assert_string_equal(c->groups[1].user, "u");
+    /* the loader notes where each [gateway] key was, for messages */
+    assert_int_equal(c->key_line[key_named("gateway", "port") - cfg_keys], 1);
+    assert_int_equal(c->key_line[key_named("gateway", "bind") - cfg_keys], 5);
+    assert_int_equal(c->key_line[key_named("gateway", "max_queue") - cfg_keys], 0);
+    free(c);
+}
+
+/* A section or a key given twice is refused, naming both lines: the second [group main] used to
+ * replace the first one's keys, and a second key to win silently. */
+static void test_load_duplicates(void **state)
+{
+    (void)state;
+    expect_load_err("[gateway]\nport = 1\n[group main]\nworkers = a:1\n[gateway]\n", 5,
+                    "[gateway] again (first at line 1)");
+    expect_load_err("# two groups of one name\n\n[group main]\nworkers = a:1\n[group other]\nworkers = b:1\n"
+                    "[group main]\nworkers = c:1\n", 7, "[group main] again (first at line 3)");
+    expect_load_err("[group main]\nworkers = a:1\n[ group  main ]\n", 3, "[group main] again (first at line 1)");
+    expect_load_err("[gateway]\n\n\nport = 9000\nbind = 127.0.0.1\n\n\n\nport = 9001\n", 9,
+                    "port again (first at line 4)");
+    expect_load_err("port = 9000\n[gateway]\nport = 9001\n", 3, "port again (first at line 1)");
+    expect_load_err("[group main]\nworkers = a:1\nuser = u\nworkers = b:1\n", 4, "workers again (first at line 2)");
+    expect_load_err("[gateway]\nloglevel=info\n  loglevel   =   debug\n", 3, "loglevel again (first at line 2)");
+    /* a value the first line refuses is reported as such; one refused the second time too */
+    expect_load_err("[gateway]\nport = x\nport = 1\n", 2, "port: 'x' is not a number");
+    expect_load_err("[gateway]\nport = 1\nport = x\n", 3, "port again (first at line 2)");
+
+    /* one key in several sections, each once, is fine; so are comments that repeat one */
+    struct config *c = malloc(sizeof *c);
+    char err[1024], path[64];
+    assert_non_null(c);
+    static const char ok[] = "[gateway]\nport = 9000\n# port = 1\n; port = 2\n[group a]\nworkers = a:1\nuser = u\n"
+                             "[group b]\nworkers = b:1\nuser = u\n";
+    if (load_text(c, ok, err, sizeof err, path, sizeof path))
+        fail_msg("%s", err);
+    unlink(path);
+    assert_int_equal(c->port, 9000);
+    assert_int_equal(c->ngroups, 2);
+    /* each load is a file of its own: loading it again over the result is no duplicate */
+    write_temp(path, sizeof path, ok);
+    if (config_load(c, path, err, sizeof err))
+        fail_msg("a second load: %s", err);
+    unlink(path);
+    assert_int_equal(c->ngroups, 2);
+    /* config_build refuses it too: startup, --check and a reload read files with it */
+    expect_build_err("[group main]\nworkers = a:1\n[group main]\nworkers = b:1\n", 3, "[group main] again (first at line 1)");
     free(c);
 }
 
@@ -1081,6 +1127,7 @@ int main(void)
         cmocka_unit_test(test_load_full),
         cmocka_unit_test(test_load_booleans_and_enums),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_load_duplicates),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_override_build),
         cmocka_unit_test(test_print_reference),
