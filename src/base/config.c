@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "log.h"
 #include "net.h"
@@ -429,6 +430,104 @@ const char *config_where(const struct config *c, const struct group_cfg *g, int 
     return buf;
 }
 
+const char *config_key_where(const struct config *c, const char *name, char *buf, size_t len)
+{
+    const struct cfg_key *k = find_key(-1, name);
+    int line = k ? c->key_line[k - cfg_keys] : 0;
+    if (line < 0)
+        snprintf(buf, len, "command line: ");
+    else if (c->file[0] && line)
+        snprintf(buf, len, "%s:%d: ", c->file, line);
+    else if (c->file[0])
+        snprintf(buf, len, "%s: ", c->file);
+    else
+        buf[0] = 0;
+    return buf;
+}
+
+/* Where a [gateway] key other than the one a message is about was given: " (line 4)",
+ * " (command line)" or "" (its default, or set by the program). */
+static const char *key_origin(const struct config *c, const char *name, char *buf, size_t len)
+{
+    const struct cfg_key *k = find_key(-1, name);
+    int line = k ? c->key_line[k - cfg_keys] : 0;
+    if (line < 0)
+        snprintf(buf, len, " (command line)");
+    else if (line)
+        snprintf(buf, len, " (line %d)", line);
+    else
+        buf[0] = 0;
+    return buf;
+}
+
+/* ---- ports that clash ------------------------------------------------------------------------ */
+
+/* An address to listen on that is every interface: "0.0.0.0", "::", "*" or empty. */
+static int any_address(const char *h) { return !*h || !strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !strcmp(h, "*"); }
+
+/* A name for this host's loopback, as a worker's host is written (or the wildcard, which a
+ * connect takes as this host). */
+static int loopback(const char *h)
+{
+    return !strcasecmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") || !strcmp(h, "[::1]") ||
+           any_address(h);
+}
+
+/* Does a listener of ours on bind:lport take connections to host:port? Only what the text
+ * shows: the same address, or a loopback name while we listen on every interface or loopback. */
+static int reaches(const char *host, int port, const char *bind, int lport)
+{
+    if (lport == 0 || port != lport)
+        return 0;
+    return !strcasecmp(host, bind) || (loopback(host) && (any_address(bind) || loopback(bind)));
+}
+
+/* metrics_port on an address port's listener holds too: one of them could not listen. */
+static int check_metrics_port(const struct config *c, char *err, size_t errlen)
+{
+    const char *mb = c->metrics_bind[0] ? c->metrics_bind : c->bind;
+    if (!c->metrics_port || !c->port || c->metrics_port != c->port)
+        return 0;
+    if (!any_address(c->bind) && !any_address(mb) && strcasecmp(c->bind, mb))
+        return 0; /* two addresses: two listeners */
+    char at[300], from[64], on[600];
+    if (!strcasecmp(c->bind, mb))
+        snprintf(on, sizeof on, "%s:%d", c->bind, c->port);
+    else
+        snprintf(on, sizeof on, "port %d (bind %s, metrics_bind %s)", c->port, c->bind, mb);
+    snprintf(err, errlen, "%smetrics_port %d clashes with port%s: both would listen on %s; give metrics_port a port "
+             "of its own", config_key_where(c, "metrics_port", at, sizeof at), c->metrics_port,
+             key_origin(c, "port", from, sizeof from), on);
+    return -1;
+}
+
+/* A worker address that is this gateway: its port (over TCP, or q's Unix socket for the port,
+ * which a local worker is tried on first), or its metrics port. Only what the text shows: a
+ * name that resolves to this host is not looked up. */
+static int check_worker_self(const struct config *c, const struct group_cfg *g, const struct net_target *t,
+                             const char *addr, char *err, size_t errlen)
+{
+    const char *mb = c->metrics_bind[0] ? c->metrics_bind : c->bind, *what;
+    const char *key;
+    if ((t->kind == NET_UNIX_PORT && c->unix_socket && c->port && t->port == c->port) ||
+        (t->kind == NET_TCP && reaches(t->host, t->port, c->bind, c->port)) ||
+        (t->kind == NET_TCP && c->unix_socket && c->local_workers == CFG_LOCAL_UNIX && loopback(t->host) &&
+         c->port && t->port == c->port)) {
+        key = "port";
+        what = "it would send its clients' queries to itself";
+    } else if (t->kind == NET_TCP && reaches(t->host, t->port, mb, c->metrics_port)) {
+        key = "metrics_port";
+        what = "that serves HTTP, not q";
+    } else {
+        return 0;
+    }
+    char at[300], from[64];
+    snprintf(err, errlen, "%sgroup %s: worker '%s' is this gateway's own %s%s: %s",
+             config_where(c, g, g->workers_line, at, sizeof at), g->name, addr, key,
+             key_origin(c, key, from, sizeof from), what);
+    return -1;
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
     if (c->ngroups == 0) {
@@ -462,8 +561,12 @@ int config_validate(const struct config *c, char *err, size_t errlen)
                          config_where(c, g, g->workers_line, at, sizeof at), g->name, a);
                 return -1;
             }
+            if (check_worker_self(c, g, &t, a, err, errlen))
+                return -1;
         }
     }
+    if (check_metrics_port(c, err, errlen))
+        return -1;
     if (c->client_low_water >= c->client_high_water) {
         snprintf(err, errlen, "%s%sclient_low_water must be below client_high_water", c->file, c->file[0] ? ": " : "");
         return -1;
@@ -685,6 +788,9 @@ int config_build(struct config *c, const char *path, const struct cfg_overrides 
         }
         if (grp >= 0 && !strcmp(ov->o[i].key, "workers"))
             c->groups[grp].workers_line = 0; /* given on the command line */
+        const struct cfg_key *k = grp < 0 ? find_key(-1, ov->o[i].key) : NULL;
+        if (k)
+            c->key_line[k - cfg_keys] = -1;
     }
     return config_validate(c, err, errlen);
 }

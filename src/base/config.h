@@ -58,7 +58,7 @@ struct config {
     int ngroups;
     char file[256];       /* the file it was loaded from, for messages; empty = none */
     int key_line[CFG_MAX_KEYS]; /* of each [gateway] key (by its index in cfg_keys) in the file, for
-                                 * messages; 0 = not in it */
+                                 * messages; 0 = not in it, -1 = given on the command line */
 };
 
 enum cfg_type { CFG_INT, CFG_MS, CFG_SIZE, CFG_BOOL, CFG_STR, CFG_ENUM };
@@ -109,12 +109,16 @@ int config_set(struct config *c, int group, const char *key, const char *value, 
 /* Add (or find) a group by name; its index, or -1 if there are too many. */
 int config_group(struct config *c, const char *name);
 
-/* Cross-key checks (workers present and well formed, water marks, back-off bounds).
- * 0, or -1 with a reason in err. */
+/* Cross-key checks (workers present and well formed, water marks, back-off bounds, ports that
+ * clash: metrics_port on port's address, a worker that is this gateway's own port or metrics
+ * port). 0, or -1 with a reason in err. */
 int config_validate(const struct config *c, char *err, size_t errlen);
 
 /* Where a group's workers were given, for messages: "FILE:LINE: ", "FILE: " or "--workers: ". */
 const char *config_where(const struct config *c, const struct group_cfg *g, int line, char *buf, size_t len);
+/* Where the [gateway] key name was given, for messages: "FILE:LINE: ", "command line: ",
+ * "FILE: " (not in the file: its default) or "" (no file). */
+const char *config_key_where(const struct config *c, const char *name, char *buf, size_t len);
 
 /* Command-line overrides, kept so that a reload applies them again. */
 struct cfg_overrides {

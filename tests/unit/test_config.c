@@ -864,6 +864,91 @@ static void test_validate(void **state)
     free(c);
 }
 
+/* Ports that clash: metrics_port where port listens, a worker that is this gateway. */
+static void test_validate_ports(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char err[512] = "";
+
+    good_config(c); /* metrics_port = port, both on every interface */
+    c->metrics_port = c->port;
+    expect_invalid(c, "metrics_port 8811 clashes with port: both would listen on 0.0.0.0:8811; give metrics_port a port of its own");
+    strcpy(c->metrics_bind, "127.0.0.1"); /* 0.0.0.0 holds 127.0.0.1's port too */
+    expect_invalid(c, "both would listen on port 8811 (bind 0.0.0.0, metrics_bind 127.0.0.1)");
+    strcpy(c->bind, "127.0.0.1"); /* the same address */
+    expect_invalid(c, "both would listen on 127.0.0.1:8811;");
+    strcpy(c->metrics_bind, ""); /* as bind */
+    expect_invalid(c, "metrics_port 8811 clashes with port:");
+    strcpy(c->metrics_bind, "0.0.0.0");
+    expect_invalid(c, "metrics_port 8811 clashes with port:");
+    strcpy(c->metrics_bind, "10.0.0.1"); /* two addresses: two listeners */
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+    c->metrics_port = 8812; /* two ports */
+    strcpy(c->metrics_bind, "");
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+    c->metrics_port = 0; /* off */
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+    c->port = 0; /* a free port, whatever it is */
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+
+    /* from a file: the line of metrics_port, and where port came from */
+    expect_build_err("[gateway]\nport = 9811\nbind = 127.0.0.1\nmetrics_port = 9811\n[group g]\nworkers = w:1\n", 4,
+                     "metrics_port 9811 clashes with port (line 2): both would listen on 127.0.0.1:9811");
+    expect_build_err("[gateway]\nmetrics_port = 8811\n[group g]\nworkers = w:1\n", 2, "metrics_port 8811 clashes with port:");
+    struct cfg_overrides *ov = calloc(1, sizeof *ov);
+    assert_non_null(ov);
+    char path[64];
+    write_temp(path, sizeof path, "[gateway]\nmetrics_port = 9000\n[group g]\nworkers = w:1\n");
+    assert_int_equal(config_override(ov, 0, "port", "9000"), 0);
+    assert_int_equal(config_build(c, path, ov, err, sizeof err), -1);
+    assert_file_err(err, path, 2, "metrics_port 9000 clashes with port (command line): both would listen on 0.0.0.0:9000");
+    unlink(path);
+    free(ov);
+
+    /* a worker that is this gateway: its port over TCP or q's Unix socket, its metrics port */
+    static const struct {
+        const char *gateway, *workers, *why; /* why NULL: valid */
+    } cases[] = {
+        {"", "localhost:8811", "group main: worker 'localhost:8811' is this gateway's own port: it would send its clients' queries to itself"},
+        {"", "w:1, 127.0.0.1:8811", "worker '127.0.0.1:8811' is this gateway's own port"},
+        {"", "[::1]:8811", "worker '[::1]:8811' is this gateway's own port"},
+        {"", ":8811", "worker ':8811' is this gateway's own port"},
+        {"", "unix://8811", "worker 'unix://8811' is this gateway's own port"},
+        {"unix_socket = 0\n", "unix://8811", NULL},          /* no such socket of ours */
+        {"", "localhost:8812", NULL},
+        {"", "otherhost:8811", NULL},                       /* another host's 8811 */
+        {"bind = 10.0.0.5\n", "10.0.0.5:8811", "worker '10.0.0.5:8811' is this gateway's own port"},
+        /* loopback while listening on one address only: q's Unix socket for the port is ours */
+        {"bind = 10.0.0.5\n", "localhost:8811", "is this gateway's own port"},
+        {"bind = 10.0.0.5\nunix_socket = 0\n", "localhost:8811", NULL},
+        {"bind = 10.0.0.5\nlocal_workers = tcp\n", "localhost:8811", NULL},
+        {"port = 0\n", "localhost:8811", NULL},
+        {"port = 9000\n", "localhost:8811", NULL},
+        {"port = 9000\n", "localhost:9000", "worker 'localhost:9000' is this gateway's own port (line 2)"},
+        {"metrics_port = 9811\n", "127.0.0.1:9811", "worker '127.0.0.1:9811' is this gateway's own metrics_port (line 2): that serves HTTP, not q"},
+        {"metrics_port = 9811\nmetrics_bind = 10.0.0.5\n", "127.0.0.1:9811", NULL},
+        {"metrics_port = 9811\nmetrics_bind = 10.0.0.5\n", "10.0.0.5:9811", "own metrics_port"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "[gateway]\n%s[group main]\nworkers = %s\n", cases[i].gateway, cases[i].workers);
+        int wline = 3;
+        for (const char *p = cases[i].gateway; *p; p++)
+            wline += *p == '\n';
+        if (cases[i].why) {
+            expect_build_err(text, wline, cases[i].why);
+            continue;
+        }
+        write_temp(path, sizeof path, text);
+        if (config_build(c, path, NULL, err, sizeof err))
+            fail_msg("<<%s>> refused: %s", text, err);
+        unlink(path);
+    }
+    free(c);
+}
+
 /* ---- overrides and config_build -------------------------------------------------------------- */
 
 static void test_override_build(void **state)
@@ -1129,6 +1214,7 @@ int main(void)
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_load_duplicates),
         cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_validate_ports),
         cmocka_unit_test(test_override_build),
         cmocka_unit_test(test_print_reference),
         cmocka_unit_test(test_load_size_overflow),
