@@ -3,10 +3,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "net.h"
@@ -574,6 +577,83 @@ int config_validate(const struct config *c, char *err, size_t errlen)
     if (c->reconnect_min > c->reconnect_max) {
         snprintf(err, errlen, "%s%sreconnect_min must not exceed reconnect_max", c->file, c->file[0] ? ": " : "");
         return -1;
+    }
+    return 0;
+}
+
+/* ---- the files qgate writes, for --check -------------------------------------------------------- */
+
+/* "user NAME (uid N)": who runs this, for messages about what it may write. */
+static const char *who(char *buf, size_t len)
+{
+    uid_t uid = geteuid();
+    struct passwd pw, *res = NULL;
+    char pwbuf[1024];
+    if (getpwuid_r(uid, &pw, pwbuf, sizeof pwbuf, &res) == 0 && res)
+        snprintf(buf, len, "user %s (uid %u)", res->pw_name, (unsigned)uid);
+    else
+        snprintf(buf, len, "uid %u", (unsigned)uid);
+    return buf;
+}
+
+/* The file at path as open(O_WRONLY | O_APPEND | O_CREAT) would need it (alog_open). 0, or -1
+ * with the reason ("directory /x does not exist", ...) in why. */
+static int writable_file(const char *path, char *why, size_t len)
+{
+    char user[128];
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(why, len, "is a directory");
+            return -1;
+        }
+        if (access(path, W_OK)) {
+            snprintf(why, len, "not writable by %s: %s", who(user, sizeof user), strerror(errno));
+            return -1;
+        }
+        return 0; /* a file, a FIFO, a device: opened as it is */
+    }
+    if (errno != ENOENT && errno != ENOTDIR) {
+        snprintf(why, len, "%s", strerror(errno));
+        return -1;
+    }
+    char dir[1024];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (stat(dir, &st)) {
+        if (errno == ENOENT)
+            snprintf(why, len, "directory %s does not exist", dir);
+        else
+            snprintf(why, len, "directory %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, len, "%s is not a directory", dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK)) {
+        snprintf(why, len, "directory %s is not writable by %s: %s", dir, who(user, sizeof user), strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int config_check_files(const struct config *c, char *err, size_t errlen)
+{
+    static const char *const written[] = {"access_log"}; /* [gateway] keys naming a file qgate writes */
+    for (size_t i = 0; i < sizeof written / sizeof written[0]; i++) {
+        const struct cfg_key *k = find_key(-1, written[i]);
+        const char *path = (const char *)c + k->offset;
+        char why[1200], at[300];
+        if (path[0] && writable_file(path, why, sizeof why)) {
+            snprintf(err, errlen, "%s%s %s: %s", config_key_where(c, k->name, at, sizeof at), k->name, path, why);
+            return -1;
+        }
     }
     return 0;
 }

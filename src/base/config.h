@@ -120,6 +120,11 @@ const char *config_where(const struct config *c, const struct group_cfg *g, int 
  * "FILE: " (not in the file: its default) or "" (no file). */
 const char *config_key_where(const struct config *c, const char *name, char *buf, size_t len);
 
+/* The files qgate writes (access_log) as the user running this: an existing one is no directory
+ * and is writable; a new one's directory exists and is writable. Touches nothing. For --check
+ * (starting fails on them anyway). 0, or -1 with "FILE:LINE: access_log PATH: why" in err. */
+int config_check_files(const struct config *c, char *err, size_t errlen);
+
 /* Command-line overrides, kept so that a reload applies them again. */
 struct cfg_overrides {
     int n;

@@ -27,8 +27,8 @@ static void usage(int asked)
             "  --bind ADDR      address to listen on (default 0.0.0.0, as q)\n"
             "  --workers LIST   workers of the default group (the first group)\n"
             "  --loglevel L     error, warn, info or debug\n"
-            "  --check          validate the configuration, the users file and every worker's\n"
-            "                   address (resolved), and exit\n"
+            "  --check          validate the configuration, the users file, the access log's\n"
+            "                   directory and every worker's address (resolved), and exit\n"
             "  --print-config   print every key with its default and exit (=markdown: as a table,\n"
             "                   =man: as roff, for qgate.1)\n"
             "  --version        print the version and exit\n"
@@ -36,8 +36,9 @@ static void usage(int asked)
     exit(asked ? 0 : 2);
 }
 
-/* --check beyond the file's syntax: the users file loads and every worker's host resolves, as
- * starting would need. 0, or -1 with the reason on stderr. */
+/* --check beyond the file's syntax: the users file loads, the access log can be written (as the
+ * user running the check) and every worker's host resolves, as starting would need. 0, or -1
+ * with the reason on stderr. */
 static int check_deep(const struct config *cfg, int *nworkers, int *nusers)
 {
     char err[512];
@@ -50,6 +51,10 @@ static int check_deep(const struct config *cfg, int *nworkers, int *nusers)
         }
         *nusers = db->n;
         auth_free(db);
+    }
+    if (config_check_files(cfg, err, sizeof err)) {
+        fprintf(stderr, "qgate: %s\n", err); /* names the key, the file and why */
+        return -1;
     }
     for (int i = 0; i < cfg->ngroups; i++) {
         const struct group_cfg *g = &cfg->groups[i];

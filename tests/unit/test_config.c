@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -949,6 +950,81 @@ static void test_validate_ports(void **state)
     free(c);
 }
 
+/* --check: the access log's file as the user running it would open it. */
+static void test_check_files(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char err[2048], path[64], dir[64], text[1024];
+    config_defaults(c);
+    assert_int_equal(config_check_files(c, err, sizeof err), 0); /* off */
+
+    snprintf(dir, sizeof dir, "/tmp/qgate-test-files-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    /* text loads; config_check_files refuses it at line, saying why */
+#define EXPECT_FILES(line, why)                                                                      \
+    do {                                                                                            \
+        write_temp(path, sizeof path, text);                                                        \
+        config_defaults(c);                                                                          \
+        if (config_load(c, path, err, sizeof err))                                                  \
+            fail_msg("%s", err);                                                                    \
+        assert_int_equal(config_check_files(c, err, sizeof err), -1);                               \
+        assert_file_err(err, path, line, why);                                                      \
+        unlink(path);                                                                                \
+    } while (0)
+    char why[1024];
+    snprintf(text, sizeof text, "[gateway]\nport = 1\naccess_log = %s/nope/x.log\n", dir);
+    snprintf(why, sizeof why, "access_log %s/nope/x.log: directory %s/nope does not exist", dir, dir);
+    EXPECT_FILES(3, why);
+    snprintf(text, sizeof text, "access_log = %s\n", dir); /* a directory, not a file */
+    snprintf(why, sizeof why, "access_log %s: is a directory", dir);
+    EXPECT_FILES(1, why);
+    char file[128];
+    snprintf(file, sizeof file, "%s/plain", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(text, sizeof text, "access_log = %s/x.log\n", file); /* its directory is a file */
+    snprintf(why, sizeof why, "access_log %s/x.log: %s is not a directory", file, file);
+    EXPECT_FILES(1, why);
+    if (geteuid() != 0) { /* root writes anywhere: the check of what it may not write is for others */
+        char ro[128];
+        snprintf(ro, sizeof ro, "%s/ro", dir);
+        assert_int_equal(mkdir(ro, 0555), 0);
+        snprintf(text, sizeof text, "access_log = %s/x.log\n", ro);
+        snprintf(why, sizeof why, "access_log %s/x.log: directory %s is not writable by ", ro, ro);
+        EXPECT_FILES(1, why);
+        assert_int_equal(chmod(file, 0444), 0);
+        snprintf(text, sizeof text, "access_log = %s\n", file);
+        snprintf(why, sizeof why, "access_log %s: not writable by ", file);
+        EXPECT_FILES(1, why);
+        rmdir(ro);
+    } else {
+        print_message("test_check_files: running as root: the unwritable cases are not tried\n");
+    }
+#undef EXPECT_FILES
+    /* a new file in a directory that is there, an existing file: fine, and nothing is made */
+    config_defaults(c);
+    snprintf(c->access_log, sizeof c->access_log, "%s/new.log", dir);
+    if (config_check_files(c, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(access(c->access_log, F_OK), -1);
+    chmod(file, 0644);
+    snprintf(c->access_log, sizeof c->access_log, "%s", file);
+    if (config_check_files(c, err, sizeof err))
+        fail_msg("%s", err);
+    /* a relative name is in the working directory; given on the command line it says so */
+    snprintf(c->access_log, sizeof c->access_log, "qgate-test-no-such-dir-here/x.log");
+    c->key_line[key_named("gateway", "access_log") - cfg_keys] = -1;
+    assert_int_equal(config_check_files(c, err, sizeof err), -1);
+    assert_string_equal(err, "command line: access_log qgate-test-no-such-dir-here/x.log: directory "
+                             "qgate-test-no-such-dir-here does not exist");
+    unlink(file);
+    rmdir(dir);
+    free(c);
+}
+
 /* ---- overrides and config_build -------------------------------------------------------------- */
 
 static void test_override_build(void **state)
@@ -1215,6 +1291,7 @@ int main(void)
         cmocka_unit_test(test_load_duplicates),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_validate_ports),
+        cmocka_unit_test(test_check_files),
         cmocka_unit_test(test_override_build),
         cmocka_unit_test(test_print_reference),
         cmocka_unit_test(test_load_size_overflow),
