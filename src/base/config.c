@@ -751,19 +751,90 @@ void config_key_values(const struct cfg_key *k, char *out, size_t len)
 
 const char *config_key_reload(const struct cfg_key *k) { return k->reload == CFG_RESTART ? "needs a restart" : "applied"; }
 
+/* One key in the file's form: its help, its values and what a reload does, then key = value. */
+static void print_key(FILE *f, const struct cfg_key *k, const char *value)
+{
+    char values[256];
+    config_key_values(k, values, sizeof values);
+    fprintf(f, "# %s\n# %s; on reload: %s\n%s = %s\n", k->help, values, config_key_reload(k), k->name, value);
+}
+
 void config_print_reference(void *file)
 {
     FILE *f = file;
     const char *sec = "";
-    char values[256];
     for (int i = 0; i < cfg_nkeys; i++) {
         const struct cfg_key *k = &cfg_keys[i];
         if (strcmp(sec, k->section)) {
             sec = k->section;
             fprintf(f, "\n[%s]\n", strcmp(sec, "group") ? sec : "group NAME");
         }
-        config_key_values(k, values, sizeof values);
-        fprintf(f, "# %s\n# %s; on reload: %s\n%s = %s\n", k->help, values, config_key_reload(k), k->name, k->def);
+        print_key(f, k, k->def);
+    }
+}
+
+/* A key's value in base (struct config or struct group_cfg) as the file writes it: numbers in
+ * their unit (bytes, ms), booleans 1 or 0, an enum its name. */
+static void value_text(const struct cfg_key *k, const void *base, char *out, size_t len)
+{
+    const char *p = (const char *)base + k->offset;
+    int64_t n = 0;
+    if (k->type != CFG_STR) {
+        if (k->size == sizeof(int)) {
+            int v;
+            memcpy(&v, p, sizeof v);
+            n = v;
+        } else {
+            memcpy(&n, p, sizeof n);
+        }
+    }
+    switch (k->type) {
+    case CFG_INT:
+    case CFG_MS:
+    case CFG_SIZE:
+    case CFG_BOOL:
+        snprintf(out, len, "%lld", (long long)n);
+        return;
+    case CFG_ENUM: {
+        int nc = 0;
+        while (k->choices[nc])
+            nc++;
+        snprintf(out, len, "%s", n >= 0 && n < nc ? k->choices[n] : "?");
+        return;
+    }
+    case CFG_STR:
+        snprintf(out, len, "%.*s", (int)k->size, p);
+        return;
+    }
+    snprintf(out, len, "?");
+}
+
+void config_print_effective(const struct config *c, void *file)
+{
+    FILE *f = file;
+    char value[4096];
+    fprintf(f, "\n[gateway]\n");
+    for (int i = 0; i < cfg_nkeys; i++)
+        if (!strcmp(cfg_keys[i].section, "gateway")) {
+            value_text(&cfg_keys[i], c, value, sizeof value);
+            print_key(f, &cfg_keys[i], value);
+        }
+    for (int g = 0; g < c->ngroups; g++) {
+        fprintf(f, "\n[group %s]\n", c->groups[g].name);
+        for (int i = 0; i < cfg_nkeys; i++) {
+            const struct cfg_key *k = &cfg_keys[i];
+            if (strcmp(k->section, "group"))
+                continue;
+            if (!strcmp(k->name, "password") && c->groups[g].password[0]) { /* never shown */
+                char values[256];
+                config_key_values(k, values, sizeof values);
+                fprintf(f, "# %s\n# %s; on reload: %s\n# %s = (set, not shown)\n", k->help, values,
+                        config_key_reload(k), k->name);
+                continue;
+            }
+            value_text(k, &c->groups[g], value, sizeof value);
+            print_key(f, k, value);
+        }
     }
 }
 
@@ -850,7 +921,7 @@ int config_override(struct cfg_overrides *ov, int default_group, const char *key
     return 0;
 }
 
-int config_build(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen)
+int config_assemble(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen)
 {
     config_defaults(c);
     if (path && *path && config_load(c, path, err, errlen))
@@ -872,5 +943,10 @@ int config_build(struct config *c, const char *path, const struct cfg_overrides 
         if (k)
             c->key_line[k - cfg_keys] = -1;
     }
-    return config_validate(c, err, errlen);
+    return 0;
+}
+
+int config_build(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen)
+{
+    return config_assemble(c, path, ov, err, errlen) ? -1 : config_validate(c, err, errlen);
 }

@@ -139,8 +139,9 @@ struct cfg_overrides {
 int config_override(struct cfg_overrides *ov, int default_group, const char *key, const char *value);
 
 /* Defaults, then the file (if path is non-empty), then the overrides (the default group is
- * the first group, created as "default" when the file has none), then config_validate.
- * 0, or -1 with a reason in err. */
+ * the first group, created as "default" when the file has none). 0, or -1 with a reason in err. */
+int config_assemble(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen);
+/* config_assemble, then config_validate. 0, or -1 with a reason in err. */
 int config_build(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen);
 
 /* The next item of a comma list ("a, b,c"), trimmed, into out; *p advances past it. 1, or 0
@@ -162,6 +163,9 @@ const char *config_key_reload(const struct cfg_key *k);
 /* Print every key with its default, values, reload and help, in gateway.conf.example form
  * (qgate --print-config). */
 void config_print_reference(void *file);
+/* The same form with c's values: [gateway], then a [group NAME] per group (none if c has none);
+ * a group's password, when set, as a comment that does not show it (qgate --print-config -c FILE). */
+void config_print_effective(const struct config *c, void *file);
 /* The same as a Markdown table (docs/configuration.md's, which `make docs` writes): a header, then
  * a row per key, config_markdown_row's (qgate --print-config=markdown). */
 void config_print_markdown(void *file);

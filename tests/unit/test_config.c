@@ -1025,6 +1025,86 @@ static void test_check_files(void **state)
     free(c);
 }
 
+/* --print-config -c FILE: every key as it would run, in --print-config's form. */
+static void test_print_effective(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c), *back = malloc(sizeof *back);
+    struct cfg_overrides *ov = calloc(1, sizeof *ov);
+    assert_non_null(c);
+    assert_non_null(back);
+    assert_non_null(ov);
+    char err[1024], path[64];
+    /* the defaults and one group of defaults print as the reference does, byte for byte */
+    config_defaults(c);
+    assert_int_equal(config_group(c, "NAME"), 0);
+    char *ref = printed(config_print_reference), *eff = NULL;
+    size_t efflen = 0;
+    FILE *f = open_memstream(&eff, &efflen);
+    assert_non_null(f);
+    config_print_effective(c, f);
+    fclose(f);
+    assert_string_equal(eff, ref);
+    free(eff);
+    free(ref);
+
+    /* defaults, then the file, then the command line */
+    write_temp(path, sizeof path,
+               "[gateway]\nport = 9000\nmax_message = 16m\nqueue_timeout = 2s\ncompress = no\nloglevel = warn\n"
+               "[group main]\nworkers = a:1, b:2\nuser = svc\npassword = Hunter2pw\npool = session\n"
+               "[group rdb]\nworkers = r:1\nasync = broadcast\n");
+    assert_int_equal(config_override(ov, 0, "port", "7000"), 0);
+    assert_int_equal(config_override(ov, 0, "loglevel", "debug"), 0);
+    if (config_assemble(c, path, ov, err, sizeof err))
+        fail_msg("%s", err);
+    f = open_memstream(&eff, &efflen);
+    assert_non_null(f);
+    config_print_effective(c, f);
+    fclose(f);
+    static const char *const want[] = {
+        "\n[gateway]\n# ", "\nport = 7000\n", "\nmax_message = 16777216\n", "\nqueue_timeout = 2000\n",
+        "\ncompress = 0\n", "\nloglevel = debug\n", "\nmax_queue = 1000\n", "\nbind = 0.0.0.0\n", "\nusers_file = \n",
+        "\n[group main]\n# ", "\nworkers = a:1, b:2\n", "\nuser = svc\n", "\n# password = (set, not shown)\n",
+        "\npool = session\n", "\n[group rdb]\n# ", "\nworkers = r:1\n", "\nasync = broadcast\n", "\npassword = \n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(eff, want[i]))
+            fail_msg("--print-config -c lacks <<%s>>:\n%s", want[i], eff);
+    assert_null(strstr(eff, "Hunter2pw"));
+    assert_null(strstr(eff, "[group NAME]"));
+    assert_true(strstr(eff, "[group main]") < strstr(eff, "[group rdb]"));
+    /* it loads back as the same configuration, but for the password it does not show */
+    char path2[64];
+    write_temp(path2, sizeof path2, eff);
+    config_defaults(back);
+    if (config_load(back, path2, err, sizeof err))
+        fail_msg("the printed configuration does not load: %s", err);
+    unlink(path2);
+    assert_int_equal(back->ngroups, c->ngroups);
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        for (int g = 0; g < (strcmp(k->section, "group") ? 1 : c->ngroups); g++) {
+            const char *cb = strcmp(k->section, "group") ? (const char *)c : (const char *)&c->groups[g];
+            const char *bb = strcmp(k->section, "group") ? (const char *)back : (const char *)&back->groups[g];
+            int same = k->type == CFG_STR ? !strcmp(cb + k->offset, bb + k->offset)
+                                          : !memcmp(cb + k->offset, bb + k->offset, k->size);
+            if (!same && strcmp(k->name, "password"))
+                fail_msg("%s does not load back as it ran", k->name);
+        }
+    }
+    assert_string_equal(back->groups[0].password, "");
+    /* config_assemble does not validate (config_build does): a file without workers prints */
+    write_temp(path2, sizeof path2, "[group g]\nuser = u\n");
+    assert_int_equal(config_assemble(c, path2, NULL, err, sizeof err), 0);
+    assert_int_equal(config_build(c, path2, NULL, err, sizeof err), -1);
+    unlink(path2);
+    unlink(path);
+    free(eff);
+    free(ov);
+    free(back);
+    free(c);
+}
+
 /* ---- overrides and config_build -------------------------------------------------------------- */
 
 static void test_override_build(void **state)
@@ -1292,6 +1372,7 @@ int main(void)
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_validate_ports),
         cmocka_unit_test(test_check_files),
+        cmocka_unit_test(test_print_effective),
         cmocka_unit_test(test_override_build),
         cmocka_unit_test(test_print_reference),
         cmocka_unit_test(test_load_size_overflow),
