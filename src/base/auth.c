@@ -1,12 +1,14 @@
 /* auth.c: MD5, SHA-1, the q -U users file and constant-time password checks. */
 #include "auth.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---- hashes ------------------------------------------------------------------------------ */
 
@@ -157,10 +159,15 @@ static int parse_count(const char *v)
     return (int)n;
 }
 
+/* The options a line may give after its TAB. */
+static const char *const option_names[] = {"admin", "monitor", "max_conns", "max_inflight"};
+#define NOPTIONS (int)(sizeof option_names / sizeof option_names[0])
+
 /* Apply the comma-separated key=value list opts (modified in place) to u. */
 static int parse_options(char *opts, struct auth_user *u, char *why, size_t whylen)
 {
     char *save = NULL;
+    int given[NOPTIONS] = {0};
     if (!*opts)
         return 0; /* a bare trailing tab: no options */
     for (char *o = opts; o; o = save) {
@@ -178,8 +185,19 @@ static int parse_options(char *opts, struct auth_user *u, char *why, size_t whyl
         }
         *eq = 0;
         const char *v = eq + 1;
-        int n = parse_count(v);
-        if (!strcmp(o, "admin") || !strcmp(o, "monitor")) {
+        int n = parse_count(v), which = -1;
+        for (int i = 0; i < NOPTIONS; i++)
+            if (!strcmp(o, option_names[i]))
+                which = i;
+        if (which < 0) {
+            snprintf(why, whylen, "unknown option '%.64s'", o);
+            return -1;
+        }
+        if (given[which]++) { /* the last one would win, silently */
+            snprintf(why, whylen, "option %s given twice", o);
+            return -1;
+        }
+        if (which <= 1) { /* admin, monitor */
             if (n != 0 && n != 1) {
                 snprintf(why, whylen, "%s: '%.64s' is not 0 or 1", o, v);
                 return -1;
@@ -192,18 +210,62 @@ static int parse_options(char *opts, struct auth_user *u, char *why, size_t whyl
                 snprintf(why, whylen, "admin and monitor both: a monitor runs gateway commands only, an admin all");
                 return -1;
             }
-        } else if (!strcmp(o, "max_conns") || !strcmp(o, "max_inflight")) {
+        } else {
             if (n < 0) {
                 snprintf(why, whylen, "%s: '%.64s' is not an integer >= 0", o, v);
                 return -1;
             }
-            if (!strcmp(o, "max_conns"))
+            if (which == 2)
                 u->max_conns = n;
             else
                 u->max_inflight = n;
-        } else {
-            snprintf(why, whylen, "unknown option '%.64s'", o);
-            return -1;
+        }
+    }
+    return 0;
+}
+
+static int word_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+/* Does a space in the password pass come before what reads as options: one of the option
+ * names or max_... (any case) then '=', or word=digits[,word=digits...] to the end? That is a
+ * space typed where the TAB belongs ("bob:pw admin=1" would make the password "pw admin=1").
+ * The word that reads as an option's name goes to name. */
+static int options_after_space(const char *pass, char *name, size_t namelen)
+{
+    for (const char *sp = strchr(pass, ' '); sp; sp = strchr(sp + 1, ' ')) {
+        const char *w = sp;
+        while (*w == ' ')
+            w++;
+        const char *e = w;
+        while (word_char(*e))
+            e++;
+        const char *q = e;
+        while (*q == ' ')
+            q++;
+        if (e == w || *q != '=')
+            continue;
+        size_t n = (size_t)(e - w);
+        int looks = n > 4 && !strncasecmp(w, "max_", 4);
+        for (int i = 0; i < NOPTIONS && !looks; i++)
+            looks = strlen(option_names[i]) == n && !strncasecmp(w, option_names[i], n);
+        if (!looks) { /* word=digits, each of a comma list, to the end */
+            const char *p = w;
+            for (looks = 1; looks && *p;) {
+                const char *k = p;
+                while (word_char(*p))
+                    p++;
+                looks = p > k && *p++ == '=' && isdigit((unsigned char)*p);
+                while (looks && isdigit((unsigned char)*p))
+                    p++;
+                if (looks && *p == ',')
+                    p++;
+                else if (looks && *p)
+                    looks = 0;
+            }
+        }
+        if (looks) {
+            snprintf(name, namelen, "%.*s", (int)(n < 64 ? n : 64), w);
+            return 1;
         }
     }
     return 0;
@@ -238,6 +300,17 @@ static int parse_line(char *s, size_t len, struct auth_user *u, char *why, size_
     }
     if (plen > AUTH_PASS_MAX) {
         snprintf(why, whylen, "password longer than %d bytes", AUTH_PASS_MAX);
+        return -1;
+    }
+    if (s[0] == ' ' || s[ulen - 1] == ' ') { /* no q client sends such a name: a stray space */
+        snprintf(why, whylen, "user name '%.*s' %s with a space%s", (int)ulen, s, s[0] == ' ' ? "begins" : "ends",
+                 s[strspn(s, " ")] == '#' ? " (a comment's # must be the line's first character)" : "");
+        return -1;
+    }
+    char opt[72];
+    if (options_after_space(pass, opt, sizeof opt)) {
+        snprintf(why, whylen, "user '%s': a space before '%s=' in the password: options follow a TAB, not a space "
+                 "(a password that holds such text: give its MD5 or SHA-1 hex)", s, opt);
         return -1;
     }
     memcpy(u->name, s, ulen);

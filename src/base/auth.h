@@ -37,7 +37,12 @@ void auth_hex(const uint8_t *d, size_t n, char *out);
 
 /* Load a users file: lines "user:password[<TAB>key=value,...]", '#' comments, blank lines.
  * The password is plain, or 32 hex digits (MD5) or 40 (SHA-1). Options: admin, monitor,
- * max_conns, max_inflight (admin and monitor not both). Returns NULL with "path:line: reason" (or "path: reason") in err on failure. */
+ * max_conns, max_inflight (admin and monitor not both). A line that does not read exactly so is
+ * refused, whole file: no ':', an empty user name or one beginning or ending with a space, a
+ * field too long, an unknown option, one given twice, a bad value, a user given twice, and a
+ * password with a space before what reads as options (" admin=", " max_...=", or " word=N,..."
+ * to its end: a space typed for the TAB).
+ * Returns NULL with "path:line: reason" (or "path: reason") in err on failure. */
 struct auth_db *auth_load(const char *path, char *err, size_t errlen);
 
 /* Free a database from auth_load; NULL is ignored. */

@@ -3,9 +3,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "net.h"
@@ -119,6 +123,7 @@ const struct cfg_key cfg_keys[] = {
      "pool = session: q sent to the worker when its client goes, before another may have it; empty = none"},
 };
 const int cfg_nkeys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);
+_Static_assert(sizeof cfg_keys / sizeof cfg_keys[0] <= CFG_MAX_KEYS, "cfg_keys outgrew CFG_MAX_KEYS");
 
 static const struct cfg_key *find_key(int group, const char *name)
 {
@@ -268,8 +273,16 @@ static char *trim(char *s)
     return s;
 }
 
+/* What one parse has seen, to refuse a second of anything: the line of each section's header
+ * and of each key in each section. Index 0 is [gateway]; group i is i + 1. */
+struct seen {
+    int section[CFG_MAX_GROUPS + 1];
+    int key[CFG_MAX_GROUPS + 1][CFG_MAX_KEYS];
+};
+
 /* One line of the file: a section header, a key, a comment. group is the current section. */
-static int parse_line(struct config *c, char *s, int *group, const char *name, int lineno, char *err, size_t errlen)
+static int parse_line(struct config *c, struct seen *seen, char *s, int *group, const char *name, int lineno,
+                      char *err, size_t errlen)
 {
     char why[512];
     s = trim(s);
@@ -297,6 +310,16 @@ static int parse_line(struct config *c, char *s, int *group, const char *name, i
             snprintf(err, errlen, "%s:%d: unknown section [%s]", name, lineno, sec);
             return -1;
         }
+        int *first = &seen->section[*group + 1];
+        if (*first) { /* a second [group main] would have replaced the first one's keys */
+            if (*group < 0)
+                snprintf(err, errlen, "%s:%d: [gateway] again (first at line %d)", name, lineno, *first);
+            else
+                snprintf(err, errlen, "%s:%d: [group %s] again (first at line %d)", name, lineno,
+                         c->groups[*group].name, *first);
+            return -1;
+        }
+        *first = lineno;
         return 0;
     }
     char *eq = strchr(s, '=');
@@ -306,11 +329,20 @@ static int parse_line(struct config *c, char *s, int *group, const char *name, i
     }
     *eq = 0;
     char *key = trim(s);
+    const struct cfg_key *k = find_key(*group, key);
+    int *first = k ? &seen->key[*group + 1][k - cfg_keys] : NULL;
+    if (first && *first) { /* the last one would win, silently */
+        snprintf(err, errlen, "%s:%d: %s again (first at line %d)", name, lineno, key, *first);
+        return -1;
+    }
     if (config_set(c, *group, key, trim(eq + 1), why, sizeof why)) {
         snprintf(err, errlen, "%s:%d: %s", name, lineno, why);
         return -1;
     }
-    if (*group >= 0 && !strcmp(key, "workers"))
+    *first = lineno; /* config_set knew the key: k is not NULL */
+    if (*group < 0)
+        c->key_line[k - cfg_keys] = lineno;
+    else if (!strcmp(key, "workers"))
         c->groups[*group].workers_line = lineno;
     return 0;
 }
@@ -320,25 +352,33 @@ int config_parse(struct config *c, const char *text, size_t len, const char *nam
     char line[8192];
     int lineno = 0, group = -1;
     size_t off = 0;
-    while (off < len) {
+    struct seen *seen = calloc(1, sizeof *seen);
+    if (!seen) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        return -1;
+    }
+    int rc = 0;
+    while (off < len && !rc) {
         const char *nl = memchr(text + off, '\n', len - off);
         size_t l = nl ? (size_t)(nl - text - off) : len - off;
         lineno++;
         if (l >= sizeof line) {
             snprintf(err, errlen, "%s:%d: line too long", name, lineno);
-            return -1;
+            rc = -1;
+            break;
         }
         memcpy(line, text + off, l);
         line[l] = 0;
         if (memchr(line, 0, l)) {
             snprintf(err, errlen, "%s:%d: NUL byte in line", name, lineno);
-            return -1;
+            rc = -1;
+            break;
         }
-        if (parse_line(c, line, &group, name, lineno, err, errlen))
-            return -1;
+        rc = parse_line(c, seen, line, &group, name, lineno, err, errlen);
         off += l + (nl ? 1 : 0);
     }
-    return 0;
+    free(seen);
+    return rc;
 }
 
 int config_load(struct config *c, const char *path, char *err, size_t errlen)
@@ -408,6 +448,104 @@ const char *config_where(const struct config *c, const struct group_cfg *g, int 
     return buf;
 }
 
+const char *config_key_where(const struct config *c, const char *name, char *buf, size_t len)
+{
+    const struct cfg_key *k = find_key(-1, name);
+    int line = k ? c->key_line[k - cfg_keys] : 0;
+    if (line < 0)
+        snprintf(buf, len, "command line: ");
+    else if (c->file[0] && line)
+        snprintf(buf, len, "%s:%d: ", c->file, line);
+    else if (c->file[0])
+        snprintf(buf, len, "%s: ", c->file);
+    else
+        buf[0] = 0;
+    return buf;
+}
+
+/* Where a [gateway] key other than the one a message is about was given: " (line 4)",
+ * " (command line)" or "" (its default, or set by the program). */
+static const char *key_origin(const struct config *c, const char *name, char *buf, size_t len)
+{
+    const struct cfg_key *k = find_key(-1, name);
+    int line = k ? c->key_line[k - cfg_keys] : 0;
+    if (line < 0)
+        snprintf(buf, len, " (command line)");
+    else if (line)
+        snprintf(buf, len, " (line %d)", line);
+    else
+        buf[0] = 0;
+    return buf;
+}
+
+/* ---- ports that clash ------------------------------------------------------------------------ */
+
+/* An address to listen on that is every interface: "0.0.0.0", "::", "*" or empty. */
+static int any_address(const char *h) { return !*h || !strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !strcmp(h, "*"); }
+
+/* A name for this host's loopback, as a worker's host is written (or the wildcard, which a
+ * connect takes as this host). */
+static int loopback(const char *h)
+{
+    return !strcasecmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") || !strcmp(h, "[::1]") ||
+           any_address(h);
+}
+
+/* Does a listener of ours on bind:lport take connections to host:port? Only what the text
+ * shows: the same address, or a loopback name while we listen on every interface or loopback. */
+static int reaches(const char *host, int port, const char *bind, int lport)
+{
+    if (lport == 0 || port != lport)
+        return 0;
+    return !strcasecmp(host, bind) || (loopback(host) && (any_address(bind) || loopback(bind)));
+}
+
+/* metrics_port on an address port's listener holds too: one of them could not listen. */
+static int check_metrics_port(const struct config *c, char *err, size_t errlen)
+{
+    const char *mb = c->metrics_bind[0] ? c->metrics_bind : c->bind;
+    if (!c->metrics_port || !c->port || c->metrics_port != c->port)
+        return 0;
+    if (!any_address(c->bind) && !any_address(mb) && strcasecmp(c->bind, mb))
+        return 0; /* two addresses: two listeners */
+    char at[300], from[64], on[600];
+    if (!strcasecmp(c->bind, mb))
+        snprintf(on, sizeof on, "%s:%d", c->bind, c->port);
+    else
+        snprintf(on, sizeof on, "port %d (bind %s, metrics_bind %s)", c->port, c->bind, mb);
+    snprintf(err, errlen, "%smetrics_port %d clashes with port%s: both would listen on %s; give metrics_port a port "
+             "of its own", config_key_where(c, "metrics_port", at, sizeof at), c->metrics_port,
+             key_origin(c, "port", from, sizeof from), on);
+    return -1;
+}
+
+/* A worker address that is this gateway: its port (over TCP, or q's Unix socket for the port,
+ * which a local worker is tried on first), or its metrics port. Only what the text shows: a
+ * name that resolves to this host is not looked up. */
+static int check_worker_self(const struct config *c, const struct group_cfg *g, const struct net_target *t,
+                             const char *addr, char *err, size_t errlen)
+{
+    const char *mb = c->metrics_bind[0] ? c->metrics_bind : c->bind, *what;
+    const char *key;
+    if ((t->kind == NET_UNIX_PORT && c->unix_socket && c->port && t->port == c->port) ||
+        (t->kind == NET_TCP && reaches(t->host, t->port, c->bind, c->port)) ||
+        (t->kind == NET_TCP && c->unix_socket && c->local_workers == CFG_LOCAL_UNIX && loopback(t->host) &&
+         c->port && t->port == c->port)) {
+        key = "port";
+        what = "it would send its clients' queries to itself";
+    } else if (t->kind == NET_TCP && reaches(t->host, t->port, mb, c->metrics_port)) {
+        key = "metrics_port";
+        what = "that serves HTTP, not q";
+    } else {
+        return 0;
+    }
+    char at[300], from[64];
+    snprintf(err, errlen, "%sgroup %s: worker '%s' is this gateway's own %s%s: %s",
+             config_where(c, g, g->workers_line, at, sizeof at), g->name, addr, key,
+             key_origin(c, key, from, sizeof from), what);
+    return -1;
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
     if (c->ngroups == 0) {
@@ -441,8 +579,12 @@ int config_validate(const struct config *c, char *err, size_t errlen)
                          config_where(c, g, g->workers_line, at, sizeof at), g->name, a);
                 return -1;
             }
+            if (check_worker_self(c, g, &t, a, err, errlen))
+                return -1;
         }
     }
+    if (check_metrics_port(c, err, errlen))
+        return -1;
     if (c->client_low_water >= c->client_high_water) {
         snprintf(err, errlen, "%s%sclient_low_water must be below client_high_water", c->file, c->file[0] ? ": " : "");
         return -1;
@@ -450,6 +592,83 @@ int config_validate(const struct config *c, char *err, size_t errlen)
     if (c->reconnect_min > c->reconnect_max) {
         snprintf(err, errlen, "%s%sreconnect_min must not exceed reconnect_max", c->file, c->file[0] ? ": " : "");
         return -1;
+    }
+    return 0;
+}
+
+/* ---- the files qgate writes, for --check -------------------------------------------------------- */
+
+/* "user NAME (uid N)": who runs this, for messages about what it may write. */
+static const char *who(char *buf, size_t len)
+{
+    uid_t uid = geteuid();
+    struct passwd pw, *res = NULL;
+    char pwbuf[1024];
+    if (getpwuid_r(uid, &pw, pwbuf, sizeof pwbuf, &res) == 0 && res)
+        snprintf(buf, len, "user %s (uid %u)", res->pw_name, (unsigned)uid);
+    else
+        snprintf(buf, len, "uid %u", (unsigned)uid);
+    return buf;
+}
+
+/* The file at path as open(O_WRONLY | O_APPEND | O_CREAT) would need it (alog_open). 0, or -1
+ * with the reason ("directory /x does not exist", ...) in why. */
+static int writable_file(const char *path, char *why, size_t len)
+{
+    char user[128];
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(why, len, "is a directory");
+            return -1;
+        }
+        if (access(path, W_OK)) {
+            snprintf(why, len, "not writable by %s: %s", who(user, sizeof user), strerror(errno));
+            return -1;
+        }
+        return 0; /* a file, a FIFO, a device: opened as it is */
+    }
+    if (errno != ENOENT && errno != ENOTDIR) {
+        snprintf(why, len, "%s", strerror(errno));
+        return -1;
+    }
+    char dir[1024];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (stat(dir, &st)) {
+        if (errno == ENOENT)
+            snprintf(why, len, "directory %s does not exist", dir);
+        else
+            snprintf(why, len, "directory %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, len, "%s is not a directory", dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK)) {
+        snprintf(why, len, "directory %s is not writable by %s: %s", dir, who(user, sizeof user), strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int config_check_files(const struct config *c, char *err, size_t errlen)
+{
+    static const char *const written[] = {"access_log"}; /* [gateway] keys naming a file qgate writes */
+    for (size_t i = 0; i < sizeof written / sizeof written[0]; i++) {
+        const struct cfg_key *k = find_key(-1, written[i]);
+        const char *path = (const char *)c + k->offset;
+        char why[1200], at[300];
+        if (path[0] && writable_file(path, why, sizeof why)) {
+            snprintf(err, errlen, "%s%s %s: %s", config_key_where(c, k->name, at, sizeof at), k->name, path, why);
+            return -1;
+        }
     }
     return 0;
 }
@@ -550,19 +769,91 @@ void config_key_values(const struct cfg_key *k, char *out, size_t len)
 
 const char *config_key_reload(const struct cfg_key *k) { return k->reload == CFG_RESTART ? "needs a restart" : "applied"; }
 
+/* One key in the file's form: its help, its values and what a reload does, then key = value. */
+static void print_key(FILE *f, const struct cfg_key *k, const char *value)
+{
+    char values[256];
+    config_key_values(k, values, sizeof values);
+    fprintf(f, "# %s\n# %s; on reload: %s\n%s = %s\n", k->help, values, config_key_reload(k), k->name, value);
+}
+
 void config_print_reference(void *file)
 {
     FILE *f = file;
     const char *sec = "";
-    char values[256];
     for (int i = 0; i < cfg_nkeys; i++) {
         const struct cfg_key *k = &cfg_keys[i];
         if (strcmp(sec, k->section)) {
             sec = k->section;
             fprintf(f, "\n[%s]\n", strcmp(sec, "group") ? sec : "group NAME");
         }
-        config_key_values(k, values, sizeof values);
-        fprintf(f, "# %s\n# %s; on reload: %s\n%s = %s\n", k->help, values, config_key_reload(k), k->name, k->def);
+        print_key(f, k, k->def);
+    }
+}
+
+/* A key's value in base (struct config or struct group_cfg) as the file writes it: numbers in
+ * their unit (bytes, ms), booleans 1 or 0, an enum its name. */
+static void value_text(const struct cfg_key *k, const void *base, char *out, size_t len)
+{
+    const char *p = (const char *)base + k->offset;
+    int64_t n = 0;
+    if (k->type != CFG_STR && k->type != CFG_ADDRS) {
+        if (k->size == sizeof(int)) {
+            int v;
+            memcpy(&v, p, sizeof v);
+            n = v;
+        } else {
+            memcpy(&n, p, sizeof n);
+        }
+    }
+    switch (k->type) {
+    case CFG_INT:
+    case CFG_MS:
+    case CFG_SIZE:
+    case CFG_BOOL:
+        snprintf(out, len, "%lld", (long long)n);
+        return;
+    case CFG_ENUM: {
+        int nc = 0;
+        while (k->choices[nc])
+            nc++;
+        snprintf(out, len, "%s", n >= 0 && n < nc ? k->choices[n] : "?");
+        return;
+    }
+    case CFG_STR:
+    case CFG_ADDRS:
+        snprintf(out, len, "%.*s", (int)k->size, p);
+        return;
+    }
+    snprintf(out, len, "?");
+}
+
+void config_print_effective(const struct config *c, void *file)
+{
+    FILE *f = file;
+    char value[4096];
+    fprintf(f, "\n[gateway]\n");
+    for (int i = 0; i < cfg_nkeys; i++)
+        if (!strcmp(cfg_keys[i].section, "gateway")) {
+            value_text(&cfg_keys[i], c, value, sizeof value);
+            print_key(f, &cfg_keys[i], value);
+        }
+    for (int g = 0; g < c->ngroups; g++) {
+        fprintf(f, "\n[group %s]\n", c->groups[g].name);
+        for (int i = 0; i < cfg_nkeys; i++) {
+            const struct cfg_key *k = &cfg_keys[i];
+            if (strcmp(k->section, "group"))
+                continue;
+            if (!strcmp(k->name, "password") && c->groups[g].password[0]) { /* never shown */
+                char values[256];
+                config_key_values(k, values, sizeof values);
+                fprintf(f, "# %s\n# %s; on reload: %s\n# %s = (set, not shown)\n", k->help, values,
+                        config_key_reload(k), k->name);
+                continue;
+            }
+            value_text(k, &c->groups[g], value, sizeof value);
+            print_key(f, k, value);
+        }
     }
 }
 
@@ -649,7 +940,7 @@ int config_override(struct cfg_overrides *ov, int default_group, const char *key
     return 0;
 }
 
-int config_build(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen)
+int config_assemble(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen)
 {
     config_defaults(c);
     if (path && *path && config_load(c, path, err, errlen))
@@ -667,6 +958,14 @@ int config_build(struct config *c, const char *path, const struct cfg_overrides 
         }
         if (grp >= 0 && !strcmp(ov->o[i].key, "workers"))
             c->groups[grp].workers_line = 0; /* given on the command line */
+        const struct cfg_key *k = grp < 0 ? find_key(-1, ov->o[i].key) : NULL;
+        if (k)
+            c->key_line[k - cfg_keys] = -1;
     }
-    return config_validate(c, err, errlen);
+    return 0;
+}
+
+int config_build(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen)
+{
+    return config_assemble(c, path, ov, err, errlen) ? -1 : config_validate(c, err, errlen);
 }

@@ -7,6 +7,7 @@
 
 #define CFG_MAX_GROUPS 16
 #define CFG_NAME_MAX 64
+#define CFG_MAX_KEYS 64 /* entries of cfg_keys, both sections (config.c asserts it) */
 
 struct group_cfg {
     char name[CFG_NAME_MAX];
@@ -61,6 +62,8 @@ struct config {
     struct group_cfg groups[CFG_MAX_GROUPS];
     int ngroups;
     char file[256];       /* the file it was loaded from, for messages; empty = none */
+    int key_line[CFG_MAX_KEYS]; /* of each [gateway] key (by its index in cfg_keys) in the file, for
+                                 * messages; 0 = not in it, -1 = given on the command line */
 };
 
 enum cfg_type { CFG_INT, CFG_MS, CFG_SIZE, CFG_BOOL, CFG_STR, CFG_ENUM, CFG_ADDRS };
@@ -95,6 +98,9 @@ extern const int cfg_nkeys;
 void config_defaults(struct config *c);
 
 /* Parse INI text (len bytes, any content) over the current values; name is used in messages.
+ * A section header or a key that the text has already given in that section is refused
+ * ("name:12: [group main] again (first at line 3)", "name:9: port again (first at line 4)"):
+ * keys before any header are [gateway]'s, and so are those under a later [gateway] header.
  * 0, or -1 with "name:line: reason" in err. */
 int config_parse(struct config *c, const char *text, size_t len, const char *name, char *err, size_t errlen);
 
@@ -108,12 +114,21 @@ int config_set(struct config *c, int group, const char *key, const char *value, 
 /* Add (or find) a group by name; its index, or -1 if there are too many. */
 int config_group(struct config *c, const char *name);
 
-/* Cross-key checks (workers present and well formed, water marks, back-off bounds).
- * 0, or -1 with a reason in err. */
+/* Cross-key checks (workers present and well formed, water marks, back-off bounds, ports that
+ * clash: metrics_port on port's address, a worker that is this gateway's own port or metrics
+ * port). 0, or -1 with a reason in err. */
 int config_validate(const struct config *c, char *err, size_t errlen);
 
 /* Where a group's workers were given, for messages: "FILE:LINE: ", "FILE: " or "--workers: ". */
 const char *config_where(const struct config *c, const struct group_cfg *g, int line, char *buf, size_t len);
+/* Where the [gateway] key name was given, for messages: "FILE:LINE: ", "command line: ",
+ * "FILE: " (not in the file: its default) or "" (no file). */
+const char *config_key_where(const struct config *c, const char *name, char *buf, size_t len);
+
+/* The files qgate writes (access_log) as the user running this: an existing one is no directory
+ * and is writable; a new one's directory exists and is writable. Touches nothing. For --check
+ * (starting fails on them anyway). 0, or -1 with "FILE:LINE: access_log PATH: why" in err. */
+int config_check_files(const struct config *c, char *err, size_t errlen);
 
 /* Command-line overrides, kept so that a reload applies them again. */
 struct cfg_overrides {
@@ -129,8 +144,9 @@ struct cfg_overrides {
 int config_override(struct cfg_overrides *ov, int default_group, const char *key, const char *value);
 
 /* Defaults, then the file (if path is non-empty), then the overrides (the default group is
- * the first group, created as "default" when the file has none), then config_validate.
- * 0, or -1 with a reason in err. */
+ * the first group, created as "default" when the file has none). 0, or -1 with a reason in err. */
+int config_assemble(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen);
+/* config_assemble, then config_validate. 0, or -1 with a reason in err. */
 int config_build(struct config *c, const char *path, const struct cfg_overrides *ov, char *err, size_t errlen);
 
 /* The next item of a comma list ("a, b,c"), trimmed, into out; *p advances past it. 1, or 0
@@ -152,6 +168,9 @@ const char *config_key_reload(const struct cfg_key *k);
 /* Print every key with its default, values, reload and help, in gateway.conf.example form
  * (qgate --print-config). */
 void config_print_reference(void *file);
+/* The same form with c's values: [gateway], then a [group NAME] per group (none if c has none);
+ * a group's password, when set, as a comment that does not show it (qgate --print-config -c FILE). */
+void config_print_effective(const struct config *c, void *file);
 /* The same as a Markdown table (docs/configuration.md's, which `make docs` writes): a header, then
  * a row per key, config_markdown_row's (qgate --print-config=markdown). */
 void config_print_markdown(void *file);

@@ -27,17 +27,19 @@ static void usage(int asked)
             "  --bind ADDR      address to listen on (default 0.0.0.0, as q)\n"
             "  --workers LIST   workers of the default group (the first group)\n"
             "  --loglevel L     error, warn, info or debug\n"
-            "  --check          validate the configuration, the users file and every worker's\n"
-            "                   address (resolved), and exit\n"
+            "  --check          validate the configuration, the users file, the access log's\n"
+            "                   directory and every worker's address (resolved), and exit\n"
             "  --print-config   print every key with its default and exit (=markdown: as a table,\n"
-            "                   =man: as roff, for qgate.1)\n"
+            "                   =man: as roff, for qgate.1); with -c FILE or overrides, every key\n"
+            "                   as it would run: the defaults, then FILE, then the command line\n"
             "  --version        print the version and exit\n"
             "signals: SIGHUP reloads the worker set; SIGTERM drains and exits 0\n");
     exit(asked ? 0 : 2);
 }
 
-/* --check beyond the file's syntax: the users file loads and every worker's host resolves, as
- * starting would need. 0, or -1 with the reason on stderr. */
+/* --check beyond the file's syntax: the users file loads, the access log can be written (as the
+ * user running the check) and every worker's host resolves, as starting would need. 0, or -1
+ * with the reason on stderr. */
 static int check_deep(const struct config *cfg, int *nworkers, int *nusers)
 {
     char err[512];
@@ -50,6 +52,10 @@ static int check_deep(const struct config *cfg, int *nworkers, int *nusers)
         }
         *nusers = db->n;
         auth_free(db);
+    }
+    if (config_check_files(cfg, err, sizeof err)) {
+        fprintf(stderr, "qgate: %s\n", err); /* names the key, the file and why */
+        return -1;
     }
     for (int i = 0; i < cfg->ngroups; i++) {
         const struct group_cfg *g = &cfg->groups[i];
@@ -101,10 +107,19 @@ static int check_report(const struct config *cfg)
     return 0;
 }
 
+/* Record a command-line override; one the table cannot hold is refused, not dropped. */
+static void override(int default_group, const char *key, const char *option, const char *value)
+{
+    if (config_override(&qgate_overrides, default_group, key, value)) {
+        fprintf(stderr, "qgate: %s: value too long, or too many options\n", option);
+        exit(2);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *path = "";
-    int check = 0;
+    int check = 0, print = 0;
     log_journal_detect(); /* under systemd, lines carry their priority for the journal */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -112,19 +127,18 @@ int main(int argc, char **argv)
         if (!strcmp(a, "-c") && more)
             path = argv[++i];
         else if ((!strcmp(a, "--port") || !strcmp(a, "-p")) && more)
-            config_override(&qgate_overrides, 0, "port", argv[++i]);
+            override(0, "port", a, argv[++i]);
         else if (!strcmp(a, "--workers") && more)
-            config_override(&qgate_overrides, 1, "workers", argv[++i]);
+            override(1, "workers", a, argv[++i]);
         else if (!strcmp(a, "--bind") && more)
-            config_override(&qgate_overrides, 0, "bind", argv[++i]);
+            override(0, "bind", a, argv[++i]);
         else if (!strcmp(a, "--loglevel") && more)
-            config_override(&qgate_overrides, 0, "loglevel", argv[++i]);
+            override(0, "loglevel", a, argv[++i]);
         else if (!strcmp(a, "--check"))
             check = 1;
-        else if (!strcmp(a, "--print-config")) {
-            config_print_reference(stdout);
-            return 0;
-        } else if (!strcmp(a, "--print-config=markdown")) {
+        else if (!strcmp(a, "--print-config"))
+            print = 1; /* after the other options: -c FILE and overrides change what it prints */
+        else if (!strcmp(a, "--print-config=markdown")) {
             config_print_markdown(stdout);
             return 0;
         } else if (!strcmp(a, "--print-config=man")) {
@@ -143,6 +157,20 @@ int main(int argc, char **argv)
     char err[512];
     if (!cfg)
         return 1;
+    if (print && !path[0] && !qgate_overrides.n) { /* alone: the reference, every key's default */
+        free(cfg);
+        config_print_reference(stdout);
+        return 0;
+    }
+    if (print) { /* what would run, valid or not (--check says) */
+        int rc = config_assemble(cfg, path, &qgate_overrides, err, sizeof err);
+        if (rc)
+            fprintf(stderr, "qgate: %s\n", err);
+        else
+            config_print_effective(cfg, stdout);
+        free(cfg);
+        return rc ? 1 : 0;
+    }
     if (config_build(cfg, path, &qgate_overrides, err, sizeof err)) {
         fprintf(stderr, "qgate: %s\n", err);
         free(cfg);

@@ -354,6 +354,60 @@ static void test_errors(void **state)
     assert_string_equal(err, "/nonexistent/qg_users: No such file or directory");
 }
 
+/* A line that does not read exactly as the format says is refused, not taken some other way:
+ * a space typed where the TAB belongs made the password "pw admin=1" and the user no admin. */
+static void test_strict_lines(void **state)
+{
+    (void)state;
+    static const char tab[] = "options follow a TAB, not a space";
+    expect_err("bob:pw admin=1\n", 1, "user 'bob': a space before 'admin=' in the password: options follow a TAB");
+    expect_err("a:b\nbob:pw  max_conns=2\n", 2, "a space before 'max_conns='");
+    expect_err("bob:pw max_inflight=1,admin=1\n", 1, "a space before 'max_inflight='");
+    expect_err("bob:pw Admin=1\n", 1, "a space before 'Admin='");
+    expect_err("mon:pw monitor=1\n", 1, "a space before 'monitor='");
+    expect_err("bob:pw admin = 1\n", 1, tab);
+    expect_err("bob:pw max_conn=2\n", 1, "a space before 'max_conn='"); /* a misspelt option still reads as one */
+    expect_err("bob:pw colour=1,size=2\n", 1, "a space before 'colour='"); /* word=N to the end */
+    expect_err("bob:pw admin=1\tmax_conns=2\n", 1, tab);                  /* half of them after a space */
+    expect_err("# users\n\nbob:5ebe2294ecd0e0f08eab7690d2a6ee69 admin=1\r\n", 3, tab); /* after a hash */
+    /* an option given twice: the last one would win */
+    expect_err("a:b\tadmin=1,admin=0\n", 1, "option admin given twice");
+    expect_err("a:b\tmonitor=1,monitor=1\n", 1, "option monitor given twice");
+    expect_err("a:b\tmonitor=1,admin=1\n", 1, "admin and monitor both");
+    expect_err("a:b\tmax_conns=1,max_inflight=2,max_conns=3\n", 1, "option max_conns given twice");
+    /* a user name with a space at either end: a stray space, or a comment indented */
+    expect_err(" alice:pw\n", 1, "user name ' alice' begins with a space");
+    expect_err("alice :pw\n", 1, "user name 'alice ' ends with a space");
+    expect_err("a:b\n  # note: old password\n", 2, "begins with a space (a comment's # must be the line's first character)");
+
+    /* what reads exactly as the format still loads as before: spaces in a password that are no
+     * options, '=' without a space before it, a space then no '=' */
+    char path[64], err[512] = "";
+    struct auth_db *db = load_str("jack:x y\tadmin=0,max_conns=0\n"
+                                  "kay:my pass=word\n"
+                                  "lou:a b=1c\n"
+                                  "max:admin=1\n"
+                                  "ned:pw admin\n"
+                                  "ola:pw =1\n"
+                                  "pat:pw x=1y\n"
+                                  "quin:two  spaces\tadmin=1\n",
+                                  err, sizeof err, path);
+    if (!db)
+        fail_msg("%s", err);
+    assert_int_equal(db->n, 8);
+    assert_string_equal(find(db, "jack")->secret, "x y");
+    assert_string_equal(find(db, "kay")->secret, "my pass=word");
+    assert_string_equal(find(db, "lou")->secret, "a b=1c");
+    assert_string_equal(find(db, "max")->secret, "admin=1");
+    assert_int_equal(find(db, "max")->admin, 0);
+    assert_string_equal(find(db, "ned")->secret, "pw admin");
+    assert_string_equal(find(db, "ola")->secret, "pw =1");
+    assert_string_equal(find(db, "pat")->secret, "pw x=1y");
+    assert_string_equal(find(db, "quin")->secret, "two  spaces");
+    assert_int_equal(find(db, "quin")->admin, 1);
+    auth_free(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_strict_lines),
     };
     return cmocka_run_group_tests_name("auth", tests, NULL, NULL);
 }

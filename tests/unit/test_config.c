@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -523,14 +524,60 @@ static void test_load_full(void **state)
     assert_string_equal(c->groups[1].users, "trader1,trader2");
     assert_int_equal(config_validate(c, err, sizeof err), 0);
 
-    /* keys before any section header are [gateway] keys; a group named twice is one group */
-    static const char twice[] = "port = 1\n[group a]\nworkers = x:1\n[gateway]\nport = 2\n[group a]\nuser = u\n";
-    assert_int_equal(load_text(c, twice, err, sizeof err, path, sizeof path), 0);
+    /* keys before any section header are [gateway] keys, as are those of a [gateway] after them */
+    static const char top[] = "port = 1\n[group a]\nworkers = x:1\n[gateway]\nbind = 127.0.0.1\n[group b]\nuser = u\n";
+    assert_int_equal(load_text(c, top, err, sizeof err, path, sizeof path), 0);
     unlink(path);
-    assert_int_equal(c->port, 2);
-    assert_int_equal(c->ngroups, 1);
+    assert_int_equal(c->port, 1);
+    assert_string_equal(c->bind, "127.0.0.1");
+    assert_int_equal(c->ngroups, 2);
     assert_string_equal(c->groups[0].workers, "x:1");
-    assert_string_equal(c->groups[0].user, "u");
+    assert_string_equal(c->groups[1].user, "u");
+    /* the loader notes where each [gateway] key was, for messages */
+    assert_int_equal(c->key_line[key_named("gateway", "port") - cfg_keys], 1);
+    assert_int_equal(c->key_line[key_named("gateway", "bind") - cfg_keys], 5);
+    assert_int_equal(c->key_line[key_named("gateway", "max_queue") - cfg_keys], 0);
+    free(c);
+}
+
+/* A section or a key given twice is refused, naming both lines: the second [group main] used to
+ * replace the first one's keys, and a second key to win silently. */
+static void test_load_duplicates(void **state)
+{
+    (void)state;
+    expect_load_err("[gateway]\nport = 1\n[group main]\nworkers = a:1\n[gateway]\n", 5,
+                    "[gateway] again (first at line 1)");
+    expect_load_err("# two groups of one name\n\n[group main]\nworkers = a:1\n[group other]\nworkers = b:1\n"
+                    "[group main]\nworkers = c:1\n", 7, "[group main] again (first at line 3)");
+    expect_load_err("[group main]\nworkers = a:1\n[ group  main ]\n", 3, "[group main] again (first at line 1)");
+    expect_load_err("[gateway]\n\n\nport = 9000\nbind = 127.0.0.1\n\n\n\nport = 9001\n", 9,
+                    "port again (first at line 4)");
+    expect_load_err("port = 9000\n[gateway]\nport = 9001\n", 3, "port again (first at line 1)");
+    expect_load_err("[group main]\nworkers = a:1\nuser = u\nworkers = b:1\n", 4, "workers again (first at line 2)");
+    expect_load_err("[gateway]\nloglevel=info\n  loglevel   =   debug\n", 3, "loglevel again (first at line 2)");
+    /* a value the first line refuses is reported as such; one refused the second time too */
+    expect_load_err("[gateway]\nport = x\nport = 1\n", 2, "port: 'x' is not a number");
+    expect_load_err("[gateway]\nport = 1\nport = x\n", 3, "port again (first at line 2)");
+
+    /* one key in several sections, each once, is fine; so are comments that repeat one */
+    struct config *c = malloc(sizeof *c);
+    char err[1024], path[64];
+    assert_non_null(c);
+    static const char ok[] = "[gateway]\nport = 9000\n# port = 1\n; port = 2\n[group a]\nworkers = a:1\nuser = u\n"
+                             "[group b]\nworkers = b:1\nuser = u\n";
+    if (load_text(c, ok, err, sizeof err, path, sizeof path))
+        fail_msg("%s", err);
+    unlink(path);
+    assert_int_equal(c->port, 9000);
+    assert_int_equal(c->ngroups, 2);
+    /* each load is a file of its own: loading it again over the result is no duplicate */
+    write_temp(path, sizeof path, ok);
+    if (config_load(c, path, err, sizeof err))
+        fail_msg("a second load: %s", err);
+    unlink(path);
+    assert_int_equal(c->ngroups, 2);
+    /* config_build refuses it too: startup, --check and a reload read files with it */
+    expect_build_err("[group main]\nworkers = a:1\n[group main]\nworkers = b:1\n", 3, "[group main] again (first at line 1)");
     free(c);
 }
 
@@ -816,6 +863,246 @@ static void test_validate(void **state)
     expect_invalid(c, "reconnect_min must not exceed reconnect_max");
     c->reconnect_min = c->reconnect_max; /* equal is fine: a constant back-off */
     assert_int_equal(config_validate(c, err, sizeof err), 0);
+    free(c);
+}
+
+/* Ports that clash: metrics_port where port listens, a worker that is this gateway. */
+static void test_validate_ports(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char err[512] = "";
+
+    good_config(c); /* metrics_port = port, both on every interface */
+    c->metrics_port = c->port;
+    expect_invalid(c, "metrics_port 8811 clashes with port: both would listen on 0.0.0.0:8811; give metrics_port a port of its own");
+    strcpy(c->metrics_bind, "127.0.0.1"); /* 0.0.0.0 holds 127.0.0.1's port too */
+    expect_invalid(c, "both would listen on port 8811 (bind 0.0.0.0, metrics_bind 127.0.0.1)");
+    strcpy(c->bind, "127.0.0.1"); /* the same address */
+    expect_invalid(c, "both would listen on 127.0.0.1:8811;");
+    strcpy(c->metrics_bind, ""); /* as bind */
+    expect_invalid(c, "metrics_port 8811 clashes with port:");
+    strcpy(c->metrics_bind, "0.0.0.0");
+    expect_invalid(c, "metrics_port 8811 clashes with port:");
+    strcpy(c->metrics_bind, "10.0.0.1"); /* two addresses: two listeners */
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+    c->metrics_port = 8812; /* two ports */
+    strcpy(c->metrics_bind, "");
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+    c->metrics_port = 0; /* off */
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+    c->port = 0; /* a free port, whatever it is */
+    assert_int_equal(config_validate(c, err, sizeof err), 0);
+
+    /* from a file: the line of metrics_port, and where port came from */
+    expect_build_err("[gateway]\nport = 9811\nbind = 127.0.0.1\nmetrics_port = 9811\n[group g]\nworkers = w:1\n", 4,
+                     "metrics_port 9811 clashes with port (line 2): both would listen on 127.0.0.1:9811");
+    expect_build_err("[gateway]\nmetrics_port = 8811\n[group g]\nworkers = w:1\n", 2, "metrics_port 8811 clashes with port:");
+    struct cfg_overrides *ov = calloc(1, sizeof *ov);
+    assert_non_null(ov);
+    char path[64];
+    write_temp(path, sizeof path, "[gateway]\nmetrics_port = 9000\n[group g]\nworkers = w:1\n");
+    assert_int_equal(config_override(ov, 0, "port", "9000"), 0);
+    assert_int_equal(config_build(c, path, ov, err, sizeof err), -1);
+    assert_file_err(err, path, 2, "metrics_port 9000 clashes with port (command line): both would listen on 0.0.0.0:9000");
+    unlink(path);
+    free(ov);
+
+    /* a worker that is this gateway: its port over TCP or q's Unix socket, its metrics port */
+    static const struct {
+        const char *gateway, *workers, *why; /* why NULL: valid */
+    } cases[] = {
+        {"", "localhost:8811", "group main: worker 'localhost:8811' is this gateway's own port: it would send its clients' queries to itself"},
+        {"", "w:1, 127.0.0.1:8811", "worker '127.0.0.1:8811' is this gateway's own port"},
+        {"", "[::1]:8811", "worker '[::1]:8811' is this gateway's own port"},
+        {"", ":8811", "worker ':8811' is this gateway's own port"},
+        {"", "unix://8811", "worker 'unix://8811' is this gateway's own port"},
+        {"unix_socket = 0\n", "unix://8811", NULL},          /* no such socket of ours */
+        {"", "localhost:8812", NULL},
+        {"", "otherhost:8811", NULL},                       /* another host's 8811 */
+        {"bind = 10.0.0.5\n", "10.0.0.5:8811", "worker '10.0.0.5:8811' is this gateway's own port"},
+        /* loopback while listening on one address only: q's Unix socket for the port is ours */
+        {"bind = 10.0.0.5\n", "localhost:8811", "is this gateway's own port"},
+        {"bind = 10.0.0.5\nunix_socket = 0\n", "localhost:8811", NULL},
+        {"bind = 10.0.0.5\nlocal_workers = tcp\n", "localhost:8811", NULL},
+        {"port = 0\n", "localhost:8811", NULL},
+        {"port = 9000\n", "localhost:8811", NULL},
+        {"port = 9000\n", "localhost:9000", "worker 'localhost:9000' is this gateway's own port (line 2)"},
+        {"metrics_port = 9811\n", "127.0.0.1:9811", "worker '127.0.0.1:9811' is this gateway's own metrics_port (line 2): that serves HTTP, not q"},
+        {"metrics_port = 9811\nmetrics_bind = 10.0.0.5\n", "127.0.0.1:9811", NULL},
+        {"metrics_port = 9811\nmetrics_bind = 10.0.0.5\n", "10.0.0.5:9811", "own metrics_port"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "[gateway]\n%s[group main]\nworkers = %s\n", cases[i].gateway, cases[i].workers);
+        int wline = 3;
+        for (const char *p = cases[i].gateway; *p; p++)
+            wline += *p == '\n';
+        if (cases[i].why) {
+            expect_build_err(text, wline, cases[i].why);
+            continue;
+        }
+        write_temp(path, sizeof path, text);
+        if (config_build(c, path, NULL, err, sizeof err))
+            fail_msg("<<%s>> refused: %s", text, err);
+        unlink(path);
+    }
+    free(c);
+}
+
+/* --check: the access log's file as the user running it would open it. */
+static void test_check_files(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char err[2048], path[64], dir[64], text[1024];
+    config_defaults(c);
+    assert_int_equal(config_check_files(c, err, sizeof err), 0); /* off */
+
+    snprintf(dir, sizeof dir, "/tmp/qgate-test-files-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    /* text loads; config_check_files refuses it at line, saying why */
+#define EXPECT_FILES(line, why)                                                                      \
+    do {                                                                                            \
+        write_temp(path, sizeof path, text);                                                        \
+        config_defaults(c);                                                                          \
+        if (config_load(c, path, err, sizeof err))                                                  \
+            fail_msg("%s", err);                                                                    \
+        assert_int_equal(config_check_files(c, err, sizeof err), -1);                               \
+        assert_file_err(err, path, line, why);                                                      \
+        unlink(path);                                                                                \
+    } while (0)
+    char why[1024];
+    snprintf(text, sizeof text, "[gateway]\nport = 1\naccess_log = %s/nope/x.log\n", dir);
+    snprintf(why, sizeof why, "access_log %s/nope/x.log: directory %s/nope does not exist", dir, dir);
+    EXPECT_FILES(3, why);
+    snprintf(text, sizeof text, "access_log = %s\n", dir); /* a directory, not a file */
+    snprintf(why, sizeof why, "access_log %s: is a directory", dir);
+    EXPECT_FILES(1, why);
+    char file[128];
+    snprintf(file, sizeof file, "%s/plain", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(text, sizeof text, "access_log = %s/x.log\n", file); /* its directory is a file */
+    snprintf(why, sizeof why, "access_log %s/x.log: %s is not a directory", file, file);
+    EXPECT_FILES(1, why);
+    if (geteuid() != 0) { /* root writes anywhere: the check of what it may not write is for others */
+        char ro[128];
+        snprintf(ro, sizeof ro, "%s/ro", dir);
+        assert_int_equal(mkdir(ro, 0555), 0);
+        snprintf(text, sizeof text, "access_log = %s/x.log\n", ro);
+        snprintf(why, sizeof why, "access_log %s/x.log: directory %s is not writable by ", ro, ro);
+        EXPECT_FILES(1, why);
+        assert_int_equal(chmod(file, 0444), 0);
+        snprintf(text, sizeof text, "access_log = %s\n", file);
+        snprintf(why, sizeof why, "access_log %s: not writable by ", file);
+        EXPECT_FILES(1, why);
+        rmdir(ro);
+    } else {
+        print_message("test_check_files: running as root: the unwritable cases are not tried\n");
+    }
+#undef EXPECT_FILES
+    /* a new file in a directory that is there, an existing file: fine, and nothing is made */
+    config_defaults(c);
+    snprintf(c->access_log, sizeof c->access_log, "%s/new.log", dir);
+    if (config_check_files(c, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(access(c->access_log, F_OK), -1);
+    chmod(file, 0644);
+    snprintf(c->access_log, sizeof c->access_log, "%s", file);
+    if (config_check_files(c, err, sizeof err))
+        fail_msg("%s", err);
+    /* a relative name is in the working directory; given on the command line it says so */
+    snprintf(c->access_log, sizeof c->access_log, "qgate-test-no-such-dir-here/x.log");
+    c->key_line[key_named("gateway", "access_log") - cfg_keys] = -1;
+    assert_int_equal(config_check_files(c, err, sizeof err), -1);
+    assert_string_equal(err, "command line: access_log qgate-test-no-such-dir-here/x.log: directory "
+                             "qgate-test-no-such-dir-here does not exist");
+    unlink(file);
+    rmdir(dir);
+    free(c);
+}
+
+/* --print-config -c FILE: every key as it would run, in --print-config's form. */
+static void test_print_effective(void **state)
+{
+    (void)state;
+    struct config *c = malloc(sizeof *c), *back = malloc(sizeof *back);
+    struct cfg_overrides *ov = calloc(1, sizeof *ov);
+    assert_non_null(c);
+    assert_non_null(back);
+    assert_non_null(ov);
+    char err[1024], path[64];
+    /* the defaults and one group of defaults print as the reference does, byte for byte */
+    config_defaults(c);
+    assert_int_equal(config_group(c, "NAME"), 0);
+    char *ref = printed(config_print_reference), *eff = NULL;
+    size_t efflen = 0;
+    FILE *f = open_memstream(&eff, &efflen);
+    assert_non_null(f);
+    config_print_effective(c, f);
+    fclose(f);
+    assert_string_equal(eff, ref);
+    free(eff);
+    free(ref);
+
+    /* defaults, then the file, then the command line */
+    write_temp(path, sizeof path,
+               "[gateway]\nport = 9000\nmax_message = 16m\nqueue_timeout = 2s\ncompress = no\nloglevel = warn\n"
+               "[group main]\nworkers = a:1, b:2\nuser = svc\npassword = Hunter2pw\npool = session\n"
+               "[group rdb]\nworkers = r:1\nasync = broadcast\n");
+    assert_int_equal(config_override(ov, 0, "port", "7000"), 0);
+    assert_int_equal(config_override(ov, 0, "loglevel", "debug"), 0);
+    if (config_assemble(c, path, ov, err, sizeof err))
+        fail_msg("%s", err);
+    f = open_memstream(&eff, &efflen);
+    assert_non_null(f);
+    config_print_effective(c, f);
+    fclose(f);
+    static const char *const want[] = {
+        "\n[gateway]\n# ", "\nport = 7000\n", "\nmax_message = 16777216\n", "\nqueue_timeout = 2000\n",
+        "\ncompress = 0\n", "\nloglevel = debug\n", "\nmax_queue = 1000\n", "\nbind = 0.0.0.0\n", "\nusers_file = \n",
+        "\n[group main]\n# ", "\nworkers = a:1, b:2\n", "\nuser = svc\n", "\n# password = (set, not shown)\n",
+        "\npool = session\n", "\n[group rdb]\n# ", "\nworkers = r:1\n", "\nasync = broadcast\n", "\npassword = \n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(eff, want[i]))
+            fail_msg("--print-config -c lacks <<%s>>:\n%s", want[i], eff);
+    assert_null(strstr(eff, "Hunter2pw"));
+    assert_null(strstr(eff, "[group NAME]"));
+    assert_true(strstr(eff, "[group main]") < strstr(eff, "[group rdb]"));
+    /* it loads back as the same configuration, but for the password it does not show */
+    char path2[64];
+    write_temp(path2, sizeof path2, eff);
+    config_defaults(back);
+    if (config_load(back, path2, err, sizeof err))
+        fail_msg("the printed configuration does not load: %s", err);
+    unlink(path2);
+    assert_int_equal(back->ngroups, c->ngroups);
+    for (int i = 0; i < cfg_nkeys; i++) {
+        const struct cfg_key *k = &cfg_keys[i];
+        for (int g = 0; g < (strcmp(k->section, "group") ? 1 : c->ngroups); g++) {
+            const char *cb = strcmp(k->section, "group") ? (const char *)c : (const char *)&c->groups[g];
+            const char *bb = strcmp(k->section, "group") ? (const char *)back : (const char *)&back->groups[g];
+            int same = k->type == CFG_STR ? !strcmp(cb + k->offset, bb + k->offset)
+                                          : !memcmp(cb + k->offset, bb + k->offset, k->size);
+            if (!same && strcmp(k->name, "password"))
+                fail_msg("%s does not load back as it ran", k->name);
+        }
+    }
+    assert_string_equal(back->groups[0].password, "");
+    /* config_assemble does not validate (config_build does): a file without workers prints */
+    write_temp(path2, sizeof path2, "[group g]\nuser = u\n");
+    assert_int_equal(config_assemble(c, path2, NULL, err, sizeof err), 0);
+    assert_int_equal(config_build(c, path2, NULL, err, sizeof err), -1);
+    unlink(path2);
+    unlink(path);
+    free(eff);
+    free(ov);
+    free(back);
     free(c);
 }
 
@@ -1105,7 +1392,11 @@ int main(void)
         cmocka_unit_test(test_load_full),
         cmocka_unit_test(test_load_booleans_and_enums),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_load_duplicates),
         cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_validate_ports),
+        cmocka_unit_test(test_check_files),
+        cmocka_unit_test(test_print_effective),
         cmocka_unit_test(test_override_build),
         cmocka_unit_test(test_print_reference),
         cmocka_unit_test(test_load_size_overflow),

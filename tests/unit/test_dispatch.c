@@ -273,6 +273,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    dispatch_free(&g);
     free(g.groups);
     g.groups = NULL;
     return 0;
@@ -569,7 +570,8 @@ static void test_fail_group(void **state)
 static void test_route_and_admits(void **state)
 {
     (void)state;
-    g.ngroups = 0; /* without "main" */
+    dispatch_free(&g); /* without "main" */
+    g.ngroups = 0;
     struct group *a = group("a", "alice, bob", 1, 0), *b = group("b", "", 1, 0), *c = group("c", "carol,alice", 1, 0),
                  *d = group("d", "", 1, 0);
     assert_ptr_equal(dispatch_route_loop(&g, "alice"), a);
@@ -594,6 +596,7 @@ static void test_route_and_admits(void **state)
     assert_false(dispatch_admits_loop(&g, d, "carol"));
 
     /* every group has a list: the unlisted go to the first group, which does not admit them */
+    dispatch_free(&g);
     g.ngroups = 0;
     struct group *x = group("x", "u1", 1, 0), *y = group("y", "u2", 1, 0);
     assert_ptr_equal(dispatch_route_loop(&g, "u2"), y);
