@@ -36,7 +36,7 @@ static struct qslot *slot(const struct qslot *t, uint64_t key)
 /* s's printable bytes (n of them, or up to a NUL if n is 0) appended to out. */
 static size_t put(char *out, size_t at, const uint8_t *s, size_t n, size_t avail)
 {
-    for (size_t i = 0; (n ? i < n : s[i] != 0) && at + 1 < QUERY_TEXT && i < avail; i++)
+    for (size_t i = 0; i < avail && (n ? i < n : s[i] != 0) && at + 1 < QUERY_TEXT; i++)
         out[at++] = s[i] >= 32 && s[i] < 127 ? (char)s[i] : '?';
     out[at] = 0;
     return at;

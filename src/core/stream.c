@@ -433,7 +433,7 @@ static int frame_span(struct gw *g, struct conn *c, const uint8_t *p, size_t n, 
     struct rdstate *rd = &c->rd;
     size_t off = 0;
     int st = SS_OK;
-    while (off < n && st == SS_OK) {
+    while (off < n && st == SS_OK && !c->closing && c->fd >= 0) { /* (a kind may close c itself) */
         if (rd->phase == RD_BODY) {
             size_t k = (size_t)QG_MIN((uint64_t)(n - off), rd->left);
             st = body(g, c, p + off, k);
@@ -519,7 +519,7 @@ static int frame_buffered(struct gw *g, struct conn *c, int *frames)
                 break;
             }
             if ((st = header(g, c, inbuf_data(in), &h)) != SS_OK)
-                return st;
+                break;
             if (rd->route != SR_WHOLE) {
                 uint8_t hdr[KIPC_HDR_LEN];
                 memcpy(hdr, inbuf_data(in), KIPC_HDR_LEN);
@@ -540,6 +540,8 @@ static int frame_buffered(struct gw *g, struct conn *c, int *frames)
             return stream_close(c, "out of memory");
         st = whole(g, c, &h, msg, frames);
     }
+    if (st == SS_STOP && !c->closing)
+        inbuf_free(in); /* the rest is dropped, as frame_span drops it: the kind reads nothing more */
     if (st == SS_OK && !c->closing && rd->phase != RD_WHOLE)
         inbuf_release_idle(in);
     return st;
@@ -715,7 +717,9 @@ void stream_read_loop(struct gw *g, struct conn *c)
 {
     size_t budget = (size_t)g->cfg.read_budget;
     int frames = 0;
-    while (budget && c->fd >= 0 && !c->closing && !c->paused) {
+    /* On the backlog, a connection reads nothing until what it holds is framed: its input
+     * stays within what one read budget brought (the kernel's buffer holds the rest). */
+    while (budget && c->fd >= 0 && !c->closing && !c->paused && !c->in_backlog) {
         ssize_t n = c->framed ? splice_body(g, c, budget) : 0;
         if (n < 0)
             return;
@@ -723,7 +727,7 @@ void stream_read_loop(struct gw *g, struct conn *c)
             budget -= QG_MIN((size_t)n, budget);
             continue;
         }
-        if (c->paused || !read_once(g, c, &budget, &frames))
+        if (c->paused || c->in_backlog || !read_once(g, c, &budget, &frames))
             break;
     }
     if (budget == 0)

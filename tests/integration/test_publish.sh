@@ -20,7 +20,7 @@ conf() { # conf FILE POOL [KEY=VALUE...]: one group over W
       for kv in "$@"; do echo "${kv%%=*} = ${kv#*=}"; done
       printf '[group main]\nworkers = 127.0.0.1:%s\npool = %s\n' "$W_PORT" "$pool"; } > "$f"
 }
-dropped_is() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | grep -qE "\\| ,$1 \\| ,0N \\| ,\`tcp\$"; }
+dropped_is() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | grep -qE "\\| ,$1 \\| ,0N \\| ,\`tcp \\| ,0N \\| ,0N\$"; }
 hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 

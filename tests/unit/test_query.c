@@ -200,6 +200,21 @@ static void test_totals(void **state)
     static const uint8_t lng[] = {1, 1, 0, 0, 17, 0, 0, 0, 0xf9, 1, 0, 0, 0, 0, 0, 0, 0};
     query_begin_loop(grp->queries, 15, lng, sizeof lng);
     assert_string_equal(grp->queries[15].text, "(type -7, 17 bytes)");
+    /* a symbol that runs to the message's end without its NUL (validation refuses it later, but
+     * the text is made first): read no byte past the message (ASan) */
+    static const uint8_t cut[] = {1, 1, 0, 0, 12, 0, 0, 0, 0xf5, 'a', 'b', 'c'};
+    static const uint8_t cutcall[] = {1, 1, 0, 0, 17, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0xf5, 'f', 'g'};
+    uint8_t *m = malloc(sizeof cut), *mc = malloc(sizeof cutcall);
+    assert_non_null(m);
+    assert_non_null(mc);
+    memcpy(m, cut, sizeof cut);
+    memcpy(mc, cutcall, sizeof cutcall);
+    query_begin_loop(grp->queries, 16, m, sizeof cut);
+    assert_string_equal(grp->queries[16].text, "abc");
+    query_begin_loop(grp->queries, 17, mc, sizeof cutcall);
+    assert_string_equal(grp->queries[17].text, "(`fg;..)");
+    free(m);
+    free(mc);
     group_free(grp);
 }
 
