@@ -103,7 +103,7 @@ void access_req_loop(struct gw *g, const struct client *c, const struct req *r, 
     int sync = r->type == KIPC_SYNC;
     int outcome = !answered ? ALOG_CLOSED : sync && c->eof && r->outcome == ALOG_OK ? ALOG_GONE : r->outcome;
     uint64_t reply = r->reply_len ? r->reply_len : r->reply ? r->reply->len : 0;
-    int64_t now = g->loop.now_us, ran = r->t_run_us;
+    int64_t now = loop_stamp_us_loop(g), ran = r->t_run_us;
     g->ended[outcome]++;
     g->req_bytes += r->in_len;
     g->reply_bytes += reply;

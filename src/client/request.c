@@ -477,7 +477,7 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
                       .unchecked = a.unchecked, .route = a.route, .form = a.form, .grp = c->grp,
                       .cmd = a.cmd, .cmd_known = !h->compressed,
-                      .t_arrive = g->loop.now_ms, .t_in_us = g->loop.now_us, .in_len = (size_t)h->len};
+                      .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len};
     c->pending += req_cost(r);
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
@@ -533,7 +533,7 @@ static void close_with_error(struct gw *g, struct client *c, const char *text, s
     r->grp = c->grp;
     r->close_after = 1;
     r->t_arrive = g->loop.now_ms;
-    r->t_in_us = g->loop.now_us;
+    r->t_in_us = loop_stamp_us_loop(g);
     r->in_len = len;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     request_error_loop(g, c, r, "%s", text);

@@ -261,6 +261,11 @@ static void service_backends(struct gw *g)
  * (measured with bench/run mix: 200 fast and 200 .qgate.ping[] connections). */
 static int events_per_service(const struct gw *g) { return QG_MAX(4, QG_MIN(64, 2 * lpc(g)->nbackends)); }
 
+int64_t loop_stamp_us_loop(const struct gw *g)
+{
+    return lpc(g)->clock ? lpc(g)->clock(lpc(g)->clock_ctx) : loop_now_us();
+}
+
 void loop_clock_loop(struct gw *g)
 {
     lp(g)->now_us = lp(g)->clock ? lp(g)->clock(lp(g)->clock_ctx) : loop_now_us();

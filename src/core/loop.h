@@ -98,6 +98,10 @@ void loop_free(struct gw *g);
 int64_t loop_now_us(void);
 /* Read the clock into now_us and now_ms. */
 void loop_clock_loop(struct gw *g);
+/* The clock now, as the moment of an event within the iteration: a request's arrival, its
+ * sending, its reply's end (now_us is the iteration's start, the same for every event of it, so
+ * two replies read in one iteration would be timed alike). */
+int64_t loop_stamp_us_loop(const struct gw *g);
 /* How long the next iteration may wait in epoll: 0 if work is pending, else until the next
  * timer (at most 60 s), -1 for no limit. */
 int loop_wait_ms_loop(struct gw *g);

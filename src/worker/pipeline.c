@@ -57,7 +57,7 @@ static int may_wait_for(const struct gw *g, const struct group *grp, struct work
         if (x->run.kind != RUN_REQUEST || x->run.phase == WB_CALLED)
             return 0;
         busy++;
-        int64_t ran = g->loop.now_us - run_began_us(x), l = query_learned_us(grp->queries, x->run.key);
+        int64_t ran = loop_stamp_us_loop(g) - run_began_us(x), l = query_learned_us(grp->queries, x->run.key);
         if (budget && (l < 0 || ran >= budget))
             return 0;
         e += ran > l ? ran : l;

@@ -57,7 +57,7 @@ void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, str
 {
     request_set_state_loop(g, c, x, RS_RUNNING);
     c->pending -= req_cost(x);
-    x->t_run_us = g->loop.now_us;
+    x->t_run_us = loop_stamp_us_loop(g);
     x->wname = w->iname;
     if (g->hooks.dispatched)
         g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, x->seq);
@@ -193,7 +193,7 @@ void run_begin_loop(struct gw *g, struct worker *w, struct client *c)
                   (unsigned long long)r->seq, c->c.name);
     }
     w->run.swallow = swallow;
-    w->run.started_us = g->loop.now_us;
+    w->run.started_us = loop_stamp_us_loop(g);
     run_arm_timer_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
 }
@@ -246,10 +246,10 @@ static void note_reply(struct worker *w, struct client *c, int64_t began_us)
 static void run_end(struct gw *g, struct worker *w)
 {
     struct client *c = w->run.cl;
-    int64_t began = run_began_us(w), ran = g->loop.now_us - began; /* not its wait behind another connection's */
+    int64_t end = loop_stamp_us_loop(g), began = run_began_us(w), ran = end - began; /* not its wait behind another connection's */
     struct worker *lead = w->slot ? (struct worker *)lead_of(w) : w;
     if (lead)
-        lead->last_end_us = g->loop.now_us;
+        lead->last_end_us = end;
     if (w->run.kind == RUN_REQUEST) {
         hist_add(&w->lat, (uint64_t)ran);
         if (w->run.key) /* pipelining: how long its query runs, learned */

@@ -41,7 +41,7 @@ static int start_reset(struct gw *g, struct worker *w)
     w->run.kind = RUN_BROADCASTS; /* no client's: nothing it sends reaches anyone */
     w->run.cl = NULL;
     w->run.swallow = 1;
-    w->run.started_us = g->loop.now_us;
+    w->run.started_us = loop_stamp_us_loop(g);
     run_arm_timer_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
     log_debug(w->c.name, "session ended: running the reset query");

@@ -293,6 +293,63 @@ static void test_n_plus_one(void **state)
     close(p1), close(p2), close(pa), close(pb), close(pc);
 }
 
+/* A clock that moves on at every read: events of one loop iteration happen at moments of their
+ * own, as they do on a real machine. */
+static int64_t tick_us;
+static int64_t ticking_clock(void *ctx)
+{
+    (void)ctx;
+    return tick_us += 10;
+}
+
+/* Two replies read in one iteration are each timed by their own moments (a request's arrival,
+ * its sending, its reply's end), not by the iteration's clock: a run read in the same pass as
+ * another's is not timed 0 (issue 23: a pipelined worker's p50 showed 0 us). */
+static void test_runs_timed_in_one_iteration(void **state)
+{
+    (void)state;
+    int p1, p2, pa, pb;
+    struct worker *w1 = fake_worker("w1", &p1), *w2 = fake_worker("w2", &p2);
+    struct client *a = fake_client(&pa), *b = fake_client(&pb);
+    struct group *grp = &g.groups[0];
+    struct hist run0 = grp->run, total0 = grp->total;
+    g.loop.clock = ticking_clock; /* step() never reads the iteration's clock: now_us stands still */
+    send_text(pa, KIPC_SYNC, "one");
+    send_text(pb, KIPC_SYNC, "two");
+    event(&a->c, EPOLLIN);
+    event(&b->c, EPOLLIN);
+    step();
+    assert_int_equal(w1->st, WS_BUSY);
+    assert_int_equal(w2->st, WS_BUSY);
+    char got[300];
+    for (int i = 0; i < 2; i++) { /* both workers answer before the gateway reads either */
+        int peer = i ? p2 : p1;
+        assert_int_equal(recv_text(peer, got, sizeof got), KIPC_SYNC);
+        send_text(peer, KIPC_RESPONSE, got);
+    }
+    event(&w1->c, EPOLLIN);
+    event(&w2->c, EPOLLIN);
+    step();
+    assert_int_equal(recv_text(pa, got, sizeof got), KIPC_RESPONSE);
+    assert_int_equal(recv_text(pb, got, sizeof got), KIPC_RESPONSE);
+    g.loop.clock = NULL;
+    for (int i = 0; i < 2; i++) {
+        struct worker *w = i ? w2 : w1;
+        assert_int_equal(w->lat.n, 1);
+        assert_int_equal(w->lat.b[0], 0); /* its run took some time */
+    }
+    assert_int_equal(grp->run.n - run0.n, 2);
+    assert_int_equal(grp->run.b[0] - run0.b[0], 0);
+    assert_int_equal(grp->total.n - total0.n, 2);
+    assert_int_equal(grp->total.b[0] - total0.b[0], 0);
+    conn_close_loop(&g, &a->c, "test");
+    conn_close_loop(&g, &b->c, "test");
+    worker_remove_loop(&g, w1);
+    worker_remove_loop(&g, w2);
+    step();
+    close(p1), close(p2), close(pa), close(pb);
+}
+
 static void test_async_chaser_and_commands(void **state)
 {
     (void)state;
@@ -747,6 +804,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fairness_round_robin),
         cmocka_unit_test(test_n_plus_one),
+        cmocka_unit_test(test_runs_timed_in_one_iteration),
         cmocka_unit_test(test_async_chaser_and_commands),
         cmocka_unit_test(test_broadcast_fair),
         cmocka_unit_test(test_command_out_of_memory),
