@@ -1,9 +1,11 @@
 #!/bin/sh
 # pkg/mkdeb.sh ROOT OUTDIR: the Debian package of qgate from ROOT, a tree that
 # `make install DESTDIR=ROOT PREFIX=/usr` filled (make deb does both). Adds what a .deb has
-# beyond an installed tree (a stripped binary, the man page and README gzipped, DEBIAN/ with control,
-# conffiles, md5sums and the maintainer scripts of pkg/debian/) and builds
-# OUTDIR/qgate_VERSION_ARCH.deb with dpkg-deb, every file owned by root. Prints its path.
+# beyond an installed tree (a stripped binary, the man page and README gzipped, the copyright
+# file and changelog of pkg/debian/ in the doc folder, DEBIAN/ with control, conffiles, md5sums
+# and the maintainer scripts of pkg/debian/) and builds OUTDIR/qgate_VERSION_ARCH.deb with
+# dpkg-deb, every file owned by root. Prints its path. lintian has nothing to say about it
+# (docs/deployment.md).
 set -eu
 root=${1:?usage: mkdeb.sh ROOT OUTDIR}
 out=${2:?usage: mkdeb.sh ROOT OUTDIR}
@@ -18,6 +20,25 @@ bin="$root/usr/bin/qgate"
 
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$bin"
 gzip -9nf "$root/usr/share/man/man1/qgate.1" "$root/usr/share/doc/qgate/README.md"
+
+# the doc folder: copyright (machine-readable), and the changelog as a native package has it
+# (changelog.gz). pkg/debian/changelog's first entry should be this version; when it is not (the
+# version was raised without one), an entry saying so is put first and make deb warns.
+doc="$root/usr/share/doc/qgate"
+install -m 0644 "$here/debian/copyright" "$doc/copyright"
+top=$(sed -n '1s/^qgate (\([^)]*\)).*/\1/p' "$here/debian/changelog")
+if [ "$top" = "$version" ]; then
+    cp "$here/debian/changelog" "$doc/changelog"
+else
+    echo "mkdeb.sh: warning: pkg/debian/changelog has no entry for $version (its first is ${top:-none}): add one" >&2
+    maint=$(sed -n 's/^Maintainer: //p' "$here/debian/control.in")
+    when=$(git -C "$here/.." log -1 --format=%cD 2>/dev/null || date -R)
+    { printf 'qgate (%s) unstable; urgency=medium\n\n' "$version"
+      printf '  * qgate %s (src/base/version.h); pkg/debian/changelog has no entry for it.\n\n' "$version"
+      printf ' -- %s  %s\n\n' "$maint" "$when"
+      cat "$here/debian/changelog"; } > "$doc/changelog"
+fi
+gzip -9nf "$doc/changelog"
 
 # the libraries it needs, as dpkg-shlibdeps names them (from the symbol versions without it)
 if command -v dpkg-shlibdeps >/dev/null 2>&1; then
