@@ -17,6 +17,8 @@ command -v socat > /dev/null 2>&1 || PKGS+=(socat)         # ... and HAProxy's s
 command -v groff > /dev/null 2>&1 || PKGS+=(groff-base)    # test_pkg.sh: the man page renders
 command -v systemd-analyze > /dev/null 2>&1 || PKGS+=(systemd) # test_pkg.sh: the unit verified
 command -v logrotate > /dev/null 2>&1 || PKGS+=(logrotate)  # ... and its logrotate file run
+command -v lintian > /dev/null 2>&1 || PKGS+=(lintian)      # ... the .deb lintian-clean
+command -v systemd-nspawn > /dev/null 2>&1 || PKGS+=(systemd-container) # ... and run under systemd
 if [ ${#PKGS[@]} -gt 0 ]; then
     echo "deps: installing ${PKGS[*]}"
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -10,8 +10,8 @@
 # systemd (systemd-nspawn; our machines do not run systemd): installed (postinst starts the
 # service), its sandbox in force, q's Unix socket both ways, the metrics port, logrotate's
 # postrotate, systemctl reload and stop, a port below 1024 with the documented drop-in, removed
-# and purged. Needs root and dpkg (fails otherwise); installs lintian and systemd-container when
-# missing; leaves the machine as it found it: no package, no qgate user it made, no process, no
+# and purged. Needs root and dpkg (fails otherwise), lintian and systemd-nspawn (tests/deps.sh);
+# leaves the machine as it found it: no package, no qgate user it made, no process, no
 # container or mount.
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,17 +29,10 @@ USER_BEFORE=0
 getent passwd qgate > /dev/null && USER_BEFORE=1
 INSTALLED=0
 
-# lintian (make deb's package is lintian-clean) and systemd-nspawn (the package under systemd),
-# installed as tests/deps.sh installs the rest when this machine lacks them
-NEED=()
-command -v lintian > /dev/null || NEED+=(lintian)
-command -v systemd-nspawn > /dev/null || NEED+=(systemd-container)
-if [ ${#NEED[@]} -gt 0 ]; then
-    echo "# test_pkg.sh: installing ${NEED[*]}"
-    apt-get update -qq > /dev/null 2>&1 || true
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${NEED[@]}" > "$TMP/apt.txt" 2>&1 ||
-        fail "apt-get install ${NEED[*]}: $(tail -n 5 "$TMP/apt.txt")"
-fi
+# lintian and systemd-nspawn come from tests/deps.sh (make test runs it)
+for tool in lintian systemd-nspawn; do
+    command -v "$tool" > /dev/null || fail "$tool is missing: tests/deps.sh installs it (make test runs it)"
+done
 NSPAWN_RUN_BEFORE=0
 [ -e /run/systemd/nspawn ] && NSPAWN_RUN_BEFORE=1
 CT= CT_NSPAWN= CT_PID=
