@@ -152,7 +152,7 @@ static inline int dispatch_full_loop(const struct gw *g, const struct group *grp
 static inline void dispatch_queue_loop(struct gw *g, struct group *grp, struct conn *client, uint64_t seq)
 {
     conn_queue_in_loop(&grp->queue, client);
-    g->loop.work_pending = 1; /* dispatched this iteration */
+    g->loop.dispatch_pending = 1; /* dispatched this iteration */
     log_debug(client->name, "request %llu queued in group %s (%d waiting)", (unsigned long long)seq, grp->cfg.name,
               grp->queue.n);
 }

@@ -251,6 +251,7 @@ static void service_backends(struct gw *g)
     /* completions too: a gateway command takes a reader hop and a writer hop, and should not
      * wait a whole iteration for each */
     take_pools(g);
+    lp(g)->dispatch_pending = 0; /* what asked for it so far is dispatched now: no spin for it */
     phase(g, lp(g)->phases.dispatch);
     phase(g, lp(g)->phases.flush);
 }
@@ -274,7 +275,7 @@ void loop_clock_loop(struct gw *g)
 
 int loop_wait_ms_loop(struct gw *g)
 {
-    if (lp(g)->work_pending || (lp(g)->phases.waiting && lp(g)->phases.waiting(g)))
+    if (lp(g)->work_pending || lp(g)->dispatch_pending || (lp(g)->phases.waiting && lp(g)->phases.waiting(g)))
         return 0;
     int64_t next = loop_timers_next(&lp(g)->timers);
     if (next < 0)
@@ -308,13 +309,15 @@ int loop_step_loop(struct gw *g, int timeout)
         struct evsrc *s = evs[i].data.ptr;
         if (++since_service == per_service) {
             since_service = 0;
-            service_backends(g);
+            if (i + 1 < n) /* (before the batch's last event the iteration's own phases are as near) */
+                service_backends(g);
         }
         if (s->served != iter)
             s->ops->on_event(g, s, evs[i].events);
     }
     phase(g, lp(g)->phases.backlog);
     take_pools(g);
+    lp(g)->dispatch_pending = 0; /* what asked for it so far is dispatched now: no spin for it */
     phase(g, lp(g)->phases.dispatch);
     phase(g, lp(g)->phases.flush);
     struct timer *t;

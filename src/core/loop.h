@@ -61,10 +61,13 @@ struct pool_src {
 
 /* The loop's state: the first member of struct gw (gw.h), so that the loop reaches it from
  * the struct gw * every callback carries without knowing the rest. The fields above the line
- * are read (and work_pending, stop, nbackends set) by the other modules. */
+ * are read (and work_pending, dispatch_pending, stop, nbackends set) by the other modules. */
 struct loop {
     int64_t now_us, now_ms; /* cached clock, read once per iteration */
     int work_pending;       /* something to do without waiting: epoll timeout 0 */
+    int dispatch_pending;   /* something for the dispatch phase (a request queued, a worker free,
+                             * a run owed): done by this iteration's dispatch when set before it,
+                             * else the next iteration's without waiting */
     int stop;               /* leave the loop */
     int exit_code;
     int nbackends;          /* connections in the worker set (workers configured) */

@@ -103,7 +103,7 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
         if (g->hooks.dispatched)
             g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, r->seq);
     }
-    g->loop.work_pending = 1;
+    g->loop.dispatch_pending = 1;
     return up;
 }
 

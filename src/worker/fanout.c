@@ -182,7 +182,7 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     }
     fo->left = fo->n;
     c->fo = fo;
-    g->loop.work_pending = 1; /* dispatched this iteration (never here: this may run inside a start) */
+    g->loop.dispatch_pending = 1; /* dispatched this iteration (never here: this may run inside a start) */
     if (!fo->n || (fo->n < m && !fo->partial)) { /* a partial answer is never silent */
         char why[CFG_NAME_MAX + 96];
         snprintf(why, sizeof why, "qgate: group %s: %d of %d workers up", grp->cfg.name, fo->n, m);

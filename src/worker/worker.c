@@ -88,7 +88,7 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
     transition(g, w, "state", worker_state_name(w->st), worker_state_name(st), (allowed[w->st] >> st) & 1);
     int was = worker_is_up(w);
     if (w->st == WS_BUSY && st != WS_BUSY && w->grp->paused)
-        g->loop.work_pending = 1; /* a pause waits for its group's last run to end */
+        g->loop.dispatch_pending = 1; /* a pause waits for its group's last run to end */
     w->st = (uint8_t)st;
     if ((st == WS_IDLE || st == WS_DISABLED) && w->c.paused)
         stream_resume_loop(g, &w->c); /* free: nothing it sends waits for a client's output now */
@@ -98,7 +98,7 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
         log_info(w->c.name, "disabled: idle, out of rotation");
     if (st == WS_IDLE) {
         conn_queue_in_loop(worker_is_lead(w) ? &w->grp->idle : &w->grp->spare, &w->c);
-        g->loop.work_pending = 1; /* something may be waiting for it */
+        g->loop.dispatch_pending = 1; /* something may be waiting for it */
     } else if (w->c.q == &w->grp->idle || w->c.q == &w->grp->spare) {
         conn_queue_out_loop(&w->c); /* (one paused stays on its client's waiters) */
     }

@@ -289,7 +289,7 @@ static void test_round_robin(void **state)
     (void)state;
     for (int i = 1; i <= 4; i++)
         queued(i, grp, WAIT_WORKER);
-    assert_int_equal(g.loop.work_pending, 1); /* queueing asks for this iteration's dispatch */
+    assert_int_equal(g.loop.dispatch_pending, 1); /* queueing asks for this iteration's dispatch */
     for (int i = 1; i <= 3; i++)
         idle(i, grp);
     dispatch_run_loop(&g, grp);
@@ -636,11 +636,12 @@ static void test_groups_and_all(void **state)
     dispatch_all_loop(&g);
     assert_string_equal(trace, "start(w1,c2) start(w3,c3) start(w2,c1)");
 
-    g.loop.work_pending = 0;
+    g.loop.dispatch_pending = 0;
     queued(4, grp, WAIT_WORKER);
-    assert_int_equal(g.loop.work_pending, 1);
-    g.loop.work_pending = 0;
+    assert_int_equal(g.loop.dispatch_pending, 1);
+    g.loop.dispatch_pending = 0;
     dispatch_hold_loop(&g, grp, &cl[4].c, 4);
+    assert_int_equal(g.loop.dispatch_pending, 0);
     assert_int_equal(g.loop.work_pending, 0);
     assert_string_equal(names(&grp->queue), "");
     assert_string_equal(names(&grp->held), "c4");

@@ -472,6 +472,29 @@ static void test_wait_ms(void **state)
     assert_int_equal(g.loop.work_pending, 1);
 }
 
+/* dispatch_pending (a request queued, a worker freed) asks for the dispatch phase: set before it
+ * (by an event, a completion) it is done in this iteration and the next wait blocks, so a
+ * request does not cost an empty iteration; set by the dispatch phase or after it, the next
+ * wait does not block. */
+static void set_dispatch(void) { g.loop.dispatch_pending = 1; }
+
+static void test_dispatch_pending(void **state)
+{
+    (void)state;
+    g.loop.dispatch_pending = 1; /* as an event's handler sets it */
+    assert_int_equal(loop_wait_ms_loop(&g), 0);
+    step();
+    assert_int_equal(g.loop.dispatch_pending, 0); /* the dispatch phase ran: nothing left */
+    assert_int_equal(loop_wait_ms_loop(&g), -1);
+    dispatch_hook = set_dispatch; /* a dispatch that frees a worker, say: once more, at once */
+    step();
+    dispatch_hook = NULL;
+    assert_int_equal(g.loop.dispatch_pending, 1);
+    assert_int_equal(loop_wait_ms_loop(&g), 0);
+    step();
+    assert_int_equal(loop_wait_ms_loop(&g), -1);
+}
+
 /* loop_run_loop waits as loop_wait_ms_loop says: until the timer (the fake wait lets the time pass),
  * then not at all after a phase set work_pending, then with no limit once nothing is left. */
 static void pending_on_first(void)
@@ -701,6 +724,16 @@ static void test_worker_set_between_batches(void **state)
     src_fire(w);
     step();
     assert_string_equal(trace, "wait:0 m1 w backlog dispatch flush reap fin");
+
+    /* exactly per events (nbackends 1: 4): the per-th is the batch's last, no service before it
+     * (the iteration's own phases come next: a service there cost an empty wait per iteration) */
+    g.loop.nbackends = 1;
+    settle();
+    for (int i = 0; i < 3; i++)
+        src_fire(m[i]);
+    src_fire(w);
+    step();
+    assert_string_equal(trace, "wait:0 m1 m2 m3 w backlog dispatch flush reap fin");
 }
 
 /* A source no longer watched is reported by neither set; one watched for nothing is not reported
@@ -736,6 +769,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_iteration_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clock_once_per_iteration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completions_drained_whole, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dispatch_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_ms, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_loop_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finished_and_stop, setup, teardown),
