@@ -343,13 +343,14 @@ static int proxy_header(struct gw *g, struct client *c)
     const uint8_t *p = inbuf_data(&c->c.in);
     size_t n = inbuf_avail(&c->c.in);
     if (!c->proxied) { /* a header from a source not listed: it would claim an address it may not */
-        if ((n >= 6 && !memcmp(p, "PROXY ", 6)) || (n >= 12 && net_proxy_looks(p, 12))) {
-            conn_refused_loop(g, REFUSED_PROXY, c->c.name, "a PROXY header from %s, which proxy_from does not list: closed",
-                              c->peer);
-            conn_close_loop(g, &c->c, "a PROXY header from a source not in proxy_from");
-            return -1;
-        }
-        return 1;
+        if (!net_proxy_looks(p, n))
+            return 1; /* its handshake */
+        if (n < (p[0] == 'P' ? 6u : 12u))
+            return 0; /* the start of one, so far (v2's has a NUL at byte 5, where a handshake would end) */
+        conn_refused_loop(g, REFUSED_PROXY, c->c.name, "a PROXY header from %s, which proxy_from does not list: closed",
+                          c->peer);
+        conn_close_loop(g, &c->c, "a PROXY header from a source not in proxy_from");
+        return -1;
     }
     struct net_proxy px;
     const char *why = "";
