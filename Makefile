@@ -104,13 +104,18 @@ deps-test:
 	@tests/deps.sh
 
 # Each build is made first with both cores (-j2), then its tests run one after another.
+# Each stage's time is printed (== make test: STAGE: N s), and each integration and net test's.
+STAGE = s=$$(date +%s); $(1) && echo "== make test: $(2): $$(( $$(date +%s) - s )) s"
 test: deps-test
-	$(MAKE) --no-print-directory -j2 SANITIZE=address bins unit build/asan/sim
-	$(MAKE) --no-print-directory SANITIZE=address test-layering test-unit test-sim test-integration test-interop test-net
-	$(MAKE) --no-print-directory -j2 SANITIZE=thread bins build/tsan/tests/test_pool build/tsan/tests/test_gateway build/tsan/tests/test_loop
-	$(MAKE) --no-print-directory SANITIZE=thread test-tsan
-	$(MAKE) --no-print-directory -j2 fuzz-bins
-	$(MAKE) --no-print-directory fuzz-smoke FUZZ_SMOKE_SECONDS=3
+	@$(call STAGE,$(MAKE) --no-print-directory -j2 SANITIZE=address bins unit build/asan/sim,asan build)
+	@$(call STAGE,$(MAKE) --no-print-directory SANITIZE=address test-layering test-unit,layering and unit)
+	@$(call STAGE,$(MAKE) --no-print-directory SANITIZE=address test-sim,sim)
+	@$(call STAGE,$(MAKE) --no-print-directory SANITIZE=address test-integration,integration)
+	@$(call STAGE,$(MAKE) --no-print-directory SANITIZE=address test-interop test-net,interop and net)
+	@$(call STAGE,$(MAKE) --no-print-directory -j2 SANITIZE=thread bins build/tsan/tests/test_pool build/tsan/tests/test_gateway build/tsan/tests/test_loop,tsan build)
+	@$(call STAGE,$(MAKE) --no-print-directory SANITIZE=thread test-tsan,tsan)
+	@$(call STAGE,$(MAKE) --no-print-directory -j2 fuzz-bins,fuzz build)
+	@$(call STAGE,$(MAKE) --no-print-directory fuzz-smoke FUZZ_SMOKE_SECONDS=3,fuzz smoke)
 	@echo "make test: all passed"
 
 # The thread code under ThreadSanitizer: the pool and loop unit tests, and the gateway's
@@ -128,14 +133,16 @@ test-unit: unit
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
 
 test-integration: bins
-	@set -e; for t in tests/integration/test_*.sh; do echo "== $$t"; BIN=$(B) bash $$t; done
+	@set -e; for t in tests/integration/test_*.sh; do echo "== $$t"; s=$$(date +%s); BIN=$(B) bash $$t; \
+	    echo "== $$t: $$(( $$(date +%s) - s )) s"; done
 
 test-interop: bins
 	@BIN=$(B) bash tests/interop/run.sh
 
 # tests/net: scenarios across hosts made of network namespaces (root; each test makes and removes its own)
 test-net: bins
-	@set -e; for t in tests/net/test_*.sh; do echo "== $$t"; BIN=$(B) bash $$t; done
+	@set -e; for t in tests/net/test_*.sh; do echo "== $$t"; s=$$(date +%s); BIN=$(B) bash $$t; \
+	    echo "== $$t: $$(( $$(date +%s) - s )) s"; done
 
 # ---- demo and benchmarks -------------------------------------------------------------------
 demo: bins
