@@ -197,3 +197,13 @@ raw_text() {
 }
 # raw_read FILE SECONDS [FD]: what arrives within SECONDS (or until the gateway closes)
 raw_read() { timeout "$2" cat <&"${3:-3}" > "$1" || true; }
+# raw_msg FILE [FD]: exactly one kdb+ message (as long as its header says; dd reads no byte
+# past it), appended to FILE; fails if none comes whole within 10 s
+raw_msg() {
+    local fd=${2:-3} len
+    timeout 10 dd bs=8 count=1 iflag=fullblock status=none <&"$fd" > "$1.hdr" || return 1
+    len=$(od -An -tu4 -j4 -N4 "$1.hdr" | tr -d ' ')
+    [ -n "$len" ] && [ "$len" -ge 9 ] || return 1
+    cat "$1.hdr" >> "$1"
+    timeout 10 dd bs=$((len - 8)) count=1 iflag=fullblock status=none <&"$fd" >> "$1"
+}

@@ -50,9 +50,11 @@ pass "after the load: served per worker and requests ok as .qgate.stats[] says (
 # --- other paths and methods ------------------------------------------------------------------------
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$METRICS_PORT/nope")" = 404 ] || fail "/nope not 404"
 [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$METRICS_PORT/metrics")" = 405 ] || fail "POST not 405"
+curl -s -D "$TMP/h405" -o /dev/null -X DELETE "http://127.0.0.1:$METRICS_PORT/metrics"
+expect_file_has "$TMP/h405" "^Allow: GET, HEAD"
 curl -s -I "http://127.0.0.1:$METRICS_PORT/metrics" > "$TMP/h"
 expect_file_has "$TMP/h" "^HTTP/1.1 200 OK"
-pass "404 for other paths, 405 for other methods, HEAD"
+pass "404 for other paths, 405 with Allow for other methods, HEAD"
 
 # --- busy: refused, logged at most once a second, counted ------------------------------------------
 sed -i 's/^stats_period/max_queue = 0\nstats_period/' "$TMP/gw.conf"

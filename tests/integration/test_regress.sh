@@ -111,7 +111,8 @@ r_cap0_bound() {
     head -c 1 <&3 > /dev/null
     raw_text 1 "rows 200000"           # about 3 MB
     raw_text 1 "echo small"
-    raw_read "$TMP/f.out" 5
+    raw_msg "$TMP/f.out" || fail "capability 0: no first reply"
+    raw_msg "$TMP/f.out" || fail "capability 0: no second reply"
     raw_close
     grep -aq "qgate: reply too large for capability 0" "$TMP/f.out" || fail "capability 0: $(od -c "$TMP/f.out" | head -3)"
     grep -aq "small" "$TMP/f.out" || fail "capability 0: the next reply did not come"
@@ -201,19 +202,19 @@ r_admin_exact() {
     timeout 5 "$BIN/qsend" -g "$G" -u 'a?:pw1' ".qgate.clients[]" > "$TMP/q.out" || true
     expect_file_has "$TMP/q.out" '^table'
     raw_text 1 ".qgate.clients[]" 4
-    raw_read "$TMP/k.out" 2 4
+    raw_msg "$TMP/k.out" 4 || fail "no answer to .qgate.clients[]"
     grep -aq "qgate: access (admin only)" "$TMP/k.out" || fail "a user that prints like an admin got admin: $(od -c "$TMP/k.out" | head -2)"
     raw_close 4
     raw_open "$K_PORT" 4
     raw_hs alice:wonder 4
     raw_text 1 ".qgate.clients[]" 4
-    raw_read "$TMP/k1.out" 2 4
+    raw_msg "$TMP/k1.out" 4 || fail "no answer to .qgate.clients[]"
     grep -aq "alice" "$TMP/k1.out" || fail "alice is no admin before the reload"
     printf 'a?:pw1\tadmin=1\nalice:wonder\n' > "$TMP/users2"
     kill -HUP "$K_PID"
     wait_count "$TMP/K.log" "reload: done" 1 10
     raw_text 1 ".qgate.clients[]" 4
-    raw_read "$TMP/k2.out" 2 4
+    raw_msg "$TMP/k2.out" 4 || fail "no answer to .qgate.clients[]"
     raw_close 4
     grep -aq "qgate: access (admin only)" "$TMP/k2.out" || fail "alice is still an admin after a reload revoked it"
     # a reload does not turn authentication off

@@ -29,7 +29,10 @@ fail=0
 err() { echo "FAIL: $*"; fail=1; }
 
 folders="base kdb jobs core client worker gateway"
-rank() { local i=0; for f in $folders; do [ "$f" = "$1" ] && { echo $i; return; }; i=$((i + 1)); done; echo 99; }
+declare -A RANK=() FOLDER=()
+i=0
+for f in $folders; do RANK[$f]=$i; i=$((i + 1)); done
+rank() { echo "${RANK[$1]:-99}"; }
 loop_folders=" core client worker gateway "
 
 tmp=$(mktemp -d)
@@ -43,7 +46,8 @@ for d in $folders; do
     done
 done | sort -u >"$tmp/where"
 for f in "$src"/*.[ch]; do [ -e "$f" ] && err "$f: every source file lives in a layer's folder ($folders)"; done
-folder_of() { awk -v m="$1" '$1 == m {print $2; exit}' "$tmp/where"; }
+while read -r m d; do [ -n "${FOLDER[$m]:-}" ] || FOLDER[$m]=$d; done <"$tmp/where"
+folder_of() { echo "${FOLDER[$1]:-}"; } # (a module's folder: lookups in bash, no process each)
 
 # ---- 1. includes ----------------------------------------------------------------------------
 : >"$tmp/inc"
@@ -52,12 +56,12 @@ for d in $folders; do
         b=$(basename "$f"); b=${b%.*}
         for inc in $(sed -n 's/^#include "\(.*\)\.h"/\1/p' "$f"); do
             [ "$inc" = "$b" ] && continue
-            to=$(folder_of "$inc")
+            to=${FOLDER[$inc]:-}
             [ -n "$to" ] || { err "$f includes $inc.h, which is in no folder of $src"; continue; }
             echo "$b $inc" >>"$tmp/inc"
             [ "$to" = "$d" ] && continue
             echo "$d $to" >>"$tmp/incf"
-            if [ "$(rank "$d")" -lt "$(rank "$to")" ]; then
+            if [ "${RANK[$d]:-99}" -lt "${RANK[$to]:-99}" ]; then
                 err "$f includes $inc.h: $d/ may not include $to/ (a layer above it)"
             fi
         done
@@ -75,11 +79,11 @@ join "$tmp/uses" "$tmp/defs" | awk '$2 != $3 {print $2, $3}' | sort -u >"$tmp/ca
 : >"$tmp/callf"
 : >"$tmp/corecalls"
 while read -r from to; do
-    df=$(folder_of "$from"); dt=$(folder_of "$to")
+    df=${FOLDER[$from]:-} dt=${FOLDER[$to]:-}
     [ -n "$df" ] && [ -n "$dt" ] || continue
     if [ "$df" != "$dt" ]; then
         echo "$df $dt" >>"$tmp/callf"
-        if [ "$(rank "$df")" -lt "$(rank "$dt")" ]; then
+        if [ "${RANK[$df]:-99}" -lt "${RANK[$dt]:-99}" ]; then
             syms=$(join "$tmp/uses" "$tmp/defs" | awk -v a="$from" -v b="$to" '$2 == a && $3 == b {print $1}' | tr '\n' ' ')
             err "$from.o ($df/) calls into $to.o ($dt/, a layer above it): $syms"
         fi
@@ -102,13 +106,15 @@ if [ "${2:-}" = "--graph" ]; then
 fi
 
 # ---- 3. the thread split ----------------------------------------------------------------------
-core_defs=$(awk 'NR == FNR {f[$1] = $2; next} (" '"$loop_folders"' " ~ " " f[$2] " ") && f[$2] != "" {print $1}' \
-    "$tmp/where" "$tmp/defs" | sort -u)
+declare -A CORE_DEF=()
 while read -r s o; do
-    d=$(folder_of "$o")
+    case "$loop_folders" in *" ${FOLDER[$o]:-none} "*) CORE_DEF[$s]=1 ;; esac
+done <"$tmp/defs"
+while read -r s o; do
+    d=${FOLDER[$o]:-}
     case "$loop_folders" in *" $d "*) continue ;; esac
     case "$s" in *_loop) err "$o.o (run by the pools) references $s" ;; esac
-    if grep -qx "$s" <<<"$core_defs"; then err "$o.o (run by the pools) references $s, a loop-only function"; fi
+    if [ -n "${CORE_DEF[$s]:-}" ]; then err "$o.o (run by the pools) references $s, a loop-only function"; fi
 done <"$tmp/uses"
 
 # ---- 4. names -----------------------------------------------------------------------------------
@@ -120,28 +126,31 @@ allowed="gw_init gw_free loop_init loop_free loop_watch loop_watch_pool loop_on_
          request_state_name command_row query_key query_learned_us"
 # a file's exported names start with its name, or with one of these
 prefixes() {
+    PFX=
     case "$1" in
-        kcodec) echo "kcodec_ k_ ktype_" ;;
-        buf) echo "buf_ chunk_ inbuf_ outq_" ;;
-        pool) echo "pool_ job_" ;;
-        jobs) echo "jobs_ job_" ;;
-        metrics) echo "metrics_ job_metrics_" ;;
-        stats) echo "stats_ hist_" ;;
-        gateway) echo "gateway_ gw_" ;;
-        *) echo "$1_" ;;
+        kcodec) PFX="kcodec_ k_ ktype_" ;;
+        buf) PFX="buf_ chunk_ inbuf_ outq_" ;;
+        pool) PFX="pool_ job_" ;;
+        jobs) PFX="jobs_ job_" ;;
+        metrics) PFX="metrics_ job_metrics_" ;;
+        stats) PFX="stats_ hist_" ;;
+        gateway) PFX="gateway_ gw_" ;;
+        *) PFX="$1_" ;;
     esac
 }
+allowed=" $(echo $allowed) "
 while read -r s o; do
-    d=$(folder_of "$o")
+    d=${FOLDER[$o]:-}
     [ -n "$d" ] || continue
     [ "$o" = main ] && continue
     ok=0
-    for p in $(prefixes "$o"); do case "$s" in "$p"*) ok=1 ;; esac; done
+    prefixes "$o"
+    for p in $PFX; do case "$s" in "$p"*) ok=1 ;; esac; done
     [ "$o" = "$s" ] && ok=1
     [ $ok = 1 ] || err "$s is exported by $o.o: its name should start with ${o}_ (prefix = file)"
     case "$loop_folders" in *" $d "*) ;; *) continue ;; esac
     case "$s" in *_loop) continue ;; esac
-    case " $(echo $allowed) " in *" $s "*) continue ;; esac
+    case "$allowed" in *" $s "*) continue ;; esac
     err "$s runs on the loop thread: its name should end in _loop (or list it here as setup or pure)"
 done < <(awk '$(NF-1) == "T" {print $NF, $1}' "$tmp/syms" | sort -u)
 
