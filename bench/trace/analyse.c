@@ -520,6 +520,8 @@ static void measure(struct leg *L, int detail, int tree)
             L->c_only.calls++;
             centered[m] = 1;
             L->c_only.cross += v->ccaller >= 0 && fns[v->ccaller].mod != m;
+            if (getenv("TRACE_CROSS") && v->ccaller >= 0 && fns[v->ccaller].mod != m) /* which they are */
+                printf("   .c cross-file call: %s -> %s\n", fns[v->ccaller].name, fns[v->fn].name);
         }
     }
     L->c_only.nfiles = file_list(centered, names, L->c_only.files, sizeof L->c_only.files);

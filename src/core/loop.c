@@ -19,12 +19,6 @@
 static struct loop *lp(struct gw *g) { return (struct loop *)(void *)g; }
 static const struct loop *lpc(const struct gw *g) { return (const struct loop *)(const void *)g; }
 
-int64_t loop_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* ---- timer heap ------------------------------------------------------------------------- */
 
@@ -261,11 +255,6 @@ static void service_backends(struct gw *g)
  * bound for workers and requests the gateway answers itself share the loop about evenly
  * (measured with bench/run mix: 200 fast and 200 .qgate.ping[] connections). */
 static int events_per_service(const struct gw *g) { return QG_MAX(4, QG_MIN(64, 2 * lpc(g)->nbackends)); }
-
-int64_t loop_stamp_us_loop(const struct gw *g)
-{
-    return lpc(g)->clock ? lpc(g)->clock(lpc(g)->clock_ctx) : loop_now_us();
-}
 
 void loop_clock_loop(struct gw *g)
 {

@@ -85,6 +85,13 @@ void query_begin_loop(struct qslot *t, uint64_t key, const uint8_t *m, size_t le
     text_of(e->text, m, len);
 }
 
+uint64_t query_run_loop(const struct gw *g, struct qslot *t, const uint8_t *m, size_t len)
+{
+    uint64_t key = query_key(g, m, len);
+    query_begin_loop(t, key, m, len);
+    return key;
+}
+
 void query_end_loop(struct qslot *t, uint64_t key, int error, int64_t wait_us, int64_t run_us, uint64_t in_bytes,
                     uint64_t out_bytes, int64_t now_ms)
 {

@@ -38,6 +38,8 @@ uint64_t query_key(const struct gw *g, const uint8_t *m, size_t len);
 /* A run of query key (message m) begins: a query new to its slot takes it, its text read from m's
  * first bytes. */
 void query_begin_loop(struct qslot *t, uint64_t key, const uint8_t *m, size_t len);
+/* A run of message m begins: its key (query_key), its entry begun (query_begin_loop). */
+uint64_t query_run_loop(const struct gw *g, struct qslot *t, const uint8_t *m, size_t len);
 /* A request of query key has ended: answered with a q error or not, after waiting wait_us for
  * a worker and running run_us (0: it never ran), in_bytes as the client sent it, out_bytes of
  * reply. Nothing if its slot has been taken since. */

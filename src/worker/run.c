@@ -75,8 +75,7 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
     struct req *r = client_head(c);
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     if (r->type == KIPC_SYNC) {
-        r->key = query_key(g, r->msg + r->off, r->len); /* .qgate.queries[], and pipelining's learning */
-        query_begin_loop(r->grp->queries, r->key, r->msg + r->off, r->len);
+        r->key = query_run_loop(g, r->grp->queries, r->msg + r->off, r->len); /* .qgate.queries[], pipelining */
         w->run.key = group_learn_key(r->grp, r->key, r->len);
         run_send_request_loop(g, w, c, r);
         w->run.kind = RUN_REQUEST;
