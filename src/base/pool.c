@@ -13,6 +13,7 @@
 #include "log.h"
 
 struct pool {
+    struct pool_head head; /* first: pool_take_loop reads it through a struct pool * */
     char name[16];
     pthread_mutex_t qlock; /* jobs waiting for a thread */
     pthread_cond_t qcond;
@@ -25,7 +26,6 @@ struct pool {
     int nthreads;
     pthread_t *threads;
     atomic_uint_fast64_t efd_writes, jobs_done, jobs_submitted;
-    atomic_int has_done; /* a hint that done is not empty, for pool_take_loop */
 };
 
 long job_new_fail_at;
@@ -60,7 +60,7 @@ void pool_complete(struct pool *p, struct job *j)
     pthread_mutex_lock(&p->clock);
     int was_empty = STAILQ_EMPTY(&p->done);
     STAILQ_INSERT_TAIL(&p->done, j, link);
-    atomic_store(&p->has_done, 1);
+    atomic_store(&p->head.has_done, 1);
     pthread_mutex_unlock(&p->clock);
     if (was_empty) {
         uint64_t one = 1;
@@ -157,12 +157,12 @@ int pool_run_one(struct pool *p, size_t k)
 }
 
 /* Splice the whole completion list out under the lock: the jobs stay linked (job_next). */
-static struct job *take_all(struct pool *p)
+struct job *pool_take_all_loop(struct pool *p)
 {
     pthread_mutex_lock(&p->clock);
     struct job *all = STAILQ_FIRST(&p->done);
     STAILQ_INIT(&p->done);
-    atomic_store(&p->has_done, 0);
+    atomic_store(&p->head.has_done, 0);
     pthread_mutex_unlock(&p->clock);
     return all;
 }
@@ -172,14 +172,7 @@ struct job *pool_drain_loop(struct pool *p)
     uint64_t n;
     ssize_t r = read(p->efd, &n, sizeof n);
     (void)r; /* EAGAIN when a previous drain already took what this wake-up announced */
-    return take_all(p);
-}
-
-struct job *pool_take_loop(struct pool *p)
-{
-    if (!atomic_load(&p->has_done))
-        return NULL;
-    return take_all(p);
+    return pool_take_all_loop(p);
 }
 
 void pool_destroy(struct pool *p)

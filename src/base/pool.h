@@ -4,6 +4,7 @@
 #ifndef POOL_H
 #define POOL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
@@ -39,6 +40,10 @@ static inline struct job *job_next(const struct job *j) { return STAILQ_NEXT(j, 
 void job_free(struct job *j);
 
 struct pool;
+/* The first member of struct pool: what the loop looks at without a call. */
+struct pool_head {
+    atomic_int has_done; /* a hint that completions are waiting (set and cleared under the lock) */
+};
 
 /* Start nthreads threads. NULL on failure. With nthreads 0 the pool is manual: jobs wait in
  * its queue until pool_run_one runs them (tests/sim chooses the order). */
@@ -52,7 +57,11 @@ struct job *pool_drain_loop(struct pool *p);
 /* Loop side, between wake-ups: take every completed job without touching the eventfd, and
  * without taking the lock when there is nothing (a cheap look). The eventfd still wakes the
  * loop for what was posted; pool_drain_loop then clears it. */
-struct job *pool_take_loop(struct pool *p);
+struct job *pool_take_all_loop(struct pool *p);
+static inline struct job *pool_take_loop(struct pool *p)
+{
+    return atomic_load(&((struct pool_head *)(void *)p)->has_done) ? pool_take_all_loop(p) : NULL;
+}
 /* Post a finished job as a pool thread does (used by the threads, and by tests). The eventfd is
  * written only when the list goes from empty to non-empty. */
 void pool_complete(struct pool *p, struct job *j);

@@ -121,8 +121,6 @@ void conn_set_reading_loop(struct gw *g, struct conn *c, int on)
 
 /* ---- the lists ---------------------------------------------------------------------------- */
 
-int conn_waiting_loop(struct gw *g) { return !TAILQ_EMPTY(&g->dirty) || !TAILQ_EMPTY(&g->backlog); }
-
 void conn_q_init(struct connq *q)
 {
     TAILQ_INIT(&q->h);
@@ -234,8 +232,10 @@ void conn_free_later_loop(struct gw *g, struct conn *c)
 {
     leave_lists(g, c);
     c->closing = 1;
-    if (!c->doomed)
+    if (!c->doomed) {
         STAILQ_INSERT_TAIL(&g->closed, c, closed_link);
+        loop_due_loop(g, LOOP_DUE_REAP);
+    }
     c->doomed = 1;
 }
 

@@ -143,7 +143,8 @@ void conn_set_events_loop(struct gw *g, struct conn *c, uint32_t events);
 /* Reading on or off (EPOLLIN | EPOLLRDHUP). */
 void conn_set_reading_loop(struct gw *g, struct conn *c, int on);
 
-/* The lists. Each is entered and left here only (these, and conn.c). They are in the header
+/* The lists. Each is entered and left here only (these, and conn.c); entering the dirty, backlog
+ * or closed list makes the loop's phase for it due (loop_due_loop). They are in the header
  * because a plain request passes them a dozen times: list operations, no decision. */
 static inline void conn_mark_dirty_loop(struct gw *g, struct conn *c) /* output queued: flush this iteration */
 {
@@ -152,6 +153,7 @@ static inline void conn_mark_dirty_loop(struct gw *g, struct conn *c) /* output 
     c->dirty = 1;
     TAILQ_INSERT_TAIL(&g->dirty, c, dirty_link);
     g->ndirty++;
+    loop_due_loop(g, LOOP_DUE_FLUSH);
 }
 static inline void conn_unmark_dirty_loop(struct gw *g, struct conn *c)
 {
@@ -167,7 +169,7 @@ static inline void conn_backlog_add_loop(struct gw *g, struct conn *c) /* whole 
         return;
     c->in_backlog = 1;
     TAILQ_INSERT_TAIL(&g->backlog, c, backlog_link);
-    g->loop.work_pending = 1;
+    loop_due_loop(g, LOOP_DUE_BACKLOG);
 }
 static inline void conn_backlog_remove_loop(struct gw *g, struct conn *c)
 {
@@ -184,8 +186,6 @@ static inline struct conn *conn_backlog_pop_loop(struct gw *g)
         conn_backlog_remove_loop(g, c);
     return c;
 }
-/* Is work waiting (output to flush, messages on the backlog)? The loop's waiting phase. */
-int conn_waiting_loop(struct gw *g);
 void conn_q_init(struct connq *q);
 static inline void conn_queue_out_loop(struct conn *c) /* off whichever queue or list it is on */
 {

@@ -220,8 +220,19 @@ static void take_pools(struct gw *g)
         handle_completions(g, pool_take_loop(lp(g)->psrc[i]->pool));
 }
 
+/* A phase that runs every iteration (dispatch). */
 static void phase(struct gw *g, void (*fn)(struct gw *))
 {
+    if (fn)
+        fn(g);
+}
+
+/* A phase that runs when due: a plain request's iteration calls no phase it has no work for. */
+static void phase_due(struct gw *g, unsigned what, void (*fn)(struct gw *))
+{
+    if (!(lp(g)->due & what))
+        return;
+    lp(g)->due &= ~what;
     if (fn)
         fn(g);
 }
@@ -247,7 +258,7 @@ static void service_backends(struct gw *g)
     take_pools(g);
     lp(g)->dispatch_pending = 0; /* what asked for it so far is dispatched now: no spin for it */
     phase(g, lp(g)->phases.dispatch);
-    phase(g, lp(g)->phases.flush);
+    phase_due(g, LOOP_DUE_FLUSH, lp(g)->phases.flush);
 }
 
 /* How many events between two services of the workers and pools. Each service lets every
@@ -264,7 +275,7 @@ void loop_clock_loop(struct gw *g)
 
 int loop_wait_ms_loop(struct gw *g)
 {
-    if (lp(g)->work_pending || lp(g)->dispatch_pending || (lp(g)->phases.waiting && lp(g)->phases.waiting(g)))
+    if (lp(g)->work_pending || lp(g)->dispatch_pending || (lp(g)->due & (LOOP_DUE_BACKLOG | LOOP_DUE_FLUSH)))
         return 0;
     int64_t next = loop_timers_next(&lp(g)->timers);
     if (next < 0)
@@ -304,15 +315,15 @@ int loop_step_loop(struct gw *g, int timeout)
         if (s->served != iter)
             s->ops->on_event(g, s, evs[i].events);
     }
-    phase(g, lp(g)->phases.backlog);
+    phase_due(g, LOOP_DUE_BACKLOG, lp(g)->phases.backlog);
     take_pools(g);
     lp(g)->dispatch_pending = 0; /* what asked for it so far is dispatched now: no spin for it */
     phase(g, lp(g)->phases.dispatch);
-    phase(g, lp(g)->phases.flush);
+    phase_due(g, LOOP_DUE_FLUSH, lp(g)->phases.flush);
     struct timer *t;
     while ((t = loop_timers_pop_due(&lp(g)->timers, lp(g)->now_ms)))
         t->fn(g, t);
-    phase(g, lp(g)->phases.reap);
+    phase_due(g, LOOP_DUE_REAP, lp(g)->phases.reap);
     if (lp(g)->phases.finished && lp(g)->phases.finished(g))
         lp(g)->stop = 1;
     return 0;

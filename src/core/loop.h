@@ -40,13 +40,14 @@ struct evsrc {
     uint64_t served;     /* the iteration in which a service of the worker set took its events */
 };
 
-/* The steps of an iteration that belong to others; the gateway sets them (gateway.c). */
+/* The steps of an iteration that belong to others; the gateway sets them (gateway.c). The
+ * backlog, flush and reap phases run only when due (struct loop.due: set by whoever makes
+ * their work, conn.h's lists); dispatch runs every iteration. */
 struct loop_phases {
     void (*backlog)(struct gw *g);   /* messages left over by a budget */
     void (*dispatch)(struct gw *g);  /* queued requests to idle workers */
     void (*flush)(struct gw *g);     /* output of connections marked dirty */
     void (*reap)(struct gw *g);      /* free what closed this iteration */
-    int (*waiting)(struct gw *g);    /* work is waiting: the next epoll_wait must not block */
     int (*finished)(struct gw *g);   /* leave the loop (a drain is complete) */
 };
 
@@ -66,6 +67,8 @@ struct pool_src {
 struct loop {
     int64_t now_us, now_ms; /* cached clock, read once per iteration */
     int work_pending;       /* something to do without waiting: epoll timeout 0 */
+    unsigned due;           /* LOOP_DUE_*: phases with work (loop_due_loop); backlog and flush
+                             * due: the next epoll_wait does not block */
     int dispatch_pending;   /* something for the dispatch phase (a request queued, a worker free,
                              * a run owed): done by this iteration's dispatch when set before it,
                              * else the next iteration's without waiting */
@@ -84,6 +87,11 @@ struct loop {
     int64_t (*clock)(void *ctx); /* NULL = CLOCK_MONOTONIC (tests/sim brings its own) */
     void *clock_ctx;
 };
+
+/* Phases with work: set where the work is made, cleared by the loop just before the phase runs
+ * (work made during it sets it again, for the next iteration). */
+enum { LOOP_DUE_BACKLOG = 1u, LOOP_DUE_FLUSH = 2u, LOOP_DUE_REAP = 4u };
+static inline void loop_due_loop(struct gw *g, unsigned what) { ((struct loop *)(void *)g)->due |= what; }
 
 /* Create the two epoll sets (sources, and the worker set served between batches), with the
  * iteration's phases and a clock (NULL: CLOCK_MONOTONIC). 0 or -1. */

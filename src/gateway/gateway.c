@@ -67,7 +67,6 @@ static const struct loop_phases phases = {
     .dispatch = dispatch_all_loop, /* then the pauses that are complete */
     .flush = stream_flush_dirty_loop,
     .reap = conn_reap_loop,
-    .waiting = conn_waiting_loop,
     .finished = NULL, /* control_drained_loop, once a drain has begun (control_drain_loop) */
 };
 

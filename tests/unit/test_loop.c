@@ -7,7 +7,8 @@
  *   wpoll:T   the poll of the worker set (struct evsrc watched with backend != 0)
  *   NAME      a source's on_event
  *   aN, bN    a completion of kind K_A, K_B (N: its seq) handled
- *   backlog dispatch flush reap fin    the phases (fin: the finished phase was asked)
+ *   backlog dispatch flush reap fin    the phases (fin: the finished phase was asked); backlog,
+ *             flush and reap only when due (loop_due_loop), as src's due makes them
  *   T:NAME    a timer fired
  *
  * epoll_wait is this file's own (below): it records the timeout the loop asked for, then looks
@@ -90,6 +91,7 @@ struct src {
     const char *name;
     int keep;        /* its event leaves it readable: level-triggered, it is reported every wait */
     void (*then)(struct src *s); /* runs after its event is recorded */
+    unsigned due;    /* LOOP_DUE_* its event makes due (as a read that queues output does) */
 };
 
 static struct src srcs[32];
@@ -105,6 +107,8 @@ static void src_event(struct gw *gw, struct evsrc *s, uint32_t events)
         uint64_t v;
         assert_int_equal(read(x->fd, &v, sizeof v), (ssize_t)sizeof v);
     }
+    if (x->due)
+        loop_due_loop(gw, x->due);
     if (x->then)
         x->then(x);
 }
@@ -180,12 +184,18 @@ static void post(struct pool *p, int kind, uint64_t seq)
 
 /* ---- fake phases ------------------------------------------------------------------------------ */
 
-static int waiting_says;          /* what the waiting phase answers */
 static uint64_t finish_at;        /* finished says yes from this iteration on (0: never) */
 static void (*dispatch_hook)(void); /* more for the dispatch phase to do */
 static int bulk_at_dispatch;      /* bulk completions handled when dispatch last ran */
 
-static void ph_backlog(struct gw *gw) { (void)gw, rec("backlog"); }
+static int flush_again;           /* the flush phase makes itself due again, this many times */
+
+/* A phase's bit is cleared before it runs (work it makes is for the next iteration). */
+static void ph_backlog(struct gw *gw)
+{
+    assert_false(gw->loop.due & LOOP_DUE_BACKLOG);
+    rec("backlog");
+}
 static void ph_dispatch(struct gw *gw)
 {
     (void)gw;
@@ -194,14 +204,22 @@ static void ph_dispatch(struct gw *gw)
     if (dispatch_hook)
         dispatch_hook();
 }
-static void ph_flush(struct gw *gw) { (void)gw, rec("flush"); }
+static void ph_flush(struct gw *gw)
+{
+    assert_false(gw->loop.due & LOOP_DUE_FLUSH);
+    rec("flush");
+    if (flush_again > 0) {
+        flush_again--;
+        loop_due_loop(gw, LOOP_DUE_FLUSH); /* a budget cut it short: the rest next iteration */
+    }
+}
 static void ph_reap(struct gw *gw)
 {
+    assert_false(gw->loop.due & LOOP_DUE_REAP);
     rec("reap");
     if (gw->loop.iter > 1000)
         fail_msg("the loop did not end");
 }
-static int ph_waiting(struct gw *gw) { return (void)gw, waiting_says; }
 static int ph_finished(struct gw *gw)
 {
     rec("fin");
@@ -213,7 +231,6 @@ static const struct loop_phases phases = {
     .dispatch = ph_dispatch,
     .flush = ph_flush,
     .reap = ph_reap,
-    .waiting = ph_waiting,
     .finished = ph_finished,
 };
 
@@ -253,8 +270,8 @@ static int setup(void **state)
     memset(&g, 0, sizeof g);
     trace_reset();
     nsrcs = 0;
-    waiting_says = 0;
     finish_at = 0;
+    flush_again = 0;
     dispatch_hook = NULL;
     bulk_handled = bulk_disorder = bulk_at_dispatch = 0;
     bulk_first_iter = bulk_last_iter = 0;
@@ -297,7 +314,7 @@ static void settle(void)
 {
     trace_reset();
     step();
-    assert_string_equal(trace, "wait:0 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 dispatch fin");
     trace_reset();
 }
 
@@ -320,6 +337,7 @@ static void test_iteration_order(void **state)
     struct src *s1 = src_new("s1", 0);
     s1->then = post_b2;                 /* posted during the iteration, after the wait */
     src_fire(s1);
+    s1->due = LOOP_DUE_BACKLOG | LOOP_DUE_FLUSH | LOOP_DUE_REAP;
 
     step();
     /* loop.c's header lists "completions drained whole, then the phases (backlog, dispatch,
@@ -334,7 +352,7 @@ static void test_iteration_order(void **state)
     /* pb's eventfd was written during iteration 1: the next wait reports it, with nothing left */
     trace_reset();
     step();
-    assert_string_equal(trace, "wait:0 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 dispatch fin");
     uint64_t v;
     assert_int_equal(read(pool_fd(pb), &v, sizeof v), -1); /* cleared by that wake-up */
     assert_int_equal(errno, EAGAIN);
@@ -366,11 +384,50 @@ static void test_clock_once_per_iteration(void **state)
     step();
     assert_int_equal(clock_reads, reads + 1);
     assert_int_equal(g.loop.now_ms, 1000); /* as read after the wait */
-    assert_string_equal(trace, "wait:0 s1 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 s1 dispatch fin");
     trace_reset();
     step();
     assert_int_equal(g.loop.now_ms, 1100);
-    assert_string_equal(trace, "wait:0 backlog dispatch flush T:t reap fin");
+    assert_string_equal(trace, "wait:0 dispatch T:t fin");
+}
+
+/* The backlog, flush and reap phases run only in an iteration they are due in (loop_due_loop,
+ * which conn.h's lists call), once each: a plain request's iteration calls no phase it has no
+ * work for. The backlog or flush due keeps the next wait from blocking; the reap alone does not
+ * (it comes at the end of the iteration that made it due). A flush that makes itself due again
+ * runs in the next iteration, which does not wait; then the loop blocks again. */
+static void test_phases_when_due(void **state)
+{
+    (void)state;
+    step();
+    assert_string_equal(trace, "wait:0 dispatch fin");
+    assert_int_equal(g.loop.due, 0);
+    assert_int_equal(loop_wait_ms_loop(&g), -1);
+
+    struct src *s = src_new("s", 0);
+    s->due = LOOP_DUE_REAP;
+    src_fire(s);
+    trace_reset();
+    step();
+    assert_string_equal(trace, "wait:0 s dispatch reap fin");
+    assert_int_equal(g.loop.due, 0);
+
+    s->due = LOOP_DUE_BACKLOG | LOOP_DUE_REAP;
+    src_fire(s);
+    trace_reset();
+    step();
+    assert_string_equal(trace, "wait:0 s backlog dispatch reap fin");
+
+    /* loop_run_loop: the flush made due by s's event, then twice by itself */
+    s->due = LOOP_DUE_FLUSH;
+    flush_again = 2;
+    src_fire(s);
+    finish_at = g.loop.iter + 4;
+    trace_reset();
+    assert_int_equal(loop_run_loop(&g), 0);
+    assert_string_equal(trace, "wait:-1 s dispatch flush fin wait:0 dispatch flush fin "
+                               "wait:0 dispatch flush fin wait:-1 dispatch fin");
+    assert_int_equal(g.loop.due, 0);
 }
 
 /* Many completions queued: all handled in the one iteration that woke for them, in order, never
@@ -396,12 +453,12 @@ static void test_completions_drained_whole(void **state)
     assert_int_equal(bulk_last_iter, 1);
     assert_int_equal(bulk_disorder, 0);
     assert_int_equal(bulk_at_dispatch, 200);
-    assert_string_equal(trace, "wait:0 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 dispatch fin");
 
     trace_reset();
     step(); /* nothing left for a second wake-up */
     assert_int_equal(bulk_handled, 200);
-    assert_string_equal(trace, "wait:0 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 dispatch fin");
 
     /* 100 posted by a source's event, after the wait: all before this iteration's dispatch */
     bulk_handled = 0;
@@ -426,10 +483,10 @@ static void test_completions_drained_whole(void **state)
     post(pa, K_A, 11);
     trace_reset();
     step();
-    assert_string_equal(trace, "wait:0 a7 a11 b8 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 a7 a11 b8 dispatch fin");
 }
 
-/* How long the next wait may block: 0 with work pending (the flag or the waiting phase), else
+/* How long the next wait may block: 0 with work pending (the flag, the backlog or flush due), else
  * until the next timer (0 if it is due or past, at most 60 s), -1 with no timer. The step clears
  * work_pending before its wait; a phase that sets it leaves it set for the next. */
 static void set_pending(void) { g.loop.work_pending = 1; }
@@ -450,9 +507,13 @@ static void test_wait_ms(void **state)
     g.loop.work_pending = 1;
     assert_int_equal(loop_wait_ms_loop(&g), 0);
     g.loop.work_pending = 0;
-    waiting_says = 1;
+    loop_due_loop(&g, LOOP_DUE_BACKLOG); /* a phase has work: no blocking */
     assert_int_equal(loop_wait_ms_loop(&g), 0);
-    waiting_says = 0;
+    g.loop.due = LOOP_DUE_FLUSH;
+    assert_int_equal(loop_wait_ms_loop(&g), 0);
+    g.loop.due = LOOP_DUE_REAP; /* the reap comes at the end of the iteration: nothing to wake for */
+    assert_int_equal(loop_wait_ms_loop(&g), 150);
+    g.loop.due = 0;
     set_ms(1250);
     loop_clock_loop(&g);
     assert_int_equal(loop_wait_ms_loop(&g), 0); /* due */
@@ -511,9 +572,9 @@ static void test_run_loop_waits(void **state)
     dispatch_hook = pending_on_first;
     finish_at = 3;
     assert_int_equal(loop_run_loop(&g), 0);
-    assert_string_equal(trace, "wait:250 backlog dispatch flush T:t reap fin "
-                               "wait:0 backlog dispatch flush reap fin "
-                               "wait:-1 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:250 dispatch T:t fin "
+                               "wait:0 dispatch fin "
+                               "wait:-1 dispatch fin");
     assert_int_equal(g.loop.iter, 3);
     assert_int_equal(g.loop.now_ms, 1250);
 }
@@ -544,7 +605,7 @@ static void test_finished_and_stop(void **state)
     assert_int_equal(loop_run_loop(&g), 5);
     assert_int_equal(g.loop.iter, 2);
     assert_int_equal(g.loop.stop, 1);
-    assert_string_equal(trace, "wait:-1 busy backlog dispatch flush reap fin wait:-1 busy backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:-1 busy dispatch fin wait:-1 busy dispatch fin");
 
     /* stop before it runs: no iteration */
     trace_reset();
@@ -561,7 +622,7 @@ static void test_finished_and_stop(void **state)
     trace_reset();
     assert_int_equal(loop_run_loop(&g), 3);
     assert_int_equal(g.loop.iter, 2);
-    assert_string_equal(trace, "wait:-1 busy backlog dispatch flush reap fin wait:-1 busy backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:-1 busy dispatch fin wait:-1 busy dispatch fin");
 
     /* epoll fails */
     g.loop.stop = 0;
@@ -601,20 +662,20 @@ static void test_timers(void **state)
 
     set_ms(1040);
     step();
-    assert_string_equal(trace, "wait:0 backlog dispatch flush T:r T:b T:c T:a reap fin");
+    assert_string_equal(trace, "wait:0 dispatch T:r T:b T:c T:a fin");
     assert_int_equal(loop_timers_next(&g.loop.timers), 1050);
 
     r.rearm_ms = 0;
     set_ms(1060);
     trace_reset();
     step();
-    assert_string_equal(trace, "wait:0 backlog dispatch flush T:e T:x T:r reap fin");
+    assert_string_equal(trace, "wait:0 dispatch T:e T:x T:r fin");
     assert_int_equal(loop_timers_next(&g.loop.timers), -1);
 
     set_ms(5000);
     trace_reset();
     step();
-    assert_string_equal(trace, "wait:0 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 dispatch fin");
     assert_int_equal(d.fires + f.fires, 0);
     assert_int_equal(r.fires, 2);
     assert_int_equal(x.fires, 1);
@@ -695,9 +756,12 @@ static void test_worker_set_between_batches(void **state)
     for (int i = 0; i < 5; i++)
         src_fire(m[i]);
     src_fire(w);
+    w->due = LOOP_DUE_FLUSH; /* it queued output: flushed in the service, not again after */
+    m[4]->due = LOOP_DUE_FLUSH; /* and m5 after the service: flushed at the iteration's end */
     step();
     assert_string_equal(trace, "wait:0 m1 m2 m3 wpoll:0 w a1 dispatch flush m4 m5 "
-                               "backlog dispatch flush reap fin");
+                               "dispatch flush fin");
+    w->due = m[4]->due = 0;
 
     /* w ready first: handled from the main list; the service finds the worker set empty */
     m[0]->then = NULL;
@@ -706,7 +770,7 @@ static void test_worker_set_between_batches(void **state)
     for (int i = 0; i < 5; i++)
         src_fire(m[i]);
     step();
-    assert_string_equal(trace, "wait:0 w m1 m2 wpoll:0 dispatch flush m3 m4 m5 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 w m1 m2 wpoll:0 dispatch m3 m4 m5 dispatch fin");
 
     /* nbackends 3: per = 6 */
     g.loop.nbackends = 3;
@@ -715,15 +779,15 @@ static void test_worker_set_between_batches(void **state)
         src_fire(m[i]);
     src_fire(w);
     step();
-    assert_string_equal(trace, "wait:0 m1 m2 m3 m4 m5 wpoll:0 w dispatch flush m6 m7 "
-                               "backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 m1 m2 m3 m4 m5 wpoll:0 w dispatch m6 m7 "
+                               "dispatch fin");
 
     /* fewer events than per: no service; w from the main list */
     settle();
     src_fire(m[0]);
     src_fire(w);
     step();
-    assert_string_equal(trace, "wait:0 m1 w backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 m1 w dispatch fin");
 
     /* exactly per events (nbackends 1: 4): the per-th is the batch's last, no service before it
      * (the iteration's own phases come next: a service there cost an empty wait per iteration) */
@@ -733,7 +797,7 @@ static void test_worker_set_between_batches(void **state)
         src_fire(m[i]);
     src_fire(w);
     step();
-    assert_string_equal(trace, "wait:0 m1 m2 m3 w backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 m1 m2 m3 w dispatch fin");
 }
 
 /* A source no longer watched is reported by neither set; one watched for nothing is not reported
@@ -750,7 +814,7 @@ static void test_unwatch_and_modify(void **state)
     src_fire(w);
     src_fire(v);
     step();
-    assert_string_equal(trace, "wait:0 backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 dispatch fin");
     /* v watched again, in both sets: the worker set serves it (the main list is long enough) */
     struct src *n[4];
     for (int i = 0; i < 4; i++)
@@ -760,7 +824,7 @@ static void test_unwatch_and_modify(void **state)
         src_fire(n[i]);
     assert_int_equal(loop_modify_loop(&g, v->fd, &v->ev, EPOLLIN, 1), 0); /* ready: after the n */
     step();
-    assert_string_equal(trace, "wait:0 n n n wpoll:0 v dispatch flush n backlog dispatch flush reap fin");
+    assert_string_equal(trace, "wait:0 n n n wpoll:0 v dispatch n dispatch fin");
 }
 
 int main(void)
@@ -768,6 +832,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_iteration_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clock_once_per_iteration, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_phases_when_due, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completions_drained_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dispatch_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_ms, setup, teardown),
