@@ -151,7 +151,12 @@ static inline void conn_mark_dirty_loop(struct gw *g, struct conn *c) /* output 
     if (c->dirty || c->closing || c->fd < 0)
         return;
     c->dirty = 1;
-    TAILQ_INSERT_TAIL(&g->dirty, c, dirty_link);
+    if (c->kind == CONN_WORKER) {
+        TAILQ_INSERT_TAIL(&g->wdirty, c, dirty_link);
+        g->nwdirty++;
+    } else {
+        TAILQ_INSERT_TAIL(&g->dirty, c, dirty_link);
+    }
     g->ndirty++;
     loop_due_loop(g, LOOP_DUE_FLUSH);
 }
@@ -159,7 +164,12 @@ static inline void conn_unmark_dirty_loop(struct gw *g, struct conn *c)
 {
     if (!c->dirty)
         return;
-    TAILQ_REMOVE(&g->dirty, c, dirty_link);
+    if (c->kind == CONN_WORKER) {
+        TAILQ_REMOVE(&g->wdirty, c, dirty_link);
+        g->nwdirty--;
+    } else {
+        TAILQ_REMOVE(&g->dirty, c, dirty_link);
+    }
     g->ndirty--;
     c->dirty = 0;
 }

@@ -94,8 +94,12 @@ struct gw {
     uint32_t tab_cap;
     uint32_t *free_ids;  /* a FIFO ring of freed ids: reused oldest first, after a quarantine */
     uint32_t free_head, nfree, next_id;
+    /* output to flush this iteration: workers first (a worker's next request goes out before
+     * the replies, so that it starts on it sooner), then clients and the metrics port */
+    TAILQ_HEAD(, conn) wdirty;
+    int nwdirty;
     TAILQ_HEAD(, conn) dirty;
-    int ndirty;
+    int ndirty;          /* on either list */
     TAILQ_HEAD(, conn) backlog;
     STAILQ_HEAD(, conn) closed;
 

@@ -256,6 +256,7 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
         g->overrides = *ov;
     g->cfg = *cfg;
     g->listen_tcp.fd = g->listen_uds.fd = g->listen_metrics.fd = g->sigfd = g->loop.epfd = g->loop.wepfd = -1;
+    TAILQ_INIT(&g->wdirty);
     TAILQ_INIT(&g->dirty);
     TAILQ_INIT(&g->backlog);
     STAILQ_INIT(&g->closed);

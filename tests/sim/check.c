@@ -192,13 +192,19 @@ static void check_lists(int nclients, int nmetrics, int backlog)
     if (nmetrics != g->nmconns || nmetrics != g->metrics_conns.n)
         fail("nmconns %d, the metrics list holds %d, the table %d", g->nmconns, g->metrics_conns.n, nmetrics);
     struct conn *x;
+    int wdirty = 0;
+    TAILQ_FOREACH(x, &g->wdirty, dirty_link) {
+        wdirty++;
+        if (!conn_live(g, x) || !x->dirty || x->kind != CONN_WORKER)
+            fail("a freed, unmarked or non-worker connection is on the workers' flush list");
+    }
     TAILQ_FOREACH(x, &g->dirty, dirty_link) {
         dirty++;
-        if (!conn_live(g, x) || !x->dirty)
-            fail("a freed or unmarked connection is on the flush list");
+        if (!conn_live(g, x) || !x->dirty || x->kind == CONN_WORKER)
+            fail("a freed, unmarked or worker connection is on the flush list");
     }
-    if (dirty != g->ndirty)
-        fail("ndirty %d, the flush list holds %d", g->ndirty, dirty);
+    if (wdirty != g->nwdirty || dirty + wdirty != g->ndirty)
+        fail("ndirty %d and nwdirty %d, the flush lists hold %d and %d", g->ndirty, g->nwdirty, dirty, wdirty);
     int nb = 0;
     TAILQ_FOREACH(x, &g->backlog, backlog_link) {
         nb++;
@@ -357,6 +363,9 @@ void dump_world(void)
            f ? f->out.len - f->out_off : 0, f ? unread(f->fd) : 0, f ? f->pend.n - f->pend_off : 0);
     }
     struct conn *d;
+    TAILQ_FOREACH(d, &g->wdirty, dirty_link)
+        tr("on the workers' flush list: %s (fd %d, out %zu, want_out %d, events %#x)", d->name, d->fd, d->out.bytes,
+           d->want_out, d->events);
     TAILQ_FOREACH(d, &g->dirty, dirty_link)
         tr("on the flush list: %s (fd %d, out %zu, want_out %d, events %#x)", d->name, d->fd, d->out.bytes, d->want_out,
            d->events);

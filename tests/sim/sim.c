@@ -197,7 +197,7 @@ static const char *gateway_busy(void)
     struct gw *g = &S->g;
     if (worker_busy_count_loop(g))
         return "a worker is busy";
-    if (!TAILQ_EMPTY(&g->dirty))
+    if (!TAILQ_EMPTY(&g->dirty) || !TAILQ_EMPTY(&g->wdirty))
         return "a connection has output to flush";
     if (!TAILQ_EMPTY(&g->backlog))
         return "a client has messages in its backlog";

@@ -221,6 +221,7 @@ struct fake {
     struct bytes raw;    /* on_bytes: what c->in held, the last time */
     char why_bad[160], why_eof[160], why_close[160], why_gone[160];
     size_t fl_before, fl_wrote;
+    int flushed_at;      /* on_flushed: the last one's number among every fake's flushes */
     size_t max_unsent_at_pause;  /* on_pause: what was unsent in the output it waits on */
     int early_resume;    /* on_wake: resumed while its target held more than client_low_water */
     struct bytes recv;   /* what its peer read of its output */
@@ -393,7 +394,9 @@ static void h_close(struct gw *gw, struct conn *c, const char *why)
 static void h_flushed(struct gw *gw, struct conn *c, size_t before, size_t wrote)
 {
     struct fake *f = F(c);
+    static int flushes;
     f->nflushed++;
+    f->flushed_at = ++flushes;
     f->fl_before = before;
     f->fl_wrote = wrote;
     if (f->wake_always || c->out.bytes + c->piped <= (size_t)gw->cfg.client_low_water)
@@ -1503,6 +1506,57 @@ static void test_flush_budget(void **state)
     assert_int_equal(take(u), 1);
 }
 
+/* Workers' output goes first: marked after two clients, a worker is flushed before both (its
+ * next request on its way while the replies go). Each connection once per flush phase: a worker
+ * left dirty by the budget waits at its list's tail for the next phase, not ahead of the
+ * clients again. */
+static void test_flush_workers_first(void **state)
+{
+    (void)state;
+    g.cfg.write_budget = 1000;
+    struct fake *a = fake_new(CONN_CLIENT, 1), *b = fake_new(CONN_CLIENT, 1);
+    struct fake *w = fake_new(CONN_WORKER, 1), *v = fake_new(CONN_WORKER, 1);
+    static uint8_t big[2500];
+    assert_int_equal(outq_copy(&a->c.out, "a", 1), 0);
+    conn_mark_dirty_loop(&g, &a->c);
+    assert_int_equal(outq_copy(&w->c.out, big, sizeof big), 0); /* three phases' budget */
+    conn_mark_dirty_loop(&g, &w->c);
+    assert_int_equal(outq_copy(&b->c.out, "b", 1), 0);
+    conn_mark_dirty_loop(&g, &b->c);
+    assert_int_equal(outq_copy(&v->c.out, "v", 1), 0);
+    conn_mark_dirty_loop(&g, &v->c);
+    assert_int_equal(g.ndirty, 4);
+    assert_int_equal(g.nwdirty, 2);
+    assert_true(g.loop.due & LOOP_DUE_FLUSH);
+
+    stream_flush_dirty_loop(&g);
+    assert_true(w->flushed_at < v->flushed_at);
+    assert_true(v->flushed_at < a->flushed_at);
+    assert_true(a->flushed_at < b->flushed_at);
+    assert_int_equal(w->nflushed, 1); /* once, though still dirty */
+    assert_true(w->c.dirty);
+    assert_int_equal(g.ndirty, 1);
+    assert_int_equal(g.nwdirty, 1);
+    assert_ptr_equal(TAILQ_FIRST(&g.wdirty), &w->c);
+    assert_true(TAILQ_EMPTY(&g.dirty));
+
+    /* a client marked now goes after the worker still dirty */
+    assert_int_equal(outq_copy(&a->c.out, "A", 1), 0);
+    conn_mark_dirty_loop(&g, &a->c);
+    stream_flush_dirty_loop(&g);
+    assert_true(w->flushed_at < a->flushed_at);
+    assert_int_equal(w->nflushed, 2);
+    stream_flush_dirty_loop(&g);
+    assert_int_equal(w->nflushed, 3);
+    assert_false(w->c.dirty);
+    assert_int_equal(g.ndirty, 0);
+    assert_int_equal(g.nwdirty, 0);
+    assert_int_equal(take(w), sizeof big);
+    assert_int_equal(take(a), 2);
+    fake_dispose_worker(w);
+    fake_dispose_worker(v);
+}
+
 /* A socket that takes less than is queued: the rest waits for EPOLLOUT (not the flush list), and
  * goes once the peer reads; everything arrives in order. */
 static void test_flush_full_socket(void **state)
@@ -1894,6 +1948,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_rest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_discard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flush_budget, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flush_workers_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flush_full_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound, setup, teardown),
