@@ -104,7 +104,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "stats_period", CFG_MS, CFG_LIVE, "60000", 0, KMAX, G(stats_period), NULL,
      "ms between one-line summaries in the log (requests, errors, rejects, clients, queue); 0 = off"},
     {"group", "workers", CFG_STR, CFG_LIVE, "", 0, 4095, W(workers), NULL,
-     "the group's workers (required): host:port, unix://PORT (q's Unix socket for PORT) or unix:///path, comma-separated"},
+     "the group's workers (required): host:port, unix://PORT (q's Unix socket for PORT) or unix:///path, comma-separated, each once (for more connections to one worker: pipeline)"},
     {"group", "user", CFG_STR, CFG_LIVE, "", 0, 255, W(user), NULL,
      "user name qgate presents to these workers"},
     {"group", "password", CFG_STR, CFG_LIVE, "", 0, 255, W(password), NULL,
@@ -546,6 +546,29 @@ static int check_worker_self(const struct config *c, const struct group_cfg *g, 
     return -1;
 }
 
+/* The same worker twice in one group (t, the list's nth, against those before it): one q process
+ * that would be taken for two workers, each given its own requests, which it would run one
+ * after the other. Only what the text shows: loopback names are one host, no name is looked up. */
+static int check_worker_twice(const struct config *c, const struct group_cfg *g, const struct net_target *t,
+                              const char *addr, int nth, char *err, size_t errlen)
+{
+    char a[300];
+    const char *p = g->workers;
+    for (int i = 0; i < nth && config_list_next(&p, a, sizeof a); i++) {
+        struct net_target u;
+        if (net_parse_target(a, "localhost", &u) || u.kind != t->kind || u.port != t->port)
+            continue;
+        if (strcasecmp(u.host, t->host) && !(t->kind == NET_TCP && loopback(u.host) && loopback(t->host)))
+            continue;
+        char at[300];
+        snprintf(err, errlen, "%sgroup %s: worker '%s' listed twice (first as '%s'): one q process, not two workers; "
+                              "for more connections to one worker, pipeline = N",
+                 config_where(c, g, g->workers_line, at, sizeof at), g->name, addr, a);
+        return -1;
+    }
+    return 0;
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
     if (c->ngroups == 0) {
@@ -572,7 +595,8 @@ int config_validate(const struct config *c, char *err, size_t errlen)
             return -1;
         }
         char a[300];
-        for (const char *p = g->workers; config_list_next(&p, a, sizeof a);) {
+        int nth = 0;
+        for (const char *p = g->workers; config_list_next(&p, a, sizeof a); nth++) {
             struct net_target t;
             if (net_parse_target(a, "localhost", &t)) {
                 snprintf(err, errlen, "%sgroup %s: bad worker address '%s'",
@@ -580,6 +604,8 @@ int config_validate(const struct config *c, char *err, size_t errlen)
                 return -1;
             }
             if (check_worker_self(c, g, &t, a, err, errlen))
+                return -1;
+            if (check_worker_twice(c, g, &t, a, nth, err, errlen))
                 return -1;
         }
     }

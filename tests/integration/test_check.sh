@@ -54,6 +54,9 @@ check_refuses "a worker that is the gateway" "$C" \
 printf '[gateway]\nport = 18811\nmetrics_port = 18812\n[group main]\nworkers = 127.0.0.1:18812\n' > "$C"
 check_refuses "a worker that is the metrics port" "$C" \
     "^$(re "qgate: $C:5: group main: worker '127.0.0.1:18812' is this gateway's own metrics_port (line 3): that serves HTTP, not q")\$"
+printf '[gateway]\nport = 18811\n[group main]\nworkers = localhost:%s, 127.0.0.1:%s\n' "$W2_PORT" "$W2_PORT" > "$C"
+check_refuses "a worker listed twice" "$C" \
+    "^$(re "qgate: $C:4: group main: worker '127.0.0.1:$W2_PORT' listed twice (first as 'localhost:$W2_PORT'): one q process, not two workers; for more connections to one worker, pipeline = N")\$"
 printf '[gateway]\nport = 18811\nbind = 127.0.0.1\nmetrics_port = 18811\nmetrics_bind = 127.0.0.2\n[group main]\nworkers = %s\n' "$W1A" > "$C"
 "$BIN/qgate" --check -c "$C" > "$TMP/out" 2>&1 || fail "--check refused two addresses of one port: $(cat "$TMP/out")"
 # startup refuses it before it listens
@@ -62,7 +65,7 @@ set +e; "$BIN/qgate" -c "$C" -p 18820 > "$TMP/start.out" 2> "$TMP/start.err"; rc
 [ "$rc" -eq 1 ] || fail "qgate started with metrics_port = port (exit $rc)"
 expect_lines "$TMP/start.err" "^$(re "qgate: $C:2: metrics_port 18820 clashes with port (command line)")" 1
 grep -q "listening" "$TMP/start.out" && fail "qgate listened before refusing"
-pass "--check and startup: metrics_port on port's address, a worker that is the gateway itself"
+pass "--check and startup: metrics_port on port's address, a worker that is the gateway itself or listed twice"
 
 # --- the access log: its directory as the user running the check -----------------------------
 mkdir "$TMP/logs"

@@ -932,6 +932,14 @@ static void test_validate_ports(void **state)
         {"metrics_port = 9811\n", "127.0.0.1:9811", "worker '127.0.0.1:9811' is this gateway's own metrics_port (line 2): that serves HTTP, not q"},
         {"metrics_port = 9811\nmetrics_bind = 10.0.0.5\n", "127.0.0.1:9811", NULL},
         {"metrics_port = 9811\nmetrics_bind = 10.0.0.5\n", "10.0.0.5:9811", "own metrics_port"},
+        /* one worker twice: one q process taken for two workers */
+        {"", "w:1, v:2, w:1", "group main: worker 'w:1' listed twice (first as 'w:1'): one q process, not two workers; "
+                              "for more connections to one worker, pipeline = N"},
+        {"", "W:1, w:1", "worker 'w:1' listed twice (first as 'W:1')"},
+        {"", "localhost:5001, 127.0.0.1:5001", "worker '127.0.0.1:5001' listed twice (first as 'localhost:5001')"},
+        {"", "unix://5001, unix://5001", "worker 'unix://5001' listed twice"},
+        {"", "w:1, w:2, v:1", NULL},
+        {"", "localhost:5001, unix://5001", NULL}, /* (over TCP, and over its Unix socket: not compared) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[512];
