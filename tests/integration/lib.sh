@@ -123,10 +123,15 @@ wait_exit() {
 }
 
 # pick_port: a loopback port nothing listens on (for metrics_port, which takes no 0)
+# pick_port: a TCP port on 127.0.0.1 that nothing listens on, below the kernel's ephemeral range
+# (ip_local_port_range): one from inside it can be any connection's source port meanwhile, and
+# a bind to it then fails (EADDRINUSE: test_faults' metrics port, once)
 pick_port() {
-    local p i
+    local p i lo
+    lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2> /dev/null || echo 32768)
+    [ "$lo" -gt 12000 ] || lo=32768
     for i in $(seq 1 100); do
-        p=$((20000 + RANDOM % 40000))
+        p=$((10000 + RANDOM % (lo - 10000)))
         if ! (exec 9<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
     done
     fail "no free port found"
