@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <errno.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "access.h"
@@ -173,6 +176,67 @@ static void world_event(int k, struct fworker *w)
         if (enabled(SIM_EV_STEP))
             gw_step();
     }
+}
+
+/* ---- peers acting in the middle of an iteration (MIDWRITE) --------------------------------- */
+
+/* What a peer may do while the gateway's iteration is under way, as one on another core would:
+ * a client reads, writes, queues requests or closes; a worker reads, runs, writes, publishes
+ * or dies; a pool job completes. Nothing that calls into the gateway (a connect, the operator,
+ * a scrape, an iteration). */
+static void mid_event(void)
+{
+    struct fworker *w = S->nw ? &S->w[rnd(S->nw)] : NULL;
+    struct fclient *c;
+    int k = rnd(10);
+    if (k == 0 && (c = pick_client(0)) && !c->stalled)
+        client_read(c, 1 + (size_t)rnd(100000));
+    else if (k == 1 && (c = pick_client(0)))
+        client_write(c, 1 + (size_t)rnd(70000));
+    else if (k == 2 && (c = pick_client(1)))
+        client_send(c, 1);
+    else if (k == 3 && enabled(SIM_EV_CLOSE) && (c = pick_client(0)) && chance(30))
+        client_close(c);
+    else if (k == 4 && w)
+        worker_read(w, 1 + (size_t)rnd(100000));
+    else if (k == 5 && w)
+        worker_process(w, 1 + rnd(4));
+    else if (k == 6 && w)
+        worker_write(w, 1 + (size_t)rnd(100000));
+    else if (k == 7 && w && enabled(SIM_EV_WDIE) && fw_live(w) && chance(20))
+        worker_die(w);
+    else if (k == 8 && w && enabled(SIM_EV_WPUSH))
+        worker_timer_push(w);
+    else if (k == 9 && enabled(SIM_EV_POOL))
+        run_pool(chance(50) ? S->g.readers : S->g.writers, 0);
+}
+
+/* The gateway's writes to its sockets (stream.c's plain writev: nothing else in this program
+ * calls writev) pass through here: after one, now and then a peer acts at once (mid_event), so
+ * that what the gateway does next in the same iteration meets a peer that has read, answered,
+ * closed or died meanwhile. The choices come from a second PRNG: the main one's sequence is
+ * the same with MIDWRITE disabled. */
+ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+    ssize_t n = syscall(SYS_writev, fd, iov, iovcnt);
+    int err = errno;
+    if (S && S->in_gw && S->mid_ok && !S->o->data && enabled(SIM_EV_MIDWRITE)) {
+        uint64_t main_rng = S->rng;
+        S->rng = S->rng_mid;
+        if (chance(30)) {
+            S->mid_ok = 0; /* one at a time */
+            S->in_gw = 0;
+            tr("(in the middle of an iteration, after a write to fd %d)", fd);
+            mid_event();
+            S->mid_events++;
+            S->in_gw = 1;
+            S->mid_ok = 1;
+        }
+        S->rng_mid = S->rng;
+        S->rng = main_rng;
+    }
+    errno = err;
+    return n;
 }
 
 /* One event, picked by the PRNG: what kind (k), and the worker it would be (whatever the kind). */
@@ -531,6 +595,9 @@ static void world_reset(const struct sim_opts *o, struct sim_result *res)
     S->rng = o->seed * 0x9E3779B97F4A7C15ULL + 0x1234567;
     if (!S->rng)
         S->rng = 1;
+    S->rng_mid = (o->seed + 1) * 0xD1B54A32D192ED03ULL ^ 0x5DEECE66DULL;
+    if (!S->rng_mid)
+        S->rng_mid = 1;
     trace_reset();
     S->now_us = 1000000000LL;
     if (__sanitizer_set_death_callback)
@@ -705,12 +772,15 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     take_baseline(&b0);
 
     long steps = o->steps > 0 ? o->steps : 3000;
+    S->mid_ok = 1;
     for (S->step = 0; S->step < steps; S->step++) {
         one_event();
         res->steps++;
         if (S->step % 64 == 0)
             recycle_clients();
     }
+    S->mid_ok = 0;
+    res->mid_events = S->mid_events;
     tr("quiescence");
     quiesce(0, "quiescence (clients that stopped reading still stopped)");
     quiesce(1, "quiescence");

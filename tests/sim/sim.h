@@ -14,7 +14,7 @@
     X(CONNECT) X(SEND) X(WRITE) X(READ) X(CLOSE) X(STALL) X(BADMSG) X(COMMAND) X(ADMIN)     \
     X(ASYNC) X(PIPELINE) X(WREAD) X(WPROCESS) X(WWRITE) X(WDIE) X(WPUSH) X(CALLBACK) X(POOL) \
     X(CLOCK) X(RELOAD) X(STEP) X(OLDCAP) X(REMOTE) X(BIGREPLY) X(ROUTE) X(PAUSE) X(DISABLE)  \
-    X(SCRAPE) X(LOGSINK) X(ALOGSINK)
+    X(SCRAPE) X(LOGSINK) X(ALOGSINK) X(MIDWRITE)
 #define SIM_EV_ENUM(e) SIM_EV_##e,
 enum sim_event { SIM_EVENTS(SIM_EV_ENUM) SIM_EV_N };
 #undef SIM_EV_ENUM
@@ -44,6 +44,7 @@ struct sim_result {
     long log_dropped;     /* log lines dropped while the log's reader was stopped (worlds with a queued log) */
     long alog_dropped;    /* access-log lines dropped, its file stalled or full (worlds with its sink) */
     long alog_frags;      /* access-log lines cut by a full disk, ended before the next */
+    long mid_events;      /* peers that acted in the middle of an iteration (MIDWRITE) */
     long failed_step;     /* the event at which an invariant failed, or -1 */
     char what[256];       /* the invariant that failed */
 };

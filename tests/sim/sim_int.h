@@ -177,6 +177,9 @@ struct sim {
     const struct sim_opts *o;
     struct sim_result *res;
     uint64_t rng;
+    uint64_t rng_mid;    /* the second PRNG: peers acting in the middle of an iteration (MIDWRITE) */
+    int mid_ok;          /* the main events are running (not the start, quiescence or the end) */
+    long mid_events;     /* peers' acts in the middle of an iteration */
     size_t data_off;
     jmp_buf fail;
     struct gw g;
