@@ -129,7 +129,6 @@ struct conn {
     char why[128];       /* why a handler asked the stream to close it (stream_close) */
 };
 
-TAILQ_HEAD(connlist, conn);
 STAILQ_HEAD(connslist, conn);
 
 static inline const struct connops *conn_ops(const struct conn *c) { return (const struct connops *)c->ev.ops; }
@@ -151,12 +150,9 @@ static inline void conn_mark_dirty_loop(struct gw *g, struct conn *c) /* output 
     if (c->dirty || c->closing || c->fd < 0)
         return;
     c->dirty = 1;
-    if (c->kind == CONN_WORKER) {
-        TAILQ_INSERT_TAIL(&g->wdirty, c, dirty_link);
-        g->nwdirty++;
-    } else {
-        TAILQ_INSERT_TAIL(&g->dirty, c, dirty_link);
-    }
+    int w = c->kind == CONN_WORKER; /* the workers' list, flushed first */
+    TAILQ_INSERT_TAIL(w ? &g->wdirty : &g->dirty, c, dirty_link);
+    g->nwdirty += w;
     g->ndirty++;
     loop_due_loop(g, LOOP_DUE_FLUSH);
 }
@@ -164,12 +160,9 @@ static inline void conn_unmark_dirty_loop(struct gw *g, struct conn *c)
 {
     if (!c->dirty)
         return;
-    if (c->kind == CONN_WORKER) {
-        TAILQ_REMOVE(&g->wdirty, c, dirty_link);
-        g->nwdirty--;
-    } else {
-        TAILQ_REMOVE(&g->dirty, c, dirty_link);
-    }
+    int w = c->kind == CONN_WORKER;
+    TAILQ_REMOVE(w ? &g->wdirty : &g->dirty, c, dirty_link);
+    g->nwdirty -= w;
     g->ndirty--;
     c->dirty = 0;
 }

@@ -81,6 +81,9 @@ struct listener {
     struct timer tm;
 };
 
+/* A list of connections (conn.h's dirty_link, backlog_link, ...). */
+TAILQ_HEAD(connlist, conn);
+
 struct gw {
     struct loop loop;    /* first: the loop's own (loop.h) */
     struct config cfg;
@@ -96,9 +99,9 @@ struct gw {
     uint32_t free_head, nfree, next_id;
     /* output to flush this iteration: workers first (a worker's next request goes out before
      * the replies, so that it starts on it sooner), then clients and the metrics port */
-    TAILQ_HEAD(, conn) wdirty;
+    struct connlist wdirty;
     int nwdirty;
-    TAILQ_HEAD(, conn) dirty;
+    struct connlist dirty;
     int ndirty;          /* on either list */
     TAILQ_HEAD(, conn) backlog;
     STAILQ_HEAD(, conn) closed;

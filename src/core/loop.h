@@ -63,7 +63,7 @@ struct pool_src {
 
 /* The loop's state: the first member of struct gw (gw.h), so that the loop reaches it from
  * the struct gw * every callback carries without knowing the rest. The fields above the line
- * are read (and work_pending, dispatch_pending, stop, nbackends set) by the other modules. */
+ * are read (and work_pending, due, dispatch_pending, stop, nbackends set) by the other modules. */
 struct loop {
     int64_t now_us, now_ms; /* cached clock, read once per iteration */
     int work_pending;       /* something to do without waiting: epoll timeout 0 */

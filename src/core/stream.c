@@ -241,23 +241,25 @@ int stream_flush_loop(struct gw *g, struct conn *c)
     return 0;
 }
 
+/* The first n of list l: one that stays dirty (budget used up) goes to the tail for the next
+ * iteration; a connection closed meanwhile has left the list. */
+static void flush_list(struct gw *g, struct connlist *l, int n)
+{
+    for (; n > 0 && !TAILQ_EMPTY(l); n--) {
+        struct conn *c = TAILQ_FIRST(l);
+        conn_unmark_dirty_loop(g, c);
+        stream_flush_loop(g, c);
+    }
+}
+
 void stream_flush_dirty_loop(struct gw *g)
 {
-    /* only those dirty now: one that stays dirty (budget used up) goes to its list's tail for
-     * the next iteration; a connection closed meanwhile has left its list. The workers first:
-     * with their requests on the way they work while the replies go out (bench/cpu at 64
-     * clients, beside replies first in the same rounds: more requests/s in 6 rounds of 7). */
-    int nw = g->nwdirty, nc = g->ndirty - g->nwdirty;
-    for (; nw > 0 && !TAILQ_EMPTY(&g->wdirty); nw--) {
-        struct conn *c = TAILQ_FIRST(&g->wdirty);
-        conn_unmark_dirty_loop(g, c);
-        stream_flush_loop(g, c);
-    }
-    for (; nc > 0 && !TAILQ_EMPTY(&g->dirty); nc--) {
-        struct conn *c = TAILQ_FIRST(&g->dirty);
-        conn_unmark_dirty_loop(g, c);
-        stream_flush_loop(g, c);
-    }
+    /* only those dirty now, the workers first: with their requests on the way they work while
+     * the replies go out (bench/cpu at 64 clients, beside replies first in the same rounds:
+     * more requests/s in 6 rounds of 7) */
+    int others = g->ndirty - g->nwdirty;
+    flush_list(g, &g->wdirty, g->nwdirty);
+    flush_list(g, &g->dirty, others);
 }
 
 void stream_shutdown_loop(struct conn *c)
