@@ -286,6 +286,16 @@ static void fw_reply_k(struct fworker *w, int i, int cid, int may_defer, K x)
     fw_reply(w, i, cid, &m, may_defer);
 }
 
+/* Did the gateway give up on request seq of cid, a client since forgotten? */
+static int gone_abandoned(int cid, int seq)
+{
+    int64_t key = (int64_t)cid << 32 | (uint32_t)seq;
+    for (int i = 0; i < S->gone_abandoned.n; i++)
+        if (S->gone_abandoned.v[i] == key)
+            return 1;
+    return 0;
+}
+
 /* Request seq of client cid (c, or NULL once it is forgotten), text s, reached w: it may run on
  * w's group, each client's requests in order (again only if the gateway gave up on it); a
  * broadcast or a .qgate.all's part once on each worker, in order. What c sent, or NULL. */
@@ -313,7 +323,7 @@ static struct sent *check_run_order(struct fworker *w, int type, const char *s, 
     if (fan && seq > S->last_seq.v[cid])
         S->last_seq.v[cid] = seq;
     if (!bcast) {
-        if (seq <= S->last_seq.v[cid] && !(x && x->abandoned))
+        if (seq <= S->last_seq.v[cid] && !(x ? x->abandoned : gone_abandoned(cid, seq)))
             fail("W%d ran request %d of C%d after its request %d (order, or twice)", w->wid, seq, cid,
                  S->last_seq.v[cid]);
         if (seq > S->last_seq.v[cid])

@@ -558,6 +558,7 @@ static void free_world(void)
     VEC_FREE(S->cid_group);
     VEC_FREE(S->sess_wid);
     VEC_FREE(S->fan_given_up);
+    VEC_FREE(S->gone_abandoned);
     VEC_FREE(S->by_cid);
 }
 
@@ -572,6 +573,9 @@ static void recycle_clients(void)
         if (!check_client_lost(c, 0))
             continue;
         S->by_cid.v[c->cid] = NULL;
+        for (int k = 0; k < c->sent.n; k++) /* what a worker may still run after the client is forgotten */
+            if (c->sent.v[k].abandoned && c->sent.v[k].seq >= 0)
+                VEC_PUSH(S->gone_abandoned, (int64_t)c->cid << 32 | (uint32_t)c->sent.v[k].seq);
         sb_free(&c->out);
         sb_free(&c->in);
         VEC_FREE(c->sent);

@@ -211,6 +211,8 @@ struct sim {
     size_t max_msg;      /* the longest message a fake worker has sent (the output bound's slack) */
     VEC(int) fan_given_up; /* per cid: a .qgate.all of it was given up: its parts may run late,
                             * after the client itself is forgotten */
+    VEC(int64_t) gone_abandoned; /* cid << 32 | seq: a request the gateway gave up on, of a client
+                                  * since forgotten: its worker may still run it, late */
     struct fclient cl[MAXC];
     int next_cid;
     VEC(int) last_seq;   /* per cid: the last sync or async seq a worker ran (group one) */
