@@ -33,7 +33,7 @@ const char *client_state_name(int st) { return st >= 0 && st <= CS_CLOSING ? sta
 /* The transitions client.h's diagram allows (CLOSING is the connection's close, not set here). */
 #define TO(s) (1u << CS_##s)
 static const unsigned allowed[] = {
-    [CS_HANDSHAKE] = TO(READY) | TO(AUTH),
+    [CS_HANDSHAKE] = TO(READY) | TO(AUTH) | TO(LINGER),
     [CS_AUTH] = TO(READY) | TO(GONE),
     [CS_READY] = TO(GONE) | TO(FLUSHING) | TO(LINGER),
     [CS_FLUSHING] = TO(GONE) | TO(LINGER),
@@ -186,9 +186,53 @@ static int check_credentials(struct gw *g, struct client *c, const struct kipc_h
     return 0;
 }
 
+/* An HTTP request where a handshake belongs? q reads one (GET, POST and the rest) and hands it to
+ * .z.ph, .z.pp or, for a WebSocket upgrade, .z.ws. No q handshake starts so: its bytes before the
+ * NUL would be a user name "GET /...", which q too would take for HTTP. */
+static const char *http_method(const uint8_t *p, size_t n)
+{
+    static const char *const methods[] = {"GET ", "POST ", "HEAD ", "PUT ", "DELETE ", "OPTIONS ", "PATCH "};
+    for (size_t i = 0; i < QG_ARRAY_LEN(methods); i++) {
+        size_t m = strlen(methods[i]);
+        if (n >= m && !memcmp(p, methods[i], m))
+            return methods[i];
+    }
+    return NULL;
+}
+
+/* The gateway serves q's IPC on this port, not HTTP: the client is told so in HTTP (a browser, a
+ * WebSocket library or curl shows it), nothing more is read, and it is closed once that is sent
+ * (on_flushed: LINGER, so the answer is not lost to a reset). */
+static void refuse_http(struct gw *g, struct client *c, const char *method)
+{
+    static const char body[] = "qgate: this port serves kdb+ IPC (q's handshake, then q messages), not HTTP or "
+                               "WebSocket; Prometheus metrics are on metrics_port\n";
+    char text[512];
+    int head = !strcmp(method, "HEAD ");
+    int n = snprintf(text, sizeof text,
+                     "HTTP/1.1 501 Not Implemented\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     sizeof body - 1, head ? "" : body);
+    conn_refused_loop(g, REFUSED_HANDSHAKE, c->c.name, "an HTTP request (%.*s) on the q port: answered 501, closed",
+                      (int)strlen(method) - 1, method);
+    c->http = 1;
+    conn_set_reading_loop(g, &c->c, 0);
+    stream_input_drop_loop(&c->c);
+    if (outq_copy(&c->c.out, text, (size_t)n)) {
+        conn_close_loop(g, &c->c, "out of memory");
+        return;
+    }
+    conn_mark_dirty_loop(g, &c->c);
+}
+
 static int do_handshake(struct gw *g, struct client *c)
 {
     struct kipc_hs hs;
+    const char *method = http_method(inbuf_data(&c->c.in), inbuf_avail(&c->c.in));
+    if (method) {
+        refuse_http(g, c, method);
+        return -1;
+    }
     qg_status st = kipc_hs_parse(inbuf_data(&c->c.in), inbuf_avail(&c->c.in), KIPC_HS_MAX_DEFAULT, &hs);
     if (st == QG_AGAIN)
         return 0;
@@ -380,7 +424,7 @@ static int proxy_header(struct gw *g, struct client *c)
 static int on_bytes(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
-    if (c->st != CS_HANDSHAKE)
+    if (c->st != CS_HANDSHAKE || c->http)
         return SS_STOP;
     int px = proxy_header(g, c);
     if (px <= 0)
@@ -404,8 +448,11 @@ static int on_bad(struct gw *g, struct conn *x, const char *why)
 
 static int takes_output(const struct conn *x) { return client_takes_output((const struct client *)x); }
 
-/* Why a lingering client is closed: after a bad message, or at the end of a drain. */
-static const char *linger_why(const struct client *c) { return c->bye ? "drained: closed" : "closed after a bad message"; }
+/* Why a lingering client is closed: after a bad message or an HTTP request, or at the end of a drain. */
+static const char *linger_why(const struct client *c)
+{
+    return c->bye ? "drained: closed" : c->http ? "closed after an HTTP request" : "closed after a bad message";
+}
 
 static void on_linger_timeout(struct gw *g, struct conn *x) { conn_close_loop(g, x, linger_why(client_of(x))); }
 
@@ -467,6 +514,11 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
 {
     struct client *c = client_of(x);
     size_t now = conn_pending(x);
+    if (c->http) { /* its 501 */
+        if (!now)
+            linger(g, c);
+        return;
+    }
     if (!x->piped && !c->w)
         conn_pipe_close_loop(x); /* memory follows active connections */
     if (x->out.bytes + x->piped <= (size_t)g->cfg.client_low_water)

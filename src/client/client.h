@@ -22,6 +22,8 @@ struct fanout;
  *   HANDSHAKE --parsed, no users file--> READY
  *   HANDSHAKE --parsed--> AUTH (a reader checks the credentials) --ok--> READY
  *   HANDSHAKE or AUTH --too long, timeout, bad credentials--> CLOSING (no byte sent)
+ *   HANDSHAKE --an HTTP request (q would hand it to .z.ph, .z.pp, .z.ws)--> HANDSHAKE with http
+ *     set: a 501 queued, nothing more read --sent--> LINGER
  *   READY --input ended (EOF, reset)--> GONE: the socket is closed; the requests it sent before
  *     still run, in order, their replies dropped --the last one done--> CLOSING
  *   READY --bad message--> FLUSHING (error queued after the replies owed, nothing more read)
@@ -124,6 +126,7 @@ struct client {
     uint8_t bye;         /* lingering at the end of a drain (not after a bad message) */
     uint8_t refuse;      /* over max_clients: its first request is answered 'qgate: too many connections */
     uint8_t proxied;     /* its source is in proxy_from: a PROXY header comes before its handshake */
+    uint8_t http;        /* it sent an HTTP request for a handshake: answered 501, nothing more read */
     uint8_t from_uds;    /* it came over q's Unix socket */
     struct sockaddr_storage from; /* its source: the socket's peer, or the client a PROXY header names */
     uint64_t serial;     /* its number, shown in logs and .qgate.clients[]; never reused */

@@ -50,6 +50,26 @@ raw_close
 expect_file_has "$TMP/Bg.log" "handshake not done within 300 ms"
 pass "handshake timeout: closed, logged"
 
+# --- HTTP on the q port (q would answer it with .z.ph/.z.pp/.z.ws): a 501 that says so, closed --
+conf "$TMP/h.conf" "$WADDR" handshake_timeout=5000
+start_gateway H -c "$TMP/h.conf"
+curl -s --max-time 10 -D "$TMP/http.h" -o "$TMP/http.body" "http://127.0.0.1:$H_PORT/?a" || fail "curl on the q port failed"
+grep -q '^HTTP/1.1 501 ' "$TMP/http.h" || fail "HTTP on the q port: $(head -1 "$TMP/http.h")"
+grep -q '^qgate: this port serves kdb+ IPC' "$TMP/http.body" || fail "HTTP on the q port said: $(cat "$TMP/http.body")"
+# a WebSocket upgrade with a body it will never finish sending, the request split across writes
+raw_open "$H_PORT"
+printf 'GE' >&3
+printf 'T / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nContent-Length: 100000\r\n\r\nxx' >&3
+set +e; timeout 10 cat <&3 > "$TMP/out"; rc=$?; set -e
+[ "$rc" -eq 0 ] || fail "the gateway did not close an HTTP client"
+grep -q '^HTTP/1.1 501 ' "$TMP/out" || fail "a WebSocket upgrade got: $(head -c 80 "$TMP/out")"
+raw_close
+curl -s --max-time 10 -I -o "$TMP/http.head" "http://127.0.0.1:$H_PORT/" || fail "HEAD on the q port failed"
+grep -q '^HTTP/1.1 501 ' "$TMP/http.head" || fail "HEAD on the q port: $(head -1 "$TMP/http.head")"
+expect_file_has "$TMP/H.log" "an HTTP request \\(GET\\) on the q port: answered 501, closed"
+G="127.0.0.1:$H_PORT"; q "echo fine"; expect_lines "$TMP/q.out" '^"fine"$' 1
+pass "HTTP and a WebSocket upgrade on the q port: answered 501 (what it serves instead), closed; q clients unaffected"
+
 # --- malformed header, and length over max_message: 'qgate: badmsg ..., then close -------
 conf "$TMP/c.conf" "$WADDR" max_message=1000
 start_gateway C -c "$TMP/c.conf"

@@ -138,7 +138,13 @@ void client_connect(void)
     c->group = route_of(c->user);
     VEC_PUSH(S->cid_group, c->group);
     c->st = FC_HS;
-    if (chance(3)) { /* a handshake q would not accept: over 1 KiB without its NUL */
+    int odd = chance(3); /* (one draw, as before this case was added: the seeds' worlds stay as they were) */
+    if (odd && c->cid % 2) { /* an HTTP request (a browser, a WebSocket library) for a handshake */
+        c->http = 1;
+        c->accept = 0;
+        static const char req[] = "GET /?q=1 HTTP/1.1\r\nHost: qgate\r\nUpgrade: websocket\r\n\r\n";
+        sb_add(&c->out, req, sizeof req - 1);
+    } else if (odd) { /* a handshake q would not accept: over 1 KiB without its NUL */
         c->longhs = 1;
         c->accept = 0;
         uint8_t junk[1100];
@@ -697,7 +703,17 @@ static void client_eof(struct fclient *c)
     const char *why = c->why;
     tr("C%d: closed by the gateway (%s)%s", c->cid, why[0] ? why : "?", c->in.len ? " in the middle of a message" : "");
     int ok = 0;
-    if (!c->accept || c->longhs)
+    if (c->http) { /* its 501 whole, then the close (or the close of a client that never read it) */
+        static const char want[] = "HTTP/1.1 501 Not Implemented\r\n", body[] = "\r\n\r\nqgate: this port serves kdb+ IPC";
+        if ((!strcmp(why, "closed after an HTTP request") || !why[0]) &&
+            (c->in.len < sizeof want - 1 || memcmp(c->in.p, want, sizeof want - 1) ||
+             !memmem(c->in.p, c->in.len, body, sizeof body - 1)))
+            fail("C%d sent an HTTP request and got %zu bytes: \"%.*s\"", c->cid, c->in.len, (int)QG_MIN(c->in.len, 40u),
+                 (const char *)c->in.p);
+        if (!strcmp(why, "closed after an HTTP request") || !why[0])
+            S->http_501++;
+        ok = !strcmp(why, "closed after an HTTP request") || !strcmp(why, "handshake timeout") || !why[0];
+    } else if (!c->accept || c->longhs)
         ok = !strcmp(why, "bad credentials ('access)") || !strcmp(why, "handshake too long") ||
              !strcmp(why, "handshake timeout");
     if (!strncmp(why, "handshake timeout", 17) || !strncmp(why, "over max_conns", 14) ||
@@ -732,6 +748,11 @@ void client_read(struct fclient *c, size_t want)
     c->in.len += (size_t)n;
     c->got_bytes += (int)n;
     S->moved += (size_t)n;
+    if (c->st == FC_HS && c->http) { /* its 501, read until the close */
+        if (c->in.len >= 5 && memcmp(c->in.p, "HTTP/", 5))
+            fail("C%d sent an HTTP request and got \"%.*s\"", c->cid, (int)QG_MIN(c->in.len, 40u), (const char *)c->in.p);
+        return;
+    }
     if (c->st == FC_HS) {
         if (!c->accept)
             fail("C%d with bad credentials (or a bad handshake) got a byte", c->cid);

@@ -785,6 +785,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     }
     S->mid_ok = 0;
     res->mid_events = S->mid_events;
+    res->http_501 = S->http_501;
     tr("quiescence");
     quiesce(0, "quiescence (clients that stopped reading still stopped)");
     quiesce(1, "quiescence");

@@ -45,6 +45,7 @@ struct sim_result {
     long alog_dropped;    /* access-log lines dropped, its file stalled or full (worlds with its sink) */
     long alog_frags;      /* access-log lines cut by a full disk, ended before the next */
     long mid_events;      /* peers that acted in the middle of an iteration (MIDWRITE) */
+    long http_501;        /* HTTP requests for a handshake answered 501 whole */
     long failed_step;     /* the event at which an invariant failed, or -1 */
     char what[256];       /* the invariant that failed */
 };

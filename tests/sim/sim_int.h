@@ -98,6 +98,7 @@ struct fclient {
     char user[80], pass[40];
     int accept;          /* the credentials are good: a capability byte will come */
     int longhs;          /* a handshake over 1 KiB */
+    int http;            /* an HTTP request for a handshake: answered 501, then closed */
     int cap_req, cap;
     int local;
     int group;           /* the group its user is routed to */
@@ -180,6 +181,7 @@ struct sim {
     uint64_t rng_mid;    /* the second PRNG: peers acting in the middle of an iteration (MIDWRITE) */
     int mid_ok;          /* the main events are running (not the start, quiescence or the end) */
     long mid_events;     /* peers' acts in the middle of an iteration */
+    long http_501;       /* HTTP requests for a handshake answered 501 whole */
     size_t data_off;
     jmp_buf fail;
     struct gw g;
