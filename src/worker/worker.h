@@ -131,7 +131,7 @@ struct worker {
     uint8_t removed;     /* dropped by a reload: goes when idle */
     uint8_t via;         /* enum worker_via: how its connection (or the attempt) goes */
     uint8_t skip_uds;    /* the next attempt goes over TCP: its Unix socket did not answer */
-    uint8_t reset_owed;  /* its session ended while it was busy: the reset query runs next */
+    uint8_t reset_owed;  /* its session ended: the reset query (or a chaser) runs next */
     uint8_t disabled;    /* .qgate.disable[]: out of rotation; DISABLED once it owes nothing (control.c) */
     uint8_t slot;        /* which of its worker's connections it is: 0, the lead, or 1..pipeline-1 */
     struct run run;      /* while BUSY */

@@ -116,6 +116,43 @@ raw_close 3
 raw_close 4
 pass "each session's worker publishes to its own client, after the reply"
 
+# --- what a session's worker sent for a client that went, unread, never reaches the next ---
+# The first client takes no byte: its output passes client_high_water and the gateway stops
+# reading the worker, so what the worker publishes for it meanwhile waits in the socket. The
+# gateway closes it (client_stall_timeout) while the next client waits for the worker: that
+# session's first reply must be its own, not those publishes (0.13 handed the worker on at
+# once, and the next client read them first: the simulation, seed 103221).
+start_worker W7 --rows 1000
+conf "$TMP/lv.conf" "127.0.0.1:$W7_PORT" pool=session
+printf 'client_high_water = 65536\nclient_low_water = 0\nclient_stall_timeout = 3000\n' > "$TMP/lv.gw"
+sed -i "/^\[gateway\]/r $TMP/lv.gw" "$TMP/lv.conf"
+start_gateway LV -c "$TMP/lv.conf" --loglevel debug
+raw_open "$LV_PORT" 3
+raw_hs "alice:x" 3
+raw_query 3 "x:1" 15
+BIG=$(head -c 100000 /dev/zero | tr '\0' a)
+for i in $(seq 1 ${LV_TELLS:-60}); do   # 6 MB published to client 3, which reads none of it: more than
+    timeout 10 "$BIN/qsend" -g "127.0.0.1:$W7_PORT" "tell LEFT$i$BIG" > /dev/null 2>&1 || fail "tell $i"
+done                                    # the kernel's buffers between them hold
+wait_line "$TMP/LV.log" "paused: c1 "
+for i in 1 2 3; do timeout 10 "$BIN/qsend" -g "127.0.0.1:$W7_PORT" "tell LEFTOVER$i" > /dev/null 2>&1; done
+wait_count "$TMP/W7.log" 'tell: publishing "LEFTOVER' 3
+raw_open "$LV_PORT" 4       # the next session's client waits for the worker meanwhile
+raw_hs "bob:x" 4
+raw_text 1 "x" 4
+wait_line "$TMP/LV.log" "c2 .*: request 0 queued in group main"
+wait_line "$TMP/LV.log" "c1 .*: closed: stalled"
+timeout 10 head -c 15 <&4 > "$TMP/raw4.out" || fail "the next session got no reply"
+grep -aq LEFT "$TMP/raw4.out" && fail "the next session got the last one's publishes first: $(head -c 40 "$TMP/raw4.out" | od -c | head -3)"
+raw_query 4 "x" 15
+grep -aq LEFT "$TMP/raw4.out" && fail "the next session got the last one's publishes"
+[ "$(od -An -c "$TMP/raw4.out" | tr -d ' \n')" = "$(printf '\001\002\000\000\017\000\000\000\n\000\001\000\000\0001' | od -An -c | tr -d ' \n')" ] ||
+    fail "the next session's reply: $(od -c "$TMP/raw4.out" | head -3)"
+raw_close 3
+raw_close 4
+expect_file_has "$TMP/LV.log" "session ended: a chaser, what it sent before dropped"
+pass "a session's client closed with the worker's publishes unread: they are dropped, the next session gets only its own replies"
+
 # --- the worker lost in the middle of a session: told, then closed, as if q had died ----
 start_worker W3 --rows 1000
 conf "$TMP/l.conf" "127.0.0.1:$W3_PORT" pool=session
