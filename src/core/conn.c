@@ -210,6 +210,7 @@ static void detach(struct gw *g, struct conn *c)
     inbuf_free(&c->in);
     c->rd = (struct rdstate){0};
     c->framed = 0; /* a worker reconnecting starts with its handshake again */
+    c->epoch++;
 }
 
 void conn_close_loop(struct gw *g, struct conn *c, const char *why)

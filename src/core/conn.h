@@ -109,6 +109,9 @@ struct conn {
     uint8_t owes;        /* a worker: it owes broadcasts or fan-out parts (dispatch asks what, then) */
     uint32_t id, gen;
     int fd;
+    uint32_t epoch;      /* its sockets so far: a close (detach) ends one; what was read on the old
+                          * socket is never framed as the next one's (a worker reconnects under
+                          * the same struct, even from a handler of its own message) */
     uint32_t events;     /* registered epoll mask */
     struct outq out;
     struct outq held;    /* whole messages waiting for the message being streamed to end */

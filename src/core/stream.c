@@ -443,6 +443,7 @@ static int frame_span(struct gw *g, struct conn *c, const uint8_t *p, size_t n, 
     struct rdstate *rd = &c->rd;
     size_t off = 0;
     int st = SS_OK;
+    uint32_t epoch = c->epoch;
     while (off < n && st == SS_OK && !c->closing && c->fd >= 0) { /* (a kind may close c itself) */
         if (rd->phase == RD_BODY) {
             size_t k = (size_t)QG_MIN((uint64_t)(n - off), rd->left);
@@ -487,6 +488,8 @@ static int frame_span(struct gw *g, struct conn *c, const uint8_t *p, size_t n, 
         off += (size_t)h.len;
         st = whole(g, c, &h, msg, frames);
     }
+    if (c->epoch != epoch) /* closed by a handler (a worker: its struct reconnects): the rest was the */
+        return SS_STOP;    /* old socket's, never the next one's */
     if (st != SS_OK || c->closing)
         return st; /* the rest is dropped: the kind reads nothing more */
     if (off < n) {
@@ -505,10 +508,13 @@ static int frame_buffered(struct gw *g, struct conn *c, int *frames)
     struct rdstate *rd = &c->rd;
     struct inbuf *in = &c->in;
     int st = SS_OK;
+    uint32_t epoch = c->epoch;
     while (inbuf_avail(in) && st == SS_OK && !c->closing) { /* (a client that has left: its socket too) */
         if (rd->phase == RD_BODY) { /* left over from a read that ended in a budget's stop */
             size_t k = (size_t)QG_MIN((uint64_t)inbuf_avail(in), rd->left);
             st = body(g, c, inbuf_data(in), k);
+            if (c->epoch != epoch) /* closed by its handler: its input went with the socket */
+                return SS_STOP;
             if (!c->closing)
                 inbuf_consume(in, k);
             continue;
@@ -550,6 +556,8 @@ static int frame_buffered(struct gw *g, struct conn *c, int *frames)
             return stream_close(c, "out of memory");
         st = whole(g, c, &h, msg, frames);
     }
+    if (c->epoch != epoch)
+        return SS_STOP;
     if (st == SS_STOP && !c->closing)
         inbuf_free(in); /* the rest is dropped, as frame_span drops it: the kind reads nothing more */
     if (st == SS_OK && !c->closing && rd->phase != RD_WHOLE)

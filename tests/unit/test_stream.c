@@ -234,6 +234,7 @@ struct fake {
     int hs;              /* on_bytes: bytes up to a NUL are a handshake, then it is framed */
     size_t bytes_close_at; /* on_bytes: closes once c->in holds this many bytes (0: never) */
     int stop_msg, close_msg, self_close_msg, close_header, close_end, close_framed; /* at the n-th */
+    int self_close_end;  /* on_end: closes its own connection at the n-th, and returns SS_OK */
     const char *reason;  /* given to stream_close */
     int bad_status;
     int wake_always;     /* on_flushed: its waiters are woken whatever is left (else under low water) */
@@ -331,6 +332,10 @@ static int h_end(struct gw *gw, struct conn *c)
     f->nend++;
     ev(f, 'E');
     record_done(f, 'E');
+    if (f->self_close_end == f->nend) {
+        conn_close_loop(gw, c, "closed by its own handler");
+        return SS_OK;
+    }
     return f->close_end == f->nend ? status(f, SS_CLOSE) : SS_OK;
 }
 
@@ -1874,6 +1879,47 @@ static void test_self_close(void **state)
     }
 }
 
+/* A worker that closes its own connection from a handler, with more of the old socket's bytes
+ * read behind that message: its struct outlives the close (it reconnects), and none of those
+ * bytes may stay in its input to be framed as the next connection's (its handshake byte would be
+ * taken from them), nor be consumed from the freed buffer. A session's end closes a worker so
+ * (worker_renew_loop), at the end of its run: the simulation, seed 29, read past a freed input.
+ * Each way the stream frames: all in one read (frame_span), a message gathered over two reads
+ * (frame_buffered), and a dropped body in the input buffer after a header cut short (its RD_BODY
+ * path). */
+static void test_worker_self_close(void **state)
+{
+    (void)state;
+    struct msgs *m = msgs_new();
+    msgs_add(m, 1, KIPC_RESPONSE, 0, 100);
+    msgs_add(m, 1, KIPC_ASYNC, 0, 101);
+    msgs_add(m, 1, KIPC_ASYNC, 0, 102);
+    for (int way = 0; way < 3; way++) {
+        struct fake *f = fake_new(CONN_WORKER, 1);
+        if (way < 2) {
+            f->self_close_msg = 1;
+        } else {
+            f->route_rest = SR_DROP;
+            f->self_close_end = 1;
+        }
+        size_t first = way == 0 ? m->b.n : way == 1 ? 50 : 4; /* all; part of the first; a header cut */
+        put(f, m->b.p, first);
+        stream_read_loop(&g, &f->c);
+        if (first < m->b.n) {
+            put(f, m->b.p + first, m->b.n - first);
+            stream_read_loop(&g, &f->c);
+        }
+        f->ev[f->nev] = 0;
+        assert_string_equal(f->ev, way == 1 ? "HFMC" : way == 0 ? "HMC" : "FHEC"); /* nothing after the close */
+        assert_int_equal(inbuf_avail(&f->c.in), 0); /* none of the old socket's bytes kept */
+        assert_null(f->c.in.p);
+        assert_int_equal(f->c.rd.phase, RD_BOUNDARY);
+        assert_int_equal(f->c.framed, 0); /* the next connection starts with its handshake */
+        assert_int_equal(f->c.fd, -1);
+        fake_dispose_worker(f);
+    }
+}
+
 /* The same STOP on a message gathered in the input buffer over two reads (frame_buffered): what
  * else that read held is dropped too (conn.h: "SS_STOP: it reads nothing more (what else
  * arrived is dropped)"), not kept for a later stream_frame_loop to hand over. */
@@ -1956,6 +2002,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_splice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_splice_full_pipe, setup, teardown),
         cmocka_unit_test_setup_teardown(test_self_close, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_self_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_gathered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backlog_bound, setup, teardown),
     };
