@@ -278,7 +278,7 @@ static void run_end(struct gw *g, struct worker *w)
         inbuf_free(&w->coll);
     /* what its group's mode does next; a worker given to a session (or owing its reset) keeps to
      * the session's way even if a reload has changed its group's pool since */
-    (w->sess || w->reset_owed ? &session_mode : w->grp->mode)->end(g, w);
+    (w->sess || w->reset_owed || w->renew ? &session_mode : w->grp->mode)->end(g, w);
 }
 
 /* The plain mode's end of a run: the worker takes the next request, or goes if a reload
@@ -578,7 +578,7 @@ void run_lost_loop(struct gw *g, struct worker *w)
         s->sess = NULL;
         w->sess = NULL;
     }
-    w->reset_owed = 0;
+    w->reset_owed = w->renew = 0; /* a new connection comes anyway */
     /* a message cut in the middle of its stream leaves that client's stream broken */
     struct client *to = w->msg.route == ROUTE_STREAM && w->c.rd.phase == RD_BODY ? w->msg.to : NULL;
     int cut = to && to == c && !c->eof, cut_sess = to && to == s;

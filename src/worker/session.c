@@ -3,8 +3,10 @@
  * (request.c starts them through backend_ops.session_start), and what the worker publishes
  * goes to it (run.c routes to the client served last). Between its requests the worker is
  * PINNED: up, off the idle list. When the client has gone for good (client.c's close calls
- * backend_ops.release) the worker runs the group's reset_query, or a chaser without one, then
- * is IDLE again: what it sent before that (its client gone) is dropped, never the next's.
+ * backend_ops.release) the worker runs the group's reset_query, if any; then its connection is
+ * closed and a new one opened, so that its q runs .z.pc for the session's handle as it would for
+ * a client of its own that left (subscriptions by .z.w go with it), and nothing the worker sent,
+ * or still sends, on that handle reaches anyone; then it is IDLE again.
  * When the worker is lost, run.c tells the client (request_session_lost_loop). */
 #include <stdlib.h>
 #include <string.h>
@@ -25,44 +27,46 @@ static void begin(struct gw *g, struct worker *w, struct client *c)
     log_info(w->c.name, "session: given to %s", c->c.name);
 }
 
-/* The group's reset_query, or without one a chaser, sent as a sync message: its reply is
- * swallowed, and the worker is free when it comes. Whatever the worker sent before it (a
- * publish the ended session's client was too slow to take, still in the socket) is dropped
- * meanwhile: it was that client's, never the next session's. 0, or -1 (no memory). */
+/* The group's reset_query, sent as a sync message: its reply is swallowed, and the worker is
+ * free when it comes; what the worker sends meanwhile reaches nobody. 0, or -1 (no memory). */
 static int start_reset(struct gw *g, struct worker *w)
 {
     const char *q = w->grp->cfg.reset_query;
-    if (q[0]) {
-        K x = k_str(q, strlen(q));
-        size_t len = 0;
-        uint8_t *m = x ? kcodec_encode_msg(x, KIPC_SYNC, &len) : NULL;
-        k_free(x);
-        struct chunk *ch = m ? chunk_wrap(m, len) : NULL; /* chunk_wrap frees m if it fails */
-        if (!ch)
-            return -1;
-        outq_push(&w->c.out, ch);
-    } else if (outq_copy(&w->c.out, g->chaser, sizeof g->chaser)) {
+    K x = k_str(q, strlen(q));
+    size_t len = 0;
+    uint8_t *m = x ? kcodec_encode_msg(x, KIPC_SYNC, &len) : NULL;
+    k_free(x);
+    struct chunk *ch = m ? chunk_wrap(m, len) : NULL; /* chunk_wrap frees m if it fails */
+    if (!ch)
         return -1;
-    }
+    outq_push(&w->c.out, ch);
     if (w->st != WS_BUSY) /* PINNED; or BUSY still, its session's last run just ended */
         worker_set_state_loop(g, w, WS_BUSY);
     w->run = (struct run){.kind = RUN_BROADCASTS, .swallow = 1, /* no client's: nothing it sends reaches anyone */
                           .started_us = loop_stamp_us_loop(g)};
     run_arm_timer_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
-    log_debug(w->c.name, "session ended: %s", q[0] ? "running the reset query" : "a chaser, what it sent before dropped");
+    log_debug(w->c.name, "session ended: running the reset query");
     return 0;
 }
 
-/* Free of its last run and of any session: the reset query it owes, or the next client. */
+/* Free of its last run and of any session: the reset query it owes, then the new connection
+ * its session's end owes, or the next client. */
 static void let_go(struct gw *g, struct worker *w)
 {
     if (w->reset_owed) {
         w->reset_owed = 0;
-        if (start_reset(g, w)) /* no memory: a new connection is the only clean slate */
-            conn_close_loop(g, &w->c, "out of memory for its session's reset");
+        if (start_reset(g, w) == 0)
+            return;
+        log_error(w->c.name, "out of memory for the reset query: a new connection without it");
+        w->renew = 1;
+    }
+    if (w->renew && !w->removed) {
+        w->renew = 0;
+        worker_renew_loop(g, w);
         return;
     }
+    w->renew = 0;
     run_plain_end_loop(g, w); /* IDLE, or gone if removed */
 }
 
@@ -97,7 +101,8 @@ void session_release_loop(struct gw *g, struct worker *w)
     c->sess = NULL;
     w->sess = NULL;
     log_info(w->c.name, "session: %s has gone, the worker is free", c->c.name);
-    w->reset_owed = 1; /* the reset query, or a chaser: nothing sent for c reaches the next session */
+    w->reset_owed = w->grp->cfg.reset_query[0] != 0;
+    w->renew = 1; /* a handle of its own for each session: nothing sent for c reaches the next */
     if (w->st == WS_PINNED)
         let_go(g, w);
     /* BUSY: its run ends first (the client's reply drained), then session_run_ended_loop */

@@ -362,8 +362,10 @@ static int on_bytes(struct gw *g, struct conn *x)
         net_uds_name(&w->na.uds, w->na.udslen, name, sizeof name);
     else if (w->c.fd >= 0)
         net_peer_name(w->c.fd, name, sizeof name);
-    log_info(w->c.name, "connected (capability %d) over %s %s%s%s", cap, worker_via_name(w->via), name,
-             w->uds_why[0] && w->via == VIA_TCP ? "; its Unix socket " : "", w->via == VIA_TCP ? w->uds_why : "");
+    log_at(w->renewing == 2 ? LOG_DEBUG : LOG_INFO, w->c.name, "connected (capability %d) over %s %s%s%s%s", cap,
+           worker_via_name(w->via), name, w->uds_why[0] && w->via == VIA_TCP ? "; its Unix socket " : "",
+           w->via == VIA_TCP ? w->uds_why : "", w->renewing == 2 ? " (a new connection for the next session)" : "");
+    w->renewing = 0;
     w->uds_why[0] = 0;
     worker_set_state_loop(g, w, WS_IDLE);
     return SS_OK;
@@ -407,7 +409,9 @@ static void unlink_removed(struct gw *g, struct worker *w)
 static void on_close(struct gw *g, struct conn *c, const char *why)
 {
     struct worker *w = worker_of(c);
-    log_at(w->removed ? LOG_INFO : LOG_WARN, c->name, "connection closed: %s", why);
+    int renew = w->renewing == 1; /* closed for its session's end (a renewed one that failed: as any) */
+    w->renewing = renew ? 2 : 0;
+    log_at(renew ? LOG_DEBUG : w->removed ? LOG_INFO : LOG_WARN, c->name, "connection closed: %s", why);
     int was_up = worker_is_connected(w);
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
     run_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
@@ -415,7 +419,9 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
         unlink_removed(g, w);
         return;
     }
-    if (fall_back) { /* its Unix socket did not answer the handshake: TCP, now */
+    if (renew) { /* its session ended: the next connection now */
+        conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms, on_reconnect_timer);
+    } else if (fall_back) { /* its Unix socket did not answer the handshake: TCP, now */
         uds_passed_over(w, why);
         w->skip_uds = 1;
         conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms, on_reconnect_timer);
@@ -424,6 +430,13 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     } else {
         connect_failed(g, w);
     }
+}
+
+void worker_renew_loop(struct gw *g, struct worker *w)
+{
+    w->run = (struct run){.kind = RUN_BROADCASTS}; /* no run, no client: closing fails nobody's request */
+    w->renewing = 1;
+    conn_close_loop(g, &w->c, "its session ended: a new connection for the next (its q runs .z.pc for this one)");
 }
 
 void worker_remove_loop(struct gw *g, struct worker *w)

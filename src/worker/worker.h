@@ -131,7 +131,9 @@ struct worker {
     uint8_t removed;     /* dropped by a reload: goes when idle */
     uint8_t via;         /* enum worker_via: how its connection (or the attempt) goes */
     uint8_t skip_uds;    /* the next attempt goes over TCP: its Unix socket did not answer */
-    uint8_t reset_owed;  /* its session ended: the reset query (or a chaser) runs next */
+    uint8_t reset_owed;  /* the reset query runs next (a session ended, or a request from outside ran) */
+    uint8_t renew;       /* its session ended: a new connection before anyone has it (session.c) */
+    uint8_t renewing;    /* 1: closed for that; 2: connecting again at once, quietly; 0 otherwise */
     uint8_t disabled;    /* .qgate.disable[]: out of rotation; DISABLED once it owes nothing (control.c) */
     uint8_t slot;        /* which of its worker's connections it is: 0, the lead, or 1..pipeline-1 */
     struct run run;      /* while BUSY */
@@ -198,6 +200,9 @@ const char *worker_via_name(int via);
 void worker_resolved_loop(struct gw *g, struct job *j);
 /* A reload dropped it: close now if idle or down, after its request if busy. */
 void worker_remove_loop(struct gw *g, struct worker *w);
+/* Close w's connection and open a new one at once (its session ended): its q runs .z.pc for the
+ * old handle, as for a client of its own that left, and nothing sent on it reaches anyone. */
+void worker_renew_loop(struct gw *g, struct worker *w);
 int worker_busy_count_loop(const struct gw *g);
 
 /* ---- run.c ------------------------------------------------------------------------------ */
@@ -265,7 +270,7 @@ extern const struct group_mode session_mode;
 /* Start c's head on w, the worker given to it, if w is PINNED (1), else 0 (w starts it when its
  * run ends). */
 int session_start_loop(struct gw *g, struct worker *w, struct client *c);
-/* w's client has gone for good: the reset query, then IDLE. */
+/* w's client has gone for good: the reset query, then a new connection, then IDLE. */
 void session_release_loop(struct gw *g, struct worker *w);
 
 /* ---- fanout.c (.qgate.all) ------------------------------------------------------------ */

@@ -150,8 +150,31 @@ grep -aq LEFT "$TMP/raw4.out" && fail "the next session got the last one's publi
     fail "the next session's reply: $(od -c "$TMP/raw4.out" | head -3)"
 raw_close 3
 raw_close 4
-expect_file_has "$TMP/LV.log" "session ended: a chaser, what it sent before dropped"
+expect_file_has "$TMP/LV.log" "connection closed: its session ended: a new connection for the next"
 pass "a session's client closed with the worker's publishes unread: they are dropped, the next session gets only its own replies"
+
+# --- what a session set up on its worker's handle (a publish for later) goes with it ---------
+# Its q sees the handle close (.z.pc), as for a client of its own: the next session, on a new
+# connection, never gets it. The next client keeps the worker busy past the moment it was due
+# ("sleep 500"): on the old handle the worker would publish it right after that reply, before
+# it reads the next request (0.13 kept the connection, and the next client got it).
+start_worker W8 --rows 1000
+conf "$TMP/zp.conf" "127.0.0.1:$W8_PORT" pool=session
+start_gateway ZP -c "$TMP/zp.conf" --loglevel debug
+raw_open "$ZP_PORT" 3
+raw_hs "alice:x" 3
+raw_query 3 "later 300 SUBA" 17
+raw_close 3
+wait_line "$TMP/ZP.log" "session: c1 .* has gone"
+raw_open "$ZP_PORT" 4
+raw_hs "bob:x" 4
+raw_query 4 "sleep 500" 17
+raw_query 4 "echo MINE" 18
+grep -aq SUBA "$TMP/raw4.out" && fail "the next session got the first one's publish"
+grep -aq MINE "$TMP/raw4.out" || fail "the next session's own reply: $(od -c "$TMP/raw4.out" | head -3)"
+raw_close 4
+expect_file_has "$TMP/ZP.log" "connection closed: its session ended: a new connection for the next"
+pass "a publish a session set up on its worker goes with the session (a new connection for the next: .z.pc)"
 
 # --- the worker lost in the middle of a session: told, then closed, as if q had died ----
 start_worker W3 --rows 1000

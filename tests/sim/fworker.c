@@ -90,6 +90,7 @@ static void fwc_reset(struct fwconn *k)
     k->hold_until = 0;
     k->last_cid = -1;
     k->nrecent = 0;
+    k->first_sess = -1;
 }
 
 static void tpub_conn_gone(struct fworker *w, int conn);
@@ -190,6 +191,9 @@ static struct worker *gw_conn_of(const struct fworker *w, int i)
 /* Publish t may have reached client cid only if that is its owner or its session's client. */
 void tpub_check(const struct tpub *t, int id)
 {
+    if (t->sess_only && t->to >= 0 && t->to != t->sess)
+        fail("C%d got publish %d of W%d's connection %d, which C%d's session had been given: another "
+             "user's (its q would have run .z.pc for that client's handle)", t->to, id, t->wid, t->conn, t->sess);
     if (t->to < 0 || t->owner == -2 || t->to == t->owner || t->to == t->sess)
         return;
     for (int i = 0; t->owner == -4 && i < t->nok; i++)
@@ -411,8 +415,11 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
     if ((kind == 'q') != (type == KIPC_SYNC))
         fail("W%d got \"%s\" as a %s message", w->wid, s, kipc_type_name(type));
     struct sent *x = check_run_order(w, type, s, c, cid, seq);
-    if (S->session && w->group != S->bc_group) /* one worker for all a session sends */
+    if (S->session && w->group != S->bc_group) { /* one worker for all a session sends */
         check_session_worker(w, s, cid);
+        if (k->first_sess < 0)
+            k->first_sess = cid;
+    }
     if (x)
         x->seen++;
     k->last_cid = cid;
@@ -578,7 +585,9 @@ void worker_timer_push(struct fworker *w)
     int i = idx[rnd(n)], id = S->tpubs.n;
     const struct worker *gw = gw_conn_of(w, i);
     const struct fclient *sc = gw && gw->sess ? fclient_of(gw->sess->c.id, gw->sess->c.gen) : NULL;
-    struct tpub t = {.wid = w->wid, .conn = i, .serial = w->k[i].serial, .owner = -2, .sess = sc ? sc->cid : -1, .to = -1};
+    int first = w->k[i].first_sess; /* a session's publish: that client's, whoever is served now */
+    struct tpub t = {.wid = w->wid, .conn = i, .serial = w->k[i].serial, .owner = -2,
+                     .sess = first >= 0 ? first : sc ? sc->cid : -1, .sess_only = first >= 0, .to = -1};
     VEC_PUSH(S->tpubs, t);
     int burst = chance(20) ? 1 + rnd(40) : 1; /* a timer's publish, or a burst of them (for one) */
     size_t big = chance(40) ? (size_t)4096 << rnd(5) : 0; /* or big ones: a subscriber's output bound */

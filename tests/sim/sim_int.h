@@ -136,6 +136,9 @@ struct fwconn {
     int last_cid;        /* the client whose message it ran last on this connection */
     int recent[8];       /* the last clients whose messages the gateway gave it (distinct) */
     int nrecent;
+    int first_sess;      /* pool = session: the client of the first session it served, or -1: what
+                          * the worker publishes on it later is that client's (a subscription by
+                          * .z.w), whoever the gateway serves next */
 };
 
 /* A reply deferred, as -30!(::) defers one: sent later, while the worker goes on with others. */
@@ -170,6 +173,7 @@ struct tpub {
     int owner;           /* the client of the next reply on its connection; -2: none yet, -1: none,
                           * -4: the connection closed first (then one of ok[] may have it) */
     int sess;            /* the client the worker's connection was given to (pool = session), or -1 */
+    int sess_only;       /* sess is the connection's first session's: only it may get this */
     int to;              /* the client that got it, or -1 */
     int ok[8], nok;      /* owner -4: the clients the gateway gave the connection messages last */
 };
