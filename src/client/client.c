@@ -373,6 +373,8 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
         return;
     client_set_state_loop(g, c, CS_GONE);
     stream_frame_loop(g, &c->c); /* what it sent before it left runs */
+    if (!c->c.closing) /* its output went with the socket: a head held back by it goes on (framing */
+        request_advance_loop(g, c); /* stops short of that when its requests fill client_max_pending) */
 }
 
 static void on_gone(struct gw *g, struct conn *x, const char *why) { client_peer_gone_loop(g, client_of(x), why); }

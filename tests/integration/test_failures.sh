@@ -200,6 +200,26 @@ wait_count "$TMP/I.log" "closed: client closed the connection" 4 10
 grep -q "w 127.0.0.1:$W_PORT: connection closed" "$TMP/I.log" && fail "worker connection dropped"
 pass "client gone while queued: its request still ran; while running or streaming: drained, worker reused"
 
+# --- a client that leaves with its output over client_high_water and more requests than
+# client_max_pending: what it sent still runs. (0.13 could keep its next request waiting for room
+# in an output gone with the socket, when framing what it left stopped at client_max_pending: the
+# simulation's seed 106065 (regress.txt) is that order of events; here the kernel decides how much
+# a reset leaves to frame, so this one checks the outcome, not always that order) ------------
+conf "$TMP/gp.conf" "$WADDR" client_high_water=65536 client_low_water=0 client_max_pending=65536 loglevel=debug
+start_gateway GP -c "$TMP/gp.conf"
+raw_open "$GP_PORT"
+printf 'u:p\001\000' >&3               # capability 1: its replies are gathered whole, then sent
+head -c 1 <&3 > /dev/null
+raw_text 1 "rows 800000" 3             # a reply of 12 MB, more than the sockets hold, never read
+LONG=$(head -c 1000 /dev/zero | tr '\0' b)
+for i in $(seq 1 100); do raw_text 1 "echo gp$i$LONG" 3; done
+wait_line "$TMP/GP.log" "request 0: reply of [0-9]+ bytes$"
+wait_line "$TMP/GP.log" "paused: [0-9]+ bytes of requests waiting"
+raw_close                              # (a reset, with megabytes unread: what the kernel kept is read)
+wait_line "$TMP/GP.log" "c1 .*: closed: client closed the connection"   # only once nothing it sent is left
+expect_file_has "$TMP/GP.log" "running sync request 1 of c1 "
+pass "a client gone with its output full and client_max_pending of requests sent: what it sent ran, then it closed"
+
 # --- bad credentials: closed without a byte ('access), logged with user and peer ---------
 printf 'alice:wonder\nbob:%s\ncarol:%s\n' "$(printf 'builder' | md5sum | cut -d' ' -f1)" \
     "$(printf 's3cret' | sha1sum | cut -d' ' -f1)" > "$TMP/users"
