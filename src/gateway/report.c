@@ -44,6 +44,7 @@ struct stats_snapshot *report_stats_loop(struct gw *g)
             snprintf(r->addr, sizeof r->addr, "%s", w->addr);
             snprintf(r->group, sizeof r->group, "%s", grp->cfg.name);
             qg_copy_lower(r->state, sizeof r->state, worker_state_name(w->st));
+            r->renewing = w->renewing != 0;
             snprintf(r->transport, sizeof r->transport, "%s", worker_via_name(w->via));
             r->served = (int64_t)w->served;
             r->errors = (int64_t)w->errors;

@@ -191,11 +191,14 @@ static void render_groups(struct text *t, const struct metrics_snap *s)
             tprintf(t, "qgate_workers{group=\"%s\",state=\"%s\"} %d\n", label(s->groups[i].name, gl, sizeof gl),
                     s->worker_state[k], n);
         }
-    head(t, "qgate_worker_up", "gauge", "1 while the worker is connected and in rotation (idle, busy, or given to a session)");
+    head(t, "qgate_worker_up", "gauge",
+         "1 while the worker is connected and in rotation (idle, busy, or given to a session), or connecting again at "
+         "once for the next session");
     for (int r = 0; w && r < w->n; r++)
         tprintf(t, "qgate_worker_up{group=\"%s\",worker=\"%s\"} %d\n", label(w->rows[r].group, gl, sizeof gl),
                 label(w->rows[r].addr, wl, sizeof wl),
-                !strcmp(w->rows[r].state, "idle") || !strcmp(w->rows[r].state, "busy") || !strcmp(w->rows[r].state, "pinned"));
+                w->rows[r].renewing || !strcmp(w->rows[r].state, "idle") || !strcmp(w->rows[r].state, "busy") ||
+                    !strcmp(w->rows[r].state, "pinned"));
     head(t, "qgate_worker_state", "gauge", "1 for the worker's state, 0 for the others");
     for (int r = 0; w && r < w->n; r++)
         for (int k = 0; k < s->nworker_states; k++)

@@ -44,6 +44,7 @@ struct stats_row {
     char addr[300];
     char group[64];
     char state[16];
+    uint8_t renewing;    /* its session ended: connecting again at once (up, for qgate_worker_up) */
     char transport[8];   /* unix, tcp, or empty: never tried */
     int64_t served, errors, inflight, queued, dropped;
     int64_t session;     /* pool = session: the id (.qgate.clients[]) of the client it is given to, or 0N */

@@ -129,6 +129,7 @@ static void schedule_reconnect(struct gw *g, struct worker *w)
  * group is up, the waiting requests are answered rather than left to wait. */
 static void connect_failed(struct gw *g, struct worker *w)
 {
+    w->renewing = 0; /* a new connection for the next session that failed: down, as any */
     if (worker_is_lead(w) && w->grp->nup == 0 && !w->grp->unavailable) {
         w->grp->unavailable = 1;
         log_warn(w->c.name, "no worker of group %s is up", w->grp->cfg.name);

@@ -11,6 +11,7 @@
 
 #include "kcodec.h"
 #include "kipc.h"
+#include "metrics.h"
 #include "stats.h"
 #include "tutil.h"
 
@@ -443,11 +444,42 @@ static void test_queries_table(void **state)
     k_free(x);
 }
 
+/* qgate_worker_up: 1 for a worker in rotation, 0 for one down or connecting, and 1 for one
+ * connecting again at once because its session ended (a worker renewed between sessions is not
+ * down: an alert on min_over_time(qgate_worker_up[1m]) == 0 must not fire for it). */
+static void test_worker_up_gauge(void **state)
+{
+    (void)state;
+    struct metrics_snap *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    s->workers = calloc(1, sizeof *s->workers + 4 * sizeof s->workers->rows[0]);
+    assert_non_null(s->workers);
+    const char *st[4] = {"idle", "connecting", "handshake", "pinned"};
+    const int renewing[4] = {0, 0, 1, 0};
+    for (int i = 0; i < 4; i++) {
+        struct stats_row *r = &s->workers->rows[s->workers->n++];
+        snprintf(r->addr, sizeof r->addr, "h:%d", i);
+        snprintf(r->group, sizeof r->group, "main");
+        snprintf(r->state, sizeof r->state, "%s", st[i]);
+        r->renewing = (uint8_t)renewing[i];
+    }
+    size_t len = 0;
+    char *page = metrics_render(s, &len);
+    assert_non_null(page);
+    assert_non_null(strstr(page, "qgate_worker_up{group=\"main\",worker=\"h:0\"} 1\n"));
+    assert_non_null(strstr(page, "qgate_worker_up{group=\"main\",worker=\"h:1\"} 0\n"));
+    assert_non_null(strstr(page, "qgate_worker_up{group=\"main\",worker=\"h:2\"} 1\n"));
+    assert_non_null(strstr(page, "qgate_worker_up{group=\"main\",worker=\"h:3\"} 1\n"));
+    free(page);
+    metrics_snap_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clients_table),
         cmocka_unit_test(test_queries_table),
+        cmocka_unit_test(test_worker_up_gauge),
         cmocka_unit_test(test_hist_empty),
         cmocka_unit_test(test_hist_small_exact),
         cmocka_unit_test(test_hist_single_values),
