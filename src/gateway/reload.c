@@ -126,10 +126,22 @@ static void reload_group(struct gw *g, struct group *grp, const struct group_cfg
     grp->mode = run_mode_of(grp);
     char addr[300];
     for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);) {
-        struct worker *w, *found = NULL;
-        TAILQ_FOREACH(w, &grp->workers, glink)
+        struct worker *w, *found = NULL, *leaving = NULL;
+        TAILQ_FOREACH(w, &grp->workers, glink) {
             if (!found && worker_is_lead(w) && !strcmp(w->addr, addr) && !w->removed)
                 found = w;
+            if (!leaving && worker_is_lead(w) && !strcmp(w->addr, addr) && w->removed)
+                leaving = w;
+        }
+        if (!found && leaving) { /* removed by an earlier reload, still finishing its run: kept, not a
+                                  * second connection to the same q beside it (what each was sent
+                                  * would race at that q: broadcasts out of order) */
+            TAILQ_FOREACH(w, &grp->workers, glink)
+                if (w->removed && !strcmp(w->addr, addr))
+                    w->removed = 0;
+            log_info(NULL, "reload: group %s: worker %s kept (it was still leaving)", grp->cfg.name, addr);
+            found = leaving;
+        }
         if (found) {
             worker_fit_loop(g, grp, found);
         } else {

@@ -93,6 +93,36 @@ served3=$(grep -c "fast\|big" "$TMP/W3.log" || true)
 [ "$served3" -gt 0 ] || fail "the added worker served nothing"
 pass "SIGHUP under load: workers added and removed, 7 clients without a failed request"
 
+# --- a worker removed while it runs a request, then put back before that ends: the same
+# connection is kept, not a second one beside it (what each was sent would race at that q:
+# broadcasts out of order; the simulation, seed 124816) -------------------------------------
+conf "127.0.0.1:$W1_PORT,127.0.0.1:$W2_PORT"
+cp "$TMP/gw.conf" "$TMP/rb.conf"
+start_gateway RB -c "$TMP/rb.conf" --loglevel debug
+wait_count "$TMP/RB.log" "connected \\(capability 3\\)" 2 10
+"$BIN/qsend" -g "127.0.0.1:$RB_PORT" "hold rb1" > "$TMP/rb1.out" 2>&1 & rb1=$!
+"$BIN/qsend" -g "127.0.0.1:$RB_PORT" "hold rb2" > "$TMP/rb2.out" 2>&1 & rb2=$!
+wait_line "$TMP/W2.log" "hold rb[12]" 10              # each worker runs one
+wait_line "$TMP/W1.log" "hold rb[12]" 10
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s\n' "$W1_PORT" > "$TMP/rb.conf"
+kill -HUP "$RB_PID"
+wait_line "$TMP/RB.log" "w 127\\.0\\.0\\.1:$W2_PORT: removed from the configuration: closing after the current request" 10
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' "$W1_PORT" "$W2_PORT" > "$TMP/rb.conf"
+kill -HUP "$RB_PID"
+wait_line "$TMP/RB.log" "reload: group main: worker 127\\.0\\.0\\.1:$W2_PORT kept \\(it was still leaving\\)" 10
+for w in "$W1_PORT" "$W2_PORT"; do for t in rb1 rb2; do "$BIN/qsend" -g "127.0.0.1:$w" "release $t" > /dev/null 2>&1 || true; done; done
+wait "$rb1" "$rb2"
+expect_lines "$TMP/rb1.out" '^"rb1"$' 1
+expect_lines "$TMP/rb2.out" '^"rb2"$' 1
+expect_lines "$TMP/RB.log" "adding worker 127\\.0\\.0\\.1:$W2_PORT" 0
+expect_lines "$TMP/RB.log" "w 127\\.0\\.0\\.1:$W2_PORT: connection closed" 0
+G="127.0.0.1:$RB_PORT"
+q ".qgate.stats[]"
+expect_file_has "$TMP/q.out" "^table\\[2\\] "
+pass "a worker removed while busy and put back before its request ended: kept, on its one connection"
+kill "$RB_PID"
+G="127.0.0.1:$GW_PORT"
+
 # --- SIGTERM: stop accepting, finish in-flight work, exit 0 --------------------------------
 "$BIN/qsend" -g "$G" "sleep 1000" > "$TMP/t1.out" & p1=$!
 wait_any "sleep 1000 ms" 5 "$TMP/W1.log" "$TMP/W3.log"
