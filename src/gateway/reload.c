@@ -128,10 +128,9 @@ static void reload_group(struct gw *g, struct group *grp, const struct group_cfg
     for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);) {
         struct worker *w, *found = NULL, *leaving = NULL;
         TAILQ_FOREACH(w, &grp->workers, glink) {
-            if (!found && worker_is_lead(w) && !strcmp(w->addr, addr) && !w->removed)
-                found = w;
-            if (!leaving && worker_is_lead(w) && !strcmp(w->addr, addr) && w->removed)
-                leaving = w;
+            struct worker **slot = w->removed ? &leaving : &found;
+            if (!*slot && worker_is_lead(w) && !strcmp(w->addr, addr))
+                *slot = w;
         }
         if (!found && leaving) { /* removed by an earlier reload, still finishing its run: kept, not a
                                   * second connection to the same q beside it (what each was sent

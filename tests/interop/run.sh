@@ -35,7 +35,7 @@ expect_file_has "$TMP/SE.log" "session: given to c2 "
 start_worker S3 --rows 1000
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n' "$S3_PORT" > "$TMP/send.conf"
 start_gateway SN -c "$TMP/send.conf"
-(cd tests/interop && timeout 60 node session_end.js "$SN_PORT") || fail "node-q one session after another"
+(cd tests/interop && timeout 60 node session.js "$SN_PORT" after) || fail "node-q one session after another"
 
 # pipelining: 16 node-q connections, 2 workers, each connection's query learned fast (a
 # pipeline_wait no run here nears, so that it is learned fast whatever the machine's load)

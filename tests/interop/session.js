@@ -1,8 +1,13 @@
 // session.js: node-q through a gateway with pool = session and two workers, as a q user sees it.
-// usage: node session.js PORT
+// usage: node session.js PORT [after]
 //   one connection: h"a:1"; neg[h]"b:2"; h"a"; h"b" (state kept across sync and async, on one
 //   worker); then "later 100 tick": the worker's publish after the reply reaches this session.
 //   A second connection at once: its own worker, without the first one's a ('a).
+// With "after" (a group of one worker), one session after another: the first sets x, asks the
+//   worker to publish "FIRST-ONLY" 300 ms later on its handle, and closes. The second then has
+//   the worker: it sees x (globals stay, as in q), keeps the worker busy past the moment the
+//   publish was due ("sleep 600"), and its replies are its own (node-q takes any message that is
+//   not an upd for the next reply: the first session's publish would have answered one of them).
 "use strict";
 const nodeq = require("node-q");
 const assert = require("assert");
@@ -22,7 +27,24 @@ function q(con, text) {
   return new Promise((res) => con.k(text, (e, r) => res(e ? {err: e.message} : r)));
 }
 
-open("nq1", (c1) => {
+if (process.argv[3] === "after") {
+  open("first", async (c1) => {
+    try {
+      assert.strictEqual(await q(c1, "x:42"), "42");
+      assert.strictEqual(Number(await q(c1, "later 300 FIRST-ONLY")), 300);
+    } catch (x) { fail("first session", x); }
+    c1.close(() => open("second", async (c2) => {
+      try {
+        assert.strictEqual(await q(c2, "x"), "42");
+        assert.strictEqual(Number(await q(c2, "sleep 600")), 600);
+        assert.strictEqual(await q(c2, "echo second"), "second");
+      } catch (x) { fail("the next session got the first one's publish", x); }
+      clearTimeout(timer);
+      console.log("ok - node-q: one session after another on one worker: globals stay, the first session's publish for later never reaches the second (a new handle: its q ran .z.pc)");
+      c2.close(() => process.exit(0));
+    }));
+  });
+} else open("nq1", (c1) => {
   open("nq2", async (c2) => {
     try {
       assert.strictEqual(await q(c1, "a:1"), "1");
