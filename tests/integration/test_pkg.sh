@@ -48,6 +48,18 @@ mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -C "$RO
 # booted by systemd-nspawn with systemd as PID 1 (to sysinit.target: none of this machine's
 # services), its own network namespace (loopback only: its ports are its own), this tree and
 # $BIN bound in read-only. ct CMD... runs CMD in it (all its namespaces).
+# The container's PID 1: the child of systemd-nspawn in a PID namespace of its own. Not just its
+# first child: that may be nspawn's short-lived outer child, which starts PID 1 and exits (a
+# run that took it failed with "nsenter: stat of /proc/N/ns/user failed").
+ct_pid1() {
+    local p ns own
+    own=$(readlink /proc/self/ns/pid)
+    for p in $(pgrep -P "$CT_NSPAWN"); do
+        ns=$(readlink "/proc/$p/ns/pid" 2> /dev/null) || continue
+        [ "$ns" != "$own" ] && { echo "$p"; return 0; }
+    done
+    return 0
+}
 ct_boot() {
     CT=$(mktemp -d /tmp/qgate-ct.XXXXXX)
     mount -t tmpfs -o mode=0700 qgate-ct "$CT"
@@ -66,7 +78,7 @@ ct_boot() {
     local i
     for i in $(seq 1 300); do
         kill -0 "$CT_NSPAWN" 2> /dev/null || fail "systemd-nspawn exited: $(tail -n 5 "$TMP/ct-console.txt")"
-        [ -n "$CT_PID" ] || CT_PID=$(pgrep -P "$CT_NSPAWN" | head -n 1 || true)
+        [ -n "$CT_PID" ] || CT_PID=$(ct_pid1)
         if [ -n "$CT_PID" ] && nsenter -t "$CT_PID" -a systemctl is-system-running > "$TMP/ct-state.txt" 2>&1; then
             return 0
         fi
