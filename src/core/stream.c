@@ -268,6 +268,50 @@ void stream_shutdown_loop(struct conn *c)
         io_of(c)->shutdown_write(c->fd);
 }
 
+void stream_remnant_close_loop(struct remnant *r)
+{
+    if (r->fd >= 0)
+        close(r->fd); /* (epoll forgets a descriptor once it is closed) */
+    r->fd = -1;
+}
+
+static void on_remnant(struct gw *g, struct evsrc *s, uint32_t ev)
+{
+    (void)ev;
+    struct remnant *r = (struct remnant *)s;
+    uint8_t buf[4096];
+    for (int i = 0; i < DISCARD_READS && r->fd >= 0; i++) {
+        ssize_t n = r->io->read(r->fd, buf, sizeof buf);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        loop_unwatch_loop(g, r->fd, 0); /* the peer has closed it, or it failed */
+        stream_remnant_close_loop(r);
+        r->done(g, r->ctx);
+        return;
+    }
+}
+static const struct evops remnant_ops = {.on_event = on_remnant};
+
+int stream_leave_socket_loop(struct gw *g, struct conn *c, struct remnant *r, void (*done)(struct gw *g, void *ctx),
+                             void *ctx)
+{
+    if (c->fd < 0)
+        return -1;
+    *r = (struct remnant){.ev = {.ops = &remnant_ops}, .fd = c->fd, .io = io_of(c), .done = done, .ctx = ctx};
+    if (c->registered)
+        loop_unwatch_loop(g, c->fd, c->kind == CONN_WORKER);
+    c->registered = 0;
+    c->fd = -1; /* the teardown goes on without it */
+    r->io->shutdown_write(r->fd);
+    if (loop_watch(g, r->fd, &r->ev, EPOLLIN | EPOLLRDHUP, 0)) {
+        stream_remnant_close_loop(r);
+        return -1;
+    }
+    return 0;
+}
+
 void stream_send_now_loop(int fd, const void *p, size_t len)
 {
     ssize_t n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);

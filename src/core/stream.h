@@ -78,6 +78,25 @@ int stream_discard_loop(struct gw *g, struct conn *c);
 void stream_input_drop_loop(struct conn *c);
 /* Our side of c is done writing (FIN after the last byte queued was sent). */
 void stream_shutdown_loop(struct conn *c);
+/* A socket a connection has left behind (its owner holds it: fd -1 when none). */
+struct remnant {
+    struct evsrc ev;
+    int fd;
+    const struct stream_io *io;
+    void (*done)(struct gw *g, void *ctx);
+    void *ctx;
+};
+/* Leave c's socket behind in r, from its kind's teardown (on_close): shut for writing, what the
+ * peer still sends read and dropped, closed once the peer closes it (or fails), then done(g,
+ * ctx). The connection's teardown goes on without it. Its owner waits for done before it opens
+ * another, so that the peer has acted on all that was sent on this one first (q runs what it
+ * has read, then closes). 0, or -1 (the socket closed with the connection) when c has no
+ * socket or it cannot be watched. */
+int stream_leave_socket_loop(struct gw *g, struct conn *c, struct remnant *r, void (*done)(struct gw *g, void *ctx),
+                             void *ctx);
+/* Close r's socket now, without its done (its owner goes: a reload removed it, or exit). r
+ * stays valid memory until its owner is freed (an event for it in this iteration is ignored). */
+void stream_remnant_close_loop(struct remnant *r);
 /* Best effort, outside the output queue: len bytes straight to a socket that is about to be
  * closed (a 503 to a connection that gives way). */
 void stream_send_now_loop(int fd, const void *p, size_t len);

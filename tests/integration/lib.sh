@@ -88,9 +88,15 @@ expect_lines() {
     [ "$n" -eq "$3" ] || fail "$1: $n lines match /$2/, want $3: $(head -n 5 "$1")"
 }
 
-# expect_file_has FILE REGEX: at least one line matches
+# expect_file_has FILE REGEX: at least one line matches, or will within 10 s (the gateway's log
+# is written by its own thread: a line about what a client has just seen may still be on its way)
 expect_file_has() {
-    grep -qE "$2" "$1" || fail "$1 has no line matching /$2/: $(head -n 5 "$1")"
+    local i=0
+    until grep -qE "$2" "$1" 2> /dev/null; do
+        i=$((i + 1))
+        [ $i -le 200 ] || fail "$1 has no line matching /$2/: $(head -n 5 "$1")"
+        sleep 0.05
+    done
 }
 
 # start_gateway NAME ARGS...: start qgate on an ephemeral port (-p 0 unless ARGS set one);

@@ -131,6 +131,30 @@ expect_lines "$TMP/q.out" '^"f1"$' 0
 expect_file_has "$TMP/F.log" "connection closed: query timeout"
 pass "query_timeout: 'qgate: timeout, connection dropped and remade, late reply dropped"
 
+# --- the same in a broadcast group, with a client's broadcast sent but not yet read: the worker
+# runs it when it gets to it, so qgate connects again only once the worker has closed the dropped
+# connection, and the client's next broadcast runs after it (the simulation, seed 145265: a new
+# connection at once had it run first). qworker's "hold" stops reading that one connection, as a
+# q busy with a long query reads none.
+printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 400\nreconnect_min = 50\n[group rdb]\nworkers = %s\nasync = broadcast\n' \
+    "$WADDR" > "$TMP/bt.conf"
+start_gateway BT -c "$TMP/bt.conf"
+wait_line "$TMP/BT.log" "connected \\(capability 3\\)" 10
+raw_open "$BT_PORT"
+raw_hs "bt:"
+{ raw_text 0 "hold bt1" 1; raw_text 0 "echo bt-five" 1; } > "$TMP/bt.msgs"
+cat "$TMP/bt.msgs" >&3 # one client's broadcasts, in one write: sent to the worker together
+wait_line "$TMP/BT.log" "no reply byte for 400 ms: dropping the connection" 10
+wait_line "$TMP/BT.log" "connecting again once q has closed the dropped connection" 10
+raw_text 0 "echo bt-seven" >&3 # waits: the worker is down until then
+release bt1 "$W_PORT"          # the worker runs bt-five, reads the close, closes
+wait_line "$TMP/BT.log" "q has closed the dropped connection: connecting again" 10
+wait_line "$TMP/W.log" "echo bt-seven" 10
+grep -oE "echo bt-(five|seven)" "$TMP/W.log" | tr '\n' ' ' > "$TMP/order"
+[ "$(cat "$TMP/order")" = "echo bt-five echo bt-seven " ] || fail "the worker ran: $(cat "$TMP/order")"
+raw_close
+pass "query_timeout in a broadcast group: reconnected once the worker closed the dropped connection; the client's broadcasts ran in order"
+
 # --- a worker answers with a q error: unchanged, counted ----------------------------------
 q "err oops" ".qgate.stats[]"
 expect_lines "$TMP/q.out" "^'oops\$" 1

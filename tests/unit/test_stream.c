@@ -1972,6 +1972,80 @@ static void test_backlog_bound(void **state)
     assert_true(most <= 2 * (size_t)g.cfg.read_budget);
 }
 
+/* A socket left behind (a worker's connection dropped on a query timeout): shut for writing, so
+ * the peer reads what was sent, then the end; what the peer sends is read and dropped; done is
+ * called once, when the peer closes. Closed by its owner instead: done is never called. */
+static int remnant_done;
+static void on_remnant_done(struct gw *gw, void *ctx)
+{
+    (void)gw;
+    assert_ptr_equal(ctx, &remnant_done);
+    remnant_done++;
+}
+
+static struct remnant *leave_into;
+static void h_close_leaving(struct gw *gw, struct conn *c, const char *why)
+{
+    h_close(gw, c, why);
+    assert_int_equal(stream_leave_socket_loop(gw, c, leave_into, on_remnant_done, &remnant_done), 0);
+}
+
+static void test_remnant(void **state)
+{
+    (void)state;
+    remnant_done = 0;
+    struct fake *f = fake_new(CONN_WORKER, 1);
+    f->ops.on_close = h_close_leaving; /* as a worker's teardown leaves it */
+    assert_int_equal(write(f->c.fd, "sent", 4), 4); /* what was sent on it before */
+    struct remnant r = {.fd = -1};
+    leave_into = &r;
+    int fd = f->c.fd;
+    conn_close_loop(&g, &f->c, "query timeout");
+    assert_int_equal(f->c.fd, -1);
+    assert_int_equal(f->c.registered, 0);
+    assert_int_equal(r.fd, fd);
+    char buf[16];
+    assert_int_equal(read(f->peer, buf, sizeof buf), 4); /* the peer reads it all, then the end */
+    assert_memory_equal(buf, "sent", 4);
+    assert_int_equal(read(f->peer, buf, sizeof buf), 0);
+    uint8_t junk[100000];
+    memset(junk, 9, sizeof junk);
+    size_t sent = 0;
+    for (int it = 0; it < 50 && sent < sizeof junk; it++) { /* what the peer sends is dropped */
+        ssize_t n = write(f->peer, junk + sent, sizeof junk - sent);
+        sent += n > 0 ? (size_t)n : 0;
+        loop_step_loop(&g, 0);
+    }
+    assert_int_equal(sent, sizeof junk);
+    loop_step_loop(&g, 0);
+    assert_int_equal(unread(r.fd), 0);
+    assert_int_equal(remnant_done, 0);
+    close(f->peer); /* the peer has acted on all of it, and closes */
+    f->peer = -1;
+    loop_step_loop(&g, 0);
+    assert_int_equal(remnant_done, 1);
+    assert_int_equal(r.fd, -1);
+    loop_step_loop(&g, 0);
+    assert_int_equal(remnant_done, 1);
+    assert_int_equal(stream_leave_socket_loop(&g, &f->c, &r, on_remnant_done, &remnant_done), -1); /* no socket */
+    fake_dispose_worker(f);
+
+    struct fake *f2 = fake_new(CONN_WORKER, 1); /* closed by its owner: no done */
+    f2->ops.on_close = h_close_leaving;
+    struct remnant r2 = {.fd = -1};
+    leave_into = &r2;
+    conn_close_loop(&g, &f2->c, "query timeout");
+    assert_true(r2.fd >= 0);
+    assert_int_equal(write(f2->peer, "x", 1), 1);
+    stream_remnant_close_loop(&r2);
+    assert_int_equal(r2.fd, -1);
+    assert_true(read(f2->peer, buf, sizeof buf) <= 0); /* closed (reset: "x" was unread) */
+    loop_step_loop(&g, 0);
+    assert_int_equal(remnant_done, 1);
+    stream_remnant_close_loop(&r2); /* again: nothing */
+    fake_dispose_worker(f2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2005,6 +2079,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_worker_self_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_gathered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backlog_bound, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remnant, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
