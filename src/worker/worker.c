@@ -18,8 +18,8 @@
  *     broadcasts or fan-out parts given to it before stays IDLE until dispatch has run them
  *     (dispatch runs what idle workers owe before it hands out any client).
  *   CONNECTING, HANDSHAKE, IDLE, BUSY, PINNED, DISABLED --error, EOF, timeout--> DOWN (reconnect with back-off,
- *     or freed when a reload removed it; after a query timeout with broadcasts sent and not known
- *     to have run, not before q has closed the dropped connection: w->remnant)
+ *     or freed when a reload removed it; closed with broadcasts sent and not known to have run,
+ *     not before q has closed that connection too: w->remnant)
  *
  * A BUSY worker's run has a phase (run.c's table, run_set_phase_loop), what it has come to:
  *   SENT --a callback, its client to answer--> CALLED --the worker sends again--> SENT
@@ -410,12 +410,12 @@ static void unlink_removed(struct gw *g, struct worker *w)
     conn_free_later_loop(g, &w->c);
 }
 
-/* The connection dropped on a query timeout has been closed by q (it has run all it read from
- * it): the worker may connect again, if its back-off has passed. */
+/* The connection closed with broadcasts unconfirmed has been closed by q too (it has run all it
+ * read from it): the worker may connect again, if its back-off has passed. */
 static void on_remnant_closed(struct gw *g, void *ctx)
 {
     struct worker *w = ctx;
-    log_info(w->c.name, "q has closed the dropped connection: connecting again");
+    log_info(w->c.name, "the worker has closed its end of the old connection: connecting again");
     if (!conn_timer_armed(&w->c, WORKER_TM))
         worker_connect_loop(g, w);
 }
@@ -427,15 +427,15 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     int renew = w->renewing == 1; /* closed for its session's end (a renewed one that failed: as any) */
     w->renewing = renew ? 2 : 0;
     log_at(renew ? LOG_DEBUG : w->removed ? LOG_INFO : LOG_WARN, c->name, "connection closed: %s", why);
-    /* Dropped on a query timeout with broadcasts sent and not known to have run: q is still
-     * there and runs what it has read, maybe long after. The broadcasts that follow, on a new
-     * connection, could run before them (q serves its connections in its own order), and a
-     * group's workers must each run one client's broadcasts in the order sent. So it connects
-     * again only once q has closed this one. (A timed-out request alone is not waited for: its
-     * client was told, and it may run late, as a direct client's would.) */
-    if (w->st == WS_BUSY && w->run.phase == WB_TIMEDOUT && !STAILQ_EMPTY(&w->bsent) && !w->removed &&
-        !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
-        log_info(c->name, "connecting again once q has closed the dropped connection (it may still run the broadcasts sent on it)");
+    /* Closed with broadcasts sent on it and not known to have run (a query timeout, a bad
+     * message): q may still be there, and runs what it has read, maybe long after. The
+     * broadcasts that follow, on a new connection, could run before them (q serves its
+     * connections in its own order), and each worker must run one client's broadcasts in the
+     * order sent. So the socket is read to its end, and the worker connects again only once q
+     * has closed it (at once if q has closed it already). A timed-out request alone is not
+     * waited for: its client was told, and it may run late, as a direct client's would. */
+    if (!STAILQ_EMPTY(&w->bsent) && !w->removed && !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
+        log_info(c->name, "broadcasts sent on this connection may still run at the worker: connecting again once it has closed its end");
     int was_up = worker_is_connected(w);
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
     run_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */

@@ -149,9 +149,9 @@ struct worker {
     struct client *sess; /* pool = session: the client it is given to (c->sess is this worker) */
     struct inbuf coll;   /* a message collected whole */
     int64_t backoff;     /* ms */
-    struct remnant remnant;  /* its connection dropped on a query timeout with broadcasts not
-                              * known to have run, read to its end: it connects again once q
-                              * has closed that (stream.h) */
+    struct remnant remnant;  /* its connection closed with broadcasts not known to have run,
+                              * read to its end: it connects again once q has closed that too
+                              * (stream.h) */
     struct bnodelist bq;    /* broadcasts to send before the next request */
     struct bnodelist bsent; /* broadcasts sent, not yet known to have run: until a run's
                              * chaser returns, the worker is running that client's messages */

@@ -145,10 +145,10 @@ raw_hs "bt:"
 { raw_text 0 "hold bt1" 1; raw_text 0 "echo bt-five" 1; } > "$TMP/bt.msgs"
 cat "$TMP/bt.msgs" >&3 # one client's broadcasts, in one write: sent to the worker together
 wait_line "$TMP/BT.log" "no reply byte for 400 ms: dropping the connection" 10
-wait_line "$TMP/BT.log" "connecting again once q has closed the dropped connection" 10
+wait_line "$TMP/BT.log" "connecting again once it has closed its end" 10
 raw_text 0 "echo bt-seven" >&3 # waits: the worker is down until then
 release bt1 "$W_PORT"          # the worker runs bt-five, reads the close, closes
-wait_line "$TMP/BT.log" "q has closed the dropped connection: connecting again" 10
+wait_line "$TMP/BT.log" "closed its end of the old connection: connecting again" 10
 wait_line "$TMP/W.log" "echo bt-seven" 10
 grep -oE "echo bt-(five|seven)" "$TMP/W.log" | tr '\n' ' ' > "$TMP/order"
 [ "$(cat "$TMP/order")" = "echo bt-five echo bt-seven " ] || fail "the worker ran: $(cat "$TMP/order")"
