@@ -155,6 +155,21 @@ grep -oE "echo bt-(five|seven)" "$TMP/W.log" | tr '\n' ' ' > "$TMP/order"
 raw_close
 pass "query_timeout in a broadcast group: reconnected once the worker closed the dropped connection; the client's broadcasts ran in order"
 
+# the same wait, then a reload takes the worker out (another in its place): the old connection is
+# closed with it, nothing waits for it any more, and the group goes on with the new worker
+start_worker W2
+q_bt() { timeout 10 "$BIN/qsend" -g "127.0.0.1:$BT_PORT" "$@" > "$TMP/q.out" 2>&1 || true; }
+q_bt "neg:hold bt2"
+wait_count "$TMP/BT.log" "connecting again once it has closed its end" 2 10
+sed -i "s/^workers = .*/workers = 127.0.0.1:$W2_PORT/" "$TMP/bt.conf"
+kill -HUP "$BT_PID"
+wait_line "$TMP/BT.log" "removing worker $WADDR" 10
+wait_line "$TMP/BT.log" "w 127.0.0.1:$W2_PORT: connected" 10
+release bt2 "$W_PORT"
+q_bt "echo after"
+expect_lines "$TMP/q.out" '^"after"$' 1
+pass "a worker waiting for its old connection's close, removed by a reload: the group goes on with its new worker"
+
 # --- a worker answers with a q error: unchanged, counted ----------------------------------
 q "err oops" ".qgate.stats[]"
 expect_lines "$TMP/q.out" "^'oops\$" 1
