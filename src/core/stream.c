@@ -268,6 +268,22 @@ void stream_shutdown_loop(struct conn *c)
         io_of(c)->shutdown_write(c->fd);
 }
 
+/* Read and drop what fd's peer sends, DISCARD_READS reads at most: SS_CLOSE once it has closed
+ * or failed, SS_OK otherwise. */
+static int discard(const struct stream_io *io, int fd)
+{
+    uint8_t buf[4096];
+    for (int i = 0; i < DISCARD_READS; i++) {
+        ssize_t n = io->read(fd, buf, sizeof buf);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return SS_OK;
+        return SS_CLOSE;
+    }
+    return SS_OK;
+}
+
 void stream_remnant_close_loop(struct remnant *r)
 {
     if (r->fd >= 0)
@@ -279,18 +295,11 @@ static void on_remnant(struct gw *g, struct evsrc *s, uint32_t ev)
 {
     (void)ev;
     struct remnant *r = (struct remnant *)s;
-    uint8_t buf[4096];
-    for (int i = 0; i < DISCARD_READS && r->fd >= 0; i++) {
-        ssize_t n = r->io->read(r->fd, buf, sizeof buf);
-        if (n > 0)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
-        loop_unwatch_loop(g, r->fd, 0); /* the peer has closed it, or it failed */
-        stream_remnant_close_loop(r);
-        r->done(g, r->ctx);
+    if (r->fd < 0 || discard(r->io, r->fd) != SS_CLOSE)
         return;
-    }
+    loop_unwatch_loop(g, r->fd, 0); /* the peer has closed it, or it failed */
+    stream_remnant_close_loop(r);
+    r->done(g, r->ctx);
 }
 static const struct evops remnant_ops = {.on_event = on_remnant};
 
@@ -817,16 +826,7 @@ void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max)
 int stream_discard_loop(struct gw *g, struct conn *c)
 {
     (void)g;
-    uint8_t buf[4096];
-    for (int i = 0; i < DISCARD_READS && c->fd >= 0; i++) {
-        ssize_t n = io_of(c)->read(c->fd, buf, sizeof buf);
-        if (n > 0)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return SS_OK;
-        return SS_CLOSE; /* it has closed, or failed: the caller closes it, saying why */
-    }
-    return SS_OK;
+    return c->fd >= 0 ? discard(io_of(c), c->fd) : SS_OK;
 }
 
 void stream_input_drop_loop(struct conn *c)
