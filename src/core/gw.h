@@ -136,6 +136,7 @@ struct gw {
     uint64_t next_serial, next_worker_serial;
     int nclients;
     uint64_t handshakes, query_timeouts;
+    uint64_t connect_timeouts; /* worker connections that did not connect, or answer q's handshake, in worker_connect_timeout */
     struct {
         uint64_t n;       /* so far */
         struct log_limit log;

@@ -213,6 +213,7 @@ void worker_free_loop(struct conn *c)
 static void on_connect_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
+    g->connect_timeouts++;
     conn_close_loop(g, &w->c, w->st == WS_CONNECTING ? "connect timed out" : "handshake timed out");
 }
 

@@ -502,7 +502,9 @@ static void control_got(struct fclient *c, const struct sent *r, K x)
 static const char *gw_error_unjustified(const struct fclient *c, const struct sent *r, const char *e)
 {
     const struct config *cfg = &S->g.cfg;
-    int lost = S->wdeaths || S->g.query_timeouts, out = lost || S->outages;
+    /* (a worker that did not answer a handshake in time is out of service: a session's new
+     * connection after the clock jumped to that timeout, say) */
+    int lost = S->wdeaths || S->g.query_timeouts, out = lost || S->outages || S->g.connect_timeouts;
 #define HAS(p) (!strncmp(e, p, strlen(p)))
     if (HAS("qgate: badmsg"))
         return r->op == OP_BADBODY || r->op == OP_BADHDR ? NULL : "a well-formed request";
