@@ -168,17 +168,23 @@ void conn_pipe_close_all_loop(struct conn *c)
 
 /* ---- teardown ----------------------------------------------------------------------------- */
 
+int conn_take_socket_loop(struct gw *g, struct conn *c)
+{
+    int fd = c->fd;
+    if (fd >= 0 && c->registered)
+        loop_unwatch_loop(g, fd, backend(c));
+    c->fd = -1;
+    c->registered = 0;
+    return fd;
+}
+
 void conn_drop_socket_loop(struct gw *g, struct conn *c)
 {
     conn_unmark_dirty_loop(g, c);
     conn_pipe_close_loop(c);
-    if (c->fd >= 0) {
-        if (c->registered)
-            loop_unwatch_loop(g, c->fd, backend(c));
-        close(c->fd);
-    }
-    c->fd = -1;
-    c->registered = 0;
+    int fd = conn_take_socket_loop(g, c);
+    if (fd >= 0)
+        close(fd);
     outq_clear(&c->out);
     outq_clear(&c->held);
     c->streaming = 0;

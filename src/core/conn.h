@@ -262,6 +262,9 @@ static inline void conn_pipe_close_loop(struct conn *c)
 }
 /* (Reading and writing it, and the bound on its output: stream.h.) */
 
+/* Take c's socket out of the connection, unwatched: -1 if it has none; the connection goes on
+ * without one (the caller closes it or keeps it). */
+int conn_take_socket_loop(struct gw *g, struct conn *c);
 /* Close the socket but keep the connection (its id stays valid), dropping its output: a client
  * whose input ended while its requests still run. */
 void conn_drop_socket_loop(struct gw *g, struct conn *c);

@@ -297,8 +297,7 @@ static void on_remnant(struct gw *g, struct evsrc *s, uint32_t ev)
     struct remnant *r = (struct remnant *)s;
     if (r->fd < 0 || discard(r->io, r->fd) != SS_CLOSE)
         return;
-    loop_unwatch_loop(g, r->fd, 0); /* the peer has closed it, or it failed */
-    stream_remnant_close_loop(r);
+    stream_remnant_close_loop(r); /* the peer has closed it, or it failed */
     r->done(g, r->ctx);
 }
 static const struct evops remnant_ops = {.on_event = on_remnant};
@@ -308,11 +307,9 @@ int stream_leave_socket_loop(struct gw *g, struct conn *c, struct remnant *r, vo
 {
     if (c->fd < 0)
         return -1;
-    *r = (struct remnant){.ev = {.ops = &remnant_ops}, .fd = c->fd, .io = io_of(c), .done = done, .ctx = ctx};
-    if (c->registered)
-        loop_unwatch_loop(g, c->fd, c->kind == CONN_WORKER);
-    c->registered = 0;
-    c->fd = -1; /* the teardown goes on without it */
+    const struct stream_io *io = io_of(c);
+    *r = (struct remnant){.ev = {.ops = &remnant_ops}, .fd = conn_take_socket_loop(g, c), .io = io, .done = done,
+                          .ctx = ctx}; /* the teardown goes on without it */
     r->io->shutdown_write(r->fd);
     if (loop_watch(g, r->fd, &r->ev, EPOLLIN | EPOLLRDHUP, 0)) {
         stream_remnant_close_loop(r);
