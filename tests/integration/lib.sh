@@ -65,12 +65,19 @@ count_at_least() { [ "$(grep -cE "$2" "$1" 2>/dev/null || true)" -ge "$3" ]; }
 # wait_line FILE REGEX [SECONDS]: wait until FILE has a line matching REGEX
 wait_line() { wait_for "${3:-30}" "/$2/ in $1" has_line "$1" "$2"; }
 
+# fresh_output NAME: empty $TMP/NAME.out and NAME.log before a process of that name starts in the
+# background. Its own redirection empties them only once it runs, so a wait for its "listening
+# on" line could find the line of an earlier process of the same name (test_failures.sh starts
+# two gateways named H: once, on a loaded machine, the port read was empty)
+fresh_output() { : > "$TMP/$1.out"; : > "$TMP/$1.log"; }
+
 # start_worker NAME ARGS...: start a qworker on an ephemeral port (AT=host:port names one), on
 # TCP only (UDS=1: on q's Unix socket for its port too, as q is); sets NAME_PORT, NAME_PID
 start_worker() {
     local name=$1 uds=(--no-uds)
     shift
     [ "${UDS:-0}" = 1 ] && uds=()
+    fresh_output "$name"
     "$BIN/qworker" -p "${AT:-127.0.0.1:0}" "${uds[@]}" "$@" >"$TMP/$name.out" 2>"$TMP/$name.log" &
     local pid=$!
     PIDS+=("$pid")
@@ -104,6 +111,7 @@ expect_file_has() {
 start_gateway() {
     local name=$1
     shift
+    fresh_output "$name"
     "$BIN/qgate" -p 0 "$@" --bind 127.0.0.1 >"$TMP/$name.out" 2>"$TMP/$name.log" &
     local pid=$!
     PIDS+=("$pid")
