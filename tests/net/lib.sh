@@ -40,8 +40,7 @@ on() { local h=$1; shift; ip netns exec "$NETP-$h" "$@"; }
 bg() {
     local h=$1 name=$2
     shift 2
-    : > "$TMP/$name.out" # (emptied before it starts: a wait for its line must not find an earlier one's)
-    : > "$TMP/$name.log"
+    fresh_output "$name"
     ip netns exec "$NETP-$h" "$@" > "$TMP/$name.out" 2> "$TMP/$name.log" &
     local pid=$!
     PIDS+=("$pid")
