@@ -2,13 +2,14 @@
  * The input is INI text (any bytes): config_defaults, config_parse from memory, then
  * config_validate. Nothing may crash or overrun; a rejection must come with a message, and
  * what was accepted must stay within the table's bounds (group count, NUL-terminated strings,
- * numbers inside their key's range). */
+ * address lists that parse, numbers inside their key's range). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
+#include "net.h"
 
 #define CHECK(x)                                                                     \
     do {                                                                             \
@@ -29,9 +30,13 @@ static void check_bounds(const void *base, const char *section)
         int64_t v;
         switch (k->type) {
         case CFG_STR:
+        case CFG_ADDRS: { /* (a string too: an address list, which must still parse) */
             CHECK(memchr(f, 0, k->size) != NULL);
             CHECK((int64_t)strlen(f) <= k->max);
+            char why[128];
+            CHECK(k->type != CFG_ADDRS || net_addr_list_check(f, why, sizeof why) == 0);
             break;
+        }
         case CFG_ENUM: {
             int e;
             memcpy(&e, f, sizeof e);
