@@ -5,6 +5,7 @@
 #     $QG_TESTDATA/qpython/*.out (default tests/data, as the unit tests); if those are
 #     absent, mkseed builds a few objects itself and says so.
 #   config: gateway.conf.example and the small configurations below.
+#   proxy: PROXY protocol headers, v1 and v2.
 #   sim: byte strings made here from a fixed formula (every byte drives one choice).
 #   every target: the regression inputs kept in tests/fuzz/regress/<target>/.
 # Only build/fuzz/ is written; new corpus entries found by libFuzzer go there too.
@@ -43,6 +44,17 @@ printf '[gateway]\nport = 65536\n' >"$C/seed-bad-range"
 printf '[gatew\nport\n' >"$C/seed-bad-syntax"
 printf '[group g]\nworkers = a:1\nasync = sometimes\n' >"$C/seed-bad-enum"
 printf '[gateway]\nchunk_size = 9223372036854775807g\n' >"$C/seed-bad-overflow"
+
+# proxy: PROXY headers as HAProxy sends them (v1 text, v2 binary: signature, version and
+# command, family, length, addresses), each followed by a q handshake as a client's would be
+P="$OUT/proxy"
+mkdir -p "$P"
+SIG='\r\n\r\n\0\r\nQUIT\n'
+printf 'PROXY TCP6 2001:db8::7 ::1 40000 5000\r\nuser:pw\3\0' >"$P/seed-v1-tcp6"
+printf 'PROXY UNKNOWN\r\n' >"$P/seed-v1-unknown"
+printf "${SIG}"'\x20\x00\x00\x00' >"$P/seed-v2-local"
+printf "${SIG}"'\x21\x21\x00\x24\x20\x01\x0d\xb8\0\0\0\0\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x01\x9c\x40\x13\x88user\3\0' >"$P/seed-v2-tcp6"
+printf "${SIG}"'\x21\x11\x00\x13\xc0\xa8\x01\x07\x0a\0\0\x01\xc8\x22\x13\x88\x04\x00\x04abcd' >"$P/seed-v2-tlv"
 
 # regression inputs: every file of tests/fuzz/regress/<target>/
 n=0
