@@ -61,7 +61,7 @@ FUZZ_MAXLEN_proxy     := 4096
 FUZZ_MAXLEN_sim       := 8192
 
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
-FUZZ_HDRS := $(wildcard src/*/*.h) $(wildcard tests/sim/*.h)
+FUZZ_HDRS := $(wildcard src/*/*.h) $(wildcard tests/sim/*.h) tests/fuzz/check.h
 
 .PHONY: fuzz fuzz-smoke fuzz-bins fuzz-deps fuzz-seed
 

@@ -12,14 +12,7 @@
 #include <string.h>
 
 #include "kcodec.h"
-
-#define CHECK(x)                                                                    \
-    do {                                                                            \
-        if (!(x)) {                                                                 \
-            fprintf(stderr, "fuzz_codec: check failed at line %d: %s\n", __LINE__, #x); \
-            abort();                                                                \
-        }                                                                           \
-    } while (0)
+#include "check.h"
 
 /* A per-input intern table (open addressing, FNV-1a): every distinct symbol is copied once
  * and freed after the input. */

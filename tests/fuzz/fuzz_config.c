@@ -10,14 +10,7 @@
 
 #include "config.h"
 #include "net.h"
-
-#define CHECK(x)                                                                     \
-    do {                                                                             \
-        if (!(x)) {                                                                  \
-            fprintf(stderr, "fuzz_config: check failed at line %d: %s\n", __LINE__, #x); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
+#include "check.h"
 
 /* Every key's value lies in its declared range or length. */
 static void check_bounds(const void *base, const char *section)

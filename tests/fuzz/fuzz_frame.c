@@ -12,14 +12,7 @@
 
 #include "kcodec.h"
 #include "kipc.h"
-
-#define CHECK(x)                                                                    \
-    do {                                                                            \
-        if (!(x)) {                                                                 \
-            fprintf(stderr, "fuzz_frame: check failed at line %d: %s\n", __LINE__, #x); \
-            abort();                                                                \
-        }                                                                           \
-    } while (0)
+#include "check.h"
 
 #define MAX_MESSAGE ((uint64_t)1 << 20)
 

@@ -9,14 +9,7 @@
 #include <string.h>
 
 #include "kipc.h"
-
-#define CHECK(x)                                                                       \
-    do {                                                                               \
-        if (!(x)) {                                                                    \
-            fprintf(stderr, "fuzz_handshake: check failed at line %d: %s\n", __LINE__, #x); \
-            abort();                                                                   \
-        }                                                                              \
-    } while (0)
+#include "check.h"
 
 /* [q, q+len) inside [lo, hi]. */
 static int inside(const void *q, size_t len, const uint8_t *lo, const uint8_t *hi)

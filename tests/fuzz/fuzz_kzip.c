@@ -13,14 +13,7 @@
 
 #include "kipc.h"
 #include "kzip.h"
-
-#define CHECK(x)                                                                   \
-    do {                                                                           \
-        if (!(x)) {                                                                \
-            fprintf(stderr, "fuzz_kzip: check failed at line %d: %s\n", __LINE__, #x); \
-            abort();                                                               \
-        }                                                                          \
-    } while (0)
+#include "check.h"
 
 #define MAX_PLAIN ((size_t)1 << 22)
 

@@ -14,14 +14,7 @@
 #include <string.h>
 
 #include "net.h"
-
-#define CHECK(x)                                                                     \
-    do {                                                                             \
-        if (!(x)) {                                                                  \
-            fprintf(stderr, "fuzz_proxy: check failed at line %d: %s\n", __LINE__, #x); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
+#include "check.h"
 
 static const uint8_t v2sig[12] = {0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a};
 
