@@ -25,7 +25,7 @@ FUZZ_SAVED_GOAL := $(.DEFAULT_GOAL)
 FUZZ_MK := $(lastword $(MAKEFILE_LIST))
 FUZZ_STANDALONE := $(if $(filter 1,$(words $(MAKEFILE_LIST))),1,)
 
-FUZZ_TARGETS := handshake frame codec kzip config proxy sim
+FUZZ_TARGETS := handshake frame codec kzip config proxy auth sim
 
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 5
@@ -47,6 +47,7 @@ FUZZ_SRC_codec     := src/kdb/kcodec.c src/kdb/kvalidate.c src/kdb/kipc.c
 FUZZ_SRC_kzip      := src/kdb/kzip.c src/kdb/kipc.c
 FUZZ_SRC_config    := src/base/config.c src/base/log.c src/base/net.c
 FUZZ_SRC_proxy     := src/base/net.c src/base/log.c
+FUZZ_SRC_auth      := src/base/auth.c
 FUZZ_SRC_sim       := $(filter-out src/gateway/main.c,$(wildcard src/*/*.c)) $(filter-out tests/sim/main.c,$(wildcard tests/sim/*.c))
 # Extra flags per target (the simulation links the whole gateway, pools included).
 FUZZ_XFLAGS_sim    := -Itests/sim -pthread -lm
@@ -58,6 +59,7 @@ FUZZ_MAXLEN_codec     := 65536
 FUZZ_MAXLEN_kzip      := 65536
 FUZZ_MAXLEN_config    := 16384
 FUZZ_MAXLEN_proxy     := 4096
+FUZZ_MAXLEN_auth      := 16384
 FUZZ_MAXLEN_sim       := 8192
 
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)

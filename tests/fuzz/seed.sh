@@ -6,6 +6,7 @@
 #     absent, mkseed builds a few objects itself and says so.
 #   config: gateway.conf.example and the small configurations below.
 #   proxy: PROXY protocol headers, v1 and v2.
+#   auth: users files (users_file), taken and refused.
 #   sim: byte strings made here from a fixed formula (every byte drives one choice).
 #   every target: the regression inputs kept in tests/fuzz/regress/<target>/.
 # Only build/fuzz/ is written; new corpus entries found by libFuzzer go there too.
@@ -55,6 +56,17 @@ printf 'PROXY UNKNOWN\r\n' >"$P/seed-v1-unknown"
 printf "${SIG}"'\x20\x00\x00\x00' >"$P/seed-v2-local"
 printf "${SIG}"'\x21\x21\x00\x24\x20\x01\x0d\xb8\0\0\0\0\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x01\x9c\x40\x13\x88user\3\0' >"$P/seed-v2-tcp6"
 printf "${SIG}"'\x21\x11\x00\x13\xc0\xa8\x01\x07\x0a\0\0\x01\xc8\x22\x13\x88\x04\x00\x04abcd' >"$P/seed-v2-tlv"
+
+# auth: users files: every form a line may take (comments, CRLF, digests in either case, a
+# ':' in the password, options after a TAB, a bare TAB, no final newline), and refusals
+A="$OUT/auth"
+mkdir -p "$A"
+printf '# users\n\nalice:secret\nbob:5ebe2294ecd0e0f08eab7690d2a6ee69\ncarol:E5E9FA1BA31ECD1AE84F75CAAA474F3A663F05F4\ndave:pa:ss\r\n\r\nfrank:\nhank:hunter2\tadmin=1,max_conns=5,max_inflight=2\r\njack:x y\tadmin=0,max_conns=0\nkim:tab\t\nmon:pw\tmonitor=1\nzed:last' >"$A/seed-forms"
+printf 'bob:pw admin=1\n' >"$A/seed-bad-space-for-tab"
+printf 'bob:pw\tadmin=1,monitor=1\n' >"$A/seed-bad-admin-monitor"
+printf 'bob:pw\tmax_conns=99999999999\n' >"$A/seed-bad-overflow"
+printf 'bob:a\nbob:b\n' >"$A/seed-bad-duplicate"
+printf ' bob:pw\n' >"$A/seed-bad-space-name"
 
 # regression inputs: every file of tests/fuzz/regress/<target>/
 n=0
