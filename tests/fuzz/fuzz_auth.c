@@ -39,14 +39,14 @@ static void put(int fd, const void *p, size_t n)
 static int user_lines(const uint8_t *d, size_t n)
 {
     int users = 0;
-    for (size_t i = 0; i < n;) {
+    for (size_t i = 0, end; i < n; i = end + 1) {
         const uint8_t *nl = memchr(d + i, '\n', n - i);
-        size_t len = nl ? (size_t)(nl - (d + i)) : n - i;
-        if (len && d[i + len - 1] == '\r')
+        end = nl ? (size_t)(nl - d) : n;
+        size_t len = end - i;
+        if (len && d[end - 1] == '\r')
             len--;
         if (len && d[i] != '#')
             users++;
-        i += (nl ? (size_t)(nl - (d + i)) + 1 : n - i);
     }
     return users;
 }
