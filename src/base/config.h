@@ -44,6 +44,9 @@ struct config {
     int frames_budget;
     int64_t client_high_water, client_low_water, client_max_pending;
     int64_t worker_connect_timeout, reconnect_min, reconnect_max;
+    int64_t keepalive_idle, keepalive_interval; /* TCP keepalive probes (ms); idle 0 = none */
+    int keepalive_count;
+    int64_t tcp_user_timeout; /* ms data sent may stay unacknowledged (TCP_USER_TIMEOUT); 0 = the system's */
     int compress;
     int64_t compress_max;
     int64_t merge_max;

@@ -302,6 +302,28 @@ void net_tune(int fd)
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 }
 
+static int secs_up(int64_t ms) { return ms <= 0 ? 1 : (int)((ms + 999) / 1000); }
+
+int net_keepalive(int fd, const struct net_keepalive *ka)
+{
+    int dom = 0, on = ka->idle_ms > 0;
+    socklen_t dl = sizeof dom;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl))
+        return -1;
+    if (dom != AF_INET && dom != AF_INET6)
+        return 0;
+    int idle = secs_up(ka->idle_ms), intvl = secs_up(ka->interval_ms), cnt = ka->count;
+    unsigned ut = ka->user_timeout_ms > 0 ? (unsigned)ka->user_timeout_ms : 0;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut))
+        return -1;
+    if (on && (setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) ||
+               setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) ||
+               setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt)))
+        return -1;
+    return 0;
+}
+
 int net_peer_is_local(int fd)
 {
     struct sockaddr_storage peer, self;

@@ -72,6 +72,18 @@ int net_connect_tcp(const char *host, int port, int nonblock);
 /* TCP_NODELAY and SO_KEEPALIVE on TCP sockets, as c.java does; harmless on Unix sockets. */
 void net_tune(int fd);
 
+/* Finding a TCP peer that has gone without a word (a host down, a network cut). With idle_ms
+ * > 0 the kernel probes the peer after idle_ms with nothing received, then every interval_ms,
+ * and gives the connection up after count probes unanswered; idle_ms 0 turns the probes off.
+ * With user_timeout_ms > 0 it also gives it up when bytes sent stay unacknowledged that long
+ * (TCP_USER_TIMEOUT); 0 leaves the system's. Probe times go in whole seconds, rounded up.
+ * A socket that is not TCP is left alone. 0, or -1 with errno set. */
+struct net_keepalive {
+    int64_t idle_ms, interval_ms, user_timeout_ms;
+    int count;
+};
+int net_keepalive(int fd, const struct net_keepalive *ka);
+
 /* Is the peer on this host (Unix socket, loopback, or our own address)? q does not compress
  * for such peers. */
 int net_peer_is_local(int fd);

@@ -96,8 +96,10 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
         if (over)
             conn_refused_loop(g, REFUSED_TOO_MANY, NULL, "refusing a connection: max_clients (%d) reached",
                               g->cfg.max_clients);
-        if (!l->is_uds)
+        if (!l->is_uds) {
             net_tune(fd);
+            conn_keepalive_loop(g, fd, NULL);
+        }
         struct client *c = client_adopt_loop(g, fd, l->is_uds, l->is_uds || net_peer_is_local(fd));
         if (c)
             c->refuse = (uint8_t)over; /* told why after its handshake */

@@ -16,6 +16,7 @@
 #include "conn.h"
 #include "gw.h"
 #include "log.h"
+#include "net.h"
 #include "pool.h"
 #include "qg.h"
 
@@ -337,4 +338,23 @@ void conn_refused_loop(struct gw *g, int kind, const char *who, const char *fmt,
     va_start(ap, fmt);
     log_vlimited(&g->refused[kind].log, g->loop.now_ms, LOG_WARN, who, fmt, ap);
     va_end(ap);
+}
+
+void conn_keepalive_loop(const struct gw *g, int fd, const char *who)
+{
+    const struct net_keepalive ka = {.idle_ms = g->cfg.keepalive_idle,
+                                     .interval_ms = g->cfg.keepalive_interval,
+                                     .user_timeout_ms = g->cfg.tcp_user_timeout,
+                                     .count = g->cfg.keepalive_count};
+    if (net_keepalive(fd, &ka))
+        log_warn(who, "keepalive: %s", strerror(errno));
+}
+
+void conn_keepalive_all_loop(struct gw *g)
+{
+    for (uint32_t id = 0; id < g->next_id; id++) {
+        struct conn *c = g->tab[id];
+        if (c && c->fd >= 0 && !c->closing && (c->kind == CONN_CLIENT || c->kind == CONN_WORKER))
+            conn_keepalive_loop(g, c->fd, c->name);
+    }
 }

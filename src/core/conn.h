@@ -286,6 +286,12 @@ struct listener;
  * gw_refusal). Other errors are logged as "WHAT: reason", through lim. */
 struct log_limit;
 int conn_accept_loop(struct gw *g, struct listener *l, int kind, struct log_limit *lim, const char *what);
+/* A client's or worker's TCP socket set to find a peer gone without a word, as keepalive_idle,
+ * keepalive_interval, keepalive_count and tcp_user_timeout say (net_keepalive); other sockets
+ * are left alone. A failure is logged (as who) and the connection kept. */
+void conn_keepalive_loop(const struct gw *g, int fd, const char *who);
+/* Every client and worker connection set again so (a reload that changed those keys). */
+void conn_keepalive_all_loop(struct gw *g);
 /* Stop watching and close a listener (teardown, SIGTERM). */
 void conn_listener_close_loop(struct gw *g, struct listener *l);
 /* Put a connection on the closed list (a worker leaving the configuration). */

@@ -188,7 +188,11 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     reload_groups(g, nc);
     /* live keys (CFG_LIVE): limits, timeouts, budgets, compression, log level; the others kept */
     int reopen = strcmp(g->cfg.access_log, nc->access_log) != 0;
+    int retune = g->cfg.keepalive_idle != nc->keepalive_idle || g->cfg.keepalive_interval != nc->keepalive_interval ||
+                 g->cfg.keepalive_count != nc->keepalive_count || g->cfg.tcp_user_timeout != nc->tcp_user_timeout;
     config_take_live(&g->cfg, nc);
+    if (retune)
+        conn_keepalive_all_loop(g); /* the connections open now too, not only those to come */
     if (reopen)
         access_reopen_loop(g); /* a new file, or none */
     log_level = g->cfg.loglevel;

@@ -251,6 +251,8 @@ static void connect_now(struct gw *g, struct worker *w)
     w->skip_uds = 0;
     if (fd < 0 && has_tcp(g, w))
         fd = open_via(g, w, VIA_TCP);
+    if (fd >= 0 && w->via == VIA_TCP)
+        conn_keepalive_loop(g, fd, w->c.name);
     if (fd < 0) {
         log_debug(w->c.name, "connect: %s", strerror(errno));
         memset(&w->na, 0, sizeof w->na); /* resolve again next time: the address may have moved */

@@ -34,6 +34,7 @@ void write_config(void)
     fprintf(f, "compress = %d\ncompress_max = %lld\nsplice = %d\nmax_message = %lld\n", c->compress,
             (long long)c->compress_max, c->splice, (long long)c->max_message);
     fprintf(f, "local_workers = %s\n", c->local_workers == CFG_LOCAL_UNIX ? "unix" : "tcp");
+    fprintf(f, "keepalive_idle = %d\ntcp_user_timeout = %d\n", S->keepalive_idle, S->keepalive_idle ? 30000 : 0);
     if (S->users_file)
         fprintf(f, "users_file = %s\n", S->users_path);
     if (S->alog)
@@ -130,6 +131,10 @@ void reload(void)
     if (chance(25)) { /* each worker's connections opened or closed to match */
         S->pipeline = chance(50) ? 1 : 2 + rnd(3);
         tr("reload: pipeline %d", S->pipeline);
+    }
+    if (chance(25)) { /* the sockets open now set again (Unix sockets here: left alone) */
+        S->keepalive_idle = S->keepalive_idle ? 0 : 1000 * (1 + rnd(60));
+        tr("reload: keepalive_idle %d", S->keepalive_idle);
     }
     write_config();
     S->in_gw = 1;

@@ -655,6 +655,7 @@ static void choose_world(struct config *cfg)
     S->session = chance(30);
     S->pipeline = chance(40) ? 2 + rnd(3) : 1;
     S->pipeline_wait = chance(40) ? 0 : chance(50) ? 1 + rnd(30) : 100 + rnd(3000);
+    S->keepalive_idle = (int)cfg->keepalive_idle;
     if (S->session && !cfg->queue_timeout) /* a client waiting for a session's worker may wait for ever */
         cfg->queue_timeout = 50 + rnd(2000);
     S->nw = S->ngroups + rnd(4); /* every group has one at least */

@@ -211,6 +211,7 @@ struct sim {
     int session;         /* group main has pool = session */
     int pipeline;        /* pool = request: each group's pipeline (1: a worker holds one request) */
     int pipeline_wait;   /* its pipeline_wait (ms; 0: behind any run) */
+    int keepalive_idle;  /* keepalive_idle (ms; 0: none), changed by reloads: every connection set again */
     VEC(int) sess_wid;   /* per cid (session): the worker that ran its first message, or -1 */
     VEC(struct tpub) tpubs; /* publishes on workers' timers */
     int defer_pct;       /* of the sync requests a worker runs: replies deferred (-30!) */
