@@ -10,15 +10,25 @@
 #    client gets 'qgate: worker ... lost, and its next request runs;
 #  - a long query running when the cut comes: keepalive finds it, the client is told;
 #  - a reload sets the keys on the connections already open, not only on new ones (ss shows
-#    the keepalive timer of a connection the reload found).
+#    the keepalive timer of a connection the reload found);
+#  - a client on a third host cut off: keepalive finds it, the worker its session held serves
+#    the next client;
+#  - node-q, a real kdb+ client: the q error at the cut, then answers on the same connection.
 . "$(dirname "$0")/lib.sh"
 
 host gw 10.77.1.20
 host far 10.77.1.30
+host cli 10.77.1.40
 ns_worker far W1 10.77.1.30:5001
 ns_worker gw W2 127.0.0.1:5002
-cut() { ip -n "$NETP-sw" link set "p-far" down; }
-heal() { ip -n "$NETP-sw" link set "p-far" up; }
+# cut [HOST], heal [HOST]: HOST's port on the switch down, up (the far worker's host by default)
+cut() { ip -n "$NETP-sw" link set "p-${1:-far}" down; }
+heal() { ip -n "$NETP-sw" link set "p-${1:-far}" up; }
+# far_up LOG: the gateway of LOG has its connection to the far worker up again after a cut it has
+# seen: the last line of LOG about that connection says it connected (attempts made during the
+# cut may have failed since)
+is_up() { grep -E "10\.77\.1\.30:5001: (connected \(capability 3\)|connection closed)" "$1" | tail -n 1 | grep -q connected; }
+far_up() { wait_for 60 "the far worker up again in $1" is_up "$1"; }
 # ask PORT QUERY: qsend through the gateway on PORT of host gw, its output in $TMP/q.out
 ask() { on gw timeout 60 "$BIN/qsend" -g "127.0.0.1:$1" "$2" > "$TMP/q.out" 2>&1 || true; }
 
@@ -83,18 +93,36 @@ heal
 printf '[gateway]\nport = 8823\nbind = 0.0.0.0\nloglevel = debug\nkeepalive_idle = 1s\nkeepalive_interval = 1s\nkeepalive_count = 2\n[group main]\nworkers = 127.0.0.1:5002\npool = session\n' > "$TMP/C.conf"
 ns_gateway gw GC "$TMP/C.conf"
 wait_line "$TMP/GC.log" "connected \\(capability 3\\)" 20
-# on the far host, a client that starts a session ("echo s"), then stays without a word
-bg far FAR bash -c 'exec 3<>/dev/tcp/10.77.1.20/8823 && printf "far\003\000" >&3 && head -c 1 <&3 > /dev/null &&
+# on a third host, a client that starts a session ("echo s"), then stays without a word
+bg cli FAR bash -c 'exec 3<>/dev/tcp/10.77.1.20/8823 && printf "far\003\000" >&3 && head -c 1 <&3 > /dev/null &&
     printf "%b%s" "\x01\x01\x00\x00\x14\x00\x00\x00\x0a\x00\x06\x00\x00\x00" "echo s" >&3 && exec sleep 600'
-wait_line "$TMP/GC.log" "session: given to .*10\\.77\\.1\\.30" 20
+wait_line "$TMP/GC.log" "session: given to .*10\\.77\\.1\\.40" 20
 : > "$TMP/queued.out"
 on gw timeout 60 "$BIN/qsend" -g 127.0.0.1:8823 "echo queued" > "$TMP/queued.out" 2>&1 &
 queued=$!
 wait_line "$TMP/GC.log" "127\\.0\\.0\\.1:[0-9]+: request 0 queued" 20
-[ ! -s "$TMP/queued.out" ] || fail "answered while the only worker is in the far client's session: $(cat "$TMP/queued.out")"
-cut
-wait_line "$TMP/GC.log" "10\\.77\\.1\\.30.*input ended.*Connection timed out" 30
+[ ! -s "$TMP/queued.out" ] || fail "answered while the only worker is in the cut-off client's session: $(cat "$TMP/queued.out")"
+cut cli
+wait_line "$TMP/GC.log" "10\\.77\\.1\\.40.*input ended.*Connection timed out" 30
 wait "$queued" || true
 grep -q queued "$TMP/queued.out" || fail "the request waiting for the session's worker: $(cat "$TMP/queued.out")"
 pass "a client cut off is found by keepalive: the worker its session held runs the next client's request"
+heal cli
+
+# --- node-q, a real kdb+ client, through the cut ---------------------------------------------------
+[ -d tests/interop/node_modules/node-q ] || fail "node-q missing: run tests/deps.sh (npm ci)"
+mkfifo "$TMP/np.in"
+far_up "$TMP/GB.log"
+(cd tests/interop && on gw timeout 120 node partition.js 127.0.0.1 8822 10.77.1.30:5001) < "$TMP/np.in" > "$TMP/np.out" 2> "$TMP/np.err" &
+np=$!
+exec 5> "$TMP/np.in"
+wait_line "$TMP/W1.log" "hold n1" 20
+cut
+wait_line "$TMP/np.out" "query running at the cut fails" 30
 heal
+far_up "$TMP/GB.log"
+echo go >&5
+exec 5>&-
+wait "$np" || fail "node-q through the cut: $(cat "$TMP/np.out" "$TMP/np.err")"
+cat "$TMP/np.out"
+pass "node-q: a q error naming the lost worker at the cut, then answers on the same connection"
