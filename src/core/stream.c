@@ -269,8 +269,8 @@ void stream_shutdown_loop(struct conn *c)
 }
 
 /* Read and drop what fd's peer sends, DISCARD_READS reads at most: SS_CLOSE once it has closed
- * or failed, SS_OK otherwise. */
-static int discard(const struct stream_io *io, int fd)
+ * (*err 0) or failed (*err its errno: a reset, a keepalive or user timeout), SS_OK otherwise. */
+static int discard(const struct stream_io *io, int fd, int *err)
 {
     uint8_t buf[4096];
     for (int i = 0; i < DISCARD_READS; i++) {
@@ -279,6 +279,7 @@ static int discard(const struct stream_io *io, int fd)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return SS_OK;
+        *err = n < 0 ? errno : 0;
         return SS_CLOSE;
     }
     return SS_OK;
@@ -295,7 +296,7 @@ static void on_remnant(struct gw *g, struct evsrc *s, uint32_t ev)
 {
     (void)ev;
     struct remnant *r = (struct remnant *)s;
-    if (r->fd < 0 || discard(r->io, r->fd) != SS_CLOSE)
+    if (r->fd < 0 || discard(r->io, r->fd, &r->err) != SS_CLOSE)
         return;
     stream_remnant_close_loop(r); /* the peer has closed it, or it failed */
     r->done(g, r->ctx);
@@ -823,7 +824,8 @@ void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max)
 int stream_discard_loop(struct gw *g, struct conn *c)
 {
     (void)g;
-    return c->fd >= 0 ? discard(io_of(c), c->fd) : SS_OK;
+    int err;
+    return c->fd >= 0 ? discard(io_of(c), c->fd, &err) : SS_OK;
 }
 
 void stream_input_drop_loop(struct conn *c)

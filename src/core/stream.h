@@ -85,6 +85,7 @@ struct remnant {
     const struct stream_io *io;
     void (*done)(struct gw *g, void *ctx);
     void *ctx;
+    int err;             /* when done: 0, the peer closed it; else why it failed (errno) */
 };
 /* Leave c's socket behind in r, from its kind's teardown (on_close): shut for writing, what the
  * peer still sends read and dropped, closed once the peer closes it (or fails), then done(g,

@@ -414,11 +414,16 @@ static void unlink_removed(struct gw *g, struct worker *w)
 }
 
 /* The connection closed with broadcasts unconfirmed has been closed by q too (it has run all it
- * read from it): the worker may connect again, if its back-off has passed. */
+ * read from it), or has failed (a reset; keepalive or tcp_user_timeout finding q's host gone):
+ * the worker may connect again, if its back-off has passed. */
 static void on_remnant_closed(struct gw *g, void *ctx)
 {
     struct worker *w = ctx;
-    log_info(w->c.name, "the worker has closed its end of the old connection: connecting again");
+    if (w->remnant.err)
+        log_warn(w->c.name, "the old connection, left for the worker to close, failed (%s): connecting again",
+                 strerror(w->remnant.err));
+    else
+        log_info(w->c.name, "the worker has closed its end of the old connection: connecting again");
     if (!conn_timer_armed(&w->c, WORKER_TM))
         worker_connect_loop(g, w);
 }

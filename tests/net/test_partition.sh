@@ -13,7 +13,9 @@
 #    the keepalive timer of a connection the reload found);
 #  - a client on a third host cut off: keepalive finds it, the worker its session held serves
 #    the next client;
-#  - node-q, a real kdb+ client: the q error at the cut, then answers on the same connection.
+#  - node-q, a real kdb+ client: the q error at the cut, then answers on the same connection;
+#  - a broadcast group's connection left for the worker to close (broadcasts not known to have
+#    run) is given up when the worker's host is cut off, not waited on for hours.
 . "$(dirname "$0")/lib.sh"
 
 host gw 10.77.1.20
@@ -126,3 +128,20 @@ exec 5>&-
 wait "$np" || fail "node-q through the cut: $(cat "$TMP/np.out" "$TMP/np.err")"
 cat "$TMP/np.out"
 pass "node-q: a q error naming the lost worker at the cut, then answers on the same connection"
+
+# --- the old connection of a broadcast group, left for the worker to close, when the cut comes ------
+# (q closes it once it has run what it read from it: only then may a new connection carry more
+# broadcasts. Its host cut off, it would never close: keepalive and tcp_user_timeout give it up.)
+printf '[gateway]\nport = 8824\nbind = 127.0.0.1\nquery_timeout = 1s\nkeepalive_idle = 1s\nkeepalive_interval = 1s\nkeepalive_count = 2\ntcp_user_timeout = 3s\n[group bc]\nworkers = 10.77.1.30:5001\nasync = broadcast\n' > "$TMP/D.conf"
+ns_gateway gw GD "$TMP/D.conf"
+wait_line "$TMP/GD.log" "connected \\(capability 3\\)" 20
+ask 8824 "neg:hold d1" # a broadcast the worker holds: no reply byte to the chaser behind it
+wait_line "$TMP/GD.log" "connecting again once it has closed its end" 20
+cut
+wait_line "$TMP/GD.log" "10\\.77\\.1\\.30:5001: the old connection, left for the worker to close, failed \\(Connection timed out\\): connecting again" 30
+heal
+on gw timeout 10 "$BIN/qsend" -g 10.77.1.30:5001 "release d1" > /dev/null || fail "release d1"
+far_up "$TMP/GD.log"
+ask 8824 "echo after-remnant"
+grep -q after-remnant "$TMP/q.out" || fail "GD after the link is back: $(cat "$TMP/q.out")"
+pass "the connection left for a cut-off worker to close is given up (Connection timed out), not waited on for hours; the group serves again once the link is back"
