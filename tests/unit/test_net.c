@@ -1,6 +1,7 @@
 /* test_net.c: net_listen_tcp's NET_REUSEPORT: two listeners that both set it share a port and
  * the kernel hands connections to both; one that does not set it, on either side, gets
- * EADDRINUSE, as a second qgate without reuseport must. */
+ * EADDRINUSE, as a second qgate without reuseport must. net_keepalive: the socket options it
+ * sets, as the kernel reads them back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <poll.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -203,6 +205,50 @@ static void test_proxy_parse(void **state)
     assert_false(net_proxy_looks((const uint8_t *)"alice:pw", 8));
 }
 
+static int opt(int fd, int level, int name)
+{
+    int v = -1;
+    socklen_t l = sizeof v;
+    assert_int_equal(getsockopt(fd, level, name, &v, &l), 0);
+    return v;
+}
+
+/* Probe times in whole seconds, rounded up; the count; the user timeout in ms or none; idle 0
+ * turns the probes off; a reload's second call changes each; a Unix socket is left alone. */
+static void test_keepalive(void **state)
+{
+    (void)state;
+    int port = 0, l = net_listen_tcp("127.0.0.1", 0, 4, 0, &port);
+    assert_true(l >= 0);
+    int fd = net_connect_tcp("127.0.0.1", port, 0);
+    assert_true(fd >= 0);
+    struct net_keepalive ka = {.idle_ms = 1500, .interval_ms = 2000, .count = 5, .user_timeout_ms = 2500};
+    assert_int_equal(net_keepalive(fd, &ka), 0);
+    assert_int_equal(opt(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_KEEPIDLE), 2);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_KEEPINTVL), 2);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_KEEPCNT), 5);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 2500);
+    ka = (struct net_keepalive){.idle_ms = 60000, .interval_ms = 10000, .count = 3, .user_timeout_ms = 0};
+    assert_int_equal(net_keepalive(fd, &ka), 0);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_KEEPIDLE), 60);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_KEEPINTVL), 10);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_KEEPCNT), 3);
+    assert_int_equal(opt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), 0);
+    ka.idle_ms = 0;
+    assert_int_equal(net_keepalive(fd, &ka), 0);
+    assert_int_equal(opt(fd, SOL_SOCKET, SO_KEEPALIVE), 0);
+    close(fd);
+    close(l);
+    int sp[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+    ka.idle_ms = 1000;
+    assert_int_equal(net_keepalive(sp[0], &ka), 0);
+    assert_int_equal(opt(sp[0], SOL_SOCKET, SO_KEEPALIVE), 0);
+    close(sp[0]);
+    close(sp[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -210,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_reuseport_needs_both),
         cmocka_unit_test(test_addr_lists),
         cmocka_unit_test(test_proxy_parse),
+        cmocka_unit_test(test_keepalive),
     };
     return cmocka_run_group_tests_name("net", tests, NULL, NULL);
 }
