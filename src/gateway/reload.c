@@ -191,8 +191,15 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     int retune = g->cfg.keepalive_idle != nc->keepalive_idle || g->cfg.keepalive_interval != nc->keepalive_interval ||
                  g->cfg.keepalive_count != nc->keepalive_count || g->cfg.tcp_user_timeout != nc->tcp_user_timeout;
     config_take_live(&g->cfg, nc);
-    if (retune)
-        conn_keepalive_all_loop(g); /* the connections open now too, not only those to come */
+    if (retune) { /* the connections open now too, not only those to come */
+        conn_keepalive_all_loop(g);
+        for (int i = 0; i < g->ngroups; i++) { /* and those left for q to close */
+            struct worker *w;
+            TAILQ_FOREACH(w, &g->groups[i].workers, glink)
+                if (w->remnant.fd >= 0)
+                    conn_keepalive_loop(g, w->remnant.fd, w->c.name);
+        }
+    }
     if (reopen)
         access_reopen_loop(g); /* a new file, or none */
     log_level = g->cfg.loglevel;

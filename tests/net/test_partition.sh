@@ -132,11 +132,15 @@ pass "node-q: a q error naming the lost worker at the cut, then answers on the s
 # --- the old connection of a broadcast group, left for the worker to close, when the cut comes ------
 # (q closes it once it has run what it read from it: only then may a new connection carry more
 # broadcasts. Its host cut off, it would never close: keepalive and tcp_user_timeout give it up.)
-printf '[gateway]\nport = 8824\nbind = 127.0.0.1\nquery_timeout = 1s\nkeepalive_idle = 1s\nkeepalive_interval = 1s\nkeepalive_count = 2\ntcp_user_timeout = 3s\n[group bc]\nworkers = 10.77.1.30:5001\nasync = broadcast\n' > "$TMP/D.conf"
+# Keepalive is off until a reload made while the connection waits turns it on: that sets it too.
+printf '[gateway]\nport = 8824\nbind = 127.0.0.1\nquery_timeout = 1s\nkeepalive_idle = 0\n[group bc]\nworkers = 10.77.1.30:5001\nasync = broadcast\n' > "$TMP/D.conf"
 ns_gateway gw GD "$TMP/D.conf"
 wait_line "$TMP/GD.log" "connected \\(capability 3\\)" 20
 ask 8824 "neg:hold d1" # a broadcast the worker holds: no reply byte to the chaser behind it
 wait_line "$TMP/GD.log" "connecting again once it has closed its end" 20
+sed -i 's/^keepalive_idle = 0$/keepalive_idle = 1s\nkeepalive_interval = 1s\nkeepalive_count = 2\ntcp_user_timeout = 3s/' "$TMP/D.conf"
+kill -HUP "$GD_PID"
+wait_line "$TMP/GD.log" "reload: done" 20
 cut
 wait_line "$TMP/GD.log" "10\\.77\\.1\\.30:5001: the old connection, left for the worker to close, failed \\(Connection timed out\\): connecting again" 30
 heal
@@ -144,4 +148,4 @@ on gw timeout 10 "$BIN/qsend" -g 10.77.1.30:5001 "release d1" > /dev/null || fai
 far_up "$TMP/GD.log"
 ask 8824 "echo after-remnant"
 grep -q after-remnant "$TMP/q.out" || fail "GD after the link is back: $(cat "$TMP/q.out")"
-pass "the connection left for a cut-off worker to close is given up (Connection timed out), not waited on for hours; the group serves again once the link is back"
+pass "the connection left for a cut-off worker to close is given up (Connection timed out), keepalive set on it by a reload, not waited on for hours; the group serves again once the link is back"
