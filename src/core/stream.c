@@ -269,7 +269,8 @@ void stream_shutdown_loop(struct conn *c)
 }
 
 /* Read and drop what fd's peer sends, DISCARD_READS reads at most: SS_CLOSE once it has closed
- * (*err 0) or failed (*err its errno: a reset, a keepalive or user timeout), SS_OK otherwise. */
+ * (*err 0, when err is not NULL) or failed (*err its errno: a reset, a keepalive or user
+ * timeout), SS_OK otherwise. */
 static int discard(const struct stream_io *io, int fd, int *err)
 {
     uint8_t buf[4096];
@@ -279,7 +280,8 @@ static int discard(const struct stream_io *io, int fd, int *err)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return SS_OK;
-        *err = n < 0 ? errno : 0;
+        if (err)
+            *err = n < 0 ? errno : 0;
         return SS_CLOSE;
     }
     return SS_OK;
@@ -824,8 +826,7 @@ void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max)
 int stream_discard_loop(struct gw *g, struct conn *c)
 {
     (void)g;
-    int err;
-    return c->fd >= 0 ? discard(io_of(c), c->fd, &err) : SS_OK;
+    return c->fd >= 0 ? discard(io_of(c), c->fd, NULL) : SS_OK;
 }
 
 void stream_input_drop_loop(struct conn *c)
