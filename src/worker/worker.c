@@ -19,7 +19,7 @@
  *     (dispatch runs what idle workers owe before it hands out any client).
  *   CONNECTING, HANDSHAKE, IDLE, BUSY, PINNED, DISABLED --error, EOF, timeout--> DOWN (reconnect with back-off,
  *     or freed when a reload removed it; closed with broadcasts sent and not known to have run,
- *     not before q has closed that connection too: w->remnant)
+ *     either not before q has closed that connection too: w->remnant)
  *
  * A BUSY worker's run has a phase (run.c's table, run_set_phase_loop), what it has come to:
  *   SENT --a callback, its client to answer--> CALLED --the worker sends again--> SENT
@@ -403,12 +403,19 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
     stream_read_loop(g, &w->c); /* the capability byte, then messages */
 }
 
-/* A worker leaving the configuration, down now: off its group, freed after this iteration. */
+/* A worker leaving the configuration, down now: off its group, freed after this iteration. One
+ * whose connection closed with broadcasts not known to have run (w->remnant) stays, removed and
+ * given nothing, until q has closed that connection too: a reload that puts the address back
+ * finds it (reload.c) and it waits for that close, so that what the group broadcasts on its new
+ * connection runs after what q still had to run from the old one. */
 static void unlink_removed(struct gw *g, struct worker *w)
 {
+    if (w->remnant.fd >= 0) {
+        log_info(w->c.name, "removed from the configuration: gone once the worker has closed its end of the old connection");
+        return;
+    }
     TAILQ_REMOVE(&w->grp->workers, w, glink);
     w->grp->nworkers -= worker_is_lead(w);
-    stream_remnant_close_loop(&w->remnant); /* (q's order matters no more: nothing more goes to it) */
     g->loop.nbackends--;
     conn_free_later_loop(g, &w->c);
 }
@@ -419,12 +426,15 @@ static void unlink_removed(struct gw *g, struct worker *w)
 static void on_remnant_closed(struct gw *g, void *ctx)
 {
     struct worker *w = ctx;
+    const char *next = w->removed ? "gone (removed from the configuration)" : "connecting again";
     if (w->remnant.err)
-        log_warn(w->c.name, "the old connection, left for the worker to close, failed (%s): connecting again",
-                 strerror(w->remnant.err));
+        log_warn(w->c.name, "the old connection, left for the worker to close, failed (%s): %s",
+                 strerror(w->remnant.err), next);
     else
-        log_info(w->c.name, "the worker has closed its end of the old connection: connecting again");
-    if (!conn_timer_armed(&w->c, WORKER_TM))
+        log_info(w->c.name, "the worker has closed its end of the old connection: %s", next);
+    if (w->removed)
+        unlink_removed(g, w);
+    else if (!conn_timer_armed(&w->c, WORKER_TM))
         worker_connect_loop(g, w);
 }
 
@@ -442,7 +452,7 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
      * order sent. So the socket is read to its end, and the worker connects again only once q
      * has closed it (at once if q has closed it already). A timed-out request alone is not
      * waited for: its client was told, and it may run late, as a direct client's would. */
-    if (!STAILQ_EMPTY(&w->bsent) && !w->removed && !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
+    if (!STAILQ_EMPTY(&w->bsent) && !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
         log_info(c->name, "broadcasts sent on this connection may still run at the worker: connecting again once it has closed its end");
     int was_up = worker_is_connected(w);
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;

@@ -166,9 +166,42 @@ kill -HUP "$BT_PID"
 wait_line "$TMP/BT.log" "removing worker $WADDR" 10
 wait_line "$TMP/BT.log" "w 127.0.0.1:$W2_PORT: connected" 10
 release bt2 "$W_PORT"
+wait_line "$TMP/BT.log" "w $WADDR: the worker has closed its end of the old connection: gone \\(removed from the configuration\\)" 10
 q_bt "echo after"
 expect_lines "$TMP/q.out" '^"after"$' 1
-pass "a worker waiting for its old connection's close, removed by a reload: the group goes on with its new worker"
+pass "a worker waiting for its old connection's close, removed by a reload: the group goes on with its new worker, the old one goes at that close"
+
+# the same wait, the worker removed by a reload and put back by the next before q has closed the
+# old connection: the worker kept for that close is put back, and connects once q has closed it,
+# so the client's next broadcast still runs after the one q had left to run (the worker made
+# afresh at once had that broadcast run first)
+since_bt() { tail -n "+$(($2 + 1))" "$TMP/BT.log" | grep -qE "$1"; }
+wait_bt() { wait_for 10 "/$1/ in BT.log after line $2" since_bt "$1" "$2"; }
+bt_workers() { sed -i "s/^workers = .*/workers = $1/" "$TMP/bt.conf"; kill -HUP "$BT_PID"; }
+n0=$(wc -l < "$TMP/BT.log")
+bt_workers "$WADDR"
+wait_bt "w $WADDR: connected" "$n0"
+raw_open "$BT_PORT"
+raw_hs "bt:"
+{ raw_text 0 "hold bt3" 1; raw_text 0 "echo bt-nine" 1; } > "$TMP/bt.msgs"
+cat "$TMP/bt.msgs" >&3
+wait_bt "w $WADDR: broadcasts sent on this connection may still run" "$n0"
+n1=$(wc -l < "$TMP/BT.log")
+bt_workers "127.0.0.1:$W2_PORT"
+wait_bt "w $WADDR: removed from the configuration: gone once the worker has closed its end of the old connection" "$n1"
+wait_bt "w 127.0.0.1:$W2_PORT: connected" "$n1"
+n2=$(wc -l < "$TMP/BT.log")
+bt_workers "$WADDR"
+wait_bt "worker $WADDR kept \\(it was still leaving\\)" "$n2"
+wait_bt "removing worker 127.0.0.1:$W2_PORT" "$n2"
+raw_text 0 "echo bt-ten" >&3 # waits: no worker of the group is up
+release bt3 "$W_PORT"          # the worker runs bt-nine, reads the close, closes
+wait_bt "w $WADDR: the worker has closed its end of the old connection: connecting again" "$n2"
+wait_line "$TMP/W.log" "echo bt-ten" 10
+grep -oE "echo bt-(nine|ten)" "$TMP/W.log" | tr '\n' ' ' > "$TMP/order"
+[ "$(cat "$TMP/order")" = "echo bt-nine echo bt-ten " ] || fail "the worker ran: $(cat "$TMP/order")"
+raw_close
+pass "a worker waiting for its old connection's close, removed and put back by reloads: it still waits for that close; the client's broadcasts ran in order"
 
 # --- a worker answers with a q error: unchanged, counted ----------------------------------
 q "err oops" ".qgate.stats[]"
