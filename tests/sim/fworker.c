@@ -2,7 +2,8 @@
  * gateway opens (hook_connect), running one message at a time from whichever connection;
  * it checks where each message came from and its order, answers (in some worlds deferring a
  * share of its replies, as -30! does), calls back, publishes on its own timer, stalls in slow
- * queries, and dies. */
+ * queries, and dies. A connection the gateway closes runs the whole messages the worker had
+ * read from it first, as q runs what it read before the close, then .z.pc. */
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -91,6 +92,7 @@ static void fwc_reset(struct fwconn *k)
     k->last_cid = -1;
     k->nrecent = 0;
     k->first_sess = -1;
+    k->eof = 0;
 }
 
 static void tpub_conn_gone(struct fworker *w, int conn);
@@ -453,6 +455,25 @@ static int fw_ready(const struct fworker *w, int i)
     return !w->waiting_cb || (i == w->cb_conn && h.type == KIPC_RESPONSE);
 }
 
+/* Does connection k hold a whole message (its header says how long)? */
+static int fw_whole(const struct fwconn *k)
+{
+    struct kipc_hdr h;
+    const char *why = "";
+    return k->st == FW_UP && k->in.len >= 8 &&
+           kipc_hdr_parse(k->in.p, k->in.len, (uint64_t)1 << 32, &h, &why) == QG_OK && k->in.len >= h.len;
+}
+
+/* The connections the gateway closed whose last whole message has run: q closes its end. */
+static void fw_close_ended(struct fworker *w)
+{
+    for (int i = 0; i < FW_CONNS; i++)
+        if (w->k[i].fd >= 0 && w->k[i].eof && !fw_whole(&w->k[i])) {
+            tr("W%d: ran what it had read of connection %d, which the gateway closed: closes it", w->wid, i);
+            fw_conn_gone(w, i);
+        }
+}
+
 /* Run what arrived, one message at a time, as q does: from whichever connection (q's select
  * order is its own), each connection's in order; a callback blocks the worker until that
  * client's response comes; a deferred reply goes when it is due, others meanwhile. */
@@ -460,6 +481,7 @@ void worker_process(struct fworker *w, int max)
 {
     while (max-- > 0) {
         fw_release_deferred(w, 0);
+        fw_close_ended(w);
         if (S->now_us / 1000 < w->busy_until)
             return;
         int idx[FW_CONNS], n = 0;
@@ -524,10 +546,15 @@ void worker_read(struct fworker *w, size_t want)
 {
     for (int i = 0; i < FW_CONNS; i++) {
         struct fwconn *k = &w->k[i];
-        if (k->fd < 0)
+        if (k->fd < 0 || k->eof)
             continue;
         sb_reserve(&k->in, k->in.len + want);
         ssize_t n = read(k->fd, k->in.p + k->in.len, want);
+        if (n == 0 && fw_whole(k) && !(w->waiting_cb && w->cb_conn == i)) {
+            tr("W%d: the gateway closed its connection %d: what it read of it runs first", w->wid, i);
+            k->eof = 1;
+            continue;
+        }
         if (n == 0) {
             tr("W%d: the gateway closed its connection %d", w->wid, i);
             fw_conn_gone(w, i);

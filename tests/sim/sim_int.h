@@ -136,6 +136,8 @@ struct fwconn {
     int last_cid;        /* the client whose message it ran last on this connection */
     int recent[8];       /* the last clients whose messages the gateway gave it (distinct) */
     int nrecent;
+    int eof;             /* the gateway has closed it: the whole messages read before run first, as
+                          * q runs them, then it is closed */
     int first_sess;      /* pool = session: the client of the first session it served, or -1: what
                           * the worker publishes on it later is that client's (a subscription by
                           * .z.w), whoever the gateway serves next */
