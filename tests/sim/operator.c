@@ -99,11 +99,30 @@ void write_users(void)
     fclose(f);
 }
 
+/* The fake worker whose gateway worker waits for q to close an old connection (it was closed
+ * with broadcasts not known to have run), in the configuration or removed from it; or -1. */
+int reload_waiting_worker(void)
+{
+    for (int i = 0; i < S->g.ngroups; i++) {
+        struct worker *x;
+        TAILQ_FOREACH(x, &S->g.groups[i].workers, glink) {
+            const char *port = strrchr(x->addr, ':');
+            int k = port ? atoi(port + 1) - WPORT0 : -1;
+            if (x->remnant.fd >= 0 && k >= 0 && k < S->nw)
+                return k;
+        }
+    }
+    return -1;
+}
+
 void reload(void)
 {
     S->outages++; /* a worker added is not up until it has connected; one removed goes */
-    /* add a worker, or remove one (a group keeps at least one) */
-    int k = rnd(MAXW);
+    /* add a worker, or remove one (a group keeps at least one); most often the one waiting for
+     * q's close, if one is: removed, or put back, while it waits */
+    int k = reload_waiting_worker();
+    if (k < 0 || chance(25))
+        k = rnd(MAXW);
     if (k >= S->nw) {
         if (S->nw == MAXW)
             return;

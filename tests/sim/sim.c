@@ -155,7 +155,7 @@ static void world_event(int k, struct fworker *w)
         if (enabled(SIM_EV_CLOCK))
             clock_event();
     } else if (k < 80) {
-        if (enabled(SIM_EV_RELOAD) && chance(20))
+        if (enabled(SIM_EV_RELOAD) && chance(reload_waiting_worker() < 0 ? 20 : 60))
             reload();
     } else if (k < 81) {
         if (enabled(SIM_EV_PAUSE) && chance(40))

@@ -314,6 +314,7 @@ void scrape_event(void);
 void random_config(struct config *c);
 void write_config(void);
 void write_users(void);
+int reload_waiting_worker(void);
 void reload(void);
 void operator_pause(int gi);
 void operator_disable(struct fworker *w);
