@@ -1,7 +1,8 @@
 /* kmerge.c: the merge of a fan-out's replies, one per worker in worker order, into one value:
  * q's raze of their list, i.e. ,/ (Join Over) folding them left to right (runs on the writer
  * pool; pure). The gateway's own rules around it:
- *   any q error among the replies -> the first one, in worker order (not raze: the gateway's)
+ *   any q error among the replies -> the first one, in worker order (not raze: the gateway's),
+ *                                    `list too (a q error is no value a list can hold)
  *   `list (as_list)               -> the general list of the replies as they are
  * and raze itself, per the KX reference (code.kx.com ref/raze, ref/join, basics/joins,
  * ref/upsert):
@@ -595,16 +596,16 @@ K kmerge(K *p, int n, int as_list)
     int first_error = -1, lists = 1, m = 0;
     if (n <= 0)
         return k_list(0);
-    for (int i = 0; i < n && !as_list && first_error < 0; i++)
+    for (int i = 0; i < n && first_error < 0; i++)
         if (p[i]->t == KT_ERROR)
             first_error = i;
     for (int i = 0; i < n; i++)
         lists &= cat(p[i]) == C_LIST;
-    if (as_list) {
-        x = as_general(p, n);
-    } else if (first_error >= 0) { /* the first error wins */
+    if (first_error >= 0) { /* the first error wins */
         x = p[first_error];
         p[first_error] = NULL;
+    } else if (as_list) {
+        x = as_general(p, n);
     } else if (n == 1) { /* raze enlist x */
         x = basic_atom(p[0]) ? enlist(p[0]) : p[0];
         p[0] = NULL;
@@ -797,14 +798,14 @@ uint8_t *kmerge_bytes(const uint8_t *const *m, const size_t *len, int n, int as_
     }
     ob_room(&o, 8); /* the header, written last */
     if (!ok) {
+    } else if (first_error >= 0) {
+        ob_add(&o, p[first_error].b, p[first_error].n);
     } else if (as_list) { /* (`.qgate.all; g; q; `list): the replies as they are */
         uint8_t h[6] = {KT_LIST, 0};
         qg_st32(h + 2, (uint32_t)n);
         ob_add(&o, h, 6);
         for (int i = 0; i < n; i++)
             ob_add(&o, p[i].b, p[i].n);
-    } else if (first_error >= 0) {
-        ob_add(&o, p[first_error].b, p[first_error].n);
     } else if (n == 1) { /* raze enlist x: a basic atom made a vector, else x */
         if (t > 0 && (int8_t)p[0].b[0] < 0)
             ok = splice_items(&o, p, at, end, 1, t);

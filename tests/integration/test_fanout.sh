@@ -36,13 +36,15 @@ cmp "$TMP/want.bin" "$TMP/f.bin" || fail "the merged reply is not the four direc
 pass ".qgate.all over 4 workers x $ROWS rows: byte for byte the raze of the 4 direct answers"
 
 # --- lists joined, `list, errors, async -------------------------------------------------
-q "all:main:echo ab" "all-list:main:echo ab" "all:main:err boom" "all:nosuch:x" "neg:all:main:k:1" "all-list:main:k"
+q "all:main:echo ab" "all-list:main:echo ab" "all:main:err boom" "all:nosuch:x" "neg:all:main:k:1" "all-list:main:k" \
+  "all-list:main:err boom2"
 expect_lines "$TMP/q.out" '^"abababab"$' 1
 expect_lines "$TMP/q.out" '^\("ab";"ab";"ab";"ab"\)$' 1
 expect_lines "$TMP/q.out" "^'boom\$" 1
+expect_lines "$TMP/q.out" "^'boom2\$" 1 # `list too: no q list holds an error
 expect_lines "$TMP/q.out" "^'qgate: no group nosuch\$" 1
 expect_lines "$TMP/q.out" '^\("1";"1";"1";"1"\)$' 1
-pass "lists joined; \`list gives each reply; the first q error wins; neg[h] runs on every worker, no reply"
+pass "lists joined; \`list gives each reply; the first q error wins (\`list too); neg[h] runs on every worker, no reply"
 
 # --- the 4th item read as q reads it: `partial, `list`partial; a query of any size ----------
 # (`partial answers `workers`result!(the workers' addresses; what it would answer without it))
