@@ -37,6 +37,7 @@ static struct {
     long fickle_first;
 } opt;
 
+static int my_port;       /* the TCP port it listens on ("callback X": %p in X) */
 static long sync_seen;   /* sync requests served (held ones not counted), over every connection */
 static long fickle_seen; /* "fickle X" queries served */
 
@@ -319,7 +320,14 @@ static int on_writable(struct wconn *c, size_t budget)
 static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
 {
     if (n > 9 && !memcmp(s, "callback ", 9)) {
-        if (send_msg(c, k_str(s + 9, n - 9), KIPC_SYNC))
+        char text[512];
+        size_t tn = 0;
+        for (size_t i = 9; i < n && tn < sizeof text - 8; i++) /* %p: this worker's port */
+            if (s[i] == '%' && i + 1 < n && s[i + 1] == 'p')
+                tn += (size_t)snprintf(text + tn, sizeof text - tn, "%d", my_port), i++;
+            else
+                text[tn++] = s[i];
+        if (send_msg(c, k_str(text, tn), KIPC_SYNC))
             return (struct reply){.k = k_err("close")};
         for (;;) { /* like a q client in h x: wait on this handle for the response */
             uint8_t h[8];
@@ -856,7 +864,7 @@ static void usage(void)
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
             "  back, then N), globals (\"a:X\", \"a\", \"delete a from `.\", one set per process),\n"
-            "  \"callback X\" (sync request X back; its answer is the reply),\n"
+            "  \"callback X\" (sync request X back, %%p in X its port; its answer is the reply),\n"
             "  \"text N\" (a string of N bytes, \"qgate 0 qgate 1 ...\", which compresses well).\n"
             "  Port 0 picks a free port; the\n"
             "  first line on stdout is \"qworker listening on HOST:PORT\". Replies over 2000 bytes\n"
@@ -974,6 +982,7 @@ int main(int argc, char **argv)
     int ufd = !uds ? -2 : uds_path ? net_listen_uds_path(uds_path, 512, 1) : net_listen_uds(bound, 512, 1);
     if (uds && ufd < 0)
         fprintf(stderr, "qworker: no Unix socket (%s): %s\n", uds_path ? uds_path : "abstract", strerror(errno));
+    my_port = bound;
     printf("qworker listening on %s:%d rows=%lld built_ms=%.0f%s\n", host, bound, (long long)rows,
            (double)(t1 - t0) / 1e6, ufd >= 0 ? " unix" : "");
     fflush(stdout);

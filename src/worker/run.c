@@ -327,14 +327,37 @@ static struct client *reachable(struct gw *g, uint32_t id, uint32_t gen)
     return c && client_takes_output(c) ? c : NULL;
 }
 
+/* Running a .qgate.all's part that is still awaited: the client of that .qgate.all (1), which
+ * gets what the worker sends meanwhile as a client of that worker would. */
+static int fanout_client(const struct worker *w, uint32_t *id, uint32_t *gen)
+{
+    const struct fanout *fo = w->st == WS_BUSY && w->run.kind == RUN_FANOUT && w->run.fp ? w->run.fp->fo : NULL;
+    if (!fo)
+        return 0;
+    *id = fo->cl_id;
+    *gen = fo->cl_gen;
+    return 1;
+}
+
 /* A whole message for a client other than the running request's (an idle worker's publish, a
  * broadcast's sender): into its stream at a message boundary, or dropped if it has gone. */
 static void deliver_whole(struct gw *g, struct worker *w)
 {
     struct client *c = reachable(g, w->msg.to_id, w->msg.to_gen);
+    int call = w->c.rd.type == KIPC_SYNC; /* a .qgate.all part's callback: its answer is matched in
+                                          * the order the calls reach the client, so taken now */
+    uint32_t id, gen;
+    if (call && c &&
+        (!fanout_client(w, &id, &gen) || id != c->c.id || c->st != CS_READY || callback_add_loop(g, c, &w->c)))
+        c = NULL; /* (the .qgate.all given up meanwhile: its client was answered) */
     if (!c) {
-        w->dropped++;
         inbuf_free(&w->coll);
+        if (!call) {
+            w->dropped++;
+            return;
+        }
+        outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len); /* it waits for no answer */
+        conn_mark_dirty_loop(g, &w->c);
         return;
     }
     struct chunk *ch = chunk_wrap(w->coll.p, w->coll.len);
@@ -399,8 +422,8 @@ static int drop_async(struct gw *g, struct worker *w, const char *why)
     return ROUTE_DROP;
 }
 
-/* An async message: to the sender of the broadcasts running, else the running request's
- * client, else a session's client; else it belongs to nobody. */
+/* An async message: to the sender of the broadcasts running, else the running request's (or
+ * .qgate.all's) client, else a session's client; else it belongs to nobody. */
 static int route_async(struct gw *g, struct worker *w)
 {
     if (!STAILQ_EMPTY(&w->bsent)) {
@@ -419,19 +442,28 @@ static int route_async(struct gw *g, struct worker *w)
     }
     if (c || (w->st == WS_BUSY && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC)))
         return drop_async(g, w, "for a client that has gone");
-    if (w->st == WS_BUSY && w->run.kind == RUN_FANOUT) /* a .qgate.all's client gets the merged replies, nothing else */
-        return drop_async(g, w, "while it ran its part of a .qgate.all");
+    if (fanout_client(w, &w->msg.to_id, &w->msg.to_gen)) /* (whole: the other parts' workers send it too) */
+        return reachable(g, w->msg.to_id, w->msg.to_gen) ? ROUTE_FORWARD
+                                                          : drop_async(g, w, "for the client of a .qgate.all that has gone");
+    if (w->st == WS_BUSY && w->run.kind == RUN_FANOUT)
+        return drop_async(g, w, "for a .qgate.all given up (its client was answered)");
     return drop_async(g, w, w->grp->cfg.pool_mode == CFG_POOL_SESSION ? "while given to no client's session"
                                                                       : "while it ran no client's request (pool = request)");
 }
 
-/* A callback (a sync request with .z.w): the running request's client answers it, if it reads;
- * otherwise (none, or a broadcast's sender, which waits for nothing) the worker is told so. */
+/* A callback (a sync request with .z.w): the running request's (or .qgate.all's) client answers
+ * it, if it reads; otherwise (none, or a broadcast's sender, which waits for nothing) the worker
+ * is told so. */
 static int route_callback(struct gw *g, struct worker *w)
 {
     struct client *c = w->run.cl;
     if (w->st == WS_BUSY && w->run.kind == RUN_REQUEST)
         query_calls_back_loop(w->grp->queries, w->run.key); /* nothing goes to its worker while it runs again */
+    if (STAILQ_EMPTY(&w->bsent) && fanout_client(w, &w->msg.to_id, &w->msg.to_gen)) {
+        run_set_phase_loop(g, w, WB_CALLED); /* whole, matched as it reaches the client (deliver_whole):
+                                              * the other parts' workers may call it back too */
+        return ROUTE_FORWARD;
+    }
     if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent) &&
         callback_add_loop(g, c, &w->c) == 0) {
         run_set_phase_loop(g, w, WB_CALLED); /* until it sends again, having had the answer */

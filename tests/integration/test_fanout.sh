@@ -46,6 +46,18 @@ expect_lines "$TMP/q.out" "^'qgate: no group nosuch\$" 1
 expect_lines "$TMP/q.out" '^\("1";"1";"1";"1"\)$' 1
 pass "lists joined; \`list gives each reply; the first q error wins (\`list too); neg[h] runs on every worker, no reply"
 
+# --- what a worker sends while it runs its part reaches the .qgate.all's client, as it reaches a
+# client of that worker: its publishes, and its callbacks, each answered back to the worker that
+# asked (qsend answers "qsend got: X"; a qworker's "callback X" asks X with %p its port, and
+# answers the answer)
+q "all:main:notify 2 pub" "all:main:callback cb" "all-list:main:callback cb %p" "echo after"
+grep -c '^async: "pub"$' "$TMP/q.out" | grep -qx 8 || fail "8 publishes, got: $(cat "$TMP/q.out")"
+expect_lines "$TMP/q.out" '^2 2 2 2$' 1
+expect_lines "$TMP/q.out" '^"qsend got: cbqsend got: cbqsend got: cbqsend got: cb"$' 1
+expect_lines "$TMP/q.out" "^\\(\"qsend got: cb $W1_PORT\";\"qsend got: cb $W2_PORT\";\"qsend got: cb $W3_PORT\";\"qsend got: cb $W4_PORT\"\\)\$" 1
+expect_lines "$TMP/q.out" '^"after"$' 1
+pass "a .qgate.all's workers publish to its client and call it back, each answer to the worker that asked"
+
 # --- the 4th item read as q reads it: `partial, `list`partial; a query of any size ----------
 # (`partial answers `workers`result!(the workers' addresses; what it would answer without it))
 q "all-partial:main:echo ab" "all-list-partial:main:echo ab"

@@ -268,7 +268,8 @@ static int all_request(struct fclient *c, int seq, int *arg)
     int as_list = chance(50);
     K l = k_list(3 + as_list);
     char t[96];
-    snprintf(t, sizeof t, "q %d %d %d 0", c->cid, seq, OP_ALL);
+    int acts = (enabled(SIM_EV_WPUSH) && chance(25) ? 1 : 0) | (enabled(SIM_EV_CALLBACK) && chance(25) ? 2 : 0);
+    snprintf(t, sizeof t, "q %d %d %d %d", c->cid, seq, OP_ALL, acts); /* its workers publish, call back */
     kK(l)[0] = k_sym(".qgate.all");
     kK(l)[1] = k_sym(c->group == S->bc_group ? "bc" : "main");
     kK(l)[2] = k_str(t, strlen(t));
@@ -560,10 +561,11 @@ static void client_got_async(struct fclient *c, const char *s)
 /* A sync message for c (text s): a worker's callback for one of c's requests; c answers it. */
 static void client_got_callback(struct fclient *c, const char *s)
 {
-    int cid = -1, seq = -1;
-    if (sscanf(s, "c %d %d", &cid, &seq) != 2 || cid != c->cid)
+    int cid = -1, seq = -1, wid = -1;
+    if (sscanf(s, "c %d %d %d", &cid, &seq, &wid) != 3 || cid != c->cid)
         fail("C%d got a sync request that is not its own: \"%s\"", c->cid, s);
-    put_text(&c->out, KIPC_RESPONSE, "r %d %d", cid, seq);
+    put_text(&c->out, KIPC_RESPONSE, "r %d %d %d", cid, seq, wid); /* (the worker's id back: the
+                                                                    * answer must reach it) */
     add_sent(c, KIPC_RESPONSE, OP_RESP, seq);
     tr("C%d answers callback %d", c->cid, seq);
 }

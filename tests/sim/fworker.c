@@ -361,8 +361,17 @@ static void worker_answer(struct fworker *w, int i, int cid, int seq, int op, in
             put_text(&k->out, KIPC_ASYNC, "p %d %d %d", cid, seq, j);
         fw_reply_text(w, i, cid, 1, "R %d %d", cid, seq);
         break;
+    case OP_ALL: /* a .qgate.all's part: arg 1 publishes first, 2 calls back first (the client's
+                  * answer must come back to this worker), 3 both */
+        if (arg & 1)
+            put_text(&k->out, KIPC_ASYNC, "p %d %d 0", cid, seq);
+        if (!(arg & 2)) {
+            fw_reply_text(w, i, cid, 1, "R %d %d", cid, seq);
+            break;
+        }
+        /* fall through */
     case OP_CB:
-        put_text(&k->out, KIPC_SYNC, "c %d %d", cid, seq);
+        put_text(&k->out, KIPC_SYNC, "c %d %d %d", cid, seq, w->wid);
         w->waiting_cb = 1;
         w->cb_conn = i;
         w->cb_cid = cid;
@@ -519,12 +528,13 @@ void worker_process(struct fworker *w, int max)
         char s[256];
         text_of(x, s, sizeof s);
         if (type == KIPC_RESPONSE) {
-            int cid, seq;
+            int cid, seq, wid;
             if (!w->waiting_cb)
                 fail("W%d got a response it did not ask for: \"%s\"", w->wid, s);
             if (x->t == KT_ERROR) {
                 tr("W%d: callback answered by the gateway: '%s", w->wid, x->s);
-            } else if (sscanf(s, "r %d %d", &cid, &seq) != 2 || cid != w->cb_cid || seq != w->cb_seq) {
+            } else if (sscanf(s, "r %d %d %d", &cid, &seq, &wid) != 3 || cid != w->cb_cid || seq != w->cb_seq ||
+                       wid != w->wid) {
                 fail("W%d waited for the answer to callback %d of C%d and got \"%s\"", w->wid, w->cb_seq,
                      w->cb_cid, s);
             }
