@@ -675,8 +675,13 @@ void job_merge(struct job *j)
     }
     if (!m) {
         snprintf(j->text, sizeof j->text, "qgate: a .qgate.all reply could not be merged");
+        j->result = 2;
         job_encode_error(j);
         return;
+    }
+    if (m[8] == (uint8_t)KT_ERROR) { /* the answer is a q error (a worker's, or raze's): counted so */
+        j->result = 1;
+        snprintf(j->text, sizeof j->text, "%.*s", (int)strnlen((const char *)m + 9, len - 9), (const char *)m + 9);
     }
     free(j->in);
     j->in = m;

@@ -16,6 +16,8 @@ enum job_kind {
     JK_RESOLVE,     /* reader resolved a worker's address (aux[0] its serial): out = sockaddr */
     JK_RELOAD,      /* reader read the config and users files (ctx: struct reload_job) */
     JK_METRICS,     /* writer made the metrics page for the HTTP connection the job names */
+    JK_MERGE,       /* writer merged a .qgate.all's replies (out) for request seq: result 1 the
+                     * answer is a q error, 2 the gateway's (its text in text) */
 };
 
 /* A gateway command is short: longer messages that look like one are refused unread. */

@@ -105,7 +105,7 @@ static void complete(struct gw *g, struct fanout *fo)
         return;
     }
     struct merge_in *in = calloc(1, sizeof *in + (size_t)fo->n * sizeof in->part[0]);
-    struct job *j = in ? job_new(job_merge, JK_REPLY) : NULL;
+    struct job *j = in ? job_new(job_merge, JK_MERGE) : NULL;
     if (!j) {
         free(in);
         fanout_free(g, fo);
@@ -294,4 +294,16 @@ void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why)
             fail(g, p->fo, why);
         }
     }
+}
+
+void fanout_merged_loop(struct gw *g, struct job *j)
+{
+    struct client *c = client_of_job_loop(g, j);
+    struct req *r = c ? client_head(c) : NULL;
+    if (r && r->seq == j->seq && r->state == RS_LOCAL && j->result) { /* its outcome, as a request's */
+        r->outcome = j->result == 1 ? ALOG_ERROR : ALOG_GWERROR;
+        free(r->etext);
+        r->etext = strdup(j->text);
+    }
+    request_reply_done_loop(g, j);
 }

@@ -249,9 +249,10 @@ static void run_end(struct gw *g, struct worker *w)
     struct worker *lead = w->slot ? (struct worker *)lead_of(w) : w;
     if (lead)
         lead->last_end_us = end;
-    if (w->run.kind == RUN_REQUEST) {
+    if (w->run.kind == RUN_REQUEST || w->run.kind == RUN_FANOUT) { /* (a .qgate.all's part counts as
+                                                                   * its worker's request) */
         hist_add(&w->lat, (uint64_t)ran);
-        if (w->run.key) /* pipelining: how long its query runs, learned */
+        if (w->run.kind == RUN_REQUEST && w->run.key) /* pipelining: how long its query runs, learned */
             query_learn_loop(w->grp->queries, w->run.key, ran);
         w->served++;
         w->errors += w->run.is_error;

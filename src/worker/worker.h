@@ -287,6 +287,8 @@ int fanout_run_owed_loop(struct gw *g, struct worker *w);
 int fanout_route_loop(struct gw *g, struct worker *w, uint64_t len);
 /* The running part's reply has ended (collected in w->coll, taken). */
 void fanout_part_done_loop(struct gw *g, struct worker *w);
+/* The merged answer made (JK_MERGE): counted as a q error or the gateway's if it is one, sent. */
+void fanout_merged_loop(struct gw *g, struct job *j);
 /* w is down: the part it ran and those it owed fail their fan-outs. */
 void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why);
 

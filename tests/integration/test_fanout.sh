@@ -58,6 +58,21 @@ expect_lines "$TMP/q.out" "^\\(\"qsend got: cb $W1_PORT\";\"qsend got: cb $W2_PO
 expect_lines "$TMP/q.out" '^"after"$' 1
 pass "a .qgate.all's workers publish to its client and call it back, each answer to the worker that asked"
 
+# --- counted as the requests they are: a .qgate.all answered with a q error is one of
+# .qgate.totals[]'s errors, and each worker's part is one of its group's (and its own) requests
+totals() { timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")
+               for (i = 2; i <= nk; i++) t[k[i]] = v[i - 1]; print t["requests"], t["ok"], t["errors"] }'; }
+pools() { timeout 10 "$BIN/qsend" -g "$G" ".qgate.pools[]" | awk -F' [|] ,' '{ print $10, $11 }'; }
+read -r r0 ok0 e0 <<< "$(totals)"
+read -r s0 pe0 <<< "$(pools)"
+q "all:main:err boom3" "all:main:echo z"
+read -r r1 ok1 e1 <<< "$(totals)"
+read -r s1 pe1 <<< "$(pools)"
+# between the two: the first totals (ok), the pools (ok), the two .qgate.all (an error, an ok)
+[ "$((r1 - r0)) $((ok1 - ok0)) $((e1 - e0))" = "4 3 1" ] || fail "totals moved by $((r1 - r0)) $((ok1 - ok0)) $((e1 - e0)) (requests ok errors), want 4 3 1"
+[ "$((s1 - s0)) $((pe1 - pe0))" = "8 4" ] || fail "the group's served/errors moved by $((s1 - s0))/$((pe1 - pe0)), want 8/4"
+pass "a .qgate.all answered with a q error counts as one in .qgate.totals[]; each part as its worker's request in .qgate.pools[]"
+
 # --- the 4th item read as q reads it: `partial, `list`partial; a query of any size ----------
 # (`partial answers `workers`result!(the workers' addresses; what it would answer without it))
 q "all-partial:main:echo ab" "all-list-partial:main:echo ab"
