@@ -27,6 +27,16 @@ nodeq.connect({host: "127.0.0.1", port: port, user: "nq", password: "pw"}, (err,
       assert.strictEqual(await q("`.qgate.all", "`both", "echo ab"), "abab");
       assert.deepStrictEqual(await q("`.qgate.all", "`both", "echo ab", "`list"), ["ab", "ab"]);
       assert.deepStrictEqual(await q("`.qgate.all", "`both", "err boom"), {err: "boom"});
+      assert.deepStrictEqual(await q("`.qgate.all", "`both", "err boom", "`list"), {err: "boom"});
+      // what each worker publishes while it runs its part reaches the client before the merged
+      // reply (node-q takes a message that is not an upd as the next reply: on a connection of
+      // its own, the two publishes answer the first two calls, the merged reply the third)
+      const pubs = await new Promise((res) => nodeq.connect({host: "127.0.0.1", port: port, user: "nq", password: "pw"}, (e, c2) => {
+        if (e) fail("connect", e);
+        const q2 = (...args) => new Promise((r) => c2.k(...args, (e2, v) => r(e2 ? {err: e2.message} : v)));
+        Promise.all([q2("`.qgate.all", "`both", "notify 1 pub"), q2("echo x"), q2("echo y")]).then((v) => c2.close(() => res(v)));
+      }));
+      assert.deepStrictEqual(pubs, ["pub", "pub", [1, 1]]);
       // `partial: the answer names the workers it came from
       const part = await q("`.qgate.all", "`both", "echo ab", "`partial");
       assert.deepStrictEqual(Object.keys(part), ["workers", "result"]);
@@ -44,7 +54,7 @@ nodeq.connect({host: "127.0.0.1", port: port, user: "nq", password: "pw"}, (err,
       assert.strictEqual(await q("`.qgate.all", "`both", "echo ab"), "abab");
     } catch (x) { fail("route", x); }
     clearTimeout(timer);
-    console.log("ok - node-q: (`.qgate.on; `hdb; query) sync and async, the name as symbol or string, of 40 KB too; an unknown group's error; (`.qgate.all; `both; query[; `list | `partial]) razed, listed, naming its workers, and its q error; a bad 4th item refused");
+    console.log("ok - node-q: (`.qgate.on; `hdb; query) sync and async, the name as symbol or string, of 40 KB too; an unknown group's error; (`.qgate.all; `both; query[; `list | `partial]) razed, listed, naming its workers, and its q error (`list too); its workers' publishes before its reply; a bad 4th item refused");
     con.close(() => process.exit(0));
   })();
 });
