@@ -499,6 +499,16 @@ void job_check_reply(struct job *j)
         goto pass;
     if (h.compressed) {
         len = kzip_uncompressed_len(j->in, j->in_len);
+        if (len > (uint64_t)job_args(j)->reply.compress_max) { /* (its size known only now) */
+            if (job_args(j)->reply.plain && job_args(j)->reply.cap >= 3) /* a client on this host: one
+                                                                         * over compress_max goes as it is */
+                goto pass;
+            snprintf(j->text, sizeof j->text, "qgate: reply too large for capability %d (%zu bytes, over compress_max)",
+                     job_args(j)->reply.cap, len);
+            job_encode_error(j);
+            j->result = 1;
+            return;
+        }
         if (len < 9 || len > (uint64_t)job_args(j)->reply.max || !(plain = malloc(len)) ||
             kzip_decompress(j->in, j->in_len, plain, len, &why) != QG_OK) {
             free(plain == j->in ? NULL : plain);
@@ -645,7 +655,20 @@ static uint8_t *partial_dict(const struct merge_in *in, const uint8_t *m, size_t
 void job_merge(struct job *j)
 {
     struct merge_in *in = j->ctx;
-    size_t len = 0;
+    size_t len = 0, total = 0;
+    for (int i = 0; i < in->n; i++) { /* merge_max holds for the bytes the replies stand for: a
+                                       * compressed one is checked at its decompressed length */
+        const uint8_t *p = in->part[i].p;
+        size_t l = in->part[i].len;
+        total += l >= 12 && p[2] ? kzip_uncompressed_len(p, l) : l;
+    }
+    if (total > (uint64_t)job_args(j)->reply.merge_max) {
+        snprintf(j->text, sizeof j->text, "qgate: merge too large (over merge_max, %lld bytes)",
+                 (long long)job_args(j)->reply.merge_max);
+        j->result = 2;
+        job_encode_error(j);
+        return;
+    }
     int plain = make_plain(in, (size_t)job_args(j)->reply.max) == 0;
     uint8_t *m = plain ? merge_on_bytes(in, &len) : NULL; /* tables and lists: no objects built */
     K x = NULL;
@@ -672,6 +695,13 @@ void job_merge(struct job *j)
             free(m);
             m = NULL;
         }
+    }
+    if (m && len > UINT32_MAX) { /* (merge_max set past 4 GiB): more than a message's 32-bit length holds */
+        free(m);
+        snprintf(j->text, sizeof j->text, "qgate: merge too large (%zu bytes, over a message's 4 GiB)", len);
+        j->result = 2;
+        job_encode_error(j);
+        return;
     }
     if (!m) {
         snprintf(j->text, sizeof j->text, "qgate: a .qgate.all reply could not be merged");

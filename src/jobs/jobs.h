@@ -105,7 +105,9 @@ union job_args {
         int64_t max;            /* the longest a compressed reply may declare */
         uint8_t plain;          /* check: for this host (never compressed) */
         uint8_t compress;       /* merge: compressed for a remote client ... */
-        int64_t compress_max;   /* ... up to this many bytes */
+        int64_t compress_max;   /* ... up to this many bytes; check: a compressed reply's
+                                 * bytes, once decompressed, held whole up to this many */
+        int64_t merge_max;      /* merge: the replies' bytes, decompressed, up to this many */
     } reply;
     struct job_page {           /* job_metrics_page */
         int head;               /* HEAD: the headers alone */

@@ -142,7 +142,7 @@ static void complete(struct gw *g, struct fanout *fo)
     j->ctx_free = jobs_merge_in_free;
     job_args(j)->reply = (struct job_reply){.cap = c->cap, .max = g->cfg.max_message,
                                             .compress = g->cfg.compress && !c->local && c->cap >= 1,
-                                            .compress_max = g->cfg.compress_max};
+                                            .compress_max = g->cfg.compress_max, .merge_max = g->cfg.merge_max};
     request_set_state_loop(g, c, r, RS_LOCAL);
     conn_submit_loop(g->writers, j, &c->c, r->seq);
 }

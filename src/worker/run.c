@@ -218,7 +218,8 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
         return;
     }
     request_set_state_loop(g, c, r, RS_LOCAL);
-    job_args(j)->reply = (struct job_reply){.cap = c->cap, .max = g->cfg.max_message, .plain = (uint8_t)plain};
+    job_args(j)->reply = (struct job_reply){.cap = c->cap, .max = g->cfg.max_message, .plain = (uint8_t)plain,
+                                            .compress_max = g->cfg.compress_max};
     j->in = w->coll.p;
     j->in_len = w->coll.len;
     w->coll = (struct inbuf){0};

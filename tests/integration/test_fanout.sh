@@ -124,3 +124,19 @@ q "all:main:rows 1000" "all:main:echo fits"
 expect_lines "$TMP/q.out" "^'qgate: merge too large \\(over merge_max, 10000 bytes\\)\$" 1
 expect_lines "$TMP/q.out" '^"fitsfits"$' 1
 pass "replies over merge_max: 'qgate: merge too large; the next fan-out is served"
+
+# merge_max holds for what the replies stand for: two workers that compress ("text N" is N bytes
+# that compress to a few hundred), merge_max 1 MB: 2 x 600 KB is too large however few bytes came
+start_worker Z1 --rows 10 --compress
+start_worker Z2 --rows 10 --compress
+printf '[gateway]\nbind = 127.0.0.1\nmerge_max = 1000000\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
+    "$Z1_PORT" "$Z2_PORT" > "$TMP/z.conf"
+start_gateway Z -c "$TMP/z.conf"
+wait_count "$TMP/Z.log" "connected \\(capability" 2
+G="127.0.0.1:$Z_PORT"
+q "all:main:text 600000" "all:main:echo fits"
+expect_lines "$TMP/q.out" "^'qgate: merge too large \\(over merge_max, 1000000 bytes\\)\$" 1
+expect_lines "$TMP/q.out" '^"fitsfits"$' 1
+timeout 30 "$BIN/qsend" -g "$G" --raw "$TMP/z.bin" "all:main:text 400000" > /dev/null 2>&1 || true
+[ "$(stat -c %s "$TMP/z.bin")" -eq $((8 + 6 + 800000)) ] || fail "2 x 400 KB merged: $(stat -c %s "$TMP/z.bin") bytes"
+pass "merge_max checked at the replies' decompressed size: 2 x 600 KB sent compressed is too large, 2 x 400 KB fits"

@@ -81,6 +81,27 @@ for via in "127.0.0.1:$ZG_PORT" "unix:$ZG_PORT"; do
 done
 pass "a worker's compressed reply reaches a client on this host (TCP, Unix socket) plain"
 
+# compress_max bounds what qgate holds decompressed, at the reply's own size, not the few bytes it
+# came compressed in: over it, a client on this host gets it as it came (compressed), and an old
+# client (capability 0, which takes no compressed message) 'qgate: reply too large, its size
+# the reply's own (a worker's 1 GB of zeros, 9 MB compressed, was held whole per client)
+start_gateway ZM --workers "127.0.0.1:$Z_PORT" --loglevel info -c <(printf '[gateway]\ncompress_max = 10000\n')
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$ZM_PORT" --wire "echo $long" > "$TMP/q.out" 2> "$TMP/wire.gw"
+expect_lines "$TMP/wire.gw" "^wire: [0-9]+ bytes compressed \\(20014 plain\\)\$" 1
+grep -q '^"xxxx' "$TMP/q.out" || fail "over compress_max: no reply: $(head -c 200 "$TMP/q.out")"
+raw_open "$ZM_PORT"
+printf 'old:pw\000' >&3 # no capability byte: capability 0
+head -c 1 <&3 > /dev/null
+raw_text 1 "echo $long"
+raw_text 1 "echo small"
+raw_msg "$TMP/old.out" || fail "capability 0: no first reply"
+raw_msg "$TMP/old.out" || fail "capability 0: no second reply"
+raw_close
+grep -aq "qgate: reply too large for capability 0 (20014 bytes, over compress_max)" "$TMP/old.out" ||
+    fail "capability 0: $(od -c "$TMP/old.out" | head -3)"
+grep -aq "small" "$TMP/old.out" || fail "capability 0: the next reply did not come"
+pass "a compressed reply over compress_max once decompressed: as it came to a client on this host; 'qgate: reply too large to capability 0"
+
 # credentials: the wrong ones are closed without a byte ('access)
 start_worker U --rows 10 --user alice:secret
 "$BIN/qsend" -g "127.0.0.1:$U_PORT" -u alice:secret "echo in" > "$TMP/q.out"
