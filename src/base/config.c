@@ -66,7 +66,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "client_low_water", CFG_SIZE, CFG_LIVE, "2097152", 0, KMAX, G(client_low_water), NULL,
      "unsent bytes below which reading from that worker resumes"},
     {"gateway", "client_max_pending", CFG_SIZE, CFG_LIVE, "67108864", 65536, KMAX, G(client_max_pending), NULL,
-     "bytes of a client's requests waiting their turn above which qgate stops reading from it"},
+     "bytes of a client's requests waiting their turn above which qgate stops reading from it (one that owes a worker a callback's answer: twice that, then the worker is told no answer comes)"},
     {"gateway", "worker_connect_timeout", CFG_MS, CFG_LIVE, "3000", 1, KMAX, G(worker_connect_timeout), NULL,
      "ms to connect to a worker and complete its handshake"},
     {"gateway", "reconnect_min", CFG_MS, CFG_LIVE, "100", 1, KMAX, G(reconnect_min), NULL,

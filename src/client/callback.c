@@ -34,14 +34,24 @@ int callback_owed_loop(struct gw *g, const struct client *c)
     return 0;
 }
 
-static void tell_no_answer(struct gw *g, struct call *k)
+/* The worker of call k gets err as its answer (it waits for no other); a later answer is dropped. */
+static void tell_worker(struct gw *g, struct call *k, const uint8_t *err, size_t len)
 {
     struct conn *wc = k->cancelled ? NULL : conn_lookup_loop(g, k->w_id, k->w_gen);
     k->cancelled = 1;
     if (wc && wc->kind == CONN_WORKER) {
-        outq_copy(&wc->out, g->no_client_err, g->no_client_err_len);
+        outq_copy(&wc->out, err, len);
         conn_mark_dirty_loop(g, wc);
     }
+}
+
+static void tell_no_answer(struct gw *g, struct call *k) { tell_worker(g, k, g->no_client_err, g->no_client_err_len); }
+
+void callback_give_up_loop(struct gw *g, struct client *c)
+{
+    struct call *k;
+    STAILQ_FOREACH(k, &c->calls, link)
+        tell_worker(g, k, g->unanswered_err, g->unanswered_err_len);
 }
 
 void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w)

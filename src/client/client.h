@@ -263,6 +263,10 @@ int callback_add_loop(struct gw *g, struct client *c, const struct conn *w);
 void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w);
 /* Does a worker wait for c's answer to a callback? */
 int callback_owed_loop(struct gw *g, const struct client *c);
+/* c owes answers and sends requests instead, past twice client_max_pending: each worker waiting
+ * is answered 'qgate: the client sent ... and no answer, so that what c sent is served (and is
+ * bounded); its answers, if they come, are dropped. */
+void callback_give_up_loop(struct gw *g, struct client *c);
 /* A response to a callback validated by a reader (JK_NESTED). */
 void callback_checked_loop(struct gw *g, struct job *j);
 

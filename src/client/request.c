@@ -423,6 +423,13 @@ void request_head_done_loop(struct gw *g, struct client *c)
 void request_check_pending_loop(struct gw *g, struct client *c)
 {
     int owes = c->ncalls && callback_owed_loop(g, c);
+    if (owes && c->pending > 2 * (size_t)g->cfg.client_max_pending) { /* read on for the answer, but
+                                                                       * not without bound */
+        log_warn(c->c.name, "%zu bytes of requests and no answer to its worker's callback: the worker is told so",
+                 c->pending);
+        callback_give_up_loop(g, c);
+        owes = 0;
+    }
     int may_read = c->st == CS_READY && !g->draining && !c->eof;
     if (c->paused && owes && may_read) { /* its answer may be behind what it sent since */
         c->paused = 0;

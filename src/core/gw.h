@@ -133,6 +133,8 @@ struct gw {
                           * a small reply then takes a chunk its size, not one of 64 KiB */
     uint8_t *no_client_err; /* response for a worker's request when its client is gone */
     size_t no_client_err_len;
+    uint8_t *unanswered_err; /* ... when its client sends requests on and on instead of the answer */
+    size_t unanswered_err_len;
     uint64_t next_serial, next_worker_serial;
     int nclients;
     uint64_t handshakes, query_timeouts;
