@@ -560,6 +560,7 @@ void client_pause_all_loop(struct gw *g)
         if (x && x->kind == CONN_CLIENT && !x->closing) {
             client_of(x)->paused = 1;
             conn_set_reading_loop(g, x, 0);
+            request_check_pending_loop(g, client_of(x)); /* read on for a callback's answer it owes */
         }
     }
 }

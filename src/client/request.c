@@ -430,11 +430,12 @@ void request_check_pending_loop(struct gw *g, struct client *c)
         callback_give_up_loop(g, c);
         owes = 0;
     }
-    int may_read = c->st == CS_READY && !g->draining && !c->eof;
+    int may_read = c->st == CS_READY && !c->eof && (!g->draining || owes); /* (a drain reads an answer
+                                       * a request received needs, nothing else: received is run) */
     if (c->paused && owes && may_read) { /* its answer may be behind what it sent since */
         c->paused = 0;
         conn_set_reading_loop(g, &c->c, 1);
-    } else if (!c->paused && c->pending > (size_t)g->cfg.client_max_pending && !owes) {
+    } else if (!c->paused && ((c->pending > (size_t)g->cfg.client_max_pending && !owes) || (g->draining && !owes))) {
         c->paused = 1;
         conn_set_reading_loop(g, &c->c, 0);
         log_debug(c->c.name, "paused: %zu bytes of requests waiting", c->pending);

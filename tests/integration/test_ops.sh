@@ -151,6 +151,25 @@ release t3 "$W2_PORT"
 expect_file_has "$TMP/D.log" "drain_timeout reached"
 pass "SIGTERM past drain_timeout: exits 0, the unfinished client sees the close"
 
+# --- SIGTERM while a worker waits for a client's answer to its callback: the drain reads that
+# answer (the request it belongs to was received), the worker gets it, the reply comes ---------
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W2_PORT" > "$TMP/cb.conf"
+start_gateway CB -c "$TMP/cb.conf"
+wait_line "$TMP/CB.log" "connected \\(capability 3\\)" 10
+raw_open "$CB_PORT"
+raw_hs u:p
+raw_text 1 "callback cb?"
+raw_msg "$TMP/cb.call" || fail "no callback came"
+kill -TERM "$CB_PID"
+wait_line "$TMP/CB.log" "SIGTERM: draining" 5
+raw_text 2 "answered in the drain"
+raw_msg "$TMP/cb.out" || fail "no reply after the answer"
+grep -aq "answered in the drain" "$TMP/cb.out" || fail "the reply: $(od -c "$TMP/cb.out" | head -3)"
+raw_close
+wait_exit "$CB_PID" 10
+[ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS after SIGTERM"
+pass "SIGTERM while a worker waits for a callback's answer: the answer read, the request answered, exit 0"
+
 # --- SIGTERM with a reply streaming and input unread: the whole reply, then a close, no reset ------
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W2_PORT" > "$TMP/r.conf"
 start_gateway R -c "$TMP/r.conf" --loglevel debug
