@@ -125,7 +125,7 @@ void command_done_loop(struct gw *g, struct job *j)
         return;
     const struct command *cmd = command_row(j->result);
     if (!cmd) {
-        request_error_loop(g, cl, r, "qgate: unknown command %s", j->text);
+        request_error_loop(g, cl, r, job_args(j)->cmd.said ? "qgate: %s" : "qgate: unknown command %s", j->text);
         return;
     }
     if (cmd->admin && !(cl->us && cl->us->admin)) {

@@ -227,6 +227,18 @@ static int text_arg(const char *a, size_t n, struct cmd_arg *x)
     return 0;
 }
 
+#define GWCMD_BADARG ((enum gwcmd)-1) /* (parse_call's: a known name, an argument it cannot take) */
+
+/* A known command with an argument it cannot take: text (its name) says so in full. */
+static enum gwcmd bad_arg(char *text, size_t tlen)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%.60s", text);
+    snprintf(text, tlen, "bad command: %s: its argument is none, a whole number, a symbol or a string (of at most %d bytes)",
+             name, GWCMD_ARG_MAX);
+    return GWCMD_BADARG;
+}
+
 /* ".qgate.NAME[]", ".qgate.NAME[::]", ".qgate.NAME[123]", ".qgate.NAME[`x]" or
  * ".qgate.NAME[\"x\"]", spaces allowed around. */
 static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, struct cmd_arg *x)
@@ -246,9 +258,10 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
         a++;
     while (e > a && e[-1] == ' ')
         e--;
-    if (text_arg(a, (size_t)(e - a), x))
-        return GWCMD_UNKNOWN;
-    return lookup(name, (size_t)(br - name));
+    enum gwcmd c = lookup(name, (size_t)(br - name));
+    if (c != GWCMD_UNKNOWN && text_arg(a, (size_t)(e - a), x))
+        return bad_arg(text, tlen);
+    return c == GWCMD_UNKNOWN || text_arg(a, (size_t)(e - a), x) ? GWCMD_UNKNOWN : c;
 }
 
 /* A functional call's argument: a number (a float only if whole), (::) or () for none, a symbol, or a string. */
@@ -288,9 +301,12 @@ static enum gwcmd parse_call(const K x, char *text, size_t tlen, struct cmd_arg 
     const char *s = f->t == KT_CHAR ? kC(f) : f->s;
     size_t n = f->t == KT_CHAR ? (size_t)f->n : strlen(f->s);
     snprintf(text, tlen, "%.*s", (int)(n > 60 ? 60 : n), s);
-    if ((x->n == 2 && k_arg(kK(x)[1], a)) || n < PREFIX_LEN || memcmp(s, PREFIX, PREFIX_LEN))
+    if (n < PREFIX_LEN || memcmp(s, PREFIX, PREFIX_LEN))
         return GWCMD_UNKNOWN;
-    return lookup(s + PREFIX_LEN, n - PREFIX_LEN);
+    enum gwcmd c = lookup(s + PREFIX_LEN, n - PREFIX_LEN);
+    if (c != GWCMD_UNKNOWN && x->n == 2 && k_arg(kK(x)[1], a))
+        return bad_arg(text, tlen);
+    return c;
 }
 
 void job_parse_command(struct job *j)
@@ -303,13 +319,26 @@ void job_parse_command(struct job *j)
     j->result = GWCMD_UNKNOWN;
     o->num = -1;
     o->arg_kind = GWARG_NONE;
+    o->said = 0;
     snprintf(j->text, sizeof j->text, "?");
-    if (kipc_hdr_parse(j->in, j->in_len, j->in_len, &h, &why) != QG_OK ||
-        kcodec_decode(j->in + 8, j->in_len - 8, h.le, NULL, &x, &e) != QG_OK)
+    if (kipc_hdr_parse(j->in, j->in_len, j->in_len, &h, &why) != QG_OK) {
+        snprintf(j->text, sizeof j->text, "bad command: %s", why);
+        o->said = 1;
         return;
+    }
+    if (kcodec_decode(j->in + 8, j->in_len - 8, h.le, NULL, &x, &e) != QG_OK) {
+        snprintf(j->text, sizeof j->text, "bad command: %s at byte %zu", e.why, e.off + 8);
+        o->said = 1;
+        return;
+    }
     struct cmd_arg a = {0};
     j->result = parse_call(x, j->text, sizeof j->text, &a);
     k_free(x);
+    if (j->result == (int)GWCMD_BADARG) {
+        j->result = GWCMD_UNKNOWN;
+        o->said = 1;
+        return;
+    }
     if (j->result == GWCMD_UNKNOWN)
         return;
     o->arg_kind = a.kind;

@@ -95,6 +95,8 @@ union job_args {
     struct job_cmd {            /* job_parse_command: out, the command's argument */
         int arg_kind;           /* GWARG_*: a number (num), a name (in out, NUL-terminated), none */
         int64_t num;
+        int said;               /* GWCMD_UNKNOWN: text says why in full (a known name's argument
+                                 * it cannot take, a message it cannot decode) */
     } cmd;
     struct job_answer {         /* job_encode_command */
         int cmd;                /* enum gwcmd */
@@ -173,7 +175,8 @@ void jobs_reload_free(void *ctx);
  * argument's kind in aux[1] (GWARG_*): a number (.qgate.kill[12], (`.qgate.kill; 12)) in
  * aux[0] (-1 if none); a name (.qgate.pause[`rdb], .qgate.pause["rdb"], (`.qgate.pause;
  * `rdb), (".qgate.pause"; "rdb")) in out, NUL-terminated, out_len its length (at most
- * GWCMD_ARG_MAX). An argument of another type, or in a form it cannot read: GWCMD_UNKNOWN. */
+ * GWCMD_ARG_MAX). An argument of another type, or in a form it cannot read: GWCMD_UNKNOWN,
+ * with text saying so (cmd.said), as for a message it cannot decode. */
 void job_parse_command(struct job *j);
 /* writer: j->out = a response carrying the q error j->text. */
 void job_encode_error(struct job *j);

@@ -442,6 +442,8 @@ static void test_validate_reads_routes(void **state)
     job_free(j);
 }
 
+static int64_t merge_max = 1 << 24; /* merge_job's */
+
 static struct job *merge_job(K *parts, int n, int compress_first, int cap, int compress)
 {
     struct merge_in *in = calloc(1, sizeof *in + (size_t)n * sizeof in->part[0]);
@@ -465,7 +467,7 @@ static struct job *merge_job(K *parts, int n, int compress_first, int cap, int c
     j->ctx = in;
     j->ctx_free = jobs_merge_in_free;
     job_args(j)->reply = (struct job_reply){.cap = cap, .max = 1 << 24, .compress = (uint8_t)compress,
-                                            .compress_max = 1 << 24};
+                                            .compress_max = 1 << 24, .merge_max = merge_max};
     job_merge(j);
     return j;
 }
@@ -515,6 +517,24 @@ static void test_merge_job(void **state)
     assert_int_equal(x->n, 6000);
     k_free(x);
     job_free(j);
+    /* merge_max holds for the replies' own sizes: the first, 3000 bytes compressed to a few, and
+     * two of 2 is over 3020 bytes */
+    merge_max = 3020;
+    K p4[3] = {k_str(text, sizeof text), k_str("ab", 2), k_str("cd", 2)};
+    j = merge_job(p4, 3, 1, 3, 0);
+    x = decoded_out(j);
+    assert_int_equal(x->t, KT_ERROR);
+    assert_string_equal(x->s, "qgate: merge too large (over merge_max, 3020 bytes)");
+    assert_int_equal(j->result, 2);
+    k_free(x);
+    job_free(j);
+    merge_max = 1 << 24;
+    /* a merged answer that is a q error is said to be one (counted in errors) */
+    K p5[2] = {k_str("ab", 2), k_err("oops")};
+    j = merge_job(p5, 2, 0, 3, 0);
+    assert_int_equal(j->result, 1);
+    assert_string_equal(j->text, "oops");
+    job_free(j);
     /* a capability-2 client cannot take a guid: 'type, as q answers it */
     K p3[2] = {k_atom(-KT_GUID), k_atom(-KT_GUID)};
     j = merge_job(p3, 2, 0, 2, 0);
@@ -533,10 +553,12 @@ static void test_merge_job(void **state)
     j->ctx = in;
     j->ctx_free = jobs_merge_in_free;
     job_args(j)->reply.cap = 3;
+    job_args(j)->reply.merge_max = 1 << 24;
     job_merge(j);
     x = decoded_out(j);
     assert_int_equal(x->t, KT_ERROR);
     assert_string_equal(x->s, "qgate: a .qgate.all reply could not be merged");
+    assert_int_equal(j->result, 2); /* the gateway's error, counted so */
     k_free(x);
     job_free(j);
 }
@@ -676,6 +698,34 @@ static void test_parse_command_refused(void **state)
     }
     j = parsed(call(".qgate.kill", 1, k_atom(-KT_TIMESTAMP))); /* an argument of another type */
     assert_int_equal(j->result, GWCMD_UNKNOWN);
+    /* a known name: its text says what it takes, not that it is unknown */
+    assert_int_equal(job_args(j)->cmd.said, 1);
+    assert_string_equal(j->text, "bad command: .qgate.kill: its argument is none, a whole number, a symbol or a "
+                                 "string (of at most 400 bytes)");
+    job_free(j);
+    j = parsed(text(".qgate.kill[1x]"));
+    assert_int_equal(job_args(j)->cmd.said, 1);
+    assert_true(!strncmp(j->text, "bad command: .qgate.kill[1x]: its argument is", 45));
+    job_free(j);
+    j = parsed(text(".qgate.nosuch[]")); /* an unknown name: said by the loop as unknown */
+    assert_int_equal(job_args(j)->cmd.said, 0);
+    assert_string_equal(j->text, ".qgate.nosuch[]");
+    job_free(j);
+    /* a message that does not decode (bytes after the object): said so, where */
+    size_t len;
+    uint8_t *m = msg_of(text(".qgate.ping[]"), &len);
+    uint8_t *m2 = malloc(len + 2);
+    memcpy(m2, m, len);
+    m2[len] = m2[len + 1] = 0;
+    m2[4] = (uint8_t)(len + 2);
+    free(m);
+    j = job_new(job_parse_command, 0);
+    j->in = m2;
+    j->in_len = len + 2;
+    job_parse_command(j);
+    assert_int_equal(j->result, GWCMD_UNKNOWN);
+    assert_int_equal(job_args(j)->cmd.said, 1);
+    assert_true(!strncmp(j->text, "bad command: ", 13));
     job_free(j);
     j = parsed(call(".qgate.pause", 1, k_str("a\0b", 3))); /* a name with a NUL in it */
     assert_int_equal(j->result, GWCMD_UNKNOWN);

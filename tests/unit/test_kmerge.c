@@ -608,7 +608,7 @@ static struct job *run_merge(K *parts, int n, int as_list, const char *const *na
     struct job *j = job_new(job_merge, 0);
     j->ctx = in;
     j->ctx_free = jobs_merge_in_free;
-    job_args(j)->reply = (struct job_reply){.cap = 3, .max = 1 << 24, .compress_max = 1 << 24};
+    job_args(j)->reply = (struct job_reply){.cap = 3, .max = 1 << 24, .compress_max = 1 << 24, .merge_max = 1 << 24};
     job_merge(j);
     return j;
 }
