@@ -314,7 +314,7 @@ void job_parse_command(struct job *j)
     K x = NULL;
     struct kerr e;
     struct kipc_hdr h;
-    const char *why;
+    const char *why = "a bad header";
     struct job_cmd *o = &job_args(j)->cmd;
     j->result = GWCMD_UNKNOWN;
     o->num = -1;
