@@ -173,13 +173,23 @@ int64_t run_began_us(const struct worker *w)
 
 void run_begin_loop(struct gw *g, struct worker *w, struct client *c)
 {
+    int was_asked = c != NULL;
     if (!c && !STAILQ_EMPTY(&w->fq) && fanout_run_owed_loop(g, w)) /* a .qgate.all's part, its broadcasts sent */
         return;
+    /* A worker owing broadcasts while clients wait takes turns: one owed broadcast (the client
+     * stays queued), then a request. Never both on the connection at once: a worker may answer
+     * its sync messages in any order (-30!), and the chaser's reply could be taken for the
+     * request's, or the request's for the chaser's. */
+    if (c && !STAILQ_EMPTY(&w->bq)) {
+        w->client_turn = !w->client_turn;
+        if (w->client_turn)
+            c = NULL;
+    }
     w->run = (struct run){.kind = RUN_BROADCASTS};
     worker_set_state_loop(g, w, WS_BUSY); /* before the broadcasts: releasing one must not start here */
-    int swallow = STAILQ_EMPTY(&w->bq) ? 0 : broadcast_send_loop(g, w, c ? 1 : 0); /* a client waits: one owed
-                                                      * message before it, else a round's worth (a flood drains
-                                                      * between requests) */
+    int swallow = STAILQ_EMPTY(&w->bq) || c ? 0 : broadcast_send_loop(g, w, was_asked ? 1 : 0); /* a client
+                                                      * waits: one owed message, else a round's worth (a
+                                                      * flood drains between requests) */
     w->run.cl = c;
     if (c) {
         struct req *r = client_head(c);

@@ -135,6 +135,8 @@ struct worker {
     uint8_t reset_owed;  /* the reset query runs next (a session ended, or a request from outside ran) */
     uint8_t renew;       /* its session ended: a new connection before anyone has it (session.c) */
     uint8_t renewing;    /* 1: closed for that; 2: connecting again at once, quietly; 0 otherwise */
+    uint8_t client_turn; /* owing broadcasts with clients waiting, it takes turns: an owed broadcast
+                          * (its chaser back before anything else is sent), then a request */
     uint8_t disabled;    /* .qgate.disable[]: out of rotation; DISABLED once it owes nothing (control.c) */
     uint8_t slot;        /* which of its worker's connections it is: 0, the lead, or 1..pipeline-1 */
     struct run run;      /* while BUSY */

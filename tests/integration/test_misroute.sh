@@ -98,4 +98,30 @@ for setup in a b; do
         run "$setup" "$pl"
     done
 done
+# --- async = broadcast: a worker owing a broadcast when a client's request is given to it sends
+# the broadcast and its chaser (a sync "") first; a worker that defers a reply may answer the
+# chaser after the request. Per round: C holds the worker, A broadcasts, B's sync echo waits,
+# the hold ends. The request goes once the chaser is back (0.12's successors sent all three at
+# once and took the first reply for the chaser: B got the chaser's :: and its reply was dropped,
+# in every round whose chaser the worker deferred) -----------------------------------------
+start_worker DB --rows 10 --defer 2:300
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\nasync = broadcast\n' "$DB_PORT" > "$TMP/db.conf"
+start_gateway GB -c "$TMP/db.conf" --loglevel debug
+wait_line "$TMP/GB.log" "connected \\(capability 3\\)" 10
+for i in 1 2 3 4; do
+    timeout 20 "$BIN/qsend" -g "127.0.0.1:$GB_PORT" "hold h$i" > "$TMP/C$i.out" 2>&1 &
+    pc=$!
+    wait_count "$TMP/DB.log" "hold h" "$i" 10
+    timeout 10 "$BIN/qsend" -g "127.0.0.1:$GB_PORT" "neg:echo bcast$i" > /dev/null 2>&1
+    wait_count "$TMP/GB.log" ": async, [0-9]+ bytes" "$i" 10
+    timeout 20 "$BIN/qsend" -g "127.0.0.1:$GB_PORT" "echo reply$i" > "$TMP/B$i.out" 2>&1 &
+    pb=$!
+    wait_count "$TMP/GB.log" ": sync, [0-9]+ bytes" $((2 * i)) 10
+    release "h$i" "$DB_PORT"
+    wait "$pc" "$pb" || true
+    grep -qx "\"reply$i\"" "$TMP/B$i.out" || fail "round $i: B sent echo reply$i and got: $(cat "$TMP/B$i.out")"
+done
+grep -c "echo bcast" "$TMP/DB.log" | grep -qx 4 || fail "the worker ran $(grep -c "echo bcast" "$TMP/DB.log") of the 4 broadcasts"
+pass "a broadcast group's worker that defers replies: a request given with a broadcast owed goes after its chaser's reply, and gets its own reply (4 rounds)"
+
 [ ${#FAILED[@]} = 0 ] || fail "${#FAILED[@]} of 10 cases failed:$(printf '\n  %s' "${FAILED[@]}")"
