@@ -77,20 +77,25 @@ void broadcast_free_loop(struct worker *w)
     }
 }
 
+/* Does w take a broadcast (or an async .qgate.all) now? Not a worker still given to a session (a
+ * reload made its group a request pool): it runs nothing owed until its client has gone, and the
+ * sender's turn would wait for it as long. */
+static int takes_broadcast(const struct worker *w) { return worker_is_lead(w) && worker_takes_work(w) && !w->sess; }
+
 int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, struct req *r)
 {
     int up = 0;
     struct worker *w;
     TAILQ_FOREACH(w, &grp->workers, glink)
-        up += worker_is_lead(w) && worker_takes_work(w); /* once to each worker (its lead), not to
-                                                         * one leaving the configuration, nor disabled */
+        up += takes_broadcast(w); /* once to each worker (its lead), not to one leaving the
+                                   * configuration, disabled, or given to a client's session */
     struct bmsg *m = up ? malloc(sizeof *m + r->len) : NULL;
     if (!m)
         return 0;
     *m = (struct bmsg){.refs = up, .cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .len = r->len};
     memcpy(m->data, r->msg + r->off, r->len);
     TAILQ_FOREACH(w, &grp->workers, glink) {
-        if (!worker_is_lead(w) || !worker_takes_work(w))
+        if (!takes_broadcast(w))
             continue;
         struct bnode *b = malloc(sizeof *b);
         if (!b) {

@@ -224,3 +224,28 @@ timeout 10 "$BIN/qsend" -g "$G" -u sam:x "a" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" "^'a\$" 1
 expect_file_has "$TMP/RT.log" "session: given to c2 "
 pass "a request routed into a session group from outside: the reset query runs after it; the next session starts clean"
+
+# --- a reload makes the group a request pool while a session holds its worker: the client's
+# async (`.qgate.all; `main; q) goes to the workers no session holds (it was queued on the
+# session's worker too, which runs nothing owed while it is held: the client's turn never came
+# back, its next request hung, and its worker stayed pinned after it left) ------------------
+conf "$TMP/flip.conf" "127.0.0.1:$W1_PORT,127.0.0.1:$W2_PORT" pool=session
+start_gateway FL -c "$TMP/flip.conf"
+wait_count "$TMP/FL.log" "connected \\(capability" 2
+raw_open "$FL_PORT"
+raw_hs "u:p"
+raw_text 1 "a:mine"
+raw_msg "$TMP/flip.out" || fail "no reply to a:mine"
+sed -i 's/^pool = session$/pool = request/' "$TMP/flip.conf"
+kill -HUP "$FL_PID"
+wait_line "$TMP/FL.log" "reload: done" 10
+# neg[h](`.qgate.all; `main; "echo y"): a general list of 3, two symbols and a string
+printf '\001\000\000\000\054\000\000\000\000\000\003\000\000\000\365.qgate.all\000\365main\000\012\000\006\000\000\000echo y' >&3
+raw_text 1 "echo z"
+raw_msg "$TMP/flip.out" || fail "the session's next request was not answered"
+grep -aq "z" "$TMP/flip.out" || fail "echo z: $(od -c "$TMP/flip.out" | tail -3)"
+raw_close
+wait_line "$TMP/FL.log" "closed: client closed the connection" 10
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$FL_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
+grep -q "pinned" "$TMP/q.out" && fail "a worker stays pinned after its client left: $(cat "$TMP/q.out")"
+pass "a group made a request pool under a session: the session's async .qgate.all runs on the other workers, its next request is answered, its worker freed"
