@@ -92,6 +92,10 @@ static size_t format(char *out, const char **body, int level, const char *prefix
     }
     if (n >= LINE_MAX_LEN - 1)
         n = LINE_MAX_LEN - 2;
+    for (int i = 0; i < n; i++) /* one event, one line: a client's text (a command's argument, a
+                                 * group's name) cannot end it and forge the next */
+        if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+            line[i] = '?';
     line[n++] = '\n';
     *body = line;
     if (!journal || level < 0 || level >= LOG_NLEVELS)

@@ -127,6 +127,23 @@ static void test_lines_in_order(void **state)
     close(p[0]);
 }
 
+/* A message with a newline (a client's text in it) stays one line: no forged line after it. */
+static void test_one_line_per_event(void **state)
+{
+    (void)state;
+    int p[2];
+    pipe_open(p);
+    assert_int_equal(log_start(p[1], 1 << 16), 0);
+    log_write(LOG_WARN, "c1 peer", "refused %s: not an admin", ".qgate.pause[\"a\n2026-12-03 10:00:00.000 error FORGED\r\"]");
+    assert_int_equal(log_stop(10000), 0);
+    close(p[1]);
+    char *out = read_until(p[0], NULL);
+    assert_non_null(strstr(out, "warn  c1 peer: refused .qgate.pause[\"a?2026-12-03 10:00:00.000 error FORGED?\"]: not an admin\n"));
+    assert_int_equal(strchr(out, '\n') - out + 1, (long)strlen(out)); /* one line */
+    free(out);
+    close(p[0]);
+}
+
 static void test_full_queue_drops_and_says_so(void **state)
 {
     (void)state;
@@ -337,6 +354,7 @@ int main(void)
     alarm(120); /* a test that blocks fails, rather than hangs */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_in_order),
+        cmocka_unit_test(test_one_line_per_event),
         cmocka_unit_test(test_full_queue_drops_and_says_so),
         cmocka_unit_test(test_journal_priorities),
         cmocka_unit_test(test_no_priority_without_journal),
