@@ -50,6 +50,7 @@ struct mconn {
 static struct mconn *mconn_of(struct conn *c) { return (struct mconn *)c; }
 
 static const struct connops mconn_connops;
+static void on_timeout(struct gw *g, struct conn *c);
 
 /* The reply text (a status, then a short body), the connection closed once it is out. */
 static void reply(struct gw *g, struct mconn *m, const char *status, const char *text)
@@ -93,6 +94,9 @@ static void request(struct gw *g, struct mconn *m, const char *in)
     m->st = MC_WAITING;
     conn_set_reading_loop(g, &m->c, 0); /* what it sends now is not read: the page comes, then the close */
     conn_submit_loop(g->writers, j, &m->c, 0);
+    /* the request came in time: the page has as long to be made (a big one, writers busy with
+     * large replies) as the scraper has to take it */
+    conn_timer_arm_loop(g, &m->c, 0, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
 }
 
 /* Raw input: the request head, once it has all come. */
@@ -137,6 +141,12 @@ static void on_flushed(struct gw *g, struct conn *c, size_t before, size_t wrote
 static void on_timeout(struct gw *g, struct conn *c)
 {
     struct mconn *m = mconn_of(c);
+    if (m->st == MC_WAITING) { /* not the scraper's doing: the writers did not make it in time */
+        log_warn(c->name, "metrics connection: the page was not made within %d ms (the writer pool busy): closed",
+                 MPAGE_TIMEOUT_MS);
+        conn_close_loop(g, c, "timed out");
+        return;
+    }
     conn_refused_loop(g, REFUSED_METRICS_TIMEOUT, c->name, "metrics connection: %s within %d ms: closed",
                       m->st == MC_READING ? "no request" : "the page not taken", m->st == MC_READING ? MREQ_TIMEOUT_MS
                                                                                                   : MPAGE_TIMEOUT_MS);
