@@ -109,9 +109,16 @@ static size_t format(char *out, const char **body, int level, const char *prefix
 
 /* Write all of p to fd, waiting as long as it takes (on the log thread, or where no thread
  * runs). The bytes written, or fewer if the fd failed (the rest is lost). */
+static int cut; /* the last write stopped inside a line: the next begins by ending it */
+
 static size_t write_all(int fd, const char *p, size_t n)
 {
     size_t done = 0;
+    if (cut && n) { /* (a full disk freed again): the fragment ended, so no line is glued to it */
+        if (write(fd, "\n", 1) != 1)
+            return 0;
+        cut = 0;
+    }
     while (done < n) {
         ssize_t w = write(fd, p + done, n - done);
         if (w > 0) {
@@ -127,6 +134,7 @@ static size_t write_all(int fd, const char *p, size_t n)
         }
         break;
     }
+    cut = done < n && done > 0 && p[done - 1] != '\n';
     return done;
 }
 

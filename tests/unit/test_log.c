@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -142,6 +143,43 @@ static void test_one_line_per_event(void **state)
     assert_int_equal(strchr(out, '\n') - out + 1, (long)strlen(out)); /* one line */
     free(out);
     close(p[0]);
+}
+
+/* The output fails inside a line (a full disk: here a file size limit) and comes back: the cut
+ * line is ended before the next, never glued to it. */
+static void test_cut_line_ended(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/qgate-test-log.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+    sigaction(SIGXFSZ, &ign, &old);
+    struct rlimit rl0, rl;
+    getrlimit(RLIMIT_FSIZE, &rl0);
+    rl = rl0;
+    rl.rlim_cur = LINE + LINE / 2; /* the second line is cut halfway */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    assert_int_equal(log_start(fd, 1 << 16), 0);
+    log_numbered(LOG_INFO, 1);
+    log_numbered(LOG_INFO, 2);
+    assert_int_equal(log_stop(10000), 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl0), 0); /* room again */
+    assert_int_equal(log_start(fd, 1 << 16), 0);
+    log_numbered(LOG_INFO, 3);
+    assert_int_equal(log_stop(10000), 0);
+    sigaction(SIGXFSZ, &old, NULL);
+    lseek(fd, 0, SEEK_SET);
+    char *out = read_until(fd, NULL);
+    close(fd);
+    const char *q = out;
+    assert_true(is_numbered(q, 1, "info"));
+    q = strchr(q, '\n') + 1;
+    assert_int_equal(strchr(q, '\n') - q, LINE / 2); /* the cut line, ended */
+    q = strchr(q, '\n') + 1;
+    assert_true(is_numbered(q, 3, "info")); /* whole, on a line of its own */
+    free(out);
 }
 
 static void test_full_queue_drops_and_says_so(void **state)
@@ -355,6 +393,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_in_order),
         cmocka_unit_test(test_one_line_per_event),
+        cmocka_unit_test(test_cut_line_ended),
         cmocka_unit_test(test_full_queue_drops_and_says_so),
         cmocka_unit_test(test_journal_priorities),
         cmocka_unit_test(test_no_priority_without_journal),
