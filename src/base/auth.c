@@ -326,6 +326,45 @@ static int parse_line(char *s, size_t len, struct auth_user *u, char *why, size_
     return tab ? parse_options(tab + 1, u, why, whylen) : 0;
 }
 
+static unsigned name_hash(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+/* The slot of name s[0..n): its own, or the empty one it would take. */
+static int *slot_of(const struct auth_db *db, const char *s, size_t n)
+{
+    for (unsigned i = name_hash(s, n) & db->mask;; i = (i + 1) & db->mask) {
+        int *x = &db->slot[i];
+        if (!*x)
+            return x;
+        const char *name = db->users[*x - 1].name;
+        if (strlen(name) == n && !memcmp(name, s, n))
+            return x;
+    }
+}
+
+/* Room in the index for one more user (twice as many slots as users): 0, or -1 (ENOMEM). */
+static int index_room(struct auth_db *db)
+{
+    if (db->slot && 2 * ((unsigned)db->n + 1) <= db->mask + 1)
+        return 0;
+    unsigned ns = db->slot ? 2 * (db->mask + 1) : 64;
+    int *old = db->slot;
+    if (!(db->slot = calloc(ns, sizeof *db->slot))) {
+        db->slot = old;
+        return -1;
+    }
+    db->mask = ns - 1;
+    free(old);
+    for (int i = 0; i < db->n; i++)
+        *slot_of(db, db->users[i].name, strlen(db->users[i].name)) = i + 1;
+    return 0;
+}
+
 struct auth_db *auth_load(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
@@ -366,12 +405,18 @@ struct auth_db *auth_load(const char *path, char *err, size_t errlen)
             ok = 0;
             break;
         }
-        if (auth_find(db, u->name, strlen(u->name))) {
+        if (index_room(db)) {
+            snprintf(err, errlen, "%s:%d: out of memory", path, lineno);
+            ok = 0;
+            break;
+        }
+        int *x = slot_of(db, u->name, strlen(u->name));
+        if (*x) {
             snprintf(err, errlen, "%s:%d: duplicate user '%s'", path, lineno, u->name);
             ok = 0;
             break;
         }
-        db->n++;
+        *x = ++db->n;
     }
     if (ok && ferror(f)) {
         snprintf(err, errlen, "%s: read error", path);
@@ -391,19 +436,16 @@ void auth_free(struct auth_db *db)
     if (!db)
         return;
     free(db->users);
+    free(db->slot);
     free(db);
 }
 
 const struct auth_user *auth_find(const struct auth_db *db, const char *user, size_t ulen)
 {
-    if (!db || ulen > AUTH_NAME_MAX)
+    if (!db || !db->slot || ulen > AUTH_NAME_MAX)
         return NULL;
-    for (int i = 0; i < db->n; i++) {
-        const struct auth_user *u = &db->users[i];
-        if (strlen(u->name) == ulen && !memcmp(u->name, user, ulen))
-            return u;
-    }
-    return NULL;
+    int i = *slot_of(db, user, ulen);
+    return i ? &db->users[i - 1] : NULL;
 }
 
 /* ---- checking ---------------------------------------------------------------------------- */

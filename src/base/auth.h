@@ -24,6 +24,9 @@ struct auth_user {
 struct auth_db {
     int n;
     struct auth_user *users;
+    int *slot;       /* by name's hash: index + 1 into users, 0 empty (open addressing); the loop
+                      * looks a user up per connected user at a reload: never a scan */
+    unsigned mask;   /* slots - 1 (a power of two, at least twice n) */
 };
 
 /* MD5 (RFC 1321) of p[0..n) into out. p may be NULL when n is 0. */

@@ -327,6 +327,36 @@ static void test_limits(void **state)
     expect_err(text, 4, "password longer than 255 bytes");
 }
 
+/* A big users file: every user found by name (the index grows as it loads), none that is not,
+ * a duplicate named at its line however far apart. */
+static void test_many_users(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    size_t cap = (size_t)N * 32 + 64, len = 0;
+    char *s = malloc(cap), path[64], err[512];
+    for (int i = 0; i < N; i++)
+        len += (size_t)snprintf(s + len, cap - len, "user%d:pw%d\n", i, i);
+    struct auth_db *db = load_str(s, err, sizeof err, path);
+    assert_non_null(db);
+    assert_int_equal(db->n, N);
+    for (int i = 0; i < N; i++) {
+        char name[32], pw[32];
+        snprintf(name, sizeof name, "user%d", i);
+        snprintf(pw, sizeof pw, "pw%d", i);
+        const struct auth_user *u = auth_find(db, name, strlen(name));
+        assert_non_null(u);
+        assert_string_equal(u->name, name);
+        assert_true(auth_check(u, pw, strlen(pw)));
+    }
+    assert_null(auth_find(db, "user5000", 8));
+    assert_null(auth_find(db, "user1", 4)); /* a prefix is not a name */
+    auth_free(db);
+    snprintf(s + len, cap - len, "user17:again\n");
+    expect_err(s, N + 1, "duplicate user 'user17'");
+    free(s);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -418,6 +448,7 @@ int main(void)
         cmocka_unit_test(test_load),
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_many_users),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_strict_lines),
     };
