@@ -90,7 +90,7 @@ void dispatch_run_loop(struct gw *g, struct group *grp)
 {
     /* fan-out parts first: an idle worker runs what it was given (its broadcasts before them,
      * a client's order); with nobody waiting, its broadcasts too, in batches; with clients
-     * waiting, a worker sends one owed broadcast before each request it takes (run.c), so that
+     * waiting, a worker takes turns, one owed broadcast (alone) then a request (run.c), so that
      * one client's flood of broadcasts holds nobody else's request back for long */
     run_owed(g, grp, connq_first(&grp->queue) && !grp->paused ? OWES_FIRST : OWES_ANY);
     if (grp->paused) /* what was given to its workers runs; nothing new starts */
