@@ -435,7 +435,7 @@ void request_check_pending_loop(struct gw *g, struct client *c)
     if (c->paused && owes && may_read) { /* its answer may be behind what it sent since */
         c->paused = 0;
         conn_set_reading_loop(g, &c->c, 1);
-    } else if (!c->paused && ((c->pending > (size_t)g->cfg.client_max_pending && !owes) || (g->draining && !owes))) {
+    } else if (!c->paused && !owes && (g->draining || c->pending > (size_t)g->cfg.client_max_pending)) {
         c->paused = 1;
         conn_set_reading_loop(g, &c->c, 0);
         log_debug(c->c.name, "paused: %zu bytes of requests waiting", c->pending);

@@ -261,7 +261,7 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
     enum gwcmd c = lookup(name, (size_t)(br - name));
     if (c != GWCMD_UNKNOWN && text_arg(a, (size_t)(e - a), x))
         return bad_arg(text, tlen);
-    return c == GWCMD_UNKNOWN || text_arg(a, (size_t)(e - a), x) ? GWCMD_UNKNOWN : c;
+    return c;
 }
 
 /* A functional call's argument: a number (a float only if whole), (::) or () for none, a symbol, or a string. */

@@ -339,6 +339,13 @@ static struct client *reachable(struct gw *g, uint32_t id, uint32_t gen)
     return c && client_takes_output(c) ? c : NULL;
 }
 
+/* A callback of w that no client will answer: w is told so (it waits for no answer). */
+static void tell_no_client(struct gw *g, struct worker *w)
+{
+    outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len);
+    conn_mark_dirty_loop(g, &w->c);
+}
+
 /* Running a .qgate.all's part that is still awaited: the client of that .qgate.all (1), which
  * gets what the worker sends meanwhile as a client of that worker would. */
 static int fanout_client(const struct worker *w, uint32_t *id, uint32_t *gen)
@@ -368,8 +375,7 @@ static void deliver_whole(struct gw *g, struct worker *w)
             w->dropped++;
             return;
         }
-        outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len); /* it waits for no answer */
-        conn_mark_dirty_loop(g, &w->c);
+        tell_no_client(g, w);
         return;
     }
     struct chunk *ch = chunk_wrap(w->coll.p, w->coll.len);
@@ -482,8 +488,7 @@ static int route_callback(struct gw *g, struct worker *w)
         w->msg.to = c;
         return ROUTE_STREAM;
     }
-    outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len);
-    conn_mark_dirty_loop(g, &w->c);
+    tell_no_client(g, w);
     return ROUTE_DROP;
 }
 
