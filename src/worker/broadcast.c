@@ -1,8 +1,10 @@
 /* broadcast.c: an async message a client sends to every worker of its group (a publish to the
  * pool, docs/design.md): one copy of its bytes, referenced by a node queued on each worker up. A
- * worker sends what it owes before its next request, a chaser after each sender's run of them;
- * until that chaser's reply returns, what the worker sends is that sender's (run.c routes
- * it). The sender's turn comes back when every worker has taken the message. */
+ * worker sends what it owes before its next request: one sender's run of them at a time, with a
+ * chaser after it, and nothing more until that chaser's reply has returned. Meanwhile what the
+ * worker sends is that sender's (run.c routes it): a worker may answer its sync messages out of
+ * order (-30!), so a second sender's run sent behind the first chaser could publish before that
+ * chaser's reply, and be taken for the first's. The sender's turn comes back when every worker has taken the message. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,22 +114,20 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
     return up;
 }
 
-/* Send what w owes (up to max messages, 0: a batch), and what releasing them queues next (a
- * client's following broadcasts); a chaser after each client's run of them, so that what the
- * worker sends meanwhile is known to be that client's. Returns the chasers sent. */
+/* Send the run of one sender's broadcasts w owes first (up to max messages, 0: a batch), with
+ * what releasing them queues next (that client's following broadcasts), and a chaser after
+ * them: what the worker sends until its reply is known to be that client's. Returns the
+ * chasers sent (1, or 0 if w owes nothing). */
 int broadcast_send_loop(struct gw *g, struct worker *w, int max)
 {
     int n = 0, chasers = 0;
     struct bnode *prev = NULL;
     while (!STAILQ_EMPTY(&w->bq) && n < (max ? max : BATCH_MAX)) {
         struct bnode *b = STAILQ_FIRST(&w->bq);
+        if (prev && (prev->cl_id != b->cl_id || prev->cl_gen != b->cl_gen))
+            break;
         STAILQ_REMOVE_HEAD(&w->bq, link);
         worker_owes_update(w);
-        if (prev && (prev->cl_id != b->cl_id || prev->cl_gen != b->cl_gen)) {
-            outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
-            prev->seg_end = 1;
-            chasers++;
-        }
         outq_copy(&w->c.out, b->m->data, b->m->len);
         struct bmsg *m = b->m;
         b->m = NULL;

@@ -260,7 +260,7 @@ extern const struct group_mode pipeline_mode;
 /* Queue broadcast message r of client c on every worker of grp that is up; how many. */
 int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, struct req *r);
 /* Send what w owes, up to max messages (0: a batch), and what releasing those queues next (a
- * client's following broadcasts), a chaser after each sender's run; returns the chasers sent. */
+ * client's following broadcasts): one sender's run and its chaser; returns the chasers sent. */
 int broadcast_send_loop(struct gw *g, struct worker *w, int max);
 /* A chaser came back: the sent broadcasts of one sender ran. lost: all went down with the
  * worker (told to the test hook). */

@@ -124,4 +124,36 @@ done
 grep -c "echo bcast" "$TMP/DB.log" | grep -qx 4 || fail "the worker ran $(grep -c "echo bcast" "$TMP/DB.log") of the 4 broadcasts"
 pass "a broadcast group's worker that defers replies: a request given with a broadcast owed goes after its chaser's reply, and gets its own reply (4 rounds)"
 
+# --- async = broadcast, two senders owed at once: a worker that defers its sync replies ran the
+# second sender's broadcast while the first's chaser was still unanswered, and what that
+# broadcast published went to the first sender (qgate sent both runs, each with its chaser, in
+# one go). Per round: C holds the worker, A and B each broadcast a publish (notify 1) and then
+# ask a sync echo, the hold ends. One sender's run goes at a time now, the next once the chaser
+# is back: each sender gets its own publish and nobody else's --------------------------------
+start_worker DM --rows 10 --defer 1:200
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\nasync = broadcast\n' "$DM_PORT" > "$TMP/dm.conf"
+start_gateway GM -c "$TMP/dm.conf" --loglevel debug
+wait_line "$TMP/GM.log" "connected \\(capability 3\\)" 10
+for i in 1 2 3; do
+    timeout 20 "$BIN/qsend" -g "127.0.0.1:$GM_PORT" "hold m$i" > "$TMP/MC$i.out" 2>&1 &
+    pc=$!
+    wait_count "$TMP/DM.log" "hold m" "$i" 10
+    pids=()
+    for s in A B; do
+        timeout 20 "$BIN/qsend" -g "127.0.0.1:$GM_PORT" --pipeline "neg:notify 1 pub$s$i" "echo done$s$i" > "$TMP/M$s$i.out" 2>&1 &
+        pids+=($!)
+    done
+    wait_count "$TMP/GM.log" ": async, [0-9]+ bytes" $((2 * i)) 10
+    release "m$i" "$DM_PORT"
+    wait "$pc" "${pids[@]}" || true
+    for s in A B; do
+        o=$(tr '\n' ' ' < "$TMP/M$s$i.out")
+        grep -q "pub$s$i" "$TMP/M$s$i.out" || fail "round $i: $s broadcast notify 1 pub$s$i and did not get its publish: $o"
+        grep -q "pub[AB]$i" <(grep -v "pub$s$i" "$TMP/M$s$i.out") && fail "round $i: $s got another sender's publish: $o"
+        grep -qx "\"done$s$i\"" "$TMP/M$s$i.out" || fail "round $i: $s sent echo done$s$i and got: $o"
+    done
+done
+grep -q "defer: sync request" "$TMP/DM.log" || fail "the worker deferred nothing: the case shows nothing"
+pass "a broadcast group's worker that defers replies, two senders' broadcasts owed: each sender gets its own publish and nobody else's (3 rounds)"
+
 [ ${#FAILED[@]} = 0 ] || fail "${#FAILED[@]} of 10 cases failed:$(printf '\n  %s' "${FAILED[@]}")"

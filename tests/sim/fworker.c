@@ -543,7 +543,7 @@ void worker_process(struct fworker *w, int max)
             tr("W%d: callback answered, replies", w->wid);
         } else if (x->t == KT_CHAR && x->n == 0) { /* the gateway's chaser */
             if (type == KIPC_SYNC)
-                fw_reply_k(w, i, k->last_cid, 0, k_prim(KT_UNARY, 0));
+                fw_reply_k(w, i, k->last_cid, 1, k_prim(KT_UNARY, 0));
             tr("W%d: chaser (connection %d)", w->wid, i);
         } else {
             worker_run(w, i, type, s);
