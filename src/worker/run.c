@@ -294,10 +294,11 @@ static void run_end(struct gw *g, struct worker *w)
 }
 
 /* The plain mode's end of a run: the worker takes the next request, or goes if a reload
- * removed it. */
+ * removed it, once it has run what it was given before (a .qgate.all's part, broadcasts: idle,
+ * dispatch runs them and no request). */
 static void plain_end(struct gw *g, struct worker *w)
 {
-    if (w->removed)
+    if (w->removed && !w->c.owes)
         conn_close_loop(g, &w->c, "removed from the configuration");
     else
         worker_set_state_loop(g, w, WS_IDLE);

@@ -17,6 +17,8 @@
  *     (connected, off the idle list, given nothing) --.qgate.enable[]--> IDLE. One that owes
  *     broadcasts or fan-out parts given to it before stays IDLE until dispatch has run them
  *     (dispatch runs what idle workers owe before it hands out any client).
+ *   removed by a reload: IDLE owing nothing, or a run or session ending, owing nothing --> closed
+ *     and freed; like a disabled one, it runs what it was given before it goes, and nothing new.
  *   CONNECTING, HANDSHAKE, IDLE, BUSY, PINNED, DISABLED --error, EOF, timeout--> DOWN (reconnect with back-off,
  *     or freed when a reload removed it; closed with broadcasts sent and not known to have run,
  *     either not before q has closed that connection too: w->remnant)
@@ -484,9 +486,12 @@ void worker_renew_loop(struct gw *g, struct worker *w)
 void worker_remove_loop(struct gw *g, struct worker *w)
 {
     w->removed = 1;
-    if (w->st == WS_BUSY || w->st == WS_PINNED) {
-        log_info(w->c.name, "removed from the configuration: closing after %s",
-                 w->sess ? "its session" : "the current request");
+    if (w->st == WS_BUSY || w->st == WS_PINNED || (w->st == WS_IDLE && w->c.owes)) {
+        const char *after = w->sess ? "its session" : w->st == WS_BUSY ? "the current request" : "";
+        log_info(w->c.name, "removed from the configuration: closing after %s%s%s", after,
+                 *after && w->c.owes ? " and " : "",
+                 w->c.owes ? "what it was given before (a .qgate.all's part, broadcasts)" : "");
+        g->loop.dispatch_pending = 1; /* idle, what it owes runs (dispatch), and then it goes */
         return;
     }
     if (w->st == WS_RESOLVING) /* the resolution's completion finishes it */

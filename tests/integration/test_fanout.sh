@@ -140,3 +140,31 @@ expect_lines "$TMP/q.out" '^"fitsfits"$' 1
 timeout 30 "$BIN/qsend" -g "$G" --raw "$TMP/z.bin" "all:main:text 400000" > /dev/null 2>&1 || true
 [ "$(stat -c %s "$TMP/z.bin")" -eq $((8 + 6 + 800000)) ] || fail "2 x 400 KB merged: $(stat -c %s "$TMP/z.bin") bytes"
 pass "merge_max checked at the replies' decompressed size: 2 x 600 KB sent compressed is too large, 2 x 400 KB fits"
+
+# --- a reload removes a worker that owes its part of a .qgate.all: the part runs first, then the
+# worker goes (it failed the request as 'qgate: worker host:port lost, the part never sent) ------
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' "$W1_PORT" "$W2_PORT" > "$TMP/r.conf"
+start_gateway R -c "$TMP/r.conf" --loglevel debug
+wait_count "$TMP/R.log" "connected \\(capability" 2
+G="127.0.0.1:$R_PORT"
+for t in r1 r2; do
+    timeout 60 "$BIN/qsend" -g "$G" "hold $t" > "$TMP/$t.out" 2>&1 &
+    eval "P_$t=\$!"
+done
+wait_any "hold r1" 10 "$TMP/W1.log" "$TMP/W2.log"
+wait_any "hold r2" 10 "$TMP/W1.log" "$TMP/W2.log"
+timeout 60 "$BIN/qsend" -g "$G" "all:main:echo rm" "echo after" > "$TMP/rm.out" 2>&1 &
+RM=$!
+wait_line "$TMP/R.log" "on the 2 workers of group main up"
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W1_PORT" > "$TMP/r.conf"
+kill -HUP "$R_PID"
+wait_line "$TMP/R.log" "reload: group main: removing worker 127\\.0\\.0\\.1:$W2_PORT"
+release r1 "$W1_PORT" "$W2_PORT"
+release r2 "$W1_PORT" "$W2_PORT"
+wait "$P_r1" "$P_r2" "$RM" || true
+expect_lines "$TMP/rm.out" '^"rmrm"$' 1
+expect_lines "$TMP/rm.out" '^"after"$' 1
+wait_line "$TMP/R.log" "127\\.0\\.0\\.1:$W2_PORT.*connection closed: removed from the configuration"
+q "all:main:echo one"
+expect_lines "$TMP/q.out" '^"one"$' 1
+pass "a reload removes a worker owing its part of a .qgate.all: the part runs, the answer is whole, then the worker goes"
