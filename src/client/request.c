@@ -127,7 +127,11 @@ void request_error_loop(struct gw *g, struct client *c, struct req *r, const cha
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    log_debug(c->c.name, "request %llu: error '%s", (unsigned long long)r->seq, j->text);
+    if (r->type == KIPC_ASYNC) /* nobody to tell: q prints an async message's error where it runs */
+        log_limited(&g->lim.async_err, g->loop.now_ms, LOG_INFO, c->c.name, "async request %llu: error '%s (dropped: async)",
+                    (unsigned long long)r->seq, j->text);
+    else
+        log_debug(c->c.name, "request %llu: error '%s", (unsigned long long)r->seq, j->text);
     r->outcome = ALOG_GWERROR;
     free(r->etext);
     r->etext = strdup(j->text);
@@ -256,11 +260,11 @@ static int start_unqueued(struct gw *g, struct client *c, struct req *r)
     return 0;
 }
 
-/* Is r a gateway command (or what starts like one): a sync request, not a route? */
-static int is_command(const struct req *r)
+/* Is r a gateway command (or what starts like one), not a route? Sync or async: an async one
+ * runs as q runs neg[h] of a function, its reply dropped (request_reply_loop). */
+static int command_of(const struct req *r)
 {
-    return r->type == KIPC_SYNC && !r->route && !r->routed &&
-           (r->cmd_known ? r->cmd : jobs_peek_command(r->msg, r->len)) != 0;
+    return r->route || r->routed ? 0 : r->cmd_known ? r->cmd : jobs_peek_command(r->msg, r->len);
 }
 
 /* Start the head request: a body to validate goes to a reader first, a gateway command to a
@@ -273,7 +277,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         to_reader(g, c, r, job_validate_msg, JK_CHECK, RS_CHECKING);
         return;
     }
-    if (c->us && c->us->monitor && !is_command(r)) { /* a monitor: gateway commands only */
+    if (c->us && c->us->monitor && !command_of(r)) { /* a monitor: gateway commands only */
         conn_refused_loop(g, REFUSED_ACCESS, c->c.name, "user %s is a monitor: a request for a worker refused", c->user);
         if (r->type == KIPC_ASYNC) { /* nobody to tell: dropped, as if run */
             req_drop_msg(c, r);
@@ -285,8 +289,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
     }
     if (r->route && route(g, c, r) < 0)
         return;
-    int cmd = r->type != KIPC_SYNC || r->routed ? 0 /* never a route */
-              : r->cmd_known ? r->cmd : jobs_peek_command(r->msg, r->len);
+    int cmd = command_of(r);
     if (cmd < 0) {
         request_error_loop(g, c, r, "qgate: bad command: a command is .qgate.name[] or (`.qgate.name; arg), "
                                    "under %d bytes", GWCMD_MAX_LEN);
@@ -377,14 +380,10 @@ void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *m
         free(msg);
         return;
     }
-    if (r->type != KIPC_SYNC) { /* nobody waits for an async message's reply */
+    if (r->type != KIPC_SYNC) { /* nobody waits for an async message's reply (an async gateway
+                                 * command's): done with, nothing sent */
         free(msg);
-        if (r == client_head(c))
-            request_head_done_loop(g, c);
-        return;
-    }
-    r->reply = chunk_wrap(msg, len);
-    if (!r->reply) {
+    } else if (!(r->reply = chunk_wrap(msg, len))) {
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }

@@ -157,6 +157,7 @@ struct gw {
         struct log_limit not_admin;  /* an admin's command from a user who is not one (gateway.c) */
         struct log_limit not_routed; /* a route that cannot go (request.c) */
         struct log_limit fanout;     /* a .qgate.all that failed (fanout.c) */
+        struct log_limit async_err;  /* an async gateway command that failed: nobody to tell (request.c) */
         struct log_limit accept;     /* accept() failing with a pending connection's error (client.c) */
     } lim;
     struct auth_shared *auth; /* users file, or NULL: any credentials */

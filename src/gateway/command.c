@@ -12,6 +12,7 @@
 #include "client.h"
 #include "control.h"
 #include "jobs.h"
+#include "kipc.h"
 #include "log.h"
 #include "net.h"
 #include "query.h"
@@ -149,6 +150,11 @@ void command_done_loop(struct gw *g, struct job *j)
 void command_answer_loop(struct gw *g, struct client *cl, uint64_t seq, int id)
 {
     struct conn *c = &cl->c;
+    const struct req *r = client_head(cl);
+    if (r && r->seq == seq && r->type == KIPC_ASYNC) { /* nobody waits for its answer: none made */
+        request_reply_loop(g, cl, seq, NULL, 0);
+        return;
+    }
     const struct command *cmd = command_row(id);
     struct job *w = job_new(job_encode_command, JK_REPLY);
     if (!w || !cmd) { /* no reply can be made: as q out of memory, the connection goes */

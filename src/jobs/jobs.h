@@ -127,7 +127,7 @@ static inline const union job_args *job_args_c(const struct job *j) { return (co
 struct jobs_arrival {
     uint8_t unchecked;        /* compressed, or over check_max: validated on a reader before it runs */
     uint8_t route;            /* its first item names .qgate.on or .qgate.all */
-    int8_t cmd;               /* jobs_peek_command of a sync request that is no route */
+    int8_t cmd;               /* jobs_peek_command of a request that is no route (sync or async) */
     struct route_form form;   /* a route read whole here (a small plain one), else kind 0 */
 };
 /* Read whole message m (h its header) as it arrives: what it is (a), and, unless it is to be

@@ -222,6 +222,31 @@ expect_lines "$TMP/t.out" "^'qgate: timeout \\(queued [0-9]+ ms\\)\$" 1
 grep -q "echo t1" "$TMP/W1.log" "$TMP/W2.log" && fail "the timed-out request ran"
 pass "queue_timeout: a request held by a pause times out as a queued one does"
 
+# --- a command sent async runs as q runs neg[h] of a function: no reply; a refusal or an error
+# is logged. It never goes to a worker (0.12's successors sent it there as q text, and the
+# group stayed unpaused) ------------------------------------------------------------------------
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\naccess_log = %s\n[group main]\nworkers = %s, %s\n' "$TMP/users" "$TMP/ac.alog" "$W1A" "$W2A" > "$TMP/ac.conf"
+start_gateway AC -c "$TMP/ac.conf"
+wait_count "$TMP/AC.log" "connected \\(capability 3\\)" 2 10
+G="127.0.0.1:$AC_PORT"
+admin --pipeline "neg:.qgate.pause[\`main]" ".qgate.pools[]" "neg:.qgate.resume[\`main]" ".qgate.pools[]"
+sed -n 1p "$TMP/a.out" | grep -qE "$POOLS_HEAD \\| ,\`main \\| ,1b " || fail "after an async pause: $(cat "$TMP/a.out")"
+sed -n 2p "$TMP/a.out" | grep -qE "$POOLS_HEAD \\| ,\`main \\| ,0b " || fail "after an async resume: $(cat "$TMP/a.out")"
+expect_lines "$TMP/a.out" '.' 2
+user --pipeline "neg:.qgate.pause[\`main]" "neg:.qgate.nosuch[]" "neg:.qgate.kill[1.5]" ".qgate.pools[]"
+grep -qE "$POOLS_HEAD \\| ,\`main \\| ,0b " "$TMP/u.out" || fail "a non-admin's async pause paused: $(cat "$TMP/u.out")"
+expect_lines "$TMP/u.out" '.' 1
+wait_line "$TMP/AC.log" "async request [0-9]+: error 'qgate: access \\(admin only\\): \\.qgate\\.pause\\[\`main\\] \\(dropped: async\\)" 10
+kill -TERM "$AC_PID"
+wait_exit "$AC_PID" 10
+A="$TMP/ac.alog"
+expect_lines "$A" "user=alice .* type=async .* outcome=ok\$" 2
+expect_lines "$A" "user=bob .* type=async .* outcome=gwerror error=\"qgate: access \\(admin only\\): .qgate.pause\\[\`main\\]\"\$" 1
+expect_lines "$A" "user=bob .* type=async .* outcome=gwerror error=\"qgate: unknown command .qgate.nosuch\\[\\]\"\$" 1
+expect_lines "$A" "user=bob .* type=async .* outcome=gwerror error=\"qgate: bad command: .qgate.kill\\[1.5\\]: its argument .*\"\$" 1
+grep -q "qgate\\." "$TMP/W1.log" "$TMP/W2.log" && fail "a command went to a worker: $(grep -h "qgate\\." "$TMP/W1.log" "$TMP/W2.log" | head -3)"
+pass "a gateway command sent async runs without a reply (pause, resume); refused and bad ones are logged; none reaches a worker"
+
 # --- .qgate.shutdown[]: as SIGTERM, 1b first; the running request finishes; exit 0 -------------
 G="127.0.0.1:$GW_PORT"
 "$BIN/qsend" -g "$G" -u bob:pw "hold z1" > "$TMP/z1.out" & zp=$!
