@@ -377,7 +377,16 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
         while ((fd = alog_open(r->path, err, sizeof err)) < 0 && errno == EINTR && !atomic_load(&w->abandon))
             ; /* a FIFO with no reader, a hung mount: only stop's KICK_SIG ends it */
     int failed = r->path[0] && fd < 0, was_open = w->fd >= 0;
-    if (!failed) {
+    char path[sizeof w->fpath];
+    snprintf(path, sizeof path, "%s", r->path);
+    if (failed && was_open && w->fpath[0] && strcmp(w->fpath, r->path)) {
+        /* a new path (a reload's) that does not open: the file in use is reopened instead, as a
+         * rotation needs (its name may be a new file by now); the next signal tries both again */
+        char e2[1200];
+        snprintf(path, sizeof path, "%s", w->fpath);
+        fd = alog_open(path, e2, sizeof e2);
+    }
+    if (fd >= 0 || !r->path[0]) {
         /* the same file again (SIGUSR1 with no rotation), ending in a fragment that could not be
          * ended: the next line still starts with its newline */
         struct stat a, b;
@@ -390,7 +399,7 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
         w->fd = fd;
         if (!same)
             w->frag = 0; /* a new file: nothing to end */
-        snprintf(w->fpath, sizeof w->fpath, "%s", r->path);
+        snprintf(w->fpath, sizeof w->fpath, "%s", path);
     }
     pthread_mutex_lock(&w->mu);
     w->open_done = r->seq;
@@ -403,7 +412,8 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
     if (atomic_load(&w->abandon))
         return;
     if (failed && (r->announce || late))
-        log_error(NULL, "%s (%s)", err, was_open ? "still writing to the file open before" : "its lines are dropped");
+        log_error(NULL, "%s (%s%s)", err, was_open ? "still writing to " : "its lines are dropped",
+                  was_open ? (fd >= 0 ? path : "the file open before") : "");
     else if (!failed && late)
         log_info(NULL, "access log: %s open at last", r->path);
     else if (!failed && r->announce && (r->path[0] || was_open))

@@ -80,6 +80,21 @@ timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo again" > /dev/null
 wait_line "$A" "req_bytes=24 .*outcome=ok" 10
 pass "SIGUSR1 and SIGHUP reopen the file: new lines go to the new one"
 
+# --- a reload to a path that does not open keeps the file in use, and a rotation after it still
+# works: the signal reopens the file in use when the configured one fails (it kept appending to
+# the rotated file, and no new one was made) ----------------------------------------------------
+sed -i "s|^access_log = .*|access_log = $TMP/no-such-dir/a.log|" "$TMP/gw.conf"
+kill -HUP "$GW_PID"
+wait_line "$TMP/GW.log" "no-such-dir/a.log.*still writing to" 10
+mv "$A" "$A.3"
+kill -USR1 "$GW_PID"
+wait_count "$TMP/GW.log" "no-such-dir/a.log.*still writing to $A\\)" 2 10
+timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo rotated" > /dev/null
+wait_line "$A" "req_bytes=26 .*outcome=ok" 10
+grep -q "req_bytes=26 " "$A.3" && fail "after the rotation a line went to the rotated file"
+sed -i "s|^access_log = .*|access_log = $A|" "$TMP/gw.conf"
+pass "a reload to a path that does not open keeps the file in use; a rotation after it makes a new file"
+
 # --- a reload that turns it off, then on at another path ----------------------------------------
 sed -i "s|^access_log = .*|access_log = |" "$TMP/gw.conf"
 kill -HUP "$GW_PID"
