@@ -122,6 +122,7 @@ struct client {
     uint8_t cap;         /* negotiated capability */
     uint8_t local;       /* on this host: never compressed */
     uint8_t paused;      /* reading stopped: too many bytes waiting their turn */
+    uint16_t advancing;  /* request_advance_loop is walking its FIFO (nested calls counted) */
     uint8_t eof;         /* its input ended: nothing more will be read, nothing sent */
     uint8_t bye;         /* lingering at the end of a drain (not after a bad message) */
     uint8_t refuse;      /* over max_clients: its first request is answered 'qgate: too many connections */

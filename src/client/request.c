@@ -114,28 +114,34 @@ void request_free_all_loop(struct gw *g, struct client *c)
 
 void request_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
 {
-    struct job *j = job_new(job_encode_error, JK_REPLY);
+    char text[sizeof ((struct job *)0)->text];
     va_list ap;
     va_start(ap, fmt);
-    if (j)
-        vsnprintf(j->text, sizeof j->text, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     req_drop_msg(c, r);
     if (r == client_head(c))
         conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE); /* its queue timeout */
+    r->outcome = ALOG_GWERROR; /* (the access log's, async or not) */
+    free(r->etext);
+    r->etext = strdup(text);
+    request_set_state_loop(g, c, r, RS_LOCAL);
+    if (r->type == KIPC_ASYNC) { /* nobody to tell: q prints an async message's error where it runs */
+        log_limited(&g->lim.async_err, g->loop.now_ms, LOG_INFO, c->c.name, "async request %llu: error '%s (dropped: async)",
+                    (unsigned long long)r->seq, text);
+        request_set_state_loop(g, c, r, RS_READY); /* done with; from start_head (advancing), on to the
+                                                    * next there, without recursion; else from here */
+        if (!c->advancing)
+            request_advance_loop(g, c);
+        return;
+    }
+    struct job *j = job_new(job_encode_error, JK_REPLY);
     if (!j) {
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    if (r->type == KIPC_ASYNC) /* nobody to tell: q prints an async message's error where it runs */
-        log_limited(&g->lim.async_err, g->loop.now_ms, LOG_INFO, c->c.name, "async request %llu: error '%s (dropped: async)",
-                    (unsigned long long)r->seq, j->text);
-    else
-        log_debug(c->c.name, "request %llu: error '%s", (unsigned long long)r->seq, j->text);
-    r->outcome = ALOG_GWERROR;
-    free(r->etext);
-    r->etext = strdup(j->text);
-    request_set_state_loop(g, c, r, RS_LOCAL);
+    snprintf(j->text, sizeof j->text, "%s", text);
+    log_debug(c->c.name, "request %llu: error '%s", (unsigned long long)r->seq, text);
     conn_submit_loop(g->writers, j, &c->c, r->seq);
 }
 
@@ -184,10 +190,7 @@ static int route(struct gw *g, struct client *c, struct req *r)
     const char *user = c->us ? c->us->name : c->user;
     int session_all = to && f->kind == ROUTE_ALL && to->cfg.pool_mode == CFG_POOL_SESSION;
     if (!ok || !to || !dispatch_admits_loop(g, to, user) || session_all) {
-        if (r->type == KIPC_ASYNC) { /* nobody to tell: done with, as if run */
-            req_drop_msg(c, r);
-            request_set_state_loop(g, c, r, RS_READY);
-        } else if (!ok)
+        if (!ok) /* (async: nobody to tell, the access log says why) */
             request_error_loop(g, c, r, "qgate: bad route: %s; it is %s", jobs_route_why(f), jobs_route_usage(f));
         else if (!to)
             request_error_loop(g, c, r, "qgate: no group %s", name);
@@ -279,12 +282,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
     }
     if (c->us && c->us->monitor && !command_of(r)) { /* a monitor: gateway commands only */
         conn_refused_loop(g, REFUSED_ACCESS, c->c.name, "user %s is a monitor: a request for a worker refused", c->user);
-        if (r->type == KIPC_ASYNC) { /* nobody to tell: dropped, as if run */
-            req_drop_msg(c, r);
-            request_set_state_loop(g, c, r, RS_READY);
-        } else {
-            request_error_loop(g, c, r, "qgate: access: user %s is a monitor (gateway commands only)", c->user);
-        }
+        request_error_loop(g, c, r, "qgate: access: user %s is a monitor (gateway commands only)", c->user);
         return;
     }
     if (r->route && route(g, c, r) < 0)
@@ -341,6 +339,7 @@ void request_finish_if_gone_loop(struct gw *g, struct client *c)
 void request_advance_loop(struct gw *g, struct client *c)
 {
     struct req *r;
+    c->advancing++;
     while (!c->c.closing && (r = client_head(c))) {
         if (r->state == RS_READY) {
             STAILQ_REMOVE_HEAD(&c->reqs, link);
@@ -358,10 +357,11 @@ void request_advance_loop(struct gw *g, struct client *c)
         if (r->state == RS_WAITING && !client_output_full_loop(g, c)) {
             start_head(g, c, r);
             if (!c->c.closing && client_head(c) == r && r->state == RS_READY)
-                continue; /* done with at once (an async route to nowhere): on to the next */
+                continue; /* done with at once (an async message refused): on to the next */
         }
         break;
     }
+    c->advancing--;
     if (c->c.closing)
         return;
     request_check_pending_loop(g, c);
