@@ -285,13 +285,16 @@ void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why)
         else
             free(p);
     }
+    char lost[400]; /* a part owed, not begun: the worker went, whatever the run before it did
+                     * (another client's query timing out is not this .qgate.all's timeout) */
+    snprintf(lost, sizeof lost, "qgate: worker %s lost", w->addr);
     while ((p = STAILQ_FIRST(&w->fq))) { /* fail removes each from fq */
         if (p->fo->partial) {
             STAILQ_REMOVE_HEAD(&w->fq, link);
             worker_owes_update(w);
             part_lost(g, p->fo, p);
         } else {
-            fail(g, p->fo, why);
+            fail(g, p->fo, lost);
         }
     }
 }

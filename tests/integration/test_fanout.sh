@@ -168,3 +168,20 @@ wait_line "$TMP/R.log" "127\\.0\\.0\\.1:$W2_PORT.*connection closed: removed fro
 q "all:main:echo one"
 expect_lines "$TMP/q.out" '^"one"$' 1
 pass "a reload removes a worker owing its part of a .qgate.all: the part runs, the answer is whole, then the worker goes"
+
+# --- another client's query timing out on a worker that owes a part: the .qgate.all fails as the
+# worker lost, not as a timeout of its own (its part never ran; it said 'qgate: timeout) --------
+printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 3000\n[group main]\nworkers = 127.0.0.1:%s\n' "$W1_PORT" > "$TMP/t.conf"
+start_gateway T -c "$TMP/t.conf" --loglevel debug
+wait_count "$TMP/T.log" "connected \\(capability" 1
+G="127.0.0.1:$T_PORT"
+timeout 60 "$BIN/qsend" -g "$G" "hold tq" > "$TMP/tq.out" 2>&1 &
+TQ=$!
+wait_line "$TMP/W1.log" "hold tq"
+timeout 60 "$BIN/qsend" -g "$G" "all:main:echo fan" > "$TMP/tf.out" 2>&1 &
+TF=$!
+wait "$TQ" "$TF" || true
+release tq "$W1_PORT"
+expect_lines "$TMP/tq.out" "^'qgate: timeout \\(127\\.0\\.0\\.1:$W1_PORT sent nothing for 3000 ms\\)\$" 1
+expect_lines "$TMP/tf.out" "^'qgate: worker 127\\.0\\.0\\.1:$W1_PORT lost\$" 1
+pass "a .qgate.all whose part waited behind another client's query that timed out: 'qgate: worker lost, not a timeout of its own"
