@@ -36,7 +36,8 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "max_clients", CFG_INT, CFG_LIVE, "10000", 1, 1000000, G(max_clients), NULL,
      "client connections accepted at once; more get the q error 'qgate: too many connections after their handshake, then the close"},
     {"gateway", "max_message", CFG_SIZE, CFG_LIVE, "2147483647", 64, KMAX, G(max_message), NULL,
-     "longest message (bytes, header included) accepted from a client or a worker"},
+     "longest message (bytes, header included) accepted from a client or a worker (a worker's reply over it is "
+     "refused to its client, its connection kept)"},
     {"gateway", "max_queue", CFG_INT, CFG_LIVE, "1000", 0, 10000000, G(max_queue), NULL,
      "clients waiting for a worker in one group before requests get 'qgate: busy"},
     {"gateway", "queue_timeout", CFG_MS, CFG_LIVE, "0", 0, KMAX, G(queue_timeout), NULL,

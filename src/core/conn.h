@@ -66,6 +66,8 @@ struct connops {
     int (*takes_output)(const struct conn *c);
     size_t read_size;     /* a read between messages */
     size_t raw_max;       /* raw input held at most (more is the kind's on_bytes to refuse) */
+    uint8_t own_max;      /* the kind's on_header checks max_message itself (a worker's message
+                           * over it is refused to whom it was for, the connection kept) */
     uint8_t budget_frames; /* at most frames_budget whole messages per iteration: the rest wait
                            * on the backlog */
     /* The connection is closing (it is already off every list): the kind's own teardown. */

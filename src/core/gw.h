@@ -135,6 +135,8 @@ struct gw {
     size_t no_client_err_len;
     uint8_t *unanswered_err; /* ... when its client sends requests on and on instead of the answer */
     size_t unanswered_err_len;
+    uint8_t *too_large_err; /* ... when its request is over max_message */
+    size_t too_large_err_len;
     uint64_t next_serial, next_worker_serial;
     int nclients;
     uint64_t handshakes, query_timeouts;

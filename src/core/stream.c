@@ -434,7 +434,8 @@ static int message_end(struct gw *g, struct conn *c)
 static int header(struct gw *g, struct conn *c, const uint8_t *hdr, struct kipc_hdr *h)
 {
     const char *why;
-    if (kipc_hdr_parse(hdr, KIPC_HDR_LEN, (uint64_t)g->cfg.max_message, h, &why) != QG_OK)
+    if (kipc_hdr_parse(hdr, KIPC_HDR_LEN, conn_ops(c)->own_max ? UINT64_MAX : (uint64_t)g->cfg.max_message, h, &why) !=
+        QG_OK)
         return conn_ops(c)->on_bad ? conn_ops(c)->on_bad(g, c, why)
                                    : stream_close(c, "bad message header: %s", why);
     struct rdstate *rd = &c->rd;

@@ -221,7 +221,10 @@ static int make_messages(struct gw *g)
     e = k_err("qgate: the client sent twice client_max_pending of requests and no answer");
     g->unanswered_err = e ? kcodec_encode_msg(e, KIPC_RESPONSE, &g->unanswered_err_len) : NULL;
     k_free(e);
-    return g->no_client_err && g->unanswered_err ? 0 : -1;
+    e = k_err("qgate: message too large (over max_message)");
+    g->too_large_err = e ? kcodec_encode_msg(e, KIPC_RESPONSE, &g->too_large_err_len) : NULL;
+    k_free(e);
+    return g->no_client_err && g->unanswered_err && g->too_large_err ? 0 : -1;
 }
 
 static int load_users(struct gw *g, const struct config *cfg)
@@ -308,6 +311,7 @@ void gw_free(struct gw *g)
     loop_free(g);
     dispatch_free(g);
     free(g->no_client_err);
+    free(g->too_large_err);
     free(g->unanswered_err);
     auth_unref(g->auth);
     client_users_free(g);

@@ -218,9 +218,14 @@ int fanout_run_owed_loop(struct gw *g, struct worker *w)
 int fanout_route_loop(struct gw *g, struct worker *w, uint64_t len)
 {
     struct fanout *fo = w->run.fp ? w->run.fp->fo : NULL;
-    if (fo && fo->total + len > (uint64_t)g->cfg.merge_max) {
-        char why[96];
+    char why[96];
+    if (fo && len > (uint64_t)g->cfg.max_message)
+        snprintf(why, sizeof why, "qgate: reply too large (%llu bytes, over max_message)", (unsigned long long)len);
+    else if (fo && fo->total + len > (uint64_t)g->cfg.merge_max)
         snprintf(why, sizeof why, "qgate: merge too large (over merge_max, %lld bytes)", (long long)g->cfg.merge_max);
+    else
+        why[0] = 0;
+    if (why[0]) {
         fail(g, fo, why); /* w->run.fp->fo is NULL now */
         fo = NULL;
     }

@@ -340,12 +340,15 @@ static struct client *reachable(struct gw *g, uint32_t id, uint32_t gen)
     return c && client_takes_output(c) ? c : NULL;
 }
 
-/* A callback of w that no client will answer: w is told so (it waits for no answer). */
-static void tell_no_client(struct gw *g, struct worker *w)
+/* An error for w's callback, which waits for an answer. */
+static void tell_worker(struct gw *g, struct worker *w, const uint8_t *err, size_t len)
 {
-    outq_copy(&w->c.out, g->no_client_err, g->no_client_err_len);
+    outq_copy(&w->c.out, err, len);
     conn_mark_dirty_loop(g, &w->c);
 }
+
+/* A callback of w that no client will answer: w is told so. */
+static void tell_no_client(struct gw *g, struct worker *w) { tell_worker(g, w, g->no_client_err, g->no_client_err_len); }
 
 /* Running a .qgate.all's part that is still awaited: the client of that .qgate.all (1), which
  * gets what the worker sends meanwhile as a client of that worker would. */
@@ -416,11 +419,16 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
         run_set_phase_loop(g, w, WB_DRAINING);
         return ROUTE_DROP;
     }
-    int nc = needs_collect(g, c, h);
-    if (nc < 0) { /* too big to check for an old client: it is told, the reply drained */
-        request_error_loop(g, c, client_head(c),
-                          "qgate: reply too large for capability %d (%llu bytes, over compress_max)", c->cap,
-                          (unsigned long long)h->len);
+    int over = h->len > (uint64_t)g->cfg.max_message, nc = over ? -1 : needs_collect(g, c, h);
+    if (nc < 0) { /* over max_message, or too big to check for an old client: it is told, the
+                   * reply drained (never held), the connection kept */
+        if (over)
+            request_error_loop(g, c, client_head(c), "qgate: reply too large (%llu bytes, over max_message)",
+                               (unsigned long long)h->len);
+        else
+            request_error_loop(g, c, client_head(c),
+                              "qgate: reply too large for capability %d (%llu bytes, over compress_max)", c->cap,
+                              (unsigned long long)h->len);
         w->run.cl = NULL; /* its reply is made: a loss now touches nothing */
         client_set_worker_loop(c, NULL);
         run_set_phase_loop(g, w, WB_DRAINING);
@@ -502,9 +510,13 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
     w->msg.reply = 0;
     if (w->st == WS_BUSY && w->run.phase == WB_CALLED)
         run_set_phase_loop(g, w, WB_SENT); /* it sends: whatever it waited for has come */
-    int route = ROUTE_DROP;
+    int route = ROUTE_DROP, over = h->len > (uint64_t)g->cfg.max_message;
     if (h->type == KIPC_RESPONSE && w->st == WS_BUSY)
-        route = w->run.swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, h);
+        route = w->run.swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, h); /* (over: refused there) */
+    else if (over && h->type == KIPC_ASYNC)
+        route = drop_async(g, w, "over max_message");
+    else if (over && h->type == KIPC_SYNC)
+        tell_worker(g, w, g->too_large_err, g->too_large_err_len); /* as if its call had failed */
     else if (h->type == KIPC_ASYNC)
         route = route_async(g, w);
     else if (h->type == KIPC_SYNC)

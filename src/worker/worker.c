@@ -531,6 +531,7 @@ const struct connops worker_connops = {
     .on_resume = on_resume,
     .read_size = 65536,
     .raw_max = 1,
+    .own_max = 1,
     .on_close = on_close,
     .free = worker_free_loop,
     .on_wake = stream_woken_loop,

@@ -90,6 +90,24 @@ raw_close
 G="127.0.0.1:$C_PORT"; q "echo fine"; expect_lines "$TMP/q.out" '^"fine"$' 1
 pass "bad header and over max_message: 'qgate: badmsg then close; others unaffected"
 
+# --- a worker's message over max_message is refused to whom it was for and never held; the
+# worker's connection stays (it was dropped as if the worker had died: 'qgate: worker lost, a
+# new connection, .z.pc on a real q). A reply: its client told; a .qgate.all's part: the
+# .qgate.all fails; the next requests run as before (a callback over it fails the worker's
+# call, an async one is dropped: not shown here, qworker cannot send one bigger than its
+# request) ---------------------------------------------------------------------------------
+conf "$TMP/m.conf" "$WADDR" max_message=300
+start_gateway M -c "$TMP/m.conf"
+wait_line "$TMP/M.log" "connected \\(capability" 10
+G="127.0.0.1:$M_PORT"
+q "text 1000" "echo after" "all:main:text 1000" "all:main:echo a2" "echo last"
+expect_lines "$TMP/q.out" "^'qgate: reply too large \\(1014 bytes, over max_message\\)\$" 2
+expect_lines "$TMP/q.out" '^"after"$' 1
+expect_lines "$TMP/q.out" '^"a2"$' 1
+expect_lines "$TMP/q.out" '^"last"$' 1
+expect_lines "$TMP/M.log" "connected \\(capability" 1
+pass "a worker's reply or .qgate.all part over max_message: refused to whom it was for, the connection kept"
+
 # --- queue full: 'qgate: busy ------------------------------------------------------------
 conf "$TMP/d.conf" "$WADDR" max_queue=1 loglevel=debug
 start_gateway D -c "$TMP/d.conf"
