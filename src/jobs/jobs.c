@@ -506,7 +506,16 @@ void job_encode_command(struct job *j)
     } else {
         x = a->encode(j->ctx);
     }
+    int cap = a->cap;
     encode(j, x);
+    if (j->out && cap < 3) { /* an old client: what its capability cannot carry is 'type, as in a
+                              * worker's reply (.qgate.stats[]' timestamps at capability 0) */
+        j->in = j->out;
+        j->in_len = j->out_len;
+        j->out = NULL;
+        job_args(j)->reply = (struct job_reply){.cap = cap, .max = INT64_MAX, .compress_max = INT64_MAX};
+        job_check_reply(j);
+    }
 }
 
 /* Types a capability cannot carry: guid below 3, timestamp and timespan at 0. */

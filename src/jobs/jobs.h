@@ -101,6 +101,7 @@ union job_args {
     struct job_answer {         /* job_encode_command */
         int cmd;                /* enum gwcmd */
         K (*encode)(const void *snap); /* its table from the loop's snapshot (ctx); NULL: 1b */
+        int cap;                /* the client's capability */
     } answer;
     struct job_reply {          /* job_check_reply, job_compress_reply, job_merge */
         int cap;                /* the client's capability */

@@ -626,6 +626,40 @@ static void test_peek_command(void **state)
     free(m);
 }
 
+/* A command's answer holding a timestamp (.qgate.stats[]' started): 'type for a capability-0
+ * client, as q would for a value its peer cannot take; as it is from capability 1 up. */
+static K stamp_table(const void *snap)
+{
+    (void)snap;
+    K t = k_atom(-KT_TIMESTAMP);
+    if (t)
+        t->j = 1;
+    return t;
+}
+
+static void test_command_answer_cap(void **state)
+{
+    (void)state;
+    for (int cap = 0; cap <= 3; cap++) {
+        struct job *j = job_new(job_encode_command, JK_REPLY);
+        assert_non_null(j);
+        job_args(j)->answer = (struct job_answer){.cmd = 1, .encode = stamp_table, .cap = cap};
+        job_encode_command(j);
+        assert_non_null(j->out);
+        K x = NULL;
+        struct kerr e;
+        assert_int_equal(kcodec_decode(j->out + 8, j->out_len - 8, 1, NULL, &x, &e), QG_OK);
+        if (cap == 0) {
+            assert_int_equal(x->t, KT_ERROR);
+            assert_string_equal(x->s, "type");
+        } else {
+            assert_int_equal(x->t, -KT_TIMESTAMP);
+        }
+        k_free(x);
+        job_free(j);
+    }
+}
+
 /* Every form of every argument a command takes. */
 static void test_parse_command_args(void **state)
 {
@@ -741,6 +775,7 @@ int main(void)
         cmocka_unit_test(test_route_is_no_command),
         cmocka_unit_test(test_validate_reads_routes),
         cmocka_unit_test(test_peek_command),
+        cmocka_unit_test(test_command_answer_cap),
         cmocka_unit_test(test_parse_command_args),
         cmocka_unit_test(test_parse_command_refused),
     };
