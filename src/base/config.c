@@ -310,7 +310,13 @@ static int parse_line(struct config *c, struct seen *seen, char *s, int *group, 
         } else if (!strncmp(sec, "group", 5) && isspace((unsigned char)sec[5])) {
             char *gname = trim(sec + 5);
             if (!*gname || (*group = config_group(c, gname)) < 0) {
-                snprintf(err, errlen, "%s:%d: bad or too many groups", name, lineno);
+                if (*gname && strlen(gname) >= CFG_NAME_MAX)
+                    snprintf(err, errlen, "%s:%d: a group's name is at most %d bytes", name, lineno, CFG_NAME_MAX - 1);
+                else if (*gname)
+                    snprintf(err, errlen, "%s:%d: [group %.64s]: too many groups (at most %d)", name, lineno, gname,
+                             CFG_MAX_GROUPS);
+                else
+                    snprintf(err, errlen, "%s:%d: a group needs a name: [group NAME]", name, lineno);
                 return -1;
             }
             if (!c->groups[*group].line)

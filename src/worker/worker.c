@@ -256,7 +256,9 @@ static void connect_now(struct gw *g, struct worker *w)
     if (fd >= 0 && w->via == VIA_TCP)
         conn_keepalive_loop(g, fd, w->c.name);
     if (fd < 0) {
-        log_debug(w->c.name, "connect: %s", strerror(errno));
+        int e = errno; /* out of descriptors is the gateway's trouble, not the worker's: said */
+        log_at(e == EMFILE || e == ENFILE ? LOG_WARN : LOG_DEBUG, w->c.name, "connect: %s", strerror(e));
+        errno = e;
         memset(&w->na, 0, sizeof w->na); /* resolve again next time: the address may have moved */
     }
     if (fd < 0 || conn_register_loop(g, &w->c, &worker_connops, CONN_WORKER, fd, EPOLLOUT)) {
@@ -376,6 +378,7 @@ static int on_bytes(struct gw *g, struct conn *x)
            w->via == VIA_TCP ? w->uds_why : "", w->renewing == 2 ? " (a new connection for the next session)" : "");
     w->renewing = 0;
     w->uds_why[0] = 0;
+    w->fails = 0;
     worker_set_state_loop(g, w, WS_IDLE);
     return SS_OK;
 }
@@ -446,7 +449,13 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     struct worker *w = worker_of(c);
     int renew = w->renewing == 1; /* closed for its session's end (a renewed one that failed: as any) */
     w->renewing = renew ? 2 : 0;
-    log_at(renew ? LOG_DEBUG : w->removed ? LOG_INFO : LOG_WARN, c->name, "connection closed: %s", why);
+    int was_up = worker_is_connected(w);
+    uint32_t fails = was_up || renew ? 0 : ++w->fails; /* an attempt that failed: the first said, then a few */
+    int lvl = renew ? LOG_DEBUG : w->removed ? LOG_INFO : fails <= 1 ? LOG_WARN : !(fails & (fails - 1)) && fails >= 8 ? LOG_INFO : LOG_DEBUG;
+    if (fails > 1)
+        log_at(lvl, c->name, "connection closed: %s (%u attempts failed in a row)", why, fails);
+    else
+        log_at(lvl, c->name, "connection closed: %s", why);
     /* Closed with broadcasts sent on it and not known to have run (a query timeout, a bad
      * message): q may still be there, and runs what it has read, maybe long after. The
      * broadcasts that follow, on a new connection, could run before them (q serves its
@@ -456,7 +465,6 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
      * waited for: its client was told, and it may run late, as a direct client's would. */
     if (!STAILQ_EMPTY(&w->bsent) && !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
         log_info(c->name, "broadcasts sent on this connection may still run at the worker: connecting again once it has closed its end");
-    int was_up = worker_is_connected(w);
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
     run_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
     if (w->removed) {

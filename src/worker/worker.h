@@ -132,6 +132,8 @@ struct worker {
     uint8_t removed;     /* dropped by a reload: goes when idle */
     uint8_t via;         /* enum worker_via: how its connection (or the attempt) goes */
     uint8_t skip_uds;    /* the next attempt goes over TCP: its Unix socket did not answer */
+    uint32_t fails;      /* connection attempts failed in a row (each after the first logged only
+                          * at 8, 16, 32, ...: a worker down for long floods no log) */
     uint8_t reset_owed;  /* the reset query runs next (a session ended, or a request from outside ran) */
     uint8_t renew;       /* its session ended: a new connection before anyone has it (session.c) */
     uint8_t renewing;    /* 1: closed for that; 2: connecting again at once, quietly; 0 otherwise */

@@ -246,6 +246,21 @@ q "echo back"
 expect_lines "$TMP/q.out" '^"back"$' 1
 pass "worker lost before a byte: 'qgate: worker host:port lost; reconnected"
 
+# --- a worker down for long floods no log: its first failed attempt is a warning, then one line
+# at 8, 16, 32, ... attempts in a row (3,800 workers down at pipeline 8 wrote 150,000 lines in
+# 30 s, one per attempt) ----------------------------------------------------------------------
+start_worker DD --rows 10
+kill -9 "$DD_PID"
+wait_exit "$DD_PID" 10
+conf "$TMP/dd.conf" "$WADDR, 127.0.0.1:$DD_PORT" reconnect_min=10 reconnect_max=10
+start_gateway DG -c "$TMP/dd.conf"
+wait_line "$TMP/DG.log" "127\\.0\\.0\\.1:$DD_PORT: connection closed: .*\\(32 attempts failed in a row\\)" 20
+n=$(grep -c "127\\.0\\.0\\.1:$DD_PORT: connection closed" "$TMP/DG.log")
+[ "$n" -le 6 ] || fail "$n lines for a worker down: $(grep "$DD_PORT: connection closed" "$TMP/DG.log" | head -8)"
+expect_lines "$TMP/DG.log" "warn  w 127\\.0\\.0\\.1:$DD_PORT: connection closed: [^(]*\$" 1
+kill -TERM "$DG_PID"
+pass "a worker down for long: its first failed connection a warning, then a line at 8, 16, 32 attempts"
+
 # --- worker lost mid-stream: the client's connection closes (as if q died) ----------------
 start_worker M --rows 10000000
 conf "$TMP/h.conf" "127.0.0.1:$M_PORT"
