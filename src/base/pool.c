@@ -19,6 +19,7 @@ struct pool {
     pthread_cond_t qcond;
     struct joblist queue;
     size_t queued;         /* jobs in queue */
+    int heavy_running, heavy_max; /* heavy jobs running; at most nthreads - 1 (1 for one thread) */
     int stop;
     pthread_mutex_t clock; /* completions waiting for the loop */
     struct joblist done;
@@ -70,23 +71,42 @@ void pool_complete(struct pool *p, struct job *j)
     }
 }
 
+/* The first queued job this thread may run: a heavy one only while fewer than heavy_max run
+ * (the others wait their turn, in order). Under qlock. */
+static struct job *next_job(struct pool *p)
+{
+    struct job *j;
+    STAILQ_FOREACH(j, &p->queue, link)
+        if (!j->heavy || p->heavy_running < p->heavy_max)
+            return j;
+    return NULL;
+}
+
 static void *pool_main(void *arg)
 {
     struct pool *p = arg;
     for (;;) {
         pthread_mutex_lock(&p->qlock);
-        while (STAILQ_EMPTY(&p->queue) && !p->stop)
+        struct job *j;
+        while (!(j = next_job(p)) && !p->stop)
             pthread_cond_wait(&p->qcond, &p->qlock);
         if (p->stop) {
             pthread_mutex_unlock(&p->qlock);
             return NULL;
         }
-        struct job *j = STAILQ_FIRST(&p->queue);
-        STAILQ_REMOVE_HEAD(&p->queue, link);
+        STAILQ_REMOVE(&p->queue, j, job, link);
         p->queued--;
+        p->heavy_running += j->heavy;
         pthread_mutex_unlock(&p->qlock);
+        int heavy = j->heavy;
         j->run(j);
-        pool_complete(p, j);
+        pool_complete(p, j); /* (j may be gone now) */
+        if (heavy) {
+            pthread_mutex_lock(&p->qlock);
+            p->heavy_running--;
+            pthread_cond_broadcast(&p->qcond); /* a heavy job waiting may run now */
+            pthread_mutex_unlock(&p->qlock);
+        }
     }
 }
 
@@ -115,6 +135,7 @@ struct pool *pool_create(const char *name, int nthreads)
         }
         p->nthreads++;
     }
+    p->heavy_max = nthreads > 1 ? nthreads - 1 : 1;
     return p;
 }
 

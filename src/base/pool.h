@@ -23,6 +23,9 @@ struct job {
     void *ctx;                  /* owned immutable context, freed with ctx_free */
     void (*ctx_free)(void *ctx);
     int result;                 /* decision: 0 ok, or the kind's own (an enum gwcmd, a match) */
+    uint8_t heavy;              /* long to run (a big or compressed message): a pool of N threads
+                                 * runs at most N - 1 such at once, so that one thread stays for the
+                                 * short ones (a login's credentials, a command) */
     _Alignas(8) unsigned char args[64]; /* what the kind takes and gives besides its bytes: typed
                                  * per kind by those who make jobs (jobs.h, union job_args) */
     uint8_t *out;               /* owned output bytes (a whole message) */
@@ -31,6 +34,10 @@ struct job {
 };
 
 STAILQ_HEAD(joblist, job);
+
+/* A job over this many bytes of input, or with a compressed message, is heavy. */
+#define JOB_HEAVY_MIN ((size_t)1 << 20)
+static inline int job_heavy_msg(const uint8_t *m, size_t len) { return len > JOB_HEAVY_MIN || (len > 2 && m[2]); }
 
 struct job *job_new(job_fn run, int kind);
 /* Tests: when set to N > 0, the Nth job_new from now fails, as out of memory would (0: never). */

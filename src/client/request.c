@@ -168,6 +168,8 @@ static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, 
     }
     j->in = r->msg;
     j->in_len = r->len;
+    j->heavy = (uint8_t)job_heavy_msg(r->msg, r->len); /* (a zip bomb's decompression leaves a
+                                                        * reader for the logins and commands) */
     job_args(j)->check.max = g->cfg.max_message;
     r->msg = NULL;
     c->pending -= req_cost(r);

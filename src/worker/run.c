@@ -232,6 +232,7 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
                                             .compress_max = g->cfg.compress_max};
     j->in = w->coll.p;
     j->in_len = w->coll.len;
+    j->heavy = (uint8_t)job_heavy_msg(j->in, j->in_len);
     w->coll = (struct inbuf){0};
     conn_submit_loop(old ? g->readers : g->writers, j, &c->c, r->seq);
 }

@@ -379,6 +379,67 @@ static void test_destroy_with_work(void **state)
     pthread_cond_destroy(&g.c);
 }
 
+/* Heavy jobs (a zip bomb's decompression) take at most N - 1 of N threads: with two threads and
+ * two heavy jobs blocked, a short job submitted after them still runs at once (a login waited
+ * 15 s behind two bombs before); the second heavy job waits for the first. */
+static void test_heavy_leaves_a_thread(void **state)
+{
+    (void)state;
+    struct gate g = {.started = 0, .open = 0};
+    pthread_mutex_init(&g.m, NULL);
+    pthread_cond_init(&g.c, NULL);
+    atomic_store(&ctx_freed, 0);
+    struct pool *p = pool_create("t", 2);
+    assert_non_null(p);
+    for (int i = 0; i < 2; i++) {
+        struct gate_ctx *gc = malloc(sizeof *gc);
+        assert_non_null(gc);
+        gc->g = &g;
+        struct job *j = counted_job(gated_job, (uint64_t)i, gc);
+        j->heavy = 1;
+        pool_submit(p, j);
+    }
+    pthread_mutex_lock(&g.m);
+    while (g.started < 1)
+        pthread_cond_wait(&g.c, &g.m);
+    pthread_mutex_unlock(&g.m);
+    pool_submit(p, counted_job(plain_job, 100, NULL));
+    /* the short job completes while the first heavy one still holds its thread */
+    struct job *got = NULL;
+    int64_t until = now_ms() + 20000;
+    while (!got && now_ms() < until) {
+        struct pollfd pf = {.fd = pool_fd(p), .events = POLLIN};
+        assert_true(poll(&pf, 1, 100) >= 0);
+        got = pool_drain_loop(p);
+    }
+    assert_non_null(got);
+    assert_int_equal(got->seq, 100);
+    assert_null(job_next(got));
+    job_free(got);
+    pthread_mutex_lock(&g.m);
+    assert_int_equal(g.started, 1); /* the second heavy job has not begun */
+    g.open = 1;
+    pthread_cond_broadcast(&g.c);
+    pthread_mutex_unlock(&g.m);
+    int done = 0;
+    until = now_ms() + 20000;
+    while (done < 2 && now_ms() < until) {
+        struct pollfd pf = {.fd = pool_fd(p), .events = POLLIN};
+        assert_true(poll(&pf, 1, 100) >= 0);
+        for (struct job *j = pool_drain_loop(p), *n; j; j = n) {
+            n = job_next(j);
+            done++;
+            job_free(j);
+        }
+    }
+    assert_int_equal(done, 2);
+    assert_int_equal(g.started, 2);
+    pool_destroy(p);
+    assert_int_equal(atomic_load(&ctx_freed), 3);
+    pthread_mutex_destroy(&g.m);
+    pthread_cond_destroy(&g.c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_completion_batching),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_destroy_with_work),
+        cmocka_unit_test(test_heavy_leaves_a_thread),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }
