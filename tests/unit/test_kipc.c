@@ -156,6 +156,19 @@ static void test_handshake_forms(void **state)
     /* bytes after the NUL are not part of the handshake */
     assert_int_equal(kipc_hs_parse((const uint8_t *)"a\x03\0\x01\x01", 5, 1024, &h), QG_OK);
     assert_int_equal(h.len, 3);
+    /* capability 0 given: "bob:pw" 00 00, both NULs the handshake's (the second was read as the
+     * first byte of a message, big-endian, and the client's first request never answered) */
+    assert_int_equal(kipc_hs_parse((const uint8_t *)"bob:pw\0", 8, 1024, &h), QG_OK);
+    assert_int_equal(h.len, 8);
+    assert_int_equal(h.cap, 0);
+    assert_int_equal(h.user_len, 3);
+    assert_int_equal(h.pass_len, 2);
+    assert_int_equal(kipc_hs_parse((const uint8_t *)"\0", 2, 1024, &h), QG_OK);
+    assert_int_equal(h.len, 2);
+    assert_int_equal(h.user_len, 0);
+    /* ... but a message right behind a pre-2.6 handshake stays a message */
+    assert_int_equal(kipc_hs_parse((const uint8_t *)"bob:pw\0\0\x01\0\0\x0e\0\0\0", 15, 1024, &h), QG_OK);
+    assert_int_equal(h.len, 7);
     /* over the cap without a NUL: refused; at the cap with a NUL in it: fine */
     uint8_t big[2048];
     memset(big, 'x', sizeof big);
