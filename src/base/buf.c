@@ -34,7 +34,7 @@ void outq_append(struct outq *dst, struct outq *src)
 int outq_copy(struct outq *q, const void *p, size_t len)
 {
     struct chunk *t = q->tail;
-    if (t && !t->ext && t->cap - t->len >= len) {
+    if (t && !t->ext && !t->sh && t->cap - t->len >= len) {
         memcpy(t->p + t->len, p, len);
         t->len += len;
         q->bytes += len;
@@ -45,6 +45,28 @@ int outq_copy(struct outq *q, const void *p, size_t len)
         return -1;
     memcpy(c->p, p, len);
     c->len = len;
+    outq_push(q, c);
+    return 0;
+}
+
+struct shared *shared_wrap(uint8_t *p, size_t len)
+{
+    struct shared *s = malloc(sizeof *s);
+    if (!s) {
+        free(p);
+        return NULL;
+    }
+    *s = (struct shared){.refs = 1, .len = len, .p = p};
+    return s;
+}
+
+int outq_share(struct outq *q, struct shared *s)
+{
+    struct chunk *c = malloc(sizeof *c);
+    if (!c)
+        return -1;
+    *c = (struct chunk){.p = s->p, .len = s->len, .cap = s->len, .sh = s};
+    s->refs++;
     outq_push(q, c);
     return 0;
 }

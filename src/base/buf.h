@@ -15,8 +15,26 @@ struct chunk {
     size_t off;     /* bytes already written */
     size_t cap;     /* room at p (inline chunks can be appended to) */
     uint8_t *ext;   /* owned external block, or NULL */
+    struct shared *sh; /* or a share of a block other chunks send too */
     uint8_t data[];
 };
+
+/* Bytes several chunks send (a broadcast's or a .qgate.all's message, one chunk on each worker's
+ * queue): one copy, freed with the last of its holders. Loop only. */
+struct shared {
+    size_t refs;
+    size_t len;
+    uint8_t *p; /* owned */
+};
+/* A shared block of p's first len bytes (p malloc'd, taken; freed on ENOMEM), held once. */
+struct shared *shared_wrap(uint8_t *p, size_t len);
+static inline void shared_unref(struct shared *s)
+{
+    if (s && --s->refs == 0) {
+        free(s->p);
+        free(s);
+    }
+}
 
 /* A chunk with room for cap bytes inline; NULL on ENOMEM. */
 struct chunk *chunk_new(size_t cap);
@@ -34,7 +52,10 @@ static inline struct chunk *chunk_wrap(uint8_t *buf, size_t len)
 static inline void chunk_free(struct chunk *c)
 {
     if (c) {
-        free(c->ext);
+        if (c->sh)
+            shared_unref(c->sh);
+        else
+            free(c->ext);
         free(c);
     }
 }
@@ -56,6 +77,8 @@ static inline void outq_push(struct outq *q, struct chunk *c)
     q->tail = c;
     q->bytes += c->len - c->off;
 }
+/* Queue s's bytes on q without a copy (a share of s); -1 on ENOMEM. */
+int outq_share(struct outq *q, struct shared *s);
 /* Move every chunk of src to the end of dst, in order; src is left empty. */
 void outq_append(struct outq *dst, struct outq *src);
 /* Copy len bytes in, into the tail chunk when it has room. 0, or -1 on ENOMEM. */

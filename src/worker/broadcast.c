@@ -27,6 +27,7 @@ static void bmsg_release(struct gw *g, struct bmsg *m)
         if (h && h->seq == m->seq && h->state == RS_RUNNING && !c->w)
             request_head_done_loop(g, c);
     }
+    shared_unref(m->msg);
     free(m);
 }
 
@@ -68,8 +69,10 @@ void broadcast_free_loop(struct worker *w)
         struct bnode *b = STAILQ_FIRST(&w->bq);
         STAILQ_REMOVE_HEAD(&w->bq, link);
         worker_owes_update(w);
-        if (--b->m->refs == 0)
+        if (--b->m->refs == 0) {
+            shared_unref(b->m->msg);
             free(b->m);
+        }
         free(b);
     }
     while (!STAILQ_EMPTY(&w->bsent)) {
@@ -91,11 +94,14 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
     TAILQ_FOREACH(w, &grp->workers, glink)
         up += takes_broadcast(w); /* once to each worker (its lead), not to one leaving the
                                    * configuration, disabled, or given to a client's session */
-    struct bmsg *m = up ? malloc(sizeof *m + r->len) : NULL;
-    if (!m)
+    struct bmsg *m = up ? malloc(sizeof *m) : NULL;
+    uint8_t *bytes = m ? malloc(r->len) : NULL;
+    struct shared *msg = bytes ? shared_wrap((uint8_t *)memcpy(bytes, r->msg + r->off, r->len), r->len) : NULL;
+    if (!msg) {
+        free(m);
         return 0;
-    *m = (struct bmsg){.refs = up, .cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .len = r->len};
-    memcpy(m->data, r->msg + r->off, r->len);
+    }
+    *m = (struct bmsg){.refs = up, .cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .msg = msg};
     TAILQ_FOREACH(w, &grp->workers, glink) {
         if (!takes_broadcast(w))
             continue;
@@ -128,7 +134,7 @@ int broadcast_send_loop(struct gw *g, struct worker *w, int max)
             break;
         STAILQ_REMOVE_HEAD(&w->bq, link);
         worker_owes_update(w);
-        outq_copy(&w->c.out, b->m->data, b->m->len);
+        outq_share(&w->c.out, b->m->msg); /* one copy, whatever the number of workers */
         struct bmsg *m = b->m;
         b->m = NULL;
         STAILQ_INSERT_TAIL(&w->bsent, b, link);

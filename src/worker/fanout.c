@@ -41,7 +41,7 @@ static void start_part(struct gw *g, struct worker *w, struct fpart *p)
     w->run.fp = p;
     w->run.swallow = 0;
     p->st = FP_RUNNING;
-    if (outq_copy(&w->c.out, p->fo->msg, p->fo->len)) {
+    if (outq_share(&w->c.out, p->fo->msg)) {
         conn_close_loop(g, &w->c, "out of memory");
         return;
     }
@@ -69,7 +69,7 @@ static void fanout_free(struct gw *g, struct fanout *fo)
         inbuf_free(&p->reply);
         free(p);
     }
-    free(fo->msg);
+    shared_unref(fo->msg);
     free(fo);
 }
 
@@ -158,13 +158,18 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     struct fanout *fo = calloc(1, sizeof *fo + (size_t)n * sizeof fo->part[0]);
     if (!fo)
         return -1;
-    *fo = (struct fanout){.cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .as_list = r->fan == 2,
-                          .partial = r->partial, .nworkers = m, .msg = r->msg, .len = r->len};
-    snprintf(fo->gname, sizeof fo->gname, "%s", grp->cfg.name);
     if (r->off) /* a routed request's message starts past its wrapper */
         memmove(r->msg, r->msg + r->off, r->len);
+    struct shared *msg = shared_wrap(r->msg, r->len);
     r->msg = NULL;
     c->pending -= req_cost(r);
+    if (!msg) {
+        free(fo);
+        return -1;
+    }
+    *fo = (struct fanout){.cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .as_list = r->fan == 2,
+                          .partial = r->partial, .nworkers = m, .msg = msg};
+    snprintf(fo->gname, sizeof fo->gname, "%s", grp->cfg.name);
     TAILQ_FOREACH(w, &grp->workers, glink) {
         if (!takes_part(w))
             continue;

@@ -63,8 +63,7 @@ struct bmsg {
     int refs;            /* workers that have yet to take it */
     uint32_t cl_id, cl_gen;
     uint64_t seq;
-    size_t len;
-    uint8_t data[];
+    struct shared *msg;  /* its bytes, queued for each worker without a copy */
 };
 
 /* A broadcast on its way to one worker: queued (bq) or sent and not yet run (bsent, which
@@ -101,8 +100,7 @@ struct fanout {
     int nworkers;        /* the group's workers (not leaving it) when it started */
     char gname[CFG_NAME_MAX];
     size_t total;        /* reply bytes collected, bounded by merge_max */
-    uint8_t *msg;        /* the query, sent to each worker as its part begins */
-    size_t len;
+    struct shared *msg;  /* the query, queued for each worker (one copy) as its part begins */
     struct fpart *part[];
 };
 
