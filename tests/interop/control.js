@@ -34,9 +34,15 @@ nodeq.connect({host: "127.0.0.1", port: Number(port), user: "nq", password: "pw"
       assert.strictEqual(await q("echo served"), "served");
       assert.deepStrictEqual(await q(".qgate.pause", "`nosuch"), {err: "qgate: no group nosuch"});
       assert.deepStrictEqual(await q(".qgate.disable", "`nosuch:1"), {err: "qgate: no worker nosuch:1"});
+      // sent async (ks), a command runs in the gateway with no reply, in order with what follows
+      await new Promise((res) => con.ks(".qgate.pause", "`main", res));
+      assert.strictEqual((await q(".qgate.pools[]"))[0].paused, true);
+      await new Promise((res) => con.ks("`.qgate.resume", "`main", res));
+      assert.strictEqual((await q(".qgate.pools[]"))[0].paused, false);
+      assert.strictEqual(await q("echo after"), "after");
     } catch (x) { fail("control", x); }
     clearTimeout(timer);
-    console.log("ok - node-q: .qgate.pause/resume/disable/enable named by a string or a symbol, the argument a symbol or a string; .qgate.pools[] and .qgate.stats[] as tables; the errors");
+    console.log("ok - node-q: .qgate.pause/resume/disable/enable named by a string or a symbol, the argument a symbol or a string; .qgate.pools[] and .qgate.stats[] as tables; the errors; pause and resume sent async (ks)");
     con.close(() => process.exit(0));
   })();
 });
