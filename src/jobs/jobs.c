@@ -547,7 +547,13 @@ void job_check_reply(struct job *j)
             j->result = 1;
             return;
         }
-        if (len < 9 || len > (uint64_t)job_args(j)->reply.max || !(plain = malloc(len)) ||
+        if (len > (uint64_t)job_args(j)->reply.max) { /* over max_message once decompressed */
+            snprintf(j->text, sizeof j->text, "qgate: reply too large (%zu bytes, over max_message)", len);
+            job_encode_error(j);
+            j->result = 1;
+            return;
+        }
+        if (len < 9 || !(plain = malloc(len)) ||
             kzip_decompress(j->in, j->in_len, plain, len, &why) != QG_OK) {
             free(plain == j->in ? NULL : plain);
             snprintf(j->text, sizeof j->text, "qgate: the worker's compressed reply cannot be decompressed");
@@ -699,6 +705,17 @@ void job_merge(struct job *j)
         const uint8_t *p = in->part[i].p;
         size_t l = in->part[i].len;
         total += l >= 12 && p[2] ? kzip_uncompressed_len(p, l) : l;
+    }
+    for (int i = 0; i < in->n; i++) { /* a compressed part over max_message once decompressed:
+                                       * said so (a plain one over it was refused as it came) */
+        const uint8_t *p = in->part[i].p;
+        size_t l = in->part[i].len, pl = l >= 12 && p[2] ? kzip_uncompressed_len(p, l) : 0;
+        if (pl > (uint64_t)job_args(j)->reply.max) {
+            snprintf(j->text, sizeof j->text, "qgate: reply too large (%zu bytes, over max_message)", pl);
+            j->result = 2;
+            job_encode_error(j);
+            return;
+        }
     }
     if (total > (uint64_t)job_args(j)->reply.merge_max) {
         snprintf(j->text, sizeof j->text, "qgate: merge too large (over merge_max, %lld bytes)",

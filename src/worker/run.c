@@ -440,13 +440,14 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
     return nc ? ROUTE_COLLECT : ROUTE_STREAM;
 }
 
-/* An async message nobody is owed: dropped, counted, said (at most once a second). */
+/* An async message dropped: counted, said (at most once a second); one nobody is owed with the
+ * fix for a request pool. */
 static int drop_async(struct gw *g, struct worker *w, const char *why)
 {
     w->dropped++;
-    log_limited(&w->grp->dropped_log, g->loop.now_ms, LOG_WARN, w->c.name,
-                "async message %s: dropped (a worker that publishes to its subscribers belongs in a "
-                "pool = session group)", why);
+    int owner = w->grp->cfg.pool_mode != CFG_POOL_SESSION && strncmp(why, "over ", 5);
+    log_limited(&w->grp->dropped_log, g->loop.now_ms, LOG_WARN, w->c.name, "async message %s: dropped%s", why,
+                owner ? " (a worker that publishes to its subscribers belongs in a pool = session group)" : "");
     return ROUTE_DROP;
 }
 

@@ -107,6 +107,18 @@ expect_lines "$TMP/q.out" '^"a2"$' 1
 expect_lines "$TMP/q.out" '^"last"$' 1
 expect_lines "$TMP/M.log" "connected \\(capability" 1
 pass "a worker's reply or .qgate.all part over max_message: refused to whom it was for, the connection kept"
+# ... and one over it only once decompressed (a worker that compresses: 30,858 bytes sent for
+# 100,014): the same text (it said the reply "cannot be decompressed", the merge "could not be
+# merged")
+start_worker WZ --rows 10 --compress
+conf "$TMP/mz.conf" "127.0.0.1:$WZ_PORT" max_message=50000
+start_gateway MZ -c "$TMP/mz.conf"
+wait_line "$TMP/MZ.log" "connected \\(capability" 10
+G="127.0.0.1:$MZ_PORT"
+q "text 100000" "all:main:text 100000" "echo after"
+expect_lines "$TMP/q.out" "^'qgate: reply too large \\(100014 bytes, over max_message\\)\$" 2
+expect_lines "$TMP/q.out" '^"after"$' 1
+pass "a compressed reply over max_message once decompressed: 'qgate: reply too large, for a reply and a .qgate.all part"
 
 # --- queue full: 'qgate: busy ------------------------------------------------------------
 conf "$TMP/d.conf" "$WADDR" max_queue=1 loglevel=debug
