@@ -140,35 +140,30 @@ static void test_handshake_forms(void **state)
 {
     (void)state;
     struct kipc_hs h;
-    /* "hello\3\0": user only (forum thread 15286) */
-    assert_int_equal(kipc_hs_parse((const uint8_t *)"hello\x03", 7, 1024, &h), QG_OK);
-    assert_int_equal(h.cap, 3);
-    assert_int_equal(h.user_len, 5);
-    assert_int_equal(h.pass_len, 0);
-    /* pre-2.6 client: no capability byte */
-    assert_int_equal(kipc_hs_parse((const uint8_t *)"bob:pw", 7, 1024, &h), QG_OK);
-    assert_int_equal(h.cap, 0);
-    assert_int_equal(h.pass_len, 2);
-    /* empty credentials with capability 6 */
-    assert_int_equal(kipc_hs_parse((const uint8_t *)"\x06", 2, 1024, &h), QG_OK);
-    assert_int_equal(h.cap, 6);
-    assert_int_equal(h.user_len, 0);
-    /* bytes after the NUL are not part of the handshake */
-    assert_int_equal(kipc_hs_parse((const uint8_t *)"a\x03\0\x01\x01", 5, 1024, &h), QG_OK);
-    assert_int_equal(h.len, 3);
-    /* capability 0 given: "bob:pw" 00 00, both NULs the handshake's (the second was read as the
-     * first byte of a message, big-endian, and the client's first request never answered) */
-    assert_int_equal(kipc_hs_parse((const uint8_t *)"bob:pw\0", 8, 1024, &h), QG_OK);
-    assert_int_equal(h.len, 8);
-    assert_int_equal(h.cap, 0);
-    assert_int_equal(h.user_len, 3);
-    assert_int_equal(h.pass_len, 2);
-    assert_int_equal(kipc_hs_parse((const uint8_t *)"\0", 2, 1024, &h), QG_OK);
-    assert_int_equal(h.len, 2);
-    assert_int_equal(h.user_len, 0);
-    /* ... but a message right behind a pre-2.6 handshake stays a message */
-    assert_int_equal(kipc_hs_parse((const uint8_t *)"bob:pw\0\0\x01\0\0\x0e\0\0\0", 15, 1024, &h), QG_OK);
-    assert_int_equal(h.len, 7);
+    static const struct {
+        const char *bytes;
+        size_t n, len;
+        int cap;
+        size_t user_len, pass_len;
+    } cases[] = {
+        {"hello\x03", 7, 7, 3, 5, 0},  /* "hello\3\0": user only (forum thread 15286) */
+        {"bob:pw", 7, 7, 0, 3, 2},      /* pre-2.6 client: no capability byte */
+        {"\x06", 2, 2, 6, 0, 0},        /* empty credentials with capability 6 */
+        {"a\x03\0\x01\x01", 5, 3, 3, 1, 0}, /* bytes after the NUL are not the handshake's */
+        /* capability 0 given: "bob:pw" 00 00, both NULs the handshake's (the second was read as
+         * the first byte of a message, big-endian, and the first request never answered) */
+        {"bob:pw\0", 8, 8, 0, 3, 2},
+        {"\0", 2, 2, 0, 0, 0},
+        /* ... but a message right behind a pre-2.6 handshake stays a message */
+        {"bob:pw\0\0\x01\0\0\x0e\0\0\0", 15, 7, 0, 3, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(kipc_hs_parse((const uint8_t *)cases[i].bytes, cases[i].n, 1024, &h), QG_OK);
+        assert_int_equal(h.len, cases[i].len);
+        assert_int_equal(h.cap, cases[i].cap);
+        assert_int_equal(h.user_len, cases[i].user_len);
+        assert_int_equal(h.pass_len, cases[i].pass_len);
+    }
     /* over the cap without a NUL: refused; at the cap with a NUL in it: fine */
     uint8_t big[2048];
     memset(big, 'x', sizeof big);
