@@ -49,7 +49,7 @@ int outq_copy(struct outq *q, const void *p, size_t len)
     return 0;
 }
 
-struct shared *shared_wrap(uint8_t *p, size_t len)
+struct shared *buf_shared_wrap(uint8_t *p, size_t len)
 {
     struct shared *s = malloc(sizeof *s);
     if (!s) {

@@ -27,8 +27,8 @@ struct shared {
     uint8_t *p; /* owned */
 };
 /* A shared block of p's first len bytes (p malloc'd, taken; freed on ENOMEM), held once. */
-struct shared *shared_wrap(uint8_t *p, size_t len);
-static inline void shared_unref(struct shared *s)
+struct shared *buf_shared_wrap(uint8_t *p, size_t len);
+static inline void buf_shared_unref(struct shared *s)
 {
     if (s && --s->refs == 0) {
         free(s->p);
@@ -53,7 +53,7 @@ static inline void chunk_free(struct chunk *c)
 {
     if (c) {
         if (c->sh)
-            shared_unref(c->sh);
+            buf_shared_unref(c->sh);
         else
             free(c->ext);
         free(c);

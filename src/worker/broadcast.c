@@ -27,7 +27,7 @@ static void bmsg_release(struct gw *g, struct bmsg *m)
         if (h && h->seq == m->seq && h->state == RS_RUNNING && !c->w)
             request_head_done_loop(g, c);
     }
-    shared_unref(m->msg);
+    buf_shared_unref(m->msg);
     free(m);
 }
 
@@ -70,7 +70,7 @@ void broadcast_free_loop(struct worker *w)
         STAILQ_REMOVE_HEAD(&w->bq, link);
         worker_owes_update(w);
         if (--b->m->refs == 0) {
-            shared_unref(b->m->msg);
+            buf_shared_unref(b->m->msg);
             free(b->m);
         }
         free(b);
@@ -96,7 +96,7 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
                                    * configuration, disabled, or given to a client's session */
     struct bmsg *m = up ? malloc(sizeof *m) : NULL;
     uint8_t *bytes = m ? malloc(r->len) : NULL;
-    struct shared *msg = bytes ? shared_wrap((uint8_t *)memcpy(bytes, r->msg + r->off, r->len), r->len) : NULL;
+    struct shared *msg = bytes ? buf_shared_wrap((uint8_t *)memcpy(bytes, r->msg + r->off, r->len), r->len) : NULL;
     if (!msg) {
         free(m);
         return 0;

@@ -69,7 +69,7 @@ static void fanout_free(struct gw *g, struct fanout *fo)
         inbuf_free(&p->reply);
         free(p);
     }
-    shared_unref(fo->msg);
+    buf_shared_unref(fo->msg);
     free(fo);
 }
 
@@ -160,7 +160,7 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
         return -1;
     if (r->off) /* a routed request's message starts past its wrapper */
         memmove(r->msg, r->msg + r->off, r->len);
-    struct shared *msg = shared_wrap(r->msg, r->len);
+    struct shared *msg = buf_shared_wrap(r->msg, r->len);
     r->msg = NULL;
     c->pending -= req_cost(r);
     if (!msg) {

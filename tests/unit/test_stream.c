@@ -2055,7 +2055,7 @@ static void test_shared_block(void **state)
     uint8_t *p = malloc(100);
     assert_non_null(p);
     memset(p, 'q', 100);
-    struct shared *s = shared_wrap(p, 100);
+    struct shared *s = buf_shared_wrap(p, 100);
     assert_non_null(s);
     struct outq a = {0}, b = {0}, c = {0};
     assert_int_equal(outq_copy(&a, "hdr", 3), 0);
@@ -2069,7 +2069,7 @@ static void test_shared_block(void **state)
     assert_int_equal(outq_copy(&a, "x", 1), 0); /* never appended into a share */
     assert_int_equal(a.tail->p[0], 'x');
     assert_int_equal(a.bytes, 104);
-    shared_unref(s); /* its owner lets go: the queues still hold it */
+    buf_shared_unref(s); /* its owner lets go: the queues still hold it */
     outq_clear(&a);
     outq_clear(&b);
     assert_int_equal(s->refs, 1);
