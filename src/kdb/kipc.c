@@ -46,7 +46,7 @@ qg_status kipc_hs_parse(const uint8_t *p, size_t n, size_t max_len, struct kipc_
     size_t clen = (size_t)(z - p);
     hs->len = clen + 1;
     hs->cap = 0;
-    if (n == clen + 2 && p[clen + 1] == 0 && clen + 2 <= max_len) { /* "user:pw" 00 00: capability 0
+    if (n == clen + 2 && p[clen + 1] == 0 && clen + 2 <= max_len && (clen == 0 || p[clen - 1] >= 32)) { /* "user:pw" 00 00: capability 0
             * given, then the NUL (a byte alone after it: no message starts so; one sent right
             * behind the handshake has 8 bytes or more) */
         hs->len = clen + 2; /* (the credentials end at the first NUL: the capability byte) */

@@ -1,6 +1,7 @@
 /* fuzz_handshake.c: libFuzzer target for kipc_hs_parse, the client handshake parser.
  * The input is what a client sent before its first message. Checks: the result agrees with
- * where the first NUL is (and the 1 KiB cap); on success every output lies inside the bytes
+ * where the first NUL is (and the 1 KiB cap; a second NUL alone right after it, behind
+ * credentials that end in no capability byte, is capability 0 given); on success every output lies inside the bytes
  * consumed, the pieces add up to the consumed length, a shorter prefix is QG_AGAIN, and
  * kipc_hs_build of the parsed credentials parses back to the same credentials. */
 #include <stdint.h>
@@ -45,11 +46,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     CHECK(st == QG_OK);
 
-    /* consumed: exactly up to and including the first NUL, within the cap */
+    /* consumed: exactly up to and including the first NUL, within the cap; and a second NUL
+     * alone right after it ("user:pw" 00 00: capability 0 given) */
     size_t used = (size_t)(nul - data) + 1;
-    CHECK(hs.len == used);
+    int cap0 = size == used + 1 && data[used] == 0 && used + 1 <= cap && (used == 1 || data[used - 2] >= 32);
+    CHECK(hs.len == used + (size_t)cap0);
     CHECK(hs.len <= size && hs.len <= cap);
-    const uint8_t *end = data + hs.len - 1; /* the NUL: credentials lie before it */
+    const uint8_t *end = data + used - 1; /* the first NUL: credentials lie before it */
 
     CHECK(hs.cap < 32);
     CHECK(hs.user == (const char *)data);
@@ -58,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(!memchr(hs.user, ':', hs.user_len));
     CHECK(!memchr(hs.user, 0, hs.user_len) && !memchr(hs.pass, 0, hs.pass_len));
 
-    size_t content = hs.len - 1, cap_bytes = hs.cap ? 1 : 0;
+    size_t content = used - 1, cap_bytes = hs.cap ? 1 : 0;
     if (hs.cap)
         CHECK(data[content - 1] == hs.cap);
     else
@@ -70,11 +73,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     CHECK(hs.user_len + (size_t)colon + hs.pass_len + cap_bytes == content);
 
-    /* incremental arrival: one byte fewer is not yet a handshake */
+    /* incremental arrival: a byte fewer than the first NUL is not yet a handshake (capability 0
+     * given: the first NUL alone is a pre-2.6 one, of the same credentials) */
     struct kipc_hs hs2;
-    CHECK(kipc_hs_parse(data, hs.len - 1, cap, &hs2) == QG_AGAIN);
+    CHECK(kipc_hs_parse(data, used - 1, cap, &hs2) == QG_AGAIN);
+    if (cap0)
+        CHECK(kipc_hs_parse(data, used, cap, &hs2) == QG_OK && hs2.len == used && hs2.cap == 0 &&
+              hs2.user_len == hs.user_len && hs2.pass_len == hs.pass_len);
     /* the same bytes under a cap that cuts off the NUL */
-    CHECK(kipc_hs_parse(data, size, hs.len - 1, &hs2) == QG_ERR);
+    CHECK(kipc_hs_parse(data, size, used - 1, &hs2) == QG_ERR);
 
     /* round trip through the builder (cap 0 is a pre-2.6 client: nothing to build) */
     char *user = dup_text(hs.user, hs.user_len), *pass = dup_text(hs.pass, hs.pass_len);

@@ -154,6 +154,7 @@ static void test_handshake_forms(void **state)
          * the first byte of a message, big-endian, and the first request never answered) */
         {"bob:pw\0", 8, 8, 0, 3, 2},
         {"\0", 2, 2, 0, 0, 0},
+        {"bob:pw\x03\0", 9, 8, 3, 3, 2}, /* capability 3, then a NUL: not capability 0 given */
         /* ... but a message right behind a pre-2.6 handshake stays a message */
         {"bob:pw\0\0\x01\0\0\x0e\0\0\0", 15, 7, 0, 3, 2},
     };
