@@ -548,7 +548,7 @@ void job_check_reply(struct job *j)
             return;
         }
         if (len > (uint64_t)job_args(j)->reply.max) { /* over max_message once decompressed */
-            snprintf(j->text, sizeof j->text, "qgate: reply too large (%zu bytes, over max_message)", len);
+            snprintf(j->text, sizeof j->text, JOB_TOO_LARGE, (unsigned long long)len);
             job_encode_error(j);
             j->result = 1;
             return;
@@ -700,22 +700,20 @@ void job_merge(struct job *j)
 {
     struct merge_in *in = j->ctx;
     size_t len = 0, total = 0;
-    for (int i = 0; i < in->n; i++) { /* merge_max holds for the bytes the replies stand for: a
-                                       * compressed one is checked at its decompressed length */
+    for (int i = 0; i < in->n; i++) { /* merge_max holds for the bytes the replies stand for, and
+                                       * max_message for each: a compressed one is checked at its
+                                       * decompressed length (a plain one over it was refused as it came) */
         const uint8_t *p = in->part[i].p;
         size_t l = in->part[i].len;
-        total += l >= 12 && p[2] ? kzip_uncompressed_len(p, l) : l;
-    }
-    for (int i = 0; i < in->n; i++) { /* a compressed part over max_message once decompressed:
-                                       * said so (a plain one over it was refused as it came) */
-        const uint8_t *p = in->part[i].p;
-        size_t l = in->part[i].len, pl = l >= 12 && p[2] ? kzip_uncompressed_len(p, l) : 0;
-        if (pl > (uint64_t)job_args(j)->reply.max) {
-            snprintf(j->text, sizeof j->text, "qgate: reply too large (%zu bytes, over max_message)", pl);
+        int z = l >= 12 && p[2];
+        size_t pl = z ? kzip_uncompressed_len(p, l) : l;
+        if (z && pl > (uint64_t)job_args(j)->reply.max) {
+            snprintf(j->text, sizeof j->text, JOB_TOO_LARGE, (unsigned long long)pl);
             j->result = 2;
             job_encode_error(j);
             return;
         }
+        total += pl;
     }
     if (total > (uint64_t)job_args(j)->reply.merge_max) {
         snprintf(j->text, sizeof j->text, "qgate: merge too large (over merge_max, %lld bytes)",

@@ -79,6 +79,9 @@ int jobs_peek_route(const uint8_t *m, size_t len);
 int jobs_parse_route(const uint8_t *m, size_t len, struct route_form *f);
 /* What each kind of job takes and gives besides its bytes (in, out), its context (ctx), its
  * result and text: one typed struct per kind, in the job's args (job_args). */
+/* A worker's reply over max_message (its length, unsigned long long): the client's error. */
+#define JOB_TOO_LARGE "qgate: reply too large (%llu bytes, over max_message)"
+
 union job_args {
     struct job_check {          /* job_validate_msg (JK_CHECK, JK_NESTED) */
         int64_t max;            /* in: the longest message it may declare (decompressed) */

@@ -15,6 +15,12 @@
 
 #define BATCH_MAX 4096
 
+static void bmsg_free(struct bmsg *m)
+{
+    buf_shared_unref(m->msg);
+    free(m);
+}
+
 /* Give the client of a finished broadcast its turn back. */
 static void bmsg_release(struct gw *g, struct bmsg *m)
 {
@@ -27,8 +33,7 @@ static void bmsg_release(struct gw *g, struct bmsg *m)
         if (h && h->seq == m->seq && h->state == RS_RUNNING && !c->w)
             request_head_done_loop(g, c);
     }
-    buf_shared_unref(m->msg);
-    free(m);
+    bmsg_free(m);
 }
 
 /* Sent broadcasts ran (the chaser after one client's run came back: one segment), or went
@@ -69,10 +74,8 @@ void broadcast_free_loop(struct worker *w)
         struct bnode *b = STAILQ_FIRST(&w->bq);
         STAILQ_REMOVE_HEAD(&w->bq, link);
         worker_owes_update(w);
-        if (--b->m->refs == 0) {
-            buf_shared_unref(b->m->msg);
-            free(b->m);
-        }
+        if (--b->m->refs == 0)
+            bmsg_free(b->m);
         free(b);
     }
     while (!STAILQ_EMPTY(&w->bsent)) {
@@ -126,7 +129,7 @@ int broadcast_queue_loop(struct gw *g, struct group *grp, struct client *c, stru
  * chasers sent (1, or 0 if w owes nothing). */
 int broadcast_send_loop(struct gw *g, struct worker *w, int max)
 {
-    int n = 0, chasers = 0;
+    int n = 0;
     struct bnode *prev = NULL;
     while (!STAILQ_EMPTY(&w->bq) && n < (max ? max : BATCH_MAX)) {
         struct bnode *b = STAILQ_FIRST(&w->bq);
@@ -142,11 +145,10 @@ int broadcast_send_loop(struct gw *g, struct worker *w, int max)
         bmsg_release(g, m); /* may queue the client's next broadcast on w->bq */
         n++;
     }
-    if (prev) {
-        outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
-        prev->seg_end = 1;
-        chasers++;
-    }
-    return chasers;
+    if (!prev)
+        return 0;
+    outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
+    prev->seg_end = 1;
+    return 1;
 }
 

@@ -225,7 +225,7 @@ int fanout_route_loop(struct gw *g, struct worker *w, uint64_t len)
     struct fanout *fo = w->run.fp ? w->run.fp->fo : NULL;
     char why[96];
     if (fo && len > (uint64_t)g->cfg.max_message)
-        snprintf(why, sizeof why, "qgate: reply too large (%llu bytes, over max_message)", (unsigned long long)len);
+        snprintf(why, sizeof why, JOB_TOO_LARGE, (unsigned long long)len);
     else if (fo && fo->total + len > (uint64_t)g->cfg.merge_max)
         snprintf(why, sizeof why, "qgate: merge too large (over merge_max, %lld bytes)", (long long)g->cfg.merge_max);
     else

@@ -424,8 +424,7 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
     if (nc < 0) { /* over max_message, or too big to check for an old client: it is told, the
                    * reply drained (never held), the connection kept */
         if (over)
-            request_error_loop(g, c, client_head(c), "qgate: reply too large (%llu bytes, over max_message)",
-                               (unsigned long long)h->len);
+            request_error_loop(g, c, client_head(c), JOB_TOO_LARGE, (unsigned long long)h->len);
         else
             request_error_loop(g, c, client_head(c),
                               "qgate: reply too large for capability %d (%llu bytes, over compress_max)", c->cap,

@@ -443,6 +443,15 @@ static void on_remnant_closed(struct gw *g, void *ctx)
         worker_connect_loop(g, w);
 }
 
+/* How loud the nth connection attempt in a row to fail is: the first a warning, then one at 8,
+ * 16, 32, ... (a worker down for long floods no log), the rest at debug. */
+static int failed_attempt_level(uint32_t n)
+{
+    if (n <= 1)
+        return LOG_WARN;
+    return n >= 8 && !(n & (n - 1)) ? LOG_INFO : LOG_DEBUG;
+}
+
 /* The socket is gone: fail or finish the request, then reconnect (or go, if removed). */
 static void on_close(struct gw *g, struct conn *c, const char *why)
 {
@@ -451,7 +460,7 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     w->renewing = renew ? 2 : 0;
     int was_up = worker_is_connected(w);
     uint32_t fails = was_up || renew ? 0 : ++w->fails; /* an attempt that failed: the first said, then a few */
-    int lvl = renew ? LOG_DEBUG : w->removed ? LOG_INFO : fails <= 1 ? LOG_WARN : !(fails & (fails - 1)) && fails >= 8 ? LOG_INFO : LOG_DEBUG;
+    int lvl = renew ? LOG_DEBUG : w->removed ? LOG_INFO : failed_attempt_level(fails);
     if (fails > 1)
         log_at(lvl, c->name, "connection closed: %s (%u attempts failed in a row)", why, fails);
     else
