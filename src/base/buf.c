@@ -49,6 +49,8 @@ int outq_copy(struct outq *q, const void *p, size_t len)
     return 0;
 }
 
+size_t buf_held_bytes;
+
 struct shared *buf_shared_wrap(uint8_t *p, size_t len)
 {
     struct shared *s = malloc(sizeof *s);

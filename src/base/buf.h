@@ -16,6 +16,7 @@ struct chunk {
     size_t cap;     /* room at p (inline chunks can be appended to) */
     uint8_t *ext;   /* owned external block, or NULL */
     struct shared *sh; /* or a share of a block other chunks send too */
+    size_t held;    /* bytes it counts in buf_held_bytes (chunk_wrap_held), given back when freed */
     uint8_t data[];
 };
 
@@ -49,9 +50,25 @@ static inline struct chunk *chunk_wrap(uint8_t *buf, size_t len)
     *c = (struct chunk){.p = buf, .len = len, .cap = len, .ext = buf};
     return c;
 }
+/* Bytes held whole for a client, counted process-wide against the gateway's hold_max: replies
+ * collected to change them, made replies waiting their turn or in an output queue (loop only). */
+extern size_t buf_held_bytes;
+static inline void buf_held_add(size_t n) { buf_held_bytes += n; }
+static inline void buf_held_sub(size_t n) { buf_held_bytes -= n; }
+/* chunk_wrap, the chunk counted in buf_held_bytes until it is freed. */
+static inline struct chunk *chunk_wrap_held(uint8_t *buf, size_t len)
+{
+    struct chunk *c = chunk_wrap(buf, len);
+    if (c) {
+        c->held = len;
+        buf_held_add(len);
+    }
+    return c;
+}
 static inline void chunk_free(struct chunk *c)
 {
     if (c) {
+        buf_held_sub(c->held);
         if (c->sh)
             buf_shared_unref(c->sh);
         else

@@ -72,6 +72,7 @@ struct req {
     size_t len;
     uint32_t off;        /* routed: the wrapper's bytes before the query's message */
     struct chunk *reply; /* READY: the reply */
+    size_t held;         /* LOCAL: bytes its pool job holds (in and out), counted against hold_max */
     int64_t t_arrive;    /* ms */
     /* for the access log */
     int64_t t_in_us;     /* arrival */

@@ -60,6 +60,7 @@ void request_free(struct req *r)
     free(r->msg);
     free(r->etext);
     chunk_free(r->reply);
+    buf_held_sub(r->held); /* a pool job's bytes, freed with the job whatever it made */
     free(r);
 }
 
@@ -382,10 +383,12 @@ void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *m
         free(msg);
         return;
     }
+    buf_held_sub(r->held); /* its job's bytes: freed, or the reply counted now */
+    r->held = 0;
     if (r->type != KIPC_SYNC) { /* nobody waits for an async message's reply (an async gateway
                                  * command's): done with, nothing sent */
         free(msg);
-    } else if (!(r->reply = chunk_wrap(msg, len))) {
+    } else if (!(r->reply = chunk_wrap_held(msg, len))) {
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }

@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 
 #include "alog.h"
+#include "buf.h"
 #include "config.h"
 #include "log.h"
 #include "loop.h"
@@ -32,7 +33,7 @@ struct gw_name;
     X(BUSY, "busy") X(QUEUE_TIMEOUT, "queue_timeout") X(NO_WORKER, "no_worker") X(BADMSG, "badmsg") \
     X(STALLED, "stalled") X(NO_FDS, "out_of_fds") X(DRAINING, "draining")                                  \
     X(METRICS_FULL, "metrics_full") X(METRICS_PEER, "metrics_per_peer") X(METRICS_TIMEOUT, "metrics_timeout") \
-    X(METRICS_FDS, "metrics_out_of_fds") X(PROXY, "proxy")
+    X(METRICS_FDS, "metrics_out_of_fds") X(PROXY, "proxy") X(HOLD_MAX, "hold_max")
 #define GW_REFUSAL_ENUM(e, s) REFUSED_##e,
 enum gw_refusal { GW_REFUSALS(GW_REFUSAL_ENUM) GW_NREFUSALS };
 #undef GW_REFUSAL_ENUM
@@ -140,6 +141,7 @@ struct gw {
     uint64_t next_serial, next_worker_serial;
     int nclients;
     uint64_t handshakes, query_timeouts;
+    uint64_t held_passed; /* replies sent as the worker sent them for hold_max (not changed) */
     uint64_t connect_timeouts; /* worker connections that did not connect, or answer q's handshake, in worker_connect_timeout */
     struct {
         uint64_t n;       /* so far */
@@ -161,6 +163,7 @@ struct gw {
         struct log_limit fanout;     /* a .qgate.all that failed (fanout.c) */
         struct log_limit async_err;  /* an async gateway command that failed: nobody to tell (request.c) */
         struct log_limit accept;     /* accept() failing with a pending connection's error (client.c) */
+        struct log_limit hold;       /* hold_max reached (run.c, fanout.c) */
     } lim;
     struct auth_shared *auth; /* users file, or NULL: any credentials */
 
@@ -186,5 +189,11 @@ _Static_assert(offsetof(struct gw, loop) == 0, "the loop reaches its state throu
 
 /* A time of the loop's clock (ms) on the wall clock (ms since the epoch), for what operators read. */
 static inline int64_t gw_wall_ms(const struct gw *g, int64_t mono_ms) { return g->started_wall_ms + (mono_ms - g->started_ms); }
+
+/* May n more bytes be held whole for clients under hold_max (buf_held_bytes)? */
+static inline int gw_hold_room(const struct gw *g, uint64_t n)
+{
+    return !g->cfg.hold_max || buf_held_bytes + n <= (uint64_t)g->cfg.hold_max;
+}
 
 #endif

@@ -168,6 +168,8 @@ struct metrics_snap *report_totals_loop(struct gw *g)
     s->alog_errors = ac.errors;
     s->alog_queued = ac.queued - ac.held;
     s->log_dropped = log_dropped_total();
+    s->held_bytes = buf_held_bytes;
+    s->held_passed = g->held_passed;
     snap_groups(g, s);
     return s;
 }

@@ -135,6 +135,13 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
     head(t, "qgate_log_dropped_total", "counter",
          "log lines dropped: stderr behind (1 MiB queued: a stalled journald, a stopped pipe reader)");
     tprintf(t, "qgate_log_dropped_total %llu\n", (unsigned long long)s->log_dropped);
+    head(t, "qgate_held_bytes", "gauge",
+         "bytes held whole for clients (replies collected to change them, and the replies made, until written): "
+         "bounded by hold_max");
+    tprintf(t, "qgate_held_bytes %llu\n", (unsigned long long)s->held_bytes);
+    head(t, "qgate_held_passed_total", "counter",
+         "replies sent as the worker sent them, not decompressed or compressed, because hold_max was reached");
+    tprintf(t, "qgate_held_passed_total %llu\n", (unsigned long long)s->held_passed);
 }
 
 static void render_groups(struct text *t, const struct metrics_snap *s)
@@ -313,6 +320,8 @@ K metrics_totals(const struct metrics_snap *s)
     KV("alog_dropped", s->alog_dropped);
     KV("alog_errors", s->alog_errors);
     KV("log_dropped", s->log_dropped);
+    KV("held_bytes", s->held_bytes);
+    KV("held_passed", s->held_passed);
     uint64_t pipelined = 0;
     for (int i = 0; i < s->ngroups; i++)
         pipelined += s->groups[i].pipelined;

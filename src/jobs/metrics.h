@@ -43,6 +43,8 @@ struct metrics_snap {
     uint64_t alog_lines, alog_dropped, alog_errors;
     uint64_t alog_queued;                         /* lines waiting for the access log's thread */
     uint64_t log_dropped;                         /* the log's lines dropped (log_dropped_total) */
+    uint64_t held_bytes;                          /* bytes held whole for clients (hold_max's) */
+    uint64_t held_passed;                         /* replies sent as they came for hold_max */
     int ngroups;
     struct metrics_group groups[CFG_MAX_GROUPS];
     struct stats_snapshot *workers;               /* owned */

@@ -19,6 +19,7 @@
 #include "gw.h"
 #include "jobs.h"
 #include "kipc.h"
+#include "kzip.h"
 #include "log.h"
 
 static struct client *client_of_fanout(struct gw *g, const struct fanout *fo)
@@ -70,6 +71,7 @@ static void fanout_free(struct gw *g, struct fanout *fo)
         free(p);
     }
     buf_shared_unref(fo->msg);
+    buf_held_sub(fo->held);
     free(fo);
 }
 
@@ -137,7 +139,26 @@ static void complete(struct gw *g, struct fanout *fo)
         in->n++;
         p->reply = (struct inbuf){0};
     }
+    size_t held = fo->held, out = 0; /* the parts, now the job's, and what they merge to */
+    for (int i = 0; i < in->n; i++) {
+        const uint8_t *m = in->part[i].p;
+        size_t len = in->part[i].len;
+        out += len > 8 && m[2] ? kzip_uncompressed_len(m, len) : len;
+    }
+    fo->held = 0; /* (still counted: the job's now) */
     fanout_free(g, fo);
+    if (!gw_hold_room(g, out)) { /* hold_max: refused, as a part over it is */
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
+                          "hold_max reached (%zu bytes held whole): a .qgate.all's merge of %zu bytes refused",
+                          buf_held_bytes, out);
+        buf_held_sub(held);
+        jobs_merge_in_free(in);
+        job_free(j);
+        request_error_loop(g, c, r, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+        return;
+    }
+    r->held = held + out;
+    buf_held_add(out);
     j->ctx = in;
     j->ctx_free = jobs_merge_in_free;
     job_args(j)->reply = (struct job_reply){.cap = c->cap, .max = g->cfg.max_message,
@@ -228,7 +249,12 @@ int fanout_route_loop(struct gw *g, struct worker *w, uint64_t len)
         snprintf(why, sizeof why, JOB_TOO_LARGE, (unsigned long long)len);
     else if (fo && fo->total + len > (uint64_t)g->cfg.merge_max)
         snprintf(why, sizeof why, "qgate: merge too large (over merge_max, %lld bytes)", (long long)g->cfg.merge_max);
-    else
+    else if (fo && !gw_hold_room(g, len)) {
+        struct client *c = client_of_fanout(g, fo);
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c ? c->c.name : w->c.name,
+                          "hold_max reached (%zu bytes held whole): a .qgate.all refused", buf_held_bytes);
+        snprintf(why, sizeof why, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+    } else
         why[0] = 0;
     if (why[0]) {
         fail(g, fo, why); /* w->run.fp->fo is NULL now */
@@ -257,6 +283,8 @@ void fanout_part_done_loop(struct gw *g, struct worker *w)
     }
     p->reply = w->coll;
     w->coll = (struct inbuf){0};
+    fo->held += w->coll_held; /* counted with the fan-out's now */
+    w->coll_held = 0;
     p->st = FP_DONE;
     if (--fo->left == 0)
         complete(g, fo);

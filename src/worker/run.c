@@ -214,20 +214,58 @@ void run_start_loop(struct gw *g, struct conn *w, struct conn *c)
 
 /* ---- finishing a run ------------------------------------------------------------------------- */
 
+/* hold_max reached: a reply of n bytes that cannot go as it came (an old client's, which must be
+ * checked) is refused to c; */
+static void hold_refused(struct gw *g, struct client *c, struct req *r, uint64_t n)
+{
+    conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
+                      "hold_max reached (%zu bytes held whole): a reply of %llu bytes refused to capability %d",
+                      buf_held_bytes, (unsigned long long)n, c->cap);
+    request_error_loop(g, c, r, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+}
+
+/* ... the others go as the worker sent them (not decompressed, not compressed). */
+static void hold_passed(struct gw *g, struct client *c, uint64_t n)
+{
+    g->held_passed++;
+    log_limited(&g->lim.hold, g->loop.now_ms, LOG_WARN, c->c.name,
+                "hold_max reached (%zu bytes held whole): a reply of %llu bytes goes as the worker sent it",
+                buf_held_bytes, (unsigned long long)n);
+}
+
 /* Hand a collected reply to the pool job that transforms it for c. */
 static void submit_collected(struct gw *g, struct worker *w, struct client *c)
 {
     struct req *r = client_head(c);
-    int plain = c->local && w->coll.len > 2 && w->coll.p[2]; /* compressed, for this host */
+    int zipped = w->coll.len > 2 && w->coll.p[2], plain = c->local && zipped; /* compressed, for this host */
     int old = c->cap < 3 || plain;
-    struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_REPLY);
     client_set_worker_loop(c, NULL);
-    if (!j || !r) {
-        job_free(j);
+    if (!r) {
+        conn_close_loop(g, &c->c, "out of memory");
+        return;
+    }
+    /* what the job makes: at most what came, unless it decompresses */
+    size_t out = zipped && old ? kzip_uncompressed_len(w->coll.p, w->coll.len) : w->coll.len;
+    if (out > w->coll.len && !gw_hold_room(g, out)) { /* hold_max: as it came, or refused */
+        if (c->cap < 3) {
+            hold_refused(g, c, r, out);
+            inbuf_free(&w->coll);
+        } else {
+            hold_passed(g, c, out);
+            request_set_state_loop(g, c, r, RS_LOCAL);
+            request_reply_loop(g, c, r->seq, w->coll.p, w->coll.len);
+            w->coll = (struct inbuf){0};
+        }
+        return;
+    }
+    struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_REPLY);
+    if (!j) {
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
     request_set_state_loop(g, c, r, RS_LOCAL);
+    r->held = w->coll.len + out; /* (its in, and its out, as the job holds them) */
+    buf_held_add(r->held);
     job_args(j)->reply = (struct job_reply){.cap = c->cap, .max = g->cfg.max_message, .plain = (uint8_t)plain,
                                             .compress_max = g->cfg.compress_max};
     j->in = w->coll.p;
@@ -383,7 +421,7 @@ static void deliver_whole(struct gw *g, struct worker *w)
         tell_no_client(g, w);
         return;
     }
-    struct chunk *ch = chunk_wrap(w->coll.p, w->coll.len);
+    struct chunk *ch = chunk_wrap_held(w->coll.p, w->coll.len);
     w->coll = (struct inbuf){0};
     if (!ch) {
         conn_close_loop(g, &c->c, "out of memory");
@@ -421,11 +459,20 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
         return ROUTE_DROP;
     }
     int over = h->len > (uint64_t)g->cfg.max_message, nc = over ? -1 : needs_collect(g, c, h);
+    if (nc > 0 && !gw_hold_room(g, h->len)) { /* hold_max: as it came, or refused */
+        if (c->cap < 3) {
+            hold_refused(g, c, client_head(c), h->len);
+            nc = -2;
+        } else {
+            hold_passed(g, c, h->len);
+            nc = 0;
+        }
+    }
     if (nc < 0) { /* over max_message, or too big to check for an old client: it is told, the
                    * reply drained (never held), the connection kept */
         if (over)
             request_error_loop(g, c, client_head(c), JOB_TOO_LARGE, (unsigned long long)h->len);
-        else
+        else if (nc == -1)
             request_error_loop(g, c, client_head(c),
                               "qgate: reply too large for capability %d (%llu bytes, over compress_max)", c->cap,
                               (unsigned long long)h->len);
@@ -525,6 +572,10 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
     if (w->c.fd < 0 || w->c.closing) /* closed while routing */
         return SS_STOP;
     w->msg.route = (uint8_t)route;
+    if (route == ROUTE_COLLECT || route == ROUTE_FORWARD) { /* held whole: counted from now */
+        w->coll_held = (size_t)h->len;
+        buf_held_add(w->coll_held);
+    }
     if (route == ROUTE_STREAM) {
         stream_route(x, SR_STREAM, &w->msg.to->c);
     } else {
@@ -541,7 +592,7 @@ int run_bad_header_loop(struct gw *g, struct conn *x, const char *why)
 }
 
 /* The message has ended (streamed, dropped, or whole in w->coll). */
-static int message_done(struct gw *g, struct worker *w)
+static void message_end(struct gw *g, struct worker *w)
 {
     const struct rdstate *rd = &w->c.rd;
     if (w->msg.reply && rd->npeek) { /* a q error: its text, for the access log */
@@ -559,14 +610,20 @@ static int message_done(struct gw *g, struct worker *w)
     w->msg.to = NULL;
     w->msg.reply = 0;
     if (rd->type != KIPC_RESPONSE || w->st != WS_BUSY)
-        return SS_OK;
+        return;
     if (route == ROUTE_SWALLOW) {
         broadcast_forget_sent_loop(g, w, 0); /* a chaser came back: one client's broadcasts before it ran */
         if (--w->run.swallow == 0 && w->run.kind != RUN_REQUEST)
             run_end(g, w);
-        return SS_OK;
+        return;
     }
     run_end(g, w);
+}
+
+static int message_done(struct gw *g, struct worker *w)
+{
+    message_end(g, w);
+    worker_coll_release(w); /* what it collected is freed, or held (and counted) elsewhere now */
     return SS_OK;
 }
 
@@ -647,6 +704,7 @@ void run_lost_loop(struct gw *g, struct worker *w)
     int cut = to && to == c && !c->eof, cut_sess = to && to == s;
     w->run.cl = NULL;
     inbuf_free(&w->coll);
+    worker_coll_release(w);
     w->msg = (struct wmsg){0};
     w->run.swallow = 0;
     stream_resume_loop(g, &w->c); /* off the waiters of the client it waited on */

@@ -100,6 +100,7 @@ struct fanout {
     int nworkers;        /* the group's workers (not leaving it) when it started */
     char gname[CFG_NAME_MAX];
     size_t total;        /* reply bytes collected, bounded by merge_max */
+    size_t held;         /* those of them counted against hold_max (buf_held_bytes) */
     struct shared *msg;  /* the query, queued for each worker (one copy) as its part begins */
     struct fpart *part[];
 };
@@ -150,6 +151,7 @@ struct worker {
     char uds_why[96];    /* why its Unix socket was passed over for TCP last, for the log */
     struct client *sess; /* pool = session: the client it is given to (c->sess is this worker) */
     struct inbuf coll;   /* a message collected whole */
+    size_t coll_held;    /* its length, counted against hold_max from its header until it is moved on */
     int64_t backoff;     /* ms */
     struct remnant remnant;  /* its connection closed with broadcasts not known to have run,
                               * read to its end: it connects again once q has closed that too
@@ -169,6 +171,12 @@ static inline struct worker *worker_of(struct conn *c) { return (struct worker *
 /* Its connection says whether it owes broadcasts or fan-out parts (dispatch reads that): kept
  * after every change to bq and fq. */
 static inline void worker_owes_update(struct worker *w) { w->c.owes = !STAILQ_EMPTY(&w->bq) || !STAILQ_EMPTY(&w->fq); }
+/* What w collected no longer counts against hold_max here: freed, or counted where it went. */
+static inline void worker_coll_release(struct worker *w)
+{
+    buf_held_sub(w->coll_held);
+    w->coll_held = 0;
+}
 /* Up: connected and in the group's rotation (DISABLED is connected, out of it). */
 static inline int worker_is_up(const struct worker *w)
 {

@@ -152,6 +152,14 @@ pick_port() {
 }
 # metric 'NAME{LABELS}': its value on the metrics page at 127.0.0.1:$METRICS_PORT
 metric() { curl -s --max-time 10 "http://127.0.0.1:$METRICS_PORT/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+# total KEY [HOST:PORT]: KEY of .qgate.totals[] at the gateway $G (or HOST:PORT)
+total() {
+    timeout 10 "$BIN/qsend" -g "${2:-$G}" ".qgate.totals[]" | awk -F'!' -v key="$1" '{ nk = split($1, k, "`")
+        split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == key) print v[i - 1] }'
+}
+# total_is KEY N [HOST:PORT], total_at_least KEY N [HOST:PORT] (for wait_for)
+total_is() { [ "$(total "$1" "${3:-}")" = "$2" ]; }
+total_at_least() { local v; v=$(total "$1" "${3:-}"); [ -n "$v" ] && [ "$v" -ge "$2" ]; }
 # metric_at_least 'NAME{LABELS}' N: is it N or more? (for wait_for)
 metric_at_least() { local v; v=$(metric "$1"); [ -n "$v" ] && [ "${v%.*}" -ge "$2" ]; }
 

@@ -102,6 +102,44 @@ grep -aq "qgate: reply too large for capability 0 (20014 bytes, over compress_ma
 grep -aq "small" "$TMP/old.out" || fail "capability 0: the next reply did not come"
 pass "a compressed reply over compress_max once decompressed: as it came to a client on this host; 'qgate: reply too large to capability 0"
 
+# hold_max bounds what qgate holds whole for all clients together. A client that reads nothing
+# holds its reply, decompressed (20 MB); past hold_max another client on this host gets its
+# reply as the worker sent it (compressed), an old client (capability 0, whose reply must be
+# checked) and a .qgate.all (merged) 'qgate: busy. Once the holder goes, nothing is counted
+# held, and replies are decompressed again. (40 clients that read nothing held 1.66 GB.)
+start_gateway ZH --workers "127.0.0.1:$Z_PORT" --loglevel info -c <(printf '[gateway]\nhold_max = 30000000\n')
+H="127.0.0.1:$ZH_PORT"
+raw_open "$ZH_PORT"
+raw_hs holder:pw
+raw_text 1 "text 20000000"
+wait_for 60 "the reply held whole for a client that reads nothing" total_at_least held_bytes 20000014 "$H"
+timeout 60 "$BIN/qsend" -g "$H" --wire "text 20000000" > /dev/null 2> "$TMP/wire.gw"
+expect_lines "$TMP/wire.gw" "^wire: [0-9]+ bytes compressed \\(20000014 plain\\)\$" 1
+[ "$(total held_passed "$H")" = 1 ] || fail "held_passed: $(total held_passed "$H")"
+expect_file_has "$TMP/ZH.log" "hold_max reached \\([0-9]+ bytes held whole\\): a reply of 20000014 bytes goes as the worker sent it"
+raw_open "$ZH_PORT" 4
+printf 'old:pw\000' >&4
+head -c 1 <&4 > /dev/null
+raw_text 1 "text 20000000" 4
+raw_text 1 "echo small" 4
+raw_msg "$TMP/oldh.out" 4 || fail "capability 0: no first reply"
+raw_msg "$TMP/oldh.out" 4 || fail "capability 0: no second reply"
+raw_close 4
+grep -aq "qgate: busy: replies held whole reached hold_max (30000000 bytes)" "$TMP/oldh.out" ||
+    fail "capability 0: $(od -c "$TMP/oldh.out" | head -3)"
+grep -aq "small" "$TMP/oldh.out" || fail "capability 0: the next reply did not come"
+timeout 60 "$BIN/qsend" -g "$H" "all:default:text 20000000" > "$TMP/q.out" 2>&1 || true
+expect_lines "$TMP/q.out" "^'qgate: busy: replies held whole reached hold_max \\(30000000 bytes\\)\$" 1
+[ "$(total refused_hold_max "$H")" = 2 ] || fail "refused_hold_max: $(total refused_hold_max "$H")"
+raw_close
+wait_for 30 "nothing held once the holder has gone" total_is held_bytes 0 "$H"
+timeout 60 "$BIN/qsend" -g "$H" --wire "text 20000000" > /dev/null 2> "$TMP/wire.gw"
+expect_lines "$TMP/wire.gw" "^wire: 20000014 bytes plain \\(20000014 plain\\)\$" 1
+timeout 60 "$BIN/qsend" -g "$H" "all:default:text 20" > "$TMP/q.out" 2>&1
+expect_lines "$TMP/q.out" '^"qgate 0 qgate 1 qgat"$' 1
+[ "$(total held_bytes "$H")" = 0 ] || fail "held_bytes after: $(total held_bytes "$H")"
+pass "hold_max: past it a reply goes as the worker sent it, an old client's and a .qgate.all's get 'qgate: busy; nothing held once the holder goes"
+
 # credentials: the wrong ones are closed without a byte ('access)
 start_worker U --rows 10 --user alice:secret
 "$BIN/qsend" -g "127.0.0.1:$U_PORT" -u alice:secret "echo in" > "$TMP/q.out"

@@ -509,6 +509,9 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
 #define HAS(p) (!strncmp(e, p, strlen(p)))
     if (HAS("qgate: badmsg"))
         return r->op == OP_BADBODY || r->op == OP_BADHDR ? NULL : "a well-formed request";
+    if (HAS("qgate: busy: replies held whole reached hold_max"))
+        return cfg->hold_max < (1 << 30) && (c->cap < 3 || r->op == OP_ALL) ? NULL
+                                                                             : "hold_max 1 GiB, or a reply that may go as it came";
     if (HAS("qgate: busy"))
         return cfg->max_queue < 1000 ? NULL : "max_queue 1000, never reached here";
     if (HAS("qgate: timeout (queued "))
@@ -658,7 +661,8 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
 {
     char s[256];
     text_of(x, s, sizeof s);
-    if (compressed && (c->local || c->cap < 1))
+    if (compressed && (c->cap < 1 || (c->local && S->g.cfg.hold_max >= (1 << 30)))) /* (hold_max:
+                                                                      * as the worker sent it) */
         fail("C%d (%s, capability %d) got a compressed message", c->cid, c->local ? "local" : "remote", c->cap);
     if (type == KIPC_ASYNC) {
         client_got_async(c, s);

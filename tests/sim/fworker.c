@@ -15,6 +15,7 @@
 
 #include "gw.h"
 #include "kcodec.h"
+#include "kzip.h"
 #include "kipc.h"
 #include "worker.h"
 #include "sim_int.h"
@@ -288,7 +289,16 @@ static void fw_reply_text(struct fworker *w, int i, int cid, int may_defer, cons
 static void fw_reply_k(struct fworker *w, int i, int cid, int may_defer, K x)
 {
     struct sbuf m = {0};
-    put_msg(&m, KIPC_RESPONSE, x);
+    size_t len;
+    uint8_t *p = kcodec_encode_msg(x, KIPC_RESPONSE, &len), *z = NULL;
+    k_free(x);
+    if (!p)
+        fail("out of memory encoding");
+    size_t zl = S->wzip && len >= KZIP_MIN_LEN && (z = malloc(len / 2)) ? kzip_compress(p, len, z) : 0;
+    sb_add(&m, zl ? z : p, zl ? zl : len); /* compressed as q does for a remote peer, in worlds
+                                            * whose workers take the gateway for one */
+    free(p);
+    free(z);
     fw_reply(w, i, cid, &m, may_defer);
 }
 

@@ -662,6 +662,7 @@ static void choose_world(struct config *cfg)
     S->defer_pct = chance(40) ? 1 + rnd(30) : 0;
     S->log_queued = enabled(SIM_EV_LOGSINK) && chance(50);
     S->log_cap = 1024 + (size_t)rnd(16384);
+    S->wzip = chance(30);
 }
 
 /* The gateway, set up from a random configuration and the fake workers it is to connect to. */
@@ -731,6 +732,8 @@ static void check_baseline(const struct baseline *b0)
     if (b0->heap && b1.heap - b0->heap != b1.kept - b0->kept)
         fail("the end: the gateway holds %zd bytes more than at the start (%zd accounted for)",
              (ssize_t)(b1.heap - b0->heap), (ssize_t)(b1.kept - b0->kept));
+    if (buf_held_bytes) /* everything held whole for a client has gone with it */
+        fail("the end: %zu bytes still counted held whole (hold_max) with no client left", buf_held_bytes);
 }
 
 /* Everyone leaves: the scrapers and the clients close, the workers stay up and take what comes,
@@ -787,6 +790,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     S->mid_ok = 0;
     res->mid_events = S->mid_events;
     res->http_501 = S->http_501;
+    res->hold_passed = (long)S->g.held_passed;
+    res->hold_refused = (long)S->g.refused[REFUSED_HOLD_MAX].n;
     tr("quiescence");
     quiesce(0, "quiescence (clients that stopped reading still stopped)");
     quiesce(1, "quiescence");
@@ -798,6 +803,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
 
     uint64_t ended = alog_sink_finish();
     gw_free(&S->g); /* writes the access log's last lines */
+    if (buf_held_bytes)
+        fail("after gw_free: %zu bytes still counted held whole (hold_max)", buf_held_bytes);
     check_alog_end(ended);
     free_world();
     check_log_end();

@@ -46,6 +46,8 @@ struct sim_result {
     long alog_frags;      /* access-log lines cut by a full disk, ended before the next */
     long mid_events;      /* peers that acted in the middle of an iteration (MIDWRITE) */
     long http_501;        /* HTTP requests for a handshake answered 501 whole */
+    long hold_passed;     /* replies sent as the worker sent them for hold_max */
+    long hold_refused;    /* replies and .qgate.alls refused for it */
     long failed_step;     /* the event at which an invariant failed, or -1 */
     char what[256];       /* the invariant that failed */
 };

@@ -211,6 +211,7 @@ struct sim {
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
     int session;         /* group main has pool = session */
+    int wzip;            /* the fake workers compress their replies (over 2000 bytes) as q does for remote peers */
     int pipeline;        /* pool = request: each group's pipeline (1: a worker holds one request) */
     int pipeline_wait;   /* its pipeline_wait (ms; 0: behind any run) */
     int keepalive_idle;  /* keepalive_idle (ms; 0: none), changed by reloads: every connection set again */
