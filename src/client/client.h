@@ -72,7 +72,8 @@ struct req {
     size_t len;
     uint32_t off;        /* routed: the wrapper's bytes before the query's message */
     struct chunk *reply; /* READY: the reply */
-    size_t held;         /* LOCAL: bytes its pool job holds (in and out), counted against hold_max */
+    size_t held;         /* bytes counted against hold_max: a compressed route's, inflated (msg),
+                          * then, LOCAL, what its pool job holds (in and out) */
     int64_t t_arrive;    /* ms */
     /* for the access log */
     int64_t t_in_us;     /* arrival */

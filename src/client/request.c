@@ -71,6 +71,8 @@ static void req_drop_msg(struct client *c, struct req *r)
         c->pending -= req_cost(r);
         free(r->msg);
         r->msg = NULL;
+        buf_held_sub(r->held); /* a compressed route's, inflated */
+        r->held = 0;
     }
 }
 
@@ -619,6 +621,13 @@ void request_checked_loop(struct gw *g, struct job *j)
     struct req *r = c ? client_head(c) : NULL;
     if (!r || r->seq != j->seq || r->state != RS_CHECKING)
         return;
+    if (!j->result && j->out && !gw_hold_room(g, j->out_len)) { /* inflated past hold_max */
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
+                          "hold_max reached (%zu bytes held whole): a compressed route of %zu bytes inflated refused",
+                          buf_held_bytes, j->out_len);
+        request_error_loop(g, c, r, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+        return;
+    }
     if (!j->result) {
         r->msg = j->out ? j->out : j->in; /* a compressed route comes back decompressed */
         r->len = j->out ? j->out_len : r->len;
@@ -626,10 +635,13 @@ void request_checked_loop(struct gw *g, struct job *j)
          * message: the route as a whole, its offsets into r->msg */
         r->form = job_args(j)->check.form;
         r->route = r->form.kind != 0;
-        if (j->out)
+        if (j->out) { /* held inflated (as its client sent it, its bytes counted in client_max_pending) */
+            r->held = j->out_len;
+            buf_held_add(r->held);
             j->out = NULL;
-        else
+        } else {
             j->in = NULL;
+        }
         c->pending += req_cost(r);
         r->unchecked = 0;
         request_set_state_loop(g, c, r, RS_WAITING);

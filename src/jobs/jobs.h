@@ -82,7 +82,7 @@ int jobs_parse_route(const uint8_t *m, size_t len, struct route_form *f);
 /* A worker's reply over max_message (its length, unsigned long long): the client's error. */
 #define JOB_TOO_LARGE "qgate: reply too large (%llu bytes, over max_message)"
 /* A reply that would pass hold_max and cannot go as it came (hold_max, long long). */
-#define JOB_HOLD_BUSY "qgate: busy: replies held whole reached hold_max (%lld bytes)"
+#define JOB_HOLD_BUSY "qgate: busy: hold_max reached (%lld bytes held whole)"
 
 union job_args {
     struct job_check {          /* job_validate_msg (JK_CHECK, JK_NESTED) */

@@ -191,6 +191,8 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     *fo = (struct fanout){.cl_id = c->c.id, .cl_gen = c->c.gen, .seq = r->seq, .as_list = r->fan == 2,
                           .partial = r->partial, .nworkers = m, .msg = msg};
     snprintf(fo->gname, sizeof fo->gname, "%s", grp->cfg.name);
+    fo->held = r->held; /* a compressed route's query, inflated: counted with the fan-out's now */
+    r->held = 0;
     TAILQ_FOREACH(w, &grp->workers, glink) {
         if (!takes_part(w))
             continue;

@@ -65,8 +65,12 @@ void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, str
     x->msg = NULL;
     if (ch) {
         ch->off = x->off; /* a routed request's wrapper is not sent */
+        ch->held = x->held; /* a compressed route's, inflated: counted until written */
         outq_push(&w->c.out, ch);
+    } else {
+        buf_held_sub(x->held);
     }
+    x->held = 0;
 }
 
 /* c's head, and the async messages right behind it (one chaser after them). */
