@@ -49,9 +49,13 @@ static void on_signal(struct gw *g, struct evsrc *s, uint32_t ev)
                 log_error(NULL, "SIGHUP: out of memory starting the reload");
         } else if (si.ssi_signo == SIGUSR1) {
             access_reopen_loop(g);
+        } else if ((si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) && g->draining) {
+            log_warn(NULL, "%s again while draining: exiting now (%d clients still connected are closed)",
+                     si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", g->nclients);
+            g->loop.stop = 1; /* (as drain_timeout does) */
         } else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
-            log_info(NULL, "%s: draining (up to %lld ms)", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
-                     (long long)g->cfg.drain_timeout);
+            log_info(NULL, "%s: draining (up to %lld ms; again to exit now)",
+                     si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", (long long)g->cfg.drain_timeout);
             sdnotify_send("STOPPING=1");
             control_drain_loop(g);
         }

@@ -151,6 +151,22 @@ release t3 "$W2_PORT"
 expect_file_has "$TMP/D.log" "drain_timeout reached"
 pass "SIGTERM past drain_timeout: exits 0, the unfinished client sees the close"
 
+# --- a second SIGTERM while draining exits at once (an operator who will not wait) -----------
+printf '[gateway]\nbind = 127.0.0.1\ndrain_timeout = 600000\n[group main]\nworkers = 127.0.0.1:%s\n' "$W2_PORT" > "$TMP/d2.conf"
+start_gateway D2 -c "$TMP/d2.conf"
+"$BIN/qsend" -g "127.0.0.1:$D2_PORT" "hold t4" > "$TMP/t4.out" & p4=$!
+wait_line "$TMP/W2.log" "hold t4" 5
+kill -TERM "$D2_PID"
+wait_line "$TMP/D2.log" "SIGTERM: draining \\(up to 600000 ms; again to exit now\\)" 5
+kill -TERM "$D2_PID"
+wait_exit "$D2_PID" 30
+[ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS after a second SIGTERM"
+wait "$p4" || true
+expect_lines "$TMP/t4.out" "^'close\$" 1
+release t4 "$W2_PORT"
+expect_file_has "$TMP/D2.log" "SIGTERM again while draining: exiting now \\(1 clients still connected are closed\\)"
+pass "a second SIGTERM while draining (drain_timeout 10 minutes): exits 0 at once, the unfinished client sees the close"
+
 # --- SIGTERM while a worker waits for a client's answer to its callback: the drain reads that
 # answer (the request it belongs to was received), the worker gets it, the reply comes ---------
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W2_PORT" > "$TMP/cb.conf"
