@@ -195,6 +195,7 @@ static int route(struct gw *g, struct client *c, struct req *r)
     const char *user = c->us ? c->us->name : c->user;
     int session_all = to && f->kind == ROUTE_ALL && to->cfg.pool_mode == CFG_POOL_SESSION;
     if (!ok || !to || !dispatch_admits_loop(g, to, user) || session_all) {
+        r->grp = to; /* the group it named, if there is one (the access log's and its totals) */
         if (!ok) /* (async: nobody to tell, the access log says why) */
             request_error_loop(g, c, r, "qgate: bad route: %s; it is %s", jobs_route_why(f), jobs_route_usage(f));
         else if (!to)

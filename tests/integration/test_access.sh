@@ -29,8 +29,9 @@ expect_lines "$A" "user=carol peer=127\\.0\\.0\\.1:[0-9]+ group=main worker=$W t
 expect_lines "$A" "worker=$W type=sync .* outcome=error error=\"two words\"\$" 1
 expect_lines "$A" "worker= type=sync .* run_us=0 outcome=gwerror error=\"qgate: unknown command .qgate.nosuch\\[\\]\"\$" 1
 expect_lines "$A" "worker=$W type=async req_bytes=17 reply_bytes=0 .* outcome=ok\$" 1
-# an async message qgate refuses runs nowhere: gwerror, with the text a sync one would get
-expect_lines "$A" "worker= type=async .* outcome=gwerror error=\"qgate: no group nosuch\"\$" 1
+# an async message qgate refuses runs nowhere: gwerror, with the text a sync one would get; a
+# route to no group names none (it named the client's own)
+expect_lines "$A" "group= worker= type=async .* outcome=gwerror error=\"qgate: no group nosuch\"\$" 1
 expect_lines "$A" "worker= type=async .* outcome=gwerror error=\"qgate: unknown command .qgate.nosuch\\[\\]\"\$" 1
 pass "a line per request: ok, q error (its text), gateway error (its text), async, async refused (gwerror)"
 

@@ -127,8 +127,9 @@ static void check_client(struct conn *x)
         fail("%s: its head .qgate.all runs with no fan-out", x->name);
     if (c->sess && (c->sess->sess != c || (c->w && c->w != c->sess)))
         fail("%s has session worker %s, which is not its, or runs its request on another", x->name, c->sess->addr);
-    int queued = h && x->q == &h->grp->queue; /* the head's group: its client's, or routed to */
-    int held_p = h && x->q == &h->grp->held;  /* ... or its held list, while that group is paused */
+    /* the head's group: its client's, or routed to (none: a route to no group, answered) */
+    int queued = h && h->grp && x->q == &h->grp->queue;
+    int held_p = h && h->grp && x->q == &h->grp->held; /* ... or its held list, while that group is paused */
     if (c->sess && queued)
         fail("%s has a session worker, and is on its group's queue", x->name);
     if (x->q && !queued && !held_p)
