@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "kcodec.h"
@@ -14,11 +15,11 @@
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: qsend [-g host:port] [-u user:pass] [--async] [--pipeline] [--timeout MS] [--raw FILE] [--compress]\n"
+            "usage: qsend [-g host:port] [-u user:pass] [--async] [--pipeline|--shut] [--timeout MS] [--raw FILE] [--compress]\n"
             "             TEXT...\n"
             "  sends each TEXT as a char vector (sync unless --async) and prints each reply\n"
             "  in q-like form, one line each; errors print as 'text. --pipeline sends every\n"
-            "  message before reading any reply; a TEXT starting with \"neg:\" is sent async;\n"
+            "  message before reading any reply (--shut: then shuts its write side, a half-close); a TEXT starting with \"neg:\" is sent async;\n"
             "  \"on:GROUP:TEXT\" sends (`.qgate.on; `GROUP; \"TEXT\") (\"neg:on:G:T\" async);\n"
             "  \"all:GROUP:TEXT\" (`.qgate.all; `GROUP; \"TEXT\"), \"all-list:G:T\" the same with `list,\n"
             "  \"all-partial:G:T\" with `partial, \"all-list-partial:G:T\" with `list`partial.\n"
@@ -262,7 +263,7 @@ static int send_msg(struct qconn *c, const uint8_t *m, size_t len)
 int main(int argc, char **argv)
 {
     const char *gw = "localhost:8811", *user = NULL;
-    int async = 0, timeout = 0, first = 0, pipeline = 0;
+    int async = 0, timeout = 0, first = 0, pipeline = 0, shut = 0;
     long read_rate = 0, flood = 0, flood_behind = 0, call = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-g") && i + 1 < argc)
@@ -273,6 +274,8 @@ int main(int argc, char **argv)
             async = 1;
         else if (!strcmp(argv[i], "--pipeline"))
             pipeline = 1;
+        else if (!strcmp(argv[i], "--shut"))
+            pipeline = shut = 1;
         else if (!strcmp(argv[i], "--read-rate") && i + 1 < argc)
             read_rate = atol(argv[++i]);
         else if (!strcmp(argv[i], "--flood") && i + 1 < argc)
@@ -380,6 +383,10 @@ int main(int argc, char **argv)
                 }
                 if (pipeline)
                     continue;
+            }
+            if (shut && i == first && shutdown(c.fd, SHUT_WR)) { /* a half-close: no more sent */
+                perror("qsend: shutdown");
+                return 1;
             }
             if (as)
                 continue;

@@ -346,13 +346,35 @@ void client_users_reloaded_loop(struct gw *g)
 
 /* ---- reading, and leaving ------------------------------------------------------------------- */
 
-/* The client's input ended (EOF, a reset, a failed write): it has left. What it sent before
- * still runs, in order, with nobody to answer: q runs every message it read before it sees
- * the close. The socket goes now; the client goes when its last request has run. */
-void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
+/* Its output goes nowhere now: the socket goes, and what was for it is drained. */
+static void output_gone(struct gw *g, struct client *c)
 {
-    if (c->c.closing || c->eof)
+    c->half = 0;
+    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STALL);
+    if (c->w)
+        g->back->client_gone(g, c->w, c); /* its reply is drained */
+    if (c->sess && c->sess != c->w)
+        g->back->client_gone(g, c->sess, c); /* and what its session's worker publishes to it */
+    conn_drop_socket_loop(g, &c->c); /* the workers waiting for its output go on */
+}
+
+/* The client's input ended: it has left. What it sent before still runs, in order: q runs
+ * every message it read before it sees the close. After a FIN (fin) the socket stays for the
+ * replies, as a client that shut only its side still reads them from q; after a reset or a
+ * failed write (or a FIN, then a failed write) it goes, and the replies are dropped. The
+ * client goes when its last request has run. */
+void client_peer_gone_loop(struct gw *g, struct client *c, int fin, const char *why)
+{
+    if (c->c.closing)
         return;
+    if (c->eof) {
+        if (c->half && !fin) { /* it shut its side, then went: nothing more reaches it */
+            log_debug(c->c.name, "output ended too (%s): its replies dropped", why);
+            output_gone(g, c);
+            request_finish_if_gone_loop(g, c);
+        }
+        return;
+    }
     if (c->st == CS_HANDSHAKE || c->st == CS_LINGER) {
         conn_close_loop(g, &c->c, why);
         return;
@@ -364,12 +386,12 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
               inbuf_avail(&c->c.in));
     c->eof = 1;
     c->paused = 0;
-    conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STALL);
-    if (c->w)
-        g->back->client_gone(g, c->w, c); /* its reply is drained */
-    if (c->sess && c->sess != c->w)
-        g->back->client_gone(g, c->sess, c); /* and what its session's worker publishes to it */
-    conn_drop_socket_loop(g, &c->c); /* the workers waiting for its output go on */
+    if (fin && c->c.fd >= 0) { /* reading no more; writing on (the stall clock too) */
+        c->half = 1;
+        conn_set_reading_loop(g, &c->c, 0);
+    } else {
+        output_gone(g, c);
+    }
     callback_cancel_loop(g, c, NULL); /* a worker waiting on a callback gets an error */
     if (c->st == CS_AUTH) /* the credentials check returns first */
         return;
@@ -379,7 +401,7 @@ void client_peer_gone_loop(struct gw *g, struct client *c, const char *why)
         request_advance_loop(g, c); /* stops short of that when its requests fill client_max_pending) */
 }
 
-static void on_gone(struct gw *g, struct conn *x, const char *why) { client_peer_gone_loop(g, client_of(x), why); }
+static void on_gone(struct gw *g, struct conn *x, const char *why) { client_peer_gone_loop(g, client_of(x), 0, why); }
 
 /* ---- what the stream hands it ------------------------------------------------------------ */
 
@@ -438,9 +460,9 @@ static int on_bytes(struct gw *g, struct conn *x)
     return c->st == CS_HANDSHAKE || c->st == CS_READY ? SS_OK : SS_STOP; /* AUTH: a reader checks first */
 }
 
-static int on_eof(struct gw *g, struct conn *x, const char *why)
+static int on_eof(struct gw *g, struct conn *x, int fin, const char *why)
 {
-    client_peer_gone_loop(g, client_of(x), why);
+    client_peer_gone_loop(g, client_of(x), fin, why);
     return SS_STOP;
 }
 
@@ -487,8 +509,8 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
     int reading = (c->st == CS_HANDSHAKE || c->st == CS_READY) && !c->paused;
     if (reading && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
         stream_read_loop(g, &c->c); /* reads to the end, and notices it */
-    else if (ev & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
-        client_peer_gone_loop(g, c, "client closed the connection"); /* not reading: notice it now */
+    else if (ev & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) /* not reading: notice it now (a FIN alone, or gone) */
+        client_peer_gone_loop(g, c, !(ev & (EPOLLHUP | EPOLLERR)), "client closed the connection");
 }
 
 /* ---- the output bound ------------------------------------------------------------------------ */
@@ -539,6 +561,11 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
     if (c->st == CS_FLUSHING && now == 0 && !client_head(c) && !x->streaming) { /* never in a message */
         linger(g, c);
         return;
+    }
+    if (c->half && now == 0) { /* it shut its side: closed once everything owed is written */
+        request_finish_if_gone_loop(g, c);
+        if (x->closing)
+            return;
     }
     if (!now) {
         conn_timer_cancel_loop(g, x, CLIENT_TM_STALL);

@@ -24,8 +24,10 @@ struct fanout;
  *   HANDSHAKE or AUTH --too long, timeout, bad credentials--> CLOSING (no byte sent)
  *   HANDSHAKE --an HTTP request (q would hand it to .z.ph, .z.pp, .z.ws)--> HANDSHAKE with http
  *     set: a 501 queued, nothing more read --sent--> LINGER
- *   READY --input ended (EOF, reset)--> GONE: the socket is closed; the requests it sent before
- *     still run, in order, their replies dropped --the last one done--> CLOSING
+ *   READY --input ended (EOF, reset)--> GONE: the requests it sent before still run, in order;
+ *     after a reset (or a failed write) the socket is closed and their replies dropped, after
+ *     an EOF (half set) the socket stays for the replies, and goes if a write fails --the last
+ *     one done (after an EOF, written)--> CLOSING
  *   READY --bad message--> FLUSHING (error queued after the replies owed, nothing more read)
  *     --sent--> LINGER (write side shut, input read and dropped so the error is not lost to a
  *     reset) --EOF or 2 s--> CLOSING
@@ -125,7 +127,9 @@ struct client {
     uint8_t local;       /* on this host: never compressed */
     uint8_t paused;      /* reading stopped: too many bytes waiting their turn */
     uint16_t advancing;  /* request_advance_loop is walking its FIFO (nested calls counted) */
-    uint8_t eof;         /* its input ended: nothing more will be read, nothing sent */
+    uint8_t eof;         /* its input ended: nothing more will be read ... */
+    uint8_t half;        /* ... by a FIN, its socket kept: what is owed is still sent (q answers
+                          * what it read before it sees the close), then it closes */
     uint8_t bye;         /* lingering at the end of a drain (not after a bad message) */
     uint8_t refuse;      /* over max_clients: its first request is answered 'qgate: too many connections */
     uint8_t proxied;     /* its source is in proxy_from: a PROXY header comes before its handshake */
@@ -154,8 +158,10 @@ static inline struct req *client_head(const struct client *c) { return STAILQ_FI
 /* May a worker's message still be put into its output? (Connected, not closing or lingering.) */
 static inline int client_takes_output(const struct client *c)
 {
-    return !c->eof && !c->c.closing && (c->st == CS_READY || c->st == CS_FLUSHING);
+    return (!c->eof || c->half) && !c->c.closing && (c->st == CS_READY || c->st == CS_FLUSHING || c->st == CS_GONE);
 }
+/* Is nothing more sent to it? (Its input ended with its socket, or with a FIN and nothing owed.) */
+static inline int client_output_gone(const struct client *c) { return c->eof && !c->half; }
 static inline struct client *client_of(struct conn *c) { return (struct client *)c; }
 
 /* ---- client.c --------------------------------------------------------------------------- */
@@ -167,9 +173,10 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local);
 /* The one setter of a client's state. */
 void client_set_state_loop(struct gw *g, struct client *c, enum client_state st);
 const char *client_state_name(int st);
-/* Its input ended (EOF, reset, a failed write): what it sent still runs, with the replies
- * dropped; it is closed when the last one is done. */
-void client_peer_gone_loop(struct gw *g, struct client *c, const char *why);
+/* Its input ended (fin: EOF; else a reset, a failed write): what it sent still runs, in order;
+ * the replies go out after an EOF (a half-close), else they are dropped; it is closed when the
+ * last one is done (and, after an EOF, written). */
+void client_peer_gone_loop(struct gw *g, struct client *c, int fin, const char *why);
 /* A reader checked the credentials of a client in AUTH (the job of kind JK_AUTH). */
 void client_auth_done_loop(struct gw *g, struct job *j);
 /* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */

@@ -338,8 +338,8 @@ static int has_whole_message(const struct gw *g, const struct client *c)
 void request_finish_if_gone_loop(struct gw *g, struct client *c)
 {
     if (c->eof && !c->c.closing && c->st != CS_AUTH && !client_head(c) && !c->c.in_backlog &&
-        !has_whole_message(g, c))
-        conn_close_loop(g, &c->c, "client closed the connection");
+        !has_whole_message(g, c) && (!c->half || (!conn_pending(&c->c) && !c->c.streaming)))
+        conn_close_loop(g, &c->c, "client closed the connection"); /* (after a FIN: its replies written) */
 }
 
 void request_advance_loop(struct gw *g, struct client *c)

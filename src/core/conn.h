@@ -57,8 +57,9 @@ struct connops {
     int (*on_end)(struct gw *g, struct conn *c);
     /* A header that cannot be taken (why: what is wrong with it). */
     int (*on_bad)(struct gw *g, struct conn *c, const char *why);
-    /* The input ended: EOF, or a read failed (why). NULL: the connection is closed. */
-    int (*on_eof)(struct gw *g, struct conn *c, const char *why);
+    /* The input ended: EOF (fin 1: the peer shut its side, which may still read), or a read
+     * failed (fin 0; why). NULL: the connection is closed. */
+    int (*on_eof)(struct gw *g, struct conn *c, int fin, const char *why);
     /* It stopped reading until another connection's output drains; it reads again. NULL: nothing. */
     void (*on_pause)(struct gw *g, struct conn *c);
     void (*on_resume)(struct gw *g, struct conn *c);

@@ -78,7 +78,7 @@ static int input_ended(struct gw *g, struct conn *c, ssize_t n, const char *eof_
 {
     const char *why = n == 0 ? eof_why : strerror(errno);
     if (conn_ops(c)->on_eof)
-        return act(g, c, conn_ops(c)->on_eof(g, c, why)), 1;
+        return act(g, c, conn_ops(c)->on_eof(g, c, n == 0, why)), 1;
     act(g, c, stream_close(c, "%s", why));
     return 1;
 }

@@ -322,7 +322,7 @@ static void run_end(struct gw *g, struct worker *w)
         stream_resume_loop(g, &w->c); /* paused for its client's output, which has its whole reply now */
     conn_timer_cancel_loop(g, &w->c, WORKER_TM);
     if (c) {
-        if (w->run.phase == WB_COLLECTING && !c->eof)
+        if (w->run.phase == WB_COLLECTING && !client_output_gone(c))
             submit_collected(g, w, c);
         else
             request_head_done_loop(g, c);
@@ -458,7 +458,7 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
     w->run.reply_len = h->len;
     if (w->run.kind == RUN_FANOUT)
         return fanout_route_loop(g, w, h->len);
-    if (!c || c->eof) {
+    if (!c || client_output_gone(c)) {
         run_set_phase_loop(g, w, WB_DRAINING);
         return ROUTE_DROP;
     }
@@ -686,7 +686,7 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, const
     note_lost(g, c);
     if (cut)
         conn_close_loop(g, &c->c, "worker lost in the middle of the reply");
-    else if (run != RUN_REQUEST || c->eof)
+    else if (run != RUN_REQUEST || client_output_gone(c))
         request_head_done_loop(g, c);
     else
         request_error_loop(g, c, h, "%s", text);
@@ -705,7 +705,7 @@ void run_lost_loop(struct gw *g, struct worker *w)
     w->reset_owed = w->renew = 0; /* a new connection comes anyway */
     /* a message cut in the middle of its stream leaves that client's stream broken */
     struct client *to = w->msg.route == ROUTE_STREAM && w->c.rd.phase == RD_BODY ? w->msg.to : NULL;
-    int cut = to && to == c && !c->eof, cut_sess = to && to == s;
+    int cut = to && to == c && !client_output_gone(c), cut_sess = to && to == s;
     w->run.cl = NULL;
     inbuf_free(&w->coll);
     worker_coll_release(w);

@@ -384,9 +384,10 @@ static int on_bytes(struct gw *g, struct conn *x)
     return SS_OK;
 }
 
-static int on_eof(struct gw *g, struct conn *x, const char *why)
+static int on_eof(struct gw *g, struct conn *x, int fin, const char *why)
 {
     (void)g;
+    (void)fin;
     if (worker_of(x)->st == WS_HANDSHAKE)
         return stream_close(x, "closed during the handshake ('access: check the group's user and password)");
     return stream_close(x, "%s", why);

@@ -317,6 +317,18 @@ wait_count "$TMP/I.log" "closed: client closed the connection" 4 10
 grep -q "w 127.0.0.1:$W_PORT: connection closed" "$TMP/I.log" && fail "worker connection dropped"
 pass "client gone while queued: its request still ran; while running or streaming: drained, worker reused"
 
+# --- a client that shuts its side once it has sent (a half-close) gets every reply, in order,
+# then the close: q answers what it read before it sees the close (qgate dropped them)
+timeout 30 "$BIN/qsend" -g "$G" --wire --shut "sleep 300" "echo a" "text 3000000" "err boom" "echo b" > "$TMP/h.out" \
+    2> "$TMP/h.wire" || fail "half-close: $(head -c 300 "$TMP/h.out")"
+[ "$(wc -l < "$TMP/h.out")" -eq 5 ] || fail "half-close: $(cut -c1-40 "$TMP/h.out")"
+[ "$(cut -c1-14 "$TMP/h.out" | tr '\n' '|')" = '300|"a"|"qgate 0 qgate|'"'"'boom|"b"|' ] || fail "half-close: $(cut -c1-40 "$TMP/h.out")"
+expect_lines "$TMP/h.wire" "^wire: 3000014 bytes plain" 1
+wait_count "$TMP/I.log" "closed: client closed the connection" 5 10
+q "echo after"
+expect_lines "$TMP/q.out" '^"after"$' 1
+pass "a client that shuts its side after its requests (a half-close) gets every reply, in order, then the close"
+
 # --- a client that leaves with its output over client_high_water and more requests than
 # client_max_pending: what it sent still runs. (0.13 could keep its next request waiting for room
 # in an output gone with the socket, when framing what it left stopped at client_max_pending: the

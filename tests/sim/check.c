@@ -2,6 +2,7 @@
  * connection on exactly the lists its state says, counts that match, each client's output
  * within its bound; and the world as it stands, for the report of a failure. */
 #include <string.h>
+#include <sys/epoll.h>
 
 #include "auth.h"
 #include "client.h"
@@ -147,10 +148,12 @@ static void check_client(struct conn *x)
     if (conn_pending(x) > output_bound(x))
         fail("%s holds %zu bytes of output, over its bound %zu (client_high_water %lld)", x->name, conn_pending(x),
              output_bound(x), (long long)g->cfg.client_high_water);
-    if (c->eof && (x->fd >= 0 || x->has_pipe || conn_timer_armed(x, CLIENT_TM_STALL)))
+    if (c->eof && !c->half && (x->fd >= 0 || x->has_pipe || conn_timer_armed(x, CLIENT_TM_STALL)))
         fail("%s has gone but keeps its socket, pipe or stall timer", x->name);
-    if (c->st == CS_GONE && !h && !x->in_backlog && c->c.in.len == c->c.in.off)
-        fail("%s has gone with nothing left to run, and is still open", x->name);
+    if (c->half && (!c->eof || x->fd < 0 || (x->events & EPOLLIN))) /* it shut its side: its replies go out */
+        fail("%s half-closed: eof %d, socket %d, reading %d", x->name, c->eof, x->fd, !!(x->events & EPOLLIN));
+    if (c->st == CS_GONE && !h && !x->in_backlog && c->c.in.len == c->c.in.off && !(c->half && conn_pending(x)))
+        fail("%s has gone with nothing left to run or write, and is still open", x->name);
 }
 
 /* The table: each connection in its own slot, none closed, on the flush list only with a socket,

@@ -464,7 +464,7 @@ static int pick_op(void)
 
 void client_send(struct fclient *c, int burst)
 {
-    if (c->bad || c->we_closed)
+    if (c->bad || c->we_closed || c->half)
         return;
     for (int i = 0; i < burst && !c->bad; i++)
         client_request(c, pick_op());
@@ -729,6 +729,12 @@ static void client_eof(struct fclient *c)
         ok = 1;
     if (c->bad && (!strcmp(why, "closed after a bad message") || !why[0]))
         ok = 1; /* after 'qgate: badmsg the gateway shuts its side first (linger) */
+    if (c->half && !strcmp(why, "client closed the connection")) { /* we shut our side first */
+        if (c->pend_off < c->pend.n && !c->bad)
+            fail("C%d shut its side and was closed with %d replies still owed", c->cid, c->pend.n - c->pend_off);
+        S->half_answered++;
+        ok = 1;
+    }
     if ((!strcmp(why, "worker lost in the middle of the reply") ||
          !strcmp(why, "worker lost in the middle of a message to it")) &&
         (S->wdeaths || S->g.query_timeouts))
@@ -791,6 +797,18 @@ void client_write(struct fclient *c, size_t want)
     if (c->fd < 0 || c->out_off == c->out.len)
         return;
     sb_send(c->fd, &c->out, &c->out_off, &c->out_base, want);
+}
+
+/* A half-close: everything written, c shuts its side and reads on; q answers all it read. */
+void client_shut(struct fclient *c)
+{
+    if (c->fd < 0 || c->st != FC_READY || c->half || c->out_off < c->out.len)
+        return;
+    tr("C%d shuts its side (%d replies owed)", c->cid, c->pend.n - c->pend_off);
+    if (shutdown(c->fd, SHUT_WR))
+        fail("C%d: shutdown: %s", c->cid, strerror(errno));
+    c->half = 1;
+    S->half_closes++;
 }
 
 void client_close(struct fclient *c)

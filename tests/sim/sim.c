@@ -105,8 +105,12 @@ static void client_event(int k)
         if (enabled(SIM_EV_READ) && (c = pick_client(0)) && !c->stalled)
             client_read(c, chance(20) ? 1 + (size_t)rnd(16) : (size_t)(1 + rnd(100000)));
     } else if (k < 39) {
-        if (enabled(SIM_EV_CLOSE) && (c = pick_client(0)) && chance(50))
-            client_close(c);
+        if (enabled(SIM_EV_CLOSE) && (c = pick_client(0)) && chance(50)) {
+            if (chance(30) && c->out_off == c->out.len && c->st == FC_READY && !c->half)
+                client_shut(c); /* a half-close */
+            else
+                client_close(c);
+        }
     } else {
         if (enabled(SIM_EV_STALL) && (c = pick_client(1))) {
             c->stalled = !c->stalled;
@@ -790,6 +794,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     S->mid_ok = 0;
     res->mid_events = S->mid_events;
     res->http_501 = S->http_501;
+    res->half_closes = S->half_closes;
+    res->half_answered = S->half_answered;
     res->hold_passed = (long)S->g.held_passed;
     res->hold_refused = (long)S->g.refused[REFUSED_HOLD_MAX].n;
     tr("quiescence");

@@ -115,6 +115,7 @@ struct fclient {
     int unread_from;     /* the gateway reads nothing from this request on (its unread hook), or -1 */
     int stalled;         /* not reading */
     int we_closed;       /* we closed it */
+    int half;            /* we shut our side (all written): every reply owed must still come */
     int gw_closed;       /* the gateway closed it (EOF) */
     char why[96];        /* the gateway's reason, from its close hook */
     int got_bytes;
@@ -188,6 +189,7 @@ struct sim {
     int mid_ok;          /* the main events are running (not the start, quiescence or the end) */
     long mid_events;     /* peers' acts in the middle of an iteration */
     long http_501;       /* HTTP requests for a handshake answered 501 whole */
+    long half_closes, half_answered; /* sim.h's */
     size_t data_off;
     jmp_buf fail;
     struct gw g;
@@ -289,6 +291,7 @@ void client_send(struct fclient *c, int burst);
 void client_read(struct fclient *c, size_t want);
 void client_write(struct fclient *c, size_t want);
 void client_close(struct fclient *c);
+void client_shut(struct fclient *c);
 
 /* ---- check.c: the gateway's own invariants ------------------------------------------------ */
 

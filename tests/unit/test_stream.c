@@ -358,9 +358,10 @@ static int h_bad(struct gw *gw, struct conn *c, const char *why)
     return status(f, f->bad_status);
 }
 
-static int h_eof(struct gw *gw, struct conn *c, const char *why)
+static int h_eof(struct gw *gw, struct conn *c, int fin, const char *why)
 {
     (void)gw;
+    (void)fin;
     struct fake *f = F(c);
     f->neof++;
     ev(f, 'Z');
