@@ -101,7 +101,7 @@ static int64_t wall_us(void)
 void access_req_loop(struct gw *g, const struct client *c, const struct req *r, int answered)
 {
     int sync = r->type == KIPC_SYNC;
-    int outcome = !answered ? ALOG_CLOSED : sync && client_output_gone(c) && r->outcome == ALOG_OK ? ALOG_GONE : r->outcome;
+    int outcome = !answered ? ALOG_CLOSED : sync && c->eof && r->outcome == ALOG_OK ? ALOG_GONE : r->outcome;
     uint64_t reply = r->reply_len ? r->reply_len : r->reply ? r->reply->len : 0;
     int64_t now = loop_stamp_us_loop(g), ran = r->t_run_us;
     g->ended[outcome]++;
