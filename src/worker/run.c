@@ -577,6 +577,7 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
         return SS_STOP;
     w->msg.route = (uint8_t)route;
     if (route == ROUTE_COLLECT || route == ROUTE_FORWARD) { /* held whole: counted from now */
+        worker_coll_release(w); /* (nothing, as each message's end gave it back) */
         w->coll_held = (size_t)h->len;
         buf_held_add(w->coll_held);
     }
