@@ -536,7 +536,7 @@ static void stop_for_bad_message(struct gw *g, struct client *c, const char *why
  * seq next, of len bytes if known), then the close. */
 static void close_with_error(struct gw *g, struct client *c, const char *text, size_t len)
 {
-    if (c->eof) /* nobody to tell: what came before still runs */
+    if (client_output_gone(c)) /* nobody to tell: what came before still runs */
         return;
     struct req *r = calloc(1, sizeof *r);
     if (!r) {
@@ -585,7 +585,7 @@ void request_session_lost_loop(struct gw *g, struct client *c, int cut, const ch
     if (c->c.closing)
         return;
     log_info(c->c.name, "session: %s", text + strlen("qgate: "));
-    if (cut || c->eof) { /* its stream is broken, or nobody is left to tell */
+    if (cut || client_output_gone(c)) { /* its stream is broken, or nobody is left to tell */
         conn_close_loop(g, &c->c, "its session's worker was lost");
         return;
     }
@@ -652,7 +652,7 @@ void request_checked_loop(struct gw *g, struct job *j)
     /* its body failed: it is answered 'qgate: badmsg in its place, what came after dropped */
     request_drop_after_loop(g, c, client_head(c));
     stop_for_bad_message(g, c, j->text);
-    if (c->eof) {
+    if (client_output_gone(c)) { /* (a client that shut its side is told) */
         request_remove_loop(g, c, client_head(c), 1);
         request_finish_if_gone_loop(g, c);
         return;

@@ -327,7 +327,12 @@ expect_lines "$TMP/h.wire" "^wire: 3000014 bytes plain" 1
 wait_count "$TMP/I.log" "closed: client closed the connection" 5 10
 q "echo after"
 expect_lines "$TMP/q.out" '^"after"$' 1
-pass "a client that shuts its side after its requests (a half-close) gets every reply, in order, then the close"
+# ... a bad message among them (compressed: checked on a reader) is answered 'qgate: badmsg there
+printf '\001\001\001\000\017\000\000\000\144\000\000\000\001\000\005' > "$TMP/badz.bin" # a reference to no byte
+timeout 30 "$BIN/qsend" -g "$G" --shut "echo a" "bytes:$TMP/badz.bin" "echo b" > "$TMP/h.out" 2>&1 || true
+[ "$(tr '\n' '|' < "$TMP/h.out")" = '"a"|'"'"'qgate: badmsg bad compressed message: back-reference to an empty slot|'"'"'close|' ] ||
+    fail "half-close, bad message: $(cat "$TMP/h.out")"
+pass "a client that shuts its side after its requests (a half-close) gets every reply, in order, then the close (a bad message's 'qgate: badmsg too)"
 
 # --- a client that leaves with its output over client_high_water and more requests than
 # client_max_pending: what it sent still runs. (0.13 could keep its next request waiting for room

@@ -192,6 +192,18 @@ expect_file_has "$TMP/L.log" "session: worker 127\\.0\\.0\\.1:$W3_PORT lost"
 [ $rc -ne 0 ] || fail "the client's connection was not closed after its session's worker died"
 pass "the worker lost mid-request: 'qgate: worker host:port lost, then the connection closes"
 
+# ... the same for a client that has shut its sending side (a half-close): it is told too
+start_worker W3H --rows 1000
+conf "$TMP/lh.conf" "127.0.0.1:$W3H_PORT" pool=session
+start_gateway LH -c "$TMP/lh.conf"
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$LH_PORT" --shut "y:1" "hold losth" "y" > "$TMP/lh.out" 2>&1 &
+L1=$!
+wait_line "$TMP/W3H.log" "hold losth"
+kill -9 "$W3H_PID"
+set +e; wait $L1; set -e
+[ "$(tr '\n' '|' < "$TMP/lh.out")" = "\"1\"|'qgate: worker 127.0.0.1:$W3H_PORT lost|'close|" ] || fail "half-closed: $(cat "$TMP/lh.out")"
+pass "... and to a client that has shut its sending side"
+
 start_worker W4 --rows 1000
 conf "$TMP/l2.conf" "127.0.0.1:$W4_PORT" pool=session
 start_gateway M -c "$TMP/l2.conf"
