@@ -730,9 +730,11 @@ static void client_eof(struct fclient *c)
     if (c->bad && (!strcmp(why, "closed after a bad message") || !why[0]))
         ok = 1; /* after 'qgate: badmsg the gateway shuts its side first (linger) */
     if (c->half && !strcmp(why, "client closed the connection")) { /* we shut our side first */
-        if (c->pend_off < c->pend.n && !c->bad)
+        int lost = S->session && (S->wdeaths || S->g.query_timeouts); /* its session's worker lost: told
+                                                                        * once, the rest given up */
+        if (c->pend_off < c->pend.n && !c->bad && !lost)
             fail("C%d shut its side and was closed with %d replies still owed", c->cid, c->pend.n - c->pend_off);
-        S->half_answered++;
+        S->half_answered += c->pend_off == c->pend.n;
         ok = 1;
     }
     if ((!strcmp(why, "worker lost in the middle of the reply") ||
