@@ -161,6 +161,14 @@ static void on_queue_timeout(struct gw *g, struct conn *x)
     request_check_pending_loop(g, c);
 }
 
+/* r's group grp has no worker up: refused, counted */
+static void refuse_no_worker(struct gw *g, struct client *c, struct req *r, struct group *grp)
+{
+    grp->refused_no_worker++;
+    conn_refused_loop(g, REFUSED_NO_WORKER, c->c.name, "no worker of group %s is up: refused a request", grp->cfg.name);
+    request_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
+}
+
 /* Hand request r's bytes to a reader job (it owns them now): validation or a command. */
 static void to_reader(struct gw *g, struct client *c, struct req *r, job_fn fn, int kind, int state)
 {
@@ -246,7 +254,7 @@ static int start_unqueued(struct gw *g, struct client *c, struct req *r)
     }
     if (fan) { /* .qgate.all: every worker up runs it, the replies merged */
         if (!grp->nup) {
-            request_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
+            refuse_no_worker(g, c, r, grp);
             return 1;
         }
         conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE); /* its queue timeout, if it was held */
@@ -307,10 +315,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         return;
     struct group *grp = r->grp;
     if (grp->unavailable && !grp->paused && r->type == KIPC_SYNC) {
-        grp->refused_no_worker++;
-        conn_refused_loop(g, REFUSED_NO_WORKER, c->c.name, "no worker of group %s is up: refused a request",
-                          grp->cfg.name);
-        request_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
+        refuse_no_worker(g, c, r, grp);
         return;
     }
     if (r->type == KIPC_SYNC && dispatch_full_loop(g, grp)) { /* an async message always waits */
@@ -691,7 +696,7 @@ static void front_no_worker(struct gw *g, struct conn *x)
     struct client *c = client_of(x);
     struct req *r = client_head(c);
     if (r && r->state == RS_QUEUED && r->type == KIPC_SYNC)
-        request_error_loop(g, c, r, "qgate: no worker of group %s is up", r->grp->cfg.name);
+        refuse_no_worker(g, c, r, r->grp);
 }
 
 static void front_pause_done(struct gw *g, uint32_t id, uint32_t gen, uint64_t seq, int done, const char *what)

@@ -425,7 +425,7 @@ static void deliver_whole(struct gw *g, struct worker *w)
         tell_no_client(g, w);
         return;
     }
-    struct chunk *ch = chunk_wrap_held(w->coll.p, w->coll.len);
+    struct chunk *ch = chunk_wrap(w->coll.p, w->coll.len);
     w->coll = (struct inbuf){0};
     if (!ch) {
         conn_close_loop(g, &c->c, "out of memory");
@@ -576,7 +576,9 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
     if (w->c.fd < 0 || w->c.closing) /* closed while routing */
         return SS_STOP;
     w->msg.route = (uint8_t)route;
-    if (route == ROUTE_COLLECT || route == ROUTE_FORWARD) { /* held whole: counted from now */
+    if (route == ROUTE_COLLECT) { /* held whole to change it: counted from now (a message forwarded
+                                   * whole is not: it is bounded as streamed ones are, by its
+                                   * client's client_high_water) */
         worker_coll_release(w); /* (nothing, as each message's end gave it back) */
         w->coll_held = (size_t)h->len;
         buf_held_add(w->coll_held);

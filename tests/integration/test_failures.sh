@@ -241,17 +241,21 @@ pass "q errors pass through unchanged and are counted"
 
 # --- worker lost before any reply byte; then reconnect with back-off ---------------------
 start_worker V --rows 1000
-conf "$TMP/g.conf" "127.0.0.1:$V_PORT" reconnect_min=50 reconnect_max=200
+conf "$TMP/g.conf" "127.0.0.1:$V_PORT" reconnect_min=50 reconnect_max=200 loglevel=debug
 start_gateway Gw -c "$TMP/g.conf"
 G="127.0.0.1:$Gw_PORT"
 "$BIN/qsend" -g "$G" "sleep 5000" > "$TMP/g1.out" & p1=$!
 wait_line "$TMP/V.log" "sleep 5000 ms" 10
+"$BIN/qsend" -g "$G" "echo queued" > "$TMP/g2.out" & p2=$!
+wait_line "$TMP/Gw.log" "c2 .*: request 0 queued in group main" 10
 kill -9 "$V_PID"
-wait "$p1" || true
+wait "$p1" "$p2" || true
 expect_lines "$TMP/g1.out" "^'qgate: worker 127.0.0.1:$V_PORT lost\$" 1
+expect_lines "$TMP/g2.out" "^'qgate: no worker of group main is up\$" 1 # (queued behind it)
 wait_line "$TMP/Gw.log" "no worker of group main is up" 10
 q "echo down"
 expect_lines "$TMP/q.out" "^'qgate: no worker of group main is up\$" 1
+[ "$(total refused_no_worker)" = 2 ] || fail "refused_no_worker: $(total refused_no_worker), want 2 (the queued request's too)"
 "$BIN/qworker" -p "127.0.0.1:$V_PORT" --rows 1000 --no-uds > "$TMP/V2.out" 2> "$TMP/V2.log" & PIDS+=($!)
 wait_count "$TMP/Gw.log" "w 127.0.0.1:$V_PORT: connected" 2 10
 q "echo back"

@@ -154,6 +154,28 @@ expect_lines "$TMP/q.out" '^"xxxx' 1
 [ "$(total held_bytes "127.0.0.1:$ZR_PORT")" = 0 ] || fail "held_bytes after: $(total held_bytes "127.0.0.1:$ZR_PORT")"
 pass "hold_max: a compressed route that inflates past it gets 'qgate: busy; one under it runs"
 
+# a worker's messages forwarded whole to a client (a broadcast's publishes to its sender) are
+# not changed, and not counted: bounded per client by client_high_water, as streamed ones are.
+# A sender that reads none of 36 MB of publishes once took the whole of hold_max, and every
+# old client's reply and every .qgate.all was refused meanwhile
+start_worker B1
+start_worker B2
+start_worker B3
+printf '[gateway]\nhold_max = 4000000\n[group default]\nasync = broadcast\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n[group other]\nworkers = 127.0.0.1:%s\n' \
+    "$B1_PORT" "$B2_PORT" "$B3_PORT" > "$TMP/bf.conf"
+start_gateway BF -c "$TMP/bf.conf" --loglevel debug
+raw_open "$BF_PORT"
+raw_hs sender:pw
+pad=$(printf 'q%.0s' $(seq 1 60000))
+raw_text 0 "notify 300 $pad"
+raw_text 1 "echo after"                       # (never read: its publishes pile up in qgate)
+wait_line "$TMP/BF.log" "paused: c1 .* has [0-9]+ bytes unsent" 30 # over client_high_water (8 MB) for it
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$BF_PORT" "all:other:echo small" > "$TMP/q.out" 2>&1 # (its workers wait for the sender)
+expect_lines "$TMP/q.out" '^"small"$' 1
+[ "$(total held_bytes "127.0.0.1:$BF_PORT")" = 0 ] || fail "forwarded publishes counted: $(total held_bytes "127.0.0.1:$BF_PORT")"
+raw_close
+pass "hold_max: a broadcast's publishes to a sender that reads none are not counted; a .qgate.all meanwhile runs"
+
 # credentials: the wrong ones are closed without a byte ('access)
 start_worker U --rows 10 --user alice:secret
 "$BIN/qsend" -g "127.0.0.1:$U_PORT" -u alice:secret "echo in" > "$TMP/q.out"
