@@ -90,6 +90,13 @@ static void histogram(struct text *t, const char *name, const char *labels, cons
     tprintf(t, "%s_count{%s} %llu\n", name, labels, (unsigned long long)h->n);
 }
 
+/* One unlabelled metric: its HELP and TYPE lines, then its value. */
+static void scalar(struct text *t, const char *name, const char *type, const char *help, uint64_t v)
+{
+    head(t, name, type, help);
+    tprintf(t, "%s %llu\n", name, (unsigned long long)v);
+}
+
 static void render_totals(struct text *t, const struct metrics_snap *s)
 {
     char v[64];
@@ -102,10 +109,8 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
     head(t, "qgate_clients", "gauge", "client connections, by state");
     for (int i = 0; i < s->nclient_states; i++)
         tprintf(t, "qgate_clients{state=\"%s\"} %lld\n", s->client_state[i], (long long)s->clients[i]);
-    head(t, "qgate_connections_accepted_total", "counter", "client connections accepted");
-    tprintf(t, "qgate_connections_accepted_total %llu\n", (unsigned long long)s->accepted);
-    head(t, "qgate_handshakes_total", "counter", "client handshakes completed");
-    tprintf(t, "qgate_handshakes_total %llu\n", (unsigned long long)s->handshakes);
+    scalar(t, "qgate_connections_accepted_total", "counter", "client connections accepted", s->accepted);
+    scalar(t, "qgate_handshakes_total", "counter", "client handshakes completed", s->handshakes);
     head(t, "qgate_requests_total", "counter",
          "requests ended, by outcome: ok, error (a q error), gwerror (the gateway's), gone (the client left first), "
          "closed (its connection was closed first)");
@@ -114,34 +119,24 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
     head(t, "qgate_refused_total", "counter", "connections and requests refused, by reason");
     for (int i = 0; i < s->nrefusals; i++)
         tprintf(t, "qgate_refused_total{reason=\"%s\"} %llu\n", s->refusal[i], (unsigned long long)s->refused[i]);
-    head(t, "qgate_query_timeouts_total", "counter", "worker connections dropped for query_timeout");
-    tprintf(t, "qgate_query_timeouts_total %llu\n", (unsigned long long)s->query_timeouts);
-    head(t, "qgate_request_bytes_total", "counter", "bytes of the requests ended, as clients sent them");
-    tprintf(t, "qgate_request_bytes_total %llu\n", (unsigned long long)s->req_bytes);
-    head(t, "qgate_reply_bytes_total", "counter", "bytes of their replies, as workers sent them or the gateway made them");
-    tprintf(t, "qgate_reply_bytes_total %llu\n", (unsigned long long)s->reply_bytes);
-    head(t, "qgate_access_log_lines_total", "counter", "access log lines that reached the file whole");
-    tprintf(t, "qgate_access_log_lines_total %llu\n", (unsigned long long)s->alog_lines);
-    head(t, "qgate_access_log_dropped_total", "counter",
+    scalar(t, "qgate_query_timeouts_total", "counter", "worker connections dropped for query_timeout", s->query_timeouts);
+    scalar(t, "qgate_request_bytes_total", "counter", "bytes of the requests ended, as clients sent them", s->req_bytes);
+    scalar(t, "qgate_reply_bytes_total", "counter", "bytes of their replies, as workers sent them or the gateway made them", s->reply_bytes);
+    scalar(t, "qgate_access_log_lines_total", "counter", "access log lines that reached the file whole", s->alog_lines);
+    scalar(t, "qgate_access_log_dropped_total", "counter",
          "access log lines not written: the file behind (16 MiB queued), a write failed or cut short, no file open, "
-         "or left at exit");
-    tprintf(t, "qgate_access_log_dropped_total %llu\n", (unsigned long long)s->alog_dropped);
-    head(t, "qgate_access_log_errors_total", "counter", "failed writes and opens of the access log");
-    tprintf(t, "qgate_access_log_errors_total %llu\n", (unsigned long long)s->alog_errors);
-    head(t, "qgate_access_log_queued", "gauge",
+         "or left at exit", s->alog_dropped);
+    scalar(t, "qgate_access_log_errors_total", "counter", "failed writes and opens of the access log", s->alog_errors);
+    scalar(t, "qgate_access_log_queued", "gauge",
          "access log lines waiting for its thread to write them (not a line cut before its newline by a full "
-         "disk, which waits for room)");
-    tprintf(t, "qgate_access_log_queued %llu\n", (unsigned long long)s->alog_queued);
-    head(t, "qgate_log_dropped_total", "counter",
-         "log lines dropped: stderr behind (1 MiB queued: a stalled journald, a stopped pipe reader)");
-    tprintf(t, "qgate_log_dropped_total %llu\n", (unsigned long long)s->log_dropped);
-    head(t, "qgate_held_bytes", "gauge",
+         "disk, which waits for room)", s->alog_queued);
+    scalar(t, "qgate_log_dropped_total", "counter",
+         "log lines dropped: stderr behind (1 MiB queued: a stalled journald, a stopped pipe reader)", s->log_dropped);
+    scalar(t, "qgate_held_bytes", "gauge",
          "bytes held whole for clients (replies collected to change them, and the replies made, until written): "
-         "bounded by hold_max");
-    tprintf(t, "qgate_held_bytes %llu\n", (unsigned long long)s->held_bytes);
-    head(t, "qgate_held_passed_total", "counter",
-         "replies sent as the worker sent them, not decompressed or compressed, because hold_max was reached");
-    tprintf(t, "qgate_held_passed_total %llu\n", (unsigned long long)s->held_passed);
+         "bounded by hold_max", s->held_bytes);
+    scalar(t, "qgate_held_passed_total", "counter",
+         "replies sent as the worker sent them, not decompressed or compressed, because hold_max was reached", s->held_passed);
 }
 
 static void render_groups(struct text *t, const struct metrics_snap *s)
