@@ -371,7 +371,7 @@ void client_peer_gone_loop(struct gw *g, struct client *c, int fin, const char *
         if (c->half && !fin) { /* it shut its side, then went: nothing more reaches it */
             log_debug(c->c.name, "output ended too (%s): its replies dropped", why);
             output_gone(g, c);
-            request_finish_if_gone_loop(g, c);
+            request_advance_loop(g, c); /* a head held back by its output goes on (then it may close) */
         }
         return;
     }
