@@ -218,23 +218,22 @@ void run_start_loop(struct gw *g, struct conn *w, struct conn *c)
 
 /* ---- finishing a run ------------------------------------------------------------------------- */
 
-/* hold_max reached: a reply of n bytes that cannot go as it came (an old client's, which must be
- * checked) is refused to c; */
-static void hold_refused(struct gw *g, struct client *c, struct req *r, uint64_t n)
+/* hold_max reached by c's reply r, n bytes once changed: an old client's, which must be checked,
+ * is refused (0); any other goes as the worker sent it, neither decompressed nor compressed (1). */
+static int hold_over(struct gw *g, struct client *c, struct req *r, uint64_t n)
 {
-    conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
-                      "hold_max reached (%zu bytes held whole): a reply of %llu bytes refused to capability %d",
-                      buf_held_bytes, (unsigned long long)n, c->cap);
-    request_error_loop(g, c, r, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
-}
-
-/* ... the others go as the worker sent them (not decompressed, not compressed). */
-static void hold_passed(struct gw *g, struct client *c, uint64_t n)
-{
+    if (c->cap < 3) {
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
+                          "hold_max reached (%zu bytes held whole): a reply of %llu bytes refused to capability %d",
+                          buf_held_bytes, (unsigned long long)n, c->cap);
+        request_error_loop(g, c, r, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+        return 0;
+    }
     g->held_passed++;
     log_limited(&g->lim.hold, g->loop.now_ms, LOG_WARN, c->c.name,
                 "hold_max reached (%zu bytes held whole): a reply of %llu bytes goes as the worker sent it",
                 buf_held_bytes, (unsigned long long)n);
+    return 1;
 }
 
 /* Hand a collected reply to the pool job that transforms it for c. */
@@ -251,15 +250,12 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
     /* what the job makes: at most what came, unless it decompresses */
     size_t out = zipped && old ? kzip_uncompressed_len(w->coll.p, w->coll.len) : w->coll.len;
     if (out > w->coll.len && !gw_hold_room(g, out)) { /* hold_max: as it came, or refused */
-        if (c->cap < 3) {
-            hold_refused(g, c, r, out);
-            inbuf_free(&w->coll);
-        } else {
-            hold_passed(g, c, out);
+        if (hold_over(g, c, r, out)) {
             request_set_state_loop(g, c, r, RS_LOCAL);
             request_reply_loop(g, c, r->seq, w->coll.p, w->coll.len);
             w->coll = (struct inbuf){0};
         }
+        inbuf_free(&w->coll);
         return;
     }
     struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_REPLY);
@@ -463,15 +459,8 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
         return ROUTE_DROP;
     }
     int over = h->len > (uint64_t)g->cfg.max_message, nc = over ? -1 : needs_collect(g, c, h);
-    if (nc > 0 && !gw_hold_room(g, h->len)) { /* hold_max: as it came, or refused */
-        if (c->cap < 3) {
-            hold_refused(g, c, client_head(c), h->len);
-            nc = -2;
-        } else {
-            hold_passed(g, c, h->len);
-            nc = 0;
-        }
-    }
+    if (nc > 0 && !gw_hold_room(g, h->len)) /* hold_max: as it came, or refused */
+        nc = hold_over(g, c, client_head(c), h->len) ? 0 : -2;
     if (nc < 0) { /* over max_message, or too big to check for an old client: it is told, the
                    * reply drained (never held), the connection kept */
         if (over)
@@ -490,12 +479,12 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
     return nc ? ROUTE_COLLECT : ROUTE_STREAM;
 }
 
-/* An async message dropped: counted, said (at most once a second); one nobody is owed with the
- * fix for a request pool. */
-static int drop_async(struct gw *g, struct worker *w, const char *why)
+/* An async message dropped: counted, said (at most once a second); with fix, in a request pool,
+ * the fix for one nobody is owed (not for one dropped for its size). */
+static int drop_async(struct gw *g, struct worker *w, const char *why, int fix)
 {
     w->dropped++;
-    int owner = w->grp->cfg.pool_mode != CFG_POOL_SESSION && strncmp(why, "over ", 5);
+    int owner = fix && w->grp->cfg.pool_mode != CFG_POOL_SESSION;
     log_limited(&w->grp->dropped_log, g->loop.now_ms, LOG_WARN, w->c.name, "async message %s: dropped%s", why,
                 owner ? " (a worker that publishes to its subscribers belongs in a pool = session group)" : "");
     return ROUTE_DROP;
@@ -508,7 +497,7 @@ static int route_async(struct gw *g, struct worker *w)
     if (!STAILQ_EMPTY(&w->bsent)) {
         const struct bnode *b = STAILQ_FIRST(&w->bsent);
         if (!reachable(g, b->cl_id, b->cl_gen))
-            return drop_async(g, w, "for the sender of a broadcast that has gone");
+            return drop_async(g, w, "for the sender of a broadcast that has gone", 1);
         w->msg.to_id = b->cl_id;
         w->msg.to_gen = b->cl_gen;
         return ROUTE_FORWARD;
@@ -520,14 +509,17 @@ static int route_async(struct gw *g, struct worker *w)
         return ROUTE_STREAM;
     }
     if (c || (w->st == WS_BUSY && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC)))
-        return drop_async(g, w, "for a client that has gone");
+        return drop_async(g, w, "for a client that has gone", 1);
     if (fanout_client(w, &w->msg.to_id, &w->msg.to_gen)) /* (whole: the other parts' workers send it too) */
-        return reachable(g, w->msg.to_id, w->msg.to_gen) ? ROUTE_FORWARD
-                                                          : drop_async(g, w, "for the client of a .qgate.all that has gone");
+        return reachable(g, w->msg.to_id, w->msg.to_gen)
+                   ? ROUTE_FORWARD
+                   : drop_async(g, w, "for the client of a .qgate.all that has gone", 1);
     if (w->st == WS_BUSY && w->run.kind == RUN_FANOUT)
-        return drop_async(g, w, "for a .qgate.all given up (its client was answered)");
-    return drop_async(g, w, w->grp->cfg.pool_mode == CFG_POOL_SESSION ? "while given to no client's session"
-                                                                      : "while it ran no client's request (pool = request)");
+        return drop_async(g, w, "for a .qgate.all given up (its client was answered)", 1);
+    return drop_async(g, w,
+                      w->grp->cfg.pool_mode == CFG_POOL_SESSION ? "while given to no client's session"
+                                                                : "while it ran no client's request (pool = request)",
+                      1);
 }
 
 /* A callback (a sync request with .z.w): the running request's (or .qgate.all's) client answers
@@ -566,7 +558,7 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
     if (h->type == KIPC_RESPONSE && w->st == WS_BUSY)
         route = w->run.swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, h); /* (over: refused there) */
     else if (over && h->type == KIPC_ASYNC)
-        route = drop_async(g, w, "over max_message");
+        route = drop_async(g, w, "over max_message", 0);
     else if (over && h->type == KIPC_SYNC)
         tell_worker(g, w, g->too_large_err, g->too_large_err_len); /* as if its call had failed */
     else if (h->type == KIPC_ASYNC)
@@ -710,8 +702,7 @@ void run_lost_loop(struct gw *g, struct worker *w)
     struct client *to = w->msg.route == ROUTE_STREAM && w->c.rd.phase == RD_BODY ? w->msg.to : NULL;
     int cut = to && to == c && !client_output_gone(c), cut_sess = to && to == s;
     w->run.cl = NULL;
-    inbuf_free(&w->coll);
-    worker_coll_release(w);
+    worker_coll_free(w);
     w->msg = (struct wmsg){0};
     w->run.swallow = 0;
     stream_resume_loop(g, &w->c); /* off the waiters of the client it waited on */

@@ -207,8 +207,7 @@ void worker_free_loop(struct conn *c)
 {
     struct worker *w = worker_of(c);
     broadcast_free_loop(w);
-    inbuf_free(&w->coll);
-    worker_coll_release(w);
+    worker_coll_free(w);
     stream_remnant_close_loop(&w->remnant);
     free(w);
 }

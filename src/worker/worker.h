@@ -177,6 +177,12 @@ static inline void worker_coll_release(struct worker *w)
     buf_held_sub(w->coll_held);
     w->coll_held = 0;
 }
+/* ... and what it collected freed (the connection lost or gone). */
+static inline void worker_coll_free(struct worker *w)
+{
+    inbuf_free(&w->coll);
+    worker_coll_release(w);
+}
 /* Up: connected and in the group's rotation (DISABLED is connected, out of it). */
 static inline int worker_is_up(const struct worker *w)
 {
