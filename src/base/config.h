@@ -51,6 +51,7 @@ struct config {
     int64_t compress_max;
     int64_t merge_max;
     int64_t hold_max;
+    int64_t pending_max;
     int splice;
     int local_workers;    /* enum cfg_local */
     int loglevel;

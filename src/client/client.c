@@ -640,6 +640,7 @@ static void client_free(struct conn *x) { free(client_of(x)); }
 const struct connops client_connops = {
     .ev = {.on_event = on_event},
     .on_bytes = on_bytes,
+    .on_header = request_header_loop,
     .on_message = request_message_loop,
     .on_framed = request_framed_loop,
     .on_bad = on_bad,

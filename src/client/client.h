@@ -74,6 +74,8 @@ struct req {
     size_t len;
     uint32_t off;        /* routed: the wrapper's bytes before the query's message */
     struct chunk *reply; /* READY: the reply */
+    size_t counted;      /* bytes counted against pending_max (its message as it came), until
+                          * sent or answered */
     size_t held;         /* bytes counted against hold_max: a compressed route's, inflated (msg),
                           * then, LOCAL, what its pool job holds (in and out) */
     int64_t t_arrive;    /* ms */
@@ -143,6 +145,8 @@ struct client {
     struct group *grp;
     struct reqlist reqs;
     size_t pending;      /* bytes of requests held */
+    size_t gathering;    /* bytes counted against pending_max for the message being read */
+    uint8_t room_granted; /* its turn for room came: gathering kept for the header it waited with */
     uint64_t next_seq;
     int64_t stall_since; /* ms: output has waited (without a byte accepted) since */
     int64_t connected_ms; /* when it was accepted (the loop's clock) */
@@ -220,12 +224,23 @@ void client_users_free(struct gw *g);
  * QUEUED takes it off. */
 void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum req_state st);
 const char *request_state_name(int st);
-void request_free(struct req *r);
+void request_free(struct gw *g, struct req *r);
 /* The stream's handlers: a whole message (a request, or an answer to a callback); what a read
  * brought has been framed (its requests go on). */
 struct kipc_hdr;
 int request_message_loop(struct gw *g, struct conn *c, const struct kipc_hdr *h, uint8_t *msg);
 int request_framed_loop(struct gw *g, struct conn *c);
+/* A message's header has come: room is kept for it under pending_max, or it waits its turn
+ * (SS_WAIT). */
+int request_header_loop(struct gw *g, struct conn *c, const struct kipc_hdr *h);
+/* The dispatch phase's end: clients waiting for room under pending_max whose turn has come
+ * read on. */
+void request_room_loop(struct gw *g);
+/* If c waits for room, and need not (it owes a callback's answer, or holds a session's
+ * worker), it reads on. */
+void request_room_check_loop(struct gw *g, struct client *c);
+/* A request's bytes went to a worker: no longer counted against pending_max. */
+void request_sent_loop(struct gw *g, struct req *r);
 /* Start the head request if it is waiting, and send every finished reply at the head; loops
  * (never recurses) over however many requests finish at once. */
 void request_advance_loop(struct gw *g, struct client *c);

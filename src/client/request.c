@@ -55,8 +55,130 @@ void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum 
     r->state = (uint8_t)st;
 }
 
-void request_free(struct req *r)
+/* ---- room under pending_max ----------------------------------------------------------------- */
+
+/* A message this small never waits for room (counted all the same): a gateway command, such
+ * as the .qgate.resume[] that lets held requests go, is always read. Per client, such messages
+ * are bounded by client_max_pending. */
+#define ROOM_SMALL 65536
+
+/* Room for a message of n bytes now: under pending_max, or nothing else counted (one larger
+ * than it is read alone). */
+static int room_for(const struct gw *g, uint64_t n)
 {
+    return !g->cfg.pending_max || !buf_pending_bytes || buf_pending_bytes + n <= (uint64_t)g->cfg.pending_max;
+}
+
+/* Does its reading go on whatever pending_max says (bounded by client_max_pending alone)? When
+ * others' requests may wait on it: it owes a worker a callback's answer, or it holds a worker
+ * (pool = session) that requests queued for its group might otherwise never get. */
+static int room_exempt(struct gw *g, struct client *c) { return c->sess || (c->ncalls && callback_owed_loop(g, c)); }
+
+/* Bytes counted against pending_max go back (*n zeroed). */
+static void uncount(struct gw *g, size_t *n)
+{
+    if (!*n)
+        return;
+    buf_pending_sub(*n);
+    *n = 0;
+    if (!TAILQ_EMPTY(&g->room_waiters))
+        g->loop.dispatch_pending = 1; /* room, perhaps: the dispatch phase's end sees to them */
+}
+
+/* Its reading goes on, if nothing else holds it. */
+static void read_on(struct gw *g, struct client *c)
+{
+    if (c->st == CS_READY && !c->eof && !c->paused && !c->c.paused && !g->draining)
+        conn_set_reading_loop(g, &c->c, 1);
+}
+
+/* While clients wait for room, one that keeps room for a message it has stopped sending (no
+ * byte for client_stall_timeout while qgate reads it) is closed: room kept is not taken from
+ * the others for ever. */
+static void room_stalls(struct gw *g, struct timer *t)
+{
+    (void)t;
+    int64_t stall = g->cfg.client_stall_timeout;
+    if (TAILQ_EMPTY(&g->room_waiters) || !stall)
+        return;
+    for (uint32_t id = 0; id < g->tab_cap; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != CONN_CLIENT || x->closing)
+            continue;
+        struct client *c = client_of(x);
+        if (c->gathering && x->rd.phase == RD_WHOLE && !c->eof && !c->paused && !x->paused &&
+            g->loop.now_ms - x->last_read_ms >= stall) {
+            char why[160];
+            snprintf(why, sizeof why, "stalled: sent %zu bytes of a %zu-byte message, then none for %lld ms, "
+                     "while others waited for room under pending_max", inbuf_avail(&x->in), c->gathering,
+                     (long long)(g->loop.now_ms - x->last_read_ms));
+            conn_close_loop(g, x, why);
+        }
+    }
+    loop_timer_arm_loop(g, &g->room_tm, g->loop.now_ms + 1000, room_stalls);
+}
+
+int request_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
+{
+    struct client *c = client_of(x);
+    if (c->room_granted) { /* its turn came (request_room_loop): the room was kept for it */
+        c->room_granted = 0;
+        return SS_OK;
+    }
+    uncount(g, &c->gathering); /* a message dropped before it was whole */
+    if (h->type == KIPC_RESPONSE && c->ncalls)
+        return SS_OK; /* an answer a worker waits for: never held back, not counted */
+    struct conn *first = TAILQ_FIRST(&g->room_waiters);
+    if (h->len > ROOM_SMALL && !room_exempt(g, c) && ((first && first != x) || !room_for(g, h->len))) {
+        if (!x->waits_room) {
+            g->pending_waits++;
+            log_limited(&g->lim.room, g->loop.now_ms, LOG_INFO, x->name,
+                        "pending_max reached (%zu bytes of requests held): a message of %llu bytes waits its turn",
+                        buf_pending_bytes, (unsigned long long)h->len);
+            if (g->cfg.client_stall_timeout && !g->room_tm.pos)
+                loop_timer_arm_loop(g, &g->room_tm, g->loop.now_ms + 1000, room_stalls);
+        }
+        conn_room_wait_loop(g, x, h->len);
+        conn_set_reading_loop(g, x, 0);
+        return SS_WAIT;
+    }
+    conn_room_leave_loop(g, x);
+    c->gathering = (size_t)h->len;
+    buf_pending_add(c->gathering);
+    return SS_OK;
+}
+
+/* Its turn for room has come: the room is kept for the message it waited with, which is framed
+ * again in the backlog phase. */
+static void room_grant(struct gw *g, struct client *c)
+{
+    struct conn *x = &c->c;
+    conn_room_leave_loop(g, x);
+    c->gathering = (size_t)x->room_need; /* kept for it: nobody takes it meanwhile */
+    buf_pending_add(c->gathering);
+    c->room_granted = 1;
+    conn_backlog_add_loop(g, x);
+    read_on(g, c);
+}
+
+void request_room_loop(struct gw *g)
+{
+    struct conn *x;
+    while ((x = TAILQ_FIRST(&g->room_waiters)) && room_for(g, x->room_need))
+        room_grant(g, client_of(x));
+}
+
+void request_room_check_loop(struct gw *g, struct client *c)
+{
+    if (c->c.waits_room && room_exempt(g, c))
+        room_grant(g, c);
+}
+
+void request_sent_loop(struct gw *g, struct req *r) { uncount(g, &r->counted); }
+
+void request_free(struct gw *g, struct req *r)
+{
+    uncount(g, &r->counted);
     free(r->msg);
     free(r->etext);
     chunk_free(r->reply);
@@ -65,8 +187,9 @@ void request_free(struct req *r)
 }
 
 /* Drop the request bytes (sent, or answered without a worker). */
-static void req_drop_msg(struct client *c, struct req *r)
+static void req_drop_msg(struct gw *g, struct client *c, struct req *r)
 {
+    uncount(g, &r->counted);
     if (r->msg) {
         c->pending -= req_cost(r);
         free(r->msg);
@@ -83,8 +206,8 @@ void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answ
     access_req_loop(g, c, x, answered);
     request_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
     STAILQ_REMOVE(&c->reqs, x, req, link);
-    req_drop_msg(c, x);
-    request_free(x);
+    req_drop_msg(g, c, x);
+    request_free(g, x);
 }
 
 /* Drop every request behind r (nothing after it is answered). */
@@ -110,9 +233,11 @@ void request_free_all_loop(struct gw *g, struct client *c)
         struct req *r = client_head(c);
         STAILQ_REMOVE_HEAD(&c->reqs, link);
         access_req_loop(g, c, r, 0);
-        request_free(r);
+        request_free(g, r);
     }
     c->pending = 0;
+    uncount(g, &c->gathering);
+    c->room_granted = 0;
 }
 
 void request_error_loop(struct gw *g, struct client *c, struct req *r, const char *fmt, ...)
@@ -122,7 +247,7 @@ void request_error_loop(struct gw *g, struct client *c, struct req *r, const cha
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    req_drop_msg(c, r);
+    req_drop_msg(g, c, r);
     if (r == client_head(c))
         conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE); /* its queue timeout */
     r->outcome = ALOG_GWERROR; /* (the access log's, async or not) */
@@ -361,7 +486,7 @@ void request_advance_loop(struct gw *g, struct client *c)
                 conn_push_whole_loop(g, &c->c, r->reply); /* after a publish being streamed to it */
                 r->reply = NULL;
             }
-            request_free(r);
+            request_free(g, r);
             continue;
         }
         /* a client that reads nothing gets nothing more: its output bounds what it costs */
@@ -442,6 +567,8 @@ void request_check_pending_loop(struct gw *g, struct client *c)
         callback_give_up_loop(g, c);
         owes = 0;
     }
+    if (owes) /* its answer may be behind a message that waits for room */
+        request_room_check_loop(g, c);
     int may_read = c->st == CS_READY && !c->eof && (!g->draining || owes); /* (a drain reads an answer
                                        * a request received needs, nothing else: received is run) */
     if (c->paused && owes && may_read) { /* its answer may be behind what it sent since */
@@ -464,14 +591,19 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
 {
     struct client *c = client_of(x);
     if (c->st != CS_READY && c->st != CS_GONE) { /* it reads nothing more */
+        uncount(g, &c->gathering);
         free(msg);
         return SS_STOP;
     }
+    size_t counted = c->gathering; /* (room kept for it since its header) */
+    c->gathering = 0;
     if (h->type == KIPC_RESPONSE) {
+        uncount(g, &counted);
         callback_answer_loop(g, c, msg, (size_t)h->len);
         return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
     }
     if (c->refuse) { /* over max_clients: its first request gets the error, then the close */
+        uncount(g, &counted);
         free(msg);
         conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
         if (h->type == KIPC_SYNC)
@@ -483,6 +615,7 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     struct jobs_arrival a;
     struct kerr e;
     if (jobs_arrival(msg, h, VALIDATE_ON_LOOP_MAX, &a, &e)) {
+        uncount(g, &counted);
         free(msg);
         char bad[96];
         snprintf(bad, sizeof bad, "%s at byte %zu", e.why, e.off + 8);
@@ -491,13 +624,15 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     }
     struct req *r = calloc(1, sizeof *r);
     if (!r) {
+        uncount(g, &counted);
         free(msg);
         return stream_close(&c->c, "out of memory");
     }
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
                       .unchecked = a.unchecked, .route = a.route, .form = a.form, .grp = c->grp,
                       .cmd = a.cmd, .cmd_known = !h->compressed,
-                      .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len};
+                      .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len,
+                      .counted = counted};
     c->pending += req_cost(r);
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
@@ -509,8 +644,10 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
 int request_framed_loop(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
-    if (c->eof && !c->c.in_backlog) /* a message cut by the close never arrives */
+    if (c->eof && !c->c.in_backlog && !c->c.waits_room) { /* a message cut by the close never arrives */
         stream_input_drop_loop(&c->c);
+        uncount(g, &c->gathering);
+    }
     request_advance_loop(g, c);
     return c->st == CS_READY && !c->paused && !c->c.closing ? SS_OK : SS_STOP;
 }
@@ -525,6 +662,9 @@ static void stop_reading(struct gw *g, struct client *c)
     callback_cancel_loop(g, c, NULL); /* q reads nothing more: no answer comes */
     if (c->st == CS_READY) /* (gone, flushing or lingering: it reads no requests already) */
         client_set_state_loop(g, c, CS_FLUSHING);
+    conn_room_leave_loop(g, &c->c); /* (a message waiting for room, or being read: dropped) */
+    uncount(g, &c->gathering);
+    c->room_granted = 0;
     conn_set_reading_loop(g, &c->c, 0);
     stream_input_drop_loop(&c->c);
     conn_backlog_remove_loop(g, &c->c);
@@ -541,8 +681,10 @@ static void stop_for_bad_message(struct gw *g, struct client *c, const char *why
  * seq next, of len bytes if known), then the close. */
 static void close_with_error(struct gw *g, struct client *c, const char *text, size_t len)
 {
-    if (client_output_gone(c)) /* nobody to tell: what came before still runs */
+    if (client_output_gone(c)) { /* nobody to tell: what came before still runs (framed from the */
+        request_advance_loop(g, c); /* backlog, nothing after this advances it) */
         return;
+    }
     struct req *r = calloc(1, sizeof *r);
     if (!r) {
         conn_close_loop(g, &c->c, "out of memory");

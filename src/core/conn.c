@@ -1,5 +1,6 @@
 /* conn.c: the connection table (id, generation), epoll registration, the lists a connection
- * can be on (flush list, backlog, a group's queue or idle list, closed list) and its timers,
+ * can be on (flush list, backlog, room waiters, a group's queue or idle list, closed list) and
+ * its timers,
  * its output (queued bytes, a splice pipe ahead of them, whole messages held for a message
  * boundary), and the single teardown path. Reading and writing its socket is stream.c's. The
  * kinds' own behaviour comes in through their struct connops. */
@@ -117,6 +118,7 @@ void conn_set_events_loop(struct gw *g, struct conn *c, uint32_t events)
 void conn_set_reading_loop(struct gw *g, struct conn *c, int on)
 {
     uint32_t bits = EPOLLIN | EPOLLRDHUP;
+    on = on && !c->waits_room; /* (it reads again once its message has room) */
     conn_set_events_loop(g, c, on ? c->events | bits : c->events & ~bits);
 }
 
@@ -199,6 +201,7 @@ static void leave_lists(struct gw *g, struct conn *c)
 {
     conn_unmark_dirty_loop(g, c);
     conn_backlog_remove_loop(g, c);
+    conn_room_leave_loop(g, c);
     conn_queue_out_loop(c);
     for (int i = 0; i < CONN_TIMERS; i++)
         conn_timer_cancel_loop(g, c, i);

@@ -110,6 +110,8 @@ struct conn {
     uint8_t framed;      /* its input is kdb+ messages (else raw: a handshake, an HTTP request) */
     uint8_t paused;      /* stopped reading until waits_on's output drains (stream_pause_loop) */
     uint8_t owes;        /* a worker: it owes broadcasts or fan-out parts (dispatch asks what, then) */
+    uint8_t waits_room;  /* on g->room_waiters: the message whose header it sent waits for room
+                          * under pending_max (its header kept in in; it reads nothing) */
     uint32_t id, gen;
     int fd;
     uint32_t epoch;      /* its sockets so far: a close (detach) ends one; what was read on the old
@@ -130,6 +132,8 @@ struct conn {
     TAILQ_ENTRY(conn) qlink;
     TAILQ_ENTRY(conn) dirty_link;
     TAILQ_ENTRY(conn) backlog_link;
+    TAILQ_ENTRY(conn) room_link;
+    uint64_t room_need;  /* waits_room: the bytes of that message */
     STAILQ_ENTRY(conn) closed_link;
     char name[160];      /* log prefix */
     char why[128];       /* why a handler asked the stream to close it (stream_close) */
@@ -186,6 +190,22 @@ static inline void conn_backlog_remove_loop(struct gw *g, struct conn *c)
         return;
     TAILQ_REMOVE(&g->backlog, c, backlog_link);
     c->in_backlog = 0;
+}
+/* Wait, in turn, for room for a message of need bytes (reading stops); and leave that wait. */
+static inline void conn_room_wait_loop(struct gw *g, struct conn *c, uint64_t need)
+{
+    c->room_need = need;
+    if (!c->waits_room) {
+        c->waits_room = 1;
+        TAILQ_INSERT_TAIL(&g->room_waiters, c, room_link);
+    }
+}
+static inline void conn_room_leave_loop(struct gw *g, struct conn *c)
+{
+    if (!c->waits_room)
+        return;
+    TAILQ_REMOVE(&g->room_waiters, c, room_link);
+    c->waits_room = 0;
 }
 /* Take the backlog's oldest off it, or NULL. */
 static inline struct conn *conn_backlog_pop_loop(struct gw *g)

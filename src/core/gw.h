@@ -105,6 +105,7 @@ struct gw {
     struct connlist dirty;
     int ndirty;          /* on either list */
     TAILQ_HEAD(, conn) backlog;
+    TAILQ_HEAD(, conn) room_waiters; /* clients waiting, in turn, for room under pending_max */
     STAILQ_HEAD(, conn) closed;
 
     /* the rest (gateway.c, and what it wires) */
@@ -128,6 +129,7 @@ struct gw {
     uint32_t reload_req_id, reload_req_gen; /* ...by this client's request (0: by SIGHUP) */
     uint64_t reload_req_seq;
     struct timer drain_tm;
+    struct timer room_tm; /* while clients wait for room under pending_max: the stalled are sought */
     struct timer uds_retry_tm; /* reuseport: q's Unix socket held by another process; try again */
     uint8_t chaser[14];  /* sync "" : makes a worker report that it ran what came before */
     uint8_t rbuf[65536]; /* a worker's reads at a message boundary land here first (stream.c):
@@ -141,6 +143,7 @@ struct gw {
     uint64_t next_serial, next_worker_serial;
     int nclients;
     uint64_t handshakes, query_timeouts;
+    uint64_t pending_waits; /* messages that waited for room under pending_max */
     uint64_t held_passed; /* replies sent as the worker sent them for hold_max (not changed) */
     uint64_t connect_timeouts; /* worker connections that did not connect, or answer q's handshake, in worker_connect_timeout */
     struct {
@@ -164,6 +167,7 @@ struct gw {
         struct log_limit async_err;  /* an async gateway command that failed: nobody to tell (request.c) */
         struct log_limit accept;     /* accept() failing with a pending connection's error (client.c) */
         struct log_limit hold;       /* hold_max reached (run.c, fanout.c) */
+        struct log_limit room;       /* a message waits for room under pending_max (request.c) */
     } lim;
     struct auth_shared *auth; /* users file, or NULL: any credentials */
 

@@ -512,7 +512,9 @@ static int frame_span(struct gw *g, struct conn *c, const uint8_t *p, size_t n, 
             break;
         }
         struct kipc_hdr h;
-        if ((st = header(g, c, p + off, &h)) != SS_OK)
+        if ((st = header(g, c, p + off, &h)) == SS_WAIT)
+            break; /* its header and what follows wait in c->in */
+        if (st != SS_OK)
             return st;
         if (rd->route == SR_STREAM && n - off >= h.len) { /* all of it in this read: on in one piece */
             rd->phase = RD_BODY;
@@ -544,7 +546,7 @@ static int frame_span(struct gw *g, struct conn *c, const uint8_t *p, size_t n, 
     }
     if (c->epoch != epoch) /* closed by a handler (a worker: its struct reconnects): the rest was the */
         return SS_STOP;    /* old socket's, never the next one's */
-    if (st != SS_OK || c->closing)
+    if ((st != SS_OK && st != SS_WAIT) || c->closing)
         return st; /* the rest is dropped: the kind reads nothing more */
     if (off < n) {
         if (inbuf_reserve(&c->in, n - off))
@@ -552,7 +554,7 @@ static int frame_span(struct gw *g, struct conn *c, const uint8_t *p, size_t n, 
         memcpy(c->in.p + c->in.len, p + off, n - off);
         c->in.len += n - off;
     }
-    return SS_OK;
+    return st;
 }
 
 /* Frame what c's input buffer holds (a header cut short, a whole message gathered, messages a
@@ -619,12 +621,14 @@ static int frame_buffered(struct gw *g, struct conn *c, int *frames)
     return st;
 }
 
-/* What a read (or the backlog) brought has been framed: the kind goes on. */
+/* What a read (or the backlog) brought has been framed: the kind goes on (with what came
+ * before a message that waits, too). */
 static int framed(struct gw *g, struct conn *c, int st)
 {
-    if (st != SS_OK || c->closing || !conn_ops(c)->on_framed)
+    if ((st != SS_OK && st != SS_WAIT) || c->closing || !conn_ops(c)->on_framed)
         return st;
-    return conn_ops(c)->on_framed(g, c);
+    int k = conn_ops(c)->on_framed(g, c);
+    return k == SS_OK ? st : k;
 }
 
 /* Raw input has come: to the kind, then (when that made the connection framed) what followed
@@ -791,7 +795,7 @@ void stream_read_loop(struct gw *g, struct conn *c)
     int frames = 0;
     /* On the backlog, a connection reads nothing until what it holds is framed: its input
      * stays within what one read budget brought (the kernel's buffer holds the rest). */
-    while (budget && c->fd >= 0 && !c->closing && !c->paused && !c->in_backlog) {
+    while (budget && c->fd >= 0 && !c->closing && !c->paused && !c->in_backlog && !c->waits_room) {
         ssize_t n = c->framed ? splice_body(g, c, budget) : 0;
         if (n < 0)
             return;
@@ -799,7 +803,7 @@ void stream_read_loop(struct gw *g, struct conn *c)
             budget -= QG_MIN((size_t)n, budget);
             continue;
         }
-        if (c->paused || c->in_backlog || !read_once(g, c, &budget, &frames))
+        if (c->paused || c->in_backlog || c->waits_room || !read_once(g, c, &budget, &frames))
             break;
     }
     if (budget == 0)

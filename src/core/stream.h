@@ -13,8 +13,10 @@
  *                       through; spliced inside the kernel when big), then on_end
  *               DROP    read and dropped, then on_end
  *
- * Handlers return a status: SS_OK, SS_STOP (read no more now), or SS_CLOSE (stream_close()
- * said why): the stream closes the connection, in one place. What a connection puts into a
+ * Handlers return a status: SS_OK, SS_STOP (read no more now), SS_CLOSE (stream_close() said
+ * why): the stream closes the connection, in one place; or, from on_header, SS_WAIT: the
+ * message is not taken now (its header stays in the input buffer, framed again later, and the
+ * kind has stopped the reading: conn_room_wait_loop). What a connection puts into a
  * client's output counts against client_high_water: past it the reader waits for that output
  * to drain below client_low_water (stream_pause_loop, stream_woken_loop). */
 #ifndef STREAM_H
@@ -39,7 +41,7 @@ struct stream_io {
 extern const struct stream_io stream_plain;
 
 /* What a handler tells the stream. */
-enum { SS_OK = 0, SS_STOP = 1, SS_CLOSE = 2 };
+enum { SS_OK = 0, SS_STOP = 1, SS_CLOSE = 2, SS_WAIT = 3 };
 
 /* Set c's reason to close and return SS_CLOSE: `return stream_close(c, "why");` */
 int stream_close(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -231,15 +231,17 @@ void control_drain_loop(struct gw *g)
     g->loop.work_pending = 1;
 }
 
-/* Is anything received still to be answered: a worker busy, a client with requests held or
- * reply bytes unsent? (SIGTERM waits for this to be false.) */
+/* Is anything received still to be answered: a worker busy, a client with requests held,
+ * messages read and not yet framed (left by a budget, or waiting for room under pending_max)
+ * or reply bytes unsent? (SIGTERM waits for this to be false.) */
 static int work_in_flight(struct gw *g)
 {
     if (worker_busy_count_loop(g))
         return 1;
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *c = g->tab[id];
-        if (c && c->kind == CONN_CLIENT && (client_head(client_of(c)) || c->out.bytes || c->piped))
+        if (c && c->kind == CONN_CLIENT &&
+            (client_head(client_of(c)) || c->in_backlog || c->waits_room || c->out.bytes || c->piped))
             return 1;
     }
     return 0;

@@ -66,9 +66,18 @@ static const struct evops signal_ops = {.on_event = on_signal};
 
 /* ---- setting up ------------------------------------------------------------------------------- */
 
+/* Requests to the workers free, the pauses that are complete, then the clients whose turn for
+ * room under pending_max has come. */
+static void dispatch_phase(struct gw *g)
+{
+    dispatch_all_loop(g);
+    if (!TAILQ_EMPTY(&g->room_waiters))
+        request_room_loop(g);
+}
+
 static const struct loop_phases phases = {
     .backlog = stream_backlog_loop,
-    .dispatch = dispatch_all_loop, /* then the pauses that are complete */
+    .dispatch = dispatch_phase,
     .flush = stream_flush_dirty_loop,
     .reap = conn_reap_loop,
     .finished = NULL, /* control_drained_loop, once a drain has begun (control_drain_loop) */
@@ -270,6 +279,7 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     TAILQ_INIT(&g->wdirty);
     TAILQ_INIT(&g->dirty);
     TAILQ_INIT(&g->backlog);
+    TAILQ_INIT(&g->room_waiters);
     STAILQ_INIT(&g->closed);
     SLIST_INIT(&g->users);
     g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* given up when accept meets EMFILE */

@@ -137,6 +137,11 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
          "bounded by hold_max", s->held_bytes);
     scalar(t, "qgate_held_passed_total", "counter",
          "replies sent as the worker sent them, not decompressed or compressed, because hold_max was reached", s->held_passed);
+    scalar(t, "qgate_pending_bytes", "gauge",
+         "bytes of requests read whole (from their header) and not yet sent to a worker or answered: bounded by "
+         "pending_max", s->pending_bytes);
+    scalar(t, "qgate_pending_waits_total", "counter",
+         "messages whose reading waited for room under pending_max", s->pending_waits);
 }
 
 static void render_groups(struct text *t, const struct metrics_snap *s)
@@ -317,6 +322,8 @@ K metrics_totals(const struct metrics_snap *s)
     KV("log_dropped", s->log_dropped);
     KV("held_bytes", s->held_bytes);
     KV("held_passed", s->held_passed);
+    KV("pending_bytes", s->pending_bytes);
+    KV("pending_waits", s->pending_waits);
     uint64_t pipelined = 0;
     for (int i = 0; i < s->ngroups; i++)
         pipelined += s->groups[i].pipelined;

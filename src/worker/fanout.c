@@ -184,6 +184,7 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     struct shared *msg = buf_shared_wrap(r->msg, r->len);
     r->msg = NULL;
     c->pending -= req_cost(r);
+    request_sent_loop(g, r);
     if (!msg) {
         free(fo);
         return -1;

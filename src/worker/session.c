@@ -19,12 +19,12 @@
 
 static void begin(struct gw *g, struct worker *w, struct client *c)
 {
-    (void)g;
     if (w->grp != c->grp || c->grp->cfg.pool_mode != CFG_POOL_SESSION || c->sess)
         return; /* a request routed to another group runs there once, unpinned */
     c->sess = w; /* w is this client's alone until it goes */
     w->sess = c;
     log_info(w->c.name, "session: given to %s", c->c.name);
+    request_room_check_loop(g, c); /* (its next message need not wait for room now) */
 }
 
 /* The group's reset_query, sent as a sync message: its reply is swallowed, and the worker is

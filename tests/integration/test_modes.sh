@@ -176,6 +176,51 @@ expect_lines "$TMP/q.out" '^"small"$' 1
 raw_close
 pass "hold_max: a broadcast's publishes to a sender that reads none are not counted; a .qgate.all meanwhile runs"
 
+# pending_max bounds the requests qgate holds whole, all clients together (each client alone
+# was bounded by client_max_pending plus one message of up to max_message: 2 GiB). A message
+# counts from its header, for all its bytes; one that would pass the bound waits its turn,
+# unread; a client that keeps room for a message it stopped sending is closed after
+# client_stall_timeout while another waits; a small message (.qgate.totals[] here) never waits;
+# one larger than the bound is read alone.
+start_worker PW
+start_gateway PG --workers "127.0.0.1:$PW_PORT" --loglevel info \
+    -c <(printf '[gateway]\npending_max = 1000000\nclient_stall_timeout = 1000\n')
+P="127.0.0.1:$PG_PORT"
+pending_is() { total_is pending_bytes $(($1 + 29)) "$P"; } # (.qgate.totals[] counts its own 29 bytes)
+timeout 60 "$BIN/qsend" -g "$P" "hold pm" > "$TMP/hold.out" 2>&1 & hp=$!
+wait_line "$TMP/PW.log" "hold pm" 30                 # the only worker is busy: what comes now waits
+raw_open "$PG_PORT" 6
+raw_hs stuck:pw 6
+printf '%b%s' "\\x01\\x01\\x00\\x00$(le32 700000)\\x0a\\x00$(le32 699986)" "$(head -c 1000 /dev/zero | tr '\0' s)" >&6
+wait_for 30 "room kept for all of a message begun" pending_is 700000
+raw_open "$PG_PORT" 4
+raw_hs a:pw 4
+raw_text 1 "echo $(head -c 200000 /dev/zero | tr '\0' a)" 4
+wait_for 30 "a request under the bound read" pending_is 900019
+raw_open "$PG_PORT" 5
+raw_hs b:pw 5
+raw_text 1 "echo $(head -c 600000 /dev/zero | tr '\0' b)" 5
+wait_for 30 "a request past the bound waiting" total_is pending_waits 1 "$P"
+expect_file_has "$TMP/PG.log" "pending_max reached \\(900019 bytes of requests held\\): a message of 600019 bytes waits its turn"
+[ "$(total pending_bytes "$P")" = 900048 ] || fail "pending_bytes while one waits: $(total pending_bytes "$P")"
+wait_line "$TMP/PG.log" "closed: stalled: sent [0-9]+ bytes of a 700000-byte message, then none for [0-9]+ ms, while others waited for room under pending_max" 30
+wait_for 30 "the waiting request read once the room was freed" pending_is 800038
+release pm "$PW_PORT"
+wait "$hp" || fail "hold: $(cat "$TMP/hold.out")"
+raw_msg "$TMP/pa.out" 4 || fail "no reply to the first request"
+raw_msg "$TMP/pb.out" 5 || fail "no reply to the request that waited"
+[ "$(stat -c %s "$TMP/pa.out")" = 200014 ] || fail "first reply: $(stat -c %s "$TMP/pa.out") bytes"
+[ "$(stat -c %s "$TMP/pb.out")" = 600014 ] || fail "reply to the one that waited: $(stat -c %s "$TMP/pb.out") bytes"
+[ "$(tail -c 3 "$TMP/pb.out")" = bbb ] || fail "reply to the one that waited: $(tail -c 3 "$TMP/pb.out")"
+wait_for 30 "nothing counted once all is answered" pending_is 0
+raw_text 1 "echo $(head -c 1500000 /dev/zero | tr '\0' c)" 4
+raw_msg "$TMP/pc.out" 4 || fail "no reply to a request larger than pending_max"
+[ "$(stat -c %s "$TMP/pc.out")" = 1500014 ] || fail "a request larger than pending_max: $(stat -c %s "$TMP/pc.out") bytes"
+raw_close 4; raw_close 5; raw_close 6
+[ "$(total pending_waits "$P")" = 1 ] || fail "pending_waits: $(total pending_waits "$P")"
+wait_for 30 "nothing counted at the end" pending_is 0
+pass "pending_max: a request past it waits its turn, unread; room kept for a stalled message is freed by client_stall_timeout; one larger than it is read alone"
+
 # credentials: the wrong ones are closed without a byte ('access)
 start_worker U --rows 10 --user alice:secret
 "$BIN/qsend" -g "127.0.0.1:$U_PORT" -u alice:secret "echo in" > "$TMP/q.out"

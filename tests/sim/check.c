@@ -154,11 +154,26 @@ static void check_client(struct conn *x)
         fail("%s half-closed: eof %d, socket %d, reading %d", x->name, c->eof, x->fd, !!(x->events & EPOLLIN));
     if (c->st == CS_GONE && !h && !x->in_backlog && c->c.in.len == c->c.in.off && !(c->half && conn_pending(x)))
         fail("%s has gone with nothing left to run or write, and is still open", x->name);
+    /* pending_max: a client waiting for room reads nothing, its message's header first in its
+     * input; one given the room is on the backlog to frame it; room kept is for a message begun */
+    struct kipc_hdr wh = {0};
+    const char *why;
+    if (x->waits_room && ((x->events & EPOLLIN) || x->rd.phase != RD_BOUNDARY || inbuf_avail(&x->in) < 8 ||
+                          kipc_hdr_parse(inbuf_data(&x->in), 8, UINT64_MAX, &wh, &why) != QG_OK ||
+                          wh.len != x->room_need || x->room_need <= 65536 ||
+                          c->room_granted || (c->st != CS_READY && c->st != CS_GONE)))
+        fail("%s waits for room for %llu bytes: reading %d, phase %d, %zu bytes held, granted %d, state %s", x->name,
+             (unsigned long long)x->room_need, !!(x->events & EPOLLIN), x->rd.phase, inbuf_avail(&x->in),
+             c->room_granted, client_state_name(c->st));
+    if (c->room_granted && (!x->in_backlog || x->waits_room))
+        fail("%s was given room and is not on the backlog to frame its message", x->name);
+    if (c->gathering && !c->room_granted && x->rd.phase != RD_WHOLE)
+        fail("%s keeps room for %zu bytes and reads no message", x->name, c->gathering);
 }
 
 /* The table: each connection in its own slot, none closed, on the flush list only with a socket,
  * a metrics one on the metrics list; each client checked. What it counts, for the lists. */
-static void check_table(int *nclients, int *nmetrics, int *backlog)
+static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pending, int *waiting)
 {
     struct gw *g = &S->g;
     for (uint32_t id = 0; id < g->next_id; id++) {
@@ -181,6 +196,12 @@ static void check_table(int *nclients, int *nmetrics, int *backlog)
         (*nclients)++;
         *backlog += x->in_backlog;
         check_client(x);
+        struct client *c = (struct client *)x;
+        *pending += c->gathering;
+        struct req *r;
+        STAILQ_FOREACH(r, &c->reqs, link)
+            *pending += r->counted;
+        *waiting += x->waits_room;
     }
 }
 
@@ -338,8 +359,20 @@ void check_gateway(void)
     S->res->checks++;
     check_log();
     check_alog();
-    check_table(&nclients, &nmetrics, &backlog);
+    size_t pending = 0;
+    int waiting = 0, nw = 0;
+    check_table(&nclients, &nmetrics, &backlog, &pending, &waiting);
     check_lists(nclients, nmetrics, backlog);
+    if (pending != buf_pending_bytes) /* every byte counted against pending_max is a client's */
+        fail("%zu bytes counted against pending_max, the clients hold %zu", buf_pending_bytes, pending);
+    struct conn *x;
+    TAILQ_FOREACH(x, &S->g.room_waiters, room_link) {
+        nw++;
+        if (!conn_live(&S->g, x) || !x->waits_room || x->kind != CONN_CLIENT)
+            fail("a freed, unmarked or non-client connection waits for room");
+    }
+    if (nw != waiting)
+        fail("%d clients marked waiting for room, the list holds %d", waiting, nw);
     for (int i = 0; i < S->g.ngroups; i++)
         check_group(&S->g.groups[i]);
     check_users();

@@ -33,6 +33,7 @@ void write_config(void)
             (long long)c->reconnect_min, (long long)c->reconnect_max, (long long)c->worker_connect_timeout);
     fprintf(f, "compress = %d\ncompress_max = %lld\nsplice = %d\nmax_message = %lld\nhold_max = %lld\n", c->compress,
             (long long)c->compress_max, c->splice, (long long)c->max_message, (long long)c->hold_max);
+    fprintf(f, "pending_max = %lld\n", (long long)c->pending_max);
     fprintf(f, "local_workers = %s\n", c->local_workers == CFG_LOCAL_UNIX ? "unix" : "tcp");
     fprintf(f, "keepalive_idle = %d\ntcp_user_timeout = %d\n", S->keepalive_idle, S->keepalive_idle ? 30000 : 0);
     if (S->users_file)
@@ -88,6 +89,7 @@ void random_config(struct config *c)
     c->local_workers = chance(50) ? CFG_LOCAL_UNIX : CFG_LOCAL_TCP;
     c->max_message = chance(10) ? ((int64_t)1 << 33) : 2147483647;
     c->hold_max = chance(30) ? 2048 << rnd(6) : (int64_t)1 << 30;
+    c->pending_max = chance(30) ? 1024 << rnd(7) : (int64_t)1 << 30;
 }
 
 void write_users(void)

@@ -738,6 +738,10 @@ static void check_baseline(const struct baseline *b0)
              (ssize_t)(b1.heap - b0->heap), (ssize_t)(b1.kept - b0->kept));
     if (buf_held_bytes) /* everything held whole for a client has gone with it */
         fail("the end: %zu bytes still counted held whole (hold_max) with no client left", buf_held_bytes);
+    if (buf_pending_bytes) /* every request read has been sent or answered, or went with its client */
+        fail("the end: %zu bytes of requests still counted (pending_max) with no client left", buf_pending_bytes);
+    if (!TAILQ_EMPTY(&S->g.room_waiters))
+        fail("the end: a connection still waits for room under pending_max with no client left");
 }
 
 /* Everyone leaves: the scrapers and the clients close, the workers stay up and take what comes,
@@ -798,6 +802,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     res->half_answered = S->half_answered;
     res->hold_passed = (long)S->g.held_passed;
     res->hold_refused = (long)S->g.refused[REFUSED_HOLD_MAX].n;
+    res->pending_waits = (long)S->g.pending_waits;
     tr("quiescence");
     quiesce(0, "quiescence (clients that stopped reading still stopped)");
     quiesce(1, "quiescence");
@@ -811,6 +816,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     gw_free(&S->g); /* writes the access log's last lines */
     if (buf_held_bytes)
         fail("after gw_free: %zu bytes still counted held whole (hold_max)", buf_held_bytes);
+    if (buf_pending_bytes)
+        fail("after gw_free: %zu bytes of requests still counted (pending_max)", buf_pending_bytes);
     check_alog_end(ended);
     free_world();
     check_log_end();

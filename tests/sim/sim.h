@@ -48,6 +48,7 @@ struct sim_result {
     long http_501;        /* HTTP requests for a handshake answered 501 whole */
     long hold_passed;     /* replies sent as the worker sent them for hold_max */
     long hold_refused;    /* replies and .qgate.alls refused for it */
+    long pending_waits;   /* messages whose reading waited for room under pending_max */
     long half_closes;     /* clients that shut their side and read on */
     long half_answered;   /* ... and got every reply owed, then the gateway's close */
     long failed_step;     /* the event at which an invariant failed, or -1 */

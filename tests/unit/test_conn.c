@@ -1,6 +1,6 @@
 /* test_conn.c: conn.c's lifetime against a fake kind of connection, without clients or workers:
- * closing takes a connection off every list it is on (flush list, backlog, a queue, the waiters
- * of another) and cancels its timers before the kind's teardown runs; its waiters are woken; its
+ * closing takes a connection off every list it is on (flush list, backlog, room waiters, a queue,
+ * the waiters of another) and cancels its timers before the kind's teardown runs; its waiters are woken; its
  * id and generation no longer find it; its struct is freed only by the reap after the
  * iteration; a close from inside a teardown, or a second close, is a no-op. */
 #include <setjmp.h>
@@ -54,7 +54,8 @@ static void fake_on_close(struct gw *gw, struct conn *c, const char *why)
     (void)why;
     struct fake *f = (struct fake *)c;
     f->closes++;
-    f->clean_at_close = !c->dirty && !c->in_backlog && !c->q && !conn_timer_armed(c, 0) && !conn_timer_armed(c, 1);
+    f->clean_at_close = !c->dirty && !c->in_backlog && !c->waits_room && !c->q && !conn_timer_armed(c, 0) &&
+                        !conn_timer_armed(c, 1);
     conn_close_loop(gw, c, "again, from its own teardown");
     if (f->close_too)
         conn_close_loop(gw, &f->close_too->c, "closed by another's teardown");
@@ -102,6 +103,8 @@ static void test_close_leaves_every_list(void **state)
     conn_q_init(&q);
     conn_mark_dirty_loop(&g, &a->c);
     conn_backlog_add_loop(&g, &a->c);
+    conn_room_wait_loop(&g, &b->c, 100); /* b waits for room first, then a */
+    conn_room_wait_loop(&g, &a->c, 200);
     conn_queue_in_loop(&q, &a->c);
     conn_timer_arm_loop(&g, &a->c, 0, g.loop.now_ms + 10, never);
     conn_timer_arm_loop(&g, &a->c, 1, g.loop.now_ms + 20, never);
@@ -116,6 +119,8 @@ static void test_close_leaves_every_list(void **state)
     assert_true(a->clean_at_close);
     assert_null(connq_first(&q));
     assert_null(conn_backlog_pop_loop(&g));
+    assert_ptr_equal(TAILQ_FIRST(&g.room_waiters), &b->c); /* b alone waits for room now */
+    assert_null(TAILQ_NEXT(&b->c, room_link));
     assert_int_equal(a->c.fd, -1);
     assert_null(conn_lookup_loop(&g, id, gen));
     assert_int_equal(w->wakes, 1); /* its waiter woken, off a's list */
@@ -133,6 +138,7 @@ static void test_close_leaves_every_list(void **state)
     assert_int_equal(b->wakes, 1);
     assert_null(b->c.q);
     conn_close_loop(&g, &b->c, "test");
+    assert_true(TAILQ_EMPTY(&g.room_waiters));
     conn_reap_loop(&g);
     assert_int_equal(freed, 3);
 }

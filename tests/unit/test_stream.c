@@ -234,6 +234,7 @@ struct fake {
     int hs;              /* on_bytes: bytes up to a NUL are a handshake, then it is framed */
     size_t bytes_close_at; /* on_bytes: closes once c->in holds this many bytes (0: never) */
     int stop_msg, close_msg, self_close_msg, close_header, close_end, close_framed; /* at the n-th */
+    int wait_header;     /* on_header: the n-th waits (SS_WAIT), as a client waits for room */
     int self_close_end;  /* on_end: closes its own connection at the n-th, and returns SS_OK */
     const char *reason;  /* given to stream_close */
     int bad_status;
@@ -299,6 +300,11 @@ static int h_header(struct gw *gw, struct conn *c, const struct kipc_hdr *h)
     ev(f, 'H');
     int route = i < f->nroute ? f->route[i] : f->route_rest;
     struct fake *to = i < f->nroute ? f->to[i] : f->to_rest;
+    if (f->wait_header == i + 1) {
+        conn_room_wait_loop(gw, c, h->len);
+        conn_set_reading_loop(gw, c, 0);
+        return SS_WAIT;
+    }
     if (route != SR_WHOLE)
         stream_route(c, route, route == SR_STREAM ? &to->c : NULL);
     return f->close_header == i + 1 ? status(f, SS_CLOSE) : SS_OK;
@@ -773,6 +779,63 @@ static void test_split_everywhere(void **state)
         }
         check_whole(f, m, (int)m->b.n + 1);
         assert_int_equal(f->nbad + f->nclose, 0);
+    }
+}
+
+/* A header the kind cannot take now (SS_WAIT, as a client's message waits for room under
+ * pending_max), at every split of the stream and for reads of 7 bytes, 64 and 64 KiB: what came
+ * before it is delivered and framed (on_framed), the header and everything after it stay in
+ * the input buffer or the socket, nothing more is read; framed again later, every message
+ * arrives whole, in order, byte-identical. */
+static void test_header_waits(void **state)
+{
+    (void)state;
+    struct msgs *m = msgs_new();
+    msgs_add(m, 1, KIPC_SYNC, 0, 9);
+    msgs_add(m, 0, KIPC_ASYNC, 0, 300);
+    msgs_add(m, 1, KIPC_SYNC, 0, 70000);
+    msgs_add(m, 1, KIPC_ASYNC, 1, 13);
+    size_t first = m->off[1];
+    static const size_t sizes[] = {7, 64, 65536};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        struct fake *f = fake_new(CONN_CLIENT, 1);
+        f->ops.read_size = sizes[s];
+        int reps = 0;
+        for (size_t k = 0; k <= m->b.n; k += k < 400 ? 1 : 997, reps++) {
+            int before = f->nmessage, framed = f->nframed;
+            f->wait_header = f->nheader + 2; /* the second message's */
+            put(f, m->b.p, k);
+            pull(f);
+            size_t left = m->b.n - k, sent = 0;
+            while (sent < left) { /* (the socket holds what the gateway leaves unread) */
+                size_t w = put_some(f, m->b.p + k + sent, left - sent);
+                if (!w)
+                    break;
+                sent += w;
+            }
+            pull(f);
+            assert_int_equal(f->nmessage - before, 1);
+            assert_true(f->c.waits_room);
+            assert_true(f->nframed > framed); /* what came before it went on */
+            assert_int_equal(f->c.rd.phase, RD_BOUNDARY);
+            assert_int_equal(inbuf_avail(&f->c.in) + unread(f->c.fd) + (left - sent), m->b.n - first);
+            assert_memory_equal(inbuf_data(&f->c.in), m->b.p + first, QG_MIN(inbuf_avail(&f->c.in), 8));
+            stream_read_loop(&g, &f->c); /* reads nothing while it waits */
+            assert_int_equal(f->nmessage - before, 1);
+            conn_room_leave_loop(&g, &f->c);
+            conn_set_reading_loop(&g, &f->c, 1);
+            stream_frame_loop(&g, &f->c);
+            for (int i = 0; i < 100000 && f->nmessage - before < m->n; i++) {
+                if (sent < left)
+                    sent += put_some(f, m->b.p + k + sent, left - sent);
+                pull(f);
+            }
+            assert_int_equal(f->nmessage - before, m->n);
+            assert_int_equal(inbuf_avail(&f->c.in), 0);
+        }
+        check_whole(f, m, reps);
+        assert_int_equal(f->nbad + f->nclose, 0);
+        assert_true(TAILQ_EMPTY(&g.room_waiters));
     }
 }
 
@@ -2085,6 +2148,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_raw_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_then_framed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_everywhere, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_header_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_byte_at_a_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_short_waits, setup, teardown),
