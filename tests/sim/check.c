@@ -398,7 +398,12 @@ void dump_world(void)
            h ? rs[h->state] : "-", x->out.bytes, x->held.bytes, x->piped, c->paused, c->ncalls,
            c->w ? c->w->addr : "-", f ? f->cid : -1, f ? (f->st == FC_DONE ? "closed" : f->stalled ? "stalled" : "reading") : "gone",
            f ? f->out.len - f->out_off : 0, f ? unread(f->fd) : 0, f ? f->pend.n - f->pend_off : 0);
+        tr("    input %zu bytes (phase %d), %d unread in its socket, events %#x, stream paused %d, backlog %d, "
+           "waits for room %d (%llu), granted %d, room kept %zu", inbuf_avail(&x->in), x->rd.phase,
+           x->fd >= 0 ? unread(x->fd) : -1, x->events, x->paused, x->in_backlog, x->waits_room,
+           (unsigned long long)x->room_need, c->room_granted, c->gathering);
     }
+    tr("pending_max %lld: %zu bytes counted", (long long)g->cfg.pending_max, buf_pending_bytes);
     struct conn *d;
     TAILQ_FOREACH(d, &g->wdirty, dirty_link)
         tr("on the workers' flush list: %s (fd %d, out %zu, want_out %d, events %#x)", d->name, d->fd, d->out.bytes,

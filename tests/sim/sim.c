@@ -269,11 +269,17 @@ static const char *gateway_busy(void)
         return "a connection has output to flush";
     if (!TAILQ_EMPTY(&g->backlog))
         return "a client has messages in its backlog";
+    if (!TAILQ_EMPTY(&g->room_waiters))
+        return "a client waits for room under pending_max";
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *x = g->tab[id];
         if (!x || x->kind != CONN_CLIENT)
             continue;
         struct client *c = (struct client *)x;
+        if ((x->events & EPOLLIN) && x->fd >= 0 && unread(x->fd)) { /* (its peer may have closed) */
+            snprintf(busy_why, sizeof busy_why, "%.200s has bytes to read", x->name);
+            return busy_why;
+        }
         struct fclient *f = fclient_of(x->id, x->gen);
         if (f && f->stalled && f->st != FC_DONE)
             continue; /* its replies wait for it to read (once it has closed, nothing waits for it) */
