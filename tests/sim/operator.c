@@ -89,7 +89,11 @@ void random_config(struct config *c)
     c->local_workers = chance(50) ? CFG_LOCAL_UNIX : CFG_LOCAL_TCP;
     c->max_message = chance(10) ? ((int64_t)1 << 33) : 2147483647;
     c->hold_max = chance(30) ? 2048 << rnd(6) : (int64_t)1 << 30;
-    c->pending_max = chance(30) ? 1024 << rnd(7) : (int64_t)1 << 30;
+    /* (from the seed itself, not the world's stream: every other draw stays as it was, so the
+     * seeds in regress.txt still make the worlds they failed in) */
+    uint64_t h = (S->o->seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+    c->pending_max = h % 100 < 30 ? 1024 << (h / 100 % 7) : (int64_t)1 << 30;
 }
 
 void write_users(void)
