@@ -506,7 +506,7 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
             conn_close_loop(g, &c->c, linger_why(c));
         return;
     }
-    int reading = (c->st == CS_HANDSHAKE || c->st == CS_READY) && !c->paused;
+    int reading = (c->st == CS_HANDSHAKE || c->st == CS_READY) && !c->paused && !c->c.waits_room;
     if (reading && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
         stream_read_loop(g, &c->c); /* reads to the end, and notices it */
     else if (ev & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) /* not reading: notice it now (a FIN alone, or gone) */

@@ -220,6 +220,28 @@ raw_close 4; raw_close 5; raw_close 6
 [ "$(total pending_waits "$P")" = 1 ] || fail "pending_waits: $(total pending_waits "$P")"
 wait_for 30 "nothing counted at the end" pending_is 0
 pass "pending_max: a request past it waits its turn, unread; room kept for a stalled message is freed by client_stall_timeout; one larger than it is read alone"
+# a client that resets its connection while it waits for room is noticed at once (its reset
+# once made qgate spin on the hangup, unread, until the room came)
+timeout 60 "$BIN/qsend" -g "$P" "hold pm2" > "$TMP/hold.out" 2>&1 & hp=$!
+wait_line "$TMP/PW.log" "hold pm2" 30
+raw_open "$PG_PORT" 4
+raw_hs a:pw 4
+raw_text 1 "echo $(head -c 600000 /dev/zero | tr '\0' a)" 4
+wait_for 30 "a request under the bound read" pending_is 600019
+raw_open "$PG_PORT" 7
+printf 'resetter:pw\003\000' >&7                   # its answer byte left unread: the close is a reset
+raw_text 1 "echo $(head -c 600000 /dev/zero | tr '\0' r)" 7
+wait_line "$TMP/PG.log" "resetter: pending_max reached" 30
+raw_close 7
+wait_line "$TMP/PG.log" "resetter: closed: client closed the connection" 30
+[ "$(total pending_waits "$P")" = 2 ] || fail "pending_waits: $(total pending_waits "$P")"
+release pm2 "$PW_PORT"
+wait "$hp" || fail "hold: $(cat "$TMP/hold.out")"
+raw_msg "$TMP/pd.out" 4 || fail "no reply to the request read before the reset one"
+[ "$(stat -c %s "$TMP/pd.out")" = 600014 ] || fail "reply: $(stat -c %s "$TMP/pd.out") bytes"
+raw_close 4
+wait_for 30 "nothing counted at the end" pending_is 0
+pass "pending_max: a client that resets while it waits for room is closed at once, its room never counted"
 
 # credentials: the wrong ones are closed without a byte ('access)
 start_worker U --rows 10 --user alice:secret
