@@ -628,6 +628,11 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         free(msg);
         return stream_close(&c->c, "out of memory");
     }
+    if (h->type == KIPC_SYNC && c->ncalls && callback_owed_loop(g, c)) /* (q would run it nested) */
+        log_limited(&g->lim.nested, g->loop.now_ms, LOG_WARN, c->c.name,
+                    "a sync request while it owes a worker a callback's answer: it runs after the request that "
+                    "called back (q would run it nested, on that worker); a client that waits for its reply "
+                    "before it answers waits for ever, or until query_timeout");
     *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
                       .unchecked = a.unchecked, .route = a.route, .form = a.form, .grp = c->grp,
                       .cmd = a.cmd, .cmd_known = !h->compressed,

@@ -168,6 +168,7 @@ struct gw {
         struct log_limit accept;     /* accept() failing with a pending connection's error (client.c) */
         struct log_limit hold;       /* hold_max reached (run.c, fanout.c) */
         struct log_limit room;       /* a message waits for room under pending_max (request.c) */
+        struct log_limit nested;     /* a sync request from a client that owes a callback's answer (request.c) */
     } lim;
     struct auth_shared *auth; /* users file, or NULL: any credentials */
 

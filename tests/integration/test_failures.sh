@@ -377,6 +377,7 @@ for i in $(seq 1 40); do raw_msg "$TMP/cb.out" || fail "echo reply $i did not co
 grep -aq "cb40c" "$TMP/cb.out" || fail "the last echo did not come"
 raw_close
 expect_file_has "$TMP/CB.log" "bytes of requests and no answer to its worker's callback: the worker is told so"
+expect_file_has "$TMP/CB.log" "a sync request while it owes a worker a callback's answer: it runs after the request that called back"
 pass "a client owing a callback's answer and sending requests instead: read to twice client_max_pending, then its worker told, what it sent served"
 
 # --- bad credentials: closed without a byte ('access), logged with user and peer ---------
