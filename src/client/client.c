@@ -487,6 +487,7 @@ static void linger(struct gw *g, struct client *c)
 {
     client_set_state_loop(g, c, CS_LINGER);
     stream_shutdown_loop(&c->c);
+    request_room_drop_loop(g, c); /* (what it sends now is read and dropped) */
     c->paused = 0;
     conn_set_reading_loop(g, &c->c, 1);
     conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + 2000, on_linger_timeout);

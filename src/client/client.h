@@ -239,8 +239,12 @@ void request_room_loop(struct gw *g);
 /* If c waits for room, and need not (it owes a callback's answer, or holds a session's
  * worker), it reads on. */
 void request_room_check_loop(struct gw *g, struct client *c);
-/* A request's bytes went to a worker: no longer counted against pending_max. */
-void request_sent_loop(struct gw *g, struct req *r);
+/* c reads no more requests (a bad message, a drain's close): its wait for room, and the room
+ * kept for the message it was reading, are given up. */
+void request_room_drop_loop(struct gw *g, struct client *c);
+/* Bytes counted against pending_max (a request's, *n) go back, *n zeroed: its bytes went to
+ * a worker (or to every worker of a .qgate.all). */
+void request_uncount_loop(struct gw *g, size_t *n);
 /* Start the head request if it is waiting, and send every finished reply at the head; loops
  * (never recurses) over however many requests finish at once. */
 void request_advance_loop(struct gw *g, struct client *c);

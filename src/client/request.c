@@ -174,7 +174,14 @@ void request_room_check_loop(struct gw *g, struct client *c)
         room_grant(g, c);
 }
 
-void request_sent_loop(struct gw *g, struct req *r) { uncount(g, &r->counted); }
+void request_uncount_loop(struct gw *g, size_t *n) { uncount(g, n); }
+
+void request_room_drop_loop(struct gw *g, struct client *c)
+{
+    conn_room_leave_loop(g, &c->c);
+    uncount(g, &c->gathering);
+    c->room_granted = 0;
+}
 
 void request_free(struct gw *g, struct req *r)
 {
@@ -667,9 +674,7 @@ static void stop_reading(struct gw *g, struct client *c)
     callback_cancel_loop(g, c, NULL); /* q reads nothing more: no answer comes */
     if (c->st == CS_READY) /* (gone, flushing or lingering: it reads no requests already) */
         client_set_state_loop(g, c, CS_FLUSHING);
-    conn_room_leave_loop(g, &c->c); /* (a message waiting for room, or being read: dropped) */
-    uncount(g, &c->gathering);
-    c->room_granted = 0;
+    request_room_drop_loop(g, c); /* (a message waiting for room, or being read: dropped) */
     conn_set_reading_loop(g, &c->c, 0);
     stream_input_drop_loop(&c->c);
     conn_backlog_remove_loop(g, &c->c);

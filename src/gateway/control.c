@@ -232,8 +232,9 @@ void control_drain_loop(struct gw *g)
 }
 
 /* Is anything received still to be answered: a worker busy, a client with requests held,
- * messages read and not yet framed (left by a budget, or waiting for room under pending_max)
- * or reply bytes unsent? (SIGTERM waits for this to be false.) */
+ * whole messages read and not yet framed (left by a budget) or reply bytes unsent? (SIGTERM
+ * waits for this to be false. A message waiting for room under pending_max is not read: the
+ * drain reads nothing new, so it would wait for ever, as would one only partly read.) */
 static int work_in_flight(struct gw *g)
 {
     if (worker_busy_count_loop(g))
@@ -241,7 +242,7 @@ static int work_in_flight(struct gw *g)
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *c = g->tab[id];
         if (c && c->kind == CONN_CLIENT &&
-            (client_head(client_of(c)) || c->in_backlog || c->waits_room || c->out.bytes || c->piped))
+            (client_head(client_of(c)) || c->in_backlog || c->out.bytes || c->piped))
             return 1;
     }
     return 0;

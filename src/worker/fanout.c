@@ -42,6 +42,8 @@ static void start_part(struct gw *g, struct worker *w, struct fpart *p)
     w->run.fp = p;
     w->run.swallow = 0;
     p->st = FP_RUNNING;
+    if (--p->fo->unsent == 0)
+        request_uncount_loop(g, &p->fo->counted); /* every worker has the query now */
     if (outq_share(&w->c.out, p->fo->msg)) {
         conn_close_loop(g, &w->c, "out of memory");
         return;
@@ -72,6 +74,7 @@ static void fanout_free(struct gw *g, struct fanout *fo)
     }
     buf_shared_unref(fo->msg);
     buf_held_sub(fo->held);
+    request_uncount_loop(g, &fo->counted);
     free(fo);
 }
 
@@ -184,7 +187,6 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     struct shared *msg = buf_shared_wrap(r->msg, r->len);
     r->msg = NULL;
     c->pending -= req_cost(r);
-    request_sent_loop(g, r);
     if (!msg) {
         free(fo);
         return -1;
@@ -194,6 +196,8 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     snprintf(fo->gname, sizeof fo->gname, "%s", grp->cfg.name);
     fo->held = r->held; /* a compressed route's query, inflated: counted with the fan-out's now */
     r->held = 0;
+    fo->counted = r->counted; /* the query's bytes, against pending_max until every part has gone */
+    r->counted = 0;
     TAILQ_FOREACH(w, &grp->workers, glink) {
         if (!takes_part(w))
             continue;
@@ -209,7 +213,7 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
         if (g->hooks.dispatched)
             g->hooks.dispatched(g->hooks.ctx, &w->c, c->c.id, c->c.gen, r->seq);
     }
-    fo->left = fo->n;
+    fo->left = fo->unsent = fo->n;
     c->fo = fo;
     g->loop.dispatch_pending = 1; /* dispatched this iteration (never here: this may run inside a start) */
     if (!fo->n || (fo->n < m && !fo->partial)) { /* a partial answer is never silent */

@@ -97,11 +97,13 @@ struct fanout {
     uint8_t partial;     /* `partial: the workers up answer, a lost one is left out, and the answer
                           * names the workers it came from */
     int n, left;         /* parts; those not done */
+    int unsent;          /* parts whose worker has not been given the query yet */
     int nworkers;        /* the group's workers (not leaving it) when it started */
     char gname[CFG_NAME_MAX];
     size_t total;        /* reply bytes collected, bounded by merge_max */
     size_t held;         /* those of them counted against hold_max (buf_held_bytes) */
     struct shared *msg;  /* the query, queued for each worker (one copy) as its part begins */
+    size_t counted;      /* its bytes counted against pending_max, until every part has begun */
     struct fpart *part[];
 };
 

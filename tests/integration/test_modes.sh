@@ -242,6 +242,35 @@ raw_msg "$TMP/pd.out" 4 || fail "no reply to the request read before the reset o
 raw_close 4
 wait_for 30 "nothing counted at the end" pending_is 0
 pass "pending_max: a client that resets while it waits for room is closed at once, its room never counted"
+# a .qgate.all's query counts until every worker of the group has been given it
+timeout 60 "$BIN/qsend" -g "$P" "hold pm3" > "$TMP/hold.out" 2>&1 & hp=$!
+wait_line "$TMP/PW.log" "hold pm3" 30
+timeout 60 "$BIN/qsend" -g "$P" "all:default:echo $(head -c 100000 /dev/zero | tr '\0' f)" > "$TMP/fan.out" 2>&1 & fp=$!
+wait_for 30 "the .qgate.all's query counted while its part waits" total_at_least pending_bytes 100029 "$P"
+release pm3 "$PW_PORT"
+wait "$hp" || fail "hold: $(cat "$TMP/hold.out")"
+wait "$fp" || fail ".qgate.all: $(head -c 200 "$TMP/fan.out")"
+expect_lines "$TMP/fan.out" '^"fff' 1
+wait_for 30 "nothing counted once every part has gone" pending_is 0
+pass "pending_max: a .qgate.all's query counts until every worker has it"
+# a drain (SIGTERM) does not wait for a message waiting for room: it reads nothing new, so the
+# room kept for a message partly read is never freed (it waited the whole drain_timeout)
+start_gateway PD --workers "127.0.0.1:$PW_PORT" --loglevel info \
+    -c <(printf '[gateway]\npending_max = 1000000\nclient_stall_timeout = 0\ndrain_timeout = 600000\n')
+raw_open "$PD_PORT" 6
+raw_hs stuck:pw 6
+printf '%b%s' "\\x01\\x01\\x00\\x00$(le32 700000)\\x0a\\x00$(le32 699986)" "$(head -c 1000 /dev/zero | tr '\0' s)" >&6
+wait_for 30 "room kept for a message begun" total_is pending_bytes 700029 "127.0.0.1:$PD_PORT"
+raw_open "$PD_PORT" 5
+raw_hs b:pw 5
+raw_text 1 "echo $(head -c 600000 /dev/zero | tr '\0' b)" 5
+wait_line "$TMP/PD.log" "b: pending_max reached" 30
+kill -TERM "$PD_PID"
+wait_exit "$PD_PID" 60 || fail "the drain waited on a message waiting for room"
+[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after a drain"
+expect_file_has "$TMP/PD.log" "drained: closing 2 clients"
+raw_close 5; raw_close 6
+pass "pending_max: a drain does not wait for a message waiting for room"
 
 # credentials: the wrong ones are closed without a byte ('access)
 start_worker U --rows 10 --user alice:secret

@@ -197,7 +197,7 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
         *backlog += x->in_backlog;
         check_client(x);
         struct client *c = (struct client *)x;
-        *pending += c->gathering;
+        *pending += c->gathering + (c->fo ? c->fo->counted : 0);
         struct req *r;
         STAILQ_FOREACH(r, &c->reqs, link)
             *pending += r->counted;
