@@ -50,7 +50,7 @@ int outq_copy(struct outq *q, const void *p, size_t len)
 }
 
 size_t buf_held_bytes;
-size_t buf_pending_bytes;
+size_t buf_pending_bytes, buf_pending_big;
 
 struct shared *buf_shared_wrap(uint8_t *p, size_t len)
 {

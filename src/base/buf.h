@@ -57,10 +57,20 @@ static inline void buf_held_add(size_t n) { buf_held_bytes += n; }
 static inline void buf_held_sub(size_t n) { buf_held_bytes -= n; }
 /* Bytes of clients' requests read whole, counted process-wide against the gateway's
  * pending_max: a message from its header on (room kept for all of it), until it is sent to a
- * worker or answered (loop only). */
-extern size_t buf_pending_bytes;
-static inline void buf_pending_add(size_t n) { buf_pending_bytes += n; }
-static inline void buf_pending_sub(size_t n) { buf_pending_bytes -= n; }
+ * worker or answered (loop only); and of them, those of messages over BUF_PENDING_SMALL (the
+ * ones that may wait for room). */
+#define BUF_PENDING_SMALL 65536
+extern size_t buf_pending_bytes, buf_pending_big;
+static inline void buf_pending_add(size_t n)
+{
+    buf_pending_bytes += n;
+    buf_pending_big += n > BUF_PENDING_SMALL ? n : 0;
+}
+static inline void buf_pending_sub(size_t n)
+{
+    buf_pending_bytes -= n;
+    buf_pending_big -= n > BUF_PENDING_SMALL ? n : 0;
+}
 /* chunk_wrap, the chunk counted in buf_held_bytes until it is freed. */
 static inline struct chunk *chunk_wrap_held(uint8_t *buf, size_t len)
 {

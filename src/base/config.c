@@ -69,7 +69,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "client_max_pending", CFG_SIZE, CFG_LIVE, "67108864", 65536, KMAX, G(client_max_pending), NULL,
      "bytes of a client's requests waiting their turn above which qgate stops reading from it (one that owes a worker a callback's answer: twice that, then the worker is told no answer comes)"},
     {"gateway", "pending_max", CFG_SIZE, CFG_LIVE, "1073741824", 0, KMAX, G(pending_max), NULL,
-     "bytes of requests read whole and not yet sent to a worker or answered, all clients together (a message counts from its header, for all its bytes); a message over 64 KiB that would pass it waits, unread, in turn (one larger than it is read alone; smaller ones never wait, nor do clients that owe a worker a callback's answer or hold a session's worker); a client that keeps room for a message it stopped sending is closed after client_stall_timeout while others wait; 0 = no limit"},
+     "bytes of requests read whole and not yet sent to a worker or answered, all clients together (a message counts from its header, for all its bytes); a message over 64 KiB that would pass it waits, unread, in turn, until it fits or no other message over 64 KiB is held (so one larger than the bound is read alone); smaller ones never wait, nor do clients that owe a worker a callback's answer or hold a session's worker; a client that keeps room for a message it stopped sending is closed after client_stall_timeout while others wait; 0 = no limit"},
     {"gateway", "worker_connect_timeout", CFG_MS, CFG_LIVE, "3000", 1, KMAX, G(worker_connect_timeout), NULL,
      "ms to connect to a worker and complete its handshake"},
     {"gateway", "reconnect_min", CFG_MS, CFG_LIVE, "100", 1, KMAX, G(reconnect_min), NULL,

@@ -60,13 +60,14 @@ void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum 
 /* A message this small never waits for room (counted all the same): a gateway command, such
  * as the .qgate.resume[] that lets held requests go, is always read. Per client, such messages
  * are bounded by client_max_pending. */
-#define ROOM_SMALL 65536
+#define ROOM_SMALL BUF_PENDING_SMALL
 
-/* Room for a message of n bytes now: under pending_max, or nothing else counted (one larger
- * than it is read alone). */
+/* Room for a message of n bytes now: under pending_max, or no other message that may wait
+ * counted (so that one larger than the bound is read alone, and small ones, which never wait,
+ * cannot keep the first in line waiting for ever). */
 static int room_for(const struct gw *g, uint64_t n)
 {
-    return !g->cfg.pending_max || !buf_pending_bytes || buf_pending_bytes + n <= (uint64_t)g->cfg.pending_max;
+    return !g->cfg.pending_max || !buf_pending_big || buf_pending_bytes + n <= (uint64_t)g->cfg.pending_max;
 }
 
 /* Does its reading go on whatever pending_max says (bounded by client_max_pending alone)? When

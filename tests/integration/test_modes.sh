@@ -253,6 +253,30 @@ wait "$fp" || fail ".qgate.all: $(head -c 200 "$TMP/fan.out")"
 expect_lines "$TMP/fan.out" '^"fff' 1
 wait_for 30 "nothing counted once every part has gone" pending_is 0
 pass "pending_max: a .qgate.all's query counts until every worker has it"
+# small messages (64 KiB or less) never wait, but are counted: however many are held, a big one
+# waits only for the big ones (once it waited until every small one had gone, and a steady
+# stream of them kept it waiting for ever)
+timeout 60 "$BIN/qsend" -g "$P" "hold pm4" > "$TMP/hold.out" 2>&1 & hp=$!
+wait_line "$TMP/PW.log" "hold pm4" 30
+raw_open "$PG_PORT" 4
+raw_hs a:pw 4
+for i in $(seq 1 20); do raw_text 1 "echo $(head -c 60000 /dev/zero | tr '\0' a)" 4; done
+wait_for 30 "twenty small requests counted, past the bound" pending_is 1200380
+waits=$(total pending_waits "$P")
+raw_open "$PG_PORT" 5
+raw_hs b:pw 5
+raw_text 1 "echo $(head -c 700000 /dev/zero | tr '\0' b)" 5
+wait_for 30 "a big request read while only small ones are held" pending_is 1900399
+[ "$(total pending_waits "$P")" = "$waits" ] || fail "the big request waited: $(total pending_waits "$P")"
+release pm4 "$PW_PORT"
+wait "$hp" || fail "hold: $(cat "$TMP/hold.out")"
+for i in $(seq 1 20); do raw_msg "$TMP/ps.out" 4 || fail "small reply $i did not come"; done
+raw_msg "$TMP/pb2.out" 5 || fail "no reply to the big request"
+[ "$(stat -c %s "$TMP/pb2.out")" = 700014 ] || fail "big reply: $(stat -c %s "$TMP/pb2.out") bytes"
+raw_close 4; raw_close 5
+wait_for 30 "nothing counted at the end" pending_is 0
+pass "pending_max: small requests, counted past the bound, never keep a big one waiting"
+
 # a drain (SIGTERM) does not wait for a message waiting for room: it reads nothing new, so the
 # room kept for a message partly read is never freed (it waited the whole drain_timeout)
 start_gateway PD --workers "127.0.0.1:$PW_PORT" --loglevel info \

@@ -173,7 +173,7 @@ static void check_client(struct conn *x)
 
 /* The table: each connection in its own slot, none closed, on the flush list only with a socket,
  * a metrics one on the metrics list; each client checked. What it counts, for the lists. */
-static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pending, int *waiting)
+static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pending, size_t *big, int *waiting)
 {
     struct gw *g = &S->g;
     for (uint32_t id = 0; id < g->next_id; id++) {
@@ -197,10 +197,14 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
         *backlog += x->in_backlog;
         check_client(x);
         struct client *c = (struct client *)x;
-        *pending += c->gathering + (c->fo ? c->fo->counted : 0);
+        size_t fc = c->fo ? c->fo->counted : 0;
+        *pending += c->gathering + fc;
+        *big += (c->gathering > BUF_PENDING_SMALL ? c->gathering : 0) + (fc > BUF_PENDING_SMALL ? fc : 0);
         struct req *r;
-        STAILQ_FOREACH(r, &c->reqs, link)
+        STAILQ_FOREACH(r, &c->reqs, link) {
             *pending += r->counted;
+            *big += r->counted > BUF_PENDING_SMALL ? r->counted : 0;
+        }
         *waiting += x->waits_room;
     }
 }
@@ -359,12 +363,13 @@ void check_gateway(void)
     S->res->checks++;
     check_log();
     check_alog();
-    size_t pending = 0;
+    size_t pending = 0, big = 0;
     int waiting = 0, nw = 0;
-    check_table(&nclients, &nmetrics, &backlog, &pending, &waiting);
+    check_table(&nclients, &nmetrics, &backlog, &pending, &big, &waiting);
     check_lists(nclients, nmetrics, backlog);
-    if (pending != buf_pending_bytes) /* every byte counted against pending_max is a client's */
-        fail("%zu bytes counted against pending_max, the clients hold %zu", buf_pending_bytes, pending);
+    if (pending != buf_pending_bytes || big != buf_pending_big) /* every byte counted is a client's */
+        fail("%zu bytes counted against pending_max (%zu of big messages), the clients hold %zu (%zu)",
+             buf_pending_bytes, buf_pending_big, pending, big);
     struct conn *x;
     TAILQ_FOREACH(x, &S->g.room_waiters, room_link) {
         nw++;

@@ -744,8 +744,9 @@ static void check_baseline(const struct baseline *b0)
              (ssize_t)(b1.heap - b0->heap), (ssize_t)(b1.kept - b0->kept));
     if (buf_held_bytes) /* everything held whole for a client has gone with it */
         fail("the end: %zu bytes still counted held whole (hold_max) with no client left", buf_held_bytes);
-    if (buf_pending_bytes) /* every request read has been sent or answered, or went with its client */
-        fail("the end: %zu bytes of requests still counted (pending_max) with no client left", buf_pending_bytes);
+    if (buf_pending_bytes || buf_pending_big) /* every request read has been sent or answered, or went with its client */
+        fail("the end: %zu bytes of requests still counted (pending_max; %zu of big ones) with no client left",
+             buf_pending_bytes, buf_pending_big);
     if (!TAILQ_EMPTY(&S->g.room_waiters))
         fail("the end: a connection still waits for room under pending_max with no client left");
 }
@@ -822,7 +823,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     gw_free(&S->g); /* writes the access log's last lines */
     if (buf_held_bytes)
         fail("after gw_free: %zu bytes still counted held whole (hold_max)", buf_held_bytes);
-    if (buf_pending_bytes)
+    if (buf_pending_bytes || buf_pending_big)
         fail("after gw_free: %zu bytes of requests still counted (pending_max)", buf_pending_bytes);
     check_alog_end(ended);
     free_world();
