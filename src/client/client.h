@@ -67,6 +67,9 @@ struct req {
     uint8_t cmd_known;   /* ... if they came plain: compressed ones are peeked at once inflated */
     uint8_t fan;         /* .qgate.all: 1 the replies merged, 2 their list (`list) */
     uint8_t partial;     /* .qgate.all with `partial */
+    uint8_t counted;     /* its bytes as they came (in_len) count against pending_max: until
+                          * sent to a worker or answered (a flag: a held request's cost is its
+                          * size, bounded by client_max_pending) */
     struct route_form form; /* route: the form as read (on arrival, or by the reader that
                           * validated it); form.kind 0 until read */
     struct group *grp;   /* the group it runs on: its client's, or the one it was routed to */
@@ -74,8 +77,6 @@ struct req {
     size_t len;
     uint32_t off;        /* routed: the wrapper's bytes before the query's message */
     struct chunk *reply; /* READY: the reply */
-    size_t counted;      /* bytes counted against pending_max (its message as it came), until
-                          * sent or answered */
     size_t held;         /* bytes counted against hold_max: a compressed route's, inflated (msg),
                           * then, LOCAL, what its pool job holds (in and out) */
     int64_t t_arrive;    /* ms */
@@ -242,9 +243,11 @@ void request_room_check_loop(struct gw *g, struct client *c);
 /* c reads no more requests (a bad message, a drain's close): its wait for room, and the room
  * kept for the message it was reading, are given up. */
 void request_room_drop_loop(struct gw *g, struct client *c);
-/* Bytes counted against pending_max (a request's, *n) go back, *n zeroed: its bytes went to
- * a worker (or to every worker of a .qgate.all). */
+/* Bytes counted against pending_max (*n: a .qgate.all's) go back, *n zeroed: every worker of
+ * the group has the query. */
 void request_uncount_loop(struct gw *g, size_t *n);
+/* r's bytes went to a worker: no longer counted against pending_max. */
+void request_sent_loop(struct gw *g, struct req *r);
 /* Start the head request if it is waiting, and send every finished reply at the head; loops
  * (never recurses) over however many requests finish at once. */
 void request_advance_loop(struct gw *g, struct client *c);

@@ -177,6 +177,13 @@ void request_room_check_loop(struct gw *g, struct client *c)
 
 void request_uncount_loop(struct gw *g, size_t *n) { uncount(g, n); }
 
+void request_sent_loop(struct gw *g, struct req *r)
+{
+    size_t n = r->counted ? r->in_len : 0;
+    r->counted = 0;
+    uncount(g, &n);
+}
+
 void request_room_drop_loop(struct gw *g, struct client *c)
 {
     conn_room_leave_loop(g, &c->c);
@@ -186,7 +193,7 @@ void request_room_drop_loop(struct gw *g, struct client *c)
 
 void request_free(struct gw *g, struct req *r)
 {
-    uncount(g, &r->counted);
+    request_sent_loop(g, r); /* (given back, if it was not yet) */
     free(r->msg);
     free(r->etext);
     chunk_free(r->reply);
@@ -197,7 +204,7 @@ void request_free(struct gw *g, struct req *r)
 /* Drop the request bytes (sent, or answered without a worker). */
 static void req_drop_msg(struct gw *g, struct client *c, struct req *r)
 {
-    uncount(g, &r->counted);
+    request_sent_loop(g, r);
     if (r->msg) {
         c->pending -= req_cost(r);
         free(r->msg);
@@ -645,7 +652,9 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
                       .unchecked = a.unchecked, .route = a.route, .form = a.form, .grp = c->grp,
                       .cmd = a.cmd, .cmd_known = !h->compressed,
                       .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len,
-                      .counted = counted};
+                      .counted = counted == h->len};
+    if (!r->counted) /* (never: the room kept is the message's) */
+        uncount(g, &counted);
     c->pending += req_cost(r);
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,

@@ -196,8 +196,8 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
     snprintf(fo->gname, sizeof fo->gname, "%s", grp->cfg.name);
     fo->held = r->held; /* a compressed route's query, inflated: counted with the fan-out's now */
     r->held = 0;
-    fo->counted = r->counted; /* the query's bytes, against pending_max until every part has gone */
-    r->counted = 0;
+    fo->counted = r->counted ? r->in_len : 0; /* the query's bytes, against pending_max until every */
+    r->counted = 0;                             /* part has gone */
     TAILQ_FOREACH(w, &grp->workers, glink) {
         if (!takes_part(w))
             continue;

@@ -57,7 +57,7 @@ void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, str
 {
     request_set_state_loop(g, c, x, RS_RUNNING);
     c->pending -= req_cost(x);
-    request_uncount_loop(g, &x->counted);
+    request_sent_loop(g, x);
     x->t_run_us = loop_stamp_us_loop(g);
     x->wname = w->iname;
     if (g->hooks.dispatched)

@@ -202,8 +202,9 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
         *big += (c->gathering > BUF_PENDING_SMALL ? c->gathering : 0) + (fc > BUF_PENDING_SMALL ? fc : 0);
         struct req *r;
         STAILQ_FOREACH(r, &c->reqs, link) {
-            *pending += r->counted;
-            *big += r->counted > BUF_PENDING_SMALL ? r->counted : 0;
+            size_t rc = r->counted ? r->in_len : 0;
+            *pending += rc;
+            *big += rc > BUF_PENDING_SMALL ? rc : 0;
         }
         *waiting += x->waits_room;
     }
