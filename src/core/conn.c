@@ -1,8 +1,7 @@
 /* conn.c: the connection table (id, generation), epoll registration, the lists a connection
  * can be on (flush list, backlog, room waiters, a group's queue or idle list, closed list) and
- * its timers,
- * its output (queued bytes, a splice pipe ahead of them, whole messages held for a message
- * boundary), and the single teardown path. Reading and writing its socket is stream.c's. The
+ * its timers, its output (queued bytes, a splice pipe ahead of them, whole messages held for a
+ * message boundary), and the single teardown path. Reading and writing its socket is stream.c's. The
  * kinds' own behaviour comes in through their struct connops. */
 #include <errno.h>
 #include <stdarg.h>
