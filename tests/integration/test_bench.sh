@@ -31,3 +31,10 @@ if command -v gnuplot > /dev/null; then
     done
 fi
 pass "bench/run --quick: one short run per target, each in throughput.csv, syscalls.csv and summary.md"
+
+# bench/pending: a row per pending_max, the bound's bytes in it (not a measurement: RSS unchecked)
+BIN=$BIN bench/pending --clients 3 --size 300000 --settle 2 500000 > "$TMP/pending.log" 2>&1 ||
+    { cat "$TMP/pending.log"; fail "bench/pending"; }
+grep -qE '^\| qgate \| 500000 \| [0-9]+ \| 300029 \| [12] \|$' "$TMP/pending.log" ||
+    fail "bench/pending: $(tail -n 3 "$TMP/pending.log")"
+pass "bench/pending: peak RSS and pending_bytes under a small pending_max (one request read, two waiting)"
