@@ -593,6 +593,21 @@ void client_pause_all_loop(struct gw *g)
     }
 }
 
+void client_drain_idle_sessions_loop(struct gw *g)
+{
+    for (uint32_t id = 0; id < g->tab_cap; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != CONN_CLIENT || x->closing)
+            continue;
+        struct client *c = client_of(x);
+        if (c->st != CS_READY || !c->sess || client_head(c) || conn_pending(x) || x->in_backlog ||
+            !connq_first(&c->grp->queue))
+            continue;
+        c->bye = 1;
+        linger(g, c); /* its worker is let go: what waits for it runs */
+    }
+}
+
 void client_drain_close_loop(struct gw *g)
 {
     for (uint32_t id = 0; id < g->tab_cap; id++) {

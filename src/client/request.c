@@ -100,9 +100,9 @@ static void room_stalls(struct gw *g, struct timer *t)
 {
     (void)t;
     int64_t stall = g->cfg.client_stall_timeout;
-    if (TAILQ_EMPTY(&g->room_waiters) || !stall)
-        return;
-    for (uint32_t id = 0; id < g->tab_cap; id++) {
+    if (TAILQ_EMPTY(&g->room_waiters))
+        return; /* (armed again by the next to wait) */
+    for (uint32_t id = 0; stall && id < g->tab_cap; id++) { /* (0 = no limit, until a reload sets one) */
         struct conn *x = g->tab[id];
         if (!x || x->kind != CONN_CLIENT || x->closing)
             continue;
@@ -136,7 +136,7 @@ int request_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
             log_limited(&g->lim.room, g->loop.now_ms, LOG_INFO, x->name,
                         "pending_max reached (%zu bytes of requests held): a message of %llu bytes waits its turn",
                         buf_pending_bytes, (unsigned long long)h->len);
-            if (g->cfg.client_stall_timeout && !g->room_tm.pos)
+            if (!g->room_tm.pos) /* (every second while anyone waits) */
                 loop_timer_arm_loop(g, &g->room_tm, g->loop.now_ms + 1000, room_stalls);
         }
         conn_room_wait_loop(g, x, h->len);

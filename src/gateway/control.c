@@ -251,8 +251,12 @@ static int work_in_flight(struct gw *g)
 
 int control_drained_loop(struct gw *g)
 {
-    if (!g->draining || work_in_flight(g))
+    if (!g->draining)
         return 0;
+    if (work_in_flight(g)) {
+        client_drain_idle_sessions_loop(g);
+        return 0;
+    }
     if (!g->drain_closing) { /* everything owed is with the kernel: the clients are shut, not reset */
         g->drain_closing = 1;
         log_info(NULL, "drained: closing %d clients", g->nclients);

@@ -277,6 +277,26 @@ raw_close 4; raw_close 5
 wait_for 30 "nothing counted at the end" pending_is 0
 pass "pending_max: small requests, counted past the bound, never keep a big one waiting"
 
+# client_stall_timeout set by a reload applies to room kept while others wait (the check that
+# closes such a client started only when the first waited, and only if it was set then)
+printf '[gateway]\npending_max = 1000000\nclient_stall_timeout = 0\n' > "$TMP/ps.conf"
+start_gateway PS --workers "127.0.0.1:$PW_PORT" --loglevel info -c "$TMP/ps.conf"
+raw_open "$PS_PORT" 6
+raw_hs stuck:pw 6
+printf '%b%s' "\\x01\\x01\\x00\\x00$(le32 700000)\\x0a\\x00$(le32 699986)" "$(head -c 1000 /dev/zero | tr '\0' s)" >&6
+wait_for 30 "room kept for a message begun" total_is pending_bytes 700029 "127.0.0.1:$PS_PORT"
+raw_open "$PS_PORT" 5
+raw_hs b:pw 5
+raw_text 1 "echo $(head -c 600000 /dev/zero | tr '\0' b)" 5
+wait_line "$TMP/PS.log" "b: pending_max reached" 30
+printf '[gateway]\npending_max = 1000000\nclient_stall_timeout = 1000\n' > "$TMP/ps.conf"
+kill -HUP "$PS_PID"
+wait_line "$TMP/PS.log" "stuck: closed: stalled: sent [0-9]+ bytes of a 700000-byte message" 30
+raw_msg "$TMP/pb3.out" 5 || fail "no reply to the request that waited"
+[ "$(stat -c %s "$TMP/pb3.out")" = 600014 ] || fail "reply: $(stat -c %s "$TMP/pb3.out") bytes"
+raw_close 5; raw_close 6
+pass "pending_max: client_stall_timeout set by a reload frees room a stalled message keeps"
+
 # a drain (SIGTERM) does not wait for a message waiting for room: it reads nothing new, so the
 # room kept for a message partly read is never freed (it waited the whole drain_timeout)
 start_gateway PD --workers "127.0.0.1:$PW_PORT" --loglevel info \

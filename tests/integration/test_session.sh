@@ -261,3 +261,25 @@ wait_line "$TMP/FL.log" "closed: client closed the connection" 10
 timeout 10 "$BIN/qsend" -g "127.0.0.1:$FL_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
 grep -q "pinned" "$TMP/q.out" && fail "a worker stays pinned after its client left: $(cat "$TMP/q.out")"
 pass "a group made a request pool under a session: the session's async .qgate.all runs on the other workers, its next request is answered, its worker freed"
+
+# --- a drain with a client idle in its session and another's request waiting for its worker:
+# the idle one is closed, as the drain would at its end, so that the received request runs (the
+# drain waited the whole drain_timeout for a worker that was never let go) ------------------
+conf "$TMP/dr.conf" "127.0.0.1:$W1_PORT" pool=session
+printf 'drain_timeout = 600000\n' > "$TMP/dr.gw"
+sed -i "/^\[gateway\]/r $TMP/dr.gw" "$TMP/dr.conf"
+start_gateway DR -c "$TMP/dr.conf" --loglevel debug
+raw_open "$DR_PORT" 3
+raw_hs "idle:x" 3
+raw_query 3 "echo idle" 18                  # "idle": 8 + 6 + 4 bytes; then it holds the worker, idle
+wait_line "$TMP/DR.log" "session: given to c1 "
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$DR_PORT" "echo waiting" > "$TMP/dr2.out" 2>&1 3<&- & C2=$!
+wait_line "$TMP/DR.log" "c2 .*: request 0 queued in group main"
+kill -TERM "$DR_PID"
+wait_exit "$DR_PID" 60 || fail "the drain waited for a worker an idle session held"
+[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
+wait $C2 || true
+expect_lines "$TMP/dr2.out" '^"waiting"$' 1
+expect_file_has "$TMP/DR.log" "c1 .*idle: closed: drained: closed"
+raw_close 3
+pass "a drain closes a client idle in its session when another's received request waits for its worker, which then runs it"
