@@ -593,28 +593,16 @@ void client_pause_all_loop(struct gw *g)
     }
 }
 
-void client_drain_idle_sessions_loop(struct gw *g)
+void client_drain_close_loop(struct gw *g, int all)
 {
     for (uint32_t id = 0; id < g->tab_cap; id++) {
         struct conn *x = g->tab[id];
         if (!x || x->kind != CONN_CLIENT || x->closing)
             continue;
         struct client *c = client_of(x);
-        if (c->st != CS_READY || !c->sess || client_head(c) || conn_pending(x) || x->in_backlog ||
-            !connq_first(&c->grp->queue))
-            continue;
-        c->bye = 1;
-        linger(g, c); /* its worker is let go: what waits for it runs */
-    }
-}
-
-void client_drain_close_loop(struct gw *g)
-{
-    for (uint32_t id = 0; id < g->tab_cap; id++) {
-        struct conn *x = g->tab[id];
-        if (!x || x->kind != CONN_CLIENT || x->closing)
-            continue;
-        struct client *c = client_of(x);
+        if (!all && (c->st != CS_READY || !c->sess || client_head(c) || conn_pending(x) || x->in_backlog ||
+                     !connq_first(&c->grp->queue)))
+            continue; /* (only one idle in its session, whose worker others' requests wait for) */
         if (c->st == CS_LINGER || c->st == CS_GONE)
             continue; /* closing already, or closed when what it sent is done */
         if (c->st != CS_READY && c->st != CS_FLUSHING) {

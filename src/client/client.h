@@ -207,14 +207,13 @@ struct client *client_by_serial_loop(struct gw *g, uint64_t serial);
 struct clients_snapshot *client_snapshot_loop(struct gw *g);
 /* SIGTERM: nothing more is read from any client. */
 void client_pause_all_loop(struct gw *g);
-/* The drain is done (nothing owed): every client's write side is shut after its last reply byte,
- * and what it still sends is read and dropped until it closes (at most 2 s), so that no reset
- * throws away reply bytes the kernel still holds. */
-void client_drain_close_loop(struct gw *g);
-/* While a drain waits: a client idle in its session (pool = session: nothing of it runs or waits
- * to be written) whose group has requests waiting for a worker is closed, as the drain would at
- * its end, so that its worker runs them (they were received; it would never be free). */
-void client_drain_idle_sessions_loop(struct gw *g);
+/* all: the drain is done (nothing owed): every client's write side is shut after its last
+ * reply byte, and what it still sends is read and dropped until it closes (at most 2 s), so
+ * that no reset throws away reply bytes the kernel still holds. !all, while the drain waits:
+ * only a client idle in its session (pool = session: nothing of it runs or waits to be written)
+ * whose group has requests waiting for a worker, so that its worker runs them (they were
+ * received; it would never be free). */
+void client_drain_close_loop(struct gw *g, int all);
 /* The users file changed (a reload): connected users get its admin flags and limits. */
 void client_users_reloaded_loop(struct gw *g);
 void client_users_free(struct gw *g);

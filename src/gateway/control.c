@@ -254,13 +254,13 @@ int control_drained_loop(struct gw *g)
     if (!g->draining)
         return 0;
     if (work_in_flight(g)) {
-        client_drain_idle_sessions_loop(g);
+        client_drain_close_loop(g, 0);
         return 0;
     }
     if (!g->drain_closing) { /* everything owed is with the kernel: the clients are shut, not reset */
         g->drain_closing = 1;
         log_info(NULL, "drained: closing %d clients", g->nclients);
-        client_drain_close_loop(g);
+        client_drain_close_loop(g, 1);
     }
     if (g->nclients)
         return 0;
