@@ -11,6 +11,7 @@
 #include "kipc.h"
 #include "kzip.h"
 #include "qconn.h"
+#include "util.h"
 
 static void usage(void)
 {
@@ -27,7 +28,9 @@ static void usage(void)
             "  \"call:NAME:ARG\" sends (`NAME; ARG), ARG a long if it is digits, else a symbol;\n"
             "  \"call:NAME\" sends (`NAME; ::); \"scall:NAME:ARG\" names NAME with a string, as node-q.\n"
             "  --raw FILE appends every reply's bytes (header included, uncompressed) to FILE.\n"
-            "  --wire prints each reply's size as it came on stderr: \"wire: N bytes compressed|plain (M plain)\".\n"
+            "  --wire prints each reply's size as it came on stderr: \"wire: N bytes compressed|plain (M plain)\",\n"
+            "  and each async or sync message's too (\"wire: async|sync ...\").\n"
+            "  --cap N offers capability N (0 to 3) in the handshake: an old client.\n"
             "  --compress sends each TEXT (and --call's message) compressed as q compresses for a remote\n"
             "  peer, when q would (over 2000 bytes, and under half as long compressed), saying so on\n"
             "  stderr: \"sent: N bytes compressed (M plain)\".\n"
@@ -179,6 +182,8 @@ static int do_flood(struct qconn *c, const char *text, long n)
     return rc;
 }
 
+static int wire; /* --wire: each message's size on the wire to stderr */
+
 /* A message the other side sent us: print async ones; answer sync ones as a q client would
  * answer with its own .z.pg (here: the text back with a prefix). */
 static void on_incoming(struct qconn *c)
@@ -186,6 +191,9 @@ static void on_incoming(struct qconn *c)
     K x;
     struct kerr e;
     char out[4096];
+    if (wire)
+        fprintf(stderr, "wire: %s %zu bytes %s (%zu plain)\n", c->hdr.type == KIPC_ASYNC ? "async" : "sync", c->wire_len,
+                c->wire_compressed ? "compressed" : "plain", c->len);
     if (kcodec_decode(c->buf + 8, c->len - 8, c->hdr.le, NULL, &x, &e) != QG_OK) {
         printf("async: 'badmsg\n");
         return;
@@ -212,7 +220,6 @@ static void on_incoming(struct qconn *c)
 /* Wait for the next response (answering or printing what the other side sends meanwhile) and
  * print it. 0, or the qconn error (printed as 'reason). */
 static FILE *raw; /* --raw FILE: every reply's bytes, as received (uncompressed), appended */
-static int wire;  /* --wire: each reply's size on the wire to stderr */
 
 static int print_reply(struct qconn *c, int timeout)
 {
@@ -288,6 +295,8 @@ int main(int argc, char **argv)
             timeout = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--wire"))
             wire = 1;
+        else if (!strcmp(argv[i], "--cap") && i + 1 < argc && atoi(argv[i + 1]) >= 0 && atoi(argv[i + 1]) <= 3)
+            hs_capability = (uint8_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--compress"))
             compress = 1;
         else if (!strcmp(argv[i], "--raw") && i + 1 < argc) {

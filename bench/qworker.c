@@ -243,6 +243,7 @@ static struct reply unsupported(const char *what)
     return (struct reply){.k = k_err(msg)};
 }
 
+/* Any message, compressed as q compresses every type for a remote peer. */
 static int send_msg(struct wconn *c, K x, int type)
 {
     size_t len;
@@ -251,9 +252,40 @@ static int send_msg(struct wconn *c, K x, int type)
     if (!m)
         return -1;
     struct iovec iov = {m, len};
-    int rc = conn_writev(c, &iov, 1);
+    int rc = send_pieces(c, &iov, 1);
     free(m);
     return rc;
+}
+
+/* "text N": a string of N bytes, "qgate 0 qgate 1 ...", which compresses well. */
+static K k_text(long long n)
+{
+    K t = k_vec(KT_CHAR, n);
+    for (long long i = 0, o = 0; t && o < n; i++) {
+        char w[32];
+        int k = snprintf(w, sizeof w, "qgate %lld ", i);
+        for (int j = 0; j < k && o < n; j++)
+            kC(t)[o++] = w[j];
+    }
+    return t;
+}
+
+/* The value V of "publish N V" and "callvalue V": guid (an atom), timestamp, timespan, or
+ * text N; NULL if it names none. */
+static K value_named(const char *v)
+{
+    long long n;
+    char tail;
+    K x = NULL;
+    if (!strcmp(v, "guid") && (x = k_atom(-KT_GUID)))
+        memset(x->u, 0x5a, sizeof x->u);
+    else if (!strcmp(v, "timestamp") && (x = k_atom(-KT_TIMESTAMP)))
+        x->j = 818035200000000000LL; /* 2025.12.04D00:00:00 */
+    else if (!strcmp(v, "timespan") && (x = k_atom(-KT_TIMESPAN)))
+        x->j = 3600000000000LL;
+    else if (sscanf(v, "text %lld%c", &n, &tail) == 1 && n >= 0 && n <= (1LL << 30))
+        x = k_text(n);
+    return x;
 }
 
 /* The next flood message into out: an async char vector of c->flood bytes. */
@@ -315,11 +347,15 @@ static int on_writable(struct wconn *c, size_t budget)
     return 0;
 }
 
-/* "notify N TEXT": N async messages TEXT to the caller, then N. "callback TEXT": a sync
- * request TEXT to the caller, whose answer is the reply (q serves it with .z.w). */
+/* "notify N TEXT": N async messages TEXT to the caller, then N; "publish N V": the same with
+ * value V (value_named). "callback TEXT": a sync request TEXT to the caller, whose answer is the
+ * reply (q serves it with .z.w); "callvalue V": the same with value V. */
 static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
 {
-    if (n > 9 && !memcmp(s, "callback ", 9)) {
+    K call = NULL;
+    if (n > 10 && !memcmp(s, "callvalue ", 10) && !(call = value_named(s + 10)))
+        return (struct reply){.k = k_err("callvalue: guid, timestamp, timespan or text N")};
+    if (!call && n > 9 && !memcmp(s, "callback ", 9)) {
         char text[512];
         size_t tn = 0;
         for (size_t i = 9; i < n && tn < sizeof text - 8; i++) /* %p: this worker's port */
@@ -327,7 +363,10 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
                 tn += (size_t)snprintf(text + tn, sizeof text - tn, "%d", my_port), i++;
             else
                 text[tn++] = s[i];
-        if (send_msg(c, k_str(text, tn), KIPC_SYNC))
+        call = k_str(text, tn);
+    }
+    if (call) {
+        if (send_msg(c, call, KIPC_SYNC))
             return (struct reply){.k = k_err("close")};
         for (;;) { /* like a q client in h x: wait on this handle for the response */
             uint8_t h[8];
@@ -350,6 +389,16 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
         }
     }
     int count = 0, off = 0;
+    if (sscanf(s, "publish %d %n", &count, &off) == 1 && off > 0 && count >= 0 && count <= 100000) {
+        for (int i = 0; i < count; i++) {
+            K x = value_named(s + off);
+            if (!x)
+                return (struct reply){.k = k_err("publish: guid, timestamp, timespan or text N")};
+            if (send_msg(c, x, KIPC_ASYNC))
+                break;
+        }
+        return (struct reply){.k = k_long(count)};
+    }
     if (sscanf(s, "notify %d %n", &count, &off) == 1 && off > 0 && count >= 0 && count <= 100000) {
         for (int i = 0; i < count; i++)
             if (send_msg(c, k_str(s + off, n - (size_t)off), KIPC_ASYNC))
@@ -433,7 +482,8 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
     char buf[64];
     if (n == 0)
         return (struct reply){.k = k_prim(KT_UNARY, 0)};
-    if ((n > 7 && !memcmp(s, "notify ", 7)) || (n > 9 && !memcmp(s, "callback ", 9))) {
+    if ((n > 7 && !memcmp(s, "notify ", 7)) || (n > 9 && !memcmp(s, "callback ", 9)) ||
+        (n > 8 && !memcmp(s, "publish ", 8)) || (n > 10 && !memcmp(s, "callvalue ", 10))) {
         char *z = strndup(s, n); /* NUL-terminated for sscanf */
         struct reply r = z ? eval_peer(c, z, n) : (struct reply){0};
         free(z);
@@ -498,16 +548,17 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
         return (struct reply){.k = k_long(ended)};
     }
     int later_ms = 0, later_off = 0;
-    if (n > 6 && n < sizeof buf && !memcmp(s, "later ", 6)) {
+    if (n > 6 && !memcmp(s, "later ", 6)) {
         /* answer now; publish X on this connection MS ms later, while idle (a timer's pub) */
-        memcpy(buf, s, n);
-        buf[n] = 0;
-        if (sscanf(buf, "later %d %n", &later_ms, &later_off) == 1 && later_off > 0 && later_ms >= 0) {
+        char *z = strndup(s, n); /* (X may be long: NUL-terminated for sscanf) */
+        if (z && sscanf(z, "later %d %n", &later_ms, &later_off) == 1 && later_off > 0 && later_ms >= 0) {
             free(c->later);
-            c->later = strdup(buf + later_off);
+            c->later = strdup(z + later_off);
             c->later_at = mono_ms() + later_ms;
+            free(z);
             return (struct reply){.k = k_long(later_ms)};
         }
+        free(z);
     }
     if (n > 4 && !memcmp(s, "err ", 4)) {
         char *e = strndup(s + 4, n - 4);
@@ -522,16 +573,8 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
         char tail;
         if (sscanf(buf, "rows %lld%c", &v, &tail) == 1 && v >= 0)
             return (struct reply){.rows = v};
-        if (sscanf(buf, "text %lld%c", &v, &tail) == 1 && v >= 0 && v <= (1LL << 30)) {
-            K t = k_vec(KT_CHAR, v); /* a compressible string: "qgate 0 qgate 1 ..." */
-            for (long long i = 0, o = 0; t && o < v; i++) {
-                char w[32];
-                int k = snprintf(w, sizeof w, "qgate %lld ", i);
-                for (int j = 0; j < k && o < v; j++)
-                    kC(t)[o++] = w[j];
-            }
-            return (struct reply){.k = t};
-        }
+        if (sscanf(buf, "text %lld%c", &v, &tail) == 1 && v >= 0 && v <= (1LL << 30))
+            return (struct reply){.k = k_text(v)};
         if (sscanf(buf, "flood %lld%c", &v, &tail) == 1 && v >= 0 && v <= (1LL << 30)) {
             /* answers SIZE, then publishes SIZE-byte char vectors as fast as the socket takes them */
             logf_(c, "flood %lld: publishing until \"stop\" or the close", v);
@@ -865,6 +908,8 @@ static void usage(void)
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
             "  back, then N), globals (\"a:X\", \"a\", \"delete a from `.\", one set per process),\n"
             "  \"callback X\" (sync request X back, %%p in X its port; its answer is the reply),\n"
+            "  \"publish N V\" and \"callvalue V\" (the same with value V: guid, timestamp, timespan,\n"
+            "  text N), every message over 2000 bytes compressed for a remote peer as q does,\n"
             "  \"text N\" (a string of N bytes, \"qgate 0 qgate 1 ...\", which compresses well).\n"
             "  Port 0 picks a free port; the\n"
             "  first line on stdout is \"qworker listening on HOST:PORT\". Replies over 2000 bytes\n"

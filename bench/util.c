@@ -127,6 +127,8 @@ void stop_signals_block(sigset_t *waitmask)
 
 /* ---- kdb+ messages -------------------------------------------------------------------------- */
 
+uint8_t hs_capability = KIPC_CAP_MAX;
+
 size_t hs_build_userpass(uint8_t *hs, size_t cap, const char *userpass)
 {
     char up[1024];
@@ -134,7 +136,7 @@ size_t hs_build_userpass(uint8_t *hs, size_t cap, const char *userpass)
     char *colon = strchr(up, ':');
     if (colon)
         *colon = 0;
-    return kipc_hs_build(hs, cap, up, colon ? colon + 1 : NULL, KIPC_CAP_MAX);
+    return kipc_hs_build(hs, cap, up, colon ? colon + 1 : NULL, hs_capability);
 }
 
 int kname_eq(K x, const char *name)

@@ -58,6 +58,8 @@ void stop_signals_block(sigset_t *waitmask);
 
 /* Build the handshake of "user[:pass]" (NULL: none) into hs[cap]: its length, 0 if it does not fit. */
 size_t hs_build_userpass(uint8_t *hs, size_t cap, const char *userpass);
+/* The capability hs_build_userpass offers (3 unless a tool is told otherwise: an old client). */
+extern uint8_t hs_capability;
 /* 1 if x is the symbol or the char vector name, else 0. */
 int kname_eq(K x, const char *name);
 /* Serialise x as a message of type and write all of it to fd: 0, or -1 (no memory, write failed). */

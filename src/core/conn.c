@@ -117,7 +117,7 @@ void conn_set_events_loop(struct gw *g, struct conn *c, uint32_t events)
 void conn_set_reading_loop(struct gw *g, struct conn *c, int on)
 {
     uint32_t bits = EPOLLIN | EPOLLRDHUP;
-    on = on && !c->waits_room; /* (it reads again once its message has room) */
+    on = on && !c->waits_room && !c->in_job; /* (it reads again once its message has room, or its job is done) */
     conn_set_events_loop(g, c, on ? c->events | bits : c->events & ~bits);
 }
 
@@ -219,6 +219,7 @@ static void detach(struct gw *g, struct conn *c)
     inbuf_free(&c->in);
     c->rd = (struct rdstate){0};
     c->framed = 0; /* a worker reconnecting starts with its handshake again */
+    c->in_job = 0; /* (a job still out for the old socket finds it gone: its id's generation moved on) */
     c->epoch++;
 }
 

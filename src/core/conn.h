@@ -112,6 +112,9 @@ struct conn {
     uint8_t owes;        /* a worker: it owes broadcasts or fan-out parts (dispatch asks what, then) */
     uint8_t waits_room;  /* on g->room_waiters: the message whose header it sent waits for room
                           * under pending_max (its header kept in in; it reads nothing) */
+    uint8_t in_job;      /* a pool job has a message it read (on_message said SS_WAIT): it reads
+                          * and frames nothing more until the job's completion lets it go on
+                          * (stream_job_done_loop), so that what follows keeps its order */
     uint32_t id, gen;
     int fd;
     uint32_t epoch;      /* its sockets so far: a close (detach) ends one; what was read on the old

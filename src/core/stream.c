@@ -370,6 +370,25 @@ void stream_resume_loop(struct gw *g, struct conn *c)
         conn_ops(c)->on_resume(g, c);
 }
 
+int stream_job_wait_loop(struct gw *g, struct conn *c)
+{
+    c->in_job = 1;
+    conn_set_reading_loop(g, c, 0);
+    return SS_WAIT;
+}
+
+void stream_job_done_loop(struct gw *g, struct conn *c)
+{
+    if (!c->in_job)
+        return;
+    c->in_job = 0;
+    if (c->fd < 0 || c->closing)
+        return;
+    if (!c->paused)
+        conn_set_reading_loop(g, c, 1);
+    conn_backlog_add_loop(g, c);
+}
+
 void stream_woken_loop(struct gw *g, struct conn *c)
 {
     struct conn *to = c->waits_on;
@@ -644,7 +663,7 @@ static int raw(struct gw *g, struct conn *c, int *frames)
 void stream_frame_loop(struct gw *g, struct conn *c)
 {
     int frames = 0;
-    if (c->closing)
+    if (c->closing || c->in_job)
         return;
     if (!c->framed) {
         if (inbuf_avail(&c->in))
@@ -659,6 +678,8 @@ void stream_backlog_loop(struct gw *g)
     struct conn *x;
     for (int n = g->nclients + 1; n > 0 && (x = conn_backlog_pop_loop(g)); n--)
         stream_frame_loop(g, x); /* may put it back, at the tail */
+    if (!TAILQ_EMPTY(&g->backlog)) /* (what is left, workers that had a job too: the next iteration) */
+        loop_due_loop(g, LOOP_DUE_BACKLOG);
 }
 
 void stream_drop_rest_loop(struct conn *c)
@@ -795,7 +816,7 @@ void stream_read_loop(struct gw *g, struct conn *c)
     int frames = 0;
     /* On the backlog, a connection reads nothing until what it holds is framed: its input
      * stays within what one read budget brought (the kernel's buffer holds the rest). */
-    while (budget && c->fd >= 0 && !c->closing && !c->paused && !c->in_backlog && !c->waits_room) {
+    while (budget && c->fd >= 0 && !c->closing && !c->paused && !c->in_backlog && !c->waits_room && !c->in_job) {
         ssize_t n = c->framed ? splice_body(g, c, budget) : 0;
         if (n < 0)
             return;
@@ -803,7 +824,7 @@ void stream_read_loop(struct gw *g, struct conn *c)
             budget -= QG_MIN((size_t)n, budget);
             continue;
         }
-        if (c->paused || c->in_backlog || c->waits_room || !read_once(g, c, &budget, &frames))
+        if (c->paused || c->in_backlog || c->waits_room || c->in_job || !read_once(g, c, &budget, &frames))
             break;
     }
     if (budget == 0)

@@ -16,7 +16,9 @@
  * Handlers return a status: SS_OK, SS_STOP (read no more now), SS_CLOSE (stream_close() said
  * why): the stream closes the connection, in one place; or, from on_header, SS_WAIT: the
  * message is not taken now (its header stays in the input buffer, framed again later, and the
- * kind has stopped the reading: conn_room_wait_loop). What a connection puts into a
+ * kind has stopped the reading: conn_room_wait_loop); from on_message, SS_WAIT (returned by
+ * stream_job_wait_loop): the message is taken, and a pool job works on it; nothing after it is
+ * read or framed until stream_job_done_loop, so that what follows keeps its order. What a connection puts into a
  * client's output counts against client_high_water: past it the reader waits for that output
  * to drain below client_low_water (stream_pause_loop, stream_woken_loop). */
 #ifndef STREAM_H
@@ -124,6 +126,12 @@ void stream_check_bound_loop(struct gw *g, struct conn *c, struct conn *to);
 void stream_pause_loop(struct gw *g, struct conn *c, struct conn *to);
 /* c reads again (its kind's on_resume runs). */
 void stream_resume_loop(struct gw *g, struct conn *c);
+/* From on_message: a pool job has the message; c reads and frames nothing more until
+ * stream_job_done_loop. Returns SS_WAIT, for the handler to return. */
+int stream_job_wait_loop(struct gw *g, struct conn *c);
+/* The job is done: c reads again (unless paused), and what it read after that message is framed
+ * in the backlog phase. */
+void stream_job_done_loop(struct gw *g, struct conn *c);
 /* The connection c waits on drained some output, or went: c reads again, or waits on. */
 void stream_woken_loop(struct gw *g, struct conn *c);
 

@@ -95,6 +95,7 @@ static void wire(struct gw *g)
     loop_on_job(g, JK_RELOAD, reload_done_loop);
     loop_on_job(g, JK_METRICS, mhttp_page_done_loop);
     loop_on_job(g, JK_MERGE, fanout_merged_loop);
+    loop_on_job(g, JK_PUSH, run_push_done_loop);
     g->front = &client_frontend;
     g->back = &worker_backend;
 }

@@ -532,6 +532,7 @@ void job_check_reply(struct job *j)
     const char *why;
     uint8_t *plain = j->in;
     size_t len = j->in_len;
+    const char *what = job_args(j)->reply.push ? "message" : "reply";
     j->result = 0;
     if (kipc_hdr_parse(j->in, j->in_len, j->in_len, &h, &why) != QG_OK)
         goto pass;
@@ -541,14 +542,15 @@ void job_check_reply(struct job *j)
             if (job_args(j)->reply.plain && job_args(j)->reply.cap >= 3) /* a client on this host: one
                                                                          * over compress_max goes as it is */
                 goto pass;
-            snprintf(j->text, sizeof j->text, "qgate: reply too large for capability %d (%zu bytes, over compress_max)",
-                     job_args(j)->reply.cap, len);
+            snprintf(j->text, sizeof j->text, "qgate: %s too large for capability %d (%zu bytes, over compress_max)",
+                     what, job_args(j)->reply.cap, len);
             job_encode_error(j);
             j->result = 1;
             return;
         }
         if (len > (uint64_t)job_args(j)->reply.max) { /* over max_message once decompressed */
-            snprintf(j->text, sizeof j->text, JOB_TOO_LARGE, (unsigned long long)len);
+            snprintf(j->text, sizeof j->text, "qgate: %s too large (%llu bytes, over max_message)", what,
+                     (unsigned long long)len);
             job_encode_error(j);
             j->result = 1;
             return;
@@ -556,7 +558,7 @@ void job_check_reply(struct job *j)
         if (len < 9 || !(plain = malloc(len)) ||
             kzip_decompress(j->in, j->in_len, plain, len, &why) != QG_OK) {
             free(plain == j->in ? NULL : plain);
-            snprintf(j->text, sizeof j->text, "qgate: the worker's compressed reply cannot be decompressed");
+            snprintf(j->text, sizeof j->text, "qgate: the worker's compressed %s cannot be decompressed", what);
             job_encode_error(j);
             j->result = 1;
             return;

@@ -18,6 +18,8 @@ enum job_kind {
     JK_METRICS,     /* writer made the metrics page for the HTTP connection the job names */
     JK_MERGE,       /* writer merged a .qgate.all's replies (out) for request seq: result 1 the
                      * answer is a q error, 2 the gateway's (its text in text) */
+    JK_PUSH,        /* reader made a worker's message other than a reply (a publish, a callback)
+                     * fit for its client (the worker connection's job: args' push) */
 };
 
 /* A gateway command is short: longer messages that look like one are refused unread. */
@@ -113,10 +115,18 @@ union job_args {
         int64_t max;            /* the longest a compressed reply may declare */
         uint8_t plain;          /* check: for this host (never compressed) */
         uint8_t compress;       /* merge: compressed for a remote client ... */
-        int64_t compress_max;   /* ... up to this many bytes; check: a compressed reply's
+        uint8_t push;           /* check: not a reply but a publish or a callback (its texts say
+                                 * "message") */
+        int64_t compress_max;   /* ... (merge) up to this many bytes; check: a compressed reply's
                                  * bytes, once decompressed, held whole up to this many */
         int64_t merge_max;      /* merge: the replies' bytes, decompressed, up to this many */
     } reply;
+    struct job_push {           /* job_check_reply for a worker's publish or callback (JK_PUSH) */
+        struct job_reply reply; /* first: what job_check_reply reads */
+        uint32_t to_id, to_gen; /* the client it goes to (the loop's, untouched) */
+        uint64_t held;          /* its bytes counted against hold_max until the loop takes it back */
+        uint8_t call;           /* a callback (a sync message): refused, the worker gets out, an error */
+    } push;
     struct job_page {           /* job_metrics_page */
         int head;               /* HEAD: the headers alone */
     } page;
@@ -189,11 +199,12 @@ void job_encode_error(struct job *j);
 /* writer: j->out = the response to a gateway command: its table or dictionary, made by the
  * command's encode from the loop's snapshot (ctx), or 1b (no encode: it was done). */
 void job_encode_command(struct job *j);
-/* reader: j->in is a whole response for a client of capability j->arg: decompress it if the
- * client cannot take it compressed (capability 0) or must not (aux[1]: it is on this host;
- * aux[0] bounds the size it may declare), or make it
- * the q error 'type if it holds values the client's capability cannot carry (guid below 3,
- * timestamp and timespan at 0), as q does. Walks the message without building it. */
+/* reader: j->in is a whole response (or, with reply.push, a publish or callback) for a client of
+ * capability reply.cap: decompress it if the client cannot take it compressed (capability 0) or
+ * must not (reply.plain: it is on this host; reply.max bounds the size it may declare), or make
+ * it the q error 'type if it holds values the client's capability cannot carry (guid below 3,
+ * timestamp and timespan at 0), as q does. Walks the message without building it. What it
+ * cannot pass on (result 1) is out as a response carrying the error (text its text). */
 void job_check_reply(struct job *j);
 /* writer: j->out = j->in compressed as q compresses for remote peers, or j->in unchanged. */
 void job_compress_reply(struct job *j);

@@ -23,6 +23,13 @@
  *                                       with no such client the worker gets an error
  * FORWARD collects the message whole and puts it into the client's output at a message
  * boundary (conn_push_whole_loop): another worker may be streaming to that client meanwhile.
+ * A publish or callback for a client that cannot take it as it is (capability below 3: checked
+ * for what it cannot carry; compressed, to a client on this host or of capability 0:
+ * decompressed), as its replies are made fit, goes CHANGE instead: collected whole, made fit by
+ * a reader (job_check_reply), then put into the client's output as FORWARD does; the worker
+ * reads nothing more until then, so its messages keep their order. What cannot be made fit
+ * (a guid for capability 2, say, where q would signal 'type at the sender) is dropped, or for
+ * a callback answered to the worker with that error.
  * Every byte put into a client's output counts against its bound: past client_high_water the
  * worker feeding it stops reading until it drains (stream_check_bound_loop).
  *
@@ -402,19 +409,27 @@ static int fanout_client(const struct worker *w, uint32_t *id, uint32_t *gen)
     return 1;
 }
 
-/* A whole message for a client other than the running request's (an idle worker's publish, a
- * broadcast's sender): into its stream at a message boundary, or dropped if it has gone. */
-static void deliver_whole(struct gw *g, struct worker *w)
+/* Does c take w's callback (to answer it: the calls are matched in the order they reach the
+ * client, so taken as it goes into its output)? That of the run's client, or of the .qgate.all
+ * running a part here, while it is ready. */
+static int takes_call(struct gw *g, struct worker *w, struct client *c)
 {
-    struct client *c = reachable(g, w->msg.to_id, w->msg.to_gen);
-    int call = w->c.rd.type == KIPC_SYNC; /* a .qgate.all part's callback: its answer is matched in
-                                          * the order the calls reach the client, so taken now */
     uint32_t id, gen;
-    if (call && c &&
-        (!fanout_client(w, &id, &gen) || id != c->c.id || c->st != CS_READY || callback_add_loop(g, c, &w->c)))
+    int mine = fanout_client(w, &id, &gen) ? id == c->c.id
+                                           : w->st == WS_BUSY && w->run.cl == c && STAILQ_EMPTY(&w->bsent);
+    return mine && c->st == CS_READY && callback_add_loop(g, c, &w->c) == 0;
+}
+
+/* Whole message m (len bytes, owned) for client c (NULL: gone), other than the running
+ * request's reply (an idle worker's publish, a broadcast's sender's, a .qgate.all's call, one
+ * made fit for its client): into its stream at a message boundary, or dropped (a callback's
+ * worker told no client answers it). */
+static void push_whole(struct gw *g, struct worker *w, struct client *c, int call, uint8_t *m, size_t len, int held)
+{
+    if (call && c && !takes_call(g, w, c))
         c = NULL; /* (the .qgate.all given up meanwhile: its client was answered) */
     if (!c) {
-        inbuf_free(&w->coll);
+        free(m);
         if (!call) {
             w->dropped++;
             return;
@@ -422,8 +437,7 @@ static void deliver_whole(struct gw *g, struct worker *w)
         tell_no_client(g, w);
         return;
     }
-    struct chunk *ch = chunk_wrap(w->coll.p, w->coll.len);
-    w->coll = (struct inbuf){0};
+    struct chunk *ch = held ? chunk_wrap_held(m, len) : chunk_wrap(m, len); /* (made for it: held until written) */
     if (!ch) {
         conn_close_loop(g, &c->c, "out of memory");
         return;
@@ -432,18 +446,79 @@ static void deliver_whole(struct gw *g, struct worker *w)
     stream_check_bound_loop(g, &w->c, &c->c);
 }
 
-/* Replies that must be collected for c: to check them for an old client, to compress them for
- * a remote one, or to decompress a worker's compressed reply for a local one (q never sends
- * compressed bytes on this host; one over compress_max goes as it is). An old client's reply
- * over compress_max is refused instead (-1). */
-static int needs_collect(struct gw *g, const struct client *c, const struct kipc_hdr *h)
+static void deliver_whole(struct gw *g, struct worker *w)
+{
+    struct inbuf m = w->coll;
+    w->coll = (struct inbuf){0};
+    push_whole(g, w, reachable(g, w->msg.to_id, w->msg.to_gen), w->c.rd.type == KIPC_SYNC, m.p, m.len, 0);
+}
+
+/* Messages c cannot take as the worker sent them, any type: an old client's, to be checked for
+ * what its capability cannot carry, or compressed ones for a client on this host (q never sends
+ * compressed bytes on this host; one over compress_max goes as it is) or of capability 0 (1).
+ * An old client's over compress_max is refused instead (-1). */
+static int needs_change(struct gw *g, const struct client *c, const struct kipc_hdr *h)
 {
     if (c->cap < 3)
         return h->len <= (uint64_t)g->cfg.compress_max ? 1 : -1;
-    if (c->local && h->compressed)
-        return h->len <= (uint64_t)g->cfg.compress_max;
+    return c->local && h->compressed && h->len <= (uint64_t)g->cfg.compress_max;
+}
+
+/* Replies that must be collected for c: those it cannot take as they are, and those to
+ * compress for a remote client. */
+static int needs_collect(struct gw *g, const struct client *c, const struct kipc_hdr *h)
+{
+    if (c->cap < 3 || (c->local && h->compressed))
+        return needs_change(g, c, h);
     return g->cfg.compress && !c->local && c->cap >= 1 && !h->compressed && h->len >= KZIP_MIN_LEN &&
            h->len <= (uint64_t)g->cfg.compress_max;
+}
+
+/* An error for w's callback that cannot go to its client (text: the q error). */
+static void tell_worker_error(struct gw *g, struct worker *w, const char *text)
+{
+    size_t len;
+    K e = k_err(text);
+    uint8_t *m = e ? kcodec_encode_msg(e, KIPC_RESPONSE, &len) : NULL; /* (a few bytes: on the loop) */
+    k_free(e);
+    if (!m) {
+        tell_no_client(g, w);
+        return;
+    }
+    tell_worker(g, w, m, len);
+    free(m);
+}
+
+static int drop_async(struct gw *g, struct worker *w, const char *why, int fix);
+
+/* A publish or callback of w (header h) for client c, routed STREAM or FORWARD (route): as it
+ * is, or CHANGE when c cannot take it as it is (to_id, to_gen set), or refused (DROP; a
+ * callback's worker told why) when it is too large to be made fit. */
+static int to_client(struct gw *g, struct worker *w, const struct kipc_hdr *h, struct client *c, int route)
+{
+    int nc = needs_change(g, c, h);
+    if (nc > 0 && !gw_hold_room(g, h->len)) /* hold_max: as it came, unless it must be checked */
+        nc = c->cap < 3 ? -2 : 0;
+    if (nc == 0)
+        return route;
+    if (nc < 0) {
+        char why[160];
+        if (nc == -1)
+            snprintf(why, sizeof why, "qgate: message too large for capability %d (%llu bytes, over compress_max)",
+                     c->cap, (unsigned long long)h->len);
+        else
+            snprintf(why, sizeof why, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+        if (h->type == KIPC_SYNC) {
+            tell_worker_error(g, w, why);
+            return ROUTE_DROP;
+        }
+        return drop_async(g, w, nc == -1 ? "too large to check for a client of capability below 3 (over compress_max)"
+                                         : "for a client of capability below 3 while hold_max is reached",
+                          0);
+    }
+    w->msg.to_id = c->c.id;
+    w->msg.to_gen = c->c.gen;
+    return ROUTE_CHANGE;
 }
 
 /* The route of the running request's reply. */
@@ -493,27 +568,28 @@ static int drop_async(struct gw *g, struct worker *w, const char *why, int fix)
 
 /* An async message: to the sender of the broadcasts running, else the running request's (or
  * .qgate.all's) client, else a session's client; else it belongs to nobody. */
-static int route_async(struct gw *g, struct worker *w)
+static int route_async(struct gw *g, struct worker *w, const struct kipc_hdr *h)
 {
+    struct client *to;
     if (!STAILQ_EMPTY(&w->bsent)) {
         const struct bnode *b = STAILQ_FIRST(&w->bsent);
-        if (!reachable(g, b->cl_id, b->cl_gen))
+        if (!(to = reachable(g, b->cl_id, b->cl_gen)))
             return drop_async(g, w, "for the sender of a broadcast that has gone", 1);
         w->msg.to_id = b->cl_id;
         w->msg.to_gen = b->cl_gen;
-        return ROUTE_FORWARD;
+        return to_client(g, w, h, to, ROUTE_FORWARD);
     }
     struct client *c = w->st == WS_BUSY ? w->run.cl : w->st == WS_PINNED ? w->sess : NULL;
     if (c && client_takes_output(c) && (c == w->run.cl || c->st == CS_READY)) { /* a session's client
                                      * that sent a bad message gets what it is owed, nothing new */
         w->msg.to = c;
-        return ROUTE_STREAM;
+        return to_client(g, w, h, c, ROUTE_STREAM);
     }
     if (c || (w->st == WS_BUSY && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC)))
         return drop_async(g, w, "for a client that has gone", 1);
     if (fanout_client(w, &w->msg.to_id, &w->msg.to_gen)) /* (whole: the other parts' workers send it too) */
-        return reachable(g, w->msg.to_id, w->msg.to_gen)
-                   ? ROUTE_FORWARD
+        return (to = reachable(g, w->msg.to_id, w->msg.to_gen))
+                   ? to_client(g, w, h, to, ROUTE_FORWARD)
                    : drop_async(g, w, "for the client of a .qgate.all that has gone", 1);
     if (w->st == WS_BUSY && w->run.kind == RUN_FANOUT)
         return drop_async(g, w, "for a .qgate.all given up (its client was answered)", 1);
@@ -526,21 +602,25 @@ static int route_async(struct gw *g, struct worker *w)
 /* A callback (a sync request with .z.w): the running request's (or .qgate.all's) client answers
  * it, if it reads; otherwise (none, or a broadcast's sender, which waits for nothing) the worker
  * is told so. */
-static int route_callback(struct gw *g, struct worker *w)
+static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr *h)
 {
-    struct client *c = w->run.cl;
+    struct client *c = w->run.cl, *to;
     if (w->st == WS_BUSY && w->run.kind == RUN_REQUEST)
         query_calls_back_loop(w->grp->queries, w->run.key); /* nothing goes to its worker while it runs again */
     if (STAILQ_EMPTY(&w->bsent) && fanout_client(w, &w->msg.to_id, &w->msg.to_gen)) {
-        run_set_phase_loop(g, w, WB_CALLED); /* whole, matched as it reaches the client (deliver_whole):
+        run_set_phase_loop(g, w, WB_CALLED); /* whole, matched as it reaches the client (push_whole):
                                               * the other parts' workers may call it back too */
-        return ROUTE_FORWARD;
+        return (to = reachable(g, w->msg.to_id, w->msg.to_gen)) ? to_client(g, w, h, to, ROUTE_FORWARD) : ROUTE_FORWARD;
     }
-    if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent) &&
-        callback_add_loop(g, c, &w->c) == 0) {
-        run_set_phase_loop(g, w, WB_CALLED); /* until it sends again, having had the answer */
-        w->msg.to = c;
-        return ROUTE_STREAM;
+    if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent)) {
+        int route = to_client(g, w, h, c, ROUTE_STREAM); /* (CHANGE: matched as it reaches the client) */
+        if (route == ROUTE_DROP)
+            return ROUTE_DROP; /* too large to make fit: the worker was told */
+        if (route == ROUTE_CHANGE || callback_add_loop(g, c, &w->c) == 0) {
+            run_set_phase_loop(g, w, WB_CALLED); /* until it sends again, having had the answer */
+            w->msg.to = c;
+            return route;
+        }
     }
     tell_no_client(g, w);
     return ROUTE_DROP;
@@ -563,15 +643,15 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
     else if (over && h->type == KIPC_SYNC)
         tell_worker(g, w, g->too_large_err, g->too_large_err_len); /* as if its call had failed */
     else if (h->type == KIPC_ASYNC)
-        route = route_async(g, w);
+        route = route_async(g, w, h);
     else if (h->type == KIPC_SYNC)
-        route = route_callback(g, w);
+        route = route_callback(g, w, h);
     if (w->c.fd < 0 || w->c.closing) /* closed while routing */
         return SS_STOP;
     w->msg.route = (uint8_t)route;
-    if (route == ROUTE_COLLECT) { /* held whole to change it: counted from now (a message forwarded
-                                   * whole is not: it is bounded as streamed ones are, by its
-                                   * client's client_high_water) */
+    if (route == ROUTE_COLLECT || route == ROUTE_CHANGE) { /* held whole to change it: counted from
+                                   * now (a message forwarded whole is not: it is bounded as
+                                   * streamed ones are, by its client's client_high_water) */
         worker_coll_release(w); /* (nothing, as each message's end gave it back) */
         w->coll_held = (size_t)h->len;
         buf_held_add(w->coll_held);
@@ -580,7 +660,8 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
         stream_route(x, SR_STREAM, &w->msg.to->c);
     } else {
         w->msg.to = NULL;
-        stream_route(x, route == ROUTE_COLLECT || route == ROUTE_FORWARD ? SR_WHOLE : SR_DROP, NULL);
+        stream_route(x, route == ROUTE_COLLECT || route == ROUTE_FORWARD || route == ROUTE_CHANGE ? SR_WHOLE : SR_DROP,
+                     NULL);
     }
     return SS_OK;
 }
@@ -629,15 +710,78 @@ static int message_done(struct gw *g, struct worker *w)
 
 int run_message_end_loop(struct gw *g, struct conn *x) { return message_done(g, worker_of(x)); }
 
-/* A message gathered whole: a reply to transform, or a message for a client at a boundary. */
+/* A publish or callback collected whole for client c (w->coll) goes to a reader to be made fit
+ * for it; w reads nothing more until it comes back (run_push_done_loop). */
+static int submit_change(struct gw *g, struct worker *w)
+{
+    struct client *c = reachable(g, w->msg.to_id, w->msg.to_gen);
+    int call = w->c.rd.type == KIPC_SYNC, zipped = w->coll.len > 2 && w->coll.p[2];
+    struct job *j = c ? job_new(job_check_reply, JK_PUSH) : NULL;
+    if (!j) { /* (gone meanwhile; or out of memory) */
+        struct inbuf m = w->coll;
+        w->coll = (struct inbuf){0};
+        push_whole(g, w, NULL, call, m.p, m.len, 0);
+        return SS_OK;
+    }
+    /* what the job holds: what came, and what it makes of it if it decompresses (at most
+     * compress_max: over it, it does not) */
+    size_t out = zipped ? kzip_uncompressed_len(w->coll.p, w->coll.len) : 0;
+    out = out <= (uint64_t)g->cfg.compress_max ? out : 0;
+    job_args(j)->push = (struct job_push){
+        .reply = {.cap = c->cap, .max = g->cfg.max_message, .plain = (uint8_t)c->local,
+                  .compress_max = g->cfg.compress_max, .push = 1},
+        .to_id = w->msg.to_id, .to_gen = w->msg.to_gen, .held = w->coll.len + out, .call = (uint8_t)call};
+    buf_held_add(job_args(j)->push.held);
+    j->in = w->coll.p;
+    j->in_len = w->coll.len;
+    j->heavy = (uint8_t)job_heavy_msg(j->in, j->in_len);
+    w->coll = (struct inbuf){0};
+    conn_submit_loop(g->readers, j, &w->c, 0);
+    return stream_job_wait_loop(g, &w->c);
+}
+
+/* A message gathered whole: a reply to transform, a message for a client at a boundary, or one
+ * to make fit for its client first. */
 int run_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg)
 {
     struct worker *w = worker_of(x);
     inbuf_free(&w->coll);
     w->coll = (struct inbuf){.p = msg, .len = (size_t)h->len, .cap = (size_t)h->len};
+    if (w->msg.route == ROUTE_CHANGE) {
+        int st = submit_change(g, w);
+        w->msg.route = ROUTE_DROP; /* (taken: its end drops nothing more) */
+        int done = message_done(g, w);
+        return st == SS_OK ? done : st;
+    }
     if (w->msg.route != ROUTE_COLLECT && w->msg.route != ROUTE_FORWARD) /* dropped meanwhile */
         inbuf_free(&w->coll);
     return message_done(g, w);
+}
+
+void run_push_done_loop(struct gw *g, struct job *j)
+{
+    const struct job_push *p = &job_args(j)->push;
+    buf_held_sub(p->held);
+    struct conn *x = conn_lookup_loop(g, j->conn_id, j->conn_gen);
+    if (!x || x->kind != CONN_WORKER)
+        return; /* the worker went: what it sent went with it */
+    struct worker *w = worker_of(x);
+    struct client *c = reachable(g, p->to_id, p->to_gen);
+    if (!j->result) {
+        push_whole(g, w, c, p->call, j->out, j->out_len, 1);
+        j->out = NULL;
+    } else if (p->call) { /* q would have signalled it to the worker's call */
+        if (j->out)
+            tell_worker(g, w, j->out, j->out_len);
+        else
+            tell_no_client(g, w);
+    } else {
+        char why[sizeof j->text + 64];
+        snprintf(why, sizeof why, "for a client of capability %d, which cannot take it (%s)", p->reply.cap,
+                 j->text);
+        drop_async(g, w, why, 0);
+    }
+    stream_job_done_loop(g, x);
 }
 
 /* ---- the other side going ------------------------------------------------------------------- */

@@ -56,7 +56,7 @@ struct run {
 };
 
 /* Where the message being read goes. */
-enum route { ROUTE_DROP, ROUTE_STREAM, ROUTE_COLLECT, ROUTE_FORWARD, ROUTE_SWALLOW };
+enum route { ROUTE_DROP, ROUTE_STREAM, ROUTE_COLLECT, ROUTE_FORWARD, ROUTE_SWALLOW, ROUTE_CHANGE };
 
 /* A broadcast async message waiting to be sent to workers. */
 struct bmsg {
@@ -112,7 +112,7 @@ struct wmsg {
     struct client *to;   /* ROUTE_STREAM: the client its bytes go to (the run's, or a session's) */
     uint8_t route;       /* enum route */
     uint8_t reply;       /* it is the run's reply: its first bytes say whether it is a q error */
-    uint32_t to_id, to_gen; /* ROUTE_FORWARD: the client it goes to */
+    uint32_t to_id, to_gen; /* ROUTE_FORWARD, ROUTE_CHANGE: the client it goes to */
 };
 
 /* pipeline = N: a worker (one q process, one address) is reached over N connections, each a
@@ -240,6 +240,10 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h);
 int run_bad_header_loop(struct gw *g, struct conn *x, const char *why);
 int run_message_end_loop(struct gw *g, struct conn *x);
 int run_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg);
+/* A reader made a worker's publish or callback fit for its client (JK_PUSH): it goes to that
+ * client, or is refused; the worker reads on. */
+struct job;
+void run_push_done_loop(struct gw *g, struct job *j);
 /* Send request x of c to w, as it is (x leaves c's queue: RS_RUNNING). */
 void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, struct req *x);
 /* Client c, whose request w runs or holds, has gone. */

@@ -102,6 +102,45 @@ grep -aq "qgate: reply too large for capability 0 (20014 bytes, over compress_ma
 grep -aq "small" "$TMP/old.out" || fail "capability 0: the next reply did not come"
 pass "a compressed reply over compress_max once decompressed: as it came to a client on this host; 'qgate: reply too large to capability 0"
 
+# A worker's publishes and callbacks are made fit for their client as its replies are: q sends
+# no guid below capability 3, no timestamp or timespan at 0 (its sender gets 'type), and no
+# compressed bytes at 0 or on its own host. A publish the client cannot take is dropped (as q's
+# sender would have failed), a callback the worker is answered 'type for (its reply says so);
+# compressed ones reach a client on this host plain; and each comes in the order the worker
+# sent it, before its reply (the worker reads nothing more while a reader works on one).
+# (Before: every one went as the worker sent it, compressed to capability 0 too.)
+pubs=("publish 1 guid" "publish 1 timestamp" "publish 2 text 5000" "callvalue guid" "callvalue text 3000" "echo done")
+for cap in 0 2 3; do
+    timeout 30 "$BIN/qsend" --cap $cap --wire -g "127.0.0.1:$ZG_PORT" "${pubs[@]}" > "$TMP/pub.out" 2> "$TMP/pub.wire" ||
+        fail "capability $cap: $(head -c 300 "$TMP/pub.out")"
+    awk '{ print substr($0, 1, 31) }' "$TMP/pub.out" > "$TMP/pub.got"
+    {
+        [ $cap = 3 ] && echo "async: 5a5a5a5a-5a5a-5a5a-5a5a-"
+        echo 1
+        [ $cap -ge 1 ] && echo "async: 818035200000000000"
+        echo 1
+        echo 'async: "qgate 0 qgate 1 qgate 2'
+        echo 'async: "qgate 0 qgate 1 qgate 2'
+        echo 2
+        if [ $cap = 3 ]; then echo '"qsend got: 5a5a5a5a-5a5a-5a5a-'; else echo "'type"; fi
+        echo '"qsend got: qgate 0 qgate 1 qga'
+        echo '"done"'
+    } > "$TMP/pub.want"
+    diff "$TMP/pub.want" "$TMP/pub.got" > /dev/null || fail "capability $cap: $(diff "$TMP/pub.want" "$TMP/pub.got")"
+    expect_lines "$TMP/pub.wire" "^wire: async 5014 bytes plain" 2
+    expect_lines "$TMP/pub.wire" "^wire: sync 3014 bytes plain" 1
+    expect_lines "$TMP/pub.wire" "compressed" 0
+done
+expect_file_has "$TMP/ZG.log" "async message for a client of capability 0, which cannot take it \\(type\\): dropped"
+# over compress_max once decompressed: an old client's cannot be checked (dropped, or the
+# worker told), one on this host gets it as it came
+timeout 30 "$BIN/qsend" --cap 2 --wire -g "127.0.0.1:$ZM_PORT" "publish 1 text 20000" "callvalue text 20000" "echo done" > "$TMP/pub.out" 2> "$TMP/pub.wire"
+printf '%s\n' 1 "'qgate: message too large for capability 2 (20014 bytes, over compress_max)" '"done"' > "$TMP/pub.want"
+diff "$TMP/pub.want" "$TMP/pub.out" > /dev/null || fail "over compress_max, capability 2: $(diff "$TMP/pub.want" "$TMP/pub.out" | cut -c1-80)"
+timeout 30 "$BIN/qsend" --wire -g "127.0.0.1:$ZM_PORT" "publish 1 text 20000" > "$TMP/pub.out" 2> "$TMP/pub.wire"
+expect_lines "$TMP/pub.wire" "^wire: async [0-9]+ bytes compressed \\(20014 plain\\)" 1
+pass "a worker's publishes and callbacks made fit for old clients and clients on this host, as replies are, in order"
+
 # hold_max bounds what qgate holds whole for all clients together. A client that reads nothing
 # holds its reply, decompressed (20 MB); past hold_max another client on this host gets its
 # reply as the worker sent it (compressed), an old client (capability 0, whose reply must be

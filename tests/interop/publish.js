@@ -1,8 +1,10 @@
 // publish.js: node-q as a feed handler and as a subscriber, through qgate.
 // usage: node publish.js PORT publish N   sends a sync "sleep 300", N async messages right
 //                                         behind it, and closes at once (q runs them all)
-//        node publish.js PORT subscribe    (pool = session) asks "later 200 tick" and waits for
+//        node publish.js PORT subscribe [N] (pool = session) asks "later 200 tick" and waits for
 //                                         the "tick" its session's worker publishes 200 ms later
+//                                         (N: a tick of N bytes, "tick tick ...": one a worker
+//                                         that takes qgate for remote compresses)
 //        node publish.js PORT nobody       (pool = request) asks "later 200 tick"; once the
 //                                         gateway counts the publish dropped (.qgate.stats[]),
 //                                         the next message it gets is its own next reply
@@ -49,7 +51,8 @@ nodeq.connect({host: "127.0.0.1", port: Number(port), user: "nq", password: "pw"
     })();
     return;
   }
-  con.k("later 200 tick", (e, res) => {
+  const tick = nArg ? "tick ".repeat(Math.ceil(Number(nArg) / 5)).slice(0, Number(nArg)) : "tick";
+  con.k("later 200 " + tick, (e, res) => {
     try {
       assert.ifError(e);
       assert.strictEqual(Number(res), 200);
@@ -57,10 +60,11 @@ nodeq.connect({host: "127.0.0.1", port: Number(port), user: "nq", password: "pw"
     con.k((e2, msg) => {             // the next message: the worker's publish, while idle
       try {
         assert.ifError(e2);
-        assert.strictEqual(msg, "tick");
+        assert.strictEqual(msg, tick);
       } catch (x) { fail("publish while idle", x); }
       clearTimeout(timer);
-      console.log("ok - node-q got the publish of its session's worker, sent between its requests");
+      console.log("ok - node-q got the publish of its session's worker, sent between its requests" +
+                  (nArg ? " (" + tick.length + " bytes)" : ""));
       process.exit(0);
     });
   });

@@ -29,6 +29,13 @@ wait_count "$TMP/SE.log" "connected \(capability" 2
 (cd tests/interop && timeout 60 node session.js "$SE_PORT") || fail "node-q session"
 # a subscriber in a session: its worker's publish between its requests reaches it
 (cd tests/interop && timeout 60 node publish.js "$SE_PORT" subscribe) || fail "node-q subscribe"
+# ... and one its worker compressed (the worker takes qgate for remote): decompressed on a
+# reader for node-q on this host, as q would never send it compressed here
+start_worker SZ --rows 1000 --compress
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n' "$SZ_PORT" > "$TMP/zip.conf"
+start_gateway SZG -c "$TMP/zip.conf"
+wait_count "$TMP/SZG.log" "connected \(capability" 1
+(cd tests/interop && timeout 60 node publish.js "$SZG_PORT" subscribe 5000) || fail "node-q subscribe to a compressed publish"
 expect_file_has "$TMP/SE.log" "session: given to c1 "
 expect_file_has "$TMP/SE.log" "session: given to c2 "
 # one session after another on one worker: what the first set up on its handle dies with it

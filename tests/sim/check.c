@@ -193,10 +193,13 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
             if (x->q != &g->metrics_conns || x->fd < 0)
                 fail("%s: a metrics connection not on the metrics list, or without its socket", x->name);
         }
+        *backlog += x->in_backlog; /* (a worker too: what it read behind a message a job had) */
+        if (x->in_job && (x->kind != CONN_WORKER || x->in_backlog || (x->events & EPOLLIN)))
+            fail("%s waits for a job with a message it read: a %s, on the backlog %d, reading %d", x->name,
+                 x->kind == CONN_WORKER ? "worker" : "client or scraper", x->in_backlog, !!(x->events & EPOLLIN));
         if (x->kind != CONN_CLIENT)
             continue;
         (*nclients)++;
-        *backlog += x->in_backlog;
         check_client(x);
         struct client *c = (struct client *)x;
         size_t fc = c->fo ? c->fo->counted : 0;
@@ -244,7 +247,7 @@ static void check_lists(int nclients, int nmetrics, int backlog)
             fail("a freed or unmarked connection is on the backlog list");
     }
     if (nb != backlog)
-        fail("%d clients marked in the backlog, the list holds %d", backlog, nb);
+        fail("%d connections marked in the backlog, the list holds %d", backlog, nb);
 }
 
 /* A group's queue: its clients, each with its head request QUEUED there. */
@@ -440,9 +443,10 @@ void dump_world(void)
             for (int j = 0; fw && j < FW_CONNS; j++)
                 if (fw->k[j].gw_fd >= 0 && fw->k[j].gw_fd == w->c.fd)
                     k = &fw->k[j];
-            tr("gw %s: %s, for %s, swallow %d, bq %d bsent %d, paused %d | W%d: fd %d, %zu in, %zu to send, cb %d, "
-               "%d unread, %d deferred", w->c.name, worker_state_name(w->st), w->run.cl ? w->run.cl->c.name : "-", w->run.swallow,
-               !STAILQ_EMPTY(&w->bq), !STAILQ_EMPTY(&w->bsent), w->c.paused, fw ? fw->wid : -1, k ? k->fd : -1,
+            tr("gw %s: %s, for %s, swallow %d, bq %d bsent %d, paused %d, in a job %d, input %zu, events %#x | W%d: fd %d, "
+               "%zu in, %zu to send, cb %d, %d unread, %d deferred", w->c.name, worker_state_name(w->st),
+               w->run.cl ? w->run.cl->c.name : "-", w->run.swallow, !STAILQ_EMPTY(&w->bq), !STAILQ_EMPTY(&w->bsent),
+               w->c.paused, w->c.in_job, inbuf_avail(&w->c.in), w->c.events, fw ? fw->wid : -1, k ? k->fd : -1,
                k ? k->in.len : 0, k ? k->out.len - k->out_off : 0, fw ? fw->waiting_cb : 0, k ? unread(k->fd) : 0,
                fw ? fw->deferred.n : 0);
         }

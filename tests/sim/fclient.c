@@ -660,10 +660,17 @@ static void check_reply(const struct fclient *c, const struct sent *r, K x, cons
 static void client_got(struct fclient *c, int type, K x, int compressed)
 {
     char s[256];
+    if (type != KIPC_RESPONSE && x->t == KT_LIST && x->n == 2 && kK(x)[0]->t == -KT_GUID) { /* a push or
+                                                         * callback that carries a guid */
+        if (c->cap < 3)
+            fail("C%d (capability %d) got a %s carrying a guid", c->cid, c->cap, type == KIPC_ASYNC ? "push" : "callback");
+        x = kK(x)[1];
+    }
     text_of(x, s, sizeof s);
-    if (compressed && (c->cap < 1 || (c->local && S->g.cfg.hold_max >= (1 << 30)))) /* (hold_max:
-                                                                      * as the worker sent it) */
-        fail("C%d (%s, capability %d) got a compressed message", c->cid, c->local ? "local" : "remote", c->cap);
+    if (compressed && (c->cap < 1 || (c->local && S->g.cfg.hold_max >= (1 << 30) && S->g.cfg.compress_max >= (1 << 20))))
+        /* (past hold_max, or over compress_max once decompressed: as the worker sent it) */
+        fail("C%d (%s, capability %d) got a compressed message (type %d: \"%.40s\")", c->cid, c->local ? "local" : "remote",
+             c->cap, type, s);
     if (type == KIPC_ASYNC) {
         client_got_async(c, s);
         return;

@@ -286,20 +286,46 @@ static void fw_reply_text(struct fworker *w, int i, int cid, int may_defer, cons
     fw_reply(w, i, cid, &m, may_defer);
 }
 
-static void fw_reply_k(struct fworker *w, int i, int cid, int may_defer, K x)
+/* x (freed) as a whole message of type t into b, compressed as q compresses any message for a
+ * remote peer, in worlds whose workers take the gateway for one. */
+static void put_zip(struct sbuf *b, int t, K x)
 {
-    struct sbuf m = {0};
     size_t len;
-    uint8_t *p = kcodec_encode_msg(x, KIPC_RESPONSE, &len), *z = NULL;
+    uint8_t *p = kcodec_encode_msg(x, t, &len), *z = NULL;
     k_free(x);
     if (!p)
         fail("out of memory encoding");
     size_t zl = S->wzip && len >= KZIP_MIN_LEN && (z = malloc(len / 2)) ? kzip_compress(p, len, z) : 0;
-    sb_add(&m, zl ? z : p, zl ? zl : len); /* compressed as q does for a remote peer, in worlds
-                                            * whose workers take the gateway for one */
+    sb_add(b, zl ? z : p, zl ? zl : len);
     free(p);
     free(z);
+}
+
+static void fw_reply_k(struct fworker *w, int i, int cid, int may_defer, K x)
+{
+    struct sbuf m = {0};
+    put_zip(&m, KIPC_RESPONSE, x);
     fw_reply(w, i, cid, &m, may_defer);
+}
+
+/* A push or callback as text, or with guid as (guid; text): a client of capability 3 takes it;
+ * below, the gateway must not pass it on (q's sender would have got 'type). */
+static void put_tagged(struct sbuf *b, int t, int guid, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void put_tagged(struct sbuf *b, int t, int guid, const char *fmt, ...)
+{
+    char s[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s, sizeof s, fmt, ap);
+    va_end(ap);
+    if (!guid) {
+        put_text(b, t, "%s", s);
+        return;
+    }
+    K l = k_list(2);
+    kK(l)[0] = k_atom(-KT_GUID);
+    kK(l)[1] = k_str(s, strlen(s));
+    put_msg(b, t, l);
 }
 
 /* Did the gateway give up on request seq of cid, a client since forgotten? */
@@ -371,9 +397,9 @@ static void worker_answer(struct fworker *w, int i, int cid, int seq, int op, in
 {
     struct fwconn *k = &w->k[i];
     switch (op) {
-    case OP_PUSH:
+    case OP_PUSH: /* (some carry a guid: not for an old client) */
         for (int j = 0; j < arg; j++)
-            put_text(&k->out, KIPC_ASYNC, "p %d %d %d", cid, seq, j);
+            put_tagged(&k->out, KIPC_ASYNC, (cid + seq + j) % 7 == 3, "p %d %d %d", cid, seq, j);
         fw_reply_text(w, i, cid, 1, "R %d %d", cid, seq);
         break;
     case OP_ALL: /* a .qgate.all's part: arg 1 publishes first, 2 calls back first (the client's
@@ -385,8 +411,8 @@ static void worker_answer(struct fworker *w, int i, int cid, int seq, int op, in
             break;
         }
         /* fall through */
-    case OP_CB:
-        put_text(&k->out, KIPC_SYNC, "c %d %d %d", cid, seq, w->wid);
+    case OP_CB: /* (some carry a guid: an old client's is answered 'type by the gateway) */
+        put_tagged(&k->out, KIPC_SYNC, (cid + seq) % 5 == 2, "c %d %d %d", cid, seq, w->wid);
         w->waiting_cb = 1;
         w->cb_conn = i;
         w->cb_cid = cid;
@@ -653,7 +679,8 @@ void worker_timer_push(struct fworker *w)
         K v = k_vec(KT_CHAR, (int64_t)big);
         memset(kC(v), 'x', big);
         memcpy(kC(v), head, (size_t)hl);
-        put_msg(&w->k[i].out, KIPC_ASYNC, v);
+        put_zip(&w->k[i].out, KIPC_ASYNC, v); /* (compressed in some worlds: a subscriber on this
+                                              * host, or of capability 0, gets it decompressed) */
         if (big + 14 > S->max_msg)
             S->max_msg = big + 14;
     }

@@ -235,6 +235,8 @@ struct fake {
     size_t bytes_close_at; /* on_bytes: closes once c->in holds this many bytes (0: never) */
     int stop_msg, close_msg, self_close_msg, close_header, close_end, close_framed; /* at the n-th */
     int wait_header;     /* on_header: the n-th waits (SS_WAIT), as a client waits for room */
+    int job_msg;         /* on_message: the n-th goes to a job (stream_job_wait_loop), as a
+                          * worker's publish for an old client does */
     int self_close_end;  /* on_end: closes its own connection at the n-th, and returns SS_OK */
     const char *reason;  /* given to stream_close */
     int bad_status;
@@ -328,6 +330,8 @@ static int h_message(struct gw *gw, struct conn *c, const struct kipc_hdr *h, ui
     }
     if (f->stop_msg == i + 1)
         return SS_STOP;
+    if (f->job_msg == i + 1)
+        return stream_job_wait_loop(gw, c);
     return f->close_msg == i + 1 ? status(f, SS_CLOSE) : SS_OK;
 }
 
@@ -836,6 +840,98 @@ static void test_header_waits(void **state)
         check_whole(f, m, reps);
         assert_int_equal(f->nbad + f->nclose, 0);
         assert_true(TAILQ_EMPTY(&g.room_waiters));
+    }
+}
+
+/* A message handed to a pool job (on_message says stream_job_wait_loop): nothing after it is
+ * framed or read, however the bytes came (the rest of its read kept, a message half gathered,
+ * the socket holding more), until the job is done; then what followed is framed in the backlog
+ * phase and reading goes on, every message whole and in order. */
+static void test_message_job(void **state)
+{
+    (void)state;
+    struct msgs *m = msgs_new();
+    msgs_add(m, 1, KIPC_SYNC, 0, 9);
+    msgs_add(m, 0, KIPC_ASYNC, 0, 300);
+    msgs_add(m, 1, KIPC_SYNC, 0, 70000);
+    msgs_add(m, 1, KIPC_ASYNC, 1, 13);
+    static const size_t sizes[] = {7, 64, 65536};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        struct fake *f = fake_new(CONN_WORKER, 1);
+        f->ops.read_size = sizes[s];
+        int reps = 0;
+        for (size_t k = 0; k <= m->b.n; k += k < 400 ? 1 : 997, reps++) {
+            int before = f->nmessage;
+            f->job_msg = f->nmessage + 2; /* the second message */
+            put(f, m->b.p, k);
+            pull(f);
+            size_t left = m->b.n - k, sent = 0;
+            while (sent < left) { /* (the socket holds what the gateway leaves unread) */
+                size_t w = put_some(f, m->b.p + k + sent, left - sent);
+                if (!w)
+                    break;
+                sent += w;
+            }
+            pull(f);
+            assert_int_equal(f->nmessage - before, 2);
+            assert_true(f->c.in_job);
+            assert_false(f->c.events & EPOLLIN);
+            assert_int_equal(f->c.rd.phase, RD_BOUNDARY);
+            assert_int_equal(inbuf_avail(&f->c.in) + unread(f->c.fd) + (left - sent), m->b.n - m->off[2]);
+            stream_read_loop(&g, &f->c); /* reads and frames nothing while the job has it */
+            stream_frame_loop(&g, &f->c);
+            conn_set_reading_loop(&g, &f->c, 1); /* (a pause ending meanwhile does not start it) */
+            assert_false(f->c.events & EPOLLIN);
+            assert_int_equal(f->nmessage - before, 2);
+            stream_job_done_loop(&g, &f->c);
+            assert_false(f->c.in_job);
+            assert_true(f->c.events & EPOLLIN);
+            assert_true(f->c.in_backlog);
+            stream_backlog_loop(&g);
+            for (int i = 0; i < 100000 && f->nmessage - before < m->n; i++) {
+                if (sent < left)
+                    sent += put_some(f, m->b.p + k + sent, left - sent);
+                pull(f);
+            }
+            assert_int_equal(f->nmessage - before, m->n);
+            assert_int_equal(inbuf_avail(&f->c.in), 0);
+        }
+        check_whole(f, m, reps);
+        assert_int_equal(f->nbad + f->nclose, 0);
+        fake_dispose_worker(f);
+    }
+}
+
+/* More connections on the backlog than it takes in one phase (workers whose jobs are done,
+ * besides clients): what is left is due in the next iteration, not forgotten. */
+static void test_backlog_left_due(void **state)
+{
+    (void)state;
+    struct msgs *m = msgs_new();
+    msgs_add(m, 1, KIPC_ASYNC, 0, 20);
+    msgs_add(m, 1, KIPC_ASYNC, 0, 20);
+    enum { N = 6 };
+    struct fake *f[N];
+    for (int i = 0; i < N; i++) {
+        f[i] = fake_new(CONN_WORKER, 1);
+        f[i]->job_msg = 1;
+        put(f[i], m->b.p, m->b.n);
+        pull(f[i]);
+        assert_int_equal(f[i]->nmessage, 1);
+    }
+    for (int i = 0; i < N; i++)
+        stream_job_done_loop(&g, &f[i]->c);
+    int phases = 0;
+    while (!TAILQ_EMPTY(&g.backlog) && phases < N) {
+        assert_true(g.loop.due & LOOP_DUE_BACKLOG);
+        g.loop.due &= ~LOOP_DUE_BACKLOG; /* as the loop's phase does */
+        stream_backlog_loop(&g);
+        phases++;
+    }
+    assert_true(TAILQ_EMPTY(&g.backlog));
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(f[i]->nmessage, 2);
+        fake_dispose_worker(f[i]);
     }
 }
 
@@ -2149,6 +2245,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_raw_then_framed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_everywhere, setup, teardown),
         cmocka_unit_test_setup_teardown(test_header_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_message_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backlog_left_due, setup, teardown),
         cmocka_unit_test_setup_teardown(test_byte_at_a_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_short_waits, setup, teardown),
