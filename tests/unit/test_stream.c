@@ -786,28 +786,28 @@ static void test_split_everywhere(void **state)
     }
 }
 
-/* A header the kind cannot take now (SS_WAIT, as a client's message waits for room under
- * pending_max), at every split of the stream and for reads of 7 bytes, 64 and 64 KiB: what came
- * before it is delivered and framed (on_framed), the header and everything after it stay in
- * the input buffer or the socket, nothing more is read; framed again later, every message
- * arrives whole, in order, byte-identical. */
-static void test_header_waits(void **state)
+/* The messages of m go to a fake of kind, k bytes first and the rest as its socket takes them,
+ * at every split k and for reads of 7 bytes, 64 and 64 KiB; the fake stops taking them after
+ * the first `taken` (arm sets that up before each round): what came before is delivered and
+ * framed (on_framed), the rest stays in the input buffer or the socket, and nothing more is
+ * read; stopped checks the fake's own state and lets it go on; then every message arrives whole,
+ * in order, byte-identical. */
+static void stop_and_go(int kind, int taken, void (*arm)(struct fake *f), void (*stopped)(struct fake *f, int before))
 {
-    (void)state;
     struct msgs *m = msgs_new();
     msgs_add(m, 1, KIPC_SYNC, 0, 9);
     msgs_add(m, 0, KIPC_ASYNC, 0, 300);
     msgs_add(m, 1, KIPC_SYNC, 0, 70000);
     msgs_add(m, 1, KIPC_ASYNC, 1, 13);
-    size_t first = m->off[1];
+    size_t first = m->off[taken];
     static const size_t sizes[] = {7, 64, 65536};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-        struct fake *f = fake_new(CONN_CLIENT, 1);
+        struct fake *f = fake_new(kind, 1);
         f->ops.read_size = sizes[s];
         int reps = 0;
         for (size_t k = 0; k <= m->b.n; k += k < 400 ? 1 : 997, reps++) {
             int before = f->nmessage, framed = f->nframed;
-            f->wait_header = f->nheader + 2; /* the second message's */
+            arm(f);
             put(f, m->b.p, k);
             pull(f);
             size_t left = m->b.n - k, sent = 0;
@@ -818,17 +818,14 @@ static void test_header_waits(void **state)
                 sent += w;
             }
             pull(f);
-            assert_int_equal(f->nmessage - before, 1);
-            assert_true(f->c.waits_room);
+            assert_int_equal(f->nmessage - before, taken);
             assert_true(f->nframed > framed); /* what came before it went on */
             assert_int_equal(f->c.rd.phase, RD_BOUNDARY);
             assert_int_equal(inbuf_avail(&f->c.in) + unread(f->c.fd) + (left - sent), m->b.n - first);
             assert_memory_equal(inbuf_data(&f->c.in), m->b.p + first, QG_MIN(inbuf_avail(&f->c.in), 8));
-            stream_read_loop(&g, &f->c); /* reads nothing while it waits */
-            assert_int_equal(f->nmessage - before, 1);
-            conn_room_leave_loop(&g, &f->c);
-            conn_set_reading_loop(&g, &f->c, 1);
-            stream_frame_loop(&g, &f->c);
+            stream_read_loop(&g, &f->c); /* reads nothing while it is stopped */
+            assert_int_equal(f->nmessage - before, taken);
+            stopped(f, before);
             for (int i = 0; i < 100000 && f->nmessage - before < m->n; i++) {
                 if (sent < left)
                     sent += put_some(f, m->b.p + k + sent, left - sent);
@@ -839,67 +836,52 @@ static void test_header_waits(void **state)
         }
         check_whole(f, m, reps);
         assert_int_equal(f->nbad + f->nclose, 0);
-        assert_true(TAILQ_EMPTY(&g.room_waiters));
+        if (kind == CONN_WORKER)
+            fake_dispose_worker(f);
     }
 }
 
-/* A message handed to a pool job (on_message says stream_job_wait_loop): nothing after it is
- * framed or read, however the bytes came (the rest of its read kept, a message half gathered,
- * the socket holding more), until the job is done; then what followed is framed in the backlog
- * phase and reading goes on, every message whole and in order. */
+/* A header the kind cannot take now (SS_WAIT, as a client's message waits for room under
+ * pending_max): its header and everything after it wait; framed again once it has room. */
+static void arm_header_wait(struct fake *f) { f->wait_header = f->nheader + 2; /* the second message's */ }
+static void header_room(struct fake *f, int before)
+{
+    (void)before;
+    assert_true(f->c.waits_room);
+    conn_room_leave_loop(&g, &f->c);
+    conn_set_reading_loop(&g, &f->c, 1);
+    stream_frame_loop(&g, &f->c);
+}
+static void test_header_waits(void **state)
+{
+    (void)state;
+    stop_and_go(CONN_CLIENT, 1, arm_header_wait, header_room);
+    assert_true(TAILQ_EMPTY(&g.room_waiters));
+}
+
+/* A message handed to a pool job (on_message says stream_job_wait_loop, as a worker's publish
+ * for an old client goes to a reader): nothing after it is framed or read, a pause ending
+ * meanwhile included, until the job is done; then what followed is framed in the backlog phase
+ * and reading goes on. */
+static void arm_job(struct fake *f) { f->job_msg = f->nmessage + 2; /* the second message */ }
+static void job_done(struct fake *f, int before)
+{
+    assert_true(f->c.in_job);
+    assert_false(f->c.events & EPOLLIN);
+    stream_frame_loop(&g, &f->c);
+    conn_set_reading_loop(&g, &f->c, 1); /* (as a pause's end would) */
+    assert_false(f->c.events & EPOLLIN);
+    assert_int_equal(f->nmessage - before, 2);
+    stream_job_done_loop(&g, &f->c);
+    assert_false(f->c.in_job);
+    assert_true(f->c.events & EPOLLIN);
+    assert_true(f->c.in_backlog);
+    stream_backlog_loop(&g);
+}
 static void test_message_job(void **state)
 {
     (void)state;
-    struct msgs *m = msgs_new();
-    msgs_add(m, 1, KIPC_SYNC, 0, 9);
-    msgs_add(m, 0, KIPC_ASYNC, 0, 300);
-    msgs_add(m, 1, KIPC_SYNC, 0, 70000);
-    msgs_add(m, 1, KIPC_ASYNC, 1, 13);
-    static const size_t sizes[] = {7, 64, 65536};
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-        struct fake *f = fake_new(CONN_WORKER, 1);
-        f->ops.read_size = sizes[s];
-        int reps = 0;
-        for (size_t k = 0; k <= m->b.n; k += k < 400 ? 1 : 997, reps++) {
-            int before = f->nmessage;
-            f->job_msg = f->nmessage + 2; /* the second message */
-            put(f, m->b.p, k);
-            pull(f);
-            size_t left = m->b.n - k, sent = 0;
-            while (sent < left) { /* (the socket holds what the gateway leaves unread) */
-                size_t w = put_some(f, m->b.p + k + sent, left - sent);
-                if (!w)
-                    break;
-                sent += w;
-            }
-            pull(f);
-            assert_int_equal(f->nmessage - before, 2);
-            assert_true(f->c.in_job);
-            assert_false(f->c.events & EPOLLIN);
-            assert_int_equal(f->c.rd.phase, RD_BOUNDARY);
-            assert_int_equal(inbuf_avail(&f->c.in) + unread(f->c.fd) + (left - sent), m->b.n - m->off[2]);
-            stream_read_loop(&g, &f->c); /* reads and frames nothing while the job has it */
-            stream_frame_loop(&g, &f->c);
-            conn_set_reading_loop(&g, &f->c, 1); /* (a pause ending meanwhile does not start it) */
-            assert_false(f->c.events & EPOLLIN);
-            assert_int_equal(f->nmessage - before, 2);
-            stream_job_done_loop(&g, &f->c);
-            assert_false(f->c.in_job);
-            assert_true(f->c.events & EPOLLIN);
-            assert_true(f->c.in_backlog);
-            stream_backlog_loop(&g);
-            for (int i = 0; i < 100000 && f->nmessage - before < m->n; i++) {
-                if (sent < left)
-                    sent += put_some(f, m->b.p + k + sent, left - sent);
-                pull(f);
-            }
-            assert_int_equal(f->nmessage - before, m->n);
-            assert_int_equal(inbuf_avail(&f->c.in), 0);
-        }
-        check_whole(f, m, reps);
-        assert_int_equal(f->nbad + f->nclose, 0);
-        fake_dispose_worker(f);
-    }
+    stop_and_go(CONN_WORKER, 2, arm_job, job_done);
 }
 
 /* More connections on the backlog than it takes in one phase (workers whose jobs are done,
