@@ -17,6 +17,8 @@ struct chunk {
     uint8_t *ext;   /* owned external block, or NULL */
     struct shared *sh; /* or a share of a block other chunks send too */
     size_t held;    /* bytes it counts in buf_held_bytes (chunk_wrap_held), given back when freed */
+    size_t pending; /* bytes it counts in buf_pending_bytes (a request on its worker's queue: until
+                     * written), given back when freed */
     uint8_t data[];
 };
 
@@ -85,6 +87,7 @@ static inline void chunk_free(struct chunk *c)
 {
     if (c) {
         buf_held_sub(c->held);
+        buf_pending_sub(c->pending);
         if (c->sh)
             buf_shared_unref(c->sh);
         else

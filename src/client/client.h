@@ -96,6 +96,14 @@ STAILQ_HEAD(reqlist, req);
 /* What a held request costs, counted against client_max_pending: its bytes and its
  * bookkeeping (a flood of tiny async messages is bounded too). */
 static inline size_t req_cost(const struct req *r) { return r->len + sizeof(struct req) + 32; }
+/* r's bytes counted against pending_max (0: none), taken by what holds them now (the chunk on
+ * its worker's queue, which gives them back once written). */
+static inline size_t req_count_take(struct req *r)
+{
+    size_t n = r->counted ? r->in_len : 0;
+    r->counted = 0;
+    return n;
+}
 
 /* A worker's callback (a sync request with .z.w) relayed to a client: its answer, the next
  * response the client sends, goes back to that worker connection, if it is still there and

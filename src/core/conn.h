@@ -210,6 +210,13 @@ static inline void conn_room_leave_loop(struct gw *g, struct conn *c)
     TAILQ_REMOVE(&g->room_waiters, c, room_link);
     c->waits_room = 0;
 }
+/* Bytes counted against pending_max were given back: a message waiting for room may fit (the
+ * dispatch phase's end sees to it). */
+static inline void conn_room_given_loop(struct gw *g)
+{
+    if (!TAILQ_EMPTY(&g->room_waiters))
+        g->loop.dispatch_pending = 1;
+}
 /* Take the backlog's oldest off it, or NULL. */
 static inline struct conn *conn_backlog_pop_loop(struct gw *g)
 {

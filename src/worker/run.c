@@ -59,12 +59,12 @@
 
 /* ---- starting a run --------------------------------------------------------------------------- */
 
-/* The request's bytes go to the worker as they are: no copy, no decoding. */
+/* The request's bytes go to the worker as they are: no copy, no decoding. They count against
+ * pending_max until written to its socket (a worker that reads nothing holds them). */
 void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, struct req *x)
 {
     request_set_state_loop(g, c, x, RS_RUNNING);
     c->pending -= req_cost(x);
-    request_sent_loop(g, x);
     x->t_run_us = loop_stamp_us_loop(g);
     x->wname = w->iname;
     if (g->hooks.dispatched)
@@ -74,9 +74,11 @@ void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, str
     if (ch) {
         ch->off = x->off; /* a routed request's wrapper is not sent */
         ch->held = x->held; /* a compressed route's, inflated: counted until written */
+        ch->pending = req_count_take(x);
         outq_push(&w->c.out, ch);
     } else {
         buf_held_sub(x->held);
+        request_sent_loop(g, x);
     }
     x->held = 0;
 }

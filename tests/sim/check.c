@@ -194,6 +194,12 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
                 fail("%s: a metrics connection not on the metrics list, or without its socket", x->name);
         }
         *backlog += x->in_backlog; /* (a worker too: what it read behind a message a job had) */
+        for (const struct chunk *ch = x->out.head; ch; ch = ch->next) { /* requests on a worker's queue */
+            if (ch->pending && x->kind != CONN_WORKER)
+                fail("%s holds output counted against pending_max", x->name);
+            *pending += ch->pending;
+            *big += ch->pending > BUF_PENDING_SMALL ? ch->pending : 0;
+        }
         if (x->in_job && (x->kind != CONN_WORKER || x->in_backlog || (x->events & EPOLLIN)))
             fail("%s waits for a job with a message it read: a %s, on the backlog %d, reading %d", x->name,
                  x->kind == CONN_WORKER ? "worker" : "client or scraper", x->in_backlog, !!(x->events & EPOLLIN));
@@ -373,8 +379,9 @@ void check_gateway(void)
     int waiting = 0, nw = 0;
     check_table(&nclients, &nmetrics, &backlog, &pending, &big, &waiting);
     check_lists(nclients, nmetrics, backlog);
-    if (pending != buf_pending_bytes || big != buf_pending_big) /* every byte counted is a client's */
-        fail("%zu bytes counted against pending_max (%zu of big messages), the clients hold %zu (%zu)",
+    if (pending != buf_pending_bytes || big != buf_pending_big) /* every byte counted is a client's, or
+                                                                  * on its way to a worker */
+        fail("%zu bytes counted against pending_max (%zu of big messages), the clients and workers' queues hold %zu (%zu)",
              buf_pending_bytes, buf_pending_big, pending, big);
     struct conn *x;
     TAILQ_FOREACH(x, &S->g.room_waiters, room_link) {

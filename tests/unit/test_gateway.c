@@ -704,6 +704,84 @@ static void test_worker_lost(void **state)
     step();
 }
 
+/* Write all of m (len bytes) into a client's socket, the gateway reading between writes; at
+ * most rounds writes that find the socket full (the gateway may have stopped reading). Bytes
+ * written. */
+static size_t feed(int fd, struct client *c, const uint8_t *m, size_t len, int rounds)
+{
+    size_t off = 0;
+    while (off < len && rounds > 0) {
+        ssize_t w = write(fd, m + off, len - off);
+        if (w > 0) {
+            off += (size_t)w;
+            continue;
+        }
+        assert_true(w < 0 && errno == EAGAIN);
+        client_in(c);
+        rounds--;
+    }
+    client_in(c);
+    return off;
+}
+
+/* Read and drop what fd holds now. Bytes read. */
+static size_t drain_fd(int fd)
+{
+    uint8_t buf[65536];
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        got += (size_t)n;
+    return got;
+}
+
+/* pending_max counts a request until its bytes are written to its worker's socket, not only
+ * until they are queued for it: a worker that reads nothing holds them, and a big message behind
+ * waits for room (before, the worker's queue was counted by nobody: it grew without bound). Once
+ * the worker reads them, the waiting message has room. */
+static void test_pending_until_written(void **state)
+{
+    (void)state;
+    int64_t pending_max = g.cfg.pending_max;
+    g.cfg.pending_max = 1000000;
+    int wp, pa;
+    struct worker *w = fake_worker("w1", &wp);
+    struct client *a = fake_client(&pa);
+    K x = k_vec(KT_CHAR, 600000);
+    memset(kC(x), 'x', 600000);
+    size_t len;
+    uint8_t *m = kcodec_encode_msg(x, KIPC_ASYNC, &len);
+    k_free(x);
+    assert_int_equal(feed(pa, a, m, len, 1000), len); /* the first: read, checked, sent to the worker */
+    settle_pools();
+    assert_int_equal(w->st, WS_BUSY);
+    assert_true(w->c.out.bytes > 0); /* (more than its socket takes) */
+    assert_int_equal(buf_pending_bytes, len); /* counted while it waits on the worker's queue */
+    size_t part = feed(pa, a, m, len, 50); /* the second waits for room, unread */
+    assert_true(part < len);
+    assert_true(a->c.waits_room);
+    assert_int_equal(buf_pending_bytes, len);
+    for (int i = 0; i < 1000 && w->c.out.bytes; i++) { /* the worker reads it all */
+        drain_fd(wp);
+        event(&w->c, EPOLLOUT);
+        step();
+    }
+    assert_int_equal(w->c.out.bytes, 0);
+    assert_int_equal(buf_pending_bytes, 0); /* written: given back */
+    assert_true(g.loop.dispatch_pending);
+    request_room_loop(&g); /* (the dispatch phase's end) */
+    assert_false(a->c.waits_room);
+    assert_int_equal(feed(pa, a, m + part, len - part, 1000), len - part); /* the rest of it */
+    assert_int_equal(buf_pending_bytes, len); /* (in a's queue: the worker is busy) */
+    assert_false(a->c.waits_room);
+    free(m);
+    g.cfg.pending_max = pending_max;
+    conn_close_loop(&g, &a->c, "test");
+    worker_remove_loop(&g, w);
+    step();
+    close(wp), close(pa);
+}
+
 static void test_backpressure_and_splice(void **state)
 {
     (void)state;
@@ -811,6 +889,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fairness_round_robin),
         cmocka_unit_test(test_n_plus_one),
+        cmocka_unit_test(test_pending_until_written),
         cmocka_unit_test(test_runs_timed_in_one_iteration),
         cmocka_unit_test(test_async_chaser_and_commands),
         cmocka_unit_test(test_broadcast_fair),
