@@ -176,7 +176,7 @@ struct fclient *pick_client(int need_ready)
 static void add_sent(struct fclient *c, int type, int op, int arg)
 {
     struct sent s = {.type = (uint8_t)type, .op = (uint8_t)op, .arg = arg, .end = c->out_base + c->out.len,
-                     .seq = type == KIPC_RESPONSE ? -1 : c->nseq++, .grp = c->group};
+                     .seq = type == KIPC_RESPONSE ? -1 : c->nseq++, .grp = c->group, .last_push = -1};
     VEC_PUSH(c->sent, s);
     if (type == KIPC_SYNC)
         VEC_PUSH(c->pend, c->sent.n - 1);
@@ -556,8 +556,20 @@ static void client_got_async(struct fclient *c, const char *s)
         tr("C%d got publish %d of W%d's timer", c->cid, id, t->wid);
         return;
     }
-    if (sscanf(s, "p %d", &cid) != 1 || cid != c->cid)
+    int seq = -1;
+    if (sscanf(s, "p %d %d %d", &cid, &seq, &j) != 3 || cid != c->cid)
         fail("C%d got an async message that is not its own: \"%s\"", c->cid, s);
+    for (int i = c->sent.n - 1; i >= 0; i--) { /* a worker's pushes come before its reply, in order
+                                           * (some dropped: an old client takes no guid) */
+        struct sent *r = &c->sent.v[i];
+        if (r->seq != seq || r->op != OP_PUSH)
+            continue;
+        if ((r->answered && !r->abandoned) || j <= r->last_push)
+            fail("C%d got push %d of request %d after %s", c->cid, j, seq,
+                 r->answered ? "its reply" : "a later push of it");
+        r->last_push = j;
+        break;
+    }
     tr("C%d got push \"%s\"", c->cid, s);
 }
 

@@ -85,6 +85,7 @@ struct sent {
     int arg;
     size_t end;          /* offset in the output stream where it ends */
     int seq;             /* the gateway's request number, -1 for responses */
+    int last_push;       /* OP_PUSH: the last of its pushes that came ("p cid seq j": j), -1 none */
 };
 
 enum { FC_FREE, FC_HS, FC_READY, FC_DONE };
