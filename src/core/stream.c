@@ -369,6 +369,8 @@ void stream_resume_loop(struct gw *g, struct conn *c)
     if (c->fd < 0)
         return;
     conn_set_reading_loop(g, c, 1);
+    if (inbuf_avail(&c->in) && !c->in_job)
+        conn_backlog_add_loop(g, c); /* what it read before a job's message paused it */
     if (conn_ops(c)->on_resume)
         conn_ops(c)->on_resume(g, c);
 }
@@ -385,10 +387,10 @@ void stream_job_done_loop(struct gw *g, struct conn *c)
     if (!c->in_job)
         return;
     c->in_job = 0;
-    if (c->fd < 0 || c->closing)
+    if (c->fd < 0 || c->closing || c->paused) /* (paused by what the job made: what it read is framed
+                                              * when it resumes, not now, past the bound) */
         return;
-    if (!c->paused)
-        conn_set_reading_loop(g, c, 1);
+    conn_set_reading_loop(g, c, 1);
     conn_backlog_add_loop(g, c);
 }
 

@@ -129,8 +129,9 @@ void stream_resume_loop(struct gw *g, struct conn *c);
 /* From on_message: a pool job has the message; c reads and frames nothing more until
  * stream_job_done_loop. Returns SS_WAIT, for the handler to return. */
 int stream_job_wait_loop(struct gw *g, struct conn *c);
-/* The job is done: c reads again (unless paused), and what it read after that message is framed
- * in the backlog phase. */
+/* The job is done: c reads again, and what it read after that message is framed in the backlog
+ * phase; if what the job made paused it (its receiver over client_high_water), both wait for
+ * stream_resume_loop. */
 void stream_job_done_loop(struct gw *g, struct conn *c);
 /* The connection c waits on drained some output, or went: c reads again, or waits on. */
 void stream_woken_loop(struct gw *g, struct conn *c);

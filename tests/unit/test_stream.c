@@ -884,6 +884,38 @@ static void test_message_job(void **state)
     stop_and_go(CONN_WORKER, 2, arm_job, job_done);
 }
 
+/* What a job made paused its connection (the receiver over client_high_water): what it read
+ * behind the job's message waits for the resume, unframed (framing it would pass the bound:
+ * a message made bigger, decompressed, each time); then it is framed, in order. */
+static void test_job_done_paused(void **state)
+{
+    (void)state;
+    struct msgs *m = msgs_new();
+    for (int i = 0; i < 4; i++)
+        msgs_add(m, 1, KIPC_ASYNC, 0, 40);
+    struct fake *f = fake_new(CONN_WORKER, 1), *to = fake_new(CONN_CLIENT, 1);
+    f->job_msg = 1;
+    put(f, m->b.p, m->b.n);
+    pull(f);
+    assert_int_equal(f->nmessage, 1);
+    assert_true(f->c.in_job);
+    assert_int_equal(inbuf_avail(&f->c.in), m->b.n - m->off[1]);
+    stream_pause_loop(&g, &f->c, &to->c); /* (as the job's message, pushed, would) */
+    stream_job_done_loop(&g, &f->c);
+    assert_false(f->c.in_job);
+    assert_false(f->c.in_backlog);
+    assert_false(f->c.events & EPOLLIN);
+    stream_backlog_loop(&g);
+    assert_int_equal(f->nmessage, 1);
+    stream_resume_loop(&g, &f->c);
+    assert_true(f->c.in_backlog);
+    assert_true(f->c.events & EPOLLIN);
+    stream_backlog_loop(&g);
+    assert_int_equal(f->nmessage, 4);
+    check_whole(f, m, 1);
+    fake_dispose_worker(f);
+}
+
 /* More connections on the backlog than it takes in one phase (workers whose jobs are done,
  * besides clients): what is left is due in the next iteration, not forgotten. */
 static void test_backlog_left_due(void **state)
@@ -2229,6 +2261,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_header_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_message_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backlog_left_due, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_done_paused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_byte_at_a_time, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_short_waits, setup, teardown),
