@@ -202,11 +202,13 @@ static void on_incoming(struct qconn *c)
     if (c->hdr.type == KIPC_ASYNC) {
         printf("async: %s\n", out);
     } else {
-        char reply[4200];
-        int n = snprintf(reply, sizeof reply, "qsend got: %s", x->t == KT_CHAR ? "" : out);
-        if (x->t == KT_CHAR)
-            n += snprintf(reply + n, sizeof reply - (size_t)n, "%.*s", (int)x->n, kC(x));
-        K r = k_str(reply, (size_t)n);
+        static const char got[] = "qsend got: ";
+        size_t gl = sizeof got - 1, ol = strlen(out);
+        K r = k_vec(KT_CHAR, (int64_t)(gl + (x->t == KT_CHAR ? (size_t)x->n : ol))); /* (all of it, however long) */
+        if (r) {
+            memcpy(kC(r), got, gl);
+            memcpy(kC(r) + gl, x->t == KT_CHAR ? kC(x) : out, x->t == KT_CHAR ? (size_t)x->n : ol);
+        }
         size_t len;
         uint8_t *m = kcodec_encode_msg(r, KIPC_RESPONSE, &len);
         k_free(r);

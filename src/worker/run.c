@@ -493,6 +493,34 @@ static void tell_worker_error(struct gw *g, struct worker *w, const char *text)
 
 static int drop_async(struct gw *g, struct worker *w, const char *why, int fix);
 
+enum { PUSH_TOO_LARGE = -1, PUSH_HOLD_MAX = -2 };
+
+/* A publish or callback of w (call: a callback) of len bytes that an old client cannot be given
+ * (why: PUSH_*): a publish is dropped, a callback's worker told, as its h x would have failed.
+ * ROUTE_DROP. */
+static int refuse_push(struct gw *g, struct worker *w, const struct client *c, int call, int why, uint64_t len)
+{
+    if (why == PUSH_HOLD_MAX) { /* counted and said as a reply refused for it is */
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
+                          "hold_max reached (%zu bytes held whole): a %s of %llu bytes refused to capability %d",
+                          buf_held_bytes, call ? "callback" : "publish", (unsigned long long)len, c->cap);
+        if (!call) {
+            w->dropped++;
+            return ROUTE_DROP;
+        }
+    } else if (!call) {
+        return drop_async(g, w, "too large to check for a client of capability below 3 (over compress_max)", 0);
+    }
+    char text[160];
+    if (why == PUSH_TOO_LARGE)
+        snprintf(text, sizeof text, "qgate: message too large for capability %d (%llu bytes, over compress_max)", c->cap,
+                 (unsigned long long)len);
+    else
+        snprintf(text, sizeof text, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+    tell_worker_error(g, w, text);
+    return ROUTE_DROP;
+}
+
 /* A publish or callback of w (header h) for client c, routed STREAM or FORWARD (route): as it
  * is, or CHANGE when c cannot take it as it is (to_id, to_gen set), or refused (DROP; a
  * callback's worker told why) when it is too large to be made fit. */
@@ -500,24 +528,11 @@ static int to_client(struct gw *g, struct worker *w, const struct kipc_hdr *h, s
 {
     int nc = needs_change(g, c, h);
     if (nc > 0 && !gw_hold_room(g, h->len)) /* hold_max: as it came, unless it must be checked */
-        nc = c->cap < 3 ? -2 : 0;
+        nc = c->cap < 3 ? PUSH_HOLD_MAX : 0;
     if (nc == 0)
         return route;
-    if (nc < 0) {
-        char why[160];
-        if (nc == -1)
-            snprintf(why, sizeof why, "qgate: message too large for capability %d (%llu bytes, over compress_max)",
-                     c->cap, (unsigned long long)h->len);
-        else
-            snprintf(why, sizeof why, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
-        if (h->type == KIPC_SYNC) {
-            tell_worker_error(g, w, why);
-            return ROUTE_DROP;
-        }
-        return drop_async(g, w, nc == -1 ? "too large to check for a client of capability below 3 (over compress_max)"
-                                         : "for a client of capability below 3 while hold_max is reached",
-                          0);
-    }
+    if (nc < 0)
+        return refuse_push(g, w, c, h->type == KIPC_SYNC, nc, h->len);
     w->msg.to_id = c->c.id;
     w->msg.to_gen = c->c.gen;
     return ROUTE_CHANGE;
@@ -729,6 +744,23 @@ static int submit_change(struct gw *g, struct worker *w)
      * compress_max: over it, it does not) */
     size_t out = zipped ? kzip_uncompressed_len(w->coll.p, w->coll.len) : 0;
     out = out <= (uint64_t)g->cfg.compress_max ? out : 0;
+    if (out && !gw_hold_room(g, out)) { /* hold_max, at its size decompressed: refused to an old client,
+                                         * as it came to one on this host (as replies are) */
+        job_free(j);
+        struct inbuf m = w->coll;
+        w->coll = (struct inbuf){0};
+        if (c->cap < 3) {
+            free(m.p);
+            refuse_push(g, w, c, call, PUSH_HOLD_MAX, out);
+            return SS_OK;
+        }
+        g->held_passed++;
+        log_limited(&g->lim.hold, g->loop.now_ms, LOG_WARN, c->c.name,
+                    "hold_max reached (%zu bytes held whole): a message of %zu bytes goes as the worker sent it",
+                    buf_held_bytes, out);
+        push_whole(g, w, c, call, m.p, m.len, 0);
+        return SS_OK;
+    }
     job_args(j)->push = (struct job_push){
         .reply = {.cap = c->cap, .max = g->cfg.max_message, .plain = (uint8_t)c->local,
                   .compress_max = g->cfg.compress_max, .push = 1},

@@ -178,6 +178,18 @@ timeout 60 "$BIN/qsend" -g "$H" "all:default:text 20" > "$TMP/q.out" 2>&1
 expect_lines "$TMP/q.out" '^"qgate 0 qgate 1 qgat"$' 1
 [ "$(total held_bytes "$H")" = 0 ] || fail "held_bytes after: $(total held_bytes "$H")"
 pass "hold_max: past it a reply goes as the worker sent it, an old client's and a .qgate.all's get 'qgate: busy; nothing held once the holder goes"
+# ... and a worker's publish or callback that a reader would decompress past hold_max (50 MB
+# that came as 12 MB): refused to an old client (the publish dropped, the callback's worker
+# told 'qgate: busy), as it came to a client on this host. (Found by an adversarial run: its size
+# decompressed was not checked, and held_bytes went to twice hold_max.)
+timeout 60 "$BIN/qsend" --cap 0 --wire -g "$H" "publish 1 text 50000000" "callvalue text 50000000" "echo done" > "$TMP/q.out" 2> "$TMP/wire.gw"
+printf '%s\n' 1 "'qgate: busy: hold_max reached (30000000 bytes held whole)" '"done"' > "$TMP/q.want"
+diff "$TMP/q.want" "$TMP/q.out" > /dev/null || fail "hold_max, capability 0: $(diff "$TMP/q.want" "$TMP/q.out" | cut -c1-100)"
+[ "$(total refused_hold_max "$H")" = 4 ] || fail "refused_hold_max: $(total refused_hold_max "$H")"
+timeout 60 "$BIN/qsend" --wire -g "$H" "publish 1 text 50000000" > /dev/null 2> "$TMP/wire.gw"
+expect_lines "$TMP/wire.gw" "^wire: async [0-9]+ bytes compressed \\(50000014 plain\\)\$" 1
+[ "$(total held_bytes "$H")" = 0 ] || fail "held_bytes after: $(total held_bytes "$H")"
+pass "hold_max: a worker's publish or callback past it once decompressed: refused to an old client, as it came to one on this host"
 
 # a compressed route is held inflated until it is sent (qgate takes the query out of it): it
 # counts against hold_max too, and past it is refused (a 2 MB message that inflated to 2 GB was
