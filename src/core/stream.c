@@ -387,6 +387,7 @@ void stream_job_done_loop(struct gw *g, struct conn *c)
     if (!c->in_job)
         return;
     c->in_job = 0;
+    c->last_read_ms = g->loop.now_ms; /* (a peer's silence counts from when it is read again) */
     if (c->fd < 0 || c->closing || c->paused) /* (paused by what the job made: what it read is framed
                                               * when it resumes, not now, past the bound) */
         return;

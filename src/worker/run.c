@@ -144,6 +144,8 @@ static void on_query_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
     int64_t due = QG_MAX(w->tm_armed_ms, c->last_read_ms) + g->cfg.query_timeout; /* a byte came since */
+    if (c->in_job) /* not its silence: a reader has what it sent, and nothing after is read meanwhile */
+        due = g->loop.now_ms + g->cfg.query_timeout;
     if (due > g->loop.now_ms) {
         conn_timer_arm_loop(g, c, WORKER_TM, due, on_query_timeout);
         return;

@@ -782,6 +782,48 @@ static void test_pending_until_written(void **state)
     close(wp), close(pa);
 }
 
+/* Fire the timers due by now_ms. */
+static void run_timers(void)
+{
+    struct timer *t;
+    while ((t = loop_timers_pop_due(&g.loop.timers, g.loop.now_ms)))
+        t->fn(&g, t);
+}
+
+/* query_timeout measures a worker's silence: while a reader has a message it sent (a publish
+ * made fit for an old client), and the gateway reads nothing more from it, the worker is not
+ * silent, and its connection is not dropped; once it is read again, its silence counts. */
+static void test_no_timeout_in_a_job(void **state)
+{
+    (void)state;
+    int64_t query_timeout = g.cfg.query_timeout;
+    g.cfg.query_timeout = 1000;
+    int wp, pa;
+    struct worker *w = fake_worker("w1", &wp);
+    struct client *a = fake_client(&pa);
+    send_text(pa, KIPC_SYNC, "q");
+    client_in(a);
+    assert_int_equal(w->st, WS_BUSY);
+    uint64_t timeouts = g.query_timeouts;
+    w->c.in_job = 1; /* (as stream_job_wait_loop leaves it) */
+    g.loop.now_ms += 5000;
+    run_timers();
+    assert_int_equal(g.query_timeouts, timeouts);
+    assert_true(w->c.fd >= 0);
+    stream_job_done_loop(&g, &w->c);
+    g.loop.now_ms += 500;
+    run_timers();
+    assert_int_equal(g.query_timeouts, timeouts); /* (its silence counts from the job's end) */
+    g.loop.now_ms += 5000;
+    run_timers();
+    assert_int_equal(g.query_timeouts, timeouts + 1);
+    g.cfg.query_timeout = query_timeout;
+    conn_close_loop(&g, &a->c, "test");
+    worker_remove_loop(&g, w);
+    step();
+    close(wp), close(pa);
+}
+
 static void test_backpressure_and_splice(void **state)
 {
     (void)state;
@@ -890,6 +932,7 @@ int main(void)
         cmocka_unit_test(test_fairness_round_robin),
         cmocka_unit_test(test_n_plus_one),
         cmocka_unit_test(test_pending_until_written),
+        cmocka_unit_test(test_no_timeout_in_a_job),
         cmocka_unit_test(test_runs_timed_in_one_iteration),
         cmocka_unit_test(test_async_chaser_and_commands),
         cmocka_unit_test(test_broadcast_fair),
