@@ -704,6 +704,31 @@ static void test_worker_lost(void **state)
     step();
 }
 
+/* One worker and one client, for a test with one setting changed (*key = value); and their
+ * end, the setting put back. */
+struct duo {
+    int wp, pa; /* their peers' ends */
+    struct worker *w;
+    struct client *a;
+    int64_t *key, was;
+};
+static void duo_open(struct duo *d, int64_t *key, int64_t value)
+{
+    d->key = key;
+    d->was = *key;
+    *key = value;
+    d->w = fake_worker("w1", &d->wp);
+    d->a = fake_client(&d->pa);
+}
+static void duo_close(struct duo *d)
+{
+    *d->key = d->was;
+    conn_close_loop(&g, &d->a->c, "test");
+    worker_remove_loop(&g, d->w);
+    step();
+    close(d->wp), close(d->pa);
+}
+
 /* Write all of m (len bytes) into a client's socket, the gateway reading between writes; at
  * most rounds writes that find the socket full (the gateway may have stopped reading). Bytes
  * written. */
@@ -742,11 +767,11 @@ static size_t drain_fd(int fd)
 static void test_pending_until_written(void **state)
 {
     (void)state;
-    int64_t pending_max = g.cfg.pending_max;
-    g.cfg.pending_max = 1000000;
-    int wp, pa;
-    struct worker *w = fake_worker("w1", &wp);
-    struct client *a = fake_client(&pa);
+    struct duo d;
+    duo_open(&d, &g.cfg.pending_max, 1000000);
+    struct worker *w = d.w;
+    struct client *a = d.a;
+    int wp = d.wp, pa = d.pa;
     K x = k_vec(KT_CHAR, 600000);
     memset(kC(x), 'x', 600000);
     size_t len;
@@ -775,11 +800,7 @@ static void test_pending_until_written(void **state)
     assert_int_equal(buf_pending_bytes, len); /* (in a's queue: the worker is busy) */
     assert_false(a->c.waits_room);
     free(m);
-    g.cfg.pending_max = pending_max;
-    conn_close_loop(&g, &a->c, "test");
-    worker_remove_loop(&g, w);
-    step();
-    close(wp), close(pa);
+    duo_close(&d);
 }
 
 /* Fire the timers due by now_ms. */
@@ -796,13 +817,11 @@ static void run_timers(void)
 static void test_no_timeout_in_a_job(void **state)
 {
     (void)state;
-    int64_t query_timeout = g.cfg.query_timeout;
-    g.cfg.query_timeout = 1000;
-    int wp, pa;
-    struct worker *w = fake_worker("w1", &wp);
-    struct client *a = fake_client(&pa);
-    send_text(pa, KIPC_SYNC, "q");
-    client_in(a);
+    struct duo d;
+    duo_open(&d, &g.cfg.query_timeout, 1000);
+    struct worker *w = d.w;
+    send_text(d.pa, KIPC_SYNC, "q");
+    client_in(d.a);
     assert_int_equal(w->st, WS_BUSY);
     uint64_t timeouts = g.query_timeouts;
     w->c.in_job = 1; /* (as stream_job_wait_loop leaves it) */
@@ -817,11 +836,7 @@ static void test_no_timeout_in_a_job(void **state)
     g.loop.now_ms += 5000;
     run_timers();
     assert_int_equal(g.query_timeouts, timeouts + 1);
-    g.cfg.query_timeout = query_timeout;
-    conn_close_loop(&g, &a->c, "test");
-    worker_remove_loop(&g, w);
-    step();
-    close(wp), close(pa);
+    duo_close(&d);
 }
 
 static void test_backpressure_and_splice(void **state)
