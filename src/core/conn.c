@@ -190,8 +190,7 @@ void conn_drop_socket_loop(struct gw *g, struct conn *c)
     size_t counted = buf_pending_bytes;
     outq_clear(&c->out);
     outq_clear(&c->held);
-    if (buf_pending_bytes < counted) /* requests that never reached their worker */
-        conn_room_given_loop(g);
+    conn_room_given_loop(g, counted); /* (requests that never reached their worker) */
     c->streaming = 0;
     c->events = 0;
     c->want_out = 0;

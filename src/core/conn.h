@@ -210,11 +210,12 @@ static inline void conn_room_leave_loop(struct gw *g, struct conn *c)
     TAILQ_REMOVE(&g->room_waiters, c, room_link);
     c->waits_room = 0;
 }
-/* Bytes counted against pending_max were given back: a message waiting for room may fit (the
- * dispatch phase's end sees to it). */
-static inline void conn_room_given_loop(struct gw *g)
+/* If bytes counted against pending_max were given back since it stood at before (output freed:
+ * requests written to their worker, or dropped with its connection), a message waiting for
+ * room may fit (the dispatch phase's end sees to it). */
+static inline void conn_room_given_loop(struct gw *g, size_t before)
 {
-    if (!TAILQ_EMPTY(&g->room_waiters))
+    if (buf_pending_bytes < before && !TAILQ_EMPTY(&g->room_waiters))
         g->loop.dispatch_pending = 1;
 }
 /* Take the backlog's oldest off it, or NULL. */

@@ -227,8 +227,7 @@ int stream_flush_loop(struct gw *g, struct conn *c)
     if (!c->piped && c->out.bytes) {
         size_t counted = buf_pending_bytes;
         ssize_t w = queue_flush(c, (size_t)g->cfg.write_budget);
-        if (buf_pending_bytes < counted) /* requests written to their worker: room, perhaps */
-            conn_room_given_loop(g);
+        conn_room_given_loop(g, counted); /* (requests written to their worker) */
         if (w < 0) {
             write_failed(g, c, errno == EPIPE || errno == ECONNRESET ? "peer closed" : strerror(errno));
             return -1;

@@ -248,6 +248,15 @@ static int hold_over(struct gw *g, struct client *c, struct req *r, uint64_t n)
     return 1;
 }
 
+/* j's input: the message w collected, taken from it. */
+static void job_take_coll(struct job *j, struct worker *w)
+{
+    struct inbuf m = worker_coll_take(w);
+    j->in = m.p;
+    j->in_len = m.len;
+    j->heavy = (uint8_t)job_heavy_msg(j->in, j->in_len);
+}
+
 /* Hand a collected reply to the pool job that transforms it for c. */
 static void submit_collected(struct gw *g, struct worker *w, struct client *c)
 {
@@ -280,10 +289,7 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
     buf_held_add(r->held);
     job_args(j)->reply = (struct job_reply){.cap = c->cap, .max = g->cfg.max_message, .plain = (uint8_t)plain,
                                             .compress_max = g->cfg.compress_max};
-    j->in = w->coll.p;
-    j->in_len = w->coll.len;
-    j->heavy = (uint8_t)job_heavy_msg(j->in, j->in_len);
-    w->coll = (struct inbuf){0};
+    job_take_coll(j, w);
     conn_submit_loop(old ? g->readers : g->writers, j, &c->c, r->seq);
 }
 
@@ -452,8 +458,7 @@ static void push_whole(struct gw *g, struct worker *w, struct client *c, int cal
 
 static void deliver_whole(struct gw *g, struct worker *w)
 {
-    struct inbuf m = w->coll;
-    w->coll = (struct inbuf){0};
+    struct inbuf m = worker_coll_take(w);
     push_whole(g, w, reachable(g, w->msg.to_id, w->msg.to_gen), w->c.rd.type == KIPC_SYNC, m.p, m.len, 0);
 }
 
@@ -735,22 +740,13 @@ static int submit_change(struct gw *g, struct worker *w)
 {
     struct client *c = reachable(g, w->msg.to_id, w->msg.to_gen);
     int call = w->c.rd.type == KIPC_SYNC, zipped = w->coll.len > 2 && w->coll.p[2];
-    struct job *j = c ? job_new(job_check_reply, JK_PUSH) : NULL;
-    if (!j) { /* (gone meanwhile; or out of memory) */
-        struct inbuf m = w->coll;
-        w->coll = (struct inbuf){0};
-        push_whole(g, w, NULL, call, m.p, m.len, 0);
-        return SS_OK;
-    }
-    /* what the job holds: what came, and what it makes of it if it decompresses (at most
+    /* what the job would hold: what came, and what it makes of it if it decompresses (at most
      * compress_max: over it, it does not) */
-    size_t out = zipped ? kzip_uncompressed_len(w->coll.p, w->coll.len) : 0;
+    size_t out = c && zipped ? kzip_uncompressed_len(w->coll.p, w->coll.len) : 0;
     out = out <= (uint64_t)g->cfg.compress_max ? out : 0;
-    if (out && !gw_hold_room(g, out)) { /* hold_max, at its size decompressed: refused to an old client,
-                                         * as it came to one on this host (as replies are) */
-        job_free(j);
-        struct inbuf m = w->coll;
-        w->coll = (struct inbuf){0};
+    if (c && out && !gw_hold_room(g, out)) { /* hold_max, at its size decompressed: refused to an old
+                                              * client, as it came to one on this host (as replies are) */
+        struct inbuf m = worker_coll_take(w);
         if (c->cap < 3) {
             free(m.p);
             refuse_push(g, w, c, call, PUSH_HOLD_MAX, out);
@@ -763,15 +759,18 @@ static int submit_change(struct gw *g, struct worker *w)
         push_whole(g, w, c, call, m.p, m.len, 0);
         return SS_OK;
     }
+    struct job *j = c ? job_new(job_check_reply, JK_PUSH) : NULL;
+    if (!j) { /* (gone meanwhile; or out of memory) */
+        struct inbuf m = worker_coll_take(w);
+        push_whole(g, w, NULL, call, m.p, m.len, 0);
+        return SS_OK;
+    }
     job_args(j)->push = (struct job_push){
         .reply = {.cap = c->cap, .max = g->cfg.max_message, .plain = (uint8_t)c->local,
                   .compress_max = g->cfg.compress_max, .push = 1},
         .to_id = w->msg.to_id, .to_gen = w->msg.to_gen, .held = w->coll.len + out, .call = (uint8_t)call};
     buf_held_add(job_args(j)->push.held);
-    j->in = w->coll.p;
-    j->in_len = w->coll.len;
-    j->heavy = (uint8_t)job_heavy_msg(j->in, j->in_len);
-    w->coll = (struct inbuf){0};
+    job_take_coll(j, w);
     conn_submit_loop(g->readers, j, &w->c, 0);
     return stream_job_wait_loop(g, &w->c);
 }

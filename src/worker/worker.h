@@ -179,6 +179,13 @@ static inline void worker_coll_release(struct worker *w)
     buf_held_sub(w->coll_held);
     w->coll_held = 0;
 }
+/* What w collected, taken from it (the caller owns the bytes). */
+static inline struct inbuf worker_coll_take(struct worker *w)
+{
+    struct inbuf m = w->coll;
+    w->coll = (struct inbuf){0};
+    return m;
+}
 /* ... and what it collected freed (the connection lost or gone). */
 static inline void worker_coll_free(struct worker *w)
 {
