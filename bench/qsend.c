@@ -31,6 +31,9 @@ static void usage(void)
             "  --wire prints each reply's size as it came on stderr: \"wire: N bytes compressed|plain (M plain)\",\n"
             "  and each async or sync message's too (\"wire: async|sync ...\").\n"
             "  --cap N offers capability N (0 to 3) in the handshake: an old client.\n"
+            "  --nest TEXT (once per depth): from inside a sync request it is sent (a callback at depth\n"
+            "  d: the d-th --nest), before it answers, it sends TEXT (\"A||B\": each; \"neg:\" async) on\n"
+            "  the same handle, as q's .z.pg would, and prints each sync one's reply as \"nested: REPLY\".\n"
             "  --compress sends each TEXT (and --call's message) compressed as q compresses for a remote\n"
             "  peer, when q would (over 2000 bytes, and under half as long compressed), saying so on\n"
             "  stderr: \"sent: N bytes compressed (M plain)\".\n"
@@ -184,6 +187,41 @@ static int do_flood(struct qconn *c, const char *text, long n)
 
 static int wire; /* --wire: each message's size on the wire to stderr */
 
+/* --nest TEXT (one per depth): what it sends the gateway from inside a callback before it
+ * answers, as a q client's .z.pg calling the same handle: at callback depth d, nests[d]'s
+ * messages ("A||B": several), sync ones waited for (printed "nested: REPLY"), "neg:" async. */
+#define NEST_MAX 8
+static const char *nests[NEST_MAX];
+static int nnests, depth, nest_timeout;
+static int print_reply(struct qconn *c, int timeout);
+static uint8_t *text_msg(const char *text, int type, size_t *len);
+static int send_msg(struct qconn *c, const uint8_t *m, size_t len);
+
+static void send_nested(struct qconn *c)
+{
+    char items[1024];
+    snprintf(items, sizeof items, "%s", nests[depth]);
+    depth++;
+    for (char *t = items, *next; t; t = next) {
+        if ((next = strstr(t, "||"))) {
+            *next = 0;
+            next += 2;
+        }
+        int as = !strncmp(t, "neg:", 4);
+        size_t len;
+        uint8_t *m = text_msg(as ? t + 4 : t, as ? KIPC_ASYNC : KIPC_SYNC, &len);
+        int rc = m ? send_msg(c, m, len) : 1;
+        free(m);
+        if (rc) {
+            printf("'%s\n", qconn_strerror(rc));
+            break;
+        }
+        if (!as && print_reply(c, nest_timeout)) /* (its line says "nested: ") */
+            break;
+    }
+    depth--;
+}
+
 /* A message the other side sent us: print async ones; answer sync ones as a q client would
  * answer with its own .z.pg (here: the text back with a prefix). */
 static void on_incoming(struct qconn *c)
@@ -202,6 +240,8 @@ static void on_incoming(struct qconn *c)
     if (c->hdr.type == KIPC_ASYNC) {
         printf("async: %s\n", out);
     } else {
+        if (depth < nnests)
+            send_nested(c); /* before it answers, as from inside q's .z.pg */
         static const char got[] = "qsend got: ";
         size_t gl = sizeof got - 1, ol = strlen(out);
         K r = k_vec(KT_CHAR, (int64_t)(gl + (x->t == KT_CHAR ? (size_t)x->n : ol))); /* (all of it, however long) */
@@ -225,9 +265,11 @@ static FILE *raw; /* --raw FILE: every reply's bytes, as received (uncompressed)
 
 static int print_reply(struct qconn *c, int timeout)
 {
-    int rc;
+    int rc, nested = depth > 0;
     while (!(rc = qconn_recv(c, timeout)) && c->hdr.type != KIPC_RESPONSE)
         on_incoming(c);
+    if (nested)
+        printf("nested: ");
     if (rc) {
         printf("'%s\n", qconn_strerror(rc));
         return rc;
@@ -301,6 +343,8 @@ int main(int argc, char **argv)
             hs_capability = (uint8_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--compress"))
             compress = 1;
+        else if (!strcmp(argv[i], "--nest") && i + 1 < argc && nnests < NEST_MAX)
+            nests[nnests++] = argv[++i];
         else if (!strcmp(argv[i], "--raw") && i + 1 < argc) {
             if (!(raw = fopen(argv[++i], "ab"))) {
                 perror(argv[i]);
@@ -316,6 +360,7 @@ int main(int argc, char **argv)
     }
     if (!first)
         usage();
+    nest_timeout = timeout;
     struct qconn c;
     int rc = qconn_open(&c, gw, user, timeout);
     if (rc) {

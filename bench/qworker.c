@@ -220,6 +220,7 @@ static K k_long(int64_t v)
 
 
 static int serve_buffered(struct wconn *c);
+static int serve(struct wconn *c, const uint8_t *msg, size_t len);
 static void conn_free(struct wconn *c);
 
 static int64_t mono_ms(void)
@@ -368,7 +369,8 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
     if (call) {
         if (send_msg(c, call, KIPC_SYNC))
             return (struct reply){.k = k_err("close")};
-        for (;;) { /* like a q client in h x: wait on this handle for the response */
+        for (;;) { /* like q in h x: wait on this handle for the response, and run what else
+                    * comes on it meanwhile (nested: a sync one answered before ours comes) */
             uint8_t h[8];
             struct kipc_hdr hd;
             const char *why;
@@ -378,6 +380,15 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
             if (!m || net_read_all(c->fd, m + 8, hd.len - 8)) {
                 free(m);
                 return (struct reply){.k = k_err("close")};
+            }
+            memcpy(m, h, 8);
+            if (hd.type != KIPC_RESPONSE) {
+                logf_(c, "nested %s message, while in a callback", kipc_type_name(hd.type));
+                int rc = serve(c, m, hd.len);
+                free(m);
+                if (rc)
+                    return (struct reply){.k = k_err("close")};
+                continue;
             }
             K x = NULL;
             struct kerr e;
@@ -907,7 +918,8 @@ static void usage(void)
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
             "  back, then N), globals (\"a:X\", \"a\", \"delete a from `.\", one set per process),\n"
-            "  \"callback X\" (sync request X back, %%p in X its port; its answer is the reply),\n"
+            "  \"callback X\" (sync request X back, %%p in X its port; its answer is the reply; what\n"
+            "  else comes on that connection meanwhile runs nested, as in q's h x),\n"
             "  \"publish N V\" and \"callvalue V\" (the same with value V: guid, timestamp, timespan,\n"
             "  text N), every message over 2000 bytes compressed for a remote peer as q does,\n"
             "  \"text N\" (a string of N bytes, \"qgate 0 qgate 1 ...\", which compresses well).\n"

@@ -1,7 +1,10 @@
 /* callback.c: a worker's callbacks (a sync request it sends with .z.w while it runs a client's
- * request) relayed to that client, and the client's answers, matched to them in order as q
- * matches them and sent back to the worker that asked, if it is still there and still waiting.
- * A worker that will get no answer (its client has gone, or stopped reading) is told so. */
+ * request) relayed to that client, and the client's answers, matched to them as q matches them
+ * (in turn; the innermost first when the client waits in a call it made inside one) and sent
+ * back to the worker that asked, if it is still there and still waiting. A worker that will get
+ * no answer (its client has gone, or stopped reading) is told so. What the client sends while it
+ * owes the answer goes to that worker, nested, as q runs what comes on the handle it waits on
+ * in h x (the worker side takes the replies: run.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -11,6 +14,7 @@
 #include "kcodec.h"
 #include "kipc.h"
 #include "log.h"
+#include "stream.h"
 
 int callback_add_loop(struct gw *g, struct client *c, const struct conn *w)
 {
@@ -19,6 +23,7 @@ int callback_add_loop(struct gw *g, struct client *c, const struct conn *w)
         return -1;
     k->w_id = w->id;
     k->w_gen = w->gen;
+    k->level = c->level;
     STAILQ_INSERT_TAIL(&c->calls, k, link);
     c->ncalls++;
     request_check_pending_loop(g, c);
@@ -62,11 +67,83 @@ void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w)
             tell_no_answer(g, k);
 }
 
-void callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
+int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *w)
 {
-    struct call *k = STAILQ_FIRST(&c->calls), kept = {0};
+    const struct call *k;
+    STAILQ_FOREACH(k, &c->calls, link)
+        if (!k->cancelled && k->w_id == w->id && k->w_gen == w->gen && conn_lookup_loop(g, k->w_id, k->w_gen))
+            return 1;
+    return 0;
+}
+
+/* Checked message msg of c (len bytes, owned) goes to worker wc: an answer, or (seq: its
+ * request number) one c sent nested. */
+static void forward(struct gw *g, struct client *c, struct conn *wc, uint8_t *msg, size_t len, uint64_t seq)
+{
+    if (msg[1] != KIPC_RESPONSE && g->hooks.nested) {
+        const struct req *h = client_head(c);
+        g->hooks.nested(g->hooks.ctx, c->c.id, c->c.gen, seq, h ? h->seq : seq);
+    }
+    g->back->answer(g, wc, msg, len);
+}
+
+/* Message msg (len bytes, owned) of c goes to worker wc: the answer to its call k, or (k NULL)
+ * one c sent nested (seq: its number). Checked first (unless checked), by a reader when it is
+ * compressed or large; c reads nothing more meanwhile, so that what it sends its worker keeps
+ * its order. SS_OK, SS_WAIT or SS_STOP. */
+static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct call *k, uint8_t *msg, size_t len,
+                     int checked, uint64_t seq)
+{
+    if (!checked && (msg[2] || len > VALIDATE_ON_LOOP_MAX)) {
+        struct job *j = job_new(job_validate_msg, JK_NESTED);
+        if (!j) {
+            free(msg);
+            conn_close_loop(g, &c->c, "out of memory");
+            return SS_STOP;
+        }
+        j->in = msg;
+        j->in_len = len;
+        job_args(j)->check = (struct job_check){.max = g->cfg.max_message, .w_id = wc->id, .w_gen = wc->gen};
+        conn_submit_loop(g->readers, j, &c->c, seq);
+        return stream_job_wait_loop(g, &c->c);
+    }
+    struct kerr e;
+    if (!checked && kvalidate_check(msg + 8, len - 8, msg[0], NULL, &e) != QG_OK) {
+        free(msg);
+        if (k)
+            tell_no_answer(g, k); /* the worker is told its answer is not coming */
+        char why[96];
+        snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
+        request_bad_message_loop(g, c, why);
+        return SS_STOP;
+    }
+    forward(g, c, wc, msg, len, seq);
+    return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
+}
+
+void callback_unblock_loop(struct client *c) { c->level -= c->level > 0; }
+
+void callback_nested_done_loop(struct client *c) { c->nest_out -= c->nest_out > 0; }
+
+int callback_blocks_loop(const struct client *c) { return c->ncalls && c->nsync + c->nest_out <= c->ncalls; }
+
+/* The callback c's answer is for: the oldest of those given it at its deepest level (a client
+ * waiting in a sync call it made inside a callback runs those given it meanwhile nested,
+ * answering them first; those given it otherwise it runs in turn). */
+static struct call *answered_call(const struct client *c)
+{
+    struct call *k, *best = NULL;
+    STAILQ_FOREACH(k, &c->calls, link)
+        if (!best || k->level > best->level)
+            best = k;
+    return best;
+}
+
+int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
+{
+    struct call *k = answered_call(c), kept = {0};
     if (k) {
-        STAILQ_REMOVE_HEAD(&c->calls, link);
+        STAILQ_REMOVE(&c->calls, k, call, link);
         c->ncalls--;
         kept = *k;
         free(k);
@@ -81,31 +158,60 @@ void callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t l
             log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name,
                         "response message nobody asked for: dropped");
         free(msg);
+        return SS_OK;
+    }
+    return to_worker(g, c, wc, &kept, msg, len, 0, 0);
+}
+
+/* The worker c owes answers to, if it is one (a .qgate.all's parts are several) and what c
+ * sends now may run nested there; else NULL. */
+static struct conn *nest_target(struct gw *g, const struct client *c)
+{
+    struct conn *w = NULL;
+    const struct call *k;
+    STAILQ_FOREACH(k, &c->calls, link) {
+        struct conn *x = k->cancelled ? NULL : conn_lookup_loop(g, k->w_id, k->w_gen);
+        if (x && w && x != w)
+            return NULL;
+        w = x ? x : w;
+    }
+    return w && w->kind == CONN_WORKER && g->back->nests(w, c) ? w : NULL;
+}
+
+void callback_nested_error_loop(struct gw *g, struct client *c, const char *text)
+{
+    size_t len;
+    uint8_t *m = kcodec_error_msg(text, &len); /* (a few bytes: on the loop) */
+    struct chunk *ch = m ? chunk_wrap(m, len) : NULL;
+    if (!ch) {
+        conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    if (msg[2] || len > VALIDATE_ON_LOOP_MAX) { /* a reader validates it before it goes on */
-        struct job *j = job_new(job_validate_msg, JK_NESTED);
-        if (!j) {
-            free(msg);
-            conn_close_loop(g, &c->c, "out of memory");
-            return;
-        }
-        j->in = msg;
-        j->in_len = len;
-        job_args(j)->check = (struct job_check){.max = g->cfg.max_message, .w_id = kept.w_id, .w_gen = kept.w_gen};
-        conn_submit_loop(g->readers, j, &c->c, 0);
-        return;
-    }
-    struct kerr e;
-    if (kvalidate_check(msg + 8, len - 8, msg[0], NULL, &e) != QG_OK) {
-        free(msg);
-        tell_no_answer(g, &kept); /* the worker is told its answer is not coming */
-        char why[96];
-        snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
-        request_bad_message_loop(g, c, why);
-        return;
-    }
-    g->back->answer(g, wc, msg, len);
+    conn_push_whole_loop(g, &c->c, ch);
+}
+
+size_t callback_nest_unsent_loop(struct gw *g, const struct client *c)
+{
+    const struct conn *wc = nest_target(g, c);
+    return wc ? conn_pending(wc) : 0;
+}
+
+int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked)
+{
+    struct conn *wc = c->ncalls ? nest_target(g, c) : NULL;
+    if (!wc)
+        return -1;
+    g->nested++;
+    uint64_t seq = c->next_seq++; /* (numbered as requests are) */
+    c->nest_out += msg[1] == KIPC_SYNC; /* (its callbacks are all this worker's: the order in which
+                                         * it answers them does not change where they go) */
+    log_debug(c->c.name, "%s message %llu of %zu bytes nested: to %s, which waits on its callback",
+              kipc_type_name(msg[1]), (unsigned long long)seq, len, wc->name);
+    int st = to_worker(g, c, wc, NULL, msg, len, checked, seq);
+    if (st == SS_OK) /* past client_max_pending unsent to its worker, it reads no more until that
+                      * drains (what it has read is framed: request_framed_loop) */
+        request_check_pending_loop(g, c);
+    return st;
 }
 
 void callback_checked_loop(struct gw *g, struct job *j)
@@ -113,15 +219,22 @@ void callback_checked_loop(struct gw *g, struct job *j)
     struct client *c = client_of_job_loop(g, j);
     if (!c)
         return;
+    stream_job_done_loop(g, &c->c); /* it reads on */
     struct call k = {.w_id = job_args(j)->check.w_id, .w_gen = job_args(j)->check.w_gen};
     struct conn *wc = conn_lookup_loop(g, k.w_id, k.w_gen);
+    int type = j->in[1];
     if (j->result) {
-        tell_no_answer(g, &k);
+        if (type == KIPC_RESPONSE)
+            tell_no_answer(g, &k);
         request_bad_message_loop(g, c, j->text);
         return;
     }
-    if (wc && wc->kind == CONN_WORKER) {
-        g->back->answer(g, wc, j->in, j->in_len);
+    if (wc && wc->kind == CONN_WORKER && (type == KIPC_RESPONSE || g->back->nests(wc, c))) {
+        forward(g, c, wc, j->in, j->in_len, j->seq);
         j->in = NULL;
+        request_check_pending_loop(g, c); /* (what it sent nested is bounded) */
+    } else if (type == KIPC_SYNC) { /* its worker went meanwhile: it waits for a reply all the same */
+        callback_nested_error_loop(g, c, "qgate: the worker that called back was lost");
+        callback_nested_done_loop(c);
     }
 }

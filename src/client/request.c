@@ -218,6 +218,9 @@ static void pop_head(struct gw *g, struct client *c) { request_remove_loop(g, c,
 
 void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered)
 {
+    if (x->blocks)
+        callback_unblock_loop(c);
+    c->nsync -= x->type == KIPC_SYNC;
     access_req_loop(g, c, x, answered);
     request_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
     STAILQ_REMOVE(&c->reqs, x, req, link);
@@ -572,6 +575,15 @@ void request_head_done_loop(struct gw *g, struct client *c)
 
 /* ---- the pause for client_max_pending ------------------------------------------------------ */
 
+/* Paused c reads again, and frames what it has read already. */
+static void read_again(struct gw *g, struct client *c)
+{
+    c->paused = 0;
+    conn_set_reading_loop(g, &c->c, 1);
+    if (inbuf_avail(&c->c.in))
+        conn_backlog_add_loop(g, &c->c);
+}
+
 void request_check_pending_loop(struct gw *g, struct client *c)
 {
     int owes = c->ncalls && callback_owed_loop(g, c);
@@ -584,18 +596,19 @@ void request_check_pending_loop(struct gw *g, struct client *c)
     }
     if (owes) /* its answer may be behind a message that waits for room */
         request_room_check_loop(g, c);
+    /* what it sent nested, unsent to its worker, is bounded as its requests are */
+    size_t nest = owes ? callback_nest_unsent_loop(g, c) : 0, max = (size_t)g->cfg.client_max_pending;
+    int full = nest > (c->paused ? max / 2 : max);
     int may_read = c->st == CS_READY && !c->eof && (!g->draining || owes); /* (a drain reads an answer
                                        * a request received needs, nothing else: received is run) */
-    if (c->paused && owes && may_read) { /* its answer may be behind what it sent since */
-        c->paused = 0;
-        conn_set_reading_loop(g, &c->c, 1);
-    } else if (!c->paused && !owes && (g->draining || c->pending > (size_t)g->cfg.client_max_pending)) {
+    if (c->paused && owes && may_read && !full) { /* its answer may be behind what it sent since */
+        read_again(g, c);
+    } else if (!c->paused && (full || (!owes && (g->draining || c->pending > max)))) {
         c->paused = 1;
         conn_set_reading_loop(g, &c->c, 0);
-        log_debug(c->c.name, "paused: %zu bytes of requests waiting", c->pending);
-    } else if (c->paused && c->pending <= (size_t)g->cfg.client_max_pending / 2 && may_read) {
-        c->paused = 0;
-        conn_set_reading_loop(g, &c->c, 1);
+        log_debug(c->c.name, "paused: %zu bytes of requests waiting, %zu sent nested unsent", c->pending, nest);
+    } else if (c->paused && c->pending <= max / 2 && may_read && !full) {
+        read_again(g, c);
     }
 }
 
@@ -614,8 +627,7 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     c->gathering = 0;
     if (h->type == KIPC_RESPONSE) {
         uncount(g, &counted);
-        callback_answer_loop(g, c, msg, (size_t)h->len);
-        return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
+        return callback_answer_loop(g, c, msg, (size_t)h->len);
     }
     if (c->refuse) { /* over max_clients: its first request gets the error, then the close */
         uncount(g, &counted);
@@ -637,18 +649,27 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         request_bad_message_loop(g, c, bad);
         return SS_STOP;
     }
+    int st = c->ncalls && !a.route && (h->compressed || !a.cmd) /* (the gateway's own run here) */
+                 ? callback_nest_loop(g, c, msg, (size_t)h->len, !a.unchecked)
+                 : -1;
+    if (st >= 0) { /* owed, it runs nested */
+        uncount(g, &counted);
+        return st;
+    }
     struct req *r = calloc(1, sizeof *r);
     if (!r) {
         uncount(g, &counted);
         free(msg);
         return stream_close(&c->c, "out of memory");
     }
-    if (h->type == KIPC_SYNC && c->ncalls && callback_owed_loop(g, c)) /* (q would run it nested) */
+    if (h->type == KIPC_SYNC && c->ncalls && callback_owed_loop(g, c)) /* (not nested) */
         log_limited(&g->lim.nested, g->loop.now_ms, LOG_WARN, c->c.name,
-                    "a sync request while it owes a worker a callback's answer: it runs after the request that "
-                    "called back (q would run it nested, on that worker); a client that waits for its reply "
-                    "before it answers waits for ever, or until query_timeout");
-    *r = (struct req){.seq = c->next_seq++, .type = h->type, .msg = msg, .len = (size_t)h->len,
+                    "a sync request while it owes a callback's answer, not run nested (a gateway command, a route, "
+                    "or a .qgate.all's callback): it runs after the request that called back; a client that waits "
+                    "for its reply before it answers waits for ever, or until query_timeout");
+    *r = (struct req){.seq = c->next_seq++, .type = h->type,
+                      .blocks = h->type == KIPC_SYNC && callback_blocks_loop(c),
+                      .msg = msg, .len = (size_t)h->len,
                       .unchecked = a.unchecked, .route = a.route, .form = a.form, .grp = c->grp,
                       .cmd = a.cmd, .cmd_known = !h->compressed,
                       .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len,
@@ -656,6 +677,8 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     if (!r->counted) /* (never: the room kept is the message's) */
         uncount(g, &counted);
     c->pending += req_cost(r);
+    c->level += r->blocks; /* (a q client waits in it, inside the callback it owes) */
+    c->nsync += r->type == KIPC_SYNC;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
               a.unchecked ? ", validated on a reader" : "");

@@ -120,8 +120,13 @@ struct backend_ops {
     /* client, whose request w runs or holds behind the one it runs, has gone (closed, or its
      * input ended): drain its reply. */
     void (*client_gone)(struct gw *g, struct worker *w, struct client *client);
-    /* The client's answer to w's callback (its bytes, owned now). */
+    /* The client's answer to w's callback, or a message it sent nested (its bytes, owned now,
+     * checked): one w runs while it waits on that callback, as q does; a sync one's reply goes
+     * to the client before anything else of the run's. */
     void (*answer)(struct gw *g, struct conn *w, uint8_t *msg, size_t len);
+    /* May what client sends now run nested on w: w runs client's request (its own, not a
+     * .qgate.all's part) and waits on that client's callback, or runs a message sent nested? */
+    int (*nests)(const struct conn *w, const struct client *client);
     /* .qgate.all: run request r of client (its head) on every worker of grp that is up, and
      * answer it with their replies merged. 0, or -1 on ENOMEM. */
     int (*fanout)(struct gw *g, struct group *grp, struct client *client, struct req *r);

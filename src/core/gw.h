@@ -57,6 +57,10 @@ struct gw_hooks {
                                                    * client's message given to worker w: sent
                                                    * to it, or (a broadcast, a fan-out part)
                                                    * queued on it */
+    void (*nested)(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head); /* a
+                                                   * client's message seq goes nested to the
+                                                   * worker waiting on its answer to a callback,
+                                                   * which runs its request head (callback.c) */
     uint64_t (*query_key)(void *ctx, const uint8_t *msg, size_t len); /* what names a request's
                                                    * query for pipeline_wait's learning (msg:
                                                    * the whole message); NULL = a hash of its
@@ -145,6 +149,7 @@ struct gw {
     uint64_t handshakes, query_timeouts;
     uint64_t pending_waits; /* messages that waited for room under pending_max */
     uint64_t held_passed; /* replies sent as the worker sent them for hold_max (not changed) */
+    uint64_t nested; /* messages clients sent nested (while a worker waited on their callback's answer) */
     uint64_t connect_timeouts; /* worker connections that did not connect, or answer q's handshake, in worker_connect_timeout */
     struct {
         uint64_t n;       /* so far */

@@ -229,15 +229,10 @@ static int make_messages(struct gw *g)
     /* sync "": a worker answers it only after running everything sent before it */
     kipc_hdr_write(g->chaser, KIPC_SYNC, 0, sizeof g->chaser);
     memcpy(g->chaser + 8, "\x0a\x00\x00\x00\x00\x00", 6);
-    K e = k_err("qgate: the client of this request is gone");
-    g->no_client_err = e ? kcodec_encode_msg(e, KIPC_RESPONSE, &g->no_client_err_len) : NULL;
-    k_free(e);
-    e = k_err("qgate: the client sent twice client_max_pending of requests and no answer");
-    g->unanswered_err = e ? kcodec_encode_msg(e, KIPC_RESPONSE, &g->unanswered_err_len) : NULL;
-    k_free(e);
-    e = k_err("qgate: message too large (over max_message)");
-    g->too_large_err = e ? kcodec_encode_msg(e, KIPC_RESPONSE, &g->too_large_err_len) : NULL;
-    k_free(e);
+    g->no_client_err = kcodec_error_msg("qgate: the client of this request is gone", &g->no_client_err_len);
+    g->unanswered_err = kcodec_error_msg("qgate: the client sent twice client_max_pending of requests and no answer",
+                                         &g->unanswered_err_len);
+    g->too_large_err = kcodec_error_msg("qgate: message too large (over max_message)", &g->too_large_err_len);
     return g->no_client_err && g->unanswered_err && g->too_large_err ? 0 : -1;
 }
 

@@ -170,6 +170,7 @@ struct metrics_snap *report_totals_loop(struct gw *g)
     s->log_dropped = log_dropped_total();
     s->held_bytes = buf_held_bytes;
     s->held_passed = g->held_passed;
+    s->nested = g->nested;
     s->pending_bytes = buf_pending_bytes;
     s->pending_waits = g->pending_waits;
     snap_groups(g, s);

@@ -121,11 +121,13 @@ union job_args {
                                  * bytes, once decompressed, held whole up to this many */
         int64_t merge_max;      /* merge: the replies' bytes, decompressed, up to this many */
     } reply;
-    struct job_push {           /* job_check_reply for a worker's publish or callback (JK_PUSH) */
+    struct job_push {           /* job_check_reply for a worker's publish or callback, or the reply
+                                 * to a message its client sent nested (JK_PUSH) */
         struct job_reply reply; /* first: what job_check_reply reads */
         uint32_t to_id, to_gen; /* the client it goes to (the loop's, untouched) */
         uint64_t held;          /* its bytes counted against hold_max until the loop takes it back */
-        uint8_t call;           /* a callback (a sync message): refused, the worker gets out, an error */
+        uint8_t kind;           /* run.c's: a callback refused: the worker gets out, an error; a
+                                 * nested reply refused: the client does */
     } push;
     struct job_page {           /* job_metrics_page */
         int head;               /* HEAD: the headers alone */

@@ -137,6 +137,9 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
          "bounded by hold_max", s->held_bytes);
     scalar(t, "qgate_held_passed_total", "counter",
          "replies sent as the worker sent them, not decompressed or compressed, because hold_max was reached", s->held_passed);
+    scalar(t, "qgate_nested_total", "counter",
+         "messages clients sent while they owed a worker a callback's answer, run nested on that worker as q runs them",
+         s->nested);
     scalar(t, "qgate_pending_bytes", "gauge",
          "bytes of requests read whole (from their header) and not yet sent to a worker or answered: bounded by "
          "pending_max", s->pending_bytes);
@@ -322,6 +325,7 @@ K metrics_totals(const struct metrics_snap *s)
     KV("log_dropped", s->log_dropped);
     KV("held_bytes", s->held_bytes);
     KV("held_passed", s->held_passed);
+    KV("nested", s->nested);
     KV("pending_bytes", s->pending_bytes);
     KV("pending_waits", s->pending_waits);
     uint64_t pipelined = 0;

@@ -45,6 +45,7 @@ struct metrics_snap {
     uint64_t log_dropped;                         /* the log's lines dropped (log_dropped_total) */
     uint64_t held_bytes;                          /* bytes held whole for clients (hold_max's) */
     uint64_t held_passed;                         /* replies sent as they came for hold_max */
+    uint64_t nested;                              /* messages clients sent nested, run on the worker that called back */
     uint64_t pending_bytes;                       /* requests held whole (pending_max's) */
     uint64_t pending_waits;                       /* messages that waited for room under it */
     int ngroups;

@@ -432,6 +432,14 @@ uint8_t *kcodec_encode_msg(const K x, int msgtype, size_t *len)
     return m;
 }
 
+uint8_t *kcodec_error_msg(const char *text, size_t *len)
+{
+    K e = k_err(text);
+    uint8_t *m = e ? kcodec_encode_msg(e, KIPC_RESPONSE, len) : NULL;
+    k_free(e);
+    return m;
+}
+
 int kcodec_is_error(const uint8_t *p, size_t n, const char **text, size_t *len)
 {
     if (n < 2 || (int8_t)p[0] != KT_ERROR)

@@ -126,6 +126,8 @@ size_t kcodec_size(const K x);
 uint8_t *kcodec_write(const K x, uint8_t *out, int le);
 /* A whole little-endian message: header of type msgtype, then x. malloc'd; NULL on ENOMEM. */
 uint8_t *kcodec_encode_msg(const K x, int msgtype, size_t *len);
+/* The response message q sends for an error 'text (a few bytes). malloc'd; NULL on ENOMEM. */
+uint8_t *kcodec_error_msg(const char *text, size_t *len);
 
 /* Text of a q error body (type -128) for messages: returns 1 and sets *text and *len if p[0..n)
  * is an error object. */

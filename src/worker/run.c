@@ -430,21 +430,23 @@ static int takes_call(struct gw *g, struct worker *w, struct client *c)
     return mine && c->st == CS_READY && callback_add_loop(g, c, &w->c) == 0;
 }
 
+/* What a message of the worker's other than the run's reply is to its client. */
+enum push_kind { PK_PUBLISH, PK_CALL, PK_NESTED /* the reply to a message it sent nested */ };
+
 /* Whole message m (len bytes, owned) for client c (NULL: gone), other than the running
  * request's reply (an idle worker's publish, a broadcast's sender's, a .qgate.all's call, one
  * made fit for its client): into its stream at a message boundary, or dropped (a callback's
  * worker told no client answers it). */
-static void push_whole(struct gw *g, struct worker *w, struct client *c, int call, uint8_t *m, size_t len, int held)
+static void push_whole(struct gw *g, struct worker *w, struct client *c, int kind, uint8_t *m, size_t len, int held)
 {
-    if (call && c && !takes_call(g, w, c))
+    if (kind == PK_CALL && c && !takes_call(g, w, c))
         c = NULL; /* (the .qgate.all given up meanwhile: its client was answered) */
     if (!c) {
         free(m);
-        if (!call) {
+        if (kind == PK_PUBLISH)
             w->dropped++;
-            return;
-        }
-        tell_no_client(g, w);
+        else if (kind == PK_CALL)
+            tell_no_client(g, w);
         return;
     }
     struct chunk *ch = held ? chunk_wrap_held(m, len) : chunk_wrap(m, len); /* (made for it: held until written) */
@@ -459,7 +461,8 @@ static void push_whole(struct gw *g, struct worker *w, struct client *c, int cal
 static void deliver_whole(struct gw *g, struct worker *w)
 {
     struct inbuf m = worker_coll_take(w);
-    push_whole(g, w, reachable(g, w->msg.to_id, w->msg.to_gen), w->c.rd.type == KIPC_SYNC, m.p, m.len, 0);
+    push_whole(g, w, reachable(g, w->msg.to_id, w->msg.to_gen), w->c.rd.type == KIPC_SYNC ? PK_CALL : PK_PUBLISH, m.p,
+               m.len, 0);
 }
 
 /* Messages c cannot take as the worker sent them, any type: an old client's, to be checked for
@@ -487,9 +490,7 @@ static int needs_collect(struct gw *g, const struct client *c, const struct kipc
 static void tell_worker_error(struct gw *g, struct worker *w, const char *text)
 {
     size_t len;
-    K e = k_err(text);
-    uint8_t *m = e ? kcodec_encode_msg(e, KIPC_RESPONSE, &len) : NULL; /* (a few bytes: on the loop) */
-    k_free(e);
+    uint8_t *m = kcodec_error_msg(text, &len); /* (a few bytes: on the loop) */
     if (!m) {
         tell_no_client(g, w);
         return;
@@ -502,29 +503,33 @@ static int drop_async(struct gw *g, struct worker *w, const char *why, int fix);
 
 enum { PUSH_TOO_LARGE = -1, PUSH_HOLD_MAX = -2 };
 
-/* A publish or callback of w (call: a callback) of len bytes that an old client cannot be given
- * (why: PUSH_*): a publish is dropped, a callback's worker told, as its h x would have failed.
- * ROUTE_DROP. */
-static int refuse_push(struct gw *g, struct worker *w, const struct client *c, int call, int why, uint64_t len)
+/* A message of w (kind: PK_*) of len bytes that an old client cannot be given (why: PUSH_*):
+ * a publish is dropped, a callback's worker told, as its h x would have failed, the client
+ * told for the reply to a message it sent nested. ROUTE_DROP. */
+static int refuse_push(struct gw *g, struct worker *w, struct client *c, int kind, int why, uint64_t len)
 {
+    static const char *const what[] = {"publish", "callback", "reply"};
     if (why == PUSH_HOLD_MAX) { /* counted and said as a reply refused for it is */
         conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
                           "hold_max reached (%zu bytes held whole): a %s of %llu bytes refused to capability %d",
-                          buf_held_bytes, call ? "callback" : "publish", (unsigned long long)len, c->cap);
-        if (!call) {
+                          buf_held_bytes, what[kind], (unsigned long long)len, c->cap);
+        if (kind == PK_PUBLISH) {
             w->dropped++;
             return ROUTE_DROP;
         }
-    } else if (!call) {
+    } else if (kind == PK_PUBLISH) {
         return drop_async(g, w, "too large to check for a client of capability below 3 (over compress_max)", 0);
     }
     char text[160];
     if (why == PUSH_TOO_LARGE)
-        snprintf(text, sizeof text, "qgate: message too large for capability %d (%llu bytes, over compress_max)", c->cap,
-                 (unsigned long long)len);
+        snprintf(text, sizeof text, "qgate: %s too large for capability %d (%llu bytes, over compress_max)",
+                 kind == PK_NESTED ? "reply" : "message", c->cap, (unsigned long long)len);
     else
         snprintf(text, sizeof text, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
-    tell_worker_error(g, w, text);
+    if (kind == PK_NESTED)
+        callback_nested_error_loop(g, c, text);
+    else
+        tell_worker_error(g, w, text);
     return ROUTE_DROP;
 }
 
@@ -539,10 +544,49 @@ static int to_client(struct gw *g, struct worker *w, const struct kipc_hdr *h, s
     if (nc == 0)
         return route;
     if (nc < 0)
-        return refuse_push(g, w, c, h->type == KIPC_SYNC, nc, h->len);
+        return refuse_push(g, w, c, w->msg.nested ? PK_NESTED : h->type == KIPC_SYNC ? PK_CALL : PK_PUBLISH, nc,
+                           h->len);
     w->msg.to_id = c->c.id;
     w->msg.to_gen = c->c.gen;
     return ROUTE_CHANGE;
+}
+
+/* A reply to what its client sent nested has gone to it (or was dropped): the worker waits in
+ * the callback around it again, unless its client has answered that. */
+static void nested_done(struct gw *g, struct worker *w)
+{
+    w->run.nested--;
+    if (!w->run.cl)
+        return;
+    callback_nested_done_loop(w->run.cl); /* (it had it: callbacks given it now run outside that call) */
+    if (w->run.phase == WB_SENT && callback_owes_loop(g, w->run.cl, &w->c))
+        run_set_phase_loop(g, w, WB_CALLED);
+}
+
+/* The reply to a message its client sent nested (while the worker waited on that client's
+ * callback: q ran it there): to that client, ahead of the run's own, made fit for it as a
+ * publish is; the run goes on. */
+static int route_nested(struct gw *g, struct worker *w, const struct kipc_hdr *h)
+{
+    struct client *c = w->run.cl;
+    w->msg.nested = 1;
+    if (!c || !client_takes_output(c))
+        return ROUTE_DROP;
+    int route = ROUTE_DROP;
+    if (h->len > (uint64_t)g->cfg.max_message) { /* drained; the client told */
+        char text[160];
+        snprintf(text, sizeof text, JOB_TOO_LARGE, (unsigned long long)h->len);
+        callback_nested_error_loop(g, c, text);
+    } else {
+        w->msg.to = c;
+        route = to_client(g, w, h, c, ROUTE_STREAM);
+    }
+    if (route == ROUTE_DROP) { /* refused, its client told already: done (a loss while it drains
+                                * tells it nothing more) */
+        nested_done(g, w);
+        w->msg.nested = 3;
+    }
+    return route;
 }
 
 /* The route of the running request's reply. */
@@ -656,11 +700,13 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
 int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
 {
     struct worker *w = worker_of(x);
-    w->msg.reply = 0;
+    w->msg.reply = w->msg.nested = 0;
     if (w->st == WS_BUSY && w->run.phase == WB_CALLED)
         run_set_phase_loop(g, w, WB_SENT); /* it sends: whatever it waited for has come */
     int route = ROUTE_DROP, over = h->len > (uint64_t)g->cfg.max_message;
-    if (h->type == KIPC_RESPONSE && w->st == WS_BUSY)
+    if (h->type == KIPC_RESPONSE && w->st == WS_BUSY && w->run.nested > 0)
+        route = route_nested(g, w, h); /* (the innermost first: the run's own comes last) */
+    else if (h->type == KIPC_RESPONSE && w->st == WS_BUSY)
         route = w->run.swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, h); /* (over: refused there) */
     else if (over && h->type == KIPC_ASYNC)
         route = drop_async(g, w, "over max_message", 0);
@@ -710,11 +756,15 @@ static void message_end(struct gw *g, struct worker *w)
         deliver_whole(g, w);
     else if (w->msg.route == ROUTE_STREAM && w->msg.to->st == CS_FLUSHING)
         conn_mark_dirty_loop(g, &w->msg.to->c); /* its flush sees whether it may linger now */
-    int route = w->msg.route;
+    int route = w->msg.route, nested = w->msg.nested;
     w->msg.route = ROUTE_DROP;
     w->msg.to = NULL;
-    w->msg.reply = 0;
+    w->msg.reply = w->msg.nested = 0;
     if (rd->type != KIPC_RESPONSE || w->st != WS_BUSY)
+        return;
+    if (nested == 1) /* (2: a reader makes it fit first, done when it is; 3: done, refused) */
+        nested_done(g, w);
+    if (nested)
         return;
     if (route == ROUTE_SWALLOW) {
         broadcast_forget_sent_loop(g, w, 0); /* a chaser came back: one client's broadcasts before it ran */
@@ -739,7 +789,8 @@ int run_message_end_loop(struct gw *g, struct conn *x) { return message_done(g, 
 static int submit_change(struct gw *g, struct worker *w)
 {
     struct client *c = reachable(g, w->msg.to_id, w->msg.to_gen);
-    int call = w->c.rd.type == KIPC_SYNC, zipped = w->coll.len > 2 && w->coll.p[2];
+    int kind = w->msg.nested ? PK_NESTED : w->c.rd.type == KIPC_SYNC ? PK_CALL : PK_PUBLISH;
+    int zipped = w->coll.len > 2 && w->coll.p[2];
     /* what the job would hold: what came, and what it makes of it if it decompresses (at most
      * compress_max: over it, it does not) */
     size_t out = c && zipped ? kzip_uncompressed_len(w->coll.p, w->coll.len) : 0;
@@ -749,29 +800,31 @@ static int submit_change(struct gw *g, struct worker *w)
         struct inbuf m = worker_coll_take(w);
         if (c->cap < 3) {
             free(m.p);
-            refuse_push(g, w, c, call, PUSH_HOLD_MAX, out);
+            refuse_push(g, w, c, kind, PUSH_HOLD_MAX, out);
             return SS_OK;
         }
         g->held_passed++;
         log_limited(&g->lim.hold, g->loop.now_ms, LOG_WARN, c->c.name,
                     "hold_max reached (%zu bytes held whole): a message of %zu bytes goes as the worker sent it",
                     buf_held_bytes, out);
-        push_whole(g, w, c, call, m.p, m.len, 0);
+        push_whole(g, w, c, kind, m.p, m.len, 0);
         return SS_OK;
     }
     struct job *j = c ? job_new(job_check_reply, JK_PUSH) : NULL;
     if (!j) { /* (gone meanwhile; or out of memory) */
         struct inbuf m = worker_coll_take(w);
-        push_whole(g, w, NULL, call, m.p, m.len, 0);
+        push_whole(g, w, NULL, kind, m.p, m.len, 0);
         return SS_OK;
     }
     job_args(j)->push = (struct job_push){
         .reply = {.cap = c->cap, .max = g->cfg.max_message, .plain = (uint8_t)c->local,
-                  .compress_max = g->cfg.compress_max, .push = 1},
-        .to_id = w->msg.to_id, .to_gen = w->msg.to_gen, .held = w->coll.len + out, .call = (uint8_t)call};
+                  .compress_max = g->cfg.compress_max, .push = kind != PK_NESTED},
+        .to_id = w->msg.to_id, .to_gen = w->msg.to_gen, .held = w->coll.len + out, .kind = (uint8_t)kind};
     buf_held_add(job_args(j)->push.held);
     job_take_coll(j, w);
     conn_submit_loop(g->readers, j, &w->c, 0);
+    if (kind == PK_NESTED)
+        w->msg.nested = 2; /* done when the reader is (run_push_done_loop) */
     return stream_job_wait_loop(g, &w->c);
 }
 
@@ -799,13 +852,21 @@ void run_push_done_loop(struct gw *g, struct job *j)
     buf_held_sub(p->held);
     struct conn *x = conn_lookup_loop(g, j->conn_id, j->conn_gen);
     if (!x || x->kind != CONN_WORKER)
-        return; /* the worker went: what it sent went with it */
+        return; /* the worker went: what it sent went with it (a nested reply: its loss said so) */
     struct worker *w = worker_of(x);
     struct client *c = reachable(g, p->to_id, p->to_gen);
-    if (!j->result) {
-        push_whole(g, w, c, p->call, j->out, j->out_len, 1);
+    if (p->kind == PK_NESTED) { /* made fit, or the error in its place */
+        if (c && (!j->result || j->out)) {
+            push_whole(g, w, c, PK_NESTED, j->out, j->out_len, !j->result);
+            j->out = NULL;
+        } else if (c) {
+            callback_nested_error_loop(g, c, j->text);
+        }
+        nested_done(g, w);
+    } else if (!j->result) {
+        push_whole(g, w, c, p->kind, j->out, j->out_len, 1);
         j->out = NULL;
-    } else if (p->call) { /* q would have signalled it to the worker's call */
+    } else if (p->kind == PK_CALL) { /* q would have signalled it to the worker's call */
         if (j->out)
             tell_worker(g, w, j->out, j->out_len);
         else
@@ -881,10 +942,16 @@ void run_lost_loop(struct gw *g, struct worker *w)
     /* a message cut in the middle of its stream leaves that client's stream broken */
     struct client *to = w->msg.route == ROUTE_STREAM && w->c.rd.phase == RD_BODY ? w->msg.to : NULL;
     int cut = to && to == c && !client_output_gone(c), cut_sess = to && to == s;
+    if (busy && c && !cut && !cut_sess && !client_output_gone(c)) /* what its client sent nested fails */
+        for (int n = w->run.nested; n > 0; n--) { /* first: as in q, the innermost call's error comes first */
+            callback_nested_error_loop(g, c, timed_out ? "qgate: timeout (the worker that called back sent nothing for query_timeout)"
+                                       : "qgate: the worker that called back was lost");
+            callback_nested_done_loop(c);
+        }
     w->run.cl = NULL;
     worker_coll_free(w);
     w->msg = (struct wmsg){0};
-    w->run.swallow = 0;
+    w->run.swallow = w->run.nested = 0;
     stream_resume_loop(g, &w->c); /* off the waiters of the client it waited on */
     /* down first: what follows may start a client's next request, never on this worker */
     worker_set_state_loop(g, w, WS_DOWN);
@@ -909,9 +976,32 @@ void run_lost_loop(struct gw *g, struct worker *w)
 
 void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len)
 {
+    struct worker *w = worker_of(wc);
+    int sync = msg[1] == KIPC_SYNC;
     struct chunk *ch = chunk_wrap(msg, len);
-    if (!ch)
+    if (!ch) {
+        conn_close_loop(g, wc, "out of memory"); /* (its run is lost: its client told) */
         return;
+    }
     outq_push(&wc->out, ch);
     conn_mark_dirty_loop(g, wc);
+    if (sync) { /* nested: it runs now, and its reply comes next */
+        w->run.nested++;
+        run_set_phase_loop(g, w, WB_SENT);
+    }
+}
+
+void run_flushed_loop(struct gw *g, struct conn *wc, size_t before, size_t wrote)
+{
+    struct worker *w = worker_of(wc);
+    (void)before;
+    if (wrote && w->st == WS_BUSY && w->run.cl && w->run.cl->paused && w->run.cl->ncalls)
+        request_check_pending_loop(g, w->run.cl);
+}
+
+int run_nests_loop(const struct conn *wc, const struct client *c)
+{
+    const struct worker *w = (const struct worker *)wc;
+    return w->st == WS_BUSY && w->run.cl == c && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC) &&
+           STAILQ_EMPTY(&w->bsent) && (w->run.phase == WB_CALLED || (w->run.phase == WB_SENT && w->run.nested));
 }

@@ -46,6 +46,9 @@ struct run {
     uint8_t phase;       /* enum worker_busy: what its reply has come to */
     uint8_t is_error;    /* its reply is a q error (etext: the start of its text) */
     int swallow;         /* chaser replies to drop before its own */
+    int nested;          /* sync messages its client sent nested (while the worker waited on that
+                          * client's callback: q runs them there) not yet answered: the worker's
+                          * next responses are theirs, the innermost first */
     struct client *cl;   /* RUN_REQUEST, RUN_ASYNC: its client; NULL once that has gone */
     uint64_t seq;        /* ... and the client's request */
     uint64_t key;        /* RUN_REQUEST: its query's key as pipelining learns it (group_learn_key), 0 = none */
@@ -112,6 +115,8 @@ struct wmsg {
     struct client *to;   /* ROUTE_STREAM: the client its bytes go to (the run's, or a session's) */
     uint8_t route;       /* enum route */
     uint8_t reply;       /* it is the run's reply: its first bytes say whether it is a q error */
+    uint8_t nested;      /* it answers a message its client sent nested (struct run nested): 1,
+                          * done at its end; 2, when a reader has made it fit; 3, done (refused) */
     uint32_t to_id, to_gen; /* ROUTE_FORWARD, ROUTE_CHANGE: the client it goes to */
 };
 
@@ -257,8 +262,13 @@ void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, str
 void run_client_gone_loop(struct gw *g, struct worker *w, struct client *c);
 /* The worker's connection is gone: fail or finish its run (reason: timeout or loss). */
 void run_lost_loop(struct gw *g, struct worker *w);
-/* A client's answer to w's callback goes to w (msg owned). */
+/* A client's answer to w's callback, or a message it sent nested, goes to w (msg owned). */
 void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
+/* w's output was written (connops on_flushed): its run's client, stopped for what it sent
+ * nested there, may read on. */
+void run_flushed_loop(struct gw *g, struct conn *wc, size_t before, size_t wrote);
+/* May c's message run nested on wc (backend_ops nests)? */
+int run_nests_loop(const struct conn *wc, const struct client *c);
 /* The one setter of w's run's phase (what its reply has come to: enum worker_busy). */
 void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b);
 /* The query timer of w's run: query_timeout after it was armed or the worker's last byte. */

@@ -358,17 +358,81 @@ wait_line "$TMP/GP.log" "c1 .*: closed: client closed the connection"   # only o
 expect_file_has "$TMP/GP.log" "running sync request 1 of c1 "
 pass "a client gone with its output full and client_max_pending of requests sent: what it sent ran, then it closed"
 
-# --- a client that owes its worker a callback's answer is read on past client_max_pending (the
-# answer may be behind what it sent), but not without bound: at twice that, the worker is told
-# 'qgate: the client sent ... and no answer, and what the client sent is served (it was read on
-# and on: 100 KB requests sent for 6 s took the gateway to 3.5 GB) ------------------------
-conf "$TMP/cb.conf" "$WADDR" client_max_pending=65536
+# --- a client that, while it owes its worker a callback's answer, sends messages on the same
+# handle (a q client calling the gateway from inside .z.pg): q runs them nested, on the worker
+# waiting in that callback, a sync one answered there and then, before the callback's answer.
+# (Before: they waited behind the request that called back, so the client waited for ever.)
+# What it sends nested and its worker has not read is bounded by client_max_pending: past it the
+# client is read no more until the worker reads ------------------------------------------------
+conf "$TMP/cb.conf" "$WADDR" client_max_pending=65536 loglevel=debug
 start_gateway CB -c "$TMP/cb.conf"
 raw_open "$CB_PORT"
 raw_hs "u:p"
 raw_text 1 "callback cb?"
-raw_msg "$TMP/cb.call" || fail "no callback came"  # (never answered)
+raw_msg "$TMP/cb.call" || fail "no callback came"
 PAD=$(head -c 4000 /dev/zero | tr '\0' c)
+for i in $(seq 1 40); do raw_text 1 "echo cb$i$PAD"; done # 160 KB of requests, nested
+for i in $(seq 1 40); do
+    : > "$TMP/cb.one"
+    raw_msg "$TMP/cb.one" || fail "nested reply $i did not come"
+    grep -aq "cb$i" "$TMP/cb.one" || fail "nested reply $i: $(head -c 60 "$TMP/cb.one" | od -c | head -2)"
+done
+raw_text 2 "answered"                 # the callback's answer: the worker's reply is that
+: > "$TMP/cb.one"
+raw_msg "$TMP/cb.one" || fail "the reply to the request that called back did not come"
+grep -aq "answered" "$TMP/cb.one" || fail "the reply: $(od -c "$TMP/cb.one" | head -3)"
+raw_close
+total_is nested 40 "127.0.0.1:$CB_PORT" || fail "nested: $(total nested "127.0.0.1:$CB_PORT")"
+expect_lines "$TMP/W.log" "nested sync message, while in a callback" 40
+pass "a client's requests while it owes its worker a callback's answer: run nested there, answered before the callback is"
+
+kill -STOP "$W_PID"                    # the worker reads nothing: what is sent nested waits
+raw_open "$CB_PORT"
+raw_hs "u:p"
+kill -CONT "$W_PID"
+raw_text 1 "callback cb2?"
+raw_msg "$TMP/cb.call" || fail "no callback came"
+kill -STOP "$W_PID"
+( for i in $(seq 1 4000); do raw_text 0 "neg$i$PAD"; done; exec 3>&- ) & flood=$! # 16 MB async, nested
+wait_line "$TMP/CB.log" "paused: 0 bytes of requests waiting, [0-9]+ sent nested unsent"
+kill -CONT "$W_PID"
+wait "$flood" || fail "the nested messages were not all taken once the worker read"
+raw_text 2 "done2"
+: > "$TMP/cb.one"
+raw_msg "$TMP/cb.one" || fail "no reply after the nested messages"
+grep -aq "done2" "$TMP/cb.one" || fail "the reply: $(od -c "$TMP/cb.one" | head -3)"
+raw_close
+wait_count "$TMP/W.log" "nested async message, while in a callback" 4000
+pass "what a client sends nested waits at client_max_pending unsent to its worker, then goes on"
+
+# --- the worker that called back lost while it runs what its client sent nested: each call the
+# client waits in gets an error, the innermost (the nested request) first -----------------------
+start_worker WN
+conf "$TMP/n.conf" "127.0.0.1:$WN_PORT"
+start_gateway NG -c "$TMP/n.conf"
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$NG_PORT" --timeout 30000 --nest "sleep 30000" "callback outer" > "$TMP/n.out" 2>&1 &
+np=$!
+wait_line "$TMP/WN.log" "sleep 30000"
+kill -9 "$WN_PID"
+wait "$np" || true
+printf '%s\n' "nested: 'qgate: the worker that called back was lost" "'qgate: worker 127.0.0.1:$WN_PORT lost" |
+    cmp -s - "$TMP/n.out" || fail "$(cat "$TMP/n.out")"
+pass "the worker lost under a nested request: its error, then the error of the request that called back"
+
+# --- ... and one that owes a .qgate.all's workers its answers (not one worker: nothing runs
+# nested) is read on past client_max_pending (the answer may be behind what it sent), but not
+# without bound: at twice that, the workers are told 'qgate: the client sent ... and no answer,
+# and what the client sent is served (it was read on and on: 100 KB requests sent for 6 s took
+# the gateway to 3.5 GB) ---------------------------------------------------------------------
+raw_all() { # raw_all TEXT: (`.qgate.all; `main; "TEXT") sync
+    local n=${#1} body
+    body="\\x00\\x00\\x03\\x00\\x00\\x00\\xf5.qgate.all\\x00\\xf5main\\x00\\x0a\\x00$(le32 "$n")"
+    printf '%b%s' "\\x01\\x01\\x00\\x00$(le32 $((8 + 6 + 12 + 6 + 6 + n)))$body" "$1" >&3
+}
+raw_open "$CB_PORT"
+raw_hs "u:p"
+raw_all "callback cb?"
+raw_msg "$TMP/cb.call" || fail "no callback came"  # (never answered)
 for i in $(seq 1 40); do raw_text 1 "echo cb$i$PAD"; done # 160 KB of requests
 raw_msg "$TMP/cb.out" || fail "no reply came"
 grep -aq "qgate: the client sent twice client_max_pending of requests and no answer" "$TMP/cb.out" ||
@@ -377,8 +441,8 @@ for i in $(seq 1 40); do raw_msg "$TMP/cb.out" || fail "echo reply $i did not co
 grep -aq "cb40c" "$TMP/cb.out" || fail "the last echo did not come"
 raw_close
 expect_file_has "$TMP/CB.log" "bytes of requests and no answer to its worker's callback: the worker is told so"
-expect_file_has "$TMP/CB.log" "a sync request while it owes a worker a callback's answer: it runs after the request that called back"
-pass "a client owing a callback's answer and sending requests instead: read to twice client_max_pending, then its worker told, what it sent served"
+expect_file_has "$TMP/CB.log" "a sync request while it owes a callback's answer, not run nested \\(a gateway command, a route, or a .qgate.all's callback\\)"
+pass "a client owing a .qgate.all's callback answer and sending requests instead: read to twice client_max_pending, then its worker told, what it sent served"
 
 # --- bad credentials: closed without a byte ('access), logged with user and peer ---------
 printf 'alice:wonder\nbob:%s\ncarol:%s\n' "$(printf 'builder' | md5sum | cut -d' ' -f1)" \

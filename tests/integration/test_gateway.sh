@@ -31,6 +31,26 @@ done
 expect_lines "$TMP/via.out" '^"qsend got: cb"$' 1
 pass "replies, q errors, async messages from the worker and nested requests pass unchanged"
 
+# --- a client that calls the gateway from inside a worker's callback (q's .z.pg on the same
+# handle): q runs what it sends nested, on the worker waiting in that callback, a sync one
+# answered before the callback is; through qgate the same lines as straight to a worker, deeper
+# callbacks too. (Before: it waited behind the request that called back, for ever.)
+nest_same() { # nest_same ARGS...: qsend ARGS straight to a worker, then through the gateway
+    timeout 30 "$BIN/qsend" -g "127.0.0.1:$W1_PORT" --timeout 20000 "$@" > "$TMP/direct.out" 2>&1 || true
+    timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 "$@" > "$TMP/via.out" 2>&1 || true
+    cmp -s "$TMP/direct.out" "$TMP/via.out" || fail "qsend $*: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
+}
+nest_same --nest "echo inner" "callback outer" "echo after"
+printf '%s\n' 'nested: "inner"' '"qsend got: outer"' '"after"' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
+nest_same --nest "neg:nx:5||nx||err inner" "callback outer" "echo after"
+printf '%s\n' 'nested: "5"' "nested: 'inner" '"qsend got: outer"' '"after"' | cmp -s - "$TMP/via.out" ||
+    fail "$(cat "$TMP/via.out")"
+nest_same --nest "callback deeper" --nest "echo innermost" "callback outer" "echo after"
+printf '%s\n' 'nested: "innermost"' 'nested: "qsend got: deeper"' '"qsend got: outer"' '"after"' |
+    cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
+total_is nested 6 || fail "nested: $(total nested)"
+pass "a client's requests from inside a callback run nested on the worker that called back, as in q"
+
 # --- gateway commands, answered by qgate itself ------------------------------------------
 q ".qgate.ping[]" ".qgate.stats[]" ".qgate.ping[ ]" ".qgate.bogus[]"
 expect_lines "$TMP/q.out" '^1b$' 2

@@ -200,9 +200,11 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
             *pending += ch->pending;
             *big += ch->pending > BUF_PENDING_SMALL ? ch->pending : 0;
         }
-        if (x->in_job && (x->kind != CONN_WORKER || x->in_backlog || (x->events & EPOLLIN)))
+        if (x->in_job && (x->kind == CONN_METRICS || x->in_backlog || (x->events & EPOLLIN)))
             fail("%s waits for a job with a message it read: a %s, on the backlog %d, reading %d", x->name,
-                 x->kind == CONN_WORKER ? "worker" : "client or scraper", x->in_backlog, !!(x->events & EPOLLIN));
+                 x->kind == CONN_WORKER ? "worker" : x->kind == CONN_CLIENT ? "client (its message for its worker)"
+                                                                             : "scraper",
+                 x->in_backlog, !!(x->events & EPOLLIN));
         if (x->kind != CONN_CLIENT)
             continue;
         (*nclients)++;
@@ -299,6 +301,10 @@ static void check_worker(struct worker *w)
     struct gw *g = &S->g;
     if (w->run.fp && (w->st != WS_BUSY || w->run.kind != RUN_FANOUT))
         fail("%s (%s) holds a fan-out part outside a fan-out run", w->c.name, worker_state_name(w->st));
+    if (w->run.nested && (w->st != WS_BUSY || (w->run.kind != RUN_REQUEST && w->run.kind != RUN_ASYNC) ||
+                          w->run.phase == WB_RELAYING || w->run.phase == WB_COLLECTING))
+        fail("%s (%s, run kind %d, phase %d) owes %d nested replies outside a client's run, or relays its reply",
+             w->c.name, worker_state_name(w->st), w->run.kind, w->run.phase, w->run.nested);
     if (!STAILQ_EMPTY(&w->fq) && w->st != WS_IDLE && w->st != WS_BUSY)
         fail("%s is %s and owes fan-out parts", w->c.name, worker_state_name(w->st));
     if (w->st == WS_PINNED && (!w->sess || w->sess->sess != w))

@@ -46,11 +46,28 @@ void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq)
     tr("gateway: request %llu of C%d lost with its worker", (unsigned long long)seq, c ? c->cid : -1);
     if (s)
         s->lost = s->abandoned = 1;
+    for (int i = 0; s && i < c->sent.n; i++) /* what it sent nested within it went down too */
+        if (c->sent.v[i].nested_in == s->seq)
+            c->sent.v[i].lost = c->sent.v[i].abandoned = 1;
     if (s && s->fan) {
         while (S->fan_given_up.n <= c->cid)
             VEC_PUSH(S->fan_given_up, 0);
         S->fan_given_up.v[c->cid] = 1;
     }
+}
+
+void hook_nested(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head)
+{
+    (void)ctx;
+    struct fclient *c = fclient_of(id, gen);
+    struct sent *s = c ? sent_of_seq(c, seq) : NULL;
+    tr("gateway: message %llu of C%d goes nested to the worker running its %llu", (unsigned long long)seq,
+       c ? c->cid : -1, (unsigned long long)head);
+    if (s && (s->type == KIPC_RESPONSE || s->op >= OP_PING))
+        fail("C%d's %s %llu went nested to a worker: only a message for a worker may", c->cid, op_names[s->op],
+             (unsigned long long)seq);
+    if (s)
+        s->nested_in = (int)head;
 }
 
 void hook_closed(void *ctx, uint32_t id, uint32_t gen, const char *why)
@@ -114,6 +131,7 @@ void client_connect(void)
     memset(c, 0, sizeof *c);
     c->cid = S->next_cid++;
     c->unread_from = -1;
+    c->hold_seq = -1;
     VEC_PUSH(S->last_seq, -1);
     VEC_PUSH(S->by_cid, c);
     c->fd = sv[1];
@@ -176,7 +194,7 @@ struct fclient *pick_client(int need_ready)
 static void add_sent(struct fclient *c, int type, int op, int arg)
 {
     struct sent s = {.type = (uint8_t)type, .op = (uint8_t)op, .arg = arg, .end = c->out_base + c->out.len,
-                     .seq = type == KIPC_RESPONSE ? -1 : c->nseq++, .grp = c->group, .last_push = -1};
+                     .seq = type == KIPC_RESPONSE ? -1 : c->nseq++, .grp = c->group, .last_push = -1, .nested_in = -1};
     VEC_PUSH(c->sent, s);
     if (type == KIPC_SYNC)
         VEC_PUSH(c->pend, c->sent.n - 1);
@@ -187,7 +205,9 @@ static void add_sent(struct fclient *c, int type, int op, int arg)
  * group it may run on, or -1 if the gateway must refuse it. */
 static int put_request(struct fclient *c, int type, const char *text)
 {
-    if (!enabled(SIM_EV_ROUTE) || !chance(15)) {
+    if (!enabled(SIM_EV_ROUTE) || c->hold_seq == c->nseq || !chance(15)) { /* (a call from inside a
+                 * callback never routed: a route waits for the request that called back, as a
+                 * gateway command does, so a client that waits for its reply waits for ever) */
         put_text(&c->out, type, "%s", text);
         return c->group;
     }
@@ -516,6 +536,8 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
         return cfg->max_queue < 1000 ? NULL : "max_queue 1000, never reached here";
     if (HAS("qgate: timeout (queued "))
         return cfg->queue_timeout > 0 ? NULL : "no queue_timeout";
+    if (HAS("qgate: timeout (the worker that called back ") || HAS("qgate: the worker that called back was lost"))
+        return r->nested_in < 0 ? "a request that did not run nested" : lost ? NULL : "no worker died or timed out";
     if (HAS("qgate: timeout ("))
         return S->g.query_timeouts ? NULL : "no query timed out";
     if (HAS("qgate: worker ") && strstr(e, " lost"))
@@ -573,16 +595,79 @@ static void client_got_async(struct fclient *c, const char *s)
     tr("C%d got push \"%s\"", c->cid, s);
 }
 
-/* A sync message for c (text s): a worker's callback for one of c's requests; c answers it. */
+static void client_request(struct fclient *c, int op);
+
+/* c answers the callback of its request seq (wid: the worker's id back, which checks that the
+ * answer reaches it). */
+static void answer_callback(struct fclient *c, const char *answer, int seq)
+{
+    put_text(&c->out, KIPC_RESPONSE, "%s", answer);
+    add_sent(c, KIPC_RESPONSE, OP_RESP, seq);
+    tr("C%d answers callback %d", c->cid, seq);
+}
+
+/* A sync message for c (text s): a worker's callback for one of c's requests; c answers it, or
+ * now and then first calls the gateway on the same handle, as from inside q's .z.pg, holding the
+ * answer until that request's reply comes (q runs it nested, on the worker that called back). */
 static void client_got_callback(struct fclient *c, const char *s)
 {
+    static const int nest_ops[] = {OP_ECHO, OP_BIG, OP_ERR, OP_PUSH, OP_CB, OP_GUID, OP_SLOW};
     int cid = -1, seq = -1, wid = -1;
     if (sscanf(s, "c %d %d %d", &cid, &seq, &wid) != 3 || cid != c->cid)
         fail("C%d got a sync request that is not its own: \"%s\"", c->cid, s);
-    put_text(&c->out, KIPC_RESPONSE, "r %d %d %d", cid, seq, wid); /* (the worker's id back: the
-                                                                    * answer must reach it) */
-    add_sent(c, KIPC_RESPONSE, OP_RESP, seq);
-    tr("C%d answers callback %d", c->cid, seq);
+    char answer[64];
+    snprintf(answer, sizeof answer, "r %d %d %d", cid, seq, wid);
+    const struct sent *r = sent_of_seq(c, (uint64_t)seq);
+    int outstanding = 0; /* (as a q client: it waits in the request that called back, and no other) */
+    for (int i = c->pend_off; i < c->pend.n; i++)
+        outstanding += !c->sent.v[c->pend.v[i]].answered;
+    if (c->hold_seq < 0 && r && r->op == OP_CB && !r->answered && outstanding == 1 && !c->bad && !c->half &&
+        enabled(SIM_EV_NEST) && chance(40)) {
+        c->hold_seq = c->nseq;
+        snprintf(c->hold, sizeof c->hold, "%s", answer);
+        client_request(c, nest_ops[rnd((int)QG_ARRAY_LEN(nest_ops))]);
+        tr("C%d, in callback %d, calls the gateway (request %d) before it answers", c->cid, seq, c->hold_seq);
+        return;
+    }
+    answer_callback(c, answer, seq);
+}
+
+/* The request a reply (x, text s) answers: the oldest outstanding, unless requests sent nested
+ * within it (or before) are outstanding: then one of those, the one its text names if it names
+ * one, else (the gateway's error in its place) the one its worker answered first (the worker
+ * answers them in its own order, all before the request they ran within). */
+static struct sent *reply_target(struct fclient *c, K x, const char *s)
+{
+    while (c->pend_off < c->pend.n && c->sent.v[c->pend.v[c->pend_off]].answered)
+        c->pend_off++;
+    if (c->pend_off == c->pend.n)
+        fail("C%d got a reply with no request outstanding: \"%s\" (type %d)", c->cid, s, x->t);
+    struct sent *r0 = NULL, *named = NULL, *first = NULL;
+    for (int i = c->pend_off; i < c->pend.n && !r0; i++) {
+        struct sent *y = &c->sent.v[c->pend.v[i]];
+        if (!y->answered && y->nested_in < 0)
+            r0 = y;
+    }
+    int cid = -1, seq = -1, n = 0;
+    const char *t = x->t == KT_ERROR ? x->s : s;
+    int parsed = sscanf(t, x->t == KT_ERROR ? "E %d %d" : "R %d %d", &cid, &seq) == 2 ||
+                 (x->t == KT_LIST && x->n == 2 && kK(x)[1]->t == KT_CHAR && kK(x)[1]->n < 60 &&
+                  sscanf(s, "%*[^\"]\"R %d %d", &cid, &seq) == 2);
+    for (int i = c->pend_off; i < c->pend.n; i++) {
+        struct sent *y = &c->sent.v[c->pend.v[i]];
+        if (y->answered || y->nested_in < 0 || (r0 && y->nested_in > r0->seq))
+            continue;
+        n++;
+        if (!first || (y->emitted && (!first->emitted || y->emitted < first->emitted)))
+            first = y;
+        if (parsed && y->seq == seq)
+            named = y;
+    }
+    if (!n)
+        return r0;
+    if (parsed && !named)
+        fail("C%d got \"%s\" before the replies of the %d request(s) it sent nested within it", c->cid, s, n);
+    return named ? named : first;
 }
 
 /* The reply x to c's .qgate.all r: "R cid seq" from each worker (one at least), razed into one
@@ -691,14 +776,21 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
         client_got_callback(c, s);
         return;
     }
-    if (c->pend_off == c->pend.n)
-        fail("C%d got a reply with no request outstanding: \"%s\" (type %d)", c->cid, s, x->t);
-    struct sent *r = &c->sent.v[c->pend.v[c->pend_off++]];
+    struct sent *r = reply_target(c, x, s);
     r->answered = 1;
+    while (c->pend_off < c->pend.n && c->sent.v[c->pend.v[c->pend_off]].answered)
+        c->pend_off++; /* (outstanding: from pend_off on) */
+    if (r->seq == c->hold_seq) { /* the call it made from inside a callback is answered: so is that */
+        c->hold_seq = -1;
+        int cbseq = -1;
+        sscanf(c->hold, "r %*d %d", &cbseq);
+        answer_callback(c, c->hold, cbseq);
+    }
     const char *op = op_names[r->op];
     tr("C%d got the reply to %s %d: %s%s", c->cid, op, r->seq, x->t == KT_ERROR ? "'" : "",
        x->t == KT_ERROR ? x->s : (s[0] ? s : "(value)"));
-    if (x->t == KT_ERROR && (!strncmp(x->s, "qgate: timeout (", 16) || !strncmp(x->s, "qgate: worker ", 14)))
+    if (x->t == KT_ERROR && (!strncmp(x->s, "qgate: timeout (", 16) || !strncmp(x->s, "qgate: worker ", 14) ||
+                             !strncmp(x->s, "qgate: the worker that called back", 34)))
         r->abandoned = 1; /* the worker may still run it */
 
     if (r->op >= OP_PAUSE && r->op <= OP_ENABLE) {

@@ -104,7 +104,7 @@ static void fw_conn_gone(struct fworker *w, int i)
     tpub_conn_gone(w, i);
     fwc_reset(&w->k[i]);
     if (w->waiting_cb && w->cb_conn == i)
-        w->waiting_cb = 0; /* q's sync call on that handle fails: it goes on */
+        w->waiting_cb = w->nowed = 0; /* q's sync call on that handle fails: it goes on */
 }
 
 /* Every connection closed, nothing deferred (the process died, or starts afresh). */
@@ -112,7 +112,7 @@ void fw_reset(struct fworker *w)
 {
     for (int i = 0; i < FW_CONNS; i++)
         fw_conn_gone(w, i);
-    w->waiting_cb = 0;
+    w->waiting_cb = w->nowed = 0;
     for (int i = 0; i < w->deferred.n; i++)
         sb_free(&w->deferred.v[i].msg);
     w->deferred.n = 0;
@@ -239,7 +239,8 @@ static void fw_reply(struct fworker *w, int i, int cid, struct sbuf *m, int may_
 {
     if (m->len > S->max_msg)
         S->max_msg = m->len;
-    if (may_defer && S->defer_pct && chance(S->defer_pct)) {
+    if (may_defer && !w->waiting_cb && S->defer_pct && chance(S->defer_pct)) { /* (a nested run's reply:
+                                            * at once, as the client waits in it to answer) */
         struct dfr d = {.conn = i, .serial = w->k[i].serial, .cid = cid, .due_ms = S->now_us / 1000 + rnd(20), .msg = *m};
         *m = (struct sbuf){0};
         VEC_PUSH(w->deferred, d);
@@ -391,11 +392,22 @@ static void check_session_worker(const struct fworker *w, const char *s, int cid
         fail("W%d ran \"%s\" of C%d, whose session is on W%d", w->wid, s, cid, S->sess_wid.v[cid]);
 }
 
+/* w answers request seq of client cid now: noted, for the order of replies nested ones keep. */
+static void note_emitted(int cid, int seq)
+{
+    struct fclient *c = cid >= 0 && cid < S->by_cid.n ? S->by_cid.v[cid] : NULL;
+    struct sent *x = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
+    if (x)
+        x->emitted = ++S->emits;
+}
+
 /* What sync request seq of client cid asks of w, on its connection i: its reply ("R cid seq", an
  * error, a guid, a big string; deferred or not), pushes before it, a callback, a slow run. */
 static void worker_answer(struct fworker *w, int i, int cid, int seq, int op, int arg)
 {
     struct fwconn *k = &w->k[i];
+    if (op != OP_CB && !(op == OP_ALL && (arg & 2)))
+        note_emitted(cid, seq);
     switch (op) {
     case OP_PUSH: /* (some carry a guid: not for an old client) */
         for (int j = 0; j < arg; j++)
@@ -413,7 +425,12 @@ static void worker_answer(struct fworker *w, int i, int cid, int seq, int op, in
         /* fall through */
     case OP_CB: /* (some carry a guid: an old client's is answered 'type by the gateway) */
         put_tagged(&k->out, KIPC_SYNC, (cid + seq) % 5 == 2, "c %d %d %d", cid, seq, w->wid);
-        w->waiting_cb = 1;
+        if (w->waiting_cb == (int)QG_ARRAY_LEN(w->cb_outer) + 1)
+            fail("W%d waits in %d callbacks, one in another", w->wid, w->waiting_cb + 1);
+        if (w->waiting_cb) /* a callback from a run nested in one it waits in */
+            w->cb_outer[w->waiting_cb - 1] = (struct fwcall){w->cb_conn, w->cb_cid, w->cb_seq};
+        w->waiting_cb++;
+        w->owed[w->nowed++] = seq;
         w->cb_conn = i;
         w->cb_cid = cid;
         w->cb_seq = seq;
@@ -466,8 +483,18 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
     struct fclient *c = S->by_cid.v[cid];
     if ((kind == 'q') != (type == KIPC_SYNC))
         fail("W%d got \"%s\" as a %s message", w->wid, s, kipc_type_name(type));
-    struct sent *x = check_run_order(w, type, s, c, cid, seq);
-    if (S->session && w->group != S->bc_group) { /* one worker for all a session sends */
+    struct sent *x;
+    if (w->waiting_cb) { /* run nested, inside the callback it waits in: that client's, sent nested */
+        x = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
+        if (cid != w->cb_cid)
+            fail("W%d, waiting in a callback to C%d, got \"%s\" of C%d", w->wid, w->cb_cid, s, cid);
+        if (x && x->nested_in < 0)
+            fail("W%d, waiting in a callback to C%d, got \"%s\", which the gateway did not say it nested", w->wid,
+                 cid, s);
+    } else {
+        x = check_run_order(w, type, s, c, cid, seq);
+    }
+    if (S->session && w->group != S->bc_group && !w->waiting_cb) { /* one worker for all a session sends */
         check_session_worker(w, s, cid);
         if (k->first_sess < 0)
             k->first_sess = cid;
@@ -486,7 +513,7 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
 }
 
 /* May w take the next message of its connection i now? A whole one (or the handshake), and,
- * while q waits in a callback, only the answer on that connection. */
+ * while q waits in a callback, only one on that connection (the answer, or one it runs nested). */
 static int fw_ready(const struct fworker *w, int i)
 {
     const struct fwconn *k = &w->k[i];
@@ -502,7 +529,7 @@ static int fw_ready(const struct fworker *w, int i)
         fail("W%d got a bad header: %s", w->wid, why);
     if (k->in.len < h.len)
         return 0;
-    return !w->waiting_cb || (i == w->cb_conn && h.type == KIPC_RESPONSE);
+    return !w->waiting_cb || i == w->cb_conn;
 }
 
 /* Does connection k hold a whole message (its header says how long)? */
@@ -522,6 +549,17 @@ static void fw_close_ended(struct fworker *w)
             tr("W%d: ran what it had read of connection %d, which the gateway closed: closes it", w->wid, i);
             fw_conn_gone(w, i);
         }
+}
+
+/* Is seq a callback w waits in (the client's whose the innermost is), not yet answered? Taken. */
+static int take_owed(struct fworker *w, int seq)
+{
+    for (int j = 0; j < w->nowed; j++)
+        if (w->owed[j] == seq) {
+            w->owed[j] = w->owed[--w->nowed];
+            return 1;
+        }
+    return 0;
 }
 
 /* Run what arrived, one message at a time, as q does: from whichever connection (q's select
@@ -572,15 +610,26 @@ void worker_process(struct fworker *w, int max)
             int cid, seq, wid;
             if (!w->waiting_cb)
                 fail("W%d got a response it did not ask for: \"%s\"", w->wid, s);
-            if (x->t == KT_ERROR) {
+            if (x->t == KT_ERROR) { /* (for one the client was not given: which, its text does not say) */
                 tr("W%d: callback answered by the gateway: '%s", w->wid, x->s);
-            } else if (sscanf(s, "r %d %d %d", &cid, &seq, &wid) != 3 || cid != w->cb_cid || seq != w->cb_seq ||
-                       wid != w->wid) {
+            } else if (sscanf(s, "r %d %d %d", &cid, &seq, &wid) != 3 || cid != w->cb_cid || wid != w->wid ||
+                       !take_owed(w, seq)) { /* (any it waits in: a client that sent ahead what ran
+                               * nested, and answers in the order it was called, not q's: q pairs
+                               * them so too) */
                 fail("W%d waited for the answer to callback %d of C%d and got \"%s\"", w->wid, w->cb_seq,
                      w->cb_cid, s);
             }
-            w->waiting_cb = 0;
-            fw_reply_text(w, i, w->cb_cid, 1, "R %d %d", w->cb_cid, w->cb_seq);
+            int cid0 = w->cb_cid, seq0 = w->cb_seq;
+            if (--w->waiting_cb) { /* back in the callback around it */
+                const struct fwcall *o = &w->cb_outer[w->waiting_cb - 1];
+                w->cb_conn = o->conn;
+                w->cb_cid = o->cid;
+                w->cb_seq = o->seq;
+            } else {
+                w->nowed = 0; /* (those the gateway answered: never the client's to answer) */
+            }
+            note_emitted(cid0, seq0);
+            fw_reply_text(w, i, cid0, 1, "R %d %d", cid0, seq0);
             tr("W%d: callback answered, replies", w->wid);
         } else if (x->t == KT_CHAR && x->n == 0) { /* the gateway's chaser */
             if (type == KIPC_SYNC)

@@ -695,7 +695,8 @@ static void start_world(void)
     if (config_build(cfg, S->conf_path, NULL, err, sizeof err))
         fail("the simulation's configuration was refused: %s", err);
     struct gw_hooks hooks = {.now_us = hook_now, .connect = hook_connect, .lost = hook_lost, .closed = hook_closed, .unread = hook_unread,
-                             .dispatched = hook_dispatched, .query_key = hook_query_key, .manual_pools = 1};
+                             .dispatched = hook_dispatched, .query_key = hook_query_key, .manual_pools = 1,
+                             .nested = hook_nested};
     if (S->alog_manual)
         hooks.alog_start = hook_alog_start;
     if (gw_init(&S->g, cfg, S->conf_path, NULL, &hooks))
@@ -808,6 +809,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     res->half_closes = S->half_closes;
     res->half_answered = S->half_answered;
     res->hold_passed = (long)S->g.held_passed;
+    res->nested = (long)S->g.nested;
     res->hold_refused = (long)S->g.refused[REFUSED_HOLD_MAX].n;
     res->pending_waits = (long)S->g.pending_waits;
     tr("quiescence");

@@ -14,7 +14,7 @@
     X(CONNECT) X(SEND) X(WRITE) X(READ) X(CLOSE) X(STALL) X(BADMSG) X(COMMAND) X(ADMIN)     \
     X(ASYNC) X(PIPELINE) X(WREAD) X(WPROCESS) X(WWRITE) X(WDIE) X(WPUSH) X(CALLBACK) X(POOL) \
     X(CLOCK) X(RELOAD) X(STEP) X(OLDCAP) X(REMOTE) X(BIGREPLY) X(ROUTE) X(PAUSE) X(DISABLE)  \
-    X(SCRAPE) X(LOGSINK) X(ALOGSINK) X(MIDWRITE)
+    X(SCRAPE) X(LOGSINK) X(ALOGSINK) X(MIDWRITE) X(NEST)
 #define SIM_EV_ENUM(e) SIM_EV_##e,
 enum sim_event { SIM_EVENTS(SIM_EV_ENUM) SIM_EV_N };
 #undef SIM_EV_ENUM
@@ -47,6 +47,7 @@ struct sim_result {
     long mid_events;      /* peers that acted in the middle of an iteration (MIDWRITE) */
     long http_501;        /* HTTP requests for a handshake answered 501 whole */
     long hold_passed;     /* replies sent as the worker sent them for hold_max */
+    long nested;          /* clients' messages run nested on the worker waiting on their callback */
     long hold_refused;    /* replies and .qgate.alls refused for it */
     long pending_waits;   /* messages whose reading waited for room under pending_max */
     long half_closes;     /* clients that shut their side and read on */

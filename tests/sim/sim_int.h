@@ -86,6 +86,10 @@ struct sent {
     size_t end;          /* offset in the output stream where it ends */
     int seq;             /* the gateway's request number, -1 for responses */
     int last_push;       /* OP_PUSH: the last of its pushes that came ("p cid seq j": j), -1 none */
+    int nested_in;       /* the gateway sent it nested to the worker waiting in a callback while it
+                          * ran request nested_in (its nested hook): its reply comes before that
+                          * one's, in the order the worker answers; -1: not nested */
+    long emitted;        /* when its worker answered it (S->emits then), 0 not yet */
 };
 
 enum { FC_FREE, FC_HS, FC_READY, FC_DONE };
@@ -120,6 +124,9 @@ struct fclient {
     int gw_closed;       /* the gateway closed it (EOF) */
     char why[96];        /* the gateway's reason, from its close hook */
     int got_bytes;
+    int hold_seq;        /* a callback's answer held until the reply to request hold_seq comes (a
+                          * q client in .z.pg, calling the gateway on the same handle): -1 none */
+    char hold[64];       /* that answer */
 };
 
 enum { FW_DOWN, FW_HS, FW_UP };
@@ -161,8 +168,15 @@ struct fworker {
     int uds;             /* its Unix socket (local_workers = unix tries it first): UDS_OK, or
                           * UDS_REFUSE (not listening), UDS_MUTE (closes before the handshake) */
     struct fwconn k[FW_CONNS];
-    int waiting_cb;      /* a callback was sent on k[cb_conn]: q waits for that client's answer */
+    int waiting_cb;      /* callbacks it waits in, the innermost sent on k[cb_conn] (q waits for
+                          * that client's answer, running what else comes on that handle nested) */
     int cb_conn, cb_cid, cb_seq;
+    struct fwcall {
+        int conn, cid, seq;
+    } cb_outer[32];      /* the callbacks it waits in around the innermost */
+    int owed[33], nowed; /* their numbers, none answered yet (a client that answers in the
+                          * order it was called pairs its answers otherwise than q would: q
+                          * takes the next as the innermost's) */
     int conns;           /* connections so far */
     VEC(int) seen_async_last; /* per cid: the last async seq this worker ran (broadcast order) */
     VEC(struct dfr) deferred;
@@ -183,6 +197,7 @@ struct tpub {
 };
 
 struct sim {
+    long emits;          /* replies workers wrote (struct sent emitted) */
     const struct sim_opts *o;
     struct sim_result *res;
     uint64_t rng;
@@ -281,6 +296,7 @@ void tpub_check(const struct tpub *t, int id);
 /* ---- fclient.c: the fake clients ---------------------------------------------------------- */
 
 void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq);
+void hook_nested(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head);
 void hook_closed(void *ctx, uint32_t id, uint32_t gen, const char *why);
 void hook_unread(void *ctx, uint32_t id, uint32_t gen, uint64_t next_seq);
 struct fclient *fclient_of(uint32_t id, uint32_t gen);
