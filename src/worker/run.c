@@ -21,6 +21,9 @@
  *                                    -> DROP: it belongs to nobody; counted (w->dropped), logged
  *   sync (a callback, with .z.w)     -> STREAM to the running request's client, which answers;
  *                                       with no such client the worker gets an error
+ *   response to what that client sent nested meanwhile (q runs it in h x: run.nested counts
+ *   them)                            -> STREAM to that client, made fit as a publish is; the
+ *                                       run goes on (the innermost's first, the run's own last)
  * FORWARD collects the message whole and puts it into the client's output at a message
  * boundary (conn_push_whole_loop): another worker may be streaming to that client meanwhile.
  * A publish or callback for a client that cannot take it as it is (capability below 3: checked
