@@ -803,6 +803,118 @@ static void test_pending_until_written(void **state)
     duo_close(&d);
 }
 
+/* A client that, owing its worker a callback's answer, sends a request (a q client calling the
+ * gateway from inside .z.pg) has it run nested on that worker at once, as q runs what comes
+ * on the handle it waits on; the worker's next response is its reply, and the run goes on to
+ * its own. (Before: the request waited behind the one that called back: nothing reached the
+ * worker.) Then the worker's loss under a nested call: an error for it, then the run's. */
+static void test_nested_call(void **state)
+{
+    (void)state;
+    struct duo d;
+    duo_open(&d, &g.cfg.query_timeout, 0);
+    struct worker *w = d.w;
+    struct client *a = d.a;
+    char got[300];
+    uint64_t nested = g.nested;
+    send_text(d.pa, KIPC_SYNC, "q");
+    client_in(a);
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
+    send_text(d.wp, KIPC_SYNC, "cb"); /* .z.w"cb" */
+    worker_in(w);
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_SYNC);
+    assert_string_equal(got, "cb");
+    send_text(d.pa, KIPC_ASYNC, "a:1"); /* from inside the callback: async, then sync */
+    send_text(d.pa, KIPC_SYNC, "n");
+    client_in(a);
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_ASYNC); /* at once, to the worker in it */
+    assert_string_equal(got, "a:1");
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
+    assert_string_equal(got, "n");
+    assert_int_equal(w->run.nested, 1);
+    assert_int_equal(g.nested, nested + 2);
+    send_text(d.wp, KIPC_RESPONSE, "r:n"); /* its reply: to the client, the run goes on */
+    worker_in(w);
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:n");
+    assert_int_equal(w->st, WS_BUSY);
+    assert_int_equal(w->run.phase, WB_CALLED); /* back in the callback */
+    send_text(d.pa, KIPC_RESPONSE, "answer");
+    client_in(a);
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "answer");
+    send_text(d.wp, KIPC_RESPONSE, "r:q");
+    worker_in(w);
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:q");
+    assert_int_equal(w->st, WS_IDLE);
+    assert_int_equal(a->ncalls, 0);
+    /* the worker lost under a nested call: its error first, then the run's */
+    send_text(d.pa, KIPC_SYNC, "q2");
+    client_in(a);
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
+    send_text(d.wp, KIPC_SYNC, "cb2");
+    worker_in(w);
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_SYNC);
+    send_text(d.pa, KIPC_SYNC, "n2");
+    client_in(a);
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
+    close(d.wp);
+    worker_in(w);
+    assert_int_equal(w->st, WS_DOWN);
+    settle_pools();
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "'qgate: the worker that called back was lost");
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "'qgate: worker w1 lost");
+    assert_false(readable(d.pa));
+    int wp2;
+    d.w = fake_worker("w2", &wp2); /* (for duo_close) */
+    worker_remove_loop(&g, w);
+    d.wp = wp2;
+    duo_close(&d);
+}
+
+/* A callback given a client that waits in a sync call it made inside another callback is
+ * answered first, as q answers it (nested); otherwise in turn. */
+static void test_answer_deepest_first(void **state)
+{
+    (void)state;
+    int p1, p2, pa;
+    struct worker *w1 = fake_worker("w1", &p1), *w2 = fake_worker("w2", &p2);
+    struct client *a = fake_client(&pa);
+    char got[300];
+    assert_int_equal(callback_add_loop(&g, a, &w1->c), 0);
+    a->level = 1; /* it sent a sync request from inside w1's callback, and waits in it */
+    assert_int_equal(callback_add_loop(&g, a, &w2->c), 0); /* given it meanwhile: run nested */
+    a->level = 0;
+    send_text(pa, KIPC_RESPONSE, "to w2");
+    client_in(a);
+    assert_int_equal(recv_text(p2, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "to w2");
+    assert_false(readable(p1));
+    send_text(pa, KIPC_RESPONSE, "to w1");
+    client_in(a);
+    assert_int_equal(recv_text(p1, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "to w1");
+    assert_int_equal(a->ncalls, 0);
+    assert_int_equal(callback_add_loop(&g, a, &w1->c), 0); /* in turn, at one level */
+    assert_int_equal(callback_add_loop(&g, a, &w2->c), 0);
+    send_text(pa, KIPC_RESPONSE, "first");
+    client_in(a);
+    assert_int_equal(recv_text(p1, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "first");
+    send_text(pa, KIPC_RESPONSE, "second");
+    client_in(a);
+    assert_int_equal(recv_text(p2, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "second");
+    conn_close_loop(&g, &a->c, "test");
+    worker_remove_loop(&g, w1);
+    worker_remove_loop(&g, w2);
+    step();
+    close(p1), close(p2), close(pa);
+}
+
 /* Fire the timers due by now_ms. */
 static void run_timers(void)
 {
@@ -948,6 +1060,8 @@ int main(void)
         cmocka_unit_test(test_n_plus_one),
         cmocka_unit_test(test_pending_until_written),
         cmocka_unit_test(test_no_timeout_in_a_job),
+        cmocka_unit_test(test_nested_call),
+        cmocka_unit_test(test_answer_deepest_first),
         cmocka_unit_test(test_runs_timed_in_one_iteration),
         cmocka_unit_test(test_async_chaser_and_commands),
         cmocka_unit_test(test_broadcast_fair),
