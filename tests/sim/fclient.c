@@ -5,6 +5,7 @@
  * own, in order; a gateway error only when the world justifies it; a close only for a reason
  * a client can be told). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -781,10 +782,12 @@ static void client_got(struct fclient *c, int type, K x, int compressed)
     while (c->pend_off < c->pend.n && c->sent.v[c->pend.v[c->pend_off]].answered)
         c->pend_off++; /* (outstanding: from pend_off on) */
     if (r->seq == c->hold_seq) { /* the call it made from inside a callback is answered: so is that */
+        ptrdiff_t at = r - c->sent.v;
         c->hold_seq = -1;
         int cbseq = -1;
         sscanf(c->hold, "r %*d %d", &cbseq);
         answer_callback(c, c->hold, cbseq);
+        r = &c->sent.v[at]; /* (c->sent may have moved) */
     }
     const char *op = op_names[r->op];
     tr("C%d got the reply to %s %d: %s%s", c->cid, op, r->seq, x->t == KT_ERROR ? "'" : "",
