@@ -216,11 +216,17 @@ static void req_drop_msg(struct gw *g, struct client *c, struct req *r)
 
 static void pop_head(struct gw *g, struct client *c) { request_remove_loop(g, c, client_head(c), 1); }
 
-void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered)
+/* x leaves c's requests: its reply given, or never to be. */
+static void req_leaves(struct client *c, const struct req *x)
 {
     if (x->blocks)
         callback_unblock_loop(c);
     c->nsync -= x->type == KIPC_SYNC;
+}
+
+void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered)
+{
+    req_leaves(c, x);
     access_req_loop(g, c, x, answered);
     request_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
     STAILQ_REMOVE(&c->reqs, x, req, link);
@@ -497,6 +503,7 @@ void request_advance_loop(struct gw *g, struct client *c)
     while (!c->c.closing && (r = client_head(c))) {
         if (r->state == RS_READY) {
             STAILQ_REMOVE_HEAD(&c->reqs, link);
+            req_leaves(c, r);
             access_req_loop(g, c, r, 1);
             log_debug(c->c.name, "request %llu: reply of %zu bytes%s", (unsigned long long)r->seq,
                       r->reply ? r->reply->len : 0, c->c.fd >= 0 ? "" : " dropped (the client has gone)");
@@ -575,13 +582,11 @@ void request_head_done_loop(struct gw *g, struct client *c)
 
 /* ---- the pause for client_max_pending ------------------------------------------------------ */
 
-/* Paused c reads again, and frames what it has read already. */
+/* Paused c reads again (what it had read is framed already: a pause stops the reads after). */
 static void read_again(struct gw *g, struct client *c)
 {
     c->paused = 0;
     conn_set_reading_loop(g, &c->c, 1);
-    if (inbuf_avail(&c->c.in))
-        conn_backlog_add_loop(g, &c->c);
 }
 
 void request_check_pending_loop(struct gw *g, struct client *c)
@@ -741,6 +746,7 @@ static void close_with_error(struct gw *g, struct client *c, const char *text, s
     r->t_in_us = loop_stamp_us_loop(g);
     r->in_len = len;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
+    c->nsync++;
     request_error_loop(g, c, r, "%s", text);
 }
 
