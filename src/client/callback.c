@@ -80,9 +80,11 @@ int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *
  * request number) one c sent nested. */
 static void forward(struct gw *g, struct client *c, struct conn *wc, uint8_t *msg, size_t len, uint64_t seq)
 {
-    if (msg[1] != KIPC_RESPONSE && g->hooks.nested) {
+    if (msg[1] != KIPC_RESPONSE) {
+        g->nested++;
         const struct req *h = client_head(c);
-        g->hooks.nested(g->hooks.ctx, c->c.id, c->c.gen, seq, h ? h->seq : seq);
+        if (g->hooks.nested)
+            g->hooks.nested(g->hooks.ctx, c->c.id, c->c.gen, seq, h ? h->seq : seq);
     }
     g->back->answer(g, wc, msg, len);
 }
@@ -105,6 +107,7 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
         j->in_len = len;
         job_args(j)->check = (struct job_check){.max = g->cfg.max_message, .w_id = wc->id, .w_gen = wc->gen};
         conn_submit_loop(g->readers, j, &c->c, seq);
+        c->nest_job = !k && msg[1] == KIPC_SYNC;
         return stream_job_wait_loop(g, &c->c);
     }
     struct kerr e;
@@ -180,6 +183,8 @@ static struct conn *nest_target(struct gw *g, const struct client *c)
 
 void callback_nested_error_loop(struct gw *g, struct client *c, const char *text)
 {
+    if (!client_takes_output(c))
+        return;
     size_t len;
     uint8_t *m = kcodec_error_msg(text, &len); /* (a few bytes: on the loop) */
     struct chunk *ch = m ? chunk_wrap(m, len) : NULL;
@@ -188,6 +193,15 @@ void callback_nested_error_loop(struct gw *g, struct client *c, const char *text
         return;
     }
     conn_push_whole_loop(g, &c->c, ch);
+}
+
+void callback_nested_lost_loop(struct gw *g, struct client *c, const char *text)
+{
+    if (c->nest_job != 1)
+        return;
+    callback_nested_error_loop(g, c, text);
+    callback_nested_done_loop(c);
+    c->nest_job = 2;
 }
 
 size_t callback_nest_unsent_loop(struct gw *g, const struct client *c)
@@ -201,7 +215,6 @@ int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len,
     struct conn *wc = c->ncalls ? nest_target(g, c) : NULL;
     if (!wc)
         return -1;
-    g->nested++;
     uint64_t seq = c->next_seq++; /* (numbered as requests are) */
     c->nest_out += msg[1] == KIPC_SYNC; /* (its callbacks are all this worker's: the order in which
                                          * it answers them does not change where they go) */
@@ -222,11 +235,20 @@ void callback_checked_loop(struct gw *g, struct job *j)
     stream_job_done_loop(g, &c->c); /* it reads on */
     struct call k = {.w_id = job_args(j)->check.w_id, .w_gen = job_args(j)->check.w_gen};
     struct conn *wc = conn_lookup_loop(g, k.w_id, k.w_gen);
-    int type = j->in[1];
+    int type = j->in[1], told = c->nest_job == 2;
+    c->nest_job = 0;
     if (j->result) {
         if (type == KIPC_RESPONSE)
             tell_no_answer(g, &k);
         request_bad_message_loop(g, c, j->text);
+        return;
+    }
+    if (told) /* its worker was lost meanwhile: its error came, in its place */
+        return;
+    if (type != KIPC_RESPONSE && job_args(j)->check.form.kind) { /* a route, seen inflated: no nested run */
+        callback_nested_done_loop(c);
+        request_nested_route_loop(g, c, j->in, j->in_len, j->seq);
+        j->in = NULL;
         return;
     }
     if (wc && wc->kind == CONN_WORKER && (type == KIPC_RESPONSE || g->back->nests(wc, c))) {

@@ -174,6 +174,8 @@ struct client {
                           * answering it first */
     int nsync;           /* sync requests it sent not yet answered (on reqs) */
     int nest_out;        /* sync messages it sent nested whose replies it has not been given */
+    uint8_t nest_job;    /* a sync message it sent nested is on a reader: 1; 2: its worker was
+                          * lost meanwhile, and its error given it (the innermost, first) */
 };
 
 static inline struct req *client_head(const struct client *c) { return STAILQ_FIRST(&c->reqs); }
@@ -306,6 +308,10 @@ void request_session_lost_loop(struct gw *g, struct client *c, int cut, const ch
 void request_finish_if_gone_loop(struct gw *g, struct client *c);
 
 /* ---- callback.c ------------------------------------------------------------------------- */
+/* A message c sent while it owed a callback's answer, compressed, that a reader found to be a
+ * route (seq: its number): it is not run nested but waits its turn as a request, as one that
+ * came plain does (msg owned). */
+void request_nested_route_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq);
 /* A response from the client: the answer to a callback relayed to it, the one q would take it
  * for (msg owned). SS_OK, SS_WAIT (a reader checks it first: c reads nothing more until then)
  * or SS_STOP. */
@@ -330,6 +336,9 @@ int callback_blocks_loop(const struct client *c);
 int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *w);
 /* The error text to c as the reply to a message it sent nested, ahead of anything else. */
 void callback_nested_error_loop(struct gw *g, struct client *c, const char *text);
+/* The worker c owes its answer was lost (text: the error): a sync message c sent it nested that
+ * a reader still checks gets its error now, before those of the calls around it. */
+void callback_nested_lost_loop(struct gw *g, struct client *c, const char *text);
 /* Worker w sends c a callback: its answer is expected, and c is read until it comes. 0, or -1
  * on ENOMEM. */
 int callback_add_loop(struct gw *g, struct client *c, const struct conn *w);

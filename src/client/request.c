@@ -619,6 +619,38 @@ void request_check_pending_loop(struct gw *g, struct client *c)
 
 /* ---- framing ----------------------------------------------------------------------------------- */
 
+/* Message msg (owned; header h, a as it arrived) of c, number seq, goes on its queue of requests
+ * (counts: its bytes count against pending_max until it is sent). 0 if out of memory (msg
+ * freed). */
+static int queue_req(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, const struct kipc_hdr *h,
+                     const struct jobs_arrival *a, int counts)
+{
+    struct req *r = calloc(1, sizeof *r);
+    if (!r) {
+        if (counts)
+            buf_pending_sub((size_t)h->len);
+        free(msg);
+        return 0;
+    }
+    if (h->type == KIPC_SYNC && c->ncalls && callback_owed_loop(g, c)) /* (not nested) */
+        log_limited(&g->lim.nested, g->loop.now_ms, LOG_WARN, c->c.name,
+                    "a sync request while it owes a callback's answer, not run nested (a gateway command, a route, "
+                    "or a .qgate.all's callback): it runs after the request that called back; a client that waits "
+                    "for its reply before it answers waits for ever, or until query_timeout");
+    *r = (struct req){.seq = seq, .type = h->type, .blocks = h->type == KIPC_SYNC && callback_blocks_loop(c),
+                      .msg = msg, .len = (size_t)h->len, .unchecked = a->unchecked, .route = a->route,
+                      .form = a->form, .grp = c->grp, .cmd = a->cmd, .cmd_known = !h->compressed,
+                      .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len,
+                      .counted = (uint8_t)counts};
+    c->pending += req_cost(r);
+    c->level += r->blocks; /* (a q client waits in it, inside the callback it owes) */
+    c->nsync += r->type == KIPC_SYNC;
+    STAILQ_INSERT_TAIL(&c->reqs, r, link);
+    log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
+              a->unchecked ? ", validated on a reader" : "");
+    return 1;
+}
+
 /* A whole message of h->len bytes (msg, owned): a request, or an answer to a callback. */
 int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg)
 {
@@ -661,33 +693,20 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         uncount(g, &counted);
         return st;
     }
-    struct req *r = calloc(1, sizeof *r);
-    if (!r) {
+    int counts = counted == h->len;
+    if (!counts) /* (never: the room kept is the message's) */
         uncount(g, &counted);
-        free(msg);
-        return stream_close(&c->c, "out of memory");
-    }
-    if (h->type == KIPC_SYNC && c->ncalls && callback_owed_loop(g, c)) /* (not nested) */
-        log_limited(&g->lim.nested, g->loop.now_ms, LOG_WARN, c->c.name,
-                    "a sync request while it owes a callback's answer, not run nested (a gateway command, a route, "
-                    "or a .qgate.all's callback): it runs after the request that called back; a client that waits "
-                    "for its reply before it answers waits for ever, or until query_timeout");
-    *r = (struct req){.seq = c->next_seq++, .type = h->type,
-                      .blocks = h->type == KIPC_SYNC && callback_blocks_loop(c),
-                      .msg = msg, .len = (size_t)h->len,
-                      .unchecked = a.unchecked, .route = a.route, .form = a.form, .grp = c->grp,
-                      .cmd = a.cmd, .cmd_known = !h->compressed,
-                      .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len,
-                      .counted = counted == h->len};
-    if (!r->counted) /* (never: the room kept is the message's) */
-        uncount(g, &counted);
-    c->pending += req_cost(r);
-    c->level += r->blocks; /* (a q client waits in it, inside the callback it owes) */
-    c->nsync += r->type == KIPC_SYNC;
-    STAILQ_INSERT_TAIL(&c->reqs, r, link);
-    log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
-              a.unchecked ? ", validated on a reader" : "");
-    return SS_OK;
+    return queue_req(g, c, c->next_seq++, msg, h, &a, counts) ? SS_OK : stream_close(&c->c, "out of memory");
+}
+
+void request_nested_route_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq)
+{
+    struct kipc_hdr h = {.type = msg[1], .compressed = msg[2] != 0, .len = len};
+    struct jobs_arrival a = {.unchecked = 1}; /* (checked again, as a request: its route read then) */
+    if (!queue_req(g, c, seq, msg, &h, &a, 0))
+        conn_close_loop(g, &c->c, "out of memory");
+    else
+        request_advance_loop(g, c);
 }
 
 /* What arrived has been framed: its requests go on. */

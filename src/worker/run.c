@@ -945,12 +945,16 @@ void run_lost_loop(struct gw *g, struct worker *w)
     /* a message cut in the middle of its stream leaves that client's stream broken */
     struct client *to = w->msg.route == ROUTE_STREAM && w->c.rd.phase == RD_BODY ? w->msg.to : NULL;
     int cut = to && to == c && !client_output_gone(c), cut_sess = to && to == s;
-    if (busy && c && !cut && !cut_sess && !client_output_gone(c)) /* what its client sent nested fails */
-        for (int n = w->run.nested; n > 0; n--) { /* first: as in q, the innermost call's error comes first */
-            callback_nested_error_loop(g, c, timed_out ? "qgate: timeout (the worker that called back sent nothing for query_timeout)"
-                                       : "qgate: the worker that called back was lost");
+    if (busy && c && !cut && !cut_sess && !client_output_gone(c)) { /* what its client sent nested fails,
+                                            * as in q the innermost call's error first */
+        const char *why = timed_out ? "qgate: timeout (the worker that called back sent nothing for query_timeout)"
+                                    : "qgate: the worker that called back was lost";
+        callback_nested_lost_loop(g, c, why); /* (one a reader still checks) */
+        for (int n = w->run.nested; n > 0; n--) {
+            callback_nested_error_loop(g, c, why);
             callback_nested_done_loop(c);
         }
+    }
     w->run.cl = NULL;
     worker_coll_free(w);
     w->msg = (struct wmsg){0};

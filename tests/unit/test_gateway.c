@@ -28,6 +28,7 @@
 #include "worker.h"
 #include "jobs.h"
 #include "kcodec.h"
+#include "kzip.h"
 #include "kipc.h"
 #include "log.h"
 #include "pool.h"
@@ -875,6 +876,102 @@ static void test_nested_call(void **state)
     duo_close(&d);
 }
 
+/* x as a whole message of type t, compressed as q compresses it (it must be compressible). */
+static uint8_t *zipped(K x, int t, size_t *len)
+{
+    size_t n;
+    uint8_t *m = kcodec_encode_msg(x, t, &n), *z = malloc(n);
+    k_free(x);
+    *len = kzip_compress(m, n, z);
+    assert_true(*len > 0);
+    free(m);
+    return z;
+}
+
+static K text_of_len(const char *head, size_t n)
+{
+    K s = k_vec(KT_CHAR, (int64_t)n);
+    memset(kC(s), ' ', n);
+    memcpy(kC(s), head, strlen(head));
+    return s;
+}
+
+/* What a client sends from inside a callback that a reader checks first (compressed): a route,
+ * seen only once inflated, is not run nested but waits its turn, as one sent plain does; and a
+ * sync one still on the reader when the worker is lost gets its error first, before the
+ * request's own (the innermost first). */
+static void test_nested_on_a_reader(void **state)
+{
+    (void)state;
+    struct duo d;
+    duo_open(&d, &g.cfg.query_timeout, 0);
+    struct worker *w = d.w;
+    struct client *a = d.a;
+    char got[300];
+    send_text(d.pa, KIPC_SYNC, "q");
+    client_in(a);
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
+    send_text(d.wp, KIPC_SYNC, "cb");
+    worker_in(w);
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_SYNC);
+    K r = k_list(3);
+    kK(r)[0] = k_sym(".qgate.on");
+    kK(r)[1] = k_sym("main");
+    kK(r)[2] = text_of_len("routed", 5000);
+    size_t len;
+    uint8_t *m = zipped(r, KIPC_SYNC, &len);
+    assert_int_equal(write(d.pa, m, len), (ssize_t)len);
+    free(m);
+    client_in(a);
+    settle_pools();
+    step(); /* (the backlog phase: what the client read on meanwhile) */
+    assert_false(a->c.in_backlog);
+    assert_false(readable(d.wp)); /* not to the worker in the callback */
+    assert_int_equal(w->run.nested, 0);
+    send_text(d.pa, KIPC_RESPONSE, "answer");
+    client_in(a);
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_RESPONSE);
+    send_text(d.wp, KIPC_RESPONSE, "r:q");
+    worker_in(w);
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:q");
+    settle_pools();
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC); /* the route's query, in its turn */
+    assert_int_equal(strncmp(got, "routed", 6), 0);
+    send_text(d.wp, KIPC_RESPONSE, "r:routed");
+    worker_in(w);
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "r:routed");
+    /* a nested sync one on the reader when the worker is lost */
+    send_text(d.pa, KIPC_SYNC, "q2");
+    client_in(a);
+    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
+    send_text(d.wp, KIPC_SYNC, "cb2");
+    worker_in(w);
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_SYNC);
+    m = zipped(text_of_len("nested", 5000), KIPC_SYNC, &len);
+    assert_int_equal(write(d.pa, m, len), (ssize_t)len);
+    free(m);
+    event(&a->c, EPOLLIN); /* read: to a reader (its completion is handled in a step) */
+    assert_true(a->c.in_job);
+    close(d.wp);
+    event(&w->c, EPOLLIN); /* the worker lost first */
+    assert_int_equal(w->st, WS_DOWN);
+    assert_true(conn_pending(&a->c) > 0); /* its error at once: ahead of the request's (a writer's) */
+    settle_pools();
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "'qgate: the worker that called back was lost");
+    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "'qgate: worker w1 lost");
+    assert_false(readable(d.pa));
+    assert_false(a->c.in_job);
+    int wp2;
+    d.w = fake_worker("w2", &wp2);
+    worker_remove_loop(&g, w);
+    d.wp = wp2;
+    duo_close(&d);
+}
+
 /* A callback given a client that waits in a sync call it made inside another callback is
  * answered first, as q answers it (nested); otherwise in turn. */
 static void test_answer_deepest_first(void **state)
@@ -1062,6 +1159,7 @@ int main(void)
         cmocka_unit_test(test_no_timeout_in_a_job),
         cmocka_unit_test(test_nested_call),
         cmocka_unit_test(test_answer_deepest_first),
+        cmocka_unit_test(test_nested_on_a_reader),
         cmocka_unit_test(test_runs_timed_in_one_iteration),
         cmocka_unit_test(test_async_chaser_and_commands),
         cmocka_unit_test(test_broadcast_fair),
