@@ -804,6 +804,37 @@ static void test_pending_until_written(void **state)
     duo_close(&d);
 }
 
+/* d's client sends request q, and its worker calls it back with cb (.z.w"cb"): the client
+ * owes the answer. */
+static void called_back(struct duo *d, const char *q, const char *cb)
+{
+    char got[300];
+    send_text(d->pa, KIPC_SYNC, q);
+    client_in(d->a);
+    assert_int_equal(recv_text(d->wp, got, sizeof got), KIPC_SYNC);
+    assert_string_equal(got, q);
+    send_text(d->wp, KIPC_SYNC, cb);
+    worker_in(d->w);
+    assert_int_equal(recv_text(d->pa, got, sizeof got), KIPC_SYNC);
+    assert_string_equal(got, cb);
+}
+
+/* d's worker was lost under a nested call of its client: that call's error comes first, then
+ * the request's own; another worker takes its place, for duo_close. */
+static void lost_under_nested(struct duo *d)
+{
+    char got[300];
+    settle_pools();
+    assert_int_equal(recv_text(d->pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "'qgate: the worker that called back was lost");
+    assert_int_equal(recv_text(d->pa, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, "'qgate: worker w1 lost");
+    assert_false(readable(d->pa));
+    struct worker *w = d->w;
+    d->w = fake_worker("w2", &d->wp);
+    worker_remove_loop(&g, w);
+}
+
 /* A client that, owing its worker a callback's answer, sends a request (a q client calling the
  * gateway from inside .z.pg) has it run nested on that worker at once, as q runs what comes
  * on the handle it waits on; the worker's next response is its reply, and the run goes on to
@@ -814,65 +845,43 @@ static void test_nested_call(void **state)
     (void)state;
     struct duo d;
     duo_open(&d, &g.cfg.query_timeout, 0);
-    struct worker *w = d.w;
-    struct client *a = d.a;
     char got[300];
     uint64_t nested = g.nested;
-    send_text(d.pa, KIPC_SYNC, "q");
-    client_in(a);
-    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
-    send_text(d.wp, KIPC_SYNC, "cb"); /* .z.w"cb" */
-    worker_in(w);
-    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_SYNC);
-    assert_string_equal(got, "cb");
+    called_back(&d, "q", "cb");
     send_text(d.pa, KIPC_ASYNC, "a:1"); /* from inside the callback: async, then sync */
     send_text(d.pa, KIPC_SYNC, "n");
-    client_in(a);
+    client_in(d.a);
     assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_ASYNC); /* at once, to the worker in it */
     assert_string_equal(got, "a:1");
     assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
     assert_string_equal(got, "n");
-    assert_int_equal(w->run.nested, 1);
+    assert_int_equal(d.w->run.nested, 1);
     assert_int_equal(g.nested, nested + 2);
     send_text(d.wp, KIPC_RESPONSE, "r:n"); /* its reply: to the client, the run goes on */
-    worker_in(w);
+    worker_in(d.w);
     assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "r:n");
-    assert_int_equal(w->st, WS_BUSY);
-    assert_int_equal(w->run.phase, WB_CALLED); /* back in the callback */
+    assert_int_equal(d.w->st, WS_BUSY);
+    assert_int_equal(d.w->run.phase, WB_CALLED); /* back in the callback */
     send_text(d.pa, KIPC_RESPONSE, "answer");
-    client_in(a);
+    client_in(d.a);
     assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "answer");
     send_text(d.wp, KIPC_RESPONSE, "r:q");
-    worker_in(w);
+    worker_in(d.w);
     assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "r:q");
-    assert_int_equal(w->st, WS_IDLE);
-    assert_int_equal(a->ncalls, 0);
+    assert_int_equal(d.w->st, WS_IDLE);
+    assert_int_equal(d.a->ncalls, 0);
     /* the worker lost under a nested call: its error first, then the run's */
-    send_text(d.pa, KIPC_SYNC, "q2");
-    client_in(a);
-    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
-    send_text(d.wp, KIPC_SYNC, "cb2");
-    worker_in(w);
-    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_SYNC);
+    called_back(&d, "q2", "cb2");
     send_text(d.pa, KIPC_SYNC, "n2");
-    client_in(a);
+    client_in(d.a);
     assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
     close(d.wp);
-    worker_in(w);
-    assert_int_equal(w->st, WS_DOWN);
-    settle_pools();
-    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
-    assert_string_equal(got, "'qgate: the worker that called back was lost");
-    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
-    assert_string_equal(got, "'qgate: worker w1 lost");
-    assert_false(readable(d.pa));
-    int wp2;
-    d.w = fake_worker("w2", &wp2); /* (for duo_close) */
-    worker_remove_loop(&g, w);
-    d.wp = wp2;
+    worker_in(d.w);
+    assert_int_equal(d.w->st, WS_DOWN);
+    lost_under_nested(&d);
     duo_close(&d);
 }
 
@@ -905,15 +914,8 @@ static void test_nested_on_a_reader(void **state)
     (void)state;
     struct duo d;
     duo_open(&d, &g.cfg.query_timeout, 0);
-    struct worker *w = d.w;
-    struct client *a = d.a;
     char got[300];
-    send_text(d.pa, KIPC_SYNC, "q");
-    client_in(a);
-    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
-    send_text(d.wp, KIPC_SYNC, "cb");
-    worker_in(w);
-    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_SYNC);
+    called_back(&d, "q", "cb");
     K r = k_list(3);
     kK(r)[0] = k_sym(".qgate.on");
     kK(r)[1] = k_sym("main");
@@ -922,54 +924,50 @@ static void test_nested_on_a_reader(void **state)
     uint8_t *m = zipped(r, KIPC_SYNC, &len);
     assert_int_equal(write(d.pa, m, len), (ssize_t)len);
     free(m);
-    client_in(a);
+    client_in(d.a);
     settle_pools();
     step(); /* (the backlog phase: what the client read on meanwhile) */
-    assert_false(a->c.in_backlog);
+    assert_false(d.a->c.in_backlog);
     assert_false(readable(d.wp)); /* not to the worker in the callback */
-    assert_int_equal(w->run.nested, 0);
+    assert_int_equal(d.w->run.nested, 0);
     send_text(d.pa, KIPC_RESPONSE, "answer");
-    client_in(a);
+    client_in(d.a);
     assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_RESPONSE);
     send_text(d.wp, KIPC_RESPONSE, "r:q");
-    worker_in(w);
+    worker_in(d.w);
     assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "r:q");
     settle_pools();
     assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC); /* the route's query, in its turn */
     assert_int_equal(strncmp(got, "routed", 6), 0);
     send_text(d.wp, KIPC_RESPONSE, "r:routed");
-    worker_in(w);
+    worker_in(d.w);
     assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "r:routed");
     /* a nested sync one on the reader when the worker is lost */
-    send_text(d.pa, KIPC_SYNC, "q2");
-    client_in(a);
-    assert_int_equal(recv_text(d.wp, got, sizeof got), KIPC_SYNC);
-    send_text(d.wp, KIPC_SYNC, "cb2");
-    worker_in(w);
-    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_SYNC);
+    called_back(&d, "q2", "cb2");
     m = zipped(text_of_len("nested", 5000), KIPC_SYNC, &len);
     assert_int_equal(write(d.pa, m, len), (ssize_t)len);
     free(m);
-    event(&a->c, EPOLLIN); /* read: to a reader (its completion is handled in a step) */
-    assert_true(a->c.in_job);
+    event(&d.a->c, EPOLLIN); /* read: to a reader (its completion is handled in a step) */
+    assert_true(d.a->c.in_job);
     close(d.wp);
-    event(&w->c, EPOLLIN); /* the worker lost first */
-    assert_int_equal(w->st, WS_DOWN);
-    assert_true(conn_pending(&a->c) > 0); /* its error at once: ahead of the request's (a writer's) */
-    settle_pools();
-    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
-    assert_string_equal(got, "'qgate: the worker that called back was lost");
-    assert_int_equal(recv_text(d.pa, got, sizeof got), KIPC_RESPONSE);
-    assert_string_equal(got, "'qgate: worker w1 lost");
-    assert_false(readable(d.pa));
-    assert_false(a->c.in_job);
-    int wp2;
-    d.w = fake_worker("w2", &wp2);
-    worker_remove_loop(&g, w);
-    d.wp = wp2;
+    event(&d.w->c, EPOLLIN); /* the worker lost first */
+    assert_int_equal(d.w->st, WS_DOWN);
+    assert_true(conn_pending(&d.a->c) > 0); /* its error at once: ahead of the request's (a writer's) */
+    lost_under_nested(&d);
+    assert_false(d.a->c.in_job);
     duo_close(&d);
+}
+
+/* Client c (its peer pa) answers a callback with text: it reaches the worker whose peer is wp. */
+static void answer_reaches(int pa, struct client *c, int wp, const char *text)
+{
+    char got[300];
+    send_text(pa, KIPC_RESPONSE, text);
+    client_in(c);
+    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_RESPONSE);
+    assert_string_equal(got, text);
 }
 
 /* A callback given a client that waits in a sync call it made inside another callback is
@@ -980,31 +978,18 @@ static void test_answer_deepest_first(void **state)
     int p1, p2, pa;
     struct worker *w1 = fake_worker("w1", &p1), *w2 = fake_worker("w2", &p2);
     struct client *a = fake_client(&pa);
-    char got[300];
     assert_int_equal(callback_add_loop(&g, a, &w1->c), 0);
     a->level = 1; /* it sent a sync request from inside w1's callback, and waits in it */
     assert_int_equal(callback_add_loop(&g, a, &w2->c), 0); /* given it meanwhile: run nested */
     a->level = 0;
-    send_text(pa, KIPC_RESPONSE, "to w2");
-    client_in(a);
-    assert_int_equal(recv_text(p2, got, sizeof got), KIPC_RESPONSE);
-    assert_string_equal(got, "to w2");
+    answer_reaches(pa, a, p2, "to w2");
     assert_false(readable(p1));
-    send_text(pa, KIPC_RESPONSE, "to w1");
-    client_in(a);
-    assert_int_equal(recv_text(p1, got, sizeof got), KIPC_RESPONSE);
-    assert_string_equal(got, "to w1");
+    answer_reaches(pa, a, p1, "to w1");
     assert_int_equal(a->ncalls, 0);
     assert_int_equal(callback_add_loop(&g, a, &w1->c), 0); /* in turn, at one level */
     assert_int_equal(callback_add_loop(&g, a, &w2->c), 0);
-    send_text(pa, KIPC_RESPONSE, "first");
-    client_in(a);
-    assert_int_equal(recv_text(p1, got, sizeof got), KIPC_RESPONSE);
-    assert_string_equal(got, "first");
-    send_text(pa, KIPC_RESPONSE, "second");
-    client_in(a);
-    assert_int_equal(recv_text(p2, got, sizeof got), KIPC_RESPONSE);
-    assert_string_equal(got, "second");
+    answer_reaches(pa, a, p1, "first");
+    answer_reaches(pa, a, p2, "second");
     conn_close_loop(&g, &a->c, "test");
     worker_remove_loop(&g, w1);
     worker_remove_loop(&g, w2);
