@@ -128,7 +128,10 @@ void callback_unblock_loop(struct client *c) { c->level -= c->level > 0; }
 
 void callback_nested_done_loop(struct client *c) { c->nest_out -= c->nest_out > 0; }
 
-int callback_blocks_loop(const struct client *c) { return c->ncalls && c->nsync + c->nest_out <= c->ncalls; }
+int callback_blocks_loop(struct gw *g, const struct client *c)
+{
+    return c->ncalls && c->nsync + c->nest_out <= c->ncalls && callback_owed_loop(g, c);
+}
 
 /* The callback c's answer is for: the oldest of those given it at its deepest level (a client
  * waiting in a sync call it made inside a callback runs those given it meanwhile nested,

@@ -328,10 +328,11 @@ size_t callback_nest_unsent_loop(struct gw *g, const struct client *c);
 void callback_unblock_loop(struct client *c);
 /* A sync message c sent nested has had its reply given it (or never will). */
 void callback_nested_done_loop(struct client *c);
-/* Does a sync request c sends now (it owes a callback's answer) wait inside that callback, as a
- * q client's does (it has no more requests outstanding than callbacks it is in), rather than
- * being one of many a client sends ahead? */
-int callback_blocks_loop(const struct client *c);
+/* Does a sync request c sends now wait inside a callback it owes the answer, as a q client's
+ * does (it has no more requests outstanding than callbacks it is in, and qgate has not answered
+ * them for it: a client that sent twice client_max_pending of requests meanwhile sends ahead),
+ * rather than being one of many a client sends ahead? */
+int callback_blocks_loop(struct gw *g, const struct client *c);
 /* Does c owe worker w the answer to a callback? */
 int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *w);
 /* The error text to c as the reply to a message it sent nested, ahead of anything else. */
