@@ -370,6 +370,8 @@ void stream_resume_loop(struct gw *g, struct conn *c)
     conn_set_reading_loop(g, c, 1);
     if (inbuf_avail(&c->in) && !c->in_job)
         conn_backlog_add_loop(g, c); /* what it read before a job's message paused it */
+    else if (!c->in_job && c->rd.phase != RD_WHOLE)
+        inbuf_release_idle(&c->in); /* (nothing of it left: the buffer goes, as after a frame) */
     if (conn_ops(c)->on_resume)
         conn_ops(c)->on_resume(g, c);
 }
