@@ -1,7 +1,8 @@
 /* callback.c: a worker's callbacks (a sync request it sends with .z.w while it runs a client's
- * request) relayed to that client, and the client's answers, matched to them as q matches them
- * (in turn; the innermost first when the client waits in a call it made inside one) and sent
- * back to the worker that asked, if it is still there and still waiting. A worker that will get
+ * request) relayed to that client, and the client's answers, matched to them in order and sent
+ * back to the worker that asked, if it is still there and still waiting (answers to callbacks
+ * a client runs nested, one inside another, all go to the one worker waiting in them, which
+ * pairs them as q does). A worker that will get
  * no answer (its client has gone, or stopped reading) is told so. What the client sends while it
  * owes the answer goes to that worker, nested, as q runs what comes on the handle it waits on
  * in h x (the worker side takes the replies: run.c). */
@@ -23,7 +24,6 @@ int callback_add_loop(struct gw *g, struct client *c, const struct conn *w)
         return -1;
     k->w_id = w->id;
     k->w_gen = w->gen;
-    k->level = c->level;
     STAILQ_INSERT_TAIL(&c->calls, k, link);
     c->ncalls++;
     request_check_pending_loop(g, c);
@@ -124,32 +124,11 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
     return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
 }
 
-void callback_unblock_loop(struct client *c) { c->level -= c->level > 0; }
-
-void callback_nested_done_loop(struct client *c) { c->nest_out -= c->nest_out > 0; }
-
-int callback_blocks_loop(struct gw *g, const struct client *c)
-{
-    return c->ncalls && c->nsync + c->nest_out <= c->ncalls && callback_owed_loop(g, c);
-}
-
-/* The callback c's answer is for: the oldest of those given it at its deepest level (a client
- * waiting in a sync call it made inside a callback runs those given it meanwhile nested,
- * answering them first; those given it otherwise it runs in turn). */
-static struct call *answered_call(const struct client *c)
-{
-    struct call *k, *best = NULL;
-    STAILQ_FOREACH(k, &c->calls, link)
-        if (!best || k->level > best->level)
-            best = k;
-    return best;
-}
-
 int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
 {
-    struct call *k = answered_call(c), kept = {0};
+    struct call *k = STAILQ_FIRST(&c->calls), kept = {0};
     if (k) {
-        STAILQ_REMOVE(&c->calls, k, call, link);
+        STAILQ_REMOVE_HEAD(&c->calls, link);
         c->ncalls--;
         kept = *k;
         free(k);
@@ -203,7 +182,6 @@ void callback_nested_lost_loop(struct gw *g, struct client *c, const char *text)
     if (c->nest_job != 1)
         return;
     callback_nested_error_loop(g, c, text);
-    callback_nested_done_loop(c);
     c->nest_job = 2;
 }
 
@@ -219,8 +197,6 @@ int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len,
     if (!wc)
         return -1;
     uint64_t seq = c->next_seq++; /* (numbered as requests are) */
-    c->nest_out += msg[1] == KIPC_SYNC; /* (its callbacks are all this worker's: the order in which
-                                         * it answers them does not change where they go) */
     log_debug(c->c.name, "%s message %llu of %zu bytes nested: to %s, which waits on its callback",
               kipc_type_name(msg[1]), (unsigned long long)seq, len, wc->name);
     int st = to_worker(g, c, wc, NULL, msg, len, checked, seq);
@@ -249,7 +225,6 @@ void callback_checked_loop(struct gw *g, struct job *j)
     if (told) /* its worker was lost meanwhile: its error came, in its place */
         return;
     if (type != KIPC_RESPONSE && job_args(j)->check.form.kind) { /* a route, seen inflated: no nested run */
-        callback_nested_done_loop(c);
         request_nested_route_loop(g, c, j->in, j->in_len, j->seq);
         j->in = NULL;
         return;
@@ -260,6 +235,5 @@ void callback_checked_loop(struct gw *g, struct job *j)
         request_check_pending_loop(g, c); /* (what it sent nested is bounded) */
     } else if (type == KIPC_SYNC) { /* its worker went meanwhile: it waits for a reply all the same */
         callback_nested_error_loop(g, c, "qgate: the worker that called back was lost");
-        callback_nested_done_loop(c);
     }
 }

@@ -57,7 +57,6 @@ struct req {
     STAILQ_ENTRY(req) link;
     uint64_t seq;
     uint8_t type;        /* KIPC_SYNC or KIPC_ASYNC */
-    uint8_t blocks;      /* sync, sent while its client owed a callback's answer (client level) */
     uint8_t state;
     uint8_t close_after; /* close the client once this reply is sent (badmsg) */
     uint8_t unchecked;   /* its body is validated on the reader pool before it may run */
@@ -113,8 +112,6 @@ struct call {
     STAILQ_ENTRY(call) link;
     uint32_t w_id, w_gen;
     uint8_t cancelled;   /* the worker was told the answer is not coming: drop it */
-    int level;           /* the client's level when it was given it: answers go to the deepest
-                          * level first, each level's in order */
 };
 STAILQ_HEAD(calllist, call);
 
@@ -168,12 +165,6 @@ struct client {
     struct fanout *fo;   /* .qgate.all: its head running on every worker of a group */
     struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
     int ncalls;
-    int level;           /* sync requests it sent while it owed a callback's answer (not nested)
-                          * whose replies it has not been given: it waits in them, inside a
-                          * callback, and (as q does) runs a callback given it meanwhile nested,
-                          * answering it first */
-    int nsync;           /* sync requests it sent not yet answered (on reqs) */
-    int nest_out;        /* sync messages it sent nested whose replies it has not been given */
     uint8_t nest_job;    /* a sync message it sent nested is on a reader: 1; 2: its worker was
                           * lost meanwhile, and its error given it (the innermost, first) */
 };
@@ -312,9 +303,8 @@ void request_finish_if_gone_loop(struct gw *g, struct client *c);
  * route (seq: its number): it is not run nested but waits its turn as a request, as one that
  * came plain does (msg owned). */
 void request_nested_route_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq);
-/* A response from the client: the answer to a callback relayed to it, the one q would take it
- * for (msg owned). SS_OK, SS_WAIT (a reader checks it first: c reads nothing more until then)
- * or SS_STOP. */
+/* A response from the client: the answer to the oldest callback relayed to it (msg owned).
+ * SS_OK, SS_WAIT (a reader checks it first: c reads nothing more until then) or SS_STOP. */
 int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len);
 /* A sync or async message from c (msg owned; checked: its body validated already), no gateway
  * command nor route: if c owes its answer to the callback of the worker running its request,
@@ -323,16 +313,6 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
 int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked);
 /* The bytes c sent nested that wait unsent in the output of the worker they run on (0: none). */
 size_t callback_nest_unsent_loop(struct gw *g, const struct client *c);
-/* A sync request c sent while it owed a callback's answer has had its reply given it (or never
- * will): the callbacks it is given now are no longer run inside that one. */
-void callback_unblock_loop(struct client *c);
-/* A sync message c sent nested has had its reply given it (or never will). */
-void callback_nested_done_loop(struct client *c);
-/* Does a sync request c sends now wait inside a callback it owes the answer, as a q client's
- * does (it has no more requests outstanding than callbacks it is in, and qgate has not answered
- * them for it: a client that sent twice client_max_pending of requests meanwhile sends ahead),
- * rather than being one of many a client sends ahead? */
-int callback_blocks_loop(struct gw *g, const struct client *c);
 /* Does c owe worker w the answer to a callback? */
 int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *w);
 /* The error text to c as the reply to a message it sent nested, ahead of anything else. */

@@ -216,17 +216,8 @@ static void req_drop_msg(struct gw *g, struct client *c, struct req *r)
 
 static void pop_head(struct gw *g, struct client *c) { request_remove_loop(g, c, client_head(c), 1); }
 
-/* x leaves c's requests: its reply given, or never to be. */
-static void req_leaves(struct client *c, const struct req *x)
-{
-    if (x->blocks)
-        callback_unblock_loop(c);
-    c->nsync -= x->type == KIPC_SYNC;
-}
-
 void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered)
 {
-    req_leaves(c, x);
     access_req_loop(g, c, x, answered);
     request_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
     STAILQ_REMOVE(&c->reqs, x, req, link);
@@ -503,7 +494,6 @@ void request_advance_loop(struct gw *g, struct client *c)
     while (!c->c.closing && (r = client_head(c))) {
         if (r->state == RS_READY) {
             STAILQ_REMOVE_HEAD(&c->reqs, link);
-            req_leaves(c, r);
             access_req_loop(g, c, r, 1);
             log_debug(c->c.name, "request %llu: reply of %zu bytes%s", (unsigned long long)r->seq,
                       r->reply ? r->reply->len : 0, c->c.fd >= 0 ? "" : " dropped (the client has gone)");
@@ -637,14 +627,11 @@ static int queue_req(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg,
                     "a sync request while it owes a callback's answer, not run nested (a gateway command, a route, "
                     "or a .qgate.all's callback): it runs after the request that called back; a client that waits "
                     "for its reply before it answers waits for ever, or until query_timeout");
-    *r = (struct req){.seq = seq, .type = h->type, .blocks = h->type == KIPC_SYNC && callback_blocks_loop(g, c),
-                      .msg = msg, .len = (size_t)h->len, .unchecked = a->unchecked, .route = a->route,
+    *r = (struct req){.seq = seq, .type = h->type, .msg = msg, .len = (size_t)h->len, .unchecked = a->unchecked, .route = a->route,
                       .form = a->form, .grp = c->grp, .cmd = a->cmd, .cmd_known = !h->compressed,
                       .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len,
                       .counted = (uint8_t)counts};
     c->pending += req_cost(r);
-    c->level += r->blocks; /* (a q client waits in it, inside the callback it owes) */
-    c->nsync += r->type == KIPC_SYNC;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
               a->unchecked ? ", validated on a reader" : "");
@@ -765,7 +752,6 @@ static void close_with_error(struct gw *g, struct client *c, const char *text, s
     r->t_in_us = loop_stamp_us_loop(g);
     r->in_len = len;
     STAILQ_INSERT_TAIL(&c->reqs, r, link);
-    c->nsync++;
     request_error_loop(g, c, r, "%s", text);
 }
 

@@ -559,10 +559,7 @@ static int to_client(struct gw *g, struct worker *w, const struct kipc_hdr *h, s
 static void nested_done(struct gw *g, struct worker *w)
 {
     w->run.nested--;
-    if (!w->run.cl)
-        return;
-    callback_nested_done_loop(w->run.cl); /* (it had it: callbacks given it now run outside that call) */
-    if (w->run.phase == WB_SENT && callback_owes_loop(g, w->run.cl, &w->c))
+    if (w->run.cl && w->run.phase == WB_SENT && callback_owes_loop(g, w->run.cl, &w->c))
         run_set_phase_loop(g, w, WB_CALLED);
 }
 
@@ -950,10 +947,8 @@ void run_lost_loop(struct gw *g, struct worker *w)
         const char *why = timed_out ? "qgate: timeout (the worker that called back sent nothing for query_timeout)"
                                     : "qgate: the worker that called back was lost";
         callback_nested_lost_loop(g, c, why); /* (one a reader still checks) */
-        for (int n = w->run.nested; n > 0; n--) {
+        for (int n = w->run.nested; n > 0; n--)
             callback_nested_error_loop(g, c, why);
-            callback_nested_done_loop(c);
-        }
     }
     w->run.cl = NULL;
     worker_coll_free(w);

@@ -143,12 +143,6 @@ static void check_client(struct conn *x)
         fail("%s is held, and its group is not paused or its head is neither a session's nor a .qgate.all",
              x->name);
     S->res->paused_held += h && (held_p || queued) && h->grp->paused;
-    int nsync = 0;
-    for (struct req *r = h; r; r = STAILQ_NEXT(r, link))
-        nsync += r->type == KIPC_SYNC;
-    if (nsync != c->nsync || c->nsync < 0 || c->nest_out < 0 || c->level < 0)
-        fail("%s: %d sync requests held, %d counted (nested %d, level %d)", x->name, nsync, c->nsync, c->nest_out,
-             c->level);
     if (c->st == CS_READY && !c->eof && !c->paused && !x->paused && !x->waits_room && !x->in_job && !g->draining &&
         x->fd >= 0 && !(x->events & EPOLLIN))
         fail("%s reads nothing, and nothing holds its reading", x->name);
@@ -432,10 +426,9 @@ void dump_world(void)
            c->w ? c->w->addr : "-", f ? f->cid : -1, f ? (f->st == FC_DONE ? "closed" : f->stalled ? "stalled" : "reading") : "gone",
            f ? f->out.len - f->out_off : 0, f ? unread(f->fd) : 0, f ? f->pend.n - f->pend_off : 0);
         tr("    input %zu bytes (phase %d), %d unread in its socket, events %#x, stream paused %d, backlog %d, "
-           "waits for room %d (%llu), granted %d, room kept %zu, in a job %d, level %d, sync %d, nested %d",
-           inbuf_avail(&x->in), x->rd.phase, x->fd >= 0 ? unread(x->fd) : -1, x->events, x->paused, x->in_backlog,
-           x->waits_room, (unsigned long long)x->room_need, c->room_granted, c->gathering, x->in_job, c->level,
-           c->nsync, c->nest_out);
+           "waits for room %d (%llu), granted %d, room kept %zu, in a job %d", inbuf_avail(&x->in), x->rd.phase,
+           x->fd >= 0 ? unread(x->fd) : -1, x->events, x->paused, x->in_backlog, x->waits_room,
+           (unsigned long long)x->room_need, c->room_granted, c->gathering, x->in_job);
     }
     tr("pending_max %lld: %zu bytes counted", (long long)g->cfg.pending_max, buf_pending_bytes);
     struct conn *d;

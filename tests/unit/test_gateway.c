@@ -960,42 +960,6 @@ static void test_nested_on_a_reader(void **state)
     duo_close(&d);
 }
 
-/* Client c (its peer pa) answers a callback with text: it reaches the worker whose peer is wp. */
-static void answer_reaches(int pa, struct client *c, int wp, const char *text)
-{
-    char got[300];
-    send_text(pa, KIPC_RESPONSE, text);
-    client_in(c);
-    assert_int_equal(recv_text(wp, got, sizeof got), KIPC_RESPONSE);
-    assert_string_equal(got, text);
-}
-
-/* A callback given a client that waits in a sync call it made inside another callback is
- * answered first, as q answers it (nested); otherwise in turn. */
-static void test_answer_deepest_first(void **state)
-{
-    (void)state;
-    int p1, p2, pa;
-    struct worker *w1 = fake_worker("w1", &p1), *w2 = fake_worker("w2", &p2);
-    struct client *a = fake_client(&pa);
-    assert_int_equal(callback_add_loop(&g, a, &w1->c), 0);
-    a->level = 1; /* it sent a sync request from inside w1's callback, and waits in it */
-    assert_int_equal(callback_add_loop(&g, a, &w2->c), 0); /* given it meanwhile: run nested */
-    a->level = 0;
-    answer_reaches(pa, a, p2, "to w2");
-    assert_false(readable(p1));
-    answer_reaches(pa, a, p1, "to w1");
-    assert_int_equal(a->ncalls, 0);
-    assert_int_equal(callback_add_loop(&g, a, &w1->c), 0); /* in turn, at one level */
-    assert_int_equal(callback_add_loop(&g, a, &w2->c), 0);
-    answer_reaches(pa, a, p1, "first");
-    answer_reaches(pa, a, p2, "second");
-    conn_close_loop(&g, &a->c, "test");
-    worker_remove_loop(&g, w1);
-    worker_remove_loop(&g, w2);
-    step();
-    close(p1), close(p2), close(pa);
-}
 
 /* Fire the timers due by now_ms. */
 static void run_timers(void)
@@ -1143,7 +1107,6 @@ int main(void)
         cmocka_unit_test(test_pending_until_written),
         cmocka_unit_test(test_no_timeout_in_a_job),
         cmocka_unit_test(test_nested_call),
-        cmocka_unit_test(test_answer_deepest_first),
         cmocka_unit_test(test_nested_on_a_reader),
         cmocka_unit_test(test_runs_timed_in_one_iteration),
         cmocka_unit_test(test_async_chaser_and_commands),
