@@ -81,15 +81,19 @@ static void test_cut(void **state)
 
 /* ---- the writer thread ----------------------------------------------------------------------- */
 
+static char tmp_dir[64];
+static void tmp_dir_remove(void) { rmdir(tmp_dir); } /* (each test unlinks its files) */
+
 static char *tmp_path(const char *name)
 {
-    static char dir[64];
     static char paths[8][128];
     static int n;
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/test_alog.XXXXXX");
-        assert_non_null(mkdtemp(dir));
+    if (!tmp_dir[0]) {
+        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_alog.XXXXXX");
+        assert_non_null(mkdtemp(tmp_dir));
+        atexit(tmp_dir_remove);
     }
+    char *dir = tmp_dir;
     char *p = paths[n++ % 8];
     snprintf(p, 128, "%s/%s", dir, name);
     return p;
