@@ -2,10 +2,10 @@
  * request) relayed to that client, and the client's answers, matched to them in order and sent
  * back to the worker that asked, if it is still there and still waiting (answers to callbacks
  * a client runs nested, one inside another, all go to the one worker waiting in them, which
- * pairs them as q does). A worker that will get
- * no answer (its client has gone, or stopped reading) is told so. What the client sends while it
- * owes the answer goes to that worker, nested, as q runs what comes on the handle it waits on
- * in h x (the worker side takes the replies: run.c). */
+ * pairs them as q does). A worker that will get no answer (its client has gone, or stopped
+ * reading) is told so. What the client sends while it owes the answer goes to that worker,
+ * nested, as q runs what comes on the handle it waits on in h x (the worker side takes the
+ * replies: run.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -30,14 +30,17 @@ int callback_add_loop(struct gw *g, struct client *c, const struct conn *w)
     return 0;
 }
 
-int callback_owed_loop(struct gw *g, const struct client *c)
+int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *w)
 {
     const struct call *k;
     STAILQ_FOREACH(k, &c->calls, link)
-        if (!k->cancelled && conn_lookup_loop(g, k->w_id, k->w_gen))
+        if (!k->cancelled && (!w || (k->w_id == w->id && k->w_gen == w->gen)) &&
+            conn_lookup_loop(g, k->w_id, k->w_gen))
             return 1;
     return 0;
 }
+
+int callback_owed_loop(struct gw *g, const struct client *c) { return callback_owes_loop(g, c, NULL); }
 
 /* The worker of call k gets err as its answer (it waits for no other); a later answer is dropped. */
 static void tell_worker(struct gw *g, struct call *k, const uint8_t *err, size_t len)
@@ -67,14 +70,6 @@ void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w)
             tell_no_answer(g, k);
 }
 
-int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *w)
-{
-    const struct call *k;
-    STAILQ_FOREACH(k, &c->calls, link)
-        if (!k->cancelled && k->w_id == w->id && k->w_gen == w->gen && conn_lookup_loop(g, k->w_id, k->w_gen))
-            return 1;
-    return 0;
-}
 
 /* Checked message msg of c (len bytes, owned) goes to worker wc: an answer, or (seq: its
  * request number) one c sent nested. */

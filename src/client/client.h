@@ -313,7 +313,7 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
 int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked);
 /* The bytes c sent nested that wait unsent in the output of the worker they run on (0: none). */
 size_t callback_nest_unsent_loop(struct gw *g, const struct client *c);
-/* Does c owe worker w the answer to a callback? */
+/* Does c owe worker w (NULL: any) the answer to a callback? */
 int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *w);
 /* The error text to c as the reply to a message it sent nested, ahead of anything else. */
 void callback_nested_error_loop(struct gw *g, struct client *c, const char *text);

@@ -627,8 +627,8 @@ static int queue_req(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg,
                     "a sync request while it owes a callback's answer, not run nested (a gateway command, a route, "
                     "or a .qgate.all's callback): it runs after the request that called back; a client that waits "
                     "for its reply before it answers waits for ever, or until query_timeout");
-    *r = (struct req){.seq = seq, .type = h->type, .msg = msg, .len = (size_t)h->len, .unchecked = a->unchecked, .route = a->route,
-                      .form = a->form, .grp = c->grp, .cmd = a->cmd, .cmd_known = !h->compressed,
+    *r = (struct req){.seq = seq, .type = h->type, .msg = msg, .len = (size_t)h->len, .unchecked = a->unchecked,
+                      .route = a->route, .form = a->form, .grp = c->grp, .cmd = a->cmd, .cmd_known = !h->compressed,
                       .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len,
                       .counted = (uint8_t)counts};
     c->pending += req_cost(r);
