@@ -79,7 +79,7 @@ static void forward(struct gw *g, struct client *c, struct conn *wc, uint8_t *ms
         g->nested++;
         const struct req *h = client_head(c);
         if (g->hooks.nested)
-            g->hooks.nested(g->hooks.ctx, c->c.id, c->c.gen, seq, h ? h->seq : seq);
+            g->hooks.nested(g->hooks.ctx, c->c.id, c->c.gen, seq, h ? h->seq : seq, 0);
     }
     g->back->answer(g, wc, msg, len);
 }

@@ -118,7 +118,8 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local)
     }
     c->c.fd = -1;
     c->local = (uint8_t)local;
-    STAILQ_INIT(&c->reqs);
+    TAILQ_INIT(&c->reqs);
+    TAILQ_INIT(&c->nested);
     STAILQ_INIT(&c->calls);
     if (conn_register_loop(g, &c->c, &client_connops, CONN_CLIENT, fd, EPOLLIN | EPOLLRDHUP)) {
         close(fd);
@@ -555,6 +556,8 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
         struct req *h = client_head(c);
         if (h && h->state == RS_WAITING)
             request_advance_loop(g, c); /* it was held back by the output bound */
+        else if (c->paused)
+            request_check_pending_loop(g, c); /* its reading, if the bound held it (inside a callback) */
         if (x->closing)
             return;
         now = conn_pending(x); /* the advance may have queued replies (a request done at once) */
@@ -694,7 +697,7 @@ struct clients_snapshot *client_snapshot_loop(struct gw *g)
         snprintf(r->group, sizeof r->group, "%s", c->grp ? c->grp->cfg.name : "");
         qg_copy_lower(r->state, sizeof r->state, client_state_name(c->st));
         struct req *q;
-        STAILQ_FOREACH(q, &c->reqs, link)
+        TAILQ_FOREACH(q, &c->reqs, link)
             r->requests++;
         r->running = c->w != NULL;
         r->connected_ms = gw_wall_ms(g, c->connected_ms);

@@ -54,7 +54,8 @@ enum req_state { REQ_STATES(ST_ENUM) };
 #undef ST_ENUM
 
 struct req {
-    STAILQ_ENTRY(req) link;
+    TAILQ_ENTRY(req) link;
+    TAILQ_ENTRY(req) nlink; /* nested: on its client's nested list */
     uint64_t seq;
     uint8_t type;        /* KIPC_SYNC or KIPC_ASYNC */
     uint8_t state;
@@ -90,8 +91,12 @@ struct req {
     const char *wname;   /* the worker that ran it (access_name_loop), or NULL */
     char *etext;         /* the text of its error (outcome error or gwerror), or NULL */
     uint8_t outcome;     /* enum alog_outcome, once answered */
+    uint8_t nested;      /* sent from inside a callback, not for the worker that called back: a
+                          * gateway command run now, or an error; its reply goes as soon as it
+                          * is made, ahead of the requests before it (q answers a call nested
+                          * within the one it waits in first) */
 };
-STAILQ_HEAD(reqlist, req);
+TAILQ_HEAD(reqlist, req);
 
 /* What a held request costs, counted against client_max_pending: its bytes and its
  * bookkeeping (a flood of tiny async messages is bounded too). */
@@ -165,11 +170,14 @@ struct client {
     struct fanout *fo;   /* .qgate.all: its head running on every worker of a group */
     struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
     int ncalls;
+    struct reqlist nested; /* its requests answered nested by the gateway (req nested), not yet
+                          * sent, oldest first: their replies go in order, a reply at the head
+                          * after them */
     uint8_t nest_job;    /* a sync message it sent nested is on a reader: 1; 2: its worker was
                           * lost meanwhile, and its error given it (the innermost, first) */
 };
 
-static inline struct req *client_head(const struct client *c) { return STAILQ_FIRST(&c->reqs); }
+static inline struct req *client_head(const struct client *c) { return TAILQ_FIRST(&c->reqs); }
 /* May a worker's message still be put into its output? (Connected, not closing or lingering.) */
 static inline int client_takes_output(const struct client *c)
 {
@@ -194,6 +202,9 @@ const char *client_state_name(int st);
 void client_peer_gone_loop(struct gw *g, struct client *c, int fin, const char *why);
 /* A reader checked the credentials of a client in AUTH (the job of kind JK_AUTH). */
 void client_auth_done_loop(struct gw *g, struct job *j);
+/* Does it wait for replies the gateway makes to what it sent nested (inside a callback)? The
+ * reply of the request that called back comes after them. */
+static inline int client_nested_owed(const struct client *c) { return !TAILQ_EMPTY(&c->nested); }
 /* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */
 static inline int client_output_full_loop(const struct gw *g, const struct client *c)
 {
@@ -272,6 +283,8 @@ void request_error_loop(struct gw *g, struct client *c, struct req *r, const cha
 /* Completions: a reply made by a pool job (JK_REPLY); a body validated (JK_CHECK). */
 void request_reply_done_loop(struct gw *g, struct job *j);
 void request_checked_loop(struct gw *g, struct job *j);
+/* c's request seq (the head's, usually), or NULL. */
+struct req *request_of_seq_loop(const struct client *c, uint64_t seq);
 /* Queue c's reply to request seq (msg owned now). */
 void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
 /* A header, or a small body, that the gateway cannot accept: its request (seq next) answers

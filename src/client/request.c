@@ -55,6 +55,8 @@ void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum 
     r->state = (uint8_t)st;
 }
 
+static void nested_flush(struct gw *g, struct client *c);
+
 /* ---- room under pending_max ----------------------------------------------------------------- */
 
 /* A message this small never waits for room (counted all the same): a gateway command, such
@@ -220,7 +222,9 @@ void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answ
 {
     access_req_loop(g, c, x, answered);
     request_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
-    STAILQ_REMOVE(&c->reqs, x, req, link);
+    TAILQ_REMOVE(&c->reqs, x, link);
+    if (x->nested)
+        TAILQ_REMOVE(&c->nested, x, nlink);
     req_drop_msg(g, c, x);
     request_free(g, x);
 }
@@ -230,7 +234,7 @@ void request_drop_after_loop(struct gw *g, struct client *c, struct req *r)
 {
     struct req *x;
     c->drop_why = "behind a message that could not be taken";
-    while ((x = STAILQ_NEXT(r, link)))
+    while ((x = TAILQ_NEXT(r, link)))
         request_remove_loop(g, c, x, 0);
     c->drop_why = NULL;
 }
@@ -246,11 +250,12 @@ void request_free_all_loop(struct gw *g, struct client *c)
     c->ncalls = 0;
     while (client_head(c)) {
         struct req *r = client_head(c);
-        STAILQ_REMOVE_HEAD(&c->reqs, link);
+        TAILQ_REMOVE(&c->reqs, r, link);
         access_req_loop(g, c, r, 0);
         request_free(g, r);
     }
     c->pending = 0;
+    TAILQ_INIT(&c->nested);
     uncount(g, &c->gathering);
     c->room_granted = 0;
 }
@@ -274,7 +279,9 @@ void request_error_loop(struct gw *g, struct client *c, struct req *r, const cha
                     (unsigned long long)r->seq, text);
         request_set_state_loop(g, c, r, RS_READY); /* done with; from start_head (advancing), on to the
                                                     * next there, without recursion; else from here */
-        if (!c->advancing)
+        if (r->nested)
+            nested_flush(g, c);
+        else if (!c->advancing)
             request_advance_loop(g, c);
         return;
     }
@@ -492,8 +499,8 @@ void request_advance_loop(struct gw *g, struct client *c)
     struct req *r;
     c->advancing++;
     while (!c->c.closing && (r = client_head(c))) {
-        if (r->state == RS_READY) {
-            STAILQ_REMOVE_HEAD(&c->reqs, link);
+        if (r->state == RS_READY && !client_nested_owed(c)) { /* (after what was called nested within it) */
+            TAILQ_REMOVE(&c->reqs, r, link);
             access_req_loop(g, c, r, 1);
             log_debug(c->c.name, "request %llu: reply of %zu bytes%s", (unsigned long long)r->seq,
                       r->reply ? r->reply->len : 0, c->c.fd >= 0 ? "" : " dropped (the client has gone)");
@@ -519,14 +526,25 @@ void request_advance_loop(struct gw *g, struct client *c)
     request_finish_if_gone_loop(g, c);
 }
 
+struct req *request_of_seq_loop(const struct client *c, uint64_t seq)
+{
+    struct req *r = client_head(c);
+    if (r && r->seq == seq)
+        return r;
+    TAILQ_FOREACH(r, &c->nested, nlink) /* (a few) */
+        if (r->seq == seq)
+            return r;
+    TAILQ_FOREACH_REVERSE(r, &c->reqs, reqlist, link) /* a bad message's error: at the tail */
+        if (r->seq == seq)
+            return r;
+    return NULL;
+}
+
 void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len)
 {
     /* the head's, usually; a bad message's error is made as soon as it is seen, behind the
      * requests still owed, and waits there for its turn */
-    struct req *r;
-    STAILQ_FOREACH(r, &c->reqs, link)
-        if (r->seq == seq)
-            break;
+    struct req *r = request_of_seq_loop(c, seq);
     if (!r || r->state != RS_LOCAL) {
         free(msg);
         return;
@@ -541,6 +559,10 @@ void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *m
         return;
     }
     request_set_state_loop(g, c, r, RS_READY);
+    if (r->nested) {
+        nested_flush(g, c);
+        return;
+    }
     if (r->close_after && r == client_head(c)) /* the bad message's error: nothing after it */
         request_drop_after_loop(g, c, client_head(c));
     request_advance_loop(g, c);
@@ -591,9 +613,10 @@ void request_check_pending_loop(struct gw *g, struct client *c)
     }
     if (owes) /* its answer may be behind a message that waits for room */
         request_room_check_loop(g, c);
-    /* what it sent nested, unsent to its worker, is bounded as its requests are */
+    /* what it sent nested, unsent to its worker, is bounded as its requests are; what the gateway
+     * answers nested (its commands) by its output */
     size_t nest = owes ? callback_nest_unsent_loop(g, c) : 0, max = (size_t)g->cfg.client_max_pending;
-    int full = nest > (c->paused ? max / 2 : max);
+    int full = nest > (c->paused ? max / 2 : max) || (owes && client_output_full_loop(g, c));
     int may_read = c->st == CS_READY && !c->eof && (!g->draining || owes); /* (a drain reads an answer
                                        * a request received needs, nothing else: received is run) */
     if (c->paused && owes && may_read && !full) { /* its answer may be behind what it sent since */
@@ -610,32 +633,84 @@ void request_check_pending_loop(struct gw *g, struct client *c)
 /* ---- framing ----------------------------------------------------------------------------------- */
 
 /* Message msg (owned; header h, a as it arrived) of c, number seq, goes on its queue of requests
- * (counts: its bytes count against pending_max until it is sent). 0 if out of memory (msg
+ * (counts: its bytes count against pending_max until it is sent). NULL if out of memory (msg
  * freed). */
-static int queue_req(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, const struct kipc_hdr *h,
-                     const struct jobs_arrival *a, int counts)
+static struct req *queue_req(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, const struct kipc_hdr *h,
+                             const struct jobs_arrival *a, int counts)
 {
     struct req *r = calloc(1, sizeof *r);
     if (!r) {
         if (counts)
             buf_pending_sub((size_t)h->len);
         free(msg);
-        return 0;
+        return NULL;
     }
-    if (h->type == KIPC_SYNC && c->ncalls && callback_owed_loop(g, c)) /* (not nested) */
-        log_limited(&g->lim.nested, g->loop.now_ms, LOG_WARN, c->c.name,
-                    "a sync request while it owes a callback's answer, not run nested (a gateway command, a route, "
-                    "or a .qgate.all's callback): it runs after the request that called back; a client that waits "
-                    "for its reply before it answers waits for ever, or until query_timeout");
     *r = (struct req){.seq = seq, .type = h->type, .msg = msg, .len = (size_t)h->len, .unchecked = a->unchecked,
                       .route = a->route, .form = a->form, .grp = c->grp, .cmd = a->cmd, .cmd_known = !h->compressed,
                       .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len,
                       .counted = (uint8_t)counts};
     c->pending += req_cost(r);
-    STAILQ_INSERT_TAIL(&c->reqs, r, link);
+    TAILQ_INSERT_TAIL(&c->reqs, r, link);
     log_debug(c->c.name, "request %llu: %s, %zu bytes%s", (unsigned long long)r->seq, kipc_type_name(r->type), r->len,
               a->unchecked ? ", validated on a reader" : "");
-    return 1;
+    return r;
+}
+
+/* ---- what a client sends from inside a callback, for the gateway ------------------------------ */
+
+/* Does c owe a worker a callback's answer (so that what it sends now comes from inside it)? */
+static int inside_callback(struct gw *g, const struct client *c) { return c->ncalls && callback_owed_loop(g, c); }
+
+/* c's requests answered nested by the gateway go, in the order they came, as their replies are
+ * made, ahead of the request they were sent within (which waits for them); then the FIFO goes on. */
+static void nested_flush(struct gw *g, struct client *c)
+{
+    struct req *r;
+    while ((r = TAILQ_FIRST(&c->nested)) && r->state == RS_READY) {
+        TAILQ_REMOVE(&c->nested, r, nlink);
+        TAILQ_REMOVE(&c->reqs, r, link);
+        access_req_loop(g, c, r, 1);
+        log_debug(c->c.name, "request %llu (nested): reply of %zu bytes%s", (unsigned long long)r->seq,
+                  r->reply ? r->reply->len : 0, c->c.fd >= 0 ? "" : " dropped (the client has gone)");
+        if (r->reply && c->c.fd >= 0) {
+            conn_push_whole_loop(g, &c->c, r->reply);
+            r->reply = NULL;
+        }
+        request_free(g, r);
+    }
+    if (!client_nested_owed(c))
+        conn_wake_loop(g, &c->c); /* a worker whose reply waited for them goes on (run.c) */
+    if (!c->advancing) /* a reply at the head may have waited for them */
+        request_advance_loop(g, c);
+}
+
+/* r (c's, sync, or an async gateway command), sent from inside a callback and not for the worker
+ * that called back, is answered now, ahead of the request that called back, as q answers a call
+ * that comes on the handle it waits on: a gateway command runs here; a route, or a request while
+ * the callbacks owed are a .qgate.all's, cannot run (their workers wait on c), and gets an error
+ * at once instead of waiting for ever behind the request that called back. */
+static void start_nested(struct gw *g, struct client *c, struct req *r)
+{
+    const struct req *h = client_head(c);
+    r->nested = 1;
+    TAILQ_INSERT_TAIL(&c->nested, r, nlink);
+    g->nested++;
+    if (g->hooks.nested)
+        g->hooks.nested(g->hooks.ctx, c->c.id, c->c.gen, r->seq, h ? h->seq : r->seq, 1);
+    int cmd = command_of(r);
+    log_debug(c->c.name, "request %llu nested: %s", (unsigned long long)r->seq,
+              cmd > 0 ? "a gateway command, run now" : "answered now with an error");
+    if (r->route || r->routed)
+        request_error_loop(g, c, r, "qgate: a route cannot run inside a callback (the request that called back "
+                                    "holds its place); send it after the callback's answer");
+    else if (cmd < 0)
+        request_error_loop(g, c, r, "qgate: bad command: a command is .qgate.name[] or (`.qgate.name; arg), "
+                                    "under %d bytes", GWCMD_MAX_LEN);
+    else if (cmd)
+        to_reader(g, c, r, job_parse_command, JK_COMMAND, RS_LOCAL);
+    else
+        request_error_loop(g, c, r, "qgate: a request cannot run inside a .qgate.all's callback (its workers wait "
+                                    "on this client); send it after the callback's answer");
 }
 
 /* A whole message of h->len bytes (msg, owned): a request, or an answer to a callback. */
@@ -683,17 +758,30 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     int counts = counted == h->len;
     if (!counts) /* (never: the room kept is the message's) */
         uncount(g, &counted);
-    return queue_req(g, c, c->next_seq++, msg, h, &a, counts) ? SS_OK : stream_close(&c->c, "out of memory");
+    /* from inside a callback, not run nested on its worker: a gateway command, or a sync message
+     * that cannot run there (an async one waits its turn) */
+    int here = (a.cmd && !h->compressed) || h->type == KIPC_SYNC ? inside_callback(g, c) : 0;
+    struct req *r = queue_req(g, c, c->next_seq++, msg, h, &a, counts);
+    if (!r)
+        return stream_close(&c->c, "out of memory");
+    if (here)
+        start_nested(g, c, r);
+    return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
 }
 
 void request_nested_route_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq)
 {
     struct kipc_hdr h = {.type = msg[1], .compressed = msg[2] != 0, .len = len};
     struct jobs_arrival a = {.unchecked = 1}; /* (checked again, as a request: its route read then) */
-    if (!queue_req(g, c, seq, msg, &h, &a, 0))
+    struct req *r = queue_req(g, c, seq, msg, &h, &a, 0);
+    if (!r) {
         conn_close_loop(g, &c->c, "out of memory");
-    else
+    } else if (h.type == KIPC_SYNC) { /* a route cannot run inside the callback: told so at once */
+        r->route = 1;
+        start_nested(g, c, r);
+    } else {
         request_advance_loop(g, c);
+    }
 }
 
 /* What arrived has been framed: its requests go on. */
@@ -751,7 +839,7 @@ static void close_with_error(struct gw *g, struct client *c, const char *text, s
     r->t_arrive = g->loop.now_ms;
     r->t_in_us = loop_stamp_us_loop(g);
     r->in_len = len;
-    STAILQ_INSERT_TAIL(&c->reqs, r, link);
+    TAILQ_INSERT_TAIL(&c->reqs, r, link);
     request_error_loop(g, c, r, "%s", text);
 }
 
@@ -794,15 +882,15 @@ void request_session_lost_loop(struct gw *g, struct client *c, int cut, const ch
         request_remove_loop(g, c, client_head(c), 1); /* ran, or went down with the worker */
     stop_reading(g, c);
     struct req *r;
-    STAILQ_FOREACH(r, &c->reqs, link)
+    TAILQ_FOREACH(r, &c->reqs, link)
         if (r->type == KIPC_SYNC && r->state != RS_LOCAL && r->state != RS_READY)
             break;
     if (r)
-        while (STAILQ_NEXT(r, link))
-            give_up(g, c, STAILQ_NEXT(r, link)); /* nothing after it */
+        while (TAILQ_NEXT(r, link))
+            give_up(g, c, TAILQ_NEXT(r, link)); /* nothing after it */
     /* before it, what has not run never will; replies made (commands, errors) still go */
     for (struct req *x = client_head(c), *n; x && x != r; x = n) {
-        n = STAILQ_NEXT(x, link);
+        n = TAILQ_NEXT(x, link);
         if (x->state != RS_LOCAL && x->state != RS_READY)
             give_up(g, c, x);
     }
@@ -898,8 +986,8 @@ static void front_no_worker(struct gw *g, struct conn *x)
 static void front_pause_done(struct gw *g, uint32_t id, uint32_t gen, uint64_t seq, int done, const char *what)
 {
     struct client *c = client_lookup_loop(g, id, gen);
-    struct req *r = c ? client_head(c) : NULL;
-    if (!r || r->seq != seq || r->state != RS_LOCAL) /* gone meanwhile */
+    struct req *r = c ? request_of_seq_loop(c, seq) : NULL; /* (the head, or one sent nested) */
+    if (!r || r->state != RS_LOCAL) /* gone meanwhile */
         return;
     if (!done) {
         request_error_loop(g, c, r, "%s", what);

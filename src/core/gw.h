@@ -57,10 +57,12 @@ struct gw_hooks {
                                                    * client's message given to worker w: sent
                                                    * to it, or (a broadcast, a fan-out part)
                                                    * queued on it */
-    void (*nested)(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head); /* a
+    void (*nested)(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head, int here); /* a
                                                    * client's message seq goes nested to the
                                                    * worker waiting on its answer to a callback,
-                                                   * which runs its request head (callback.c) */
+                                                   * which runs its request head (callback.c);
+                                                   * here: it is answered by the gateway instead,
+                                                   * ahead of head (request.c) */
     uint64_t (*query_key)(void *ctx, const uint8_t *msg, size_t len); /* what names a request's
                                                    * query for pipeline_wait's learning (msg:
                                                    * the whole message); NULL = a hash of its
@@ -149,7 +151,8 @@ struct gw {
     uint64_t handshakes, query_timeouts;
     uint64_t pending_waits; /* messages that waited for room under pending_max */
     uint64_t held_passed; /* replies sent as the worker sent them for hold_max (not changed) */
-    uint64_t nested; /* messages clients sent nested (while a worker waited on their callback's answer) */
+    uint64_t nested; /* messages clients sent nested (while a worker waited on their callback's answer):
+                      * run on that worker, or answered by the gateway */
     uint64_t connect_timeouts; /* worker connections that did not connect, or answer q's handshake, in worker_connect_timeout */
     struct {
         uint64_t n;       /* so far */
@@ -173,7 +176,6 @@ struct gw {
         struct log_limit accept;     /* accept() failing with a pending connection's error (client.c) */
         struct log_limit hold;       /* hold_max reached (run.c, fanout.c) */
         struct log_limit room;       /* a message waits for room under pending_max (request.c) */
-        struct log_limit nested;     /* a sync request from a client that owes a callback's answer (request.c) */
     } lim;
     struct auth_shared *auth; /* users file, or NULL: any credentials */
 

@@ -121,8 +121,8 @@ const struct command *command_row(int id) { return id > 0 && id < GWCMD_N && com
 void command_done_loop(struct gw *g, struct job *j)
 {
     struct client *cl = client_of_job_loop(g, j);
-    struct req *r = cl ? client_head(cl) : NULL;
-    if (!r || r->seq != j->seq || r->state != RS_LOCAL)
+    struct req *r = cl ? request_of_seq_loop(cl, j->seq) : NULL; /* (the head, or one sent nested) */
+    if (!r || r->state != RS_LOCAL)
         return;
     const struct command *cmd = command_row(j->result);
     if (!cmd) {
@@ -150,8 +150,8 @@ void command_done_loop(struct gw *g, struct job *j)
 void command_answer_loop(struct gw *g, struct client *cl, uint64_t seq, int id)
 {
     struct conn *c = &cl->c;
-    const struct req *r = client_head(cl);
-    if (r && r->seq == seq && r->type == KIPC_ASYNC) { /* nobody waits for its answer: none made */
+    const struct req *r = request_of_seq_loop(cl, seq);
+    if (r && r->type == KIPC_ASYNC) { /* nobody waits for its answer: none made */
         request_reply_loop(g, cl, seq, NULL, 0);
         return;
     }

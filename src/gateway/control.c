@@ -77,7 +77,8 @@ int control_pause_command_loop(struct gw *g, struct client *cl, struct req *r, c
     for (int i = 0; i < g->ngroups; i++)
         if (!grp || grp == &g->groups[i])
             control_pause_loop(g, &g->groups[i], on, by);
-    int done = on ? dispatch_pause_wait_loop(g, &cl->c, r->seq, grp ? grp->index : -1) : 1;
+    /* (sent from inside a callback, it cannot wait: the request that called back runs still) */
+    int done = on && !r->nested ? dispatch_pause_wait_loop(g, &cl->c, r->seq, grp ? grp->index : -1) : 1;
     if (done > 0)
         return 0; /* 1b now */
     if (done < 0) {

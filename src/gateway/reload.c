@@ -103,8 +103,8 @@ static void reload_answer(struct gw *g, struct job *j, const char *err)
     if (!x || x->kind != CONN_CLIENT)
         return;
     struct client *c = client_of(x);
-    struct req *r = client_head(c);
-    if (!r || r->seq != j->seq || r->state != RS_LOCAL)
+    struct req *r = request_of_seq_loop(c, j->seq);
+    if (!r || r->state != RS_LOCAL)
         return;
     if (err) {
         request_error_loop(g, c, r, "qgate: reload failed: %s", err);

@@ -99,7 +99,7 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
         return 0;
     }
     int n = 0;
-    for (struct req *x = r; x && x->type == KIPC_ASYNC && n < ASYNC_BATCH_MAX; x = STAILQ_NEXT(x, link), n++) {
+    for (struct req *x = r; x && x->type == KIPC_ASYNC && n < ASYNC_BATCH_MAX; x = TAILQ_NEXT(x, link), n++) {
         if (x != r && (x->state != RS_WAITING || x->unchecked || x->route || x->grp != r->grp))
             break; /* only what is ready to run here, as it is */
         run_send_request_loop(g, w, c, x);
@@ -127,10 +127,14 @@ static const unsigned phase_allowed[] = {
 
 /* The one setter of a run's phase; a change the table does not allow counts in
  * g->bad_transitions (tests/sim requires it to stay 0). */
+static void fanout_call_back(struct gw *g, const struct worker *w);
+
 void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
 {
     if (w->run.phase == b)
         return;
+    if (w->run.phase == WB_CALLED && w->run.kind == RUN_FANOUT)
+        fanout_call_back(g, w);
     int ok = w->st == WS_BUSY && ((phase_allowed[w->run.phase] >> b) & 1);
     if (ok) {
         log_debug(w->c.name, "busy %s -> %s", phase_names[w->run.phase], phase_names[b]);
@@ -344,8 +348,10 @@ static void run_end(struct gw *g, struct worker *w)
         else
             request_head_done_loop(g, c);
     }
-    if (w->run.kind == RUN_FANOUT)
+    if (w->run.kind == RUN_FANOUT) {
+        fanout_call_back(g, w);
         fanout_part_done_loop(g, w); /* its reply, collected, goes to its fan-out */
+    }
     if (w->coll.p)
         inbuf_free(&w->coll);
     /* what its group's mode does next; a worker given to a session (or owing its reset) keeps to
@@ -420,6 +426,32 @@ static int fanout_client(const struct worker *w, uint32_t *id, uint32_t *gen)
     *id = fo->cl_id;
     *gen = fo->cl_gen;
     return 1;
+}
+
+/* The client of w's .qgate.all, if another part's worker has a callback out to it (CALLED):
+ * w's callback waits until that one is answered, so that the client has one at a time. (A q
+ * client in a callback that calls the gateway runs a callback it reads meanwhile nested, and
+ * answers it first; answers are matched to calls in order.) */
+static struct client *fanout_call_out(struct gw *g, const struct worker *w)
+{
+    const struct fanout *fo = w->st == WS_BUSY && w->run.kind == RUN_FANOUT && w->run.fp ? w->run.fp->fo : NULL;
+    for (int i = 0; fo && i < fo->n; i++) {
+        const struct fpart *p = fo->part[i];
+        if (p->st == FP_RUNNING && p->w != w && p->w->st == WS_BUSY && p->w->run.fp == p &&
+            p->w->run.phase == WB_CALLED)
+            return reachable(g, fo->cl_id, fo->cl_gen);
+    }
+    return NULL;
+}
+
+/* w, a .qgate.all's part, no longer has a callback out (answered, done, lost): the parts whose
+ * callbacks wait for that go on. */
+static void fanout_call_back(struct gw *g, const struct worker *w)
+{
+    uint32_t id, gen;
+    struct client *c = fanout_client(w, &id, &gen) ? reachable(g, id, gen) : NULL;
+    if (c)
+        conn_wake_loop(g, &c->c);
 }
 
 /* Does c take w's callback (to answer it: the calls are matched in the order they reach the
@@ -700,6 +732,20 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
 int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
 {
     struct worker *w = worker_of(x);
+    struct client *cl = w->st == WS_BUSY ? w->run.cl : NULL;
+    if (h->type == KIPC_RESPONSE && cl && !w->run.nested && !w->run.swallow && client_nested_owed(cl) &&
+        client_takes_output(cl)) { /* the run's reply goes after what the gateway answers nested within
+                                    * it (request.c): it waits, its header framed again then */
+        stream_pause_loop(g, x, &cl->c);
+        log_debug(x->name, "its reply waits for what %s called the gateway for, nested", cl->c.name);
+        return SS_WAIT;
+    }
+    struct client *fc = h->type == KIPC_SYNC ? fanout_call_out(g, w) : NULL;
+    if (fc) {
+        stream_pause_loop(g, x, &fc->c);
+        log_debug(x->name, "its callback waits: %s answers another part's first", fc->c.name);
+        return SS_WAIT;
+    }
     w->msg.reply = w->msg.nested = 0;
     if (w->st == WS_BUSY && w->run.phase == WB_CALLED)
         run_set_phase_loop(g, w, WB_SENT); /* it sends: whatever it waited for has come */
@@ -909,7 +955,7 @@ void run_client_gone_loop(struct gw *g, struct worker *w, struct client *c)
 /* The requests of c running on a worker that went down: given up on (the sim's hook). */
 static void note_lost(struct gw *g, struct client *c)
 {
-    for (struct req *r = client_head(c); g->hooks.lost && r && r->state == RS_RUNNING; r = STAILQ_NEXT(r, link))
+    for (struct req *r = client_head(c); g->hooks.lost && r && r->state == RS_RUNNING; r = TAILQ_NEXT(r, link))
         g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, r->seq);
 }
 
@@ -950,6 +996,8 @@ void run_lost_loop(struct gw *g, struct worker *w)
         for (int n = w->run.nested; n > 0; n--)
             callback_nested_error_loop(g, c, why);
     }
+    if (busy && run == RUN_FANOUT)
+        fanout_call_back(g, w);
     w->run.cl = NULL;
     worker_coll_free(w);
     w->msg = (struct wmsg){0};

@@ -420,10 +420,12 @@ printf '%s\n' "nested: 'qgate: the worker that called back was lost" "'qgate: wo
 pass "the worker lost under a nested request: its error, then the error of the request that called back"
 
 # --- ... and one that owes a .qgate.all's workers its answers (not one worker: nothing runs
-# nested) is read on past client_max_pending (the answer may be behind what it sent), but not
-# without bound: at twice that, the workers are told 'qgate: the client sent ... and no answer,
-# and what the client sent is served (it was read on and on: 100 KB requests sent for 6 s took
-# the gateway to 3.5 GB) ---------------------------------------------------------------------
+# nested there). A sync request from inside the callback gets an error at once, a gateway
+# command runs (both before the callback's answer, as a call nested in it); async messages wait
+# their turn, read on past client_max_pending (the answer may be behind them), but not without
+# bound: at twice that, the workers are told 'qgate: the client sent ... and no answer, and what
+# the client sent is served (it was read on and on: 100 KB requests sent for 6 s took the gateway
+# to 3.5 GB). (Before: the sync request and the command waited behind the .qgate.all, for ever.)
 raw_all() { # raw_all TEXT: (`.qgate.all; `main; "TEXT") sync
     local n=${#1} body
     body="\\x00\\x00\\x03\\x00\\x00\\x00\\xf5.qgate.all\\x00\\xf5main\\x00\\x0a\\x00$(le32 "$n")"
@@ -432,17 +434,38 @@ raw_all() { # raw_all TEXT: (`.qgate.all; `main; "TEXT") sync
 raw_open "$CB_PORT"
 raw_hs "u:p"
 raw_all "callback cb?"
+raw_msg "$TMP/cb.call" || fail "no callback came"
+raw_text 1 "echo inside"
+: > "$TMP/cb.one"
+raw_msg "$TMP/cb.one" || fail "no answer to a request from inside a .qgate.all's callback"
+grep -aq "qgate: a request cannot run inside a .qgate.all's callback" "$TMP/cb.one" ||
+    fail "the answer: $(head -c 120 "$TMP/cb.one" | od -c | head -3)"
+raw_text 1 ".qgate.ping[]"
+: > "$TMP/cb.one"
+raw_msg "$TMP/cb.one" || fail "no answer to a gateway command from inside a .qgate.all's callback"
+[ "$(tail -c 2 "$TMP/cb.one" | od -An -tx1 | tr -d ' \n')" = ff01 ] || # 1b
+    fail "the answer to .qgate.ping[]: $(od -An -tx1 "$TMP/cb.one")"
+raw_text 2 "answered"                  # the callback's answer: the .qgate.all's reply
+: > "$TMP/cb.one"
+raw_msg "$TMP/cb.one" || fail "no reply to the .qgate.all"
+grep -aq "answered" "$TMP/cb.one" || fail "the .qgate.all's reply: $(od -c "$TMP/cb.one" | head -3)"
+raw_close
+pass "inside a .qgate.all's callback: a request answered at once with an error, a gateway command run, both before the callback's answer"
+
+raw_open "$CB_PORT"
+raw_hs "u:p"
+raw_all "callback cb?"
 raw_msg "$TMP/cb.call" || fail "no callback came"  # (never answered)
-for i in $(seq 1 40); do raw_text 1 "echo cb$i$PAD"; done # 160 KB of requests
+for i in $(seq 1 40); do raw_text 0 "echo cb$i$PAD"; done # 160 KB of async messages
+raw_text 1 "echo last$PAD"
 raw_msg "$TMP/cb.out" || fail "no reply came"
 grep -aq "qgate: the client sent twice client_max_pending of requests and no answer" "$TMP/cb.out" ||
     fail "the first reply: $(head -c 200 "$TMP/cb.out" | od -c | head -3)"
-for i in $(seq 1 40); do raw_msg "$TMP/cb.out" || fail "echo reply $i did not come"; done
-grep -aq "cb40c" "$TMP/cb.out" || fail "the last echo did not come"
+raw_msg "$TMP/cb.out" || fail "the last request's reply did not come"
+grep -aq "lastc" "$TMP/cb.out" || fail "the last reply: $(tail -c 200 "$TMP/cb.out" | od -c | head -3)"
 raw_close
 expect_file_has "$TMP/CB.log" "bytes of requests and no answer to its worker's callback: the worker is told so"
-expect_file_has "$TMP/CB.log" "a sync request while it owes a callback's answer, not run nested \\(a gateway command, a route, or a .qgate.all's callback\\)"
-pass "a client owing a .qgate.all's callback answer and sending requests instead: read to twice client_max_pending, then its worker told, what it sent served"
+pass "a client owing a .qgate.all's callback answer and sending messages instead: read to twice client_max_pending, then its worker told, what it sent served"
 
 # --- bad credentials: closed without a byte ('access), logged with user and peer ---------
 printf 'alice:wonder\nbob:%s\ncarol:%s\n' "$(printf 'builder' | md5sum | cut -d' ' -f1)" \

@@ -58,6 +58,22 @@ expect_lines "$TMP/q.out" "^\\(\"qsend got: cb $W1_PORT\";\"qsend got: cb $W2_PO
 expect_lines "$TMP/q.out" '^"after"$' 1
 pass "a .qgate.all's workers publish to its client and call it back, each answer to the worker that asked"
 
+# ... and from inside each callback the client calls the gateway on the same handle (q's .z.pg):
+# a gateway command runs, a request for a worker is refused at once (the .qgate.all's workers
+# wait on the client), both before the callback's answer. The callbacks reach the client one at
+# a time (the next once the last is answered): a q client blocked in a call runs a callback it
+# reads meanwhile nested and answers it first, and answers are matched to callbacks in order.
+# (Before: the nested calls waited behind the .qgate.all, for ever.)
+timeout 60 "$BIN/qsend" -g "$G" --timeout 30000 --nest ".qgate.ping[]||echo inner" "all-list:main:callback cb %p" \
+    "echo after" > "$TMP/n.out" 2>&1 || true
+{ for i in 1 2 3 4; do
+      printf '%s\n' 'nested: 1b' "nested: 'qgate: a request cannot run inside a .qgate.all's callback (its workers wait on this client); send it after the callback's answer"
+  done
+  printf '%s\n' "(\"qsend got: cb $W1_PORT\";\"qsend got: cb $W2_PORT\";\"qsend got: cb $W3_PORT\";\"qsend got: cb $W4_PORT\")" '"after"'
+} | cmp -s - "$TMP/n.out" || fail "$(cat "$TMP/n.out")"
+expect_file_has "$TMP/G.log" "its callback waits: .* answers another part's first"
+pass "calls to the gateway from inside a .qgate.all's callbacks answered at once; each callback's answer to the worker that asked"
+
 # --- counted as the requests they are: a .qgate.all answered with a q error is one of
 # .qgate.totals[]'s errors, and each worker's part is one of its group's (and its own) requests
 totals() { timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")

@@ -51,6 +51,18 @@ printf '%s\n' 'nested: "innermost"' 'nested: "qsend got: deeper"' '"qsend got: o
 total_is nested 6 || fail "nested: $(total nested)"
 pass "a client's requests from inside a callback run nested on the worker that called back, as in q"
 
+# ... and what the gateway answers itself: a command runs then and there; a route cannot run
+# inside the callback (the request that called back holds the client's place), so it is answered
+# at once with an error; all before the callback's answer. (Before: they waited behind the
+# request that called back, for ever with query_timeout = 0, the default.)
+timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest ".qgate.ping[]||on:main:echo routed||.qgate.bogus[]||neg:.qgate.ping[]" \
+    "callback outer" "echo after" > "$TMP/via.out" 2>&1 || true
+printf '%s\n' 'nested: 1b' "nested: 'qgate: a route cannot run inside a callback (the request that called back holds its place); send it after the callback's answer" \
+    "nested: 'qgate: unknown command .qgate.bogus[]" '"qsend got: outer"' '"after"' | cmp -s - "$TMP/via.out" ||
+    fail "$(cat "$TMP/via.out")"
+total_is nested 10 || fail "nested: $(total nested)"
+pass "gateway commands from inside a callback run at once, a route is refused at once: nothing waits for ever"
+
 # --- gateway commands, answered by qgate itself ------------------------------------------
 q ".qgate.ping[]" ".qgate.stats[]" ".qgate.ping[ ]" ".qgate.bogus[]"
 expect_lines "$TMP/q.out" '^1b$' 2

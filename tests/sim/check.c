@@ -143,6 +143,27 @@ static void check_client(struct conn *x)
         fail("%s is held, and its group is not paused or its head is neither a session's nor a .qgate.all",
              x->name);
     S->res->paused_held += h && (held_p || queued) && h->grp->paused;
+    int here = 0, listed = 0; /* answered nested by the gateway: run now (LOCAL), or answered and
+                               * waiting for an older one (READY); on the nested list, in order */
+    const struct req *r;
+    for (r = h; r; r = TAILQ_NEXT(r, link)) {
+        here += r->nested;
+        if (r->nested && r->state != RS_LOCAL && r->state != RS_READY)
+            fail("%s: its request %llu, answered nested by the gateway, is %s", x->name, (unsigned long long)r->seq,
+                 request_state_name(r->state));
+    }
+    uint64_t last = 0;
+    TAILQ_FOREACH(r, &c->nested, nlink) {
+        listed++;
+        if (!r->nested || (listed > 1 && r->seq <= last))
+            fail("%s: its nested list holds request %llu out of order, or not nested", x->name,
+                 (unsigned long long)r->seq);
+        last = r->seq;
+    }
+    if (here != listed)
+        fail("%s: %d requests answered nested by the gateway in its FIFO, %d on its nested list", x->name, here, listed);
+    if ((r = TAILQ_FIRST(&c->nested)) && r->state == RS_READY)
+        fail("%s: its oldest nested request %llu is answered, and not sent", x->name, (unsigned long long)r->seq);
     if (c->st == CS_READY && !c->eof && !c->paused && !x->paused && !x->waits_room && !x->in_job && !g->draining &&
         x->fd >= 0 && !(x->events & EPOLLIN))
         fail("%s reads nothing, and nothing holds its reading", x->name);
@@ -217,7 +238,7 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
         *pending += c->gathering + fc;
         *big += (c->gathering > BUF_PENDING_SMALL ? c->gathering : 0) + (fc > BUF_PENDING_SMALL ? fc : 0);
         struct req *r;
-        STAILQ_FOREACH(r, &c->reqs, link) {
+        TAILQ_FOREACH(r, &c->reqs, link) {
             size_t rc = r->counted ? r->in_len : 0;
             *pending += rc;
             *big += rc > BUF_PENDING_SMALL ? rc : 0;

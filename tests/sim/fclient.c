@@ -48,7 +48,7 @@ void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq)
     if (s)
         s->lost = s->abandoned = 1;
     for (int i = 0; s && i < c->sent.n; i++) /* what it sent nested within it went down too */
-        if (c->sent.v[i].nested_in == s->seq)
+        if (c->sent.v[i].nested_in == s->seq && !c->sent.v[i].here) /* (the gateway's own: answered) */
             c->sent.v[i].lost = c->sent.v[i].abandoned = 1;
     if (s && s->fan) {
         while (S->fan_given_up.n <= c->cid)
@@ -57,18 +57,25 @@ void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq)
     }
 }
 
-void hook_nested(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head)
+void hook_nested(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head, int here)
 {
     (void)ctx;
     struct fclient *c = fclient_of(id, gen);
     struct sent *s = c ? sent_of_seq(c, seq) : NULL;
-    tr("gateway: message %llu of C%d goes nested to the worker running its %llu", (unsigned long long)seq,
-       c ? c->cid : -1, (unsigned long long)head);
-    if (s && (s->type == KIPC_RESPONSE || s->op >= OP_PING))
+    tr("gateway: message %llu of C%d %s, within its %llu", (unsigned long long)seq, c ? c->cid : -1,
+       here ? "answered nested by the gateway" : "goes nested to the worker waiting in a callback",
+       (unsigned long long)head);
+    if (s && (s->type == KIPC_RESPONSE || (!here && s->op >= OP_PING)))
         fail("C%d's %s %llu went nested to a worker: only a message for a worker may", c->cid, op_names[s->op],
              (unsigned long long)seq);
-    if (s)
+    if (s && here && s->type == KIPC_ASYNC && s->op < OP_PING)
+        fail("C%d's async %s %llu answered nested by the gateway: it waits its turn", c->cid, op_names[s->op],
+             (unsigned long long)seq);
+    S->res->nested_here += here;
+    if (s) {
         s->nested_in = (int)head;
+        s->here = (uint8_t)here;
+    }
 }
 
 void hook_closed(void *ctx, uint32_t id, uint32_t gen, const char *why)
@@ -206,12 +213,12 @@ static void add_sent(struct fclient *c, int type, int op, int arg)
  * group it may run on, or -1 if the gateway must refuse it. */
 static int put_request(struct fclient *c, int type, const char *text)
 {
-    if (!enabled(SIM_EV_ROUTE) || c->hold_seq == c->nseq || !chance(15)) { /* (a call from inside a
-                 * callback never routed: a route waits for the request that called back, as a
-                 * gateway command does, so a client that waits for its reply waits for ever) */
+    c->routed = 0;
+    if (!enabled(SIM_EV_ROUTE) || !chance(c->hold_seq == c->nseq ? 40 : 15)) {
         put_text(&c->out, type, "%s", text);
         return c->group;
     }
+    c->routed = 1; /* (from inside a callback: answered at once, with an error) */
     int r = rnd(10), other = S->ngroups > 1 ? 1 - c->group : -1;
     int to = r < 7 ? c->group : r < 9 && other >= 0 ? other : -1;
     K l = k_list(3);
@@ -435,6 +442,7 @@ static void client_request(struct fclient *c, int op)
         struct sent *x = &c->sent.v[c->sent.n - 1];
         x->grp = to;
         x->fan = (uint8_t)(op == OP_ALL ? arg : 0);
+        x->routed = (uint8_t)(op == OP_ALL || c->routed);
         x->lost = to < 0 && type == KIPC_ASYNC; /* refused, with nobody to tell: never runs */
     }
     tr("C%d queues %s %s (seq %d)%s", c->cid, type == KIPC_SYNC ? "sync" : "async", op_names[op], seq,
@@ -538,7 +546,13 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
     if (HAS("qgate: timeout (queued "))
         return cfg->queue_timeout > 0 ? NULL : "no queue_timeout";
     if (HAS("qgate: timeout (the worker that called back ") || HAS("qgate: the worker that called back was lost"))
-        return r->nested_in < 0 ? "a request that did not run nested" : lost ? NULL : "no worker died or timed out";
+        return r->nested_in < 0 || r->here ? "a request that did not run nested on its worker"
+               : lost                       ? NULL
+                                            : "no worker died or timed out";
+    if (HAS("qgate: a route cannot run inside a callback"))
+        return r->here && r->routed ? NULL : "not a route sent from inside a callback";
+    if (HAS("qgate: a request cannot run inside a .qgate.all's callback"))
+        return r->here && !r->routed && r->op < OP_PING ? NULL : "not a request sent from inside a .qgate.all's callback";
     if (HAS("qgate: timeout ("))
         return S->g.query_timeouts ? NULL : "no query timed out";
     if (HAS("qgate: worker ") && strstr(e, " lost"))
@@ -609,10 +623,12 @@ static void answer_callback(struct fclient *c, const char *answer, int seq)
 
 /* A sync message for c (text s): a worker's callback for one of c's requests; c answers it, or
  * now and then first calls the gateway on the same handle, as from inside q's .z.pg, holding the
- * answer until that request's reply comes (q runs it nested, on the worker that called back). */
+ * answer until that request's reply comes (q runs it nested, on the worker that called back; the
+ * gateway runs a command of its own at once, and answers a route, or a request inside a
+ * .qgate.all's callback, with an error at once). */
 static void client_got_callback(struct fclient *c, const char *s)
 {
-    static const int nest_ops[] = {OP_ECHO, OP_BIG, OP_ERR, OP_PUSH, OP_CB, OP_GUID, OP_SLOW};
+    static const int nest_ops[] = {OP_ECHO, OP_BIG, OP_ERR, OP_PUSH, OP_CB, OP_GUID, OP_SLOW, OP_PING, OP_STATS, OP_UNKNOWN};
     int cid = -1, seq = -1, wid = -1;
     if (sscanf(s, "c %d %d %d", &cid, &seq, &wid) != 3 || cid != c->cid)
         fail("C%d got a sync request that is not its own: \"%s\"", c->cid, s);
@@ -622,7 +638,7 @@ static void client_got_callback(struct fclient *c, const char *s)
     int outstanding = 0; /* (as a q client: it waits in the request that called back, and no other) */
     for (int i = c->pend_off; i < c->pend.n; i++)
         outstanding += !c->sent.v[c->pend.v[i]].answered;
-    if (c->hold_seq < 0 && r && r->op == OP_CB && !r->answered && outstanding == 1 && !c->bad && !c->half &&
+    if (c->hold_seq < 0 && r && (r->op == OP_CB || r->op == OP_ALL) && !r->answered && outstanding == 1 && !c->bad && !c->half &&
         enabled(SIM_EV_NEST) && chance(40)) {
         c->hold_seq = c->nseq;
         snprintf(c->hold, sizeof c->hold, "%s", answer);
@@ -634,16 +650,19 @@ static void client_got_callback(struct fclient *c, const char *s)
 }
 
 /* The request a reply (x, text s) answers: the oldest outstanding, unless requests sent nested
- * within it (or before) are outstanding: then one of those, the one its text names if it names
- * one, else (the gateway's error in its place) the one its worker answered first (the worker
- * answers them in its own order, all before the request they ran within). */
+ * within it (or before) are outstanding: then one of those. A reply a worker made (its text
+ * names its request, or a guid's) or the gateway made in its place (its loss, its timeout, a reply
+ * refused) goes to one the gateway sent nested to the worker: the one its text names if it
+ * names one, else the one its worker answered first (the worker answers them in its own order,
+ * all before the request they ran within). Any other the gateway made goes to the oldest of those
+ * it answered itself (gateway commands, refusals), which it answers in order. */
 static struct sent *reply_target(struct fclient *c, K x, const char *s)
 {
     while (c->pend_off < c->pend.n && c->sent.v[c->pend.v[c->pend_off]].answered)
         c->pend_off++;
     if (c->pend_off == c->pend.n)
         fail("C%d got a reply with no request outstanding: \"%s\" (type %d)", c->cid, s, x->t);
-    struct sent *r0 = NULL, *named = NULL, *first = NULL;
+    struct sent *r0 = NULL, *named = NULL, *first = NULL, *here = NULL;
     for (int i = c->pend_off; i < c->pend.n && !r0; i++) {
         struct sent *y = &c->sent.v[c->pend.v[i]];
         if (!y->answered && y->nested_in < 0)
@@ -654,11 +673,21 @@ static struct sent *reply_target(struct fclient *c, K x, const char *s)
     int parsed = sscanf(t, x->t == KT_ERROR ? "E %d %d" : "R %d %d", &cid, &seq) == 2 ||
                  (x->t == KT_LIST && x->n == 2 && kK(x)[1]->t == KT_CHAR && kK(x)[1]->n < 60 &&
                   sscanf(s, "%*[^\"]\"R %d %d", &cid, &seq) == 2);
+#define HAS(p) (x->t == KT_ERROR && !strncmp(x->s, p, strlen(p)))
+    int by_worker = parsed || (x->t == KT_LIST && x->n == 2 && kK(x)[0]->t == -KT_GUID) || HAS("qgate: the worker that called back") ||
+                    HAS("qgate: timeout (the worker that called back") || HAS("qgate: busy: hold_max") ||
+                    HAS("qgate: reply too large");
+    int type = x->t == KT_ERROR && !strcmp(x->s, "type"); /* (a guid, or a table made here, for capability < 3) */
+#undef HAS
     for (int i = c->pend_off; i < c->pend.n; i++) {
         struct sent *y = &c->sent.v[c->pend.v[i]];
         if (y->answered || y->nested_in < 0 || (r0 && y->nested_in > r0->seq))
             continue;
         n++;
+        if (y->here) {
+            here = here ? here : y;
+            continue;
+        }
         if (!first || (y->emitted && (!first->emitted || y->emitted < first->emitted)))
             first = y;
         if (parsed && y->seq == seq)
@@ -668,7 +697,12 @@ static struct sent *reply_target(struct fclient *c, K x, const char *s)
         return r0;
     if (parsed && !named)
         fail("C%d got \"%s\" before the replies of the %d request(s) it sent nested within it", c->cid, s, n);
-    return named ? named : first;
+    if (named)
+        return named;
+    if (type) /* the worker's, if its next reply is a guid's; else a table's made here */
+        by_worker = (first && first->op == OP_GUID && first->emitted) || !here ||
+                    (here->op != OP_STATS && here->op != OP_CLIENTS && here->op != OP_POOLS);
+    return (by_worker && first) || !here ? first : here;
 }
 
 /* The reply x to c's .qgate.all r: "R cid seq" from each worker (one at least), razed into one

@@ -488,7 +488,7 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
         x = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
         if (cid != w->cb_cid)
             fail("W%d, waiting in a callback to C%d, got \"%s\" of C%d", w->wid, w->cb_cid, s, cid);
-        if (x && x->nested_in < 0)
+        if (x && (x->nested_in < 0 || x->here))
             fail("W%d, waiting in a callback to C%d, got \"%s\", which the gateway did not say it nested", w->wid,
                  cid, s);
     } else {

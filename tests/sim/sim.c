@@ -809,7 +809,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     res->half_closes = S->half_closes;
     res->half_answered = S->half_answered;
     res->hold_passed = (long)S->g.held_passed;
-    res->nested = (long)S->g.nested;
+    res->nested = (long)S->g.nested - res->nested_here;
     res->hold_refused = (long)S->g.refused[REFUSED_HOLD_MAX].n;
     res->pending_waits = (long)S->g.pending_waits;
     tr("quiescence");

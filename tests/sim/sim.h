@@ -48,6 +48,7 @@ struct sim_result {
     long http_501;        /* HTTP requests for a handshake answered 501 whole */
     long hold_passed;     /* replies sent as the worker sent them for hold_max */
     long nested;          /* clients' messages run nested on the worker waiting on their callback */
+    long nested_here;     /* ... and sent from inside a callback, answered by the gateway at once */
     long hold_refused;    /* replies and .qgate.alls refused for it */
     long pending_waits;   /* messages whose reading waited for room under pending_max */
     long half_closes;     /* clients that shut their side and read on */

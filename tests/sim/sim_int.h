@@ -90,6 +90,9 @@ struct sent {
                           * ran request nested_in (its nested hook): its reply comes before that
                           * one's, in the order the worker answers; -1: not nested */
     long emitted;        /* when its worker answered it (S->emits then), 0 not yet */
+    uint8_t routed;      /* sent wrapped in a route */
+    uint8_t here;        /* the gateway answered it nested (its nested hook, here): a command run,
+                          * or the error of a message that cannot run inside the callback */
 };
 
 enum { FC_FREE, FC_HS, FC_READY, FC_DONE };
@@ -108,6 +111,7 @@ struct fclient {
     int local;
     int group;           /* the group its user is routed to */
     int admin;
+    int routed;          /* the request put_request made last is wrapped in a route */
     struct sbuf out;     /* bytes to write; out_off written so far */
     size_t out_off, out_base; /* out_base: stream offset of out.p[0] */
     struct sbuf in;
@@ -296,7 +300,7 @@ void tpub_check(const struct tpub *t, int id);
 /* ---- fclient.c: the fake clients ---------------------------------------------------------- */
 
 void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq);
-void hook_nested(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head);
+void hook_nested(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head, int here);
 void hook_closed(void *ctx, uint32_t id, uint32_t gen, const char *why);
 void hook_unread(void *ctx, uint32_t id, uint32_t gen, uint64_t next_seq);
 struct fclient *fclient_of(uint32_t id, uint32_t gen);
