@@ -10,6 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config.h"
+
 /* ---- hashes ------------------------------------------------------------------------------ */
 
 static inline uint32_t rotl32(uint32_t x, unsigned s) { return (x << s) | (x >> (32 - s)); }
@@ -367,23 +369,21 @@ static int index_room(struct auth_db *db)
 
 struct auth_db *auth_load(const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    size_t n;
+    char *text = config_read_file(path, &n, err, errlen); /* (a regular file, bounded) */
+    if (!text)
         return NULL;
-    }
     struct auth_db *db = calloc(1, sizeof *db);
-    char *line = NULL, why[256];
-    size_t cap = 0;
+    char why[256];
     int lineno = 0, ucap = 0, ok = db != NULL;
     if (!ok)
         snprintf(err, errlen, "%s: out of memory", path);
-    ssize_t got;
-    while (ok && (got = getline(&line, &cap, f)) >= 0) {
-        size_t len = (size_t)got;
+    for (char *line = text, *end = text + n, *next; ok && line < end; line = next) {
+        char *nl = memchr(line, '\n', (size_t)(end - line));
+        size_t len = nl ? (size_t)(nl - line) : (size_t)(end - line);
+        next = nl ? nl + 1 : end;
+        line[len] = 0;
         lineno++;
-        if (len && line[len - 1] == '\n')
-            line[--len] = 0;
         if (len && line[len - 1] == '\r')
             line[--len] = 0;
         if (len == 0 || line[0] == '#')
@@ -418,12 +418,7 @@ struct auth_db *auth_load(const char *path, char *err, size_t errlen)
         }
         *x = ++db->n;
     }
-    if (ok && ferror(f)) {
-        snprintf(err, errlen, "%s: read error", path);
-        ok = 0;
-    }
-    free(line);
-    fclose(f);
+    free(text);
     if (!ok) {
         auth_free(db);
         return NULL;

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,37 +401,67 @@ int config_parse(struct config *c, const char *text, size_t len, const char *nam
     return rc;
 }
 
-int config_load(struct config *c, const char *path, char *err, size_t errlen)
+char *config_read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
-    snprintf(c->file, sizeof c->file, "%s", path);
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    /* (not blocking: a FIFO nobody writes is refused, not waited on for ever) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
+        if (fd >= 0)
+            close(fd);
+        return NULL;
     }
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap);
+    if (!S_ISREG(st.st_mode)) { /* a device (/dev/zero never ends), a FIFO, a directory */
+        close(fd);
+        snprintf(err, errlen, "%s: not a regular file", path);
+        return NULL;
+    }
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap + 1);
     while (buf) {
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (len < cap)
-            break;
-        if (cap >= (64u << 20)) { /* no configuration is this big */
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
             free(buf);
-            fclose(f);
-            snprintf(err, errlen, "%s: file too large", path);
-            return -1;
+            close(fd);
+            return NULL;
         }
-        char *nb = realloc(buf, cap *= 2);
+        n += (size_t)got;
+        if (got == 0)
+            break;
+        if (n < cap)
+            continue;
+        if (cap >= CONFIG_FILE_MAX) { /* no configuration is this big (one that grows meanwhile) */
+            free(buf);
+            close(fd);
+            snprintf(err, errlen, "%s: file too large (over %u MiB)", path, CONFIG_FILE_MAX >> 20);
+            return NULL;
+        }
+        char *nb = realloc(buf, (cap *= 2) + 1);
         if (!nb)
             free(buf);
         buf = nb;
     }
-    fclose(f);
+    close(fd);
     if (!buf) {
         snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
+        return NULL;
     }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+int config_load(struct config *c, const char *path, char *err, size_t errlen)
+{
+    snprintf(c->file, sizeof c->file, "%s", path);
+    size_t len;
+    char *buf = config_read_file(path, &len, err, errlen);
+    if (!buf)
+        return -1;
     int rc = config_parse(c, buf, len, path, err, errlen);
     free(buf);
     return rc;

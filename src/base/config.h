@@ -109,6 +109,12 @@ void config_defaults(struct config *c);
  * 0, or -1 with "name:line: reason" in err. */
 int config_parse(struct config *c, const char *text, size_t len, const char *name, char *err, size_t errlen);
 
+/* A configuration file's bytes (the config, the users file), NUL-terminated after *len, or NULL
+ * with "file: reason" in err: it must be a regular file (a FIFO nobody writes, or a device
+ * that never ends such as /dev/zero, is refused) of at most CONFIG_FILE_MAX bytes. */
+#define CONFIG_FILE_MAX (64u << 20)
+char *config_read_file(const char *path, size_t *len, char *err, size_t errlen);
+
 /* Load an INI file over the current values. 0, or -1 with "file:line: reason" in err. */
 int config_load(struct config *c, const char *path, char *err, size_t errlen);
 

@@ -5,6 +5,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -382,6 +383,21 @@ static void test_errors(void **state)
     char err[256];
     assert_null(auth_load("/nonexistent/qg_users", err, sizeof err));
     assert_string_equal(err, "/nonexistent/qg_users: No such file or directory");
+    /* what is not a regular file is refused at once: a device that never ends (read to 5 GB
+     * before), a FIFO nobody writes (a reload waited on it for ever), a directory */
+    assert_null(auth_load("/dev/zero", err, sizeof err));
+    assert_string_equal(err, "/dev/zero: not a regular file");
+    char fifo[] = "/tmp/qg_users_fifo.XXXXXX";
+    int fd = mkstemp(fifo);
+    assert_true(fd >= 0);
+    close(fd);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_null(auth_load(fifo, err, sizeof err));
+    assert_non_null(strstr(err, ": not a regular file"));
+    unlink(fifo);
+    assert_null(auth_load("/tmp", err, sizeof err));
+    assert_string_equal(err, "/tmp: not a regular file");
 }
 
 /* A line that does not read exactly as the format says is refused, not taken some other way:

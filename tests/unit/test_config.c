@@ -778,6 +778,44 @@ static void test_load_size_overflow(void **state)
     assert_int_equal(c.max_message, 2147483647);
 }
 
+/* A configuration file that is not a regular file is refused at once: a device that never ends
+ * (/dev/zero), a FIFO nobody writes (a reload read from it for ever), a directory; a regular one
+ * is read whole. */
+static void test_load_regular_only(void **state)
+{
+    (void)state;
+    struct config c;
+    char err[256] = "";
+    config_defaults(&c);
+    assert_int_equal(config_load(&c, "/dev/zero", err, sizeof err), -1);
+    assert_string_equal(err, "/dev/zero: not a regular file");
+    char fifo[] = "/tmp/qg_conf_fifo.XXXXXX";
+    int fd = mkstemp(fifo);
+    assert_true(fd >= 0);
+    close(fd);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(config_load(&c, fifo, err, sizeof err), -1);
+    assert_non_null(strstr(err, ": not a regular file"));
+    unlink(fifo);
+    assert_int_equal(config_load(&c, "/tmp", err, sizeof err), -1);
+    assert_string_equal(err, "/tmp: not a regular file");
+    size_t len = 0;
+    char path[] = "/tmp/qg_conf_read.XXXXXX";
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    char big[100000]; /* over the first read's 64 KiB */
+    memset(big, '#', sizeof big);
+    assert_int_equal(write(fd, big, sizeof big), (ssize_t)sizeof big);
+    close(fd);
+    char *text = config_read_file(path, &len, err, sizeof err);
+    unlink(path);
+    assert_non_null(text);
+    assert_int_equal(len, sizeof big);
+    assert_int_equal(text[len], 0);
+    free(text);
+}
+
 /* ---- validation ------------------------------------------------------------------------------ */
 
 static void good_config(struct config *c)
@@ -1408,6 +1446,7 @@ int main(void)
         cmocka_unit_test(test_override_build),
         cmocka_unit_test(test_print_reference),
         cmocka_unit_test(test_load_size_overflow),
+        cmocka_unit_test(test_load_regular_only),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
