@@ -122,8 +122,20 @@ static void reload_answer(struct gw *g, struct job *j, const char *err)
 /* One group's new worker list: the addresses it did not have join, those it lost leave. */
 static void reload_group(struct gw *g, struct group *grp, const struct group_cfg *gc)
 {
+    int unpin = grp->cfg.pool_mode == CFG_POOL_SESSION && gc->pool_mode != CFG_POOL_SESSION;
     grp->cfg = *gc; /* its pipeline: how many connections each worker gets */
     grp->mode = run_mode_of(grp);
+    if (unpin) { /* a request pool now: its sessions end, as if their clients had left (the worker's q
+                  * sees the handle close: .z.pc), and their clients' next requests take any worker */
+        for (struct worker *w = TAILQ_FIRST(&grp->workers), *n; w; w = n) {
+            n = TAILQ_NEXT(w, glink);
+            if (w->sess) {
+                log_info(NULL, "reload: group %s is a request pool now: the session of %s on %s ends", gc->name,
+                         w->sess->c.name, w->addr);
+                session_release_loop(g, w);
+            }
+        }
+    }
     char addr[300];
     for (const char *p = gc->workers; config_list_next(&p, addr, sizeof addr);) {
         struct worker *w, *found = NULL, *leaving = NULL;
