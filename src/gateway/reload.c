@@ -31,8 +31,7 @@ static void warn_restart(const struct config *old, const struct config *nw)
 {
     char changed[512];
     if (config_restart_changed(old, nw, changed, sizeof changed)) {
-        log_warn(NULL, RELOAD_RESTART_WARNING);
-        log_debug(NULL, "reload: kept as running until a restart: %s", changed);
+        log_warn(NULL, RELOAD_RESTART_WARNING "; kept as running until a restart: %s", changed);
     }
 }
 

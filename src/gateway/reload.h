@@ -12,7 +12,7 @@ struct group;
 struct group_cfg;
 
 /* What a reload logs (at warn) when the file changes a key that needs a restart (CFG_RESTART in
- * config.c's cfg_keys; test_config checks that it names each); the keys changed follow at debug. */
+ * config.c's cfg_keys; test_config checks that it names each), followed by the keys changed. */
 #define RELOAD_RESTART_WARNING                                                                    \
     "reload: port, bind, unix_socket, reuseport, metrics_port, metrics_bind and thread counts change " \
     "only on restart"

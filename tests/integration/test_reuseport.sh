@@ -103,7 +103,7 @@ conf "$TMP/a.conf" "$WA_PORT" "$MA" 0 500                   # a restart key and 
 kill -HUP "$GA_PID"
 wait_line "$TMP/GA.log" "reload: done" 20
 kill -0 "$lp" 2> /dev/null || fail "the load ended before the reload was done"
-expect_file_has "$TMP/GA.log" "warn  reload: port, bind, unix_socket, reuseport, metrics_port, metrics_bind and thread counts change only on restart"
+expect_file_has "$TMP/GA.log" "warn  reload: port, bind, unix_socket, reuseport, metrics_port, metrics_bind and thread counts change only on restart; kept as running until a restart: reuseport"
 na=$(grep -c "echo 2" "$TMP/WA.log" || true)
 nb=$(grep -c "echo 2" "$TMP/WB.log" || true)
 wait_count "$TMP/WA.log" "echo 2" $((na + 50)) 20                     # both go on serving
