@@ -223,8 +223,11 @@ void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answ
     access_req_loop(g, c, x, answered);
     request_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
     TAILQ_REMOVE(&c->reqs, x, link);
-    if (x->nested)
+    if (x->nested) {
         TAILQ_REMOVE(&c->nested, x, nlink);
+        if (!client_nested_owed(c))
+            conn_wake_loop(g, &c->c); /* a worker whose reply waited for it goes on (run.c) */
+    }
     req_drop_msg(g, c, x);
     request_free(g, x);
 }
@@ -708,9 +711,12 @@ static void start_nested(struct gw *g, struct client *c, struct req *r)
                                     "under %d bytes", GWCMD_MAX_LEN);
     else if (cmd)
         to_reader(g, c, r, job_parse_command, JK_COMMAND, RS_LOCAL);
-    else
+    else if (c->fo)
         request_error_loop(g, c, r, "qgate: a request cannot run inside a .qgate.all's callback (its workers wait "
                                     "on this client); send it after the callback's answer");
+    else /* (its worker waits on no callback now: timed out, say) */
+        request_error_loop(g, c, r, "qgate: a request cannot run inside this callback now; send it after the "
+                                    "callback's answer");
 }
 
 /* A whole message of h->len bytes (msg, owned): a request, or an answer to a callback. */

@@ -553,6 +553,8 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
         return r->here && r->routed ? NULL : "not a route sent from inside a callback";
     if (HAS("qgate: a request cannot run inside a .qgate.all's callback"))
         return r->here && !r->routed && r->op < OP_PING ? NULL : "not a request sent from inside a .qgate.all's callback";
+    if (HAS("qgate: a request cannot run inside this callback now"))
+        return r->here && !r->routed && r->op < OP_PING && lost ? NULL : "a request the worker in the callback could run";
     if (HAS("qgate: timeout ("))
         return S->g.query_timeouts ? NULL : "no query timed out";
     if (HAS("qgate: worker ") && strstr(e, " lost"))
