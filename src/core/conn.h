@@ -109,6 +109,7 @@ struct conn {
                           * from elsewhere wait in held */
     uint8_t framed;      /* its input is kdb+ messages (else raw: a handshake, an HTTP request) */
     uint8_t paused;      /* stopped reading until waits_on's output drains (stream_pause_loop) */
+    uint8_t paused_any;  /* ... or until waits_on wakes it, whatever its output (stream_wait_wake_loop) */
     uint8_t owes;        /* a worker: it owes broadcasts or fan-out parts (dispatch asks what, then) */
     uint8_t waits_room;  /* on g->room_waiters: the message whose header it sent waits for room
                           * under pending_max (its header kept in in; it reads nothing) */

@@ -348,6 +348,12 @@ void stream_pause_loop(struct gw *g, struct conn *c, struct conn *to)
     conn_wait_on_loop(c, to); /* woken when to drains, or goes */
 }
 
+void stream_wait_wake_loop(struct gw *g, struct conn *c, struct conn *to)
+{
+    stream_pause_loop(g, c, to);
+    c->paused_any = 1;
+}
+
 void stream_check_bound_loop(struct gw *g, struct conn *c, struct conn *to)
 {
     if (!c->paused && stream_unsent_for(c, to) > (size_t)g->cfg.client_high_water) {
@@ -361,7 +367,7 @@ void stream_resume_loop(struct gw *g, struct conn *c)
     if (!c->paused)
         return;
     struct conn *to = c->waits_on;
-    c->paused = 0;
+    c->paused = c->paused_any = 0;
     c->waits_on = NULL;
     if (to && c->q == &to->waiters)
         conn_queue_out_loop(c); /* off the waiters of the connection it waited on */
@@ -399,7 +405,8 @@ void stream_job_done_loop(struct gw *g, struct conn *c)
 void stream_woken_loop(struct gw *g, struct conn *c)
 {
     struct conn *to = c->waits_on;
-    if (c->paused && to && takes_output(to) && stream_unsent_for(c, to) > (size_t)g->cfg.client_low_water) {
+    if (c->paused && !c->paused_any && to && takes_output(to) &&
+        stream_unsent_for(c, to) > (size_t)g->cfg.client_low_water) {
         conn_wait_on_loop(c, to); /* not yet under client_low_water for it */
         return;
     }

@@ -124,6 +124,9 @@ static inline size_t stream_unsent_for(const struct conn *c, const struct conn *
 void stream_check_bound_loop(struct gw *g, struct conn *c, struct conn *to);
 /* Stop reading c until to's output drains (below client_low_water, or to gone). */
 void stream_pause_loop(struct gw *g, struct conn *c, struct conn *to);
+/* From on_header (then return SS_WAIT): c stops reading until to wakes its waiters
+ * (conn_wake_loop: the kind has something to see again), or goes; its header is framed again. */
+void stream_wait_wake_loop(struct gw *g, struct conn *c, struct conn *to);
 /* c reads again (its kind's on_resume runs). */
 void stream_resume_loop(struct gw *g, struct conn *c);
 /* From on_message: a pool job has the message; c reads and frames nothing more until

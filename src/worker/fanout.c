@@ -57,6 +57,9 @@ static void start_part(struct gw *g, struct worker *w, struct fpart *p)
 /* Let fo go: parts owed leave their workers, running ones are drained, done ones freed. */
 static void fanout_free(struct gw *g, struct fanout *fo)
 {
+    struct client *c = client_of_fanout(g, fo);
+    if (c) /* parts whose callbacks waited for another's go on (run.c) */
+        conn_wake_loop(g, &c->c);
     for (int i = 0; i < fo->n; i++) {
         struct fpart *p = fo->part[i];
         if (p->st == FP_RUNNING) {

@@ -736,13 +736,13 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
     if (h->type == KIPC_RESPONSE && cl && !w->run.nested && !w->run.swallow && client_nested_owed(cl) &&
         client_takes_output(cl)) { /* the run's reply goes after what the gateway answers nested within
                                     * it (request.c): it waits, its header framed again then */
-        stream_pause_loop(g, x, &cl->c);
+        stream_wait_wake_loop(g, x, &cl->c);
         log_debug(x->name, "its reply waits for what %s called the gateway for, nested", cl->c.name);
         return SS_WAIT;
     }
     struct client *fc = h->type == KIPC_SYNC ? fanout_call_out(g, w) : NULL;
     if (fc) {
-        stream_pause_loop(g, x, &fc->c);
+        stream_wait_wake_loop(g, x, &fc->c);
         log_debug(x->name, "its callback waits: %s answers another part's first", fc->c.name);
         return SS_WAIT;
     }

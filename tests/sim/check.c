@@ -224,6 +224,20 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
             *pending += ch->pending;
             *big += ch->pending > BUF_PENDING_SMALL ? ch->pending : 0;
         }
+        if (x->paused_any) { /* not for its output: for the replies its client is owed nested by the
+                              * gateway, or for another part's callback */
+            const struct client *wc = (const struct client *)x->waits_on;
+            S->res->nested_waits++;
+            int called = 0; /* another part of its .qgate.all has a callback out to it */
+            for (int i = 0; wc && x->waits_on->kind == CONN_CLIENT && wc->fo && i < wc->fo->n; i++) {
+                const struct fpart *p = wc->fo->part[i];
+                called |= p->st == FP_RUNNING && &p->w->c != x && p->w->run.phase == WB_CALLED;
+            }
+            if (x->kind != CONN_WORKER || !x->paused || !wc || x->waits_on->kind != CONN_CLIENT ||
+                (!client_nested_owed(wc) && !called))
+                fail("%s waits on %s, which is owed nothing nested, and no other part of whose .qgate.all has a "
+                     "callback out", x->name, wc ? x->waits_on->name : "nothing");
+        }
         if (x->in_job && (x->kind == CONN_METRICS || x->in_backlog || (x->events & EPOLLIN)))
             fail("%s waits for a job with a message it read: a %s, on the backlog %d, reading %d", x->name,
                  x->kind == CONN_WORKER ? "worker" : x->kind == CONN_CLIENT ? "client (its message for its worker)"

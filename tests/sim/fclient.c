@@ -405,6 +405,10 @@ static void bad_request(struct fclient *c, int op, int seq)
 /* Append one request of kind op to c's output. */
 static void client_request(struct fclient *c, int op)
 {
+    if (c->cap < 3 && (op == OP_STATS || op == OP_CLIENTS || op == OP_POOLS))
+        op = OP_PING; /* (a table made here is 'type for it, as a guid's reply is: which of the two a
+                       * 'type answers, when both are sent nested within a callback, the gateway
+                       * answering one and the worker the other, cannot be told) */
     int to = -2; /* the group a request for a worker may run on, -1 none; -2: not one */
     int seq = c->nseq, arg = 0;
     switch (op) {
@@ -678,8 +682,8 @@ static struct sent *reply_target(struct fclient *c, K x, const char *s)
 #define HAS(p) (x->t == KT_ERROR && !strncmp(x->s, p, strlen(p)))
     int by_worker = parsed || (x->t == KT_LIST && x->n == 2 && kK(x)[0]->t == -KT_GUID) || HAS("qgate: the worker that called back") ||
                     HAS("qgate: timeout (the worker that called back") || HAS("qgate: busy: hold_max") ||
-                    HAS("qgate: reply too large");
-    int type = x->t == KT_ERROR && !strcmp(x->s, "type"); /* (a guid, or a table made here, for capability < 3) */
+                    HAS("qgate: reply too large") || (x->t == KT_ERROR && !strcmp(x->s, "type")); /* (a guid's,
+                                    * for capability < 3: such a client asks the gateway for no table) */
 #undef HAS
     for (int i = c->pend_off; i < c->pend.n; i++) {
         struct sent *y = &c->sent.v[c->pend.v[i]];
@@ -701,9 +705,6 @@ static struct sent *reply_target(struct fclient *c, K x, const char *s)
         fail("C%d got \"%s\" before the replies of the %d request(s) it sent nested within it", c->cid, s, n);
     if (named)
         return named;
-    if (type) /* the worker's, if its next reply is a guid's; else a table's made here */
-        by_worker = (first && first->op == OP_GUID && first->emitted) || !here ||
-                    (here->op != OP_STATS && here->op != OP_CLIENTS && here->op != OP_POOLS);
     return (by_worker && first) || !here ? first : here;
 }
 
