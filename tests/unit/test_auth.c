@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "tutil.h"
 
 static void check_md5(const void *p, size_t n, const char *want)
 {
@@ -388,11 +389,7 @@ static void test_errors(void **state)
     assert_null(auth_load("/dev/zero", err, sizeof err));
     assert_string_equal(err, "/dev/zero: not a regular file");
     char fifo[] = "/tmp/qg_users_fifo.XXXXXX";
-    int fd = mkstemp(fifo);
-    assert_true(fd >= 0);
-    close(fd);
-    unlink(fifo);
-    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(tutil_mkfifo(fifo), 0);
     assert_null(auth_load(fifo, err, sizeof err));
     assert_non_null(strstr(err, ": not a regular file"));
     unlink(fifo);

@@ -790,11 +790,7 @@ static void test_load_regular_only(void **state)
     assert_int_equal(config_load(&c, "/dev/zero", err, sizeof err), -1);
     assert_string_equal(err, "/dev/zero: not a regular file");
     char fifo[] = "/tmp/qg_conf_fifo.XXXXXX";
-    int fd = mkstemp(fifo);
-    assert_true(fd >= 0);
-    close(fd);
-    unlink(fifo);
-    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(tutil_mkfifo(fifo), 0);
     assert_int_equal(config_load(&c, fifo, err, sizeof err), -1);
     assert_non_null(strstr(err, ": not a regular file"));
     unlink(fifo);
@@ -802,7 +798,7 @@ static void test_load_regular_only(void **state)
     assert_string_equal(err, "/tmp: not a regular file");
     size_t len = 0;
     char path[] = "/tmp/qg_conf_read.XXXXXX";
-    fd = mkstemp(path);
+    int fd = mkstemp(path);
     assert_true(fd >= 0);
     char big[100000]; /* over the first read's 64 KiB */
     memset(big, '#', sizeof big);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "log.h"
@@ -91,4 +93,14 @@ void tutil_gw_config(struct config *cfg)
     cfg->unix_socket = 0;
     cfg->loglevel = LOG_ERROR;
     config_group(cfg, "main"); /* no workers: the tests add their own on socketpairs */
+}
+
+int tutil_mkfifo(char *tmpl)
+{
+    int fd = mkstemp(tmpl); /* (a name nobody has: taken, then given back for the FIFO) */
+    if (fd < 0)
+        return -1;
+    close(fd);
+    unlink(tmpl);
+    return mkfifo(tmpl, 0600);
 }

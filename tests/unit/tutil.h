@@ -28,4 +28,8 @@ uint64_t tutil_rand(uint64_t *s);
 struct config;
 void tutil_gw_config(struct config *cfg);
 
+/* A FIFO nobody writes, at a fresh path made from tmpl ("/tmp/NAME.XXXXXX", changed in place);
+ * the caller unlinks it. 0, or -1. */
+int tutil_mkfifo(char *tmpl);
+
 #endif
