@@ -4,12 +4,14 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -401,9 +403,17 @@ int config_parse(struct config *c, const char *text, size_t len, const char *nam
     return rc;
 }
 
+/* ms on CLOCK_MONOTONIC */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 char *config_read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
-    /* (not blocking: a FIFO nobody writes is refused, not waited on for ever) */
+    /* (not blocking: a FIFO nobody writes is not waited on for ever) */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st)) {
@@ -412,22 +422,30 @@ char *config_read_file(const char *path, size_t *len, char *err, size_t errlen)
             close(fd);
         return NULL;
     }
-    if (!S_ISREG(st.st_mode)) { /* a device (/dev/zero never ends), a FIFO, a directory */
+    int fifo = S_ISFIFO(st.st_mode); /* (a shell's <(...) too) */
+    if (!S_ISREG(st.st_mode) && !fifo) { /* a device (/dev/zero never ends), a directory, a socket */
         close(fd);
-        snprintf(err, errlen, "%s: not a regular file", path);
+        snprintf(err, errlen, "%s: not a regular file or a pipe", path);
         return NULL;
     }
+    const char *why = NULL;
+    int64_t until = mono_ms() + CONFIG_PIPE_WAIT_MS;
     size_t cap = 65536, n = 0;
     char *buf = malloc(cap + 1);
-    while (buf) {
+    while (buf && !why) {
         ssize_t got = read(fd, buf + n, cap - n);
         if (got < 0 && errno == EINTR)
             continue;
+        if (got < 0 && errno == EAGAIN && fifo) { /* its writer has not written yet */
+            int64_t left = until - mono_ms();
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            if (left <= 0 || poll(&pf, 1, (int)left) == 0)
+                why = "a pipe whose writer sent nothing more for " CONFIG_PIPE_WAIT_TEXT;
+            continue;
+        }
         if (got < 0) {
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
-            free(buf);
-            close(fd);
-            return NULL;
+            why = strerror(errno);
+            continue;
         }
         n += (size_t)got;
         if (got == 0)
@@ -435,10 +453,8 @@ char *config_read_file(const char *path, size_t *len, char *err, size_t errlen)
         if (n < cap)
             continue;
         if (cap >= CONFIG_FILE_MAX) { /* no configuration is this big (one that grows meanwhile) */
-            free(buf);
-            close(fd);
-            snprintf(err, errlen, "%s: file too large (over %u MiB)", path, CONFIG_FILE_MAX >> 20);
-            return NULL;
+            why = "file too large (over 64 MiB)";
+            continue;
         }
         char *nb = realloc(buf, (cap *= 2) + 1);
         if (!nb)
@@ -446,8 +462,13 @@ char *config_read_file(const char *path, size_t *len, char *err, size_t errlen)
         buf = nb;
     }
     close(fd);
-    if (!buf) {
-        snprintf(err, errlen, "%s: out of memory", path);
+    if (!why && !buf)
+        why = "out of memory";
+    if (!why && fifo && !n) /* a FIFO nobody writes reads as nothing at once */
+        why = "a pipe nothing was written to";
+    if (why) {
+        snprintf(err, errlen, "%s: %s", path, why);
+        free(buf);
         return NULL;
     }
     buf[n] = 0;

@@ -110,9 +110,13 @@ void config_defaults(struct config *c);
 int config_parse(struct config *c, const char *text, size_t len, const char *name, char *err, size_t errlen);
 
 /* A configuration file's bytes (the config, the users file), NUL-terminated after *len, or NULL
- * with "file: reason" in err: it must be a regular file (a FIFO nobody writes, or a device
- * that never ends such as /dev/zero, is refused) of at most CONFIG_FILE_MAX bytes. */
+ * with "file: reason" in err: a regular file, or a pipe (a shell's <(...)) whose writer sends it
+ * all with no wait of CONFIG_PIPE_WAIT_MS between reads, of at most CONFIG_FILE_MAX bytes (a
+ * device, such as /dev/zero that never ends, is refused; so is a FIFO nobody writes, which
+ * reads as nothing: never waited on for ever). */
 #define CONFIG_FILE_MAX (64u << 20)
+#define CONFIG_PIPE_WAIT_MS 5000
+#define CONFIG_PIPE_WAIT_TEXT "5 s"
 char *config_read_file(const char *path, size_t *len, char *err, size_t errlen);
 
 /* Load an INI file over the current values. 0, or -1 with "file:line: reason" in err. */

@@ -778,9 +778,9 @@ static void test_load_size_overflow(void **state)
     assert_int_equal(c.max_message, 2147483647);
 }
 
-/* A configuration file that is not a regular file is refused at once: a device that never ends
- * (/dev/zero), a FIFO nobody writes (a reload read from it for ever), a directory; a regular one
- * is read whole. */
+/* A configuration file that is neither a regular file nor a pipe is refused at once: a device
+ * that never ends (/dev/zero), a directory; so is a FIFO nobody writes (a reload read from it for
+ * ever); a regular one is read whole, and a pipe (a shell's <(...)) its writer fills. */
 static void test_load_regular_only(void **state)
 {
     (void)state;
@@ -788,14 +788,14 @@ static void test_load_regular_only(void **state)
     char err[256] = "";
     config_defaults(&c);
     assert_int_equal(config_load(&c, "/dev/zero", err, sizeof err), -1);
-    assert_string_equal(err, "/dev/zero: not a regular file");
+    assert_string_equal(err, "/dev/zero: not a regular file or a pipe");
     char fifo[] = "/tmp/qg_conf_fifo.XXXXXX";
     assert_int_equal(tutil_mkfifo(fifo), 0);
     assert_int_equal(config_load(&c, fifo, err, sizeof err), -1);
-    assert_non_null(strstr(err, ": not a regular file"));
+    assert_non_null(strstr(err, ": a pipe nothing was written to"));
     unlink(fifo);
     assert_int_equal(config_load(&c, "/tmp", err, sizeof err), -1);
-    assert_string_equal(err, "/tmp: not a regular file");
+    assert_string_equal(err, "/tmp: not a regular file or a pipe");
     size_t len = 0;
     char path[] = "/tmp/qg_conf_read.XXXXXX";
     int fd = mkstemp(path);
@@ -810,6 +810,15 @@ static void test_load_regular_only(void **state)
     assert_int_equal(len, sizeof big);
     assert_int_equal(text[len], 0);
     free(text);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(write(p[1], "[gateway]\nport = 7001\n", 22), 22);
+    close(p[1]);
+    char dev[64];
+    snprintf(dev, sizeof dev, "/dev/fd/%d", p[0]);
+    assert_int_equal(config_load(&c, dev, err, sizeof err), 0);
+    assert_int_equal(c.port, 7001);
+    close(p[0]);
 }
 
 /* ---- validation ------------------------------------------------------------------------------ */
