@@ -47,7 +47,7 @@ FUZZ_SRC_codec     := src/kdb/kcodec.c src/kdb/kvalidate.c src/kdb/kipc.c
 FUZZ_SRC_kzip      := src/kdb/kzip.c src/kdb/kipc.c
 FUZZ_SRC_config    := src/base/config.c src/base/log.c src/base/net.c
 FUZZ_SRC_proxy     := src/base/net.c src/base/log.c
-FUZZ_SRC_auth      := src/base/auth.c
+FUZZ_SRC_auth      := src/base/auth.c src/base/config.c src/base/log.c src/base/net.c
 FUZZ_SRC_sim       := $(filter-out src/gateway/main.c,$(wildcard src/*/*.c)) $(filter-out tests/sim/main.c,$(wildcard tests/sim/*.c))
 # Extra flags per target (the simulation links the whole gateway, pools included).
 FUZZ_XFLAGS_sim    := -Itests/sim -pthread -lm
