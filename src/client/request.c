@@ -754,7 +754,9 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         request_bad_message_loop(g, c, bad);
         return SS_STOP;
     }
-    int st = c->ncalls && !a.route && (h->compressed || !a.cmd) /* (the gateway's own run here) */
+    int bc = h->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST; /* (every worker
+                                   * of the group runs it, in order: never the one worker nested) */
+    int st = c->ncalls && !a.route && (h->compressed || !a.cmd) && !bc /* (the gateway's own run here) */
                  ? callback_nest_loop(g, c, msg, (size_t)h->len, !a.unchecked)
                  : -1;
     if (st >= 0) { /* owed, it runs nested */

@@ -145,3 +145,14 @@ for w in W1 W2; do
     [ "$(cat "$TMP/order")" = "sleep 11 ms sleep 12 ms sleep 13 ms " ] || fail "$w saw: $(cat "$TMP/order")"
 done
 pass "broadcast: every worker ran the async messages, in order"
+
+# ... one sent from inside a callback too: it waits its turn and reaches every worker, not only
+# the one that called back, where it would have run nested (the replicas then disagreed)
+q --nest "neg:nb:fromcb" "callback cb" "echo after"
+printf '%s\n' '"qsend got: cb"' '"after"' | cmp -s - "$TMP/q.out" || fail "$(cat "$TMP/q.out")"
+for w in W1 W2; do
+    p="${w}_PORT"
+    timeout 10 "$BIN/qsend" -g "127.0.0.1:${!p}" "nb" > "$TMP/nb.out" 2>&1 || true
+    expect_lines "$TMP/nb.out" '^"fromcb"$' 1
+done
+pass "broadcast: an async message sent from inside a callback reaches every worker"
