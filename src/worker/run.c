@@ -125,10 +125,10 @@ static const unsigned phase_allowed[] = {
 };
 #undef TO
 
-/* The one setter of a run's phase; a change the table does not allow counts in
- * g->bad_transitions (tests/sim requires it to stay 0). */
 static void fanout_call_back(struct gw *g, const struct worker *w);
 
+/* The one setter of a run's phase; a change the table does not allow counts in
+ * g->bad_transitions (tests/sim requires it to stay 0). */
 void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
 {
     if (w->run.phase == b)
@@ -151,7 +151,8 @@ static void on_query_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
     int64_t due = QG_MAX(w->tm_armed_ms, c->last_read_ms) + g->cfg.query_timeout; /* a byte came since */
-    if (c->in_job) /* not its silence: a reader has what it sent, and nothing after is read meanwhile */
+    if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for its
+                                     * client (run_header_loop), and nothing after is read meanwhile */
         due = g->loop.now_ms + g->cfg.query_timeout;
     if (due > g->loop.now_ms) {
         conn_timer_arm_loop(g, c, WORKER_TM, due, on_query_timeout);
