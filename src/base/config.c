@@ -102,7 +102,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "loglevel", CFG_ENUM, CFG_LIVE, "info", 0, 0, G(loglevel), level_choices,
      "error, warn, info or debug"},
     {"gateway", "users_file", CFG_STR, CFG_LIVE, "", 0, 1023, G(users_file), NULL,
-     "q -U style users file (user:password, MD5 or SHA-1 hex); empty = any credentials; a reload may change it but not empty it (turning authentication off takes a restart)"},
+     "q -U style users file (user:password, MD5 or SHA-1 hex; a regular file or a pipe, at most 64 MiB); empty = any credentials; a reload may change it but not empty it (turning authentication off takes a restart)"},
     {"gateway", "access_log", CFG_STR, CFG_LIVE, "", 0, 1023, G(access_log), NULL,
      "file getting one logfmt line per request (time, client, user, peer, group, worker, type, bytes, queued and run us, outcome); reopened on SIGHUP and SIGUSR1; empty = off"},
     {"gateway", "access_log_monitors", CFG_BOOL, CFG_LIVE, "1", 0, 1, G(access_log_monitors), NULL,
