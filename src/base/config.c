@@ -450,13 +450,17 @@ char *config_read_file(const char *path, size_t *len, char *err, size_t errlen)
         n += (size_t)got;
         if (got == 0)
             break;
-        if (n < cap)
-            continue;
-        if (cap >= CONFIG_FILE_MAX) { /* no configuration is this big (one that grows meanwhile) */
+        if (fifo) /* (5 s between its writes, not for all of it) */
+            until = mono_ms() + CONFIG_PIPE_WAIT_MS;
+        if (n > CONFIG_FILE_MAX) { /* no configuration is this big (one that grows meanwhile) */
             why = "file too large (over 64 MiB)";
             continue;
         }
-        char *nb = realloc(buf, (cap *= 2) + 1);
+        if (n < cap)
+            continue;
+        cap = cap * 2 < (size_t)CONFIG_FILE_MAX + 1 ? cap * 2 : (size_t)CONFIG_FILE_MAX + 1; /* (a byte past the
+                                                                            * bound: one more says it is over) */
+        char *nb = realloc(buf, cap + 1);
         if (!nb)
             free(buf);
         buf = nb;

@@ -55,6 +55,7 @@ static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_
         job_args(j)->reload.answer = 1;
     }
     g->reloading = 1;
+    j->heavy = 1; /* (it may wait on a pipe for seconds: a reader is left for the logins and commands) */
     pool_submit(g->readers, j);
     return 0;
 }
@@ -122,17 +123,16 @@ static void reload_answer(struct gw *g, struct job *j, const char *err)
 static void reload_group(struct gw *g, struct group *grp, const struct group_cfg *gc)
 {
     int unpin = grp->cfg.pool_mode == CFG_POOL_SESSION && gc->pool_mode != CFG_POOL_SESSION;
+    char reset[sizeof grp->cfg.reset_query]; /* (the one its sessions lived under) */
+    memcpy(reset, grp->cfg.reset_query, sizeof reset);
     grp->cfg = *gc; /* its pipeline: how many connections each worker gets */
     grp->mode = run_mode_of(grp);
     if (unpin) { /* a request pool now: its sessions end, as if their clients had left (the worker's q
                   * sees the handle close: .z.pc), and their clients' next requests take any worker */
         for (struct worker *w = TAILQ_FIRST(&grp->workers), *n; w; w = n) {
             n = TAILQ_NEXT(w, glink);
-            if (w->sess) {
-                log_info(NULL, "reload: group %s is a request pool now: the session of %s on %s ends", gc->name,
-                         w->sess->c.name, w->addr);
-                session_release_loop(g, w);
-            }
+            if (w->sess)
+                session_end_loop(g, w, reset, "ends: a reload made its group a request pool");
         }
     }
     char addr[300];

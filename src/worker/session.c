@@ -31,11 +31,13 @@ static void begin(struct gw *g, struct worker *w, struct client *c)
  * free when it comes; what the worker sends meanwhile reaches nobody. 0, or -1 (no memory). */
 static int start_reset(struct gw *g, struct worker *w)
 {
-    const char *q = w->grp->cfg.reset_query;
+    const char *q = w->reset_q ? w->reset_q : w->grp->cfg.reset_query;
     K x = k_str(q, strlen(q));
     size_t len = 0;
     uint8_t *m = x ? kcodec_encode_msg(x, KIPC_SYNC, &len) : NULL;
     k_free(x);
+    free(w->reset_q);
+    w->reset_q = NULL;
     struct chunk *ch = m ? chunk_wrap(m, len) : NULL; /* chunk_wrap frees m if it fails */
     if (!ch)
         return -1;
@@ -93,20 +95,24 @@ int session_start_loop(struct gw *g, struct worker *w, struct client *c)
     return 1;
 }
 
-void session_release_loop(struct gw *g, struct worker *w)
+void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, const char *why)
 {
     struct client *c = w->sess;
     if (!c)
         return;
     c->sess = NULL;
     w->sess = NULL;
-    log_info(w->c.name, "session: %s has gone, the worker is free", c->c.name);
-    w->reset_owed = w->grp->cfg.reset_query[0] != 0;
+    log_info(w->c.name, "session: %s %s, the worker is free", c->c.name, why);
+    free(w->reset_q);
+    w->reset_q = reset_query[0] ? strdup(reset_query) : NULL; /* (no memory: the group's, if it has one) */
+    w->reset_owed = reset_query[0] != 0;
     w->renew = 1; /* a handle of its own for each session: nothing sent for c reaches the next */
     if (w->st == WS_PINNED)
         let_go(g, w);
     /* BUSY: its run ends first (the client's reply drained), then session_run_ended_loop */
 }
+
+void session_release_loop(struct gw *g, struct worker *w) { session_end_loop(g, w, w->grp->cfg.reset_query, "has gone"); }
 
 const struct group_mode session_mode = {
     .name = "session",

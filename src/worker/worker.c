@@ -209,6 +209,7 @@ void worker_free_loop(struct conn *c)
     broadcast_free_loop(w);
     worker_coll_free(w);
     stream_remnant_close_loop(&w->remnant);
+    free(w->reset_q);
     free(w);
 }
 

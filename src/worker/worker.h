@@ -141,6 +141,8 @@ struct worker {
     uint32_t fails;      /* connection attempts failed in a row (each after the first logged only
                           * at 8, 16, 32, ...: a worker down for long floods no log) */
     uint8_t reset_owed;  /* the reset query runs next (a session ended, or a request from outside ran) */
+    char *reset_q;       /* ... that of the configuration its session ended under (a reload may change
+                          * the group's meanwhile); NULL: the group's */
     uint8_t renew;       /* its session ended: a new connection before anyone has it (session.c) */
     uint8_t renewing;    /* 1: closed for that; 2: connecting again at once, quietly; 0 otherwise */
     uint8_t client_turn; /* owing broadcasts with clients waiting, it takes turns: an owed broadcast
@@ -315,6 +317,10 @@ extern const struct group_mode session_mode;
 int session_start_loop(struct gw *g, struct worker *w, struct client *c);
 /* w's client has gone for good: the reset query, then a new connection, then IDLE. */
 void session_release_loop(struct gw *g, struct worker *w);
+/* w's session ends (why: logged after its client's name), as session_release_loop ends it when
+ * the client goes: reset_query (that of the configuration the session lived under), a new
+ * connection, then free. */
+void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, const char *why);
 
 /* ---- fanout.c (.qgate.all) ------------------------------------------------------------ */
 /* backend_ops.fanout and .fanout_cancel (dispatch.h). */

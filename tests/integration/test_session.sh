@@ -263,24 +263,28 @@ grep -q "pinned" "$TMP/q.out" && fail "a worker stays pinned after its client le
 pass "a group made a request pool under a session: the session's async .qgate.all runs on the other workers, its next request is answered, its worker freed"
 
 # --- ... and its sessions end: the worker a client idle in its session held goes back to the
-# pool (its q sees the handle close, as when a session's client leaves), so another client is
-# served at once, and the first one's next request too (before: the worker stayed pinned to the
-# idle client, and every other client waited for as long as it stayed connected) --------------
-conf "$TMP/flip1.conf" "127.0.0.1:$W1_PORT" pool=session
+# pool, as when a session's client leaves (its q sees the handle close; the reset query the
+# session lived under runs, though the new configuration has none, pool = request having no use
+# for it), so another client is served at once, and the first one's next request too (before:
+# the worker stayed pinned to the idle client, and every other client waited for as long as it
+# stayed connected) ------------------------------------------------------------------------
+conf "$TMP/flip1.conf" "127.0.0.1:$W1_PORT" pool=session 'reset_query=delete fl from `.'
 start_gateway F1 -c "$TMP/flip1.conf"
 wait_count "$TMP/F1.log" "connected \\(capability" 1
 raw_open "$F1_PORT"
 raw_hs "u:p"
-raw_text 1 "echo mine"
-raw_msg "$TMP/flip1.out" || fail "no reply to echo mine"
+raw_text 1 "fl:mine"
+raw_msg "$TMP/flip1.out" || fail "no reply to fl:mine"
 timeout 10 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
 grep -q "pinned" "$TMP/q.out" || fail "the session's worker is not pinned: $(cat "$TMP/q.out")"
-sed -i 's/^pool = session$/pool = request/' "$TMP/flip1.conf"
+conf "$TMP/flip1.conf" "127.0.0.1:$W1_PORT" pool=request
 kill -HUP "$F1_PID"
 wait_line "$TMP/F1.log" "reload: done" 10
-expect_file_has "$TMP/F1.log" "reload: group main is a request pool now: the session of .* on 127.0.0.1:$W1_PORT ends"
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" --timeout 10000 "echo other" > "$TMP/q.out" 2>&1 || true
+expect_file_has "$TMP/F1.log" "session: .* ends: a reload made its group a request pool, the worker is free"
+wait_line "$TMP/W1.log" "deleted fl$" 10
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" --timeout 10000 "echo other" "fl" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"other"$' 1
+expect_lines "$TMP/q.out" "^'fl\$" 1 # (the reset ran)
 raw_text 1 "echo again"
 : > "$TMP/flip1.out"
 raw_msg "$TMP/flip1.out" || fail "the first client's next request was not answered"
@@ -288,7 +292,7 @@ grep -aq "again" "$TMP/flip1.out" || fail "echo again: $(od -c "$TMP/flip1.out" 
 timeout 10 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
 grep -q "pinned" "$TMP/q.out" && fail "a worker stays pinned in a request pool: $(cat "$TMP/q.out")"
 raw_close
-pass "a group made a request pool: its sessions end, their workers serve anyone, their clients' next requests run"
+pass "a group made a request pool: its sessions end (their reset query run), their workers serve anyone, their clients' next requests run"
 
 # --- a drain with a client idle in its session and another's request waiting for its worker:
 # the idle one is closed, as the drain would at its end, so that the received request runs (the

@@ -810,6 +810,20 @@ static void test_load_regular_only(void **state)
     assert_int_equal(len, sizeof big);
     assert_int_equal(text[len], 0);
     free(text);
+    /* at most 64 MiB: exactly that is read, a byte more is refused */
+    char huge[] = "/tmp/qg_conf_huge.XXXXXX";
+    fd = mkstemp(huge);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, CONFIG_FILE_MAX), 0); /* (sparse: zeros) */
+    text = config_read_file(huge, &len, err, sizeof err);
+    assert_non_null(text);
+    assert_int_equal(len, CONFIG_FILE_MAX);
+    free(text);
+    assert_int_equal(ftruncate(fd, (off_t)CONFIG_FILE_MAX + 1), 0);
+    close(fd);
+    assert_null(config_read_file(huge, &len, err, sizeof err));
+    unlink(huge);
+    assert_non_null(strstr(err, ": file too large (over 64 MiB)"));
     int p[2];
     assert_int_equal(pipe(p), 0);
     assert_int_equal(write(p[1], "[gateway]\nport = 7001\n", 22), 22);
