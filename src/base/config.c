@@ -94,7 +94,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "merge_max", CFG_SIZE, CFG_LIVE, "268435456", 0, KMAX, G(merge_max), NULL,
      "bytes of the replies a .qgate.all collects to merge (a compressed one at its size decompressed); beyond, the client gets 'qgate: merge too large"},
     {"gateway", "hold_max", CFG_SIZE, CFG_LIVE, "1073741824", 0, KMAX, G(hold_max), NULL,
-     "bytes held whole for clients at once, all together: replies collected to change them (decompressed, compressed, checked, merged) and the replies made from them until written; past it a reply goes as the worker sent it (compressed to a client on this host, plain to a remote one), and an old client's (capability below 3) or a .qgate.all's gets 'qgate: busy, as does a compressed route (held inflated until sent) that would pass it; 0 = no limit"},
+     "bytes held whole for clients at once, all together: replies collected to change them (decompressed, compressed, checked, merged) and the replies made from them until written; past it a reply goes as the worker sent it (compressed to a client on this host, plain to a remote one), and an old client's (capability below 3; one of 64 KiB or less is always held) or a .qgate.all's gets 'qgate: busy, as does a compressed route (held inflated until sent) that would pass it; 0 = no limit"},
     {"gateway", "splice", CFG_BOOL, CFG_LIVE, "1", 0, 1, G(splice), NULL,
      "move reply bytes that need no change from worker to client inside the kernel (splice)"},
     {"gateway", "local_workers", CFG_ENUM, CFG_LIVE, "unix", 0, 0, G(local_workers), local_choices,

@@ -238,6 +238,13 @@ void run_start_loop(struct gw *g, struct conn *w, struct conn *c)
 
 /* ---- finishing a run ------------------------------------------------------------------------- */
 
+/* May a message of n bytes for a client be held whole to change it? Under hold_max, or small: one
+ * of HOLD_SMALL bytes or fewer always is (a worker connection holds one message at a time, so
+ * these are bounded by the connections), so that a tiny reply to an old client, its query run,
+ * is never refused for the big ones others hold. */
+#define HOLD_SMALL 65536
+static int hold_room(const struct gw *g, uint64_t n) { return n <= HOLD_SMALL || gw_hold_room(g, n); }
+
 /* hold_max reached by c's reply r, n bytes once changed: an old client's, which must be checked,
  * is refused (0); any other goes as the worker sent it, neither decompressed nor compressed (1). */
 static int hold_over(struct gw *g, struct client *c, struct req *r, uint64_t n)
@@ -278,7 +285,7 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
     }
     /* what the job makes: at most what came, unless it decompresses */
     size_t out = zipped && old ? kzip_uncompressed_len(w->coll.p, w->coll.len) : w->coll.len;
-    if (out > w->coll.len && !gw_hold_room(g, out)) { /* hold_max: as it came, or refused */
+    if (out > w->coll.len && !hold_room(g, out)) { /* hold_max: as it came, or refused */
         if (hold_over(g, c, r, out)) {
             request_set_state_loop(g, c, r, RS_LOCAL);
             request_reply_loop(g, c, r->seq, w->coll.p, w->coll.len);
@@ -575,7 +582,7 @@ static int refuse_push(struct gw *g, struct worker *w, struct client *c, int kin
 static int to_client(struct gw *g, struct worker *w, const struct kipc_hdr *h, struct client *c, int route)
 {
     int nc = needs_change(g, c, h);
-    if (nc > 0 && !gw_hold_room(g, h->len)) /* hold_max: as it came, unless it must be checked */
+    if (nc > 0 && !hold_room(g, h->len)) /* hold_max: as it came, unless it must be checked */
         nc = c->cap < 3 ? PUSH_HOLD_MAX : 0;
     if (nc == 0)
         return route;
@@ -636,7 +643,7 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
         return ROUTE_DROP;
     }
     int over = h->len > (uint64_t)g->cfg.max_message, nc = over ? -1 : needs_collect(g, c, h);
-    if (nc > 0 && !gw_hold_room(g, h->len)) /* hold_max: as it came, or refused */
+    if (nc > 0 && !hold_room(g, h->len)) /* hold_max: as it came, or refused */
         nc = hold_over(g, c, client_head(c), h->len) ? 0 : -2;
     if (nc < 0) { /* over max_message, or too big to check for an old client: it is told, the
                    * reply drained (never held), the connection kept */
@@ -842,7 +849,7 @@ static int submit_change(struct gw *g, struct worker *w)
      * compress_max: over it, it does not) */
     size_t out = c && zipped ? kzip_uncompressed_len(w->coll.p, w->coll.len) : 0;
     out = out <= (uint64_t)g->cfg.compress_max ? out : 0;
-    if (c && out && !gw_hold_room(g, out)) { /* hold_max, at its size decompressed: refused to an old
+    if (c && out && !hold_room(g, out)) { /* hold_max, at its size decompressed: refused to an old
                                               * client, as it came to one on this host (as replies are) */
         struct inbuf m = worker_coll_take(w);
         if (c->cap < 3) {
