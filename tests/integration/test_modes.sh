@@ -178,6 +178,15 @@ timeout 60 "$BIN/qsend" -g "$H" "all:default:text 20" > "$TMP/q.out" 2>&1
 expect_lines "$TMP/q.out" '^"qgate 0 qgate 1 qgat"$' 1
 [ "$(total held_bytes "$H")" = 0 ] || fail "held_bytes after: $(total held_bytes "$H")"
 pass "hold_max: past it a reply goes as the worker sent it, an old client's and a .qgate.all's get 'qgate: busy; nothing held once the holder goes"
+# ... but a reply of 64 KiB or less is always held, so an old client's tiny reply, its query run,
+# is never refused for what others hold (before: with hold_max = 10, every old client's echo was
+# answered 'qgate: busy, though it had run)
+start_gateway ZS --workers "127.0.0.1:$Z_PORT" --loglevel info -c <(printf '[gateway]\nhold_max = 10\n')
+for cap in 0 1 2; do
+    timeout 30 "$BIN/qsend" -g "127.0.0.1:$ZS_PORT" --cap $cap "echo small$cap" > "$TMP/q.out" 2>&1 || true
+    expect_lines "$TMP/q.out" "^\"small$cap\"\$" 1
+done
+pass "hold_max: an old client's reply of 64 KiB or less is never refused"
 # ... and a worker's publish or callback that a reader would decompress past hold_max (50 MB
 # that came as 12 MB): refused to an old client (the publish dropped, the callback's worker
 # told 'qgate: busy), as it came to a client on this host. (Found by an adversarial run: its size
