@@ -57,6 +57,16 @@ void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum 
 
 static void nested_flush(struct gw *g, struct client *c);
 
+/* Does c owe a worker a callback's answer (so that what it sends now comes from inside it)? */
+static int inside_callback(struct gw *g, const struct client *c) { return c->ncalls && callback_owed_loop(g, c); }
+
+/* c's nested list has emptied, perhaps: a worker whose reply waited for it goes on (run.c). */
+static void nested_wake(struct gw *g, struct client *c)
+{
+    if (!client_nested_owed(c))
+        conn_wake_loop(g, &c->c);
+}
+
 /* ---- room under pending_max ----------------------------------------------------------------- */
 
 /* A message this small never waits for room (counted all the same): a gateway command, such
@@ -75,7 +85,7 @@ static int room_for(const struct gw *g, uint64_t n)
 /* Does its reading go on whatever pending_max says (bounded by client_max_pending alone)? When
  * others' requests may wait on it: it owes a worker a callback's answer, or it holds a worker
  * (pool = session) that requests queued for its group might otherwise never get. */
-static int room_exempt(struct gw *g, struct client *c) { return c->sess || (c->ncalls && callback_owed_loop(g, c)); }
+static int room_exempt(struct gw *g, struct client *c) { return c->sess || inside_callback(g, c); }
 
 /* Bytes counted against pending_max go back (*n zeroed). */
 static void uncount(struct gw *g, size_t *n)
@@ -225,8 +235,7 @@ void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answ
     TAILQ_REMOVE(&c->reqs, x, link);
     if (x->nested) {
         TAILQ_REMOVE(&c->nested, x, nlink);
-        if (!client_nested_owed(c))
-            conn_wake_loop(g, &c->c); /* a worker whose reply waited for it goes on (run.c) */
+        nested_wake(g, c);
     }
     req_drop_msg(g, c, x);
     request_free(g, x);
@@ -606,7 +615,7 @@ static void read_again(struct gw *g, struct client *c)
 
 void request_check_pending_loop(struct gw *g, struct client *c)
 {
-    int owes = c->ncalls && callback_owed_loop(g, c);
+    int owes = inside_callback(g, c);
     if (owes && c->pending > 2 * (size_t)g->cfg.client_max_pending) { /* read on for the answer, but
                                                                        * not without bound */
         log_warn(c->c.name, "%zu bytes of requests and no answer to its worker's callback: the worker is told so",
@@ -661,9 +670,6 @@ static struct req *queue_req(struct gw *g, struct client *c, uint64_t seq, uint8
 
 /* ---- what a client sends from inside a callback, for the gateway ------------------------------ */
 
-/* Does c owe a worker a callback's answer (so that what it sends now comes from inside it)? */
-static int inside_callback(struct gw *g, const struct client *c) { return c->ncalls && callback_owed_loop(g, c); }
-
 /* c's requests answered nested by the gateway go, in the order they came, as their replies are
  * made, ahead of the request they were sent within (which waits for them); then the FIFO goes on. */
 static void nested_flush(struct gw *g, struct client *c)
@@ -681,8 +687,7 @@ static void nested_flush(struct gw *g, struct client *c)
         }
         request_free(g, r);
     }
-    if (!client_nested_owed(c))
-        conn_wake_loop(g, &c->c); /* a worker whose reply waited for them goes on (run.c) */
+    nested_wake(g, c);
     if (!c->advancing) /* a reply at the head may have waited for them */
         request_advance_loop(g, c);
 }
