@@ -408,7 +408,10 @@ void job_validate_msg(struct job *j)
         snprintf(j->text, sizeof j->text, "%s at byte %zu", e.why, e.off + 8);
     if (h.type != KIPC_RESPONSE)
         job_args(j)->check.form = f;
-    if (plain && rt) { /* a route is taken apart on the loop: it needs the plain bytes */
+    /* a route is taken apart on the loop, and a gateway command (or what starts like one: q
+     * compresses only messages over 2000 bytes, so one is a bad command) runs there: each
+     * needs the plain bytes, as if it had come plain */
+    if (plain && (rt || (h.type != KIPC_RESPONSE && jobs_peek_command(plain, n + 8) != 0))) {
         kipc_hdr_len_write(plain, (uint32_t)(n + 8));
         j->out = plain;
         j->out_len = n + 8;

@@ -101,6 +101,13 @@ r_command_shape() {
     hwm1=$(awk '/VmHWM/ {print $2}' /proc/$E_PID/status)
     [ $((hwm1 - hwm0)) -lt $((40 * 1024)) ] || fail "a 9 MB command grew the gateway's peak by $(((hwm1 - hwm0) / 1024)) MiB"
     pass "a 9 MB (\`.qgate.ping; 1,000,000 longs): refused unread (peak grew $(((hwm1 - hwm0) / 1024)) MiB)"
+    # ... and compressed, as a q client on another host sends one over 2000 bytes: the same
+    # answer, not a run on a worker (it went to the worker, at a0d5858)
+    long=$(printf 'a%.0s' $(seq 1 3000))
+    timeout 30 "$BIN/qsend" -g "$G" --compress ".qgate.ping[] / $long" "call:.qgate.ping:$long" > "$TMP/z.out" 2> "$TMP/z.err" || true
+    expect_lines "$TMP/z.err" "^sent: [0-9]+ bytes compressed " 2
+    expect_lines "$TMP/z.out" "^'qgate: bad command: a command is .qgate.name\\[\\] or \\(\`.qgate.name; arg\\), under 1024 bytes\$" 2
+    pass "the same two commands of over 2000 bytes, compressed: 'qgate: bad command"
 }
 
 # --- a client of capability 0: a reply too big to check is refused, not collected ------------

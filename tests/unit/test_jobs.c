@@ -383,7 +383,7 @@ static void test_validate_reads_routes(void **state)
         m = malloc(len);
         memcpy(m, plain, len);
         if (!is_route)
-            memcpy(m + 8 + 6 + 1, ".qgate.ox", 9); /* (`.qgate.ox; ...): a plain call */
+            memcpy(m + 8 + 6 + 1, ".qgatx.on", 9); /* (`.qgatx.on; ...): a plain call */
         uint8_t *z = compressed(m, len, &zlen);
         j = validated(z, zlen);
         assert_int_equal(j->result, 0);
@@ -401,6 +401,44 @@ static void test_validate_reads_routes(void **state)
         }
         job_free(j);
     }
+    /* a compressed call of a gateway command's name, (`.qgate.ox; `hdb; text), as it would
+     * be plain (a bad command: three items, over 1024 bytes), and a compressed gateway
+     * command that is a string (q compresses only over 2000 bytes: a hostile client's): each
+     * handed back plain, for the loop to run or refuse as a command */
+    m = malloc(len);
+    memcpy(m, plain, len);
+    memcpy(m + 8 + 6 + 1, ".qgate.ox", 9);
+    uint8_t *want = malloc(len);
+    memcpy(want, m, len);
+    uint8_t *zc = compressed(m, len, &zlen);
+    j = validated(zc, zlen);
+    assert_int_equal(j->result, 0);
+    assert_non_null(j->out);
+    assert_int_equal(j->out_len, len);
+    assert_memory_equal(j->out, want, len);
+    assert_int_equal(jobs_peek_command(j->out, j->out_len), -1);
+    job_free(j);
+    free(want);
+    free(plain);
+    const char *ping = ".qgate.ping[]";
+    plain = msg_le(k_str(ping, strlen(ping)), 1, &len);
+    zc = malloc(12 + (len - 8) + (len - 8 + 7) / 8); /* made by hand, every byte a literal */
+    memcpy(zc, plain, 8);
+    qg_st32(zc + 8, (uint32_t)len); /* (little-endian, as the header says) */
+    zlen = 12;
+    for (size_t i = 8; i < len; i++) {
+        if ((i - 8) % 8 == 0)
+            zc[zlen++] = 0; /* a group's flags: eight literals */
+        zc[zlen++] = plain[i];
+    }
+    kipc_hdr_len_write(zc, (uint32_t)zlen);
+    zc[2] = 1; /* (after: the length's write clears it) */
+    j = validated(zc, zlen);
+    assert_int_equal(j->result, 0);
+    assert_non_null(j->out);
+    assert_memory_equal(j->out, plain, len);
+    assert_int_equal(jobs_peek_command(j->out, j->out_len), 1);
+    job_free(j);
     free(plain);
     /* the exploit, large and compressed: a bad route, nothing handed back */
     size_t n = 16000;
