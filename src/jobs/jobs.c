@@ -251,8 +251,16 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
     if (n < PREFIX_LEN || memcmp(s, PREFIX, PREFIX_LEN))
         return GWCMD_UNKNOWN;
     const char *name = s + PREFIX_LEN, *br = memchr(name, '[', n - PREFIX_LEN);
-    if (!br || s[n - 1] != ']')
-        return GWCMD_UNKNOWN;
+    if (!br || s[n - 1] != ']') { /* a command's name alone (q would show the function): said */
+        size_t nl = br ? (size_t)(br - name) : n - PREFIX_LEN;
+        while (nl && name[nl - 1] == ' ')
+            nl--;
+        if (lookup(name, nl) == GWCMD_UNKNOWN)
+            return GWCMD_UNKNOWN;
+        snprintf(text, tlen, "bad command: " PREFIX "%.*s is run as " PREFIX "%.*s[] or (`" PREFIX "%.*s; arg)",
+                 (int)nl, name, (int)nl, name, (int)nl, name);
+        return GWCMD_BADARG;
+    }
     const char *a = br + 1, *e = s + n - 1;
     while (a < e && *a == ' ')
         a++;

@@ -34,6 +34,10 @@ nodeq.connect({host: "127.0.0.1", port: Number(port), user: "nq", password: "pw"
       assert.strictEqual(await q("echo served"), "served");
       assert.deepStrictEqual(await q(".qgate.pause", "`nosuch"), {err: "qgate: no group nosuch"});
       assert.deepStrictEqual(await q(".qgate.disable", "`nosuch:1"), {err: "qgate: no worker nosuch:1"});
+      // a command's name alone, as node-q sends k(".qgate.ping") (q would show the function): how it runs
+      assert.deepStrictEqual(await q(".qgate.ping"),
+                             {err: "qgate: bad command: .qgate.ping is run as .qgate.ping[] or (`.qgate.ping; arg)"});
+      assert.strictEqual(await q(".qgate.ping[]"), true);
       // sent async (ks), a command runs in the gateway with no reply, in order with what follows
       await new Promise((res) => con.ks(".qgate.pause", "`main", res));
       assert.strictEqual((await q(".qgate.pools[]"))[0].paused, true);
