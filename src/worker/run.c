@@ -362,6 +362,11 @@ static void run_end(struct gw *g, struct worker *w)
     }
     if (w->coll.p)
         inbuf_free(&w->coll);
+    if (w->run.reset) { /* its reset query has run: what its sessions left is gone */
+        w->dirty = 0;
+        free(w->reset_q);
+        w->reset_q = NULL;
+    }
     /* what its group's mode does next; a worker given to a session (or owing its reset) keeps to
      * the session's way even if a reload has changed its group's pool since */
     (w->sess || w->reset_owed || w->renew ? &session_mode : w->grp->mode)->end(g, w);

@@ -23,6 +23,7 @@ static void begin(struct gw *g, struct worker *w, struct client *c)
         return; /* a request routed to another group runs there once, unpinned */
     c->sess = w; /* w is this client's alone until it goes */
     w->sess = c;
+    w->dirty = 1;
     log_info(w->c.name, "session: given to %s", c->c.name);
     request_room_check_loop(g, c); /* (its next message need not wait for room now) */
 }
@@ -36,16 +37,14 @@ static int start_reset(struct gw *g, struct worker *w)
     size_t len = 0;
     uint8_t *m = x ? kcodec_encode_msg(x, KIPC_SYNC, &len) : NULL;
     k_free(x);
-    free(w->reset_q);
-    w->reset_q = NULL;
     struct chunk *ch = m ? chunk_wrap(m, len) : NULL; /* chunk_wrap frees m if it fails */
     if (!ch)
         return -1;
     outq_push(&w->c.out, ch);
-    if (w->st != WS_BUSY) /* PINNED; or BUSY still, its session's last run just ended */
+    if (w->st != WS_BUSY) /* PINNED, or connected (HANDSHAKE); or BUSY still, its session's last run just ended */
         worker_set_state_loop(g, w, WS_BUSY);
     w->run = (struct run){.kind = RUN_BROADCASTS, .swallow = 1, /* no client's: nothing it sends reaches anyone */
-                          .started_us = loop_stamp_us_loop(g)};
+                          .reset = 1, .started_us = loop_stamp_us_loop(g)};
     run_arm_timer_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
     log_debug(w->c.name, "session ended: running the reset query");
@@ -82,6 +81,7 @@ static void run_ended(struct gw *g, struct worker *w)
     if (w->grp->cfg.pool_mode == CFG_POOL_SESSION && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC) &&
         w->grp->cfg.reset_query[0]) { /* a request routed here from outside any session ran on it */
         w->reset_owed = 1; /* what it left behind is reset before a session is given the worker */
+        w->dirty = 1;
         log_debug(w->c.name, "a request from outside its sessions ran: the reset query runs next");
     }
     let_go(g, w);
@@ -113,6 +113,21 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
 }
 
 void session_release_loop(struct gw *g, struct worker *w) { session_end_loop(g, w, w->grp->cfg.reset_query, "has gone"); }
+
+int session_connected_loop(struct gw *g, struct worker *w)
+{
+    const char *q = w->reset_q                                   ? w->reset_q /* its session's */
+                    : w->grp->cfg.pool_mode == CFG_POOL_SESSION ? w->grp->cfg.reset_query
+                                                                : "";
+    if (!w->dirty || !q[0]) { /* (none: a request pool, or a reload dropped it) */
+        w->dirty = 0;
+        return 0;
+    }
+    log_at(w->dirty == 1 ? LOG_INFO : LOG_DEBUG, w->c.name, "%s: the reset query runs first",
+           w->dirty == 1 ? "qgate dropped its last connection before the reset query ran"
+                         : "what ran in its q before qgate had it is not known");
+    return start_reset(g, w) == 0 ? 1 : -1;
+}
 
 const struct group_mode session_mode = {
     .name = "session",

@@ -60,7 +60,7 @@ static const unsigned allowed[] = {
     [WS_DOWN] = TO(DOWN) | TO(RESOLVING) | TO(CONNECTING),
     [WS_RESOLVING] = TO(DOWN),
     [WS_CONNECTING] = TO(HANDSHAKE) | TO(DOWN),
-    [WS_HANDSHAKE] = TO(IDLE) | TO(DOWN) | TO(DISABLED),
+    [WS_HANDSHAKE] = TO(IDLE) | TO(DOWN) | TO(DISABLED) | TO(BUSY), /* BUSY: the reset query first (session.c) */
     [WS_IDLE] = TO(BUSY) | TO(DOWN) | TO(DISABLED),
     [WS_BUSY] = TO(IDLE) | TO(DOWN) | TO(PINNED) | TO(DISABLED),
     [WS_PINNED] = TO(BUSY) | TO(IDLE) | TO(DOWN) | TO(DISABLED),
@@ -153,6 +153,7 @@ static struct worker *new_conn(struct gw *g, struct group *grp, const char *addr
     w->remnant.fd = -1;
     w->c.ev.ops = &worker_connops.ev;
     w->grp = grp;
+    w->dirty = 2; /* what ran in its q before qgate had it is not known (a session group: reset first) */
     w->serial = ++g->next_worker_serial;
     STAILQ_INIT(&w->bq);
     STAILQ_INIT(&w->bsent);
@@ -380,7 +381,11 @@ static int on_bytes(struct gw *g, struct conn *x)
     w->renewing = 0;
     w->uds_why[0] = 0;
     w->fails = 0;
-    worker_set_state_loop(g, w, WS_IDLE);
+    int reset = session_connected_loop(g, w); /* (BUSY with it: never idle before it has run) */
+    if (reset < 0)
+        return stream_close(x, "out of memory for the reset query its last connection owed");
+    if (!reset)
+        worker_set_state_loop(g, w, WS_IDLE);
     return SS_OK;
 }
 

@@ -46,6 +46,7 @@ struct run {
     uint8_t phase;       /* enum worker_busy: what its reply has come to */
     uint8_t is_error;    /* its reply is a q error (etext: the start of its text) */
     int swallow;         /* chaser replies to drop before its own */
+    uint8_t reset;       /* the reset query's run (session.c): the worker is clean once it ends */
     int nested;          /* sync messages its client sent nested (while the worker waited on that
                           * client's callback: q runs them there) not yet answered: the worker's
                           * next responses are theirs, the innermost first */
@@ -144,6 +145,11 @@ struct worker {
     char *reset_q;       /* ... that of the configuration its session ended under (a reload may change
                           * the group's meanwhile); NULL: the group's */
     uint8_t renew;       /* its session ended: a new connection before anyone has it (session.c) */
+    uint8_t dirty;       /* pool = session: its q may hold what a session (or a request from outside)
+                          * left (1), or what ran there before qgate had it is not known (2: new to
+                          * qgate, or put back by a reload); until its reset query has run, on this
+                          * connection or, when qgate dropped this one (a timeout, a bad message),
+                          * the next, no session is given it */
     uint8_t renewing;    /* 1: closed for that; 2: connecting again at once, quietly; 0 otherwise */
     uint8_t client_turn; /* owing broadcasts with clients waiting, it takes turns: an owed broadcast
                           * (its chaser back before anything else is sent), then a request */
@@ -321,6 +327,10 @@ void session_release_loop(struct gw *g, struct worker *w);
  * the client goes: reset_query (that of the configuration the session lived under), a new
  * connection, then free. */
 void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, const char *why);
+/* Its handshake done: a worker still dirty (its last connection dropped by qgate before its
+ * reset query ran: its q kept what the session left) runs the reset query first, BUSY, before
+ * anyone has it. 1 if it does, 0 if it owes none, -1 (no memory: close it). */
+int session_connected_loop(struct gw *g, struct worker *w);
 
 /* ---- fanout.c (.qgate.all) ------------------------------------------------------------ */
 /* backend_ops.fanout and .fanout_cancel (dispatch.h). */

@@ -98,6 +98,35 @@ expect_file_has "$TMP/W2.log" "deleted x$"
 expect_file_has "$TMP/X.log" "session ended: running the reset query"
 pass "reset_query: the next session starts clean"
 
+# ... and when qgate itself drops the session's connection (query_timeout), its q still holds
+# what the session left: the reset query runs on the next connection before anyone has it (at
+# b0e81e8 the next session got the worker without it, and read the last one's x)
+conf "$TMP/rt.conf" "127.0.0.1:$W2_PORT" pool=session 'reset_query=delete x from `.'
+printf 'query_timeout = 300\n' > "$TMP/rt.gw"
+sed -i "/^\[gateway\]/r $TMP/rt.gw" "$TMP/rt.conf"
+n0=$(grep -c "deleted x$" "$TMP/W2.log" || true)
+start_gateway RT -c "$TMP/rt.conf"
+G="127.0.0.1:$RT_PORT"
+q "x:secret" "sleep 1000"
+expect_lines "$TMP/q.out" '^"secret"$' 1
+expect_lines "$TMP/q.out" "^'qgate: timeout " 1
+wait_line "$TMP/RT.log" "qgate dropped its last connection before the reset query ran: the reset query runs first"
+q "x"
+expect_lines "$TMP/q.out" "^'x\$" 1
+# (the first connection's reset query, as what ran there before this qgate had it is not known, found no x)
+[ "$(grep -c "deleted x$" "$TMP/W2.log")" = $((n0 + 1)) ] || fail "x deleted $(($(grep -c "deleted x$" "$TMP/W2.log") - n0)) times, want 1"
+pass "a session whose connection qgate dropped (query_timeout): the reset query runs on the next connection first; the next session starts clean"
+
+# ... and a worker new to this qgate: what ran in its q before (another gateway's session, a
+# client of its own) is not known, so the reset query runs before the first session (at b0e81e8
+# the first session read it)
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$W2_PORT" "x:left" > /dev/null || fail "x set directly"
+start_gateway RN -c "$TMP/rs.conf"
+G="127.0.0.1:$RN_PORT"
+q "x"
+expect_lines "$TMP/q.out" "^'x\$" 1
+pass "a worker new to qgate runs the reset query before its first session"
+
 # --- pushes: what a session's worker publishes later reaches that client ----------------
 G="127.0.0.1:$S_PORT"
 raw_open "$S_PORT" 3

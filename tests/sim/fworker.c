@@ -116,6 +116,7 @@ void fw_reset(struct fworker *w)
     for (int i = 0; i < w->deferred.n; i++)
         sb_free(&w->deferred.v[i].msg);
     w->deferred.n = 0;
+    w->state_cid = -1; /* (a new q: what a session left there is gone) */
 }
 
 int fw_live(const struct fworker *w)
@@ -498,6 +499,12 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
         check_session_worker(w, s, cid);
         if (k->first_sess < 0)
             k->first_sess = cid;
+        /* what one client (a session's, or a request routed in from outside) left in this q
+         * is reset before another's runs: whichever way its connection ended */
+        if (S->reset_q && w->state_cid >= 0 && w->state_cid != cid)
+            fail("W%d ran \"%s\" of C%d in a q that C%d's messages ran in, with no reset query since", w->wid, s,
+                 cid, w->state_cid);
+        w->state_cid = cid;
     }
     if (x)
         x->seen++;
@@ -631,6 +638,13 @@ void worker_process(struct fworker *w, int max)
             note_emitted(cid0, seq0);
             fw_reply_text(w, i, cid0, 1, "R %d %d", cid0, seq0);
             tr("W%d: callback answered, replies", w->wid);
+        } else if (S->reset_q && type == KIPC_SYNC && !strcmp(s, "reset")) { /* the group's reset query */
+            if (w->waiting_cb)
+                fail("W%d, waiting in a callback to C%d, got the reset query", w->wid, w->cb_cid);
+            w->state_cid = -1;
+            w->resets++;
+            fw_reply_k(w, i, -1, 1, k_prim(KT_UNARY, 0));
+            tr("W%d runs the reset query (connection %d)", w->wid, i);
         } else if (x->t == KT_CHAR && x->n == 0) { /* the gateway's chaser */
             if (type == KIPC_SYNC)
                 fw_reply_k(w, i, k->last_cid, 1, k_prim(KT_UNARY, 0));
@@ -756,6 +770,7 @@ void fw_init(struct fworker *w, int wid, int group)
         w->k[i].fd = w->k[i].gw_fd = -1;
         w->k[i].last_cid = -1;
     }
+    w->state_cid = -1;
     w->uds = chance(70) ? UDS_OK : chance(50) ? UDS_REFUSE : UDS_MUTE;
 }
 

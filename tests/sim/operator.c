@@ -43,7 +43,7 @@ void write_config(void)
     for (int gi = 0; gi < S->ngroups; gi++) {
         fprintf(f, "[group %s]\nasync = %s\n", gi == S->bc_group ? "bc" : "main", gi == S->bc_group ? "broadcast" : "one");
         if (S->session && gi != S->bc_group)
-            fprintf(f, "pool = session\n");
+            fprintf(f, "pool = session\n%s", S->reset_q ? "reset_query = reset\n" : "");
         else
             fprintf(f, "pipeline = %d\npipeline_wait = %d\n", S->pipeline, S->pipeline_wait);
         if (gi == S->bc_group)

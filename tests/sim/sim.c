@@ -663,6 +663,7 @@ static void choose_world(struct config *cfg)
     S->alog_cap = 256 + (size_t)rnd(8192);
     S->alog_room = SIZE_MAX;
     S->session = chance(30);
+    S->reset_q = S->session && chance(60);
     S->pipeline = chance(40) ? 2 + rnd(3) : 1;
     S->pipeline_wait = chance(40) ? 0 : chance(50) ? 1 + rnd(30) : 100 + rnd(3000);
     S->keepalive_idle = (int)cfg->keepalive_idle;
@@ -812,6 +813,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     res->nested = (long)S->g.nested - res->nested_here;
     res->hold_refused = (long)S->g.refused[REFUSED_HOLD_MAX].n;
     res->pending_waits = (long)S->g.pending_waits;
+    for (int k = 0; k < S->nw; k++)
+        res->resets += S->w[k].resets;
     tr("quiescence");
     quiesce(0, "quiescence (clients that stopped reading still stopped)");
     quiesce(1, "quiescence");

@@ -185,6 +185,9 @@ struct fworker {
     VEC(int) seen_async_last; /* per cid: the last async seq this worker ran (broadcast order) */
     VEC(struct dfr) deferred;
     int64_t busy_until;  /* ms: q runs nothing before (a slow query) */
+    int state_cid;       /* pool = session with a reset query: the client whose messages ran in this
+                          * q last, none since its reset query ran or it started (-1) */
+    long resets;         /* reset queries it ran */
 };
 
 /* A worker's publish on its own timer ("t ID"), and who may get it: the client of the next
@@ -233,6 +236,7 @@ struct sim {
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
     int session;         /* group main has pool = session */
+    int reset_q;         /* ... and reset_query = "reset" (checked: no session sees another's state) */
     int wzip;            /* the fake workers compress their replies (over 2000 bytes) as q does for remote peers */
     int pipeline;        /* pool = request: each group's pipeline (1: a worker holds one request) */
     int pipeline_wait;   /* its pipeline_wait (ms; 0: behind any run) */
