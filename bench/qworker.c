@@ -897,10 +897,16 @@ static int serve_buffered(struct wconn *c)
             return -1;
         if (st == QG_AGAIN)
             break;
-        if (opt.fault && fault_reply(c))
+        int twice = opt.fault && !strcmp(opt.fault, "twice");
+        if (opt.fault && !twice && fault_reply(c))
             return -1;
-        else if (!opt.fault && serve(c, c->in.p + off, (size_t)h.len))
+        else if ((!opt.fault || twice) && serve(c, c->in.p + off, (size_t)h.len))
             return -1;
+        if (twice && h.type == KIPC_SYNC) { /* a second response, right behind the first */
+            logf_(c, "fault twice: a second response");
+            if (send_msg(c, k_str("qworker: a second response", 26), KIPC_RESPONSE))
+                return -1;
+        }
         off += (size_t)h.len;
     }
     msgbuf_consume(&c->in, off);
@@ -912,7 +918,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: qworker -p [host:]port [--rows N] [--seed S] [--user u:p] [--quiet] [--no-uds]\n"
             "               [--uds-path PATH] [--uds-mute] [--compress]\n"
-            "               [--fault hang|garbage|bighdr|hsclose] [--defer N:MS]\n"
+            "               [--fault hang|garbage|bighdr|hsclose|twice] [--defer N:MS]\n"
             "               [--fickle K:MS[:FIRST]]\n"
             "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
@@ -929,7 +935,7 @@ static void usage(void)
             "  --user u:p closes connections with other credentials, as q -U does.\n"
             "  --fault makes it a broken worker for tests: hang (never answers), garbage (answers\n"
             "  with random bytes), bighdr (a header claiming 2 GB, then nothing), hsclose (closes\n"
-            "  during the handshake).\n"
+            "  during the handshake), twice (answers, then sends a second response right behind).\n"
             "  It listens on q's abstract Unix socket for its port too (@/tmp/kx.PORT, as q -p\n"
             "  does) unless --no-uds; --uds-path listens on a filesystem socket PATH instead;\n"
             "  --uds-mute closes each Unix-socket connection at once (a socket that does not\n"

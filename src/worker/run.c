@@ -775,6 +775,13 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
         route = route_async(g, w, h);
     else if (h->type == KIPC_SYNC)
         route = route_callback(g, w, h);
+    else { /* a response when it was asked nothing: its q broke the protocol (a reply sent twice,
+            * say); a q message names no request, so its next one would be taken for the next
+            * request's reply, another client's: the connection is remade */
+        w->dropped++;
+        return stream_close(x, "a response when it was asked nothing (a reply sent twice?): dropped; the "
+                               "connection is remade, as what it sends next would be taken for the next request's");
+    }
     if (w->c.fd < 0 || w->c.closing) /* closed while routing */
         return SS_STOP;
     w->msg.route = (uint8_t)route;

@@ -129,3 +129,20 @@ kill -0 "$GWP" || fail "qgate died"
 fds1=$(ls /proc/$GWP/fd | wc -l)
 [ "$fds1" -le $((fds0 + 4)) ] || fail "file descriptors: $fds0 before, $fds1 after"
 pass "the load client: $n requests, all answered correctly; fds $fds0 -> $fds1"
+
+# --- a worker that sends a response when it was asked nothing (a reply sent twice): dropped,
+# counted, and its connection remade, as what it sent next would be taken for the next request's
+# reply (another client's); the next request is answered on the new connection. At b0e81e8 it
+# was dropped unsaid and uncounted, the connection kept --------------------------------------
+start_worker FT --rows 10 --fault twice
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s\n' "$FT_PORT" > "$TMP/tw.conf"
+start_gateway TW -c "$TMP/tw.conf"
+G="127.0.0.1:$TW_PORT"
+timeout 20 "$BIN/qsend" -g "$G" "echo one" > "$TMP/tw.out" || true
+expect_lines "$TMP/tw.out" '^"one"$' 1
+wait_line "$TMP/TW.log" "connection closed: a response when it was asked nothing"
+wait_count "$TMP/TW.log" "connected \\(capability 3\\)" 2 20
+timeout 20 "$BIN/qsend" -g "$G" "echo two" ".qgate.stats[]" > "$TMP/tw.out" || true
+expect_lines "$TMP/tw.out" '^"two"$' 1
+expect_lines "$TMP/tw.out" "^table\\[1\\] .* \\| ,2 \\| ,0N \\| ,\`(unix|tcp) " 1 # dropped: 2 (the second response of each)
+pass "a worker's response when it was asked nothing: dropped, counted, its connection remade"
