@@ -100,7 +100,8 @@ static inline void chunk_free(struct chunk *c)
  * tail by hand rather than an STAILQ, which must be initialised. */
 struct outq {
     struct chunk *head, *tail;
-    size_t bytes; /* unwritten bytes */
+    size_t bytes;     /* unwritten bytes */
+    uint64_t written; /* bytes written, all told (written + bytes: all ever queued) */
 };
 
 static inline void outq_push(struct outq *q, struct chunk *c)

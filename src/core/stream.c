@@ -166,6 +166,7 @@ static int outq_iov(const struct outq *q, struct iovec *iov, int max, size_t bud
 static void outq_consume(struct outq *q, size_t n)
 {
     q->bytes -= n;
+    q->written += n;
     while (n && q->head) {
         struct chunk *c = q->head;
         size_t l = c->len - c->off;

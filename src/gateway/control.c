@@ -242,8 +242,8 @@ static int work_in_flight(struct gw *g)
         return 1;
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *c = g->tab[id];
-        if (c && c->kind == CONN_CLIENT &&
-            (client_head(client_of(c)) || c->in_backlog || c->out.bytes || c->piped))
+        if (c && c->kind == CONN_CLIENT && /* (what a worker published after its last reply: not waited for) */
+            (client_head(client_of(c)) || c->in_backlog || c->out.written < client_of(c)->reply_mark || c->piped))
             return 1;
     }
     return 0;

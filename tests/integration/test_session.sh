@@ -344,3 +344,21 @@ expect_lines "$TMP/dr2.out" '^"waiting"$' 1
 expect_file_has "$TMP/DR.log" "c1 .*idle: closed: drained: closed"
 raw_close 3
 pass "a drain closes a client idle in its session when another's received request waits for its worker, which then runs it"
+
+# --- a drain with a subscriber in its session, its worker publishing without end and the
+# subscriber reading slowly: its request is answered, so the drain does not wait for the
+# publishes after it (at b0e81e8 it waited the whole drain_timeout, then said 'work in flight')
+conf "$TMP/sub.conf" "127.0.0.1:$W1_PORT" pool=session
+printf 'drain_timeout = 600000\n' > "$TMP/sub.gw"
+sed -i "/^\[gateway\]/r $TMP/sub.gw" "$TMP/sub.conf"
+start_gateway SB -c "$TMP/sub.conf"
+timeout 120 "$BIN/qslow" -g "127.0.0.1:$SB_PORT" -q "flood 65536" -r 16384 -t 10 -s 100 > "$TMP/sub.out" 2>&1 & SL=$!
+PIDS+=($SL)
+wait_line "$TMP/W1.log" "flood 65536: publishing"
+kill -TERM "$SB_PID"
+wait_exit "$SB_PID" 60 || fail "the drain waited for a subscriber's publishes after its reply"
+[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
+wait $SL || true
+expect_lines "$TMP/sub.out" "reply=ok closed=yes" 1
+expect_lines "$TMP/SB.log" "drain_timeout reached" 0
+pass "a drain with a subscriber reading slowly, its worker publishing on: its reply went, the publishes after it not waited for"
