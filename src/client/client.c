@@ -603,7 +603,7 @@ void client_drain_close_loop(struct gw *g, int all)
         if (!x || x->kind != CONN_CLIENT || x->closing)
             continue;
         struct client *c = client_of(x);
-        if (!all && (c->st != CS_READY || !c->sess || client_head(c) || conn_pending(x) || x->in_backlog ||
+        if (!all && (c->st != CS_READY || !c->sess || client_head(c) || conn_owed_unsent(x) || x->in_backlog ||
                      !connq_first(&c->grp->queue)))
             continue; /* (only one idle in its session, whose worker others' requests wait for) */
         if (c->st == CS_LINGER || c->st == CS_GONE)

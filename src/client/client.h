@@ -162,9 +162,6 @@ struct client {
     size_t gathering;    /* bytes counted against pending_max for the message being read */
     uint8_t room_granted; /* its turn for room came: gathering kept for the header it waited with */
     uint64_t next_seq;
-    uint64_t reply_mark; /* out.written once its requests' replies so far are written (set as each
-                          * request goes): what a worker published after them is not waited for
-                          * by a drain */
     int64_t stall_since; /* ms: output has waited (without a byte accepted) since */
     int64_t connected_ms; /* when it was accepted (the loop's clock) */
     const char *drop_why; /* while requests of it are dropped unanswered: why (the access log's reason=) */

@@ -232,7 +232,7 @@ void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answ
 {
     access_req_loop(g, c, x, answered);
     request_set_state_loop(g, c, x, RS_WAITING); /* off the group's queue, if it was on it */
-    c->reply_mark = c->c.out.written + c->c.out.bytes; /* its reply, if any, is queued by now */
+    conn_mark_owed(&c->c); /* its reply, if any, is queued by now */
     TAILQ_REMOVE(&c->reqs, x, link);
     if (x->nested) {
         TAILQ_REMOVE(&c->nested, x, nlink);

@@ -155,6 +155,8 @@ void conn_timer_fire_loop(struct gw *g, struct timer *t)
 void conn_push_whole_loop(struct gw *g, struct conn *c, struct chunk *ch)
 {
     outq_push(c->streaming ? &c->held : &c->out, ch);
+    if (!c->streaming)
+        conn_mark_owed(c);
     conn_mark_dirty_loop(g, c);
 }
 

@@ -123,6 +123,9 @@ struct conn {
                           * the same struct, even from a handler of its own message) */
     uint32_t events;     /* registered epoll mask */
     struct outq out;
+    uint64_t out_mark;   /* out.written once what must reach the peer is written: whole messages
+                          * and the replies streamed into out; not what is streamed otherwise (a
+                          * worker's publishes), which a drain does not wait for */
     struct outq held;    /* whole messages waiting for the message being streamed to end */
     int pipe_rd, pipe_wr; /* bytes spliced from another socket, ahead of everything in out */
     size_t piped, pipe_cap;
@@ -277,6 +280,10 @@ static inline void conn_wake_loop(struct gw *g, struct conn *target)
 /* Output. */
 /* Bytes waiting: queued, piped and held. */
 static inline size_t conn_pending(const struct conn *c) { return c->out.bytes + c->piped + c->held.bytes; }
+/* Bytes waiting that must reach the peer (a reply's; see out_mark)? */
+static inline int conn_owed_unsent(const struct conn *c) { return c->out.written < c->out_mark || c->piped || c->held.bytes; }
+/* What is queued in out now must reach the peer. */
+static inline void conn_mark_owed(struct conn *c) { c->out_mark = c->out.written + c->out.bytes; }
 /* A whole message from elsewhere: into out, or held while a message is being streamed. */
 void conn_push_whole_loop(struct gw *g, struct conn *c, struct chunk *ch);
 /* The message being streamed into out has ended: what was held goes out now. */
@@ -286,6 +293,7 @@ static inline void conn_stream_end_loop(struct gw *g, struct conn *c)
     if (!c->held.head)
         return;
     outq_append(&c->out, &c->held); /* in the order they came */
+    conn_mark_owed(c);
     conn_mark_dirty_loop(g, c);
 }
 /* Close its splice pipe (made by the stream when it first splices into it). */

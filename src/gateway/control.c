@@ -243,7 +243,7 @@ static int work_in_flight(struct gw *g)
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *c = g->tab[id];
         if (c && c->kind == CONN_CLIENT && /* (what a worker published after its last reply: not waited for) */
-            (client_head(client_of(c)) || c->in_backlog || c->out.written < client_of(c)->reply_mark || c->piped))
+            (client_head(client_of(c)) || c->in_backlog || conn_owed_unsent(c)))
             return 1;
     }
     return 0;

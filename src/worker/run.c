@@ -822,6 +822,8 @@ static void message_end(struct gw *g, struct worker *w)
         deliver_whole(g, w);
     else if (w->msg.route == ROUTE_STREAM && w->msg.to->st == CS_FLUSHING)
         conn_mark_dirty_loop(g, &w->msg.to->c); /* its flush sees whether it may linger now */
+    if (w->msg.route == ROUTE_STREAM && (w->msg.reply || w->msg.nested))
+        conn_mark_owed(&w->msg.to->c); /* a reply streamed: a drain waits for it (not for a publish) */
     int route = w->msg.route, nested = w->msg.nested;
     w->msg.route = ROUTE_DROP;
     w->msg.to = NULL;

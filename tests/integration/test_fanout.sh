@@ -201,3 +201,23 @@ release tq "$W1_PORT"
 expect_lines "$TMP/tq.out" "^'qgate: timeout \\(127\\.0\\.0\\.1:$W1_PORT sent nothing for 3000 ms\\)\$" 1
 expect_lines "$TMP/tf.out" "^'qgate: worker 127\\.0\\.0\\.1:$W1_PORT lost\$" 1
 pass "a .qgate.all whose part waited behind another client's query that timed out: 'qgate: worker lost, not a timeout of its own"
+
+# --- a drain (SIGTERM) while a .qgate.all runs: its merged reply, made after the signal, is
+# written whole before the close (at 82a91bd the drain took it for a publish: 'close, 0 bytes) --
+start_worker D1 --rows 10 --defer 1:300
+start_worker D2 --rows 10 --defer 1:300
+printf '[gateway]\nbind = 127.0.0.1\ndrain_timeout = 600000\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
+    "$D1_PORT" "$D2_PORT" > "$TMP/d.conf"
+start_gateway DG -c "$TMP/d.conf"
+wait_count "$TMP/DG.log" "connected \\(capability" 2
+rm -f "$TMP/d.raw"
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" --raw "$TMP/d.raw" "all:main:text 1000000" > /dev/null 2>&1 &
+DQ=$!
+wait_line "$TMP/D1.log" "defer: sync request #1 "
+wait_line "$TMP/D2.log" "defer: sync request #1 "
+kill -TERM "$DG_PID"
+wait_exit "$DG_PID" 60 || fail "the drain did not end"
+[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
+wait "$DQ" || true
+[ "$(stat -c %s "$TMP/d.raw" 2> /dev/null || echo 0)" = 2000014 ] || fail "the merged reply came as $(stat -c %s "$TMP/d.raw" 2> /dev/null || echo 0) bytes, want 2000014"
+pass "a drain while a .qgate.all runs: its 2 MB merged reply, made after SIGTERM, written whole, then the close"

@@ -362,3 +362,20 @@ wait $SL || true
 expect_lines "$TMP/sub.out" "reply=ok closed=yes" 1
 expect_lines "$TMP/SB.log" "drain_timeout reached" 0
 pass "a drain with a subscriber reading slowly, its worker publishing on: its reply went, the publishes after it not waited for"
+
+# ... and another client's request waiting for that subscriber's worker: the subscriber, owed
+# nothing, is closed, and the waiting request runs (at 82a91bd the drain kept the subscriber for
+# its publishes, and the waiting request got the close at drain_timeout)
+start_gateway SW -c "$TMP/sub.conf" --loglevel debug
+timeout 120 "$BIN/qslow" -g "127.0.0.1:$SW_PORT" -q "flood 65536" -r 16384 -t 10 -s 100 > "$TMP/sub2.out" 2>&1 & SL=$!
+PIDS+=($SL)
+wait_count "$TMP/W1.log" "flood 65536: publishing" 2
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$SW_PORT" "echo waiter" > "$TMP/waiter.out" 2>&1 & WQ=$!
+wait_line "$TMP/SW.log" "c2 .*: request 0 queued in group main" 30
+kill -TERM "$SW_PID"
+wait_exit "$SW_PID" 60 || fail "the drain waited while a request waited for a subscriber's worker"
+[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
+wait $SL $WQ || true
+expect_lines "$TMP/waiter.out" '^"waiter"$' 1
+expect_lines "$TMP/sub2.out" "reply=ok closed=yes" 1
+pass "... and with another's request waiting for its worker: the subscriber closed, the waiting request answered"
