@@ -637,6 +637,12 @@ static void test_peek_command(void **state)
     uint8_t *m = msg_of(text(".qgate.pause[`rdb]"), &len);
     assert_int_equal(jobs_peek_command(m, len), 1);
     free(m);
+    m = msg_of(text("  .qgate.ping[]"), &len); /* spaces before it, as q reads them */
+    assert_int_equal(jobs_peek_command(m, len), 1);
+    free(m);
+    struct job *j = parsed(text("  .qgate.ping[]"));
+    assert_int_equal(j->result, GWCMD_PING);
+    job_free(j);
     for (int sym = 0; sym < 2; sym++) {
         m = msg_of(call(".qgate.pause", sym, k_sym("rdb")), &len);
         assert_int_equal(jobs_peek_command(m, len), 1);
