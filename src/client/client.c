@@ -150,6 +150,7 @@ static void finish_handshake(struct gw *g, struct client *c)
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
+    conn_mark_owed(&c->c); /* (a drain writes it before the close) */
     conn_mark_dirty_loop(g, &c->c);
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     c->grp = dispatch_route_loop(g, c->us ? c->us->name : c->user);
@@ -225,6 +226,7 @@ static void refuse_http(struct gw *g, struct client *c, const char *method)
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
+    conn_mark_owed(&c->c);
     conn_mark_dirty_loop(g, &c->c);
 }
 

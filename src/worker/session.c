@@ -114,11 +114,16 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
 
 void session_release_loop(struct gw *g, struct worker *w) { session_end_loop(g, w, w->grp->cfg.reset_query, "has gone"); }
 
+const char *session_reset_query(const struct worker *w)
+{
+    return w->reset_q                                   ? w->reset_q /* its session's */
+           : w->grp->cfg.pool_mode == CFG_POOL_SESSION ? w->grp->cfg.reset_query
+                                                       : "";
+}
+
 int session_connected_loop(struct gw *g, struct worker *w)
 {
-    const char *q = w->reset_q                                   ? w->reset_q /* its session's */
-                    : w->grp->cfg.pool_mode == CFG_POOL_SESSION ? w->grp->cfg.reset_query
-                                                                : "";
+    const char *q = session_reset_query(w);
     if (!w->dirty || !q[0]) { /* (none: a request pool, or a reload dropped it) */
         w->dirty = 0;
         return 0;

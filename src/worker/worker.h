@@ -331,6 +331,8 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
  * reset query ran: its q kept what the session left) runs the reset query first, BUSY, before
  * anyone has it. 1 if it does, 0 if it owes none, -1 (no memory: close it). */
 int session_connected_loop(struct gw *g, struct worker *w);
+/* The reset query w owes when dirty: its session's, or its group's in a session pool; "" if none. */
+const char *session_reset_query(const struct worker *w);
 
 /* ---- fanout.c (.qgate.all) ------------------------------------------------------------ */
 /* backend_ops.fanout and .fanout_cancel (dispatch.h). */

@@ -110,6 +110,7 @@ G="127.0.0.1:$RT_PORT"
 q "x:secret" "sleep 1000"
 expect_lines "$TMP/q.out" '^"secret"$' 1
 expect_lines "$TMP/q.out" "^'qgate: timeout " 1
+expect_file_has "$TMP/RT.log" "what a session sent on this connection may still run at the worker: connecting again"
 wait_line "$TMP/RT.log" "qgate dropped its last connection before the reset query ran: the reset query runs first"
 q "x"
 expect_lines "$TMP/q.out" "^'x\$" 1
