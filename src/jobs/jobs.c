@@ -28,11 +28,13 @@ int jobs_peek_command(const uint8_t *m, size_t len)
     const uint8_t *b = m + 8;
     size_t n = len - 8;
     /* "..." : 0a attr count text (spaces before it, as q reads them: parse_text skips them) */
-    size_t t = 6;
-    while (b[0] == KT_CHAR && t < n && t < 6 + 64 && b[t] == ' ')
-        t++;
-    if (n >= t + PREFIX_LEN && b[0] == KT_CHAR && !memcmp(b + t, PREFIX, PREFIX_LEN))
-        return len <= GWCMD_MAX_LEN ? 1 : -1;
+    if (n > 6 && b[0] == KT_CHAR) {
+        size_t t = 6;
+        while (t < n && t < 6 + 64 && b[t] == ' ')
+            t++;
+        if (n >= t + PREFIX_LEN && !memcmp(b + t, PREFIX, PREFIX_LEN))
+            return len <= GWCMD_MAX_LEN ? 1 : -1;
+    }
     /* (`.qgate.x; ...) : 00 attr count f5 name; (".qgate.x"; ...) : 00 attr count 0a attr count text */
     int sym = n >= 7 + PREFIX_LEN && b[0] == KT_LIST && (int8_t)b[6] == -KT_SYM && !memcmp(b + 7, PREFIX, PREFIX_LEN);
     int str = n >= 12 + PREFIX_LEN && b[0] == KT_LIST && b[6] == KT_CHAR && !memcmp(b + 12, PREFIX, PREFIX_LEN);

@@ -32,7 +32,7 @@ static void begin(struct gw *g, struct worker *w, struct client *c)
  * free when it comes; what the worker sends meanwhile reaches nobody. 0, or -1 (no memory). */
 static int start_reset(struct gw *g, struct worker *w)
 {
-    const char *q = w->reset_q ? w->reset_q : w->grp->cfg.reset_query;
+    const char *q = session_reset_query(w);
     K x = k_str(q, strlen(q));
     size_t len = 0;
     uint8_t *m = x ? kcodec_encode_msg(x, KIPC_SYNC, &len) : NULL;

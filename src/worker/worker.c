@@ -479,14 +479,13 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
      * order sent. So the socket is read to its end, and the worker connects again only once q
      * has closed it (at once if q has closed it already). A timed-out request alone is not
      * waited for: its client was told, and it may run late, as a direct client's would. */
-    if (!STAILQ_EMPTY(&w->bsent) && !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
-        log_info(c->name, "broadcasts sent on this connection may still run at the worker: connecting again once it has closed its end");
     /* ... and so may a session's messages, after the reset query a new connection would run
      * first: a worker that owes it connects again once q has run what it read here */
-    else if (STAILQ_EMPTY(&w->bsent) && was_up && !renew && w->dirty == 1 && session_reset_query(w)[0] &&
-             !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
-        log_info(c->name, "what a session sent on this connection may still run at the worker: connecting again, "
-                          "its reset query first, once it has closed its end");
+    int bcast = !STAILQ_EMPTY(&w->bsent), sess = was_up && !renew && w->dirty == 1 && session_reset_query(w)[0];
+    if ((bcast || sess) && !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
+        log_info(c->name, "%s may still run at the worker: connecting again%s once it has closed its end",
+                 bcast ? "broadcasts sent on this connection" : "what a session sent on this connection",
+                 bcast ? "" : ", its reset query first,");
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
     run_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
     if (w->removed) {
