@@ -136,7 +136,7 @@ const struct cfg_key cfg_keys[] = {
     {"group", "pipeline_wait", CFG_MS, CFG_LIVE, "1", 0, KMAX, W(pipeline_wait), NULL,
      "pipeline > 1, ms: a request goes to a busy worker only if what it runs on its other connections are queries learned to take, together, less than this (each query's slowest recent run), none has run that long yet, and none calls back; 0 = to a busy worker whatever it runs (a request may wait behind a slow query)"},
     {"group", "reset_query", CFG_STR, CFG_LIVE, "", 0, 1023, W(reset_query), NULL,
-     "pool = session: q sent to the worker when its client goes (its reply dropped), before the worker's connection is renewed for the next session (its q runs .z.pc for the old handle); also on the worker's first connection, and on the next when qgate dropped one before it ran (query_timeout), before any session has it; empty = none"},
+     "pool = session: q sent to the worker when its client goes (its reply dropped), before the worker's connection is renewed for the next session (its q runs .z.pc for the old handle); also on the worker's first connection, on the next when qgate dropped one before it ran (query_timeout), and after a reload that makes the group a session pool or sets this key, before any session has it; empty = none"},
 };
 const int cfg_nkeys = (int)(sizeof cfg_keys / sizeof cfg_keys[0]);
 _Static_assert(sizeof cfg_keys / sizeof cfg_keys[0] <= CFG_MAX_KEYS, "cfg_keys outgrew CFG_MAX_KEYS");

@@ -122,11 +122,13 @@ static void reload_answer(struct gw *g, struct job *j, const char *err)
 /* One group's new worker list: the addresses it did not have join, those it lost leave. */
 static void reload_group(struct gw *g, struct group *grp, const struct group_cfg *gc)
 {
-    int unpin = grp->cfg.pool_mode == CFG_POOL_SESSION && gc->pool_mode != CFG_POOL_SESSION;
+    int was_session = grp->cfg.pool_mode == CFG_POOL_SESSION;
+    int unpin = was_session && gc->pool_mode != CFG_POOL_SESSION;
     char reset[sizeof grp->cfg.reset_query]; /* (the one its sessions lived under) */
     memcpy(reset, grp->cfg.reset_query, sizeof reset);
     grp->cfg = *gc; /* its pipeline: how many connections each worker gets */
     grp->mode = run_mode_of(grp);
+    session_pool_reloaded_loop(g, grp, was_session);
     if (unpin) { /* a request pool now: its sessions end, as if their clients had left (the worker's q
                   * sees the handle close: .z.pc), and their clients' next requests take any worker */
         for (struct worker *w = TAILQ_FIRST(&grp->workers), *n; w; w = n) {

@@ -79,10 +79,12 @@ static void run_ended(struct gw *g, struct worker *w)
         return;
     }
     if (w->grp->cfg.pool_mode == CFG_POOL_SESSION && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC) &&
-        w->grp->cfg.reset_query[0]) { /* a request routed here from outside any session ran on it */
-        w->reset_owed = 1; /* what it left behind is reset before a session is given the worker */
+        !w->dirty) /* a request routed here from outside any session ran on it (kept with no reset
+                    * query too: a reload may set one) */
         w->dirty = 1;
-        log_debug(w->c.name, "a request from outside its sessions ran: the reset query runs next");
+    if (w->dirty && !w->reset_owed && session_reset_query(w)[0]) {
+        w->reset_owed = 1; /* what it left behind is reset before a session is given the worker */
+        log_debug(w->c.name, "its q may hold what ran outside its sessions: the reset query runs next");
     }
     let_go(g, w);
 }
@@ -123,20 +125,51 @@ const char *session_reset_query(const struct worker *w)
 
 int session_connected_loop(struct gw *g, struct worker *w)
 {
-    const char *q = session_reset_query(w);
-    if (!w->dirty || !q[0]) { /* (none: a request pool, or a reload dropped it) */
-        w->dirty = 0;
+    if (!w->dirty || !session_reset_query(w)[0]) /* (none: a request pool, or none configured now:
+                                                  * still dirty, for a reload that sets one) */
         return 0;
-    }
     log_at(w->dirty == 1 ? LOG_INFO : LOG_DEBUG, w->c.name, "%s: the reset query runs first",
            w->dirty == 1 ? "qgate dropped its last connection before the reset query ran"
-                         : "what ran in its q before qgate had it is not known");
+                         : "what ran in its q outside qgate's sessions is not known");
     return start_reset(g, w) == 0 ? 1 : -1;
+}
+
+/* The idle worker a client waiting for a session is given: the one idle longest that is clean.
+ * One that may hold what ran outside a session, idle since a reload set the reset query or
+ * made its group a session pool, runs the reset query first (BUSY: given once it has run). One
+ * with connections left from a pipelined request pool, which a reload made a session pool, is
+ * passed over until they have gone (what they ran is reset after them). */
+static struct conn *idle_first(struct gw *g, struct group *grp)
+{
+    for (struct conn *x = connq_first(&grp->idle), *n; x; x = n) {
+        n = connq_next(x);
+        struct worker *w = worker_of(x);
+        if (!worker_takes_work(w) || worker_sibling(w))
+            continue;
+        if (!w->dirty || !session_reset_query(w)[0])
+            return x;
+        log_info(w->c.name, "its q may hold what ran outside a session (a reload set the reset query, or made "
+                            "the group a session pool): the reset query runs before a session is given it");
+        if (start_reset(g, w) < 0)
+            conn_close_loop(g, &w->c, "out of memory for the reset query");
+    }
+    return NULL;
+}
+
+void session_pool_reloaded_loop(struct gw *g, struct group *grp, int was_session)
+{
+    (void)g;
+    if (was_session || grp->cfg.pool_mode != CFG_POOL_SESSION)
+        return;
+    struct worker *w; /* a request pool until now: what its clients ran is in its q */
+    TAILQ_FOREACH(w, &grp->workers, glink)
+        if (!w->dirty)
+            w->dirty = worker_is_connected(w) ? 1 : 2;
 }
 
 const struct group_mode session_mode = {
     .name = "session",
-    .idle_first = run_idle_first_loop, /* idle workers are taken as in a plain group */
+    .idle_first = idle_first,
     .begin = begin,
     .end = run_ended,
 };

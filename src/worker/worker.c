@@ -428,6 +428,7 @@ static void unlink_removed(struct gw *g, struct worker *w)
     }
     TAILQ_REMOVE(&w->grp->workers, w, glink);
     w->grp->nworkers -= worker_is_lead(w);
+    g->loop.dispatch_pending = 1; /* (a session pool's worker passed over while this connection was its own) */
     g->loop.nbackends--;
     conn_free_later_loop(g, &w->c);
 }

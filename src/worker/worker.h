@@ -145,11 +145,12 @@ struct worker {
     char *reset_q;       /* ... that of the configuration its session ended under (a reload may change
                           * the group's meanwhile); NULL: the group's */
     uint8_t renew;       /* its session ended: a new connection before anyone has it (session.c) */
-    uint8_t dirty;       /* pool = session: its q may hold what a session (or a request from outside)
-                          * left (1), or what ran there before qgate had it is not known (2: new to
-                          * qgate, or put back by a reload); until its reset query has run, on this
-                          * connection or, when qgate dropped this one (a timeout, a bad message),
-                          * the next, no session is given it */
+    uint8_t dirty;       /* its q may hold what a session (or a request from outside) left (1), or
+                          * what ran there outside qgate's sessions is not known (2: new to qgate,
+                          * put back by a reload, or its group a request pool until a reload); in a
+                          * session pool with a reset query, no session is given it until that has
+                          * run, on this connection or, when qgate dropped this one (a timeout, a
+                          * bad message), the next. Kept with no reset query (a reload may set one) */
     uint8_t renewing;    /* 1: closed for that; 2: connecting again at once, quietly; 0 otherwise */
     uint8_t client_turn; /* owing broadcasts with clients waiting, it takes turns: an owed broadcast
                           * (its chaser back before anything else is sent), then a request */
@@ -331,6 +332,10 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
  * reset query ran: its q kept what the session left) runs the reset query first, BUSY, before
  * anyone has it. 1 if it does, 0 if it owes none, -1 (no memory: close it). */
 int session_connected_loop(struct gw *g, struct worker *w);
+/* A reload has set grp's configuration: a group made a session pool by it (was_session 0) holds in
+ * its workers' q what its clients ran as a request pool: each is dirty (its reset query runs
+ * before a session is given it). */
+void session_pool_reloaded_loop(struct gw *g, struct group *grp, int was_session);
 /* The reset query w owes when dirty: its session's, or its group's in a session pool; "" if none. */
 const char *session_reset_query(const struct worker *w);
 

@@ -504,3 +504,14 @@ void dump_world(void)
     }
 }
 
+
+int reset_query_on(void)
+{
+    int on = 0;
+    for (int i = 0; i < S->g.ngroups; i++)
+        on |= S->g.groups[i].cfg.pool_mode == CFG_POOL_SESSION && S->g.groups[i].cfg.reset_query[0];
+    if (on && !S->reset_on)
+        S->reset_epoch++;
+    S->reset_on = on;
+    return on;
+}

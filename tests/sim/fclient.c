@@ -202,7 +202,8 @@ struct fclient *pick_client(int need_ready)
 static void add_sent(struct fclient *c, int type, int op, int arg)
 {
     struct sent s = {.type = (uint8_t)type, .op = (uint8_t)op, .arg = arg, .end = c->out_base + c->out.len,
-                     .seq = type == KIPC_RESPONSE ? -1 : c->nseq++, .grp = c->group, .last_push = -1, .nested_in = -1};
+                     .seq = type == KIPC_RESPONSE ? -1 : c->nseq++, .grp = c->group, .last_push = -1, .nested_in = -1,
+                     .epoch = reset_query_on() ? S->reset_epoch : 0};
     VEC_PUSH(c->sent, s);
     if (type == KIPC_SYNC)
         VEC_PUSH(c->pend, c->sent.n - 1);

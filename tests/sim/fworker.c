@@ -500,8 +500,11 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
         if (k->first_sess < 0)
             k->first_sess = cid;
         /* what one client (a session's, or a request routed in from outside) left in this q
-         * is reset before another's runs: whichever way its connection ended */
-        if (S->reset_q && w->state_cid >= 0 && w->state_cid != cid)
+         * is reset before another's runs: whichever way its connection ended, and whatever ran
+         * while the gateway had no reset query (a message queued before a reload set it may
+         * run without one) */
+        if (w->state_cid >= 0 && w->state_cid != cid && reset_query_on() &&
+            (x ? x->epoch == S->reset_epoch : !S->reset_flips))
             fail("W%d ran \"%s\" of C%d in a q that C%d's messages ran in, with no reset query since", w->wid, s,
                  cid, w->state_cid);
         w->state_cid = cid;
@@ -638,7 +641,7 @@ void worker_process(struct fworker *w, int max)
             note_emitted(cid0, seq0);
             fw_reply_text(w, i, cid0, 1, "R %d %d", cid0, seq0);
             tr("W%d: callback answered, replies", w->wid);
-        } else if (S->reset_q && type == KIPC_SYNC && !strcmp(s, "reset")) { /* the group's reset query */
+        } else if (S->session && type == KIPC_SYNC && !strcmp(s, "reset")) { /* the group's reset query */
             if (w->waiting_cb)
                 fail("W%d, waiting in a callback to C%d, got the reset query", w->wid, w->cb_cid);
             w->state_cid = -1;

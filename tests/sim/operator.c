@@ -122,6 +122,16 @@ int reload_waiting_worker(void)
     return -1;
 }
 
+/* A number for reload n of this world, from the seed itself, not the world's stream: every other
+ * draw stays as it was, so the seeds in regress.txt still make the worlds they failed in. */
+static uint64_t reload_draw(int n)
+{
+    uint64_t h = (S->o->seed ^ ((uint64_t)n << 40)) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 32);
+}
+
 void reload(void)
 {
     S->outages++; /* a worker added is not up until it has connected; one removed goes */
@@ -157,6 +167,13 @@ void reload(void)
     if (chance(25)) { /* each worker's connections opened or closed to match */
         S->pipeline = chance(50) ? 1 : 2 + rnd(3);
         tr("reload: pipeline %d", S->pipeline);
+    }
+    if (S->session && reload_draw(++S->nreloads) % 100 < 20) { /* sessions that end meanwhile go
+                                                            * without; the workers they leave
+                                                            * are reset once it is back */
+        S->reset_q = !S->reset_q;
+        S->reset_flips++;
+        tr("reload: reset_query %s", S->reset_q ? "reset" : "none");
     }
     if (chance(25)) { /* the sockets open now set again (Unix sockets here: left alone) */
         S->keepalive_idle = S->keepalive_idle ? 0 : 1000 * (1 + rnd(60));

@@ -815,6 +815,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     res->pending_waits = (long)S->g.pending_waits;
     for (int k = 0; k < S->nw; k++)
         res->resets += S->w[k].resets;
+    res->reset_flips = S->reset_flips;
     tr("quiescence");
     quiesce(0, "quiescence (clients that stopped reading still stopped)");
     quiesce(1, "quiescence");

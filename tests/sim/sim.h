@@ -51,6 +51,7 @@ struct sim_result {
     long nested_here;     /* ... and sent from inside a callback, answered by the gateway at once */
     long nested_waits;    /* checks that saw a worker wait on such replies, or on another part's callback */
     long resets;          /* reset queries the workers of a session group ran */
+    long reset_flips;     /* reloads that turned a session group's reset_query off or on */
     long hold_refused;    /* replies and .qgate.alls refused for it */
     long pending_waits;   /* messages whose reading waited for room under pending_max */
     long half_closes;     /* clients that shut their side and read on */

@@ -93,6 +93,7 @@ struct sent {
     uint8_t routed;      /* sent wrapped in a route */
     uint8_t here;        /* the gateway answered it nested (its nested hook, here): a command run,
                           * or the error of a message that cannot run inside the callback */
+    int epoch;           /* queued while the gateway had a reset query: S->reset_epoch then; 0 not */
 };
 
 enum { FC_FREE, FC_HS, FC_READY, FC_DONE };
@@ -236,7 +237,13 @@ struct sim {
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
     int session;         /* group main has pool = session */
-    int reset_q;         /* ... and reset_query = "reset" (checked: no session sees another's state) */
+    int reset_q;         /* ... and reset_query = "reset" (checked: no session sees another's state);
+                          * reloads may turn it off and on again */
+    int reset_on;        /* the gateway has it now (the configuration its last reload applied) */
+    int reset_epoch;     /* how many times the gateway has taken it on: a message queued since
+                          * finds its worker clean of other clients' state */
+    int reset_flips;     /* how many times a reload turned it off or on */
+    int nreloads;        /* reloads so far */
     int wzip;            /* the fake workers compress their replies (over 2000 bytes) as q does for remote peers */
     int pipeline;        /* pool = request: each group's pipeline (1: a worker holds one request) */
     int pipeline_wait;   /* its pipeline_wait (ms; 0: behind any run) */
@@ -321,6 +328,7 @@ void client_shut(struct fclient *c);
 /* ---- check.c: the gateway's own invariants ------------------------------------------------ */
 
 void check_gateway(void);
+int reset_query_on(void);
 void dump_world(void);
 
 /* ---- sinks.c: the log, the access log, the metrics scrapers ------------------------------- */
