@@ -874,6 +874,10 @@ static int on_readable(struct wconn *c)
         c->cap = kipc_cap_negotiate(hs.cap, KIPC_CAP_MAX);
         if (net_write_all(c->fd, &c->cap, 1))
             return -1;
+        if (opt.fault && !strcmp(opt.fault, "upclose")) {
+            logf_(c, "fault upclose: closing after the handshake");
+            return -1;
+        }
         c->ready = 1;
         off = hs.len;
     }
@@ -918,7 +922,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: qworker -p [host:]port [--rows N] [--seed S] [--user u:p] [--quiet] [--no-uds]\n"
             "               [--uds-path PATH] [--uds-mute] [--compress]\n"
-            "               [--fault hang|garbage|bighdr|hsclose|twice] [--defer N:MS]\n"
+            "               [--fault hang|garbage|bighdr|hsclose|upclose|twice]\n"
+            "               [--defer N:MS]\n"
             "               [--fickle K:MS[:FIRST]]\n"
             "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
             "  10000000) and answers q/client.q's requests, plus the test queries\n"
@@ -935,7 +940,8 @@ static void usage(void)
             "  --user u:p closes connections with other credentials, as q -U does.\n"
             "  --fault makes it a broken worker for tests: hang (never answers), garbage (answers\n"
             "  with random bytes), bighdr (a header claiming 2 GB, then nothing), hsclose (closes\n"
-            "  during the handshake), twice (answers, then sends a second response right behind).\n"
+            "  during the handshake), upclose (completes the handshake, then closes: a flapping q),\n"
+            "  twice (answers, then sends a second response right behind).\n"
             "  It listens on q's abstract Unix socket for its port too (@/tmp/kx.PORT, as q -p\n"
             "  does) unless --no-uds; --uds-path listens on a filesystem socket PATH instead;\n"
             "  --uds-mute closes each Unix-socket connection at once (a socket that does not\n"

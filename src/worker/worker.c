@@ -366,7 +366,8 @@ static int on_bytes(struct gw *g, struct conn *x)
     inbuf_release_idle(&x->in);
     x->framed = 1; /* kdb+ messages from now on */
     w->cap = cap;
-    w->backoff = g->cfg.reconnect_min;
+    w->up_ms = g->loop.now_ms; /* (its back-off is reset once it has served, or stayed up: on_close) */
+    w->served_up = w->served;
     if (!w->disabled && worker_is_lead(w))
         w->grp->unavailable = 0;
     conn_timer_cancel_loop(g, &w->c, WORKER_TM);
@@ -468,9 +469,20 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     w->renewing = renew ? 2 : 0;
     int was_up = worker_is_connected(w);
     uint32_t fails = was_up || renew ? 0 : ++w->fails; /* an attempt that failed: the first said, then a few */
-    int lvl = renew ? LOG_DEBUG : w->removed ? LOG_INFO : failed_attempt_level(fails);
+    /* up, and closed before it served a reply or lived reconnect_max: a q that closes what it
+     * has just accepted (a .z.po refusing qgate, a crash on connect) is not retried every
+     * reconnect_min for ever; one that served, or stayed up, is a worker lost: back at once */
+    int flapped = was_up && !renew && w->served == w->served_up && g->loop.now_ms - w->up_ms < g->cfg.reconnect_max &&
+                  !(w->st == WS_BUSY && w->run.phase == WB_TIMEDOUT); /* (not its query timeout) */
+    w->flaps = flapped ? w->flaps + 1 : 0;
+    if (was_up && !flapped)
+        w->backoff = g->cfg.reconnect_min;
+    int lvl = renew ? LOG_DEBUG : w->removed ? LOG_INFO : failed_attempt_level(fails ? fails : w->flaps);
     if (fails > 1)
         log_at(lvl, c->name, "connection closed: %s (%u attempts failed in a row)", why, fails);
+    else if (w->flaps > 1)
+        log_at(lvl, c->name, "connection closed: %s (%u connections in a row closed before a reply, %lld ms or less after the handshake)",
+               why, w->flaps, (long long)g->cfg.reconnect_max);
     else
         log_at(lvl, c->name, "connection closed: %s", why);
     /* Closed with broadcasts sent on it and not known to have run (a query timeout, a bad

@@ -168,7 +168,11 @@ struct worker {
     struct client *sess; /* pool = session: the client it is given to (c->sess is this worker) */
     struct inbuf coll;   /* a message collected whole */
     size_t coll_held;    /* its length, counted against hold_max from its header until it is moved on */
-    int64_t backoff;     /* ms */
+    int64_t backoff;     /* ms: grows with each failed attempt, and each connection that closes
+                          * before it has served a reply or lived reconnect_max (a flapping q) */
+    int64_t up_ms;       /* its connection's handshake completed */
+    uint64_t served_up;  /* served then */
+    uint32_t flaps;      /* connections in a row that closed so */
     struct remnant remnant;  /* its connection closed with broadcasts not known to have run,
                               * read to its end: it connects again once q has closed that too
                               * (stream.h) */

@@ -146,3 +146,15 @@ timeout 20 "$BIN/qsend" -g "$G" "echo two" ".qgate.stats[]" > "$TMP/tw.out" || t
 expect_lines "$TMP/tw.out" '^"two"$' 1
 expect_lines "$TMP/tw.out" "^table\\[1\\] .* \\| ,2 \\| ,0N \\| ,\`(unix|tcp) " 1 # dropped: 2 (the second response of each)
 pass "a worker's response when it was asked nothing: dropped, counted, its connection remade"
+
+# --- a q that closes each connection right after its handshake (a .z.po that refuses the
+# gateway, a crash on connect): reconnected with a back-off that grows, not every reconnect_min
+# for ever; its log thins out. At 51520a0 the back-off was reset at each handshake: a connection
+# every 50 ms, each logged at warn ---------------------------------------------------------------
+start_worker FU --rows 10 --fault upclose
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\nreconnect_max = 800\n[group main]\nworkers = 127.0.0.1:%s\n' "$FU_PORT" > "$TMP/fu.conf"
+start_gateway FU_GW -c "$TMP/fu.conf" --loglevel debug
+wait_line "$TMP/FU_GW.log" "w 127.0.0.1:$FU_PORT: reconnecting in 800 ms"
+wait_line "$TMP/FU_GW.log" "connection closed: .* \\(8 connections in a row closed before a reply, 800 ms or less after the handshake\\)"
+expect_lines "$TMP/FU_GW.log" "warn .*w 127.0.0.1:$FU_PORT: connection closed" 1
+pass "a worker that closes right after its handshake: the back-off grows to reconnect_max; warned once"
