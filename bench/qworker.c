@@ -833,6 +833,26 @@ static int fault_reply(struct wconn *c)
         logf_(c, "fault garbage: answering with 64 random bytes");
         return net_write_all(c->fd, junk, sizeof junk);
     }
+    if (!strcmp(opt.fault, "badzip")) { /* 3000 bytes compressed, the stream's first item made a
+                                         * back-reference: to nothing */
+        char t[3000];
+        memset(t, 'z', sizeof t);
+        K x = k_str(t, sizeof t);
+        size_t len = 0;
+        uint8_t *m = x ? kcodec_encode_msg(x, KIPC_RESPONSE, &len) : NULL, *z = m ? malloc(len) : NULL;
+        k_free(x);
+        size_t zl = z ? kzip_compress(m, len, z) : 0;
+        free(m);
+        if (!zl) {
+            free(z);
+            return -1;
+        }
+        z[12] |= 1;
+        logf_(c, "fault badzip: answering with a compressed message that cannot be decompressed");
+        int rc = net_write_all(c->fd, z, zl);
+        free(z);
+        return rc;
+    }
     if (!strcmp(opt.fault, "bighdr")) {
         uint8_t h[8];
         kipc_hdr_write(h, KIPC_RESPONSE, 0, 2000000000u);
@@ -922,7 +942,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: qworker -p [host:]port [--rows N] [--seed S] [--user u:p] [--quiet] [--no-uds]\n"
             "               [--uds-path PATH] [--uds-mute] [--compress]\n"
-            "               [--fault hang|garbage|bighdr|hsclose|upclose|twice]\n"
+            "               [--fault hang|garbage|badzip|bighdr|hsclose|upclose|twice]\n"
             "               [--defer N:MS]\n"
             "               [--fickle K:MS[:FIRST]]\n"
             "  a stand-in for q/worker.q: holds tbl2 (N random 8-10 letter strings, default\n"
@@ -939,7 +959,8 @@ static void usage(void)
             "  are compressed as q does for remote peers; --compress treats every peer as remote.\n"
             "  --user u:p closes connections with other credentials, as q -U does.\n"
             "  --fault makes it a broken worker for tests: hang (never answers), garbage (answers\n"
-            "  with random bytes), bighdr (a header claiming 2 GB, then nothing), hsclose (closes\n"
+            "  with random bytes), badzip (answers with a compressed message that cannot be\n"
+            "  decompressed), bighdr (a header claiming 2 GB, then nothing), hsclose (closes\n"
             "  during the handshake), upclose (completes the handshake, then closes: a flapping q),\n"
             "  twice (answers, then sends a second response right behind).\n"
             "  It listens on q's abstract Unix socket for its port too (@/tmp/kx.PORT, as q -p\n"

@@ -282,6 +282,9 @@ void request_error_loop(struct gw *g, struct client *c, struct req *r, const cha
     __attribute__((format(printf, 4, 5)));
 /* Completions: a reply made by a pool job (JK_REPLY); a body validated (JK_CHECK). */
 void request_reply_done_loop(struct gw *g, struct job *j);
+/* ... a worker's reply made fit (JK_WREPLY): the gateway's error in its place is the request's
+ * outcome (gwerror) */
+void request_wreply_done_loop(struct gw *g, struct job *j);
 void request_checked_loop(struct gw *g, struct job *j);
 /* c's request seq (the head's, usually), or NULL. */
 struct req *request_of_seq_loop(const struct client *c, uint64_t seq);

@@ -594,6 +594,20 @@ void request_reply_done_loop(struct gw *g, struct job *j)
     j->out = NULL;
 }
 
+void request_wreply_done_loop(struct gw *g, struct job *j)
+{
+    struct client *c = client_of_job_loop(g, j);
+    struct req *r = c && j->result ? request_of_seq_loop(c, j->seq) : NULL;
+    if (r && r->state == RS_LOCAL && r->outcome == ALOG_OK) { /* the gateway's error in its place (a
+                                                               * reply that cannot be decompressed, or
+                                                               * that its client cannot take) */
+        r->outcome = ALOG_GWERROR;
+        free(r->etext);
+        r->etext = strdup(j->text);
+    }
+    request_reply_done_loop(g, j);
+}
+
 void request_head_done_loop(struct gw *g, struct client *c)
 {
     client_set_worker_loop(c, NULL);

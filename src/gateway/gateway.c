@@ -88,6 +88,7 @@ static void wire(struct gw *g)
 {
     loop_on_job(g, JK_COMMAND, command_done_loop);
     loop_on_job(g, JK_REPLY, request_reply_done_loop);
+    loop_on_job(g, JK_WREPLY, request_wreply_done_loop);
     loop_on_job(g, JK_AUTH, client_auth_done_loop);
     loop_on_job(g, JK_CHECK, request_checked_loop);
     loop_on_job(g, JK_NESTED, callback_checked_loop);

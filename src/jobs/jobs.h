@@ -20,6 +20,8 @@ enum job_kind {
                      * answer is a q error, 2 the gateway's (its text in text) */
     JK_PUSH,        /* reader made a worker's message other than a reply (a publish, a callback)
                      * fit for its client (the worker connection's job: args' push) */
+    JK_WREPLY,      /* reader or writer made a worker's reply (out) fit for request seq of the
+                     * connection: result 1, the gateway's error in its place (its text in text) */
 };
 
 /* A gateway command is short: longer messages that look like one are refused unread. */

@@ -175,6 +175,25 @@ static inline const char *unz_group_fast(struct unz *u)
     return NULL;
 }
 
+size_t kzip_peek(const uint8_t *body, size_t n, uint8_t *out, size_t cap)
+{
+    size_t r = 4, k = 0; /* (past the plain length) */
+    unsigned flags = 0, bit = 0;
+    while (k < cap) {
+        if (bit == 0) {
+            if (r >= n)
+                break;
+            flags = body[r++];
+            bit = 1;
+        }
+        if ((flags & bit) || r >= n) /* a back-reference: what it copies is not kept here */
+            break;
+        out[k++] = body[r++];
+        bit = (bit << 1) & 0xff;
+    }
+    return k;
+}
+
 qg_status kzip_decompress(const uint8_t *c, size_t clen, uint8_t *out, size_t n, const char **why)
 {
     if (clen < 13 || n < 9 || kzip_uncompressed_len(c, clen) != n) {

@@ -15,6 +15,11 @@ size_t kzip_compress(const uint8_t *m, size_t t, uint8_t *out);
  * declares, or 0 if clen is too short to hold it. byte order from c[0]. */
 size_t kzip_uncompressed_len(const uint8_t *c, size_t clen);
 
+/* The first bytes of a compressed message's plain body from the first n bytes of its compressed
+ * body (after the 8-byte header): into out, at most cap, as far as they are literals in the
+ * stream (its first byte, the type, always is in a well-formed one). How many. */
+size_t kzip_peek(const uint8_t *body, size_t n, uint8_t *out, size_t cap);
+
 /* Decompress the whole compressed message c[0..clen) into out[0..n), n being
  * kzip_uncompressed_len(c). The result is the plain message (header byte 2 = 0, length n).
  * Never reads or writes outside the two buffers; QG_ERR with *why on any inconsistency

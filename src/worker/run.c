@@ -294,7 +294,7 @@ static void submit_collected(struct gw *g, struct worker *w, struct client *c)
         inbuf_free(&w->coll);
         return;
     }
-    struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_REPLY);
+    struct job *j = job_new(old ? job_check_reply : job_compress_reply, JK_WREPLY);
     if (!j) {
         conn_close_loop(g, &c->c, "out of memory");
         return;
@@ -639,6 +639,7 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
 {
     struct client *c = w->run.cl;
     w->msg.reply = 1; /* its first bytes tell whether it is a q error */
+    w->msg.zipped = h->compressed;
     w->run.is_error = 0;
     w->run.reply_len = h->len;
     if (w->run.kind == RUN_FANOUT)
@@ -813,10 +814,17 @@ static void message_end(struct gw *g, struct worker *w)
 {
     const struct rdstate *rd = &w->c.rd;
     if (w->msg.reply && rd->npeek) { /* a q error: its text, for the access log */
-        w->run.is_error = rd->peek[0] == (uint8_t)KT_ERROR;
+        uint8_t plain[STREAM_PEEK];
+        const uint8_t *p = rd->peek;
+        size_t n = rd->npeek;
+        if (w->msg.zipped) { /* (its first bytes are the plain length and a flag byte) */
+            n = kzip_peek(rd->peek, rd->npeek, plain, sizeof plain);
+            p = plain;
+        }
+        w->run.is_error = n && p[0] == (uint8_t)KT_ERROR;
         if (w->run.is_error)
-            snprintf(w->run.etext, sizeof w->run.etext, "%.*s", (int)QG_MIN(rd->npeek - 1u, sizeof w->run.etext - 1),
-                     (const char *)rd->peek + 1);
+            snprintf(w->run.etext, sizeof w->run.etext, "%.*s", (int)QG_MIN(n - 1u, sizeof w->run.etext - 1),
+                     (const char *)p + 1);
     }
     if (w->msg.route == ROUTE_FORWARD)
         deliver_whole(g, w);

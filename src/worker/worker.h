@@ -116,6 +116,7 @@ struct wmsg {
     struct client *to;   /* ROUTE_STREAM: the client its bytes go to (the run's, or a session's) */
     uint8_t route;       /* enum route */
     uint8_t reply;       /* it is the run's reply: its first bytes say whether it is a q error */
+    uint8_t zipped;      /* ... compressed: those bytes are read through the compression */
     uint8_t nested;      /* it answers a message its client sent nested (struct run nested): 1,
                           * done at its end; 2, when a reader has made it fit; 3, done (refused) */
     uint32_t to_id, to_gen; /* ROUTE_FORWARD, ROUTE_CHANGE: the client it goes to */

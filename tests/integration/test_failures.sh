@@ -120,6 +120,33 @@ expect_lines "$TMP/q.out" "^'qgate: reply too large \\(100014 bytes, over max_me
 expect_lines "$TMP/q.out" '^"after"$' 1
 pass "a compressed reply over max_message once decompressed: 'qgate: reply too large, for a reply and a .qgate.all part"
 
+# --- whether a compressed reply is a q error is read through its compression: a 3,000-byte
+# error counts in errors and the access log says its text; a reply whose plain length ends in
+# byte 0x80 (3,200 bytes: "text 3186") is not an error. At 51520a0 the first byte of the
+# compressed body (the plain length's) was taken for the type: the error went uncounted, the
+# reply counted as one. A reply that cannot be decompressed is the gateway's error in its place:
+# gwerror in the access log and .qgate.totals[] (at 51520a0, ok) -----------------------------
+start_worker WE --rows 10 --compress
+start_worker WBZ --rows 10 --fault badzip
+conf "$TMP/ze.conf" "127.0.0.1:$WE_PORT" "access_log=$TMP/ze.alog"
+printf '[group bz]\nworkers = 127.0.0.1:%s\n' "$WBZ_PORT" >> "$TMP/ze.conf"
+start_gateway ZE -c "$TMP/ze.conf"
+wait_count "$TMP/ZE.log" "connected \\(capability" 2 10
+G="127.0.0.1:$ZE_PORT"
+E=$(head -c 3000 /dev/zero | tr '\0' e)
+q "text 3186" ".qgate.stats[]" "err $E" "on:bz:echo x" ".qgate.stats[]" ".qgate.totals[]"
+expect_lines "$TMP/q.out" '^"qgate 0 qgate 1 ' 1
+expect_lines "$TMP/q.out" "^'eeee" 1
+expect_lines "$TMP/q.out" "^'qgate: the worker's compressed reply cannot be decompressed\$" 1
+expect_lines "$TMP/q.out" "^table\\[2\\] .* \\| \`main\`bz \\| \`idle\`idle \\| 1 0 \\| 0 0 \\| " 1   # served, errors
+expect_lines "$TMP/q.out" "^table\\[2\\] .* \\| \`main\`bz \\| \`idle\`idle \\| 2 1 \\| 1 0 \\| " 1
+expect_lines "$TMP/q.out" "^\`uptime_ms\`clients\`connections\`handshakes\`requests\`ok\`errors\`gwerrors\`.*![0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+ 1 1 " 1
+wait_count "$TMP/ze.alog" "outcome=" 3
+expect_lines "$TMP/ze.alog" "outcome=error error=ee" 1
+expect_lines "$TMP/ze.alog" "group=bz .* outcome=gwerror error=\"qgate: the worker's compressed reply cannot be decompressed\"" 1
+expect_lines "$TMP/ze.alog" "worker=127.0.0.1:$WE_PORT .* outcome=ok" 1
+pass "a compressed reply: a q error is counted and logged as one, another reply is not; one that cannot be decompressed is the gateway's error (gwerror)"
+
 # --- queue full: 'qgate: busy ------------------------------------------------------------
 conf "$TMP/d.conf" "$WADDR" max_queue=1 loglevel=debug
 start_gateway D -c "$TMP/d.conf"

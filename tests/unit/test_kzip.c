@@ -106,6 +106,56 @@ static void test_real_q_compressed(void **state)
     tutil_free_vectors(v, n);
 }
 
+/* kzip_peek: the first bytes of the plain body, read from the first bytes of the compressed one
+ * (whether a worker's compressed reply is a q error, and its text), never past what it is given */
+static void check_peek(const uint8_t *c, size_t clen, const uint8_t *plain, size_t plen)
+{
+    uint8_t out[80];
+    for (size_t n = 0; n <= 80 && 8 + n <= clen; n++) { /* every prefix of the compressed body */
+        size_t k = kzip_peek(c + 8, n, out, sizeof out);
+        assert_true(k <= sizeof out && k <= plen - 8);
+        assert_true(n < 6 ? k == 0 : k >= 1); /* the length, the flags, then the type: a literal */
+        assert_memory_equal(out, plain + 8, k);
+    }
+}
+
+static void test_peek(void **state)
+{
+    (void)state;
+    struct qvec *v;
+    int n = tutil_load_vectors("QCompressedExpressions3.out", &v);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < n; i++) { /* q's own compressed bytes */
+        size_t clen, plen;
+        uint8_t *c = compressed_message(&v[i], &clen);
+        K x = build_expr(v[i].expr);
+        uint8_t *plain = message_of(x, &plen);
+        check_peek(c, clen, plain, plen);
+        free(plain);
+        free(c);
+        k_free(x);
+    }
+    tutil_free_vectors(v, n);
+    char t[3001];
+    memset(t, 'e', 3000);
+    t[3000] = 0;
+    K e = k_err(t); /* a q error too long to go plain */
+    size_t plen, clen;
+    uint8_t *plain = message_of(e, &plen), *c = malloc(plen);
+    assert_true((clen = kzip_compress(plain, plen, c)) > 0);
+    check_peek(c, clen, plain, plen);
+    uint8_t out[80];
+    assert_true(kzip_peek(c + 8, 80, out, sizeof out) >= 2);
+    assert_int_equal(out[0], (uint8_t)KT_ERROR);
+    assert_int_equal(out[1], 'e');
+    c[12] |= 1; /* the first item a back-reference: nothing to read */
+    assert_int_equal(kzip_peek(c + 8, 80, out, sizeof out), 0);
+    assert_int_equal(kzip_peek(c + 8, 80, out, 0), 0);
+    free(c);
+    free(plain);
+    k_free(e);
+}
+
 /* The worked vectors of docs/kdb-ipc.md 4.5. */
 static void test_doc_vectors(void **state)
 {
@@ -309,6 +359,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_q_compressed),
+        cmocka_unit_test(test_peek),
         cmocka_unit_test(test_doc_vectors),
         cmocka_unit_test(test_round_trips_and_reference),
         cmocka_unit_test(test_hostile_input),
