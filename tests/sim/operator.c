@@ -168,9 +168,9 @@ void reload(void)
         S->pipeline = chance(50) ? 1 : 2 + rnd(3);
         tr("reload: pipeline %d", S->pipeline);
     }
-    if (S->session && reload_draw(++S->nreloads) % 100 < 20) { /* sessions that end meanwhile go
-                                                            * without; the workers they leave
-                                                            * are reset once it is back */
+    /* a session group's reset_query off (sessions that end meanwhile go without; the workers
+     * they leave are reset once it is back) or on again, the more often on, for long */
+    if (S->session && reload_draw(++S->nreloads) % 100 < (S->reset_q ? 8 : 30)) {
         S->reset_q = !S->reset_q;
         S->reset_flips++;
         tr("reload: reset_query %s", S->reset_q ? "reset" : "none");
