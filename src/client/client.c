@@ -524,6 +524,10 @@ static void on_stall_timeout(struct gw *g, struct conn *x)
     struct client *c = client_of(x);
     if (!c->c.out.bytes && !c->c.piped)
         return;
+    if (g->cfg.client_stall_timeout <= 0) { /* a reload has lifted the limit since it was armed */
+        log_debug(c->c.name, "client_stall_timeout lifted by a reload: its output waits on");
+        return;
+    }
     int64_t quiet = g->loop.now_ms - c->stall_since;
     if (quiet < g->cfg.client_stall_timeout) {
         conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);

@@ -314,6 +314,14 @@ static void on_queue_timeout(struct gw *g, struct conn *x)
     struct req *r = client_head(c);
     if (!r || (r->state != RS_QUEUED && r->state != RS_HELD))
         return;
+    if (g->cfg.queue_timeout <= 0 || r->t_arrive + g->cfg.queue_timeout > g->loop.now_ms) { /* a reload has
+                                                     * lifted the limit since it was armed, or made it longer */
+        log_debug(c->c.name, "request %llu: queue_timeout %s by a reload: waits on", (unsigned long long)r->seq,
+                  g->cfg.queue_timeout <= 0 ? "lifted" : "made longer");
+        if (g->cfg.queue_timeout > 0)
+            conn_timer_arm_loop(g, x, CLIENT_TM_STATE, r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
+        return;
+    }
     r->grp->refused_timeout++;
     conn_refused_loop(g, REFUSED_QUEUE_TIMEOUT, c->c.name, "request waited %lld ms for a worker (queue_timeout)",
                       (long long)(g->loop.now_ms - r->t_arrive));

@@ -150,6 +150,10 @@ void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
 static void on_query_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
+    if (g->cfg.query_timeout <= 0) { /* a reload has lifted the limit since it was armed */
+        log_debug(w->c.name, "query_timeout lifted by a reload: its run goes on");
+        return;
+    }
     int64_t due = QG_MAX(w->tm_armed_ms, c->last_read_ms) + g->cfg.query_timeout; /* a byte came since */
     if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for its
                                      * client (run_header_loop), and nothing after is read meanwhile */

@@ -217,3 +217,24 @@ start_gateway S2 -c "$TMP/s.conf" --loglevel debug
 wait_line "$TMP/S2.log" "closed during the handshake \\('access" 10
 grep -q "Hunter2pw\|password = wrong\|:wrong" "$TMP/S1.log" "$TMP/S2.log" && fail "a worker password reached the log"
 pass "worker credentials from the config; a refused login is logged without the password"
+
+# --- a reload that lifts query_timeout and queue_timeout (0: no limit) lifts them for the request
+# running and the one queued: neither times out at the old deadline (at 51520a0 both did, the
+# first with 'qgate: timeout (... sent nothing for 0 ms)') ----------------------------------------
+lt_conf() { printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = %s\nqueue_timeout = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$1" "$1" "$W1_PORT" > "$TMP/lt.conf"; }
+lt_conf 2000
+start_gateway LT -c "$TMP/lt.conf" --loglevel debug
+"$BIN/qsend" -g "127.0.0.1:$LT_PORT" "hold lt1" > "$TMP/lt1.out" 2>&1 & lt1=$!
+wait_line "$TMP/W1.log" "hold lt1" 10
+"$BIN/qsend" -g "127.0.0.1:$LT_PORT" "echo lt2" > "$TMP/lt2.out" 2>&1 & lt2=$!
+wait_line "$TMP/LT.log" "c2 .*: request 0 queued in group main" 10
+lt_conf 0
+kill -HUP "$LT_PID"
+wait_line "$TMP/LT.log" "reload: done" 10
+wait_line "$TMP/LT.log" "w 127.0.0.1:$W1_PORT: query_timeout lifted by a reload: its run goes on" 10
+wait_line "$TMP/LT.log" "c2 .*: request 0: queue_timeout lifted by a reload: waits on" 10
+release lt1 "$W1_PORT"
+wait "$lt1" "$lt2" || true
+expect_lines "$TMP/lt1.out" '^"lt1"$' 1
+expect_lines "$TMP/lt2.out" '^"lt2"$' 1
+pass "a reload that lifts query_timeout and queue_timeout: the running and the queued request wait on"
