@@ -76,7 +76,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "worker_connect_timeout", CFG_MS, CFG_LIVE, "3000", 1, KMAX, G(worker_connect_timeout), NULL,
      "ms to connect to a worker and complete its handshake"},
     {"gateway", "reconnect_min", CFG_MS, CFG_LIVE, "100", 1, KMAX, G(reconnect_min), NULL,
-     "first back-off (ms) before reconnecting a lost worker; doubles on each failed attempt, and on each connection that closes before it has served a reply or lived reconnect_max (a q that closes what it accepts)"},
+     "first back-off (ms) before reconnecting a lost worker; doubles on each failed attempt, and on each connection that closes before it has answered anything or lived reconnect_max (a q that closes what it accepts)"},
     {"gateway", "reconnect_max", CFG_MS, CFG_LIVE, "10000", 1, KMAX, G(reconnect_max), NULL,
      "longest back-off (ms) between reconnection attempts"},
     {"gateway", "keepalive_idle", CFG_MS, CFG_LIVE, "60000", 0, 32767000, G(keepalive_idle), NULL,

@@ -336,6 +336,7 @@ static void run_end(struct gw *g, struct worker *w)
     struct worker *lead = w->slot ? (struct worker *)lead_of(w) : w;
     if (lead)
         lead->last_end_us = end;
+    w->answered = 1; /* (a q that serves: its back-off is reset when this connection goes) */
     if (w->run.kind == RUN_REQUEST || w->run.kind == RUN_FANOUT) { /* (a .qgate.all's part counts as
                                                                    * its worker's request) */
         hist_add(&w->lat, (uint64_t)ran);

@@ -366,8 +366,8 @@ static int on_bytes(struct gw *g, struct conn *x)
     inbuf_release_idle(&x->in);
     x->framed = 1; /* kdb+ messages from now on */
     w->cap = cap;
-    w->up_ms = g->loop.now_ms; /* (its back-off is reset once it has served, or stayed up: on_close) */
-    w->served_up = w->served;
+    w->up_ms = g->loop.now_ms; /* (its back-off is reset once it has answered, or stayed up: on_close) */
+    w->answered = 0;
     if (!w->disabled && worker_is_lead(w))
         w->grp->unavailable = 0;
     conn_timer_cancel_loop(g, &w->c, WORKER_TM);
@@ -469,10 +469,10 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     w->renewing = renew ? 2 : 0;
     int was_up = worker_is_connected(w);
     uint32_t fails = was_up || renew ? 0 : ++w->fails; /* an attempt that failed: the first said, then a few */
-    /* up, and closed before it served a reply or lived reconnect_max: a q that closes what it
+    /* up, and closed before it answered anything or lived reconnect_max: a q that closes what it
      * has just accepted (a .z.po refusing qgate, a crash on connect) is not retried every
-     * reconnect_min for ever; one that served, or stayed up, is a worker lost: back at once */
-    int flapped = was_up && !renew && w->served == w->served_up && g->loop.now_ms - w->up_ms < g->cfg.reconnect_max &&
+     * reconnect_min for ever; one that answered, or stayed up, is a worker lost: back at once */
+    int flapped = was_up && !renew && !w->answered && g->loop.now_ms - w->up_ms < g->cfg.reconnect_max &&
                   !(w->st == WS_BUSY && w->run.phase == WB_TIMEDOUT); /* (not its query timeout) */
     w->flaps = flapped ? w->flaps + 1 : 0;
     if (was_up && !flapped)

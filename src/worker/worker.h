@@ -170,9 +170,9 @@ struct worker {
     struct inbuf coll;   /* a message collected whole */
     size_t coll_held;    /* its length, counted against hold_max from its header until it is moved on */
     int64_t backoff;     /* ms: grows with each failed attempt, and each connection that closes
-                          * before it has served a reply or lived reconnect_max (a flapping q) */
+                          * before it has answered anything or lived reconnect_max (a flapping q) */
     int64_t up_ms;       /* its connection's handshake completed */
-    uint64_t served_up;  /* served then */
+    uint8_t answered;    /* a run has ended on this connection since (a reply, a broadcast's chaser) */
     uint32_t flaps;      /* connections in a row that closed so */
     struct remnant remnant;  /* its connection closed with broadcasts not known to have run,
                               * read to its end: it connects again once q has closed that too
