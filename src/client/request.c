@@ -606,9 +606,10 @@ void request_wreply_done_loop(struct gw *g, struct job *j)
 {
     struct client *c = client_of_job_loop(g, j);
     struct req *r = c && j->result ? request_of_seq_loop(c, j->seq) : NULL;
-    if (r && r->state == RS_LOCAL && r->outcome == ALOG_OK) { /* the gateway's error in its place (a
-                                                               * reply that cannot be decompressed, or
-                                                               * that its client cannot take) */
+    if (r && r->state == RS_LOCAL && (r->outcome == ALOG_OK || r->outcome == ALOG_ERROR)) { /* the gateway's
+                                               * error in its place (a reply that cannot be decompressed,
+                                               * or that its client cannot take), a q error's included:
+                                               * the client gets the gateway's */
         r->outcome = ALOG_GWERROR;
         free(r->etext);
         r->etext = strdup(j->text);

@@ -788,9 +788,11 @@ void job_merge(struct job *j)
     j->in = m;
     j->in_len = len;
     const struct job_reply *o = &job_args(j)->reply;
-    if (o->cap < 3)
-        job_check_reply(j); /* an old client: what its capability cannot carry is 'type */
-    else if (o->compress && len <= (size_t)o->compress_max)
+    if (o->cap < 3) { /* an old client: what its capability cannot carry is 'type, the gateway's */
+        int merged = j->result; /* (1: the answer is a q error, which job_check_reply passes) */
+        job_check_reply(j);
+        j->result = j->result ? 2 : merged;
+    } else if (o->compress && len <= (size_t)o->compress_max)
         job_compress_reply(j);
     else {
         j->out = j->in;

@@ -146,6 +146,20 @@ expect_lines "$TMP/ze.alog" "outcome=error error=ee" 1
 expect_lines "$TMP/ze.alog" "group=bz .* outcome=gwerror error=\"qgate: the worker's compressed reply cannot be decompressed\"" 1
 expect_lines "$TMP/ze.alog" "worker=127.0.0.1:$WE_PORT .* outcome=ok" 1
 pass "a compressed reply: a q error is counted and logged as one, another reply is not; one that cannot be decompressed is the gateway's error (gwerror)"
+# ... a compressed q error its client cannot take (capability 1, over compress_max) is answered
+# with the gateway's error: gwerror, not the worker's error (at b429360, error=ee); and a
+# .qgate.all answering a q error to a client below capability 3 is error (before, ok)
+conf "$TMP/zc.conf" "127.0.0.1:$WE_PORT" "access_log=$TMP/zc.alog" compress_max=2500
+start_gateway ZC -c "$TMP/zc.conf"
+wait_line "$TMP/ZC.log" "connected \\(capability" 10
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$ZC_PORT" --cap 1 "err $E" "all:main:err oops" "echo after" > "$TMP/q.out" 2>&1 || true
+expect_lines "$TMP/q.out" "^'qgate: reply too large for capability 1 \\(3010 bytes, over compress_max\\)\$" 1
+expect_lines "$TMP/q.out" "^'oops\$" 1
+expect_lines "$TMP/q.out" '^"after"$' 1
+wait_count "$TMP/zc.alog" "outcome=" 3
+expect_lines "$TMP/zc.alog" "outcome=gwerror error=\"qgate: reply too large for capability 1 " 1
+expect_lines "$TMP/zc.alog" "outcome=error error=oops" 1
+pass "a compressed q error too large for a capability 1 client: gwerror; a .qgate.all's q error to it: error"
 
 # --- queue full: 'qgate: busy ------------------------------------------------------------
 conf "$TMP/d.conf" "$WADDR" max_queue=1 loglevel=debug
