@@ -75,6 +75,7 @@ struct loop {
     int stop;               /* leave the loop */
     int exit_code;
     int nbackends;          /* connections in the worker set (workers configured) */
+    int nremoved;           /* ... of them removed by a reload, not yet gone */
     /* ---- */
     int epfd;               /* everything: listeners, clients, workers, pools, signals */
     int wepfd;              /* worker connections again, alone: served between batches of clients */

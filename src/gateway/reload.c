@@ -150,7 +150,7 @@ static void reload_group(struct gw *g, struct group *grp, const struct group_cfg
                                   * would race at that q: broadcasts out of order) */
             TAILQ_FOREACH(w, &grp->workers, glink)
                 if (w->removed && !strcmp(w->addr, addr))
-                    w->removed = 0;
+                    worker_set_removed_loop(g, w, 0);
             log_info(NULL, "reload: group %s: worker %s kept (it was still leaving)", grp->cfg.name, addr);
             found = leaving;
         }

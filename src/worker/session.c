@@ -137,14 +137,15 @@ int session_connected_loop(struct gw *g, struct worker *w)
 /* The idle worker a client waiting for a session is given: the one idle longest that is clean.
  * One that may hold what ran outside a session, idle since a reload set the reset query or
  * made its group a session pool, runs the reset query first (BUSY: given once it has run). One
- * with connections left from a pipelined request pool, which a reload made a session pool, is
- * passed over until they have gone (what they ran is reset after them). */
+ * whose q another connection still reaches, left by a reload (a pipelined request pool's, one
+ * removed and put back, one moved from another group), is passed over until that has gone:
+ * what runs there (a request, its reset query) would run in the session's q. */
 static struct conn *idle_first(struct gw *g, struct group *grp)
 {
     for (struct conn *x = connq_first(&grp->idle), *n; x; x = n) {
         n = connq_next(x);
         struct worker *w = worker_of(x);
-        if (!worker_takes_work(w) || worker_sibling(w))
+        if (!worker_takes_work(w) || worker_sibling(w) || worker_q_shared_loop(g, w))
             continue;
         if (!w->dirty || !session_reset_query(w)[0])
             return x;

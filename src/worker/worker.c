@@ -428,6 +428,7 @@ static void unlink_removed(struct gw *g, struct worker *w)
         return;
     }
     TAILQ_REMOVE(&w->grp->workers, w, glink);
+    g->loop.nremoved -= w->removed != 0;
     w->grp->nworkers -= worker_is_lead(w);
     g->loop.dispatch_pending = 1; /* (a session pool's worker passed over while this connection was its own) */
     g->loop.nbackends--;
@@ -525,9 +526,28 @@ void worker_renew_loop(struct gw *g, struct worker *w)
     conn_close_loop(g, &w->c, "its session ended: a new connection for the next (its q runs .z.pc for this one)");
 }
 
+void worker_set_removed_loop(struct gw *g, struct worker *w, int on)
+{
+    g->loop.nremoved += (on != 0) - (w->removed != 0);
+    w->removed = on != 0;
+}
+
+int worker_q_shared_loop(const struct gw *g, const struct worker *w)
+{
+    if (!g->loop.nremoved)
+        return 0;
+    for (int i = 0; i < g->ngroups; i++) {
+        const struct worker *x;
+        TAILQ_FOREACH(x, &g->groups[i].workers, glink)
+            if (x != w && x->removed && !strcmp(x->addr, w->addr))
+                return 1;
+    }
+    return 0;
+}
+
 void worker_remove_loop(struct gw *g, struct worker *w)
 {
-    w->removed = 1;
+    worker_set_removed_loop(g, w, 1);
     if (w->st == WS_BUSY || w->st == WS_PINNED || (w->st == WS_IDLE && w->c.owes)) {
         const char *after = w->sess ? "its session" : w->st == WS_BUSY ? "the current request" : "";
         log_info(w->c.name, "removed from the configuration: closing after %s%s%s", after,

@@ -235,6 +235,11 @@ extern const struct backend_ops worker_backend;
 void worker_add_loop(struct gw *g, struct group *grp, const char *addr);
 /* Its connections match grp's pipeline now (a reload): those missing open, those beyond it go. */
 void worker_fit_loop(struct gw *g, struct group *grp, struct worker *lead);
+/* w removed by a reload (on), or kept after all (0): counted in g->loop.nremoved. */
+void worker_set_removed_loop(struct gw *g, struct worker *w, int on);
+/* Is another connection to w's q (its address), in any group, one a reload removed that is still
+ * open (its run, or what it owes, not done)? What runs there may run after what w is sent. */
+int worker_q_shared_loop(const struct gw *g, const struct worker *w);
 void worker_free_loop(struct conn *c);
 /* The one setter of a worker's state: keeps the group's idle list and count of workers up.
  * IDLE for a disabled worker that owes nothing (no broadcast, no fan-out part) is DISABLED. */

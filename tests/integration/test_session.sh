@@ -187,6 +187,34 @@ wait $FA $FB || true
 expect_lines "$TMP/fb.out" '^"old"$' 1
 pass "a reload that makes a pipelined request pool a session pool: no session is given a worker whose other connection still runs"
 
+# ... and a worker removed by a reload while its second connection still runs (x:old, its reply
+# deferred), then put back by the next, which makes the group a session pool: the new connection
+# is given to no session until the old one has gone (at 099d614 it was given at once, and the old
+# connection's reset query, run when x:old's reply came, deleted the session's x)
+start_worker W10 --rows 1000 --defer 2:2000
+start_worker W11 --rows 1000
+conf "$TMP/fr.conf" "127.0.0.1:$W10_PORT" pipeline=2 pipeline_wait=0
+start_gateway FR -c "$TMP/fr.conf" --loglevel debug
+wait_count "$TMP/FR.log" "state HANDSHAKE -> IDLE" 2
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$FR_PORT" "sleep 300" > "$TMP/fa.out" 2>&1 &
+FA=$!
+wait_line "$TMP/W10.log" "sleep 300 ms"
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$FR_PORT" "x:old" > "$TMP/fb.out" 2>&1 &
+FB=$!
+wait_line "$TMP/W10.log" "defer: sync request #2 "
+conf "$TMP/fr.conf" "127.0.0.1:$W11_PORT" pipeline=2 pipeline_wait=0
+kill -HUP "$FR_PID"
+wait_line "$TMP/FR.log" "w 127.0.0.1:$W10_PORT: connection closed: removed from the configuration" 10
+conf "$TMP/fr.conf" "127.0.0.1:$W10_PORT" pool=session 'reset_query=delete x from `.'
+kill -HUP "$FR_PID"
+wait_count "$TMP/FR.log" "reload: done" 2 10
+G="127.0.0.1:$FR_PORT"
+q "x:mine" "x" "sleep 2000" "x"
+expect_lines "$TMP/q.out" '^"mine"$' 3
+wait $FA $FB || true
+expect_lines "$TMP/fb.out" '^"old"$' 1
+pass "a worker removed and put back while its old connection still runs: no session is given it until that has gone"
+
 # --- pushes: what a session's worker publishes later reaches that client ----------------
 G="127.0.0.1:$S_PORT"
 raw_open "$S_PORT" 3

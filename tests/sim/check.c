@@ -435,8 +435,16 @@ void check_gateway(void)
     }
     if (nw != waiting)
         fail("%d clients marked waiting for room, the list holds %d", waiting, nw);
-    for (int i = 0; i < S->g.ngroups; i++)
+    int removed = 0;
+    for (int i = 0; i < S->g.ngroups; i++) {
         check_group(&S->g.groups[i]);
+        struct worker *w;
+        TAILQ_FOREACH(w, &S->g.groups[i].workers, glink)
+            removed += w->removed != 0;
+    }
+    if (removed != S->g.loop.nremoved)
+        fail("%d worker connections removed by a reload are still there, the loop counts %d", removed,
+             S->g.loop.nremoved);
     check_users();
 }
 
