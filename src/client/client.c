@@ -524,10 +524,8 @@ static void on_stall_timeout(struct gw *g, struct conn *x)
     struct client *c = client_of(x);
     if (!c->c.out.bytes && !c->c.piped)
         return;
-    if (g->cfg.client_stall_timeout <= 0) { /* a reload has lifted the limit since it was armed */
-        log_debug(c->c.name, "client_stall_timeout lifted by a reload: its output waits on");
+    if (g->cfg.client_stall_timeout <= 0) /* (a reload lifts it: client_timeouts_reloaded_loop) */
         return;
-    }
     int64_t quiet = g->loop.now_ms - c->stall_since;
     if (quiet < g->cfg.client_stall_timeout) {
         conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
@@ -588,6 +586,31 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
         c->stall_since = g->loop.now_ms;
     if (!armed)
         conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
+}
+
+void client_timeouts_reloaded_loop(struct gw *g)
+{
+    int queued = 0, stalling = 0;
+    for (uint32_t id = 0; id < g->tab_cap; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != CONN_CLIENT || x->closing)
+            continue;
+        struct client *c = client_of(x);
+        queued += request_queue_timeout_reloaded_loop(g, c);
+        if (!conn_pending(x)) /* no output waiting: no stall clock */
+            continue;
+        stalling++;
+        if (g->cfg.client_stall_timeout <= 0) {
+            conn_timer_cancel_loop(g, x, CLIENT_TM_STALL);
+            continue;
+        }
+        if (!conn_timer_armed(x, CLIENT_TM_STALL)) /* (no limit until now: its clock starts now) */
+            c->stall_since = g->loop.now_ms;
+        conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
+    }
+    log_info(NULL, "reload: queue_timeout %lld ms for the %d requests waiting too, client_stall_timeout %lld ms for "
+                   "the %d clients whose output waits (0: none)",
+             (long long)g->cfg.queue_timeout, queued, (long long)g->cfg.client_stall_timeout, stalling);
 }
 
 void client_pause_all_loop(struct gw *g)

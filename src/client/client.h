@@ -282,6 +282,11 @@ void request_error_loop(struct gw *g, struct client *c, struct req *r, const cha
     __attribute__((format(printf, 4, 5)));
 /* Completions: a reply made by a pool job (JK_REPLY); a body validated (JK_CHECK). */
 void request_reply_done_loop(struct gw *g, struct job *j);
+/* A reload has set the timeouts: every client's queued request and waiting output keep to the
+ * new ones (queue_timeout from the request's arrival, client_stall_timeout from the stall's
+ * start, or from now if it had none; 0 lifts it). */
+void client_timeouts_reloaded_loop(struct gw *g);
+int request_queue_timeout_reloaded_loop(struct gw *g, struct client *c); /* 1 if c's head waits */
 /* ... a worker's reply made fit (JK_WREPLY): the gateway's error in its place is the request's
  * outcome (gwerror) */
 void request_wreply_done_loop(struct gw *g, struct job *j);

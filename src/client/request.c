@@ -314,19 +314,25 @@ static void on_queue_timeout(struct gw *g, struct conn *x)
     struct req *r = client_head(c);
     if (!r || (r->state != RS_QUEUED && r->state != RS_HELD))
         return;
-    if (g->cfg.queue_timeout <= 0 || r->t_arrive + g->cfg.queue_timeout > g->loop.now_ms) { /* a reload has
-                                                     * lifted the limit since it was armed, or made it longer */
-        log_debug(c->c.name, "request %llu: queue_timeout %s by a reload: waits on", (unsigned long long)r->seq,
-                  g->cfg.queue_timeout <= 0 ? "lifted" : "made longer");
-        if (g->cfg.queue_timeout > 0)
-            conn_timer_arm_loop(g, x, CLIENT_TM_STATE, r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
+    if (g->cfg.queue_timeout <= 0) /* (a reload lifts it: request_queue_timeout_reloaded_loop) */
         return;
-    }
     r->grp->refused_timeout++;
     conn_refused_loop(g, REFUSED_QUEUE_TIMEOUT, c->c.name, "request waited %lld ms for a worker (queue_timeout)",
                       (long long)(g->loop.now_ms - r->t_arrive));
     request_error_loop(g, c, r, "qgate: timeout (queued %lld ms)", (long long)(g->loop.now_ms - r->t_arrive));
     request_check_pending_loop(g, c);
+}
+
+int request_queue_timeout_reloaded_loop(struct gw *g, struct client *c)
+{
+    struct req *r = client_head(c);
+    if (!r || (r->state != RS_QUEUED && r->state != RS_HELD) || r->type != KIPC_SYNC)
+        return 0;
+    if (g->cfg.queue_timeout > 0) /* (from its arrival: at once if it has waited that long) */
+        conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, r->t_arrive + g->cfg.queue_timeout, on_queue_timeout);
+    else
+        conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
+    return 1;
 }
 
 /* r's group grp has no worker up: refused, counted */

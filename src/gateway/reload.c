@@ -203,7 +203,12 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     int reopen = strcmp(g->cfg.access_log, nc->access_log) != 0;
     int retune = g->cfg.keepalive_idle != nc->keepalive_idle || g->cfg.keepalive_interval != nc->keepalive_interval ||
                  g->cfg.keepalive_count != nc->keepalive_count || g->cfg.tcp_user_timeout != nc->tcp_user_timeout;
+    int64_t qt = g->cfg.query_timeout, qu = g->cfg.queue_timeout, st = g->cfg.client_stall_timeout;
     config_take_live(&g->cfg, nc);
+    if (g->cfg.query_timeout != qt) /* what waits now keeps to the new timeouts, not only what comes */
+        run_timeouts_reloaded_loop(g);
+    if (g->cfg.queue_timeout != qu || g->cfg.client_stall_timeout != st)
+        client_timeouts_reloaded_loop(g);
     if (retune) { /* the connections open now too, not only those to come */
         conn_keepalive_all_loop(g);
         for (int i = 0; i < g->ngroups; i++) { /* and those left for q to close */

@@ -150,10 +150,8 @@ void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
 static void on_query_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
-    if (g->cfg.query_timeout <= 0) { /* a reload has lifted the limit since it was armed */
-        log_debug(w->c.name, "query_timeout lifted by a reload: its run goes on");
+    if (g->cfg.query_timeout <= 0) /* (a reload lifts it: run_timeouts_reloaded_loop) */
         return;
-    }
     int64_t due = QG_MAX(w->tm_armed_ms, c->last_read_ms) + g->cfg.query_timeout; /* a byte came since */
     if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for its
                                      * client (run_header_loop), and nothing after is read meanwhile */
@@ -167,6 +165,30 @@ static void on_query_timeout(struct gw *g, struct conn *c)
     run_set_phase_loop(g, w, WB_TIMEDOUT); /* the loss answers 'qgate: timeout, unless a message to the client was cut */
     w->backoff = g->cfg.reconnect_min;
     conn_close_loop(g, &w->c, "query timeout");
+}
+
+void run_timeouts_reloaded_loop(struct gw *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->ngroups; i++) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink) {
+            if (w->st != WS_BUSY || w->c.paused || w->c.fd < 0)
+                continue; /* (paused: its timer waits for its client's output; resumed, armed anew) */
+            if (g->cfg.query_timeout <= 0) {
+                conn_timer_cancel_loop(g, &w->c, WORKER_TM);
+                n++;
+                continue;
+            }
+            if (!conn_timer_armed(&w->c, WORKER_TM)) /* (no limit until now: its clock starts now) */
+                w->tm_armed_ms = g->loop.now_ms;
+            conn_timer_arm_loop(g, &w->c, WORKER_TM, QG_MAX(w->tm_armed_ms, w->c.last_read_ms) + g->cfg.query_timeout,
+                                on_query_timeout);
+            n++;
+        }
+    }
+    log_info(NULL, "reload: query_timeout %lld ms%s for the %d runs under way too", (long long)g->cfg.query_timeout,
+             g->cfg.query_timeout > 0 ? "" : " (none)", n);
 }
 
 void run_arm_timer_loop(struct gw *g, struct worker *w)

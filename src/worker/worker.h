@@ -292,6 +292,9 @@ int run_nests_loop(const struct conn *wc, const struct client *c);
 void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b);
 /* The query timer of w's run: query_timeout after it was armed or the worker's last byte. */
 void run_arm_timer_loop(struct gw *g, struct worker *w);
+/* A reload has set query_timeout: every run keeps to it (from its last byte, or from now if it had
+ * no limit; 0 lifts it). */
+void run_timeouts_reloaded_loop(struct gw *g);
 /* When w's run began at the worker, as far as the gateway can tell: when it was sent, or when
  * the worker last ended a run on another connection after that (q runs one at a time). */
 int64_t run_began_us(const struct worker *w);

@@ -218,23 +218,40 @@ wait_line "$TMP/S2.log" "closed during the handshake \\('access" 10
 grep -q "Hunter2pw\|password = wrong\|:wrong" "$TMP/S1.log" "$TMP/S2.log" && fail "a worker password reached the log"
 pass "worker credentials from the config; a refused login is logged without the password"
 
-# --- a reload that lifts query_timeout and queue_timeout (0: no limit) lifts them for the request
-# running and the one queued: neither times out at the old deadline (at 51520a0 both did, the
-# first with 'qgate: timeout (... sent nothing for 0 ms)') ----------------------------------------
-lt_conf() { printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = %s\nqueue_timeout = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$1" "$1" "$W1_PORT" > "$TMP/lt.conf"; }
+# --- a reload that changes query_timeout and queue_timeout applies to the request running and
+# the one queued, not only to those to come: lifted (0), neither times out at the old deadline
+# (at 51520a0 both did, the first saying "sent nothing for 0 ms"); set again, both time out at
+# once, as they have waited longer (at b429360 a limit lifted and set again never came back) ---
+lt_conf() { printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = %s\nqueue_timeout = %s\nreconnect_min = 50\nclient_stall_timeout = 600000\nclient_high_water = 65536\nclient_low_water = 0\n[group main]\nworkers = 127.0.0.1:%s\n[group clock]\nworkers = 127.0.0.1:%s\n' "$1" "$1" "$W1_PORT" "$W2_PORT" > "$TMP/lt.conf"; }
 lt_conf 2000
 start_gateway LT -c "$TMP/lt.conf" --loglevel debug
-"$BIN/qsend" -g "127.0.0.1:$LT_PORT" "hold lt1" > "$TMP/lt1.out" 2>&1 & lt1=$!
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$LT_PORT" "hold lt1" > "$TMP/lt1.out" 2>&1 & lt1=$!
 wait_line "$TMP/W1.log" "hold lt1" 10
-"$BIN/qsend" -g "127.0.0.1:$LT_PORT" "echo lt2" > "$TMP/lt2.out" 2>&1 & lt2=$!
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$LT_PORT" "echo lt2" > "$TMP/lt2.out" 2>&1 & lt2=$!
 wait_line "$TMP/LT.log" "c2 .*: request 0 queued in group main" 10
 lt_conf 0
 kill -HUP "$LT_PID"
-wait_line "$TMP/LT.log" "reload: done" 10
-wait_line "$TMP/LT.log" "w 127.0.0.1:$W1_PORT: query_timeout lifted by a reload: its run goes on" 10
-wait_line "$TMP/LT.log" "c2 .*: request 0: queue_timeout lifted by a reload: waits on" 10
-release lt1 "$W1_PORT"
+wait_line "$TMP/LT.log" "reload: query_timeout 0 ms \\(none\\) for the 1 runs under way too" 10
+wait_line "$TMP/LT.log" "reload: queue_timeout 0 ms for the 1 requests waiting too" 10
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$LT_PORT" "on:clock:sleep 2500" > "$TMP/q.out" 2>&1 || true
+expect_lines "$TMP/q.out" '^2500$' 1                  # the old deadlines have passed
+kill -0 "$lt1" && kill -0 "$lt2" || fail "a request ended (timed out?) with its limit lifted: $(cat "$TMP/lt1.out" "$TMP/lt2.out")"
+lt_conf 2000
+kill -HUP "$LT_PID"
 wait "$lt1" "$lt2" || true
-expect_lines "$TMP/lt1.out" '^"lt1"$' 1
-expect_lines "$TMP/lt2.out" '^"lt2"$' 1
-pass "a reload that lifts query_timeout and queue_timeout: the running and the queued request wait on"
+expect_lines "$TMP/lt1.out" "^'qgate: timeout " 1
+expect_lines "$TMP/lt2.out" "^'qgate: timeout \\(queued [0-9]+ ms\\)\$" 1
+release lt1 "$W1_PORT"
+pass "a reload that lifts query_timeout and queue_timeout, then sets them again: the running and the queued request keep to each"
+# ... and client_stall_timeout: a client that reads none of a 20 MB reply (stall limit 600 s) is
+# closed once a reload sets it to 1 s, its clock from the stall's start (at b429360 it waited on)
+raw_open "$LT_PORT" 3
+raw_hs "stall:x" 3
+raw_text 1 "text 20000000" 3
+wait_line "$TMP/LT.log" "paused: c[0-9]+ .*bytes unsent" 10   # its worker waits for its output
+sed -i 's/^client_stall_timeout = .*/client_stall_timeout = 1000/' "$TMP/lt.conf"
+kill -HUP "$LT_PID"
+wait_line "$TMP/LT.log" "client_stall_timeout 1000 ms for the 1 clients whose output waits" 10
+wait_line "$TMP/LT.log" "closed: stalled: its output accepted no byte" 10
+raw_close 3
+pass "... and client_stall_timeout: the client whose output waits is closed at the new limit"

@@ -549,7 +549,7 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
     if (HAS("qgate: busy"))
         return cfg->max_queue < 1000 ? NULL : "max_queue 1000, never reached here";
     if (HAS("qgate: timeout (queued "))
-        return cfg->queue_timeout > 0 ? NULL : "no queue_timeout";
+        return cfg->queue_timeout > 0 || S->had_qu ? NULL : "no queue_timeout";
     if (HAS("qgate: timeout (the worker that called back ") || HAS("qgate: the worker that called back was lost"))
         return r->nested_in < 0 || r->here ? "a request that did not run nested on its worker"
                : lost                       ? NULL

@@ -24,7 +24,7 @@ void write_config(void)
     const struct config *c = &S->g.cfg;
     fprintf(f, "[gateway]\nport = 0\nbind = 127.0.0.1\nunix_socket = 0\nloglevel = %s\n", log_level_name(c->loglevel));
     fprintf(f, "max_queue = %d\nqueue_timeout = %lld\nquery_timeout = %lld\nhandshake_timeout = %lld\n", c->max_queue,
-            (long long)c->queue_timeout, (long long)c->query_timeout, (long long)c->handshake_timeout);
+            (long long)S->want_qu, (long long)S->want_qt, (long long)c->handshake_timeout);
     fprintf(f, "frames_budget = %d\nread_budget = %lld\nwrite_budget = %lld\nchunk_size = %lld\n", c->frames_budget,
             (long long)c->read_budget, (long long)c->write_budget, (long long)c->chunk_size);
     fprintf(f, "client_high_water = %lld\nclient_low_water = %lld\nclient_max_pending = %lld\n",
@@ -170,10 +170,19 @@ void reload(void)
     }
     /* a session group's reset_query off (sessions that end meanwhile go without; the workers
      * they leave are reset once it is back) or on again, the more often on, for long */
-    if (S->session && reload_draw(++S->nreloads) % 100 < (S->reset_q ? 8 : 30)) {
+    int n = ++S->nreloads;
+    if (S->session && reload_draw(n) % 100 < (S->reset_q ? 8 : 30)) {
         S->reset_q = !S->reset_q;
         S->reset_flips++;
         tr("reload: reset_query %s", S->reset_q ? "reset" : "none");
+    }
+    uint64_t d = reload_draw(n + 1000000);
+    if (d % 100 < 15) { /* the timeouts: what runs and waits now keeps to the new ones (a session
+                         * world keeps a queue_timeout: a client may wait for a session's worker) */
+        S->want_qt = d / 100 % 3 == 0 ? 0 : 200 + (int64_t)(d / 300 % 3000);
+        S->want_qu = d / 1000000 % 3 == 0 && !S->session ? 0 : 50 + (int64_t)(d / 3000000 % 2000);
+        S->had_qu |= S->want_qu > 0;
+        tr("reload: query_timeout %lld, queue_timeout %lld", (long long)S->want_qt, (long long)S->want_qu);
     }
     if (chance(25)) { /* the sockets open now set again (Unix sockets here: left alone) */
         S->keepalive_idle = S->keepalive_idle ? 0 : 1000 * (1 + rnd(60));

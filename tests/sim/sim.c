@@ -689,6 +689,9 @@ static void start_world(void)
         fw_init(&S->w[k], k, k < S->ngroups ? k : rnd(S->ngroups));
     /* the configuration goes through the file, as a reload reads it */
     S->g.cfg = *cfg;
+    S->want_qt = cfg->query_timeout;
+    S->want_qu = cfg->queue_timeout;
+    S->had_qu = cfg->queue_timeout > 0;
     write_config();
     if (S->users_file)
         write_users();

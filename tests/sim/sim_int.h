@@ -244,6 +244,9 @@ struct sim {
                           * finds its worker clean of other clients' state */
     int reset_flips;     /* how many times a reload turned it off or on */
     int nreloads;        /* reloads so far */
+    int64_t want_qt, want_qu; /* query_timeout and queue_timeout the configuration file says
+                          * (reloads change them: what already waits keeps to the new ones) */
+    int had_qu;          /* queue_timeout has been set at some point (its errors may come later) */
     int wzip;            /* the fake workers compress their replies (over 2000 bytes) as q does for remote peers */
     int pipeline;        /* pool = request: each group's pipeline (1: a worker holds one request) */
     int pipeline_wait;   /* its pipeline_wait (ms; 0: behind any run) */
