@@ -128,14 +128,25 @@ static void schedule_reconnect(struct gw *g, struct worker *w)
     w->backoff = QG_MIN(w->backoff * 2, g->cfg.reconnect_max);
 }
 
-/* A connection attempt failed (the worker was not up): retry later; if no worker of the
- * group is up, the waiting requests are answered rather than left to wait. */
+/* How loud the nth connection attempt in a row to fail is: the first a warning, then one at 8,
+ * 16, 32, ... (a worker down for long floods no log), the rest at debug. */
+static int failed_attempt_level(uint32_t n)
+{
+    if (n <= 1)
+        return LOG_WARN;
+    return n >= 8 && !(n & (n - 1)) ? LOG_INFO : LOG_DEBUG;
+}
+
+/* A connection attempt failed (the worker was not up), or the connection closed as soon as it
+ * was up (a flap): retry later; if no worker of the group is up, the waiting requests are
+ * answered rather than left to wait. */
 static void connect_failed(struct gw *g, struct worker *w)
 {
     w->renewing = 0; /* a new connection for the next session that failed: down, as any */
     if (worker_is_lead(w) && w->grp->nup == 0 && !w->grp->unavailable) {
-        w->grp->unavailable = 1;
-        log_warn(w->c.name, "no worker of group %s is up", w->grp->cfg.name);
+        w->grp->unavailable = 1; /* (said once for a run of failed attempts, thinned out for flaps) */
+        log_at(w->flaps > 1 ? failed_attempt_level(w->flaps) : LOG_WARN, w->c.name, "no worker of group %s is up",
+               w->grp->cfg.name);
         dispatch_fail_group_loop(g, w->grp);
     }
     schedule_reconnect(g, w);
@@ -366,8 +377,9 @@ static int on_bytes(struct gw *g, struct conn *x)
     inbuf_release_idle(&x->in);
     x->framed = 1; /* kdb+ messages from now on */
     w->cap = cap;
-    w->up_ms = g->loop.now_ms; /* (its back-off is reset once it has answered, or stayed up: on_close) */
+    w->up_ms = g->loop.now_ms; /* (closed before it has answered, or stayed up: a flap, on_close) */
     w->answered = 0;
+    w->backoff = g->cfg.reconnect_min;
     if (!w->disabled && worker_is_lead(w))
         w->grp->unavailable = 0;
     conn_timer_cancel_loop(g, &w->c, WORKER_TM);
@@ -453,14 +465,6 @@ static void on_remnant_closed(struct gw *g, void *ctx)
         worker_connect_loop(g, w);
 }
 
-/* How loud the nth connection attempt in a row to fail is: the first a warning, then one at 8,
- * 16, 32, ... (a worker down for long floods no log), the rest at debug. */
-static int failed_attempt_level(uint32_t n)
-{
-    if (n <= 1)
-        return LOG_WARN;
-    return n >= 8 && !(n & (n - 1)) ? LOG_INFO : LOG_DEBUG;
-}
 
 /* The socket is gone: fail or finish the request, then reconnect (or go, if removed). */
 static void on_close(struct gw *g, struct conn *c, const char *why)
@@ -476,8 +480,8 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     int flapped = was_up && !renew && !w->answered && g->loop.now_ms - w->up_ms < g->cfg.reconnect_max &&
                   !(w->st == WS_BUSY && w->run.phase == WB_TIMEDOUT); /* (not its query timeout) */
     w->flaps = flapped ? w->flaps + 1 : 0;
-    if (was_up && !flapped)
-        w->backoff = g->cfg.reconnect_min;
+    if (flapped) /* doubling with each flap in a row (not with the failed attempts before it came up) */
+        w->backoff = QG_MIN(g->cfg.reconnect_min << QG_MIN(w->flaps - 1, 20u), g->cfg.reconnect_max);
     int lvl = renew ? LOG_DEBUG : w->removed ? LOG_INFO : failed_attempt_level(fails ? fails : w->flaps);
     if (fails > 1)
         log_at(lvl, c->name, "connection closed: %s (%u attempts failed in a row)", why, fails);
@@ -512,9 +516,9 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
         uds_passed_over(w, why);
         w->skip_uds = 1;
         conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms, on_reconnect_timer);
-    } else if (was_up) {
+    } else if (was_up && !flapped) {
         schedule_reconnect(g, w);
-    } else {
+    } else { /* (a flap is a failed attempt: its group's clients are told when none is up) */
         connect_failed(g, w);
     }
 }

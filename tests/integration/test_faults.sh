@@ -157,4 +157,27 @@ start_gateway FU_GW -c "$TMP/fu.conf" --loglevel debug
 wait_line "$TMP/FU_GW.log" "w 127.0.0.1:$FU_PORT: reconnecting in 800 ms"
 wait_line "$TMP/FU_GW.log" "connection closed: .* \\(8 connections in a row closed before a reply, 800 ms or less after the handshake\\)"
 expect_lines "$TMP/FU_GW.log" "warn .*w 127.0.0.1:$FU_PORT: connection closed" 1
-pass "a worker that closes right after its handshake: the back-off grows to reconnect_max; warned once"
+expect_lines "$TMP/FU_GW.log" "warn .*w 127.0.0.1:$FU_PORT: no worker of group main is up" 1   # (each flap a failed attempt)
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$FU_GW_PORT" "echo x" > "$TMP/fu.out" || true
+expect_lines "$TMP/fu.out" "^'qgate: (no worker of group main is up|worker 127.0.0.1:$FU_PORT lost)\$" 1
+pass "a worker that closes right after its handshake: the back-off grows to reconnect_max; warned once; its group's clients told"
+
+# ... and a worker that served, was down long enough for the failed attempts to grow the
+# back-off, came back and was restarted at once (before any request): reconnected after
+# reconnect_min, not after the back-off its time down grew (at 4a3ff11, 1600 ms here)
+start_worker FV --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\nreconnect_max = 5000\n[group main]\nworkers = 127.0.0.1:%s\n' "$FV_PORT" > "$TMP/fv.conf"
+start_gateway FV_GW -c "$TMP/fv.conf" --loglevel debug
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$FV_GW_PORT" "echo served" > "$TMP/fv.out" || true
+expect_lines "$TMP/fv.out" '^"served"$' 1
+kill "$FV_PID"
+wait_line "$TMP/FV_GW.log" "w 127.0.0.1:$FV_PORT: reconnecting in 1600 ms"        # down: attempts failed
+AT="127.0.0.1:$FV_PORT" start_worker FV --rows 10
+wait_count "$TMP/FV_GW.log" "w 127.0.0.1:$FV_PORT: connected \\(capability" 2 20
+kill "$FV_PID"                                                                   # restarted at once
+# the first reconnect line after its second close
+fv_next() { awk -v c="w 127.0.0.1:$FV_PORT: connection closed: worker closed" 'index($0, c) {n++} n == 2 && /reconnecting in/ {print; exit}' "$TMP/FV_GW.log"; }
+fv_seen() { [ -n "$(fv_next)" ]; }
+wait_for 20 "a reconnect after its second close" fv_seen
+fv_next | grep -q "reconnecting in 50 ms" || fail "after the quick restart: $(fv_next)"
+pass "a worker restarted at once after coming back: reconnected after reconnect_min"
