@@ -477,10 +477,14 @@ static int on_bad(struct gw *g, struct conn *x, const char *why)
 
 static int takes_output(const struct conn *x) { return client_takes_output((const struct client *)x); }
 
-/* Why a lingering client is closed: after a bad message or an HTTP request, or at the end of a drain. */
+/* Why a lingering client is closed: after a bad message, an HTTP request or its session's worker's
+ * loss, or at the end of a drain. */
 static const char *linger_why(const struct client *c)
 {
-    return c->bye ? "drained: closed" : c->http ? "closed after an HTTP request" : "closed after a bad message";
+    return c->bye         ? "drained: closed"
+           : c->http      ? "closed after an HTTP request"
+           : c->sess_lost ? "its session's worker was lost: closed once told"
+                          : "closed after a bad message";
 }
 
 static void on_linger_timeout(struct gw *g, struct conn *x) { conn_close_loop(g, x, linger_why(client_of(x))); }

@@ -147,6 +147,7 @@ struct client {
     uint8_t half;        /* ... by a FIN, its socket kept: what is owed is still sent (q answers
                           * what it read before it sees the close), then it closes */
     uint8_t bye;         /* lingering at the end of a drain (not after a bad message) */
+    uint8_t sess_lost;   /* ... after its session's worker was lost (told so) */
     uint8_t refuse;      /* over max_clients: its first request is answered 'qgate: too many connections */
     uint8_t proxied;     /* its source is in proxy_from: a PROXY header comes before its handshake */
     uint8_t http;        /* it sent an HTTP request for a handshake: answered 501, nothing more read */

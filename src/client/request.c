@@ -917,6 +917,7 @@ void request_session_lost_loop(struct gw *g, struct client *c, int cut, const ch
     if (c->c.closing)
         return;
     log_info(c->c.name, "session: %s", text + strlen("qgate: "));
+    c->sess_lost = 1; /* (why it lingers, then closes) */
     if (cut || client_output_gone(c)) { /* its stream is broken, or nobody is left to tell */
         conn_close_loop(g, &c->c, "its session's worker was lost");
         return;

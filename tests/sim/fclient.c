@@ -894,7 +894,8 @@ static void client_eof(struct fclient *c)
         (S->wdeaths || S->g.query_timeouts))
         ok = 1; /* a worker died, or was dropped for a query timeout, while it sent */
     if (S->session && (S->wdeaths || S->g.query_timeouts) &&
-        (!strcmp(why, "its session's worker was lost") || !strcmp(why, "closed after a bad message") || !why[0]))
+        (!strcmp(why, "its session's worker was lost") || !strcmp(why, "its session's worker was lost: closed once told") ||
+         !strcmp(why, "closed after a bad message") || !why[0]))
         ok = 1; /* its session's worker died: told (then the gateway shuts its side), or just closed */
     if (!ok)
         fail("C%d was closed by the gateway without a reason it may have: \"%s\"", c->cid, why);
