@@ -465,7 +465,6 @@ static void on_remnant_closed(struct gw *g, void *ctx)
         worker_connect_loop(g, w);
 }
 
-
 /* The socket is gone: fail or finish the request, then reconnect (or go, if removed). */
 static void on_close(struct gw *g, struct conn *c, const char *why)
 {
@@ -479,6 +478,7 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
      * reconnect_min for ever; one that answered, or stayed up, is a worker lost: back at once */
     int flapped = was_up && !renew && !w->answered && g->loop.now_ms - w->up_ms < g->cfg.reconnect_max &&
                   !(w->st == WS_BUSY && w->run.phase == WB_TIMEDOUT); /* (not its query timeout) */
+    int busy = w->st == WS_BUSY; /* (lost with a run: a worker lost, whose group's queue waits for it) */
     w->flaps = flapped ? w->flaps + 1 : 0;
     if (flapped) /* doubling with each flap in a row (not with the failed attempts before it came up) */
         w->backoff = QG_MIN(g->cfg.reconnect_min << QG_MIN(w->flaps - 1, 20u), g->cfg.reconnect_max);
@@ -516,9 +516,9 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
         uds_passed_over(w, why);
         w->skip_uds = 1;
         conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms, on_reconnect_timer);
-    } else if (was_up && !flapped) {
+    } else if (was_up && (!flapped || busy)) {
         schedule_reconnect(g, w);
-    } else { /* (a flap is a failed attempt: its group's clients are told when none is up) */
+    } else { /* (a flap with nothing running is a failed attempt: its group's clients are told when none is up) */
         connect_failed(g, w);
     }
 }
@@ -536,6 +536,30 @@ void worker_set_removed_loop(struct gw *g, struct worker *w, int on)
     w->removed = on != 0;
 }
 
+/* The same TCP endpoint: family, address and port (not the padding). */
+static int same_tcp(const struct net_addrs *a, const struct net_addrs *b)
+{
+    if (!a->tcplen || !b->tcplen || a->tcp.ss_family != b->tcp.ss_family)
+        return 0;
+    if (a->tcp.ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)&a->tcp, *y = (const void *)&b->tcp;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->tcp.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)&a->tcp, *y = (const void *)&b->tcp;
+        return x->sin6_port == y->sin6_port && !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr);
+    }
+    return 0;
+}
+
+/* Do a and b reach the same q? The same address as written, or as resolved: its TCP endpoint,
+ * or its Unix socket (a local q's, whichever name reached it: 127.0.0.1, localhost, unix://). */
+static int same_q(const struct worker *a, const struct worker *b)
+{
+    return !strcmp(a->addr, b->addr) || same_tcp(&a->na, &b->na) ||
+           (a->na.udslen && a->na.udslen == b->na.udslen && !memcmp(&a->na.uds, &b->na.uds, a->na.udslen));
+}
+
 int worker_q_shared_loop(const struct gw *g, const struct worker *w)
 {
     if (!g->loop.nremoved)
@@ -543,7 +567,7 @@ int worker_q_shared_loop(const struct gw *g, const struct worker *w)
     for (int i = 0; i < g->ngroups; i++) {
         const struct worker *x;
         TAILQ_FOREACH(x, &g->groups[i].workers, glink)
-            if (x != w && x->removed && !strcmp(x->addr, w->addr))
+            if (x != w && x->removed && same_q(x, w))
                 return 1;
     }
     return 0;

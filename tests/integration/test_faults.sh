@@ -181,3 +181,22 @@ fv_seen() { [ -n "$(fv_next)" ]; }
 wait_for 20 "a reconnect after its second close" fv_seen
 fv_next | grep -q "reconnecting in 50 ms" || fail "after the quick restart: $(fv_next)"
 pass "a worker restarted at once after coming back: reconnected after reconnect_min"
+
+# ... and a worker lost while it runs the first request on a new connection: not a flap, a worker
+# lost; the request queued behind waits for it to come back, rather than being told no worker
+# is up (at 2369dc2 it was)
+start_worker FW --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s\n' "$FW_PORT" > "$TMP/fw.conf"
+start_gateway FW_GW -c "$TMP/fw.conf" --loglevel debug
+wait_line "$TMP/FW_GW.log" "w 127.0.0.1:$FW_PORT: connected"
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$FW_GW_PORT" "hold fw1" > "$TMP/fw1.out" 2>&1 & fw1=$!
+wait_line "$TMP/FW.log" "hold fw1"
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$FW_GW_PORT" "echo queued" > "$TMP/fw2.out" 2>&1 & fw2=$!
+wait_line "$TMP/FW_GW.log" "c2 .*: request 0 queued in group main"
+kill -9 "$FW_PID"
+wait_line "$TMP/FW_GW.log" "w 127.0.0.1:$FW_PORT: connection closed: worker closed the connection"
+AT="127.0.0.1:$FW_PORT" start_worker FW --rows 10
+wait "$fw1" "$fw2" || true
+expect_lines "$TMP/fw1.out" "^'qgate: worker 127.0.0.1:$FW_PORT lost\$" 1
+expect_lines "$TMP/fw2.out" '^"queued"$' 1
+pass "a worker lost during its first request: the request queued behind waits for it to come back"

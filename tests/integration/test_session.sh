@@ -215,6 +215,28 @@ wait $FA $FB || true
 expect_lines "$TMP/fb.out" '^"old"$' 1
 pass "a worker removed and put back while its old connection still runs: no session is given it until that has gone"
 
+# ... and one whose address a reload spells another way (127.0.0.1:P, then localhost:P) while
+# its old connection still runs: the same q, known by its resolved address (at 154943c the text
+# differed, the session was given it at once, and lost its x to the old connection's reset query)
+start_worker W12 --rows 1000 --defer 2:2000
+conf "$TMP/fl.conf" "127.0.0.1:$W12_PORT" pipeline=2 pipeline_wait=0
+start_gateway FL2 -c "$TMP/fl.conf" --loglevel debug
+wait_count "$TMP/FL2.log" "state HANDSHAKE -> IDLE" 2
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$FL2_PORT" "sleep 300" > "$TMP/fa.out" 2>&1 &
+FA=$!
+wait_line "$TMP/W12.log" "sleep 300 ms"
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$FL2_PORT" "x:old" > "$TMP/fb.out" 2>&1 &
+FB=$!
+wait_line "$TMP/W12.log" "defer: sync request #2 "
+conf "$TMP/fl.conf" "localhost:$W12_PORT" pool=session 'reset_query=delete x from `.'
+kill -HUP "$FL2_PID"
+wait_line "$TMP/FL2.log" "reload: done" 10
+G="127.0.0.1:$FL2_PORT"
+q "x:mine" "x" "sleep 2000" "x"
+expect_lines "$TMP/q.out" '^"mine"$' 3
+wait $FA $FB || true
+pass "... and one whose address a reload spells another way: the same q, passed over until the old connection has gone"
+
 # --- pushes: what a session's worker publishes later reaches that client ----------------
 G="127.0.0.1:$S_PORT"
 raw_open "$S_PORT" 3
