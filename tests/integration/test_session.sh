@@ -161,6 +161,25 @@ q "x"
 expect_lines "$TMP/q.out" "^'x\$" 1
 pass "a reload that sets a session pool's reset query: the sessions before it are reset before the next"
 
+# x_old_behind GW W SLEEP: gateway GW (config $TMP/GW.conf) over worker W alone, pipeline 2: a
+# sleep on W's first connection, then x:old on its second, whose reply W defers (--defer 2:MS);
+# FA and FB the two clients, G the gateway
+x_old_behind() {
+    local gw=$1 w=$2 wp gp
+    wp=$(eval echo "\$${w}_PORT")
+    conf "$TMP/$gw.conf" "127.0.0.1:$wp" pipeline=2 pipeline_wait=0
+    start_gateway "$gw" -c "$TMP/$gw.conf" --loglevel debug
+    wait_count "$TMP/$gw.log" "state HANDSHAKE -> IDLE" 2
+    gp=$(eval echo "\$${gw}_PORT")
+    G="127.0.0.1:$gp"
+    timeout 20 "$BIN/qsend" -g "$G" "sleep $3" > "$TMP/fa.out" 2>&1 &
+    FA=$!
+    wait_line "$TMP/$w.log" "sleep $3 ms"
+    timeout 20 "$BIN/qsend" -g "$G" "x:old" > "$TMP/fb.out" 2>&1 &
+    FB=$!
+    wait_line "$TMP/$w.log" "defer: sync request #2 "
+}
+
 # ... and a reload that makes a pipelined request pool a session pool while a request runs on
 # the worker's second connection: that connection goes once its run has ended (its reset query
 # run after it), and no session is given the worker until it has gone. The worker defers every
@@ -168,19 +187,10 @@ pass "a reload that sets a session pool's reset query: the sessions before it ar
 # 51520a0 plus this stop's other fixes the next session was given the first connection at once,
 # set x, and lost it to the reset query the second connection ran when x:old's reply came.
 start_worker W9 --rows 1000 --defer 2:1500
-conf "$TMP/fs.conf" "127.0.0.1:$W9_PORT" pipeline=2 pipeline_wait=0
-start_gateway FS -c "$TMP/fs.conf" --loglevel debug
-wait_count "$TMP/FS.log" "state HANDSHAKE -> IDLE" 2
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FS_PORT" "sleep 600" > "$TMP/fa.out" 2>&1 &
-FA=$!
-wait_line "$TMP/W9.log" "sleep 600 ms"
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FS_PORT" "x:old" > "$TMP/fb.out" 2>&1 &
-FB=$!
-wait_line "$TMP/W9.log" "defer: sync request #2 "
-conf "$TMP/fs.conf" "127.0.0.1:$W9_PORT" pool=session 'reset_query=delete x from `.'
+x_old_behind FS W9 600
+conf "$TMP/FS.conf" "127.0.0.1:$W9_PORT" pool=session 'reset_query=delete x from `.'
 kill -HUP "$FS_PID"
 wait_line "$TMP/FS.log" "reload: done" 10
-G="127.0.0.1:$FS_PORT"
 q "x:mine" "x"
 expect_lines "$TMP/q.out" '^"mine"$' 2
 wait $FA $FB || true
@@ -193,22 +203,13 @@ pass "a reload that makes a pipelined request pool a session pool: no session is
 # connection's reset query, run when x:old's reply came, deleted the session's x)
 start_worker W10 --rows 1000 --defer 2:2000
 start_worker W11 --rows 1000
-conf "$TMP/fr.conf" "127.0.0.1:$W10_PORT" pipeline=2 pipeline_wait=0
-start_gateway FR -c "$TMP/fr.conf" --loglevel debug
-wait_count "$TMP/FR.log" "state HANDSHAKE -> IDLE" 2
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FR_PORT" "sleep 300" > "$TMP/fa.out" 2>&1 &
-FA=$!
-wait_line "$TMP/W10.log" "sleep 300 ms"
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FR_PORT" "x:old" > "$TMP/fb.out" 2>&1 &
-FB=$!
-wait_line "$TMP/W10.log" "defer: sync request #2 "
-conf "$TMP/fr.conf" "127.0.0.1:$W11_PORT" pipeline=2 pipeline_wait=0
+x_old_behind FR W10 300
+conf "$TMP/FR.conf" "127.0.0.1:$W11_PORT" pipeline=2 pipeline_wait=0
 kill -HUP "$FR_PID"
 wait_line "$TMP/FR.log" "w 127.0.0.1:$W10_PORT: connection closed: removed from the configuration" 10
-conf "$TMP/fr.conf" "127.0.0.1:$W10_PORT" pool=session 'reset_query=delete x from `.'
+conf "$TMP/FR.conf" "127.0.0.1:$W10_PORT" pool=session 'reset_query=delete x from `.'
 kill -HUP "$FR_PID"
 wait_count "$TMP/FR.log" "reload: done" 2 10
-G="127.0.0.1:$FR_PORT"
 q "x:mine" "x" "sleep 2000" "x"
 expect_lines "$TMP/q.out" '^"mine"$' 3
 wait $FA $FB || true
@@ -219,19 +220,10 @@ pass "a worker removed and put back while its old connection still runs: no sess
 # its old connection still runs: the same q, known by its resolved address (at 154943c the text
 # differed, the session was given it at once, and lost its x to the old connection's reset query)
 start_worker W12 --rows 1000 --defer 2:2000
-conf "$TMP/fl.conf" "127.0.0.1:$W12_PORT" pipeline=2 pipeline_wait=0
-start_gateway FL2 -c "$TMP/fl.conf" --loglevel debug
-wait_count "$TMP/FL2.log" "state HANDSHAKE -> IDLE" 2
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FL2_PORT" "sleep 300" > "$TMP/fa.out" 2>&1 &
-FA=$!
-wait_line "$TMP/W12.log" "sleep 300 ms"
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FL2_PORT" "x:old" > "$TMP/fb.out" 2>&1 &
-FB=$!
-wait_line "$TMP/W12.log" "defer: sync request #2 "
-conf "$TMP/fl.conf" "localhost:$W12_PORT" pool=session 'reset_query=delete x from `.'
+x_old_behind FL2 W12 300
+conf "$TMP/FL2.conf" "localhost:$W12_PORT" pool=session 'reset_query=delete x from `.'
 kill -HUP "$FL2_PID"
 wait_line "$TMP/FL2.log" "reload: done" 10
-G="127.0.0.1:$FL2_PORT"
 q "x:mine" "x" "sleep 2000" "x"
 expect_lines "$TMP/q.out" '^"mine"$' 3
 wait $FA $FB || true
