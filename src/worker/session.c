@@ -128,6 +128,10 @@ int session_connected_loop(struct gw *g, struct worker *w)
     if (!w->dirty || !session_reset_query(w)[0]) /* (none: a request pool, or none configured now:
                                                   * still dirty, for a reload that sets one) */
         return 0;
+    if (worker_q_shared_loop(g, w)) /* its q is another's still (a live session's, on a connection a
+                                     * reload removed): idle and dirty, passed over until that has
+                                     * gone, then reset (idle_first) */
+        return 0;
     log_at(w->dirty == 1 ? LOG_INFO : LOG_DEBUG, w->c.name, "%s: the reset query runs first",
            w->dirty == 1 ? "qgate dropped its last connection before the reset query ran"
                          : "what ran in its q outside qgate's sessions is not known");

@@ -478,7 +478,9 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
      * reconnect_min for ever; one that answered, or stayed up, is a worker lost: back at once */
     int flapped = was_up && !renew && !w->answered && g->loop.now_ms - w->up_ms < g->cfg.reconnect_max &&
                   !(w->st == WS_BUSY && w->run.phase == WB_TIMEDOUT); /* (not its query timeout) */
-    int busy = w->st == WS_BUSY; /* (lost with a run: a worker lost, whose group's queue waits for it) */
+    int busy = w->st == WS_BUSY && w->run.kind != RUN_BROADCASTS; /* (lost with a client's run: a worker lost,
+                                    * whose group's queue waits for it; not with its reset query or broadcasts,
+                                    * which a flapping q is sent on each connection) */
     w->flaps = flapped ? w->flaps + 1 : 0;
     if (flapped) /* doubling with each flap in a row (not with the failed attempts before it came up) */
         w->backoff = QG_MIN(g->cfg.reconnect_min << QG_MIN(w->flaps - 1, 20u), g->cfg.reconnect_max);
@@ -553,11 +555,14 @@ static int same_tcp(const struct net_addrs *a, const struct net_addrs *b)
 }
 
 /* Do a and b reach the same q? The same address as written, or as resolved: its TCP endpoint,
- * or its Unix socket (a local q's, whichever name reached it: 127.0.0.1, localhost, unix://). */
+ * or the Unix socket both reached it over (a local q's, whichever name reached it: 127.0.0.1,
+ * localhost, unix://; only one process listens on a socket name, while the name qgate would
+ * try is the same for every local address with that port). */
 static int same_q(const struct worker *a, const struct worker *b)
 {
     return !strcmp(a->addr, b->addr) || same_tcp(&a->na, &b->na) ||
-           (a->na.udslen && a->na.udslen == b->na.udslen && !memcmp(&a->na.uds, &b->na.uds, a->na.udslen));
+           (a->via == VIA_UNIX && b->via == VIA_UNIX && a->na.udslen && a->na.udslen == b->na.udslen &&
+            !memcmp(&a->na.uds, &b->na.uds, a->na.udslen));
 }
 
 int worker_q_shared_loop(const struct gw *g, const struct worker *w)

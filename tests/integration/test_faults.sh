@@ -161,6 +161,15 @@ expect_lines "$TMP/FU_GW.log" "warn .*w 127.0.0.1:$FU_PORT: no worker of group m
 timeout 20 "$BIN/qsend" -g "127.0.0.1:$FU_GW_PORT" "echo x" > "$TMP/fu.out" || true
 expect_lines "$TMP/fu.out" "^'qgate: (no worker of group main is up|worker 127.0.0.1:$FU_PORT lost)\$" 1
 pass "a worker that closes right after its handshake: the back-off grows to reconnect_max; warned once; its group's clients told"
+# ... in a session pool with a reset query, which each new connection runs first: its flaps are
+# failed attempts all the same (at 30f67ef they were taken for a worker lost mid-run, and the
+# client waited for ever)
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\nreconnect_max = 800\n[group main]\nworkers = 127.0.0.1:%s\npool = session\nreset_query = delete x from `.\n' "$FU_PORT" > "$TMP/fus.conf"
+start_gateway FUS -c "$TMP/fus.conf" --loglevel debug
+wait_line "$TMP/FUS.log" "w 127.0.0.1:$FU_PORT: reconnecting in 800 ms"
+timeout 20 "$BIN/qsend" -g "127.0.0.1:$FUS_PORT" "echo x" > "$TMP/fu.out" || true
+expect_lines "$TMP/fu.out" "^'qgate: (no worker of group main is up|worker 127.0.0.1:$FU_PORT lost)\$" 1
+pass "... and in a session pool with a reset query: its clients told too"
 
 # ... and a worker that served, was down long enough for the failed attempts to grow the
 # back-off, came back and was restarted at once (before any request): reconnected after

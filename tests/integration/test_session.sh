@@ -229,6 +229,24 @@ expect_lines "$TMP/q.out" '^"mine"$' 3
 wait $FA $FB || true
 pass "... and one whose address a reload spells another way: the same q, passed over until the old connection has gone"
 
+# ... and while a session lives on a worker, a reload spells its address another way: the new
+# connection to the same q runs its first reset query only once the session's connection has
+# gone (at 30f67ef it ran it at once, and the live session lost its x)
+start_worker W13 --rows 1000
+conf "$TMP/fm.conf" "127.0.0.1:$W13_PORT" pool=session 'reset_query=delete x from `.'
+start_gateway FM -c "$TMP/fm.conf" --loglevel debug
+G="127.0.0.1:$FM_PORT"
+timeout 30 "$BIN/qsend" -g "$G" "x:A" "hold fm1" "x" > "$TMP/fm.out" 2>&1 &
+FMA=$!
+wait_line "$TMP/W13.log" "hold fm1"
+conf "$TMP/fm.conf" "localhost:$W13_PORT" pool=session 'reset_query=delete x from `.'
+kill -HUP "$FM_PID"
+wait_line "$TMP/FM.log" "w localhost:$W13_PORT: state HANDSHAKE -> IDLE" 10
+release fm1 "$W13_PORT"
+wait "$FMA" || true
+expect_lines "$TMP/fm.out" '^"A"$' 2
+pass "... and a session whose worker a reload respells: the new connection's reset query waits for it"
+
 # --- pushes: what a session's worker publishes later reaches that client ----------------
 G="127.0.0.1:$S_PORT"
 raw_open "$S_PORT" 3
