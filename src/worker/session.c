@@ -139,8 +139,8 @@ int session_connected_loop(struct gw *g, struct worker *w)
 }
 
 /* The idle worker a client waiting for a session is given: the one idle longest that is clean.
- * One that may hold what ran outside a session, idle since a reload set the reset query or
- * made its group a session pool, runs the reset query first (BUSY: given once it has run). One
+ * One that may hold what ran outside a session, idle since a reload set the reset query, made
+ * its group a session pool, or left its q another's on connecting, runs the reset query first (BUSY: given once it has run). One
  * whose q another connection still reaches, left by a reload (a pipelined request pool's, one
  * removed and put back, one moved from another group), is passed over until that has gone:
  * what runs there (a request, its reset query) would run in the session's q. */
@@ -153,8 +153,8 @@ static struct conn *idle_first(struct gw *g, struct group *grp)
             continue;
         if (!w->dirty || !session_reset_query(w)[0])
             return x;
-        log_info(w->c.name, "its q may hold what ran outside a session (a reload set the reset query, or made "
-                            "the group a session pool): the reset query runs before a session is given it");
+        log_info(w->c.name, "its q may hold what ran outside a session (left so by a reload): the reset query "
+                            "runs before a session is given it");
         if (start_reset(g, w) < 0)
             conn_close_loop(g, &w->c, "out of memory for the reset query");
     }
