@@ -487,7 +487,9 @@ static struct reply eval_global(struct wconn *c, const char *s, size_t n)
 /* The plain char vector queries tests use: "", rows N, sleep MS, echo X, err X, notify N X,
  * callback X, later MS X (answers MS at once, then publishes X async MS ms later), tell X
  * (publishes X async on every other connection at once, answers how many), hold TAG
- * (answers TAG when "release TAG" comes, on any connection; that answers how many it ended). */
+ * (answers TAG when "release TAG" comes, on any connection; that answers how many it ended),
+ * hangup TAG (closes the connections holding TAG, unanswered; answers how many: a q lost
+ * mid-request that is back at once, listening, for a test that must not race a restart). */
 static struct reply eval_text(struct wconn *c, const char *s, size_t n)
 {
     char buf[64];
@@ -557,6 +559,20 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
         }
         free(tag);
         return (struct reply){.k = k_long(ended)};
+    }
+    if (n > 7 && n < sizeof buf && !memcmp(s, "hangup ", 7)) {
+        char *tag = strndup(s + 7, n - 7);
+        long closed = 0;
+        for (int i = 0; tag && i < nconns; i++) {
+            struct wconn *h = &conns[i];
+            if (h == c || h->fd < 0 || !h->hold || strcmp(h->hold, tag))
+                continue;
+            logf_(h, "hangup %s: closing, unanswered", tag);
+            conn_free(h);
+            closed++;
+        }
+        free(tag);
+        return (struct reply){.k = k_long(closed)};
     }
     int later_ms = 0, later_off = 0;
     if (n > 6 && !memcmp(s, "later ", 6)) {
