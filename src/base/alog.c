@@ -99,7 +99,9 @@ static char *put_i(char *o, int64_t v)
 }
 
 /* A logfmt value: bare when it is a plain word (or empty: key=), else quoted with \" \\ \n \r
- * \t and \xNN. */
+ * \t and \xNN, the last for control bytes and for every byte not in well-formed UTF-8 (a q
+ * error's or query's bytes are any bytes, or a multi-byte character cut at 255 bytes): the line
+ * stays valid UTF-8 for what reads it. */
 static char *put_v(char *o, const char *s, size_t n)
 {
     int bare = 1;
@@ -110,7 +112,7 @@ static char *put_v(char *o, const char *s, size_t n)
         return o + n;
     }
     *o++ = '"';
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0, k; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         if (ch == '"' || ch == '\\') {
             *o++ = '\\';
@@ -118,7 +120,11 @@ static char *put_v(char *o, const char *s, size_t n)
         } else if (ch == '\n' || ch == '\r' || ch == '\t') {
             *o++ = '\\';
             *o++ = ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't';
-        } else if (ch < ' ' || ch == 0x7f) {
+        } else if (ch >= 0x80 && (k = log_utf8_seq((const unsigned char *)s + i, n - i)) > 0) {
+            memcpy(o, s + i, k);
+            o += k;
+            i += k - 1;
+        } else if (ch < ' ' || ch >= 0x7f) {
             static const char hex[] = "0123456789abcdef";
             o = put(o, "\\x");
             *o++ = hex[ch >> 4];

@@ -70,6 +70,32 @@ int log_journal_detect(void)
     return journal;
 }
 
+/* The length of the well-formed UTF-8 sequence of 2 to 4 bytes s starts with (n bytes left), or 0
+ * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF). */
+size_t log_utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+    size_t len;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        lo = c == 0xe0 ? 0xa0 : 0x80;
+        hi = c == 0xed ? 0x9f : 0xbf;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        lo = c == 0xf0 ? 0x90 : 0x80;
+        hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else
+        return 0;
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return len;
+}
+
 /* The line of level into out (LINE_MAX_LEN + PRIO_LEN bytes): "<N>" when the journal reads it,
  * then time, level, prefix and the message, and a newline. Its length; *body: where the line
  * starts past the "<N>" (what log_sink gets). */
@@ -92,10 +118,16 @@ static size_t format(char *out, const char **body, int level, const char *prefix
     }
     if (n >= LINE_MAX_LEN - 1)
         n = LINE_MAX_LEN - 2;
-    for (int i = 0; i < n; i++) /* one event, one line: a client's text (a command's argument, a
-                                 * group's name) cannot end it and forge the next */
-        if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+    for (int i = 0; i < n; i++) { /* one event, one line: a client's text (a command's argument, a
+                                   * user's name) cannot end it and forge the next; and the line
+                                   * is UTF-8, whatever bytes that text held */
+        unsigned char ch = (unsigned char)line[i];
+        size_t k = ch >= 0x80 ? log_utf8_seq((const unsigned char *)line + i, (size_t)(n - i)) : 0;
+        if (k)
+            i += (int)k - 1;
+        else if (ch < 0x20 || ch >= 0x7f)
             line[i] = '?';
+    }
     line[n++] = '\n';
     *body = line;
     if (!journal || level < 0 || level >= LOG_NLEVELS)

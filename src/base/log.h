@@ -21,6 +21,9 @@ extern void (*log_sink)(const char *line, size_t len);
 
 /* Parse "error", "warn", "info" or "debug"; -1 if unknown. */
 int log_level_parse(const char *s);
+/* The length of the well-formed UTF-8 sequence of 2 to 4 bytes s starts with (n bytes left), or 0:
+ * what the log and the access log keep of a client's bytes above 0x7f. */
+size_t log_utf8_seq(const unsigned char *s, size_t n);
 const char *log_level_name(int level);
 
 /* Write one line: time, level, prefix (may be NULL) and the message. Thread-safe, and never

@@ -56,3 +56,11 @@ expect_lines "$A" " user=bob .*outcome=ok query=\"echo x\"\$" 2
 expect_lines "$A" " user=alice .*outcome=ok query=\"echo hi\"\$" 1
 grep -q " user=mon " "$A" && fail "the monitor's requests are in the access log: $(grep ' user=mon ' "$A")"
 pass "the access log: the query's first bytes (access_log_query = text); no line for the monitor's requests (access_log_monitors = 0)"
+
+# --- a q error's bytes that are not UTF-8: escaped, in the access log and the log; UTF-8 kept ------
+timeout 30 "$BIN/qsend" -g "$G" -u bob:pw $'err caf\xc3\xa9\xff' > /dev/null 2>&1 || true
+wait_count "$A" " user=bob .*outcome=error" 1 10
+expect_lines "$A" " user=bob .*outcome=error error=\"caf$(printf '\xc3\xa9')\\\\xff\" query=" 1
+python3 -c 'import sys; [l.decode("utf-8") for l in open(sys.argv[1], "rb")]; [l.decode("utf-8") for l in open(sys.argv[2], "rb")]' "$A" "$TMP/GW.log" ||
+    fail "a line that is not UTF-8"
+pass "a q error's bytes that are not UTF-8: \\xNN in the access log, ? in the log; each line UTF-8"

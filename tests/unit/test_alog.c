@@ -62,6 +62,30 @@ static void test_quoting(void **state)
     assert_non_null(strstr(line, " outcome=error error=\"a \\\"b\\\"=c\\\\d\\n\\x01\""));
 }
 
+/* Well-formed UTF-8 passes as it is; every byte outside it is \xNN, so the line is valid UTF-8
+ * whatever bytes a query or a q error holds (before: copied raw). */
+static void test_utf8(void **state)
+{
+    (void)state;
+    char line[ALOG_LINE_MAX];
+    struct alog_fields f = base;
+    f.outcome = ALOG_ERROR;
+    f.error = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"; /* 2, 3 and 4 bytes: kept */
+    line_of(&f, line);
+    assert_non_null(strstr(line, " error=\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""));
+    f.error = "\xff" "a\x80" "b\xc0\xaf" "c\xed\xa0\x80" "d\xf4\x90\x80\x80" "e\xe2\x82"; /* none well-formed */
+    line_of(&f, line);
+    assert_non_null(strstr(line, " error=\"\\xffa\\x80b\\xc0\\xafc\\xed\\xa0\\x80d\\xf4\\x90\\x80\\x80e\\xe2\\x82\""));
+    char cut[300]; /* a 3-byte character cut by the 255-byte limit */
+    memset(cut, 'x', 254);
+    memcpy(cut + 254, "\xe2\x82\xac", 4);
+    f.error = cut;
+    line_of(&f, line);
+    assert_non_null(strstr(line, "xx\\xe2\""));
+    for (const unsigned char *p = (const unsigned char *)line; *p; p++)
+        assert_true(*p < 0x80); /* the cut character's bytes: none raw */
+}
+
 static void test_cut(void **state)
 {
     (void)state;
@@ -388,6 +412,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fields),
         cmocka_unit_test(test_quoting),
+        cmocka_unit_test(test_utf8),
         cmocka_unit_test(test_cut),
         cmocka_unit_test(test_writer_in_order),
         cmocka_unit_test(test_writer_reopen),

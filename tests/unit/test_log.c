@@ -145,6 +145,23 @@ static void test_one_line_per_event(void **state)
     close(p[0]);
 }
 
+/* A client's bytes above 0x7f: well-formed UTF-8 kept, every other byte '?' (a user's name or a
+ * command's argument is any bytes), so each line is valid UTF-8 (before: copied raw). */
+static void test_utf8_kept_rest_replaced(void **state)
+{
+    (void)state;
+    int p[2];
+    pipe_open(p);
+    assert_int_equal(log_start(p[1], 1 << 16), 0);
+    log_write(LOG_WARN, "c1 peer", "user %s refused", "caf\xc3\xa9\xf0\x9f\x98\x80|\xff\xc0\xaf\xed\xa0\x80\xe2\x82");
+    assert_int_equal(log_stop(10000), 0);
+    close(p[1]);
+    char *out = read_until(p[0], NULL);
+    assert_non_null(strstr(out, "warn  c1 peer: user caf\xc3\xa9\xf0\x9f\x98\x80|???????? refused\n"));
+    free(out);
+    close(p[0]);
+}
+
 /* The output fails inside a line (a full disk: here a file size limit) and comes back: the cut
  * line is ended before the next, never glued to it. */
 static void test_cut_line_ended(void **state)
@@ -393,6 +410,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lines_in_order),
         cmocka_unit_test(test_one_line_per_event),
+        cmocka_unit_test(test_utf8_kept_rest_replaced),
         cmocka_unit_test(test_cut_line_ended),
         cmocka_unit_test(test_full_queue_drops_and_says_so),
         cmocka_unit_test(test_journal_priorities),
