@@ -199,8 +199,9 @@ static int send_msg(struct qconn *c, const uint8_t *m, size_t len);
 
 static void send_nested(struct qconn *c)
 {
-    char items[1024];
-    snprintf(items, sizeof items, "%s", nests[depth]);
+    char *items = strdup(nests[depth]); /* (cut at "||" in place) */
+    if (!items)
+        return;
     depth++;
     for (char *t = items, *next; t; t = next) {
         if ((next = strstr(t, "||"))) {
@@ -220,6 +221,7 @@ static void send_nested(struct qconn *c)
             break;
     }
     depth--;
+    free(items);
 }
 
 /* A message the other side sent us: print async ones; answer sync ones as a q client would

@@ -220,8 +220,14 @@ void callback_checked_loop(struct gw *g, struct job *j)
     if (told) /* its worker was lost meanwhile: its error came, in its place */
         return;
     if (type != KIPC_RESPONSE && job_args(j)->check.form.kind) { /* a route, seen inflated: no nested run */
-        request_nested_route_loop(g, c, j->in, j->in_len, j->seq);
+        request_nested_local_loop(g, c, j->in, j->in_len, j->seq, 0);
         j->in = NULL;
+        return;
+    }
+    int cmd = type != KIPC_RESPONSE && j->out ? jobs_peek_command(j->out, j->out_len) : 0;
+    if (cmd) { /* a gateway command, seen inflated: the gateway's, run here as a plain one is */
+        request_nested_local_loop(g, c, j->out, j->out_len, j->seq, cmd);
+        j->out = NULL;
         return;
     }
     if (wc && wc->kind == CONN_WORKER && (type == KIPC_RESPONSE || g->back->nests(wc, c))) {

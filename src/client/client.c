@@ -482,6 +482,7 @@ static int takes_output(const struct conn *x) { return client_takes_output((cons
 static const char *linger_why(const struct client *c)
 {
     return c->bye         ? "drained: closed"
+           : c->refuse    ? "over max_clients"
            : c->http      ? "closed after an HTTP request"
            : c->sess_lost ? "its session's worker was lost: closed once told"
                           : "closed after a bad message";

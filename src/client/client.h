@@ -322,9 +322,10 @@ void request_finish_if_gone_loop(struct gw *g, struct client *c);
 
 /* ---- callback.c ------------------------------------------------------------------------- */
 /* A message c sent while it owed a callback's answer, compressed, that a reader found to be a
- * route (seq: its number): it is not run nested but waits its turn as a request, as one that
- * came plain does (msg owned). */
-void request_nested_route_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq);
+ * route or (cmd: 1, msg its plain bytes) a gateway command (seq: its number), as one that came
+ * plain is: a route waits its turn as a request (told at once that it cannot run nested, if
+ * sync); a command runs then and there, never on the worker (msg owned). */
+void request_nested_local_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq, int cmd);
 /* A response from the client: the answer to the oldest callback relayed to it (msg owned).
  * SS_OK, SS_WAIT (a reader checks it first: c reads nothing more until then) or SS_STOP. */
 int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len);

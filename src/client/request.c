@@ -58,6 +58,7 @@ void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum 
 static void nested_flush(struct gw *g, struct client *c);
 
 /* Does c owe a worker a callback's answer (so that what it sends now comes from inside it)? */
+static void stop_reading(struct gw *g, struct client *c);
 static int inside_callback(struct gw *g, const struct client *c) { return c->ncalls && callback_owed_loop(g, c); }
 
 /* c's nested list has emptied, perhaps: a worker whose reply waited for it goes on (run.c). */
@@ -773,10 +774,13 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         uncount(g, &counted);
         free(msg);
         conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
-        if (h->type == KIPC_SYNC)
+        if (h->type == KIPC_SYNC) {
             request_refuse_loop(g, c, "qgate: too many connections", (size_t)h->len);
-        else
-            conn_close_loop(g, &c->c, "over max_clients");
+        } else { /* closed once the handshake's answer, if it came in the same read, is written */
+            stop_reading(g, c);
+            if (!conn_pending(&c->c))
+                conn_close_loop(g, &c->c, "over max_clients");
+        }
         return SS_STOP;
     }
     struct jobs_arrival a;
@@ -812,15 +816,17 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
 }
 
-void request_nested_route_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq)
+void request_nested_local_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq, int cmd)
 {
     struct kipc_hdr h = {.type = msg[1], .compressed = msg[2] != 0, .len = len};
-    struct jobs_arrival a = {.unchecked = 1}; /* (checked again, as a request: its route read then) */
+    /* a route: checked again, as a request (its route read then); a command: plain, read here */
+    struct jobs_arrival a = {.unchecked = !cmd, .cmd = (int8_t)cmd};
     struct req *r = queue_req(g, c, seq, msg, &h, &a, 0);
     if (!r) {
         conn_close_loop(g, &c->c, "out of memory");
-    } else if (h.type == KIPC_SYNC) { /* a route cannot run inside the callback: told so at once */
-        r->route = 1;
+    } else if (cmd ? inside_callback(g, c) : h.type == KIPC_SYNC) { /* a command runs now, a route is
+                                                                      * told at once it cannot */
+        r->route = !cmd;
         start_nested(g, c, r);
     } else {
         request_advance_loop(g, c);

@@ -810,7 +810,8 @@ int jobs_arrival(const uint8_t *m, const struct kipc_hdr *h, size_t check_max, s
     a->route = !h->compressed && jobs_peek_route(m, len) != 0;
     int read_ok = a->route && !a->unchecked && jobs_parse_route(m, len, &a->form) > 0; /* then it is valid */
     a->cmd = (int8_t)(!a->route ? jobs_peek_command(m, len) : 0); /* decoded on a reader; sync or async */
-    if (a->unchecked || a->cmd || read_ok)
+    if (a->unchecked || read_ok) /* (a command is checked too: a malformed one is a bad message, as q
+                                  * answers any, not a bad command) */
         return 0;
     return kvalidate_check(m + 8, len - 8, h->le, NULL, e) == QG_OK ? 0 : -1;
 }

@@ -151,8 +151,9 @@ struct jobs_arrival {
     struct route_form form;   /* a route read whole here (a small plain one), else kind 0 */
 };
 /* Read whole message m (h its header) as it arrives: what it is (a), and, unless it is to be
- * validated on a reader (compressed, or over check_max bytes) or is a command (decoded on a
- * reader) or a route read whole, whether q would accept its body: 0, or -1 with e saying why. */
+ * validated on a reader (compressed, or over check_max bytes) or is a route read whole, whether
+ * q would accept its body (a command's too, before a reader decodes it): 0, or -1 with e saying
+ * why. */
 struct kerr;
 struct kipc_hdr;
 int jobs_arrival(const uint8_t *m, const struct kipc_hdr *h, size_t check_max, struct jobs_arrival *a, struct kerr *e);

@@ -46,9 +46,12 @@ qg_status kipc_hs_parse(const uint8_t *p, size_t n, size_t max_len, struct kipc_
     size_t clen = (size_t)(z - p);
     hs->len = clen + 1;
     hs->cap = 0;
-    if (n == clen + 2 && p[clen + 1] == 0 && clen + 2 <= max_len && (clen == 0 || p[clen - 1] >= 32)) { /* "user:pw" 00 00: capability 0
+    if (n == clen + 2 && p[clen + 1] == 0 && (clen == 0 || p[clen - 1] >= 32)) { /* "user:pw" 00 00: capability 0
             * given, then the NUL (a byte alone after it: no message starts so; one sent right
             * behind the handshake has 8 bytes or more) */
+        if (clen + 2 > max_len) /* (over the bound by its last byte: not taken for a handshake of
+                                 * max_len bytes, its NUL left for a message's first byte) */
+            return QG_ERR;
         hs->len = clen + 2; /* (the credentials end at the first NUL: the capability byte) */
     } else if (clen > 0 && p[clen - 1] < 32) {
         hs->cap = p[clen - 1];

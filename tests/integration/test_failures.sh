@@ -90,6 +90,31 @@ raw_close
 G="127.0.0.1:$C_PORT"; q "echo fine"; expect_lines "$TMP/q.out" '^"fine"$' 1
 pass "bad header and over max_message: 'qgate: badmsg then close; others unaffected"
 
+# ... a malformed message shaped like a gateway command, (`.qgate.ping; "ab") whose string says 100
+# bytes, is a bad message like any other: badmsg, then the close, what came behind it unread (at
+# fc5f796 it was answered 'qgate: bad command and the connection read on)
+raw_open "$C_PORT"
+printf 'u:p\003\000' >&3
+head -c 1 <&3 > /dev/null
+printf '\001\001\000\000\043\000\000\000\000\000\002\000\000\000\365.qgate.ping\000\012\000\144\000\000\000ab' >&3
+printf '\001\001\000\000\024\000\000\000\012\000\006\000\000\000echo 2' >&3
+raw_drain "$TMP/out"
+raw_close
+[ "$(hex "$TMP/out")" = "$(err_hex 'qgate: badmsg count past end of message at byte 29')" ] ||
+    fail "a malformed command: $(tr -c '[:print:]' . < "$TMP/out")"
+pass "a malformed message shaped like a command: 'qgate: badmsg then close, as any other"
+
+# --- a handshake of 1025 bytes, capability 0 given ("user:pass" 00 00): over the 1 KiB bound,
+# closed unanswered (at fc5f796 its first 1024 bytes were taken, the last NUL left to misframe
+# the next message)
+raw_open "$C_PORT"
+{ head -c 1023 /dev/zero | tr '\0' u; printf '\000\000'; } >&3
+raw_drain "$TMP/out"
+raw_close
+[ ! -s "$TMP/out" ] || fail "a 1025-byte handshake was answered: $(hex "$TMP/out")"
+expect_file_has "$TMP/C.log" "handshake longer than 1024 bytes"
+pass "a capability-0 handshake one byte over the 1 KiB bound: closed unanswered"
+
 # --- a worker's message over max_message is refused to whom it was for and never held; the
 # worker's connection stays (it was dropped as if the worker had died: 'qgate: worker lost, a
 # new connection, .z.pc on a real q). A reply: its client told; a .qgate.all's part: the

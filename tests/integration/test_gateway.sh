@@ -62,6 +62,15 @@ printf '%s\n' 'nested: 1b' "nested: 'qgate: a route cannot run inside a callback
     fail "$(cat "$TMP/via.out")"
 total_is nested 10 || fail "nested: $(total nested)"
 pass "gateway commands from inside a callback run at once, a route is refused at once: nothing waits for ever"
+# ... a command compressed (as q sends one of over 2000 bytes, so a bad command) too: the gateway's,
+# never the worker's (at fc5f796 a compressed one went to the worker that called back)
+long=$(printf 'a%.0s' $(seq 1 3000))
+timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --compress --nest ".qgate.ping[] / $long" "callback outer" > "$TMP/via.out" 2> "$TMP/via.err" || true
+expect_lines "$TMP/via.err" "^sent: [0-9]+ bytes compressed " 1
+printf '%s\n' "nested: 'qgate: bad command: a command is .qgate.name[] or (\`.qgate.name; arg), under 1024 bytes" \
+    '"qsend got: outer"' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
+grep -q "qgate" "$TMP/W1.log" "$TMP/W2.log" && fail "a nested compressed command reached a worker"
+pass "... a command compressed too: answered by the gateway, never run on the worker"
 
 # --- gateway commands, answered by qgate itself ------------------------------------------
 q ".qgate.ping[]" ".qgate.stats[]" ".qgate.ping[ ]" ".qgate.bogus[]"

@@ -174,6 +174,14 @@ static void test_handshake_forms(void **state)
     big[1023] = 0;
     assert_int_equal(kipc_hs_parse(big, 2048, 1024, &h), QG_OK);
     assert_int_equal(h.len, 1024);
+    /* capability 0 given, 1025 bytes with nothing behind: over the cap by its last NUL, refused
+     * (it was taken for a 1024-byte handshake, that NUL left as a message's first byte) */
+    big[1024] = 0;
+    assert_int_equal(kipc_hs_parse(big, 1025, 1024, &h), QG_ERR);
+    big[1022] = 0; /* 1024 bytes: fine */
+    assert_int_equal(kipc_hs_parse(big, 1024, 1024, &h), QG_OK);
+    assert_int_equal(h.len, 1024);
+    assert_int_equal(h.cap, 0);
 }
 
 static void test_handshake_build(void **state)
