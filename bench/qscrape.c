@@ -18,7 +18,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: qscrape -g host:port --reset N [--seed S]\n"
             "       qscrape -g host:port --burst N\n"
-            "       qscrape -g host:port --idle N --then-scrape\n"
+            "       qscrape -g host:port --idle N [--unread] --then-scrape\n"
             "  --reset N: N scrapes one after another, each sending GET /metrics and then resetting\n"
             "    (SO_LINGER 0) at a random point: before, during or after the page (or part of it)\n"
             "    comes; prints \"qscrape reset=N\".\n"
@@ -27,23 +27,40 @@ static void usage(void)
             "    200, unavailable: 503, other: another status, failed: no status line).\n"
             "  --idle N --then-scrape: N connections opened that send nothing, then one scrape:\n"
             "    prints \"qscrape idle=N scrape=STATUS\" (the status line's code, 0 if none).\n"
+            "    --unread: each of the N sends GET /metrics and never reads (a receive buffer as\n"
+            "    small as the kernel allows), eight from each source address 127.0.0.2, .3, ...\n"
+            "    (under the per-address limit); after its request, and before the scrape, it waits\n"
+            "    for a line on stdin (a test's go: when the gateway has begun every page).\n"
             "  Exit 0 unless a connection could not be made, 2 on bad usage.\n");
     exit(2);
 }
 
 static struct sockaddr_in target;
 
-static int open_conn(void)
+/* A connection to the target; from 127.0.0.SRC if src, with the smallest receive buffer if tiny. */
+static int open_from(int src, int tiny)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
+    int one = 1;
+    if (tiny && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &one, sizeof one)) {
+        close(fd);
+        return -1;
+    }
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_addr.s_addr = htonl((uint32_t)(0x7f000000 | (src & 255)))};
+    if (src && bind(fd, (struct sockaddr *)&from, sizeof from)) {
+        close(fd);
+        return -1;
+    }
     if (connect(fd, (struct sockaddr *)&target, sizeof target)) {
         close(fd);
         return -1;
     }
     return fd;
 }
+
+static int open_conn(void) { return open_from(0, 0); }
 
 static const char get[] = "GET /metrics HTTP/1.1\r\nHost: qgate\r\n\r\n";
 
@@ -80,7 +97,7 @@ int main(int argc, char **argv)
 {
     const char *gw = NULL;
     long reset_n = -1, burst_n = -1, idle_n = -1, seed = 1;
-    int then = 0;
+    int then = 0, unread = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -96,6 +113,8 @@ int main(int argc, char **argv)
             i++;
         else if (!strcmp(a, "--then-scrape"))
             then = 1;
+        else if (!strcmp(a, "--unread"))
+            unread = 1;
         else
             usage();
     }
@@ -167,10 +186,18 @@ int main(int argc, char **argv)
     }
     int *fds = calloc((size_t)idle_n + 1, sizeof *fds);
     for (long i = 0; i < idle_n; i++)
-        if ((fds[i] = open_conn()) < 0) {
+        if ((fds[i] = unread ? open_from(2 + (int)(i / 8), 1) : open_conn()) < 0 ||
+            (unread && send(fds[i], get, sizeof get - 1, MSG_NOSIGNAL) < 0)) {
             fprintf(stderr, "qscrape: connect %ld: %s\n", i, strerror(errno));
             return 1;
         }
+    if (unread) {
+        printf("qscrape unread=%ld: asked\n", idle_n);
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin))
+            return 1;
+    }
     int code = 0;
     if (then) {
         int fd = open_conn();

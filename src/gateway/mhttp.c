@@ -9,8 +9,10 @@
  * may reset at any point (the page is dropped when it comes back). At most MCONN_MAX connections
  * at once, MCONN_PER_PEER from one address: a new connection over either limit takes the place
  * of the oldest one still sending its request (of that address, for the second), which is
- * answered 503, so that a scrape always gets through however many idle connections hold places;
- * with none to take the place of, the new one is answered 503. Each of these is counted (the
+ * answered 503, or else of the one whose page its socket has taken no byte of for MSTALL_MS or
+ * more, for the longest (a scraper that asks and never reads), closed, so that a scrape always gets through however many
+ * idle or unread connections hold places; with none to take the place of, the new one is
+ * answered 503. Each of these is counted (the
  * refusals metrics_full, metrics_per_peer, metrics_timeout, metrics_out_of_fds). EMFILE is met
  * as on the q port: the reserve descriptor (conn_accept_loop). */
 #include "mhttp.h"
@@ -38,12 +40,16 @@
 #define MREQ_MAX 4096           /* an HTTP request's head */
 #define MREQ_TIMEOUT_MS 2000    /* to send it */
 #define MPAGE_TIMEOUT_MS 10000  /* to take the page, once asked for */
+#define MSTALL_MS 2000          /* a page whose socket takes no byte this long may give way */
+enum { MTM_STATE = 0, MTM_STALL = 1 }; /* its timers: request or page; the page's stall mark */
 
 enum { MC_READING, MC_WAITING, MC_WRITING };
 
 struct mconn {
     struct conn c;       /* first: conn.c owns it */
     uint8_t st;          /* MC_* */
+    int64_t moved_ms;    /* writing: when its socket last took a byte of the page (or it began) */
+    uint8_t stalled;     /* writing, and its socket has taken no byte for MSTALL_MS */
     char peer[64];       /* its address without the port: the per-peer limit */
 };
 
@@ -51,6 +57,7 @@ static struct mconn *mconn_of(struct conn *c) { return (struct mconn *)c; }
 
 static const struct connops mconn_connops;
 static void on_timeout(struct gw *g, struct conn *c);
+static void on_stall(struct gw *g, struct conn *c);
 
 /* The reply text (a status, then a short body), the connection closed once it is out. */
 static void reply(struct gw *g, struct mconn *m, const char *status, const char *text)
@@ -96,7 +103,7 @@ static void request(struct gw *g, struct mconn *m, const char *in)
     conn_submit_loop(g->writers, j, &m->c, 0);
     /* the request came in time: the page has as long to be made (a big one, writers busy with
      * large replies) as the scraper has to take it */
-    conn_timer_arm_loop(g, &m->c, 0, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
+    conn_timer_arm_loop(g, &m->c, MTM_STATE, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
 }
 
 /* Raw input: the request head, once it has all come. */
@@ -132,8 +139,11 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
 static void on_flushed(struct gw *g, struct conn *c, size_t before, size_t wrote)
 {
     (void)before;
-    (void)wrote;
     struct mconn *m = mconn_of(c);
+    if (wrote) {
+        m->moved_ms = g->loop.now_ms;
+        m->stalled = 0; /* (its timer, when it fires, looks again) */
+    }
     if (m->st == MC_WRITING && !conn_pending(c))
         conn_close_loop(g, c, "page sent");
 }
@@ -151,6 +161,21 @@ static void on_timeout(struct gw *g, struct conn *c)
                       m->st == MC_READING ? "no request" : "the page not taken", m->st == MC_READING ? MREQ_TIMEOUT_MS
                                                                                                   : MPAGE_TIMEOUT_MS);
     conn_close_loop(g, c, "timed out");
+}
+
+/* MSTALL_MS after the page began, or after its socket last took a byte: stalled, or look again. */
+static void on_stall(struct gw *g, struct conn *c)
+{
+    struct mconn *m = mconn_of(c);
+    if (m->st != MC_WRITING || !conn_pending(c))
+        return;
+    if (g->loop.now_ms - m->moved_ms < MSTALL_MS) {
+        conn_timer_arm_loop(g, c, MTM_STALL, m->moved_ms + MSTALL_MS, on_stall);
+        return;
+    }
+    m->stalled = 1;
+    log_debug(c->name, "metrics connection: no byte of its page taken for %d ms: it gives way to a new one",
+              MSTALL_MS);
 }
 
 static void on_close(struct gw *g, struct conn *c, const char *why)
@@ -187,9 +212,12 @@ void mhttp_page_done_loop(struct gw *g, struct job *j)
         return;
     }
     m->st = MC_WRITING;
+    m->moved_ms = g->loop.now_ms;
+    log_debug(c->name, "metrics page of %zu bytes: sending", ch->len);
     outq_push(&c->out, ch);
     conn_mark_dirty_loop(g, c);
-    conn_timer_arm_loop(g, c, 0, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
+    conn_timer_arm_loop(g, c, MTM_STATE, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
+    conn_timer_arm_loop(g, c, MTM_STALL, g->loop.now_ms + MSTALL_MS, on_stall);
 }
 
 /* 503 on fd, as far as its socket takes it at once (it is closed next either way). */
@@ -201,13 +229,24 @@ static void send_503(int fd)
     stream_send_now_loop(fd, text, sizeof text - 1);
 }
 
-/* The oldest connection still sending its request (of peer, unless NULL), or NULL. */
-static struct conn *oldest_reading(struct gw *g, const char *peer)
+/* The oldest connection still sending its request (of peer, unless NULL); else, of those taking
+ * their page whose socket has taken no byte for MSTALL_MS or more, the one stalled longest (a
+ * scraper that asks and never reads: its page stays, with only MPAGE_TIMEOUT_MS to bound it, and
+ * 32 of them kept every scrape out); or NULL. One that reads its page, however slowly, never
+ * gives way. */
+static struct conn *oldest_stuck(struct gw *g, const char *peer)
 {
-    for (struct conn *x = connq_first(&g->metrics_conns); x; x = connq_next(x))
-        if (mconn_of(x)->st == MC_READING && (!peer || !strcmp(mconn_of(x)->peer, peer)))
+    struct conn *stuck = NULL;
+    for (struct conn *x = connq_first(&g->metrics_conns); x; x = connq_next(x)) {
+        struct mconn *m = mconn_of(x);
+        if (peer && strcmp(m->peer, peer))
+            continue;
+        if (m->st == MC_READING)
             return x;
-    return NULL;
+        if (m->st == MC_WRITING && m->stalled && (!stuck || m->moved_ms < mconn_of(stuck)->moved_ms))
+            stuck = x;
+    }
+    return stuck;
 }
 
 /* Room for a new connection from peer, over the limit why: the oldest connection still sending
@@ -215,15 +254,18 @@ static struct conn *oldest_reading(struct gw *g, const char *peer)
  * none can (the new one is answered 503 instead). Counted either way. */
 static int make_room(struct gw *g, int why, const char *peer)
 {
-    struct conn *old = oldest_reading(g, why == REFUSED_METRICS_PEER ? peer : NULL);
+    struct conn *old = oldest_stuck(g, why == REFUSED_METRICS_PEER ? peer : NULL);
+    int reading = old && mconn_of(old)->st == MC_READING;
     conn_refused_loop(g, why, old ? old->name : NULL, "metrics connections %s: %s", why == REFUSED_METRICS_PEER
                       ? "from one address at their limit" : "at their limit",
-                      old ? "the oldest still sending its request gives way (503)" : "the new one gets 503");
+                      !old ? "the new one gets 503" : reading ? "the oldest still sending its request gives way (503)"
+                      : "the one whose page waits longest unread gives way");
     if (!old)
         return -1;
-    if (old->fd >= 0)
+    if (old->fd >= 0 && reading) /* (a 503 in the middle of a page would be garbage) */
         send_503(old->fd);
-    conn_close_loop(g, old, "gave way to a new metrics connection (503)");
+    conn_close_loop(g, old, reading ? "gave way to a new metrics connection (503)"
+                                    : "gave way to a new metrics connection (its page not read)");
     return 0;
 }
 
@@ -258,7 +300,7 @@ int mhttp_adopt_loop(struct gw *g, int fd, const char *peer)
     snprintf(m->c.name, sizeof m->c.name, "metrics %s", peer);
     g->nmconns++;
     conn_queue_in_loop(&g->metrics_conns, &m->c);
-    conn_timer_arm_loop(g, &m->c, 0, g->loop.now_ms + MREQ_TIMEOUT_MS, on_timeout);
+    conn_timer_arm_loop(g, &m->c, MTM_STATE, g->loop.now_ms + MREQ_TIMEOUT_MS, on_timeout);
     return 0;
 }
 

@@ -119,6 +119,32 @@ curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$METRICS_PORT/metrics" 
 [ "$(cat "$TMP/code")" = 200 ] || fail "curl after 40 idle connections: $(cat "$TMP/code")"
 pass "40 idle connections, then a scrape: answered 200 (the oldest idle ones gave way, 503)"
 
+# ... and 32 that ask for a page too big for their sockets (4 MB: 1,600 workers, none up) and
+# never read it, from four addresses: a page unread for 2 s may give way (the one unread longest
+# does), so a scrape gets through (at fc5f796 only those still sending their request could: every
+# scrape got 503 until the hogs' 10 s page timeout, and hogs that reconnected each 9 s kept them
+# out for ever)
+BIG_METRICS=$(pick_port)
+{ printf '[gateway]\nbind = 127.0.0.1\nunix_socket = 0\nloglevel = debug\nmetrics_port = %s\nmetrics_bind = 127.0.0.1\n' "$BIG_METRICS"
+  printf 'reconnect_min = 600000\nreconnect_max = 600000\nstats_period = 0\n'
+  for g in 1 2 3 4 5 6 7 8; do
+      printf '[group g%s]\nworkers = ' "$g"
+      seq $((20000 + g * 200)) $((20000 + g * 200 + 199)) | sed 's/^/127.0.0.9:/' | paste -sd, -
+  done; } > "$TMP/big.conf"
+start_gateway BIG -c "$TMP/big.conf"
+mkfifo "$TMP/go"
+timeout 60 "$BIN/qscrape" -g "127.0.0.1:$BIG_METRICS" --idle 32 --unread --then-scrape < "$TMP/go" > "$TMP/unread.out" & sc=$!
+exec 8> "$TMP/go"
+wait_count "$TMP/BIG.log" "metrics 127\\.0\\.0\\.[2-5]: metrics connection: no byte of its page taken for 2000 ms" 32 30
+big=$(sed -n 's/.*metrics page of \([0-9]*\) bytes.*/\1/p' "$TMP/BIG.log" | head -n 1)
+[ "$big" -gt 4000000 ] || fail "the page is $big bytes: too small to fill a socket"
+echo go >&8
+exec 8>&-
+wait "$sc" || fail "qscrape --unread: $(cat "$TMP/unread.out")"
+expect_file_has "$TMP/unread.out" "^qscrape idle=32 scrape=200$"
+expect_file_has "$TMP/BIG.log" "metrics 127\\.0\\.0\\.[2-5]: metrics connection closed: gave way to a new metrics connection \\(its page not read\\)"
+pass "32 scrapers that ask and never read a $((big / 1000000)) MB page, then a scrape: answered 200 (the page unread longest gave way)"
+
 p0=$(metric 'qgate_refused_total{reason="metrics_per_peer"}')
 timeout 120 "$BIN/qscrape" -g "127.0.0.1:$METRICS_PORT" --burst 2000 > "$TMP/scrape.out"
 expect_file_has "$TMP/scrape.out" "^qscrape burst=2000 ok=[1-9][0-9]* unavailable=[0-9]+ other=0 failed=0$"
