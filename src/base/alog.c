@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -189,7 +190,7 @@ size_t alog_format(const uint8_t *p, size_t *rec_len, char *out)
 
 int alog_open(const char *path, char *err, size_t errlen)
 {
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0640);
     if (fd < 0)
         snprintf(err, errlen, "access_log %s: %s", path, strerror(errno));
     return fd;
@@ -204,6 +205,7 @@ int alog_open(const char *path, char *err, size_t errlen)
 #define WARN_MS 10000              /* write errors: a line at most this often */
 #define NREOPEN 4                  /* reopens waiting for the thread; beyond, the last one's path changes */
 #define KICK_SIG (SIGRTMIN + 5)    /* interrupts the thread's stuck open() or write() at stop */
+#define POLL_MS 100                /* a FIFO full, or with no reader yet: looked at again this often */
 
 struct reopen {
     size_t mark;                   /* q's bytes when it was asked: those go to the file open before */
@@ -224,6 +226,8 @@ struct alog_writer {
     int lingering;                 /* ...or for more of them, FLUSH_MS at most */
     int stop, ended;
     atomic_int abandon;            /* stop's time is up: give up an interrupted open() or write() */
+    atomic_ullong move_seq;        /* the newest reopen that names another path than the one before */
+    char want[1024];               /* (mu) the path the newest reopen names */
     /* the opens asked for (mu) */
     int nreopen;
     struct reopen reopen[NREOPEN], taken_reopen[NREOPEN]; /* the second: the thread's copy */
@@ -236,7 +240,8 @@ struct alog_writer {
     uint64_t taken, settled;       /* records taken into cur; those of them counted lines or dropped */
     int held;                      /* frag_whole, as the counts see it */
     /* the thread's own */
-    int fd;                        /* -1: none */
+    int fd;                        /* -1: none; O_NONBLOCK (a FIFO that is full: polled) */
+    uint64_t file_seq;             /* the reopen fd answers: one after it moving away ends its writes */
     int frag;                      /* the file ends in part of a line (a write cut short) */
     int frag_whole;                /* ...all of it but its newline: a line once that is written */
     char fpath[1024];              /* the file's path */
@@ -295,6 +300,22 @@ static ssize_t write_some(struct alog_writer *w, const char *p, size_t len)
     return w->wr ? w->wr(w->wctx, w->fd, p, len) : write(w->fd, p, len);
 }
 
+/* A reload moved the access log to another path since fd was opened: what is left for fd is
+ * written if it takes it at once, dropped rather than waited for if not (a FIFO nobody reads
+ * would keep it, and every line after, for ever). */
+static int moved(const struct alog_writer *w) { return atomic_load(&w->move_seq) > w->file_seq; }
+
+/* A write found the FIFO full: wait for room (POLL_MS at a time), unless stop or a move ends it.
+ * 0 to write again, -1 to give up. */
+static int wait_room(struct alog_writer *w)
+{
+    if (atomic_load(&w->abandon) || moved(w))
+        return -1;
+    struct pollfd p = {.fd = w->fd, .events = POLLOUT};
+    poll(&p, 1, POLL_MS);
+    return 0;
+}
+
 /* Write the n whole lines at p (len bytes; p[-1] is ours). lines counts those that reached the
  * file whole; a write cut short leaves a fragment, which the next write ends with a newline
  * first. A line cut just before its newline is settled by that newline: a line if it is
@@ -315,6 +336,12 @@ static void flush_lines(struct alog_writer *w, char *p, size_t len, uint64_t n)
         ssize_t r = write_some(w, s + off, total - off);
         if (r < 0 && errno == EINTR && !atomic_load(&w->abandon))
             continue;
+        if (r < 0 && errno == EAGAIN) { /* a FIFO full */
+            if (!wait_room(w))
+                continue;
+            err = atomic_load(&w->abandon) ? EAGAIN : 0; /* (moved away: the rest dropped, no error) */
+            break;
+        }
         if (r <= 0) {
             err = r < 0 ? errno : EIO;
             break;
@@ -379,9 +406,12 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
 {
     char err[1200] = "";
     int fd = -1;
-    if (r->path[0])
-        while ((fd = alog_open(r->path, err, sizeof err)) < 0 && errno == EINTR && !atomic_load(&w->abandon))
-            ; /* a FIFO with no reader, a hung mount: only stop's KICK_SIG ends it */
+    if (r->path[0]) /* a FIFO with no reader yet: tried again every POLL_MS, until stop or a move to
+                     * another path ends it; a hung mount: only stop's KICK_SIG ends it */
+        while ((fd = alog_open(r->path, err, sizeof err)) < 0 && (errno == EINTR || errno == ENXIO) &&
+               !atomic_load(&w->abandon) && atomic_load(&w->move_seq) <= r->seq)
+            if (errno == ENXIO)
+                poll(NULL, 0, POLL_MS);
     int failed = r->path[0] && fd < 0, was_open = w->fd >= 0;
     char path[sizeof w->fpath];
     snprintf(path, sizeof path, "%s", r->path);
@@ -407,15 +437,18 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
             w->frag = 0; /* a new file: nothing to end */
         snprintf(w->fpath, sizeof w->fpath, "%s", path);
     }
+    w->file_seq = r->seq; /* (failed: the file kept, as that reopen leaves it) */
     pthread_mutex_lock(&w->mu);
     w->open_done = r->seq;
     w->open_failed = failed;
     snprintf(w->open_err, sizeof w->open_err, "%s", err);
-    w->errors += failed && !atomic_load(&w->abandon);
+    int given_up = failed && atomic_load(&w->move_seq) > r->seq; /* (a FIFO with no reader, left for
+                                                                   * another path: no error) */
+    w->errors += failed && !given_up && !atomic_load(&w->abandon);
     int late = w->quiet_late && !r->announce;
     pthread_cond_broadcast(&w->done);
     pthread_mutex_unlock(&w->mu);
-    if (atomic_load(&w->abandon))
+    if (atomic_load(&w->abandon) || given_up)
         return;
     if (failed && (r->announce || late))
         log_error(NULL, "%s (%s%s)", err, was_open ? "still writing to " : "its lines are dropped",
@@ -519,6 +552,7 @@ static struct alog_writer *new_writer(size_t max_queued)
     w->max = max_queued;
     w->fd = -1;
     atomic_init(&w->abandon, 0);
+    atomic_init(&w->move_seq, 0);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -592,6 +626,10 @@ void alog_writer_reopen(struct alog_writer *w, const char *path, int announce)
     r->announce |= announce;
     r->seq = ++w->open_asked;
     snprintf(r->path, sizeof r->path, "%s", path);
+    if (strcmp(w->want, path)) { /* a move: the file before gets nothing more, however stuck */
+        snprintf(w->want, sizeof w->want, "%s", path);
+        atomic_store(&w->move_seq, r->seq);
+    }
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->mu);
 }

@@ -48,7 +48,8 @@ void alog_buf_free(struct alog_buf *b);
 #define ALOG_LINE_MAX 8192
 size_t alog_format(const uint8_t *p, size_t *rec_len, char *out);
 
-/* Open path for appending (created 0640). The fd, or -1 with the reason in err. */
+/* Open path for appending (created 0640), O_NONBLOCK (a FIFO with no reader: ENXIO; one that is
+ * full: EAGAIN on write). The fd, or -1 with the reason in err. */
 int alog_open(const char *path, char *err, size_t errlen);
 
 /* ---- the writer: a thread of its own -------------------------------------------------------------

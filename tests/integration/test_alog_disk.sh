@@ -168,6 +168,29 @@ wait_exit "$GP_PID" 20
 expect_file_has "$TMP/GP.log" "access log: [0-9]+ lines not written at exit \\(dropped\\)"
 pass "SIGTERM with the access log stuck: qgate exits 0, saying how many lines it dropped"
 
+# --- a reload that moves the access log off a FIFO nobody reads to a file: the thread leaves the
+# FIFO, and the lines after the reload reach the file (at 92529d0 the thread stayed stuck in
+# write(), the file got nothing until a restart, and every line after was dropped) ----------------
+FIFO2="$TMP/fifo2"
+mkfifo "$FIFO2"
+sleep 600 <> "$FIFO2" & PIDS+=("$!") # holds it open, never reads
+gateway GM "$FIFO2"
+texts=()
+for i in $(seq 1 1000); do texts+=("echo $i"); done
+timeout 60 "$BIN/qsend" -g "$G" "${texts[@]}" > "$TMP/q.out" # about 190 KB of lines for 64 KiB
+expect_lines "$TMP/q.out" '^"[0-9]+"$' 1000
+MOVED="$TMP/moved.log"
+sed -i "s#^access_log = .*#access_log = $MOVED#" "$TMP/GM.conf"
+kill -HUP "$GM_PID"
+wait_line "$TMP/GM.log" "access log reopened: $MOVED" 20
+timeout 10 "$BIN/qsend" -g "$G" "echo moved" > "$TMP/q.out" || fail "no reply after the reload"
+expect_lines "$TMP/q.out" '^"moved"$' 1
+wait_line "$MOVED" "req_bytes=24 .*outcome=ok" 20
+pass "a reload that moves the access log off a FIFO nobody reads: the next lines reach the new file"
+kill -TERM "$GM_PID"
+wait_exit "$GM_PID" 20
+[ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS"
+
 # --- a reopen onto a FIFO nobody opens: the loop goes on; once it opens, the lines come -------------
 B="$TMP/access.log"
 gateway GR "$B"

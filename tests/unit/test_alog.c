@@ -407,6 +407,62 @@ static void test_writer_stuck_open(void **state)
     unlink(path);
 }
 
+static int lines_in(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0, ch;
+    while (f && (ch = fgetc(f)) != EOF)
+        n += ch == '\n';
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* A reload moves the access log off a FIFO that is full and never read (a hung log shipper): the
+ * lines left for it are dropped, and the lines after go to the new file, without a stop (before:
+ * the thread waited in write() for ever, every line after it dropped once the queue was full). */
+static void test_writer_moves_off_stuck_fifo(void **state)
+{
+    (void)state;
+    char *path = tmp_path("fifo3"), *to = tmp_path("moved.log");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    int holder = open(path, O_RDWR | O_NONBLOCK); /* a reader that never reads */
+    assert_true(holder >= 0);
+    struct alog_writer *w = writer_on(path, 16 << 20, 10000, 0);
+    put_range(w, 0, 20000); /* 4 MB of lines: past BATCH_BYTES, past the pipe's 64 KiB */
+    alog_writer_reopen(w, to, 0);
+    put_range(w, 20000, 20010);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    struct alog_counts c;
+    alog_writer_stop(w, 10000, &c);
+    assert_int_equal(c.lines + c.dropped, 20010);
+    assert_int_equal(c.errors, 0);
+    assert_int_equal(lines_in(to), 10); /* everything after the move */
+    close(holder);
+    unlink(path);
+}
+
+/* ... and off a FIFO with no reader at all, whose open waits: the open is given up. */
+static void test_writer_moves_off_stuck_open(void **state)
+{
+    (void)state;
+    char *path = tmp_path("fifo4"), *to = tmp_path("moved2.log");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    struct alog_writer *w = writer_on(path, 1 << 20, 50, 1);
+    put_range(w, 0, 5);
+    alog_writer_reopen(w, to, 0);
+    put_range(w, 5, 15);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    struct alog_counts c;
+    alog_writer_stop(w, 10000, &c);
+    assert_int_equal(c.lines, 10);
+    assert_int_equal(c.dropped, 5);
+    assert_int_equal(lines_in(to), 10);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +478,8 @@ int main(void)
         cmocka_unit_test(test_writer_cut_before_newline),
         cmocka_unit_test(test_writer_stuck_fifo),
         cmocka_unit_test(test_writer_stuck_open),
+        cmocka_unit_test(test_writer_moves_off_stuck_fifo),
+        cmocka_unit_test(test_writer_moves_off_stuck_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
