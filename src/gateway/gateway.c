@@ -230,7 +230,8 @@ static int make_messages(struct gw *g)
     /* sync "": a worker answers it only after running everything sent before it */
     kipc_hdr_write(g->chaser, KIPC_SYNC, 0, sizeof g->chaser);
     memcpy(g->chaser + 8, "\x0a\x00\x00\x00\x00\x00", 6);
-    g->no_client_err = kcodec_error_msg("qgate: the client of this request is gone", &g->no_client_err_len);
+    g->no_client_err = kcodec_error_msg("qgate: no answer comes: the client of this request has gone, or sent a "
+                                        "bad message", &g->no_client_err_len);
     g->unanswered_err = kcodec_error_msg("qgate: the client sent twice client_max_pending of requests and no answer",
                                          &g->unanswered_err_len);
     g->too_large_err = kcodec_error_msg("qgate: message too large (over max_message)", &g->too_large_err_len);

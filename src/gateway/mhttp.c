@@ -117,7 +117,9 @@ static int on_bytes(struct gw *g, struct conn *c)
         return stream_close(c, "out of memory");
     in->p[in->len] = 0;
     const char *text = (const char *)inbuf_data(in);
-    if (strstr(text, "\r\n\r\n") || strstr(text, "\n\n"))
+    if (memchr(text, 0, inbuf_avail(in))) /* (no HTTP request holds one: answered, not left to time out) */
+        reply(g, m, "400 Bad Request", "qgate: a NUL byte in the request\n");
+    else if (strstr(text, "\r\n\r\n") || strstr(text, "\n\n"))
         request(g, m, text);
     else if (inbuf_avail(in) >= MREQ_MAX - 1)
         reply(g, m, "431 Request Header Fields Too Large", "qgate: request head too long\n");

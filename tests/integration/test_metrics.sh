@@ -54,7 +54,13 @@ curl -s -D "$TMP/h405" -o /dev/null -X DELETE "http://127.0.0.1:$METRICS_PORT/me
 expect_file_has "$TMP/h405" "^Allow: GET, HEAD"
 curl -s -I "http://127.0.0.1:$METRICS_PORT/metrics" > "$TMP/h"
 expect_file_has "$TMP/h" "^HTTP/1.1 200 OK"
-pass "404 for other paths, 405 with Allow for other methods, HEAD"
+exec 8<>"/dev/tcp/127.0.0.1/$METRICS_PORT" # a NUL in the request: answered 400 (it timed out at 92529d0)
+printf 'GET /met\000rics HTTP/1.1\r\n\r\n' >&8
+rc=0; timeout 10 cat <&8 > "$TMP/h400" || rc=$?
+exec 8<&- 8>&-
+[ "$rc" = 0 ] || fail "a NUL in a metrics request: not closed"
+expect_file_has "$TMP/h400" "^HTTP/1.1 400 Bad Request"
+pass "404 for other paths, 405 with Allow for other methods, HEAD, 400 for a NUL"
 
 # --- busy: refused, logged at most once a second, counted ------------------------------------------
 sed -i 's/^stats_period/max_queue = 0\nstats_period/' "$TMP/gw.conf"
