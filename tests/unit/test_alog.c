@@ -418,6 +418,18 @@ static int lines_in(const char *path)
     return n;
 }
 
+/* A reload's move to path to (before records put so far), after more records put: the open
+ * done, then stop; every one of them is in to. */
+static void move_and_stop(struct alog_writer *w, int before, const char *to, int after, struct alog_counts *c)
+{
+    alog_writer_reopen(w, to, 0);
+    put_range(w, before, before + after);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    alog_writer_stop(w, 10000, c);
+    assert_int_equal(lines_in(to), after);
+}
+
 /* A reload moves the access log off a FIFO that is full and never read (a hung log shipper): the
  * lines left for it are dropped, and the lines after go to the new file, without a stop (before:
  * the thread waited in write() for ever, every line after it dropped once the queue was full). */
@@ -430,15 +442,10 @@ static void test_writer_moves_off_stuck_fifo(void **state)
     assert_true(holder >= 0);
     struct alog_writer *w = writer_on(path, 16 << 20, 10000, 0);
     put_range(w, 0, 20000); /* 4 MB of lines: past BATCH_BYTES, past the pipe's 64 KiB */
-    alog_writer_reopen(w, to, 0);
-    put_range(w, 20000, 20010);
-    char err[1200];
-    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
     struct alog_counts c;
-    alog_writer_stop(w, 10000, &c);
+    move_and_stop(w, 20000, to, 10, &c);
     assert_int_equal(c.lines + c.dropped, 20010);
     assert_int_equal(c.errors, 0);
-    assert_int_equal(lines_in(to), 10); /* everything after the move */
     close(holder);
     unlink(path);
 }
@@ -451,15 +458,10 @@ static void test_writer_moves_off_stuck_open(void **state)
     assert_int_equal(mkfifo(path, 0600), 0);
     struct alog_writer *w = writer_on(path, 1 << 20, 50, 1);
     put_range(w, 0, 5);
-    alog_writer_reopen(w, to, 0);
-    put_range(w, 5, 15);
-    char err[1200];
-    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
     struct alog_counts c;
-    alog_writer_stop(w, 10000, &c);
+    move_and_stop(w, 5, to, 10, &c);
     assert_int_equal(c.lines, 10);
     assert_int_equal(c.dropped, 5);
-    assert_int_equal(lines_in(to), 10);
     unlink(path);
 }
 

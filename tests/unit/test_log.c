@@ -128,21 +128,29 @@ static void test_lines_in_order(void **state)
     close(p[0]);
 }
 
+/* What one warn line from "c1 peer" comes out as (fmt with one string argument), through the
+ * log's thread to a pipe; to be freed. */
+static char *logged_warn(const char *fmt, const char *arg)
+{
+    int p[2];
+    pipe_open(p);
+    assert_int_equal(log_start(p[1], 1 << 16), 0);
+    log_write(LOG_WARN, "c1 peer", fmt, arg);
+    assert_int_equal(log_stop(10000), 0);
+    close(p[1]);
+    char *out = read_until(p[0], NULL);
+    close(p[0]);
+    return out;
+}
+
 /* A message with a newline (a client's text in it) stays one line: no forged line after it. */
 static void test_one_line_per_event(void **state)
 {
     (void)state;
-    int p[2];
-    pipe_open(p);
-    assert_int_equal(log_start(p[1], 1 << 16), 0);
-    log_write(LOG_WARN, "c1 peer", "refused %s: not an admin", ".qgate.pause[\"a\n2026-12-03 10:00:00.000 error FORGED\r\"]");
-    assert_int_equal(log_stop(10000), 0);
-    close(p[1]);
-    char *out = read_until(p[0], NULL);
+    char *out = logged_warn("refused %s: not an admin", ".qgate.pause[\"a\n2026-12-03 10:00:00.000 error FORGED\r\"]");
     assert_non_null(strstr(out, "warn  c1 peer: refused .qgate.pause[\"a?2026-12-03 10:00:00.000 error FORGED?\"]: not an admin\n"));
     assert_int_equal(strchr(out, '\n') - out + 1, (long)strlen(out)); /* one line */
     free(out);
-    close(p[0]);
 }
 
 /* A client's bytes above 0x7f: well-formed UTF-8 kept, every other byte '?' (a user's name or a
@@ -150,16 +158,9 @@ static void test_one_line_per_event(void **state)
 static void test_utf8_kept_rest_replaced(void **state)
 {
     (void)state;
-    int p[2];
-    pipe_open(p);
-    assert_int_equal(log_start(p[1], 1 << 16), 0);
-    log_write(LOG_WARN, "c1 peer", "user %s refused", "caf\xc3\xa9\xf0\x9f\x98\x80|\xff\xc0\xaf\xed\xa0\x80\xe2\x82");
-    assert_int_equal(log_stop(10000), 0);
-    close(p[1]);
-    char *out = read_until(p[0], NULL);
+    char *out = logged_warn("user %s refused", "caf\xc3\xa9\xf0\x9f\x98\x80|\xff\xc0\xaf\xed\xa0\x80\xe2\x82");
     assert_non_null(strstr(out, "warn  c1 peer: user caf\xc3\xa9\xf0\x9f\x98\x80|???????? refused\n"));
     free(out);
-    close(p[0]);
 }
 
 /* The output fails inside a line (a full disk: here a file size limit) and comes back: the cut
