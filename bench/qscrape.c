@@ -30,7 +30,8 @@ static void usage(void)
             "    --unread: each of the N sends GET /metrics and never reads (a receive buffer as\n"
             "    small as the kernel allows), eight from each source address 127.0.0.2, .3, ...\n"
             "    (under the per-address limit); after its request, and before the scrape, it waits\n"
-            "    for a line on stdin (a test's go: when the gateway has begun every page).\n"
+            "    for a line on stdin (a test's go: when the gateway has begun every page); each line\n"
+            "    \"read\" before it makes each of the N read 256 KiB of its page once.\n"
             "  Exit 0 unless a connection could not be made, 2 on bad usage.\n");
     exit(2);
 }
@@ -195,8 +196,20 @@ int main(int argc, char **argv)
         printf("qscrape unread=%ld: asked\n", idle_n);
         fflush(stdout);
         char line[16];
-        if (!fgets(line, sizeof line, stdin))
-            return 1;
+        while (fgets(line, sizeof line, stdin) && !strncmp(line, "read", 4)) { /* each takes 1 MiB, once */
+            for (long i = 0; i < idle_n; i++) {
+                char b[16384];
+                for (size_t got = 0; got < 1024 * 1024;) {
+                    struct pollfd p = {.fd = fds[i], .events = POLLIN};
+                    ssize_t n = poll(&p, 1, 10000) > 0 ? read(fds[i], b, sizeof b) : -1;
+                    if (n <= 0)
+                        break;
+                    got += (size_t)n;
+                }
+            }
+            printf("qscrape unread=%ld: read\n", idle_n);
+            fflush(stdout);
+        }
     }
     int code = 0;
     if (then) {

@@ -1,5 +1,6 @@
 /* qsend.c: send q text to a kdb+ endpoint and print each reply, like a minimal q console. */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,8 @@ static void usage(void)
             "  --cap N offers capability N (0 to 3) in the handshake: an old client.\n"
             "  --nest TEXT (once per depth): from inside a sync request it is sent (a callback at depth\n"
             "  d: the d-th --nest), before it answers, it sends TEXT (\"A||B\": each; \"neg:\" async) on\n"
-            "  the same handle, as q's .z.pg would, and prints each sync one's reply as \"nested: REPLY\".\n"
+            "  the same handle, as q's .z.pg would, and prints each sync one's reply as \"nested: REPLY\";\n"
+            "  an item \"wait:PATH\" sends nothing but waits until PATH exists (a test's go, 30 s at most).\n"
             "  --compress sends each TEXT (and --call's message) compressed as q compresses for a remote\n"
             "  peer, when q would (over 2000 bytes, and under half as long compressed), saying so on\n"
             "  stderr: \"sent: N bytes compressed (M plain)\".\n"
@@ -207,6 +209,11 @@ static void send_nested(struct qconn *c)
         if ((next = strstr(t, "||"))) {
             *next = 0;
             next += 2;
+        }
+        if (!strncmp(t, "wait:", 5)) { /* a test's go: until the file is there (at most 30 s) */
+            for (int i = 0; i < 3000 && access(t + 5, F_OK); i++)
+                poll(NULL, 0, 10);
+            continue;
         }
         int as = !strncmp(t, "neg:", 4);
         size_t len;

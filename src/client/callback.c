@@ -138,6 +138,8 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
             log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name,
                         "response message nobody asked for: dropped");
         free(msg);
+        if (k)
+            conn_wake_loop(g, &c->c); /* a .qgate.all's part whose callback waited for this answer */
         return SS_OK;
     }
     return to_worker(g, c, wc, &kept, msg, len, 0, 0);

@@ -52,7 +52,10 @@ void client_set_state_loop(struct gw *g, struct client *c, enum client_state st)
         log_error(c->c.name, "state %s -> %s is not in client.c's table", client_state_name(c->st),
                   client_state_name(st));
     }
+    int was_ready = c->st == CS_READY;
     c->st = (uint8_t)st;
+    if (was_ready && st != CS_READY) /* it answers no callback now: a .qgate.all's part whose callback */
+        conn_wake_loop(g, &c->c);     /* waited for an answer it owed goes on (fanout_call_out) */
 }
 
 static void update_name(struct client *c)
@@ -247,9 +250,13 @@ static int do_handshake(struct gw *g, struct client *c)
         return -1;
     }
     snprintf(c->user, sizeof c->user, "%.*s", (int)QG_MIN(hs.user_len, sizeof c->user - 1), hs.user);
-    for (char *p = c->user; *p; p++)
-        if (*p < 32 || *p > 126)
-            *p = '?';
+    for (size_t i = 0, n = strlen(c->user), k; i < n; i++) { /* printable: well-formed UTF-8 kept */
+        unsigned char ch = (unsigned char)c->user[i];
+        if (ch >= 0x80 && (k = log_utf8_seq((const unsigned char *)c->user + i, n - i)) > 0)
+            i += k - 1;
+        else if (ch < 32 || ch > 126)
+            c->user[i] = '?';
+    }
     update_name(c);
     c->cap = kipc_cap_negotiate(hs.cap, KIPC_CAP_MAX);
     if (c->refuse) { /* over max_clients: its credentials do not matter; its first request is told */

@@ -59,7 +59,13 @@ static void nested_flush(struct gw *g, struct client *c);
 
 /* Does c owe a worker a callback's answer (so that what it sends now comes from inside it)? */
 static void stop_reading(struct gw *g, struct client *c);
-static int inside_callback(struct gw *g, const struct client *c) { return c->ncalls && callback_owed_loop(g, c); }
+/* Is c inside a callback, as q sees it (its .z.pg runs; what it sends now is nested)? While it
+ * owes an answer to a live worker's call; in a .qgate.all, to any part's call, its worker lost
+ * too (another part's callback waits for that answer: fanout_call_out). */
+static int inside_callback(struct gw *g, const struct client *c)
+{
+    return c->ncalls && (c->fo || callback_owed_loop(g, c));
+}
 
 /* c's nested list has emptied, perhaps: a worker whose reply waited for it goes on (run.c). */
 static void nested_wake(struct gw *g, struct client *c)

@@ -144,7 +144,9 @@ static void on_flushed(struct gw *g, struct conn *c, size_t before, size_t wrote
     struct mconn *m = mconn_of(c);
     if (wrote) {
         m->moved_ms = g->loop.now_ms;
-        m->stalled = 0; /* (its timer, when it fires, looks again) */
+        if (m->stalled && conn_pending(c)) /* (a stalled page's timer is not armed: watched again) */
+            conn_timer_arm_loop(g, c, MTM_STALL, g->loop.now_ms + MSTALL_MS, on_stall);
+        m->stalled = 0;
     }
     if (m->st == MC_WRITING && !conn_pending(c))
         conn_close_loop(g, c, "page sent");

@@ -468,13 +468,20 @@ static int fanout_client(const struct worker *w, uint32_t *id, uint32_t *gen)
     return 1;
 }
 
-/* The client of w's .qgate.all, if another part's worker has a callback out to it (CALLED):
- * w's callback waits until that one is answered, so that the client has one at a time. (A q
+/* The client of w's .qgate.all, if it owes a callback's answer, or another part's worker has a
+ * callback out to it (CALLED): w's callback waits until that one is answered, so that the client
+ * has one at a time. (A q
  * client in a callback that calls the gateway runs a callback it reads meanwhile nested, and
  * answers it first; answers are matched to calls in order.) */
 static struct client *fanout_call_out(struct gw *g, const struct worker *w)
 {
     const struct fanout *fo = w->st == WS_BUSY && w->run.kind == RUN_FANOUT && w->run.fp ? w->run.fp->fo : NULL;
+    struct client *c = fo ? reachable(g, fo->cl_id, fo->cl_gen) : NULL;
+    /* it owes an answer yet, and reads: one whose worker was lost or timed out meanwhile too (its
+     * answer, when it comes, is matched to that call and dropped; given w's callback first, it
+     * would answer that first, and w would get the other's answer) */
+    if (c && c->ncalls && c->st == CS_READY)
+        return c;
     for (int i = 0; fo && i < fo->n; i++) {
         const struct fpart *p = fo->part[i];
         if (p->st == FP_RUNNING && p->w != w && p->w->st == WS_BUSY && p->w->run.fp == p &&

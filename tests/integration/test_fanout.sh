@@ -74,6 +74,30 @@ timeout 60 "$BIN/qsend" -g "$G" --timeout 30000 --nest ".qgate.ping[]||echo inne
 expect_file_has "$TMP/G.log" "its callback waits: .* answers another part's first"
 pass "calls to the gateway from inside a .qgate.all's callbacks answered at once; each callback's answer to the worker that asked"
 
+# ... and when the worker whose callback the client is in is lost meanwhile: the client still owes
+# that answer (its .z.pg runs on), so the other part's callback waits for it, and what the client
+# sends meanwhile is nested (at 6507bd2 the other's callback went at once; the client, answering the
+# innermost first, had its answer dropped as the lost one's, and its answer to the lost worker given
+# to the other)
+start_worker FA --rows 10
+start_worker FB --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 60000\nreconnect_max = 60000\n[group fan]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
+    "$FA_PORT" "$FB_PORT" > "$TMP/fl.conf"
+start_gateway FL -c "$TMP/fl.conf" --loglevel debug
+wait_count "$TMP/FL.log" "connected \\(capability" 2 10
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$FL_PORT" --timeout 30000 --nest "wait:$TMP/fl.go||.qgate.ping[]" \
+    "all-partial:fan:callback cb %p" > "$TMP/fl.out" 2>&1 & fl=$!
+wait_line "$TMP/FL.log" "its callback waits: .* answers another part's first" 20
+second=$(sed -n 's/.*w 127\.0\.0\.1:\([0-9]*\): its callback waits.*/\1/p' "$TMP/FL.log" | head -n 1)
+if [ "$second" = "$FA_PORT" ]; then first=$FB_PORT; kill -9 "$FB_PID"; else first=$FA_PORT; kill -9 "$FA_PID"; fi
+wait_line "$TMP/FL.log" "w 127\\.0\\.0\\.1:$first: connection closed" 20
+touch "$TMP/fl.go"
+wait "$fl" || true
+expect_lines "$TMP/fl.out" '^nested: 1b$' 2
+expect_lines "$TMP/fl.out" "qsend got: cb $second" 1
+grep -q "qsend got: cb $first" "$TMP/fl.out" && fail "the lost worker's answer went to the other: $(cat "$TMP/fl.out")"
+pass "a .qgate.all's worker lost while the client is in its callback: the other's callback waits for that answer; each answer where it belongs"
+
 # --- counted as the requests they are: a .qgate.all answered with a q error is one of
 # .qgate.totals[]'s errors, and each worker's part is one of its group's (and its own) requests
 totals() { timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")

@@ -233,10 +233,12 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
                 const struct fpart *p = wc->fo->part[i];
                 called |= p->st == FP_RUNNING && &p->w->c != x && p->w->run.phase == WB_CALLED;
             }
+            /* or it owes a callback's answer yet, and reads (one whose worker was lost too) */
+            int owes = wc && x->waits_on->kind == CONN_CLIENT && wc->fo && wc->ncalls && wc->st == CS_READY;
             if (x->kind != CONN_WORKER || !x->paused || !wc || x->waits_on->kind != CONN_CLIENT ||
-                (!client_nested_owed(wc) && !called))
+                (!client_nested_owed(wc) && !called && !owes))
                 fail("%s waits on %s, which is owed nothing nested, and no other part of whose .qgate.all has a "
-                     "callback out", x->name, wc ? x->waits_on->name : "nothing");
+                     "callback out, nor owes an answer it may still give", x->name, wc ? x->waits_on->name : "nothing");
         }
         if (x->in_job && (x->kind == CONN_METRICS || x->in_backlog || (x->events & EPOLLIN)))
             fail("%s waits for a job with a message it read: a %s, on the backlog %d, reading %d", x->name,
