@@ -413,16 +413,19 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
             if (errno == ENXIO)
                 poll(NULL, 0, POLL_MS);
     int failed = r->path[0] && fd < 0, was_open = w->fd >= 0;
+    /* a FIFO with no reader, left for another path asked since: no error, and nothing of its
+     * lines goes to the file before it (they are dropped, as a stuck target's are) */
+    int given_up = failed && atomic_load(&w->move_seq) > r->seq;
     char path[sizeof w->fpath];
     snprintf(path, sizeof path, "%s", r->path);
-    if (failed && was_open && w->fpath[0] && strcmp(w->fpath, r->path)) {
+    if (failed && !given_up && was_open && w->fpath[0] && strcmp(w->fpath, r->path)) {
         /* a new path (a reload's) that does not open: the file in use is reopened instead, as a
          * rotation needs (its name may be a new file by now); the next signal tries both again */
         char e2[1200];
         snprintf(path, sizeof path, "%s", w->fpath);
         fd = alog_open(path, e2, sizeof e2);
     }
-    if (fd >= 0 || !r->path[0]) {
+    if (fd >= 0 || !r->path[0] || given_up) {
         /* the same file again (SIGUSR1 with no rotation), ending in a fragment that could not be
          * ended: the next line still starts with its newline */
         struct stat a, b;
@@ -442,8 +445,6 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
     w->open_done = r->seq;
     w->open_failed = failed;
     snprintf(w->open_err, sizeof w->open_err, "%s", err);
-    int given_up = failed && atomic_load(&w->move_seq) > r->seq; /* (a FIFO with no reader, left for
-                                                                   * another path: no error) */
     w->errors += failed && !given_up && !atomic_load(&w->abandon);
     int late = w->quiet_late && !r->announce;
     pthread_cond_broadcast(&w->done);

@@ -465,6 +465,26 @@ static void test_writer_moves_off_stuck_open(void **state)
     unlink(path);
 }
 
+/* A reload to a FIFO with no reader, then to a file before it opens: the lines meant for the
+ * FIFO are dropped, not written to the file before it (they went there at 561b04b). */
+static void test_writer_fifo_given_up_not_to_old_file(void **state)
+{
+    (void)state;
+    char *p0 = tmp_path("reg0.log"), *fifo = tmp_path("fifo5"), *p1 = tmp_path("reg1.log");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    struct alog_writer *w = writer_on(p0, 1 << 20, 10000, 0);
+    put_range(w, 0, 3);
+    alog_writer_reopen(w, fifo, 0);
+    put_range(w, 3, 5);
+    struct alog_counts c;
+    move_and_stop(w, 5, p1, 10, &c);
+    assert_int_equal(lines_in(p0), 3);
+    assert_int_equal(c.lines, 13);
+    assert_int_equal(c.dropped, 2);
+    assert_int_equal(c.errors, 0);
+    unlink(fifo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -482,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_writer_stuck_open),
         cmocka_unit_test(test_writer_moves_off_stuck_fifo),
         cmocka_unit_test(test_writer_moves_off_stuck_open),
+        cmocka_unit_test(test_writer_fifo_given_up_not_to_old_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
