@@ -401,6 +401,23 @@ static void write_records(struct alog_writer *w, const struct alog_buf *b, size_
     }
 }
 
+/* Does the regular file fd (open for writing, at path) end in part of a line? (A FIFO or a
+ * device: no telling, taken as not.) */
+static int ends_mid_line(int fd, const char *path)
+{
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= 0)
+        return 0;
+    int rd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    char last = '\n';
+    if (rd >= 0) {
+        if (pread(rd, &last, 1, st.st_size - 1) != 1)
+            last = '\n';
+        close(rd);
+    }
+    return last != '\n';
+}
+
 /* The open asked for (path "": none). Called unlocked; publishes the outcome. */
 static void do_open(struct alog_writer *w, const struct reopen *r)
 {
@@ -436,8 +453,9 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
         if (w->fd >= 0)
             close(w->fd);
         w->fd = fd;
-        if (!same)
-            w->frag = 0; /* a new file: nothing to end */
+        if (!same) /* a new file: a fragment to end only if it ends in one (left by a full disk, and
+                    * a move away from it before the newline could be written, say) */
+            w->frag = fd >= 0 && ends_mid_line(fd, path);
         snprintf(w->fpath, sizeof w->fpath, "%s", path);
     }
     w->file_seq = r->seq; /* (failed: the file kept, as that reopen leaves it) */

@@ -485,6 +485,29 @@ static void test_writer_fifo_given_up_not_to_old_file(void **state)
     unlink(fifo);
 }
 
+/* A file that ends in part of a line when it is opened (a full disk cut it, then the log moved
+ * away before its newline could be written, and back): the first line starts with a newline, so
+ * it is not glued to that fragment (it was at d861a51). */
+static void test_writer_ends_a_fragment_it_finds(void **state)
+{
+    (void)state;
+    char *path = tmp_path("frag.log");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("time=cut sho", f);
+    fclose(f);
+    struct alog_writer *w = writer_on(path, 1 << 20, 10000, 0);
+    put_range(w, 0, 2);
+    struct alog_counts c;
+    alog_writer_stop(w, 10000, &c);
+    assert_int_equal(c.lines, 2);
+    static long ids[8];
+    int frags, n = read_lines(path, ids, 8, &frags);
+    assert_int_equal(n, 2);
+    assert_int_equal(frags, 1);
+    assert_int_equal(lines_in(path), 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -503,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_writer_moves_off_stuck_fifo),
         cmocka_unit_test(test_writer_moves_off_stuck_open),
         cmocka_unit_test(test_writer_fifo_given_up_not_to_old_file),
+        cmocka_unit_test(test_writer_ends_a_fragment_it_finds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
