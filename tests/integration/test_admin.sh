@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 
 start_worker W1 --rows 1000
-printf 'alice:pw\tadmin=1\nmon:pw\tmonitor=1\nbob:pw\n' > "$TMP/users"
+printf 'alice:pw\tadmin=1\nmon:pw\tmonitor=1\nbob:pw\njos\303\251:pw\n' > "$TMP/users"
 A="$TMP/access.log"
 cat > "$TMP/gw.conf" <<CONF
 [gateway]
@@ -63,4 +63,10 @@ wait_count "$A" " user=bob .*outcome=error" 1 10
 expect_lines "$A" " user=bob .*outcome=error error=\"caf$(printf '\xc3\xa9')\\\\xff\" query=" 1
 python3 -c 'import sys; [l.decode("utf-8") for l in open(sys.argv[1], "rb")]; [l.decode("utf-8") for l in open(sys.argv[2], "rb")]' "$A" "$TMP/GW.log" ||
     fail "a line that is not UTF-8"
-pass "a q error's bytes that are not UTF-8: \\xNN in the access log, ? in the log; each line UTF-8"
+# ... and a user name in UTF-8 is kept as it is, in both (at 6507bd2 each byte of it was ?)
+timeout 30 "$BIN/qsend" -g "$G" -u $'jos\xc3\xa9:pw' "echo hola" > /dev/null 2>&1 || true
+wait_count "$A" " user=\"jos$(printf '\xc3\xa9')\" .*outcome=ok" 1 10
+expect_file_has "$TMP/GW.log" "c[0-9]+ [^ ]+ jos$(printf '\xc3\xa9'): "
+python3 -c 'import sys; [l.decode("utf-8") for l in open(sys.argv[1], "rb")]; [l.decode("utf-8") for l in open(sys.argv[2], "rb")]' "$A" "$TMP/GW.log" ||
+    fail "a line that is not UTF-8"
+pass "a q error's bytes that are not UTF-8: \\xNN in the access log, ? in the log; each line UTF-8; a user name in UTF-8 kept"
