@@ -10,9 +10,9 @@
  * at once, MCONN_PER_PEER from one address: a new connection over either limit takes the place
  * of the oldest one still sending its request (of that address, for the second), which is
  * answered 503, or else of the one whose page its socket has taken no byte of for MSTALL_MS or
- * more, for the longest (a scraper that asks and never reads), closed, so that a scrape always gets through however many
- * idle or unread connections hold places; with none to take the place of, the new one is
- * answered 503. Each of these is counted (the
+ * more, for the longest (a scraper that asks and never reads), closed; so a scrape always gets
+ * through however many idle or unread connections hold places. With none to take the place of,
+ * the new one is answered 503. Each of these is counted (the
  * refusals metrics_full, metrics_per_peer, metrics_timeout, metrics_out_of_fds). EMFILE is met
  * as on the q port: the reserve descriptor (conn_accept_loop). */
 #include "mhttp.h"
@@ -236,8 +236,8 @@ static void send_503(int fd)
 /* The oldest connection still sending its request (of peer, unless NULL); else, of those taking
  * their page whose socket has taken no byte for MSTALL_MS or more, the one stalled longest (a
  * scraper that asks and never reads: its page stays, with only MPAGE_TIMEOUT_MS to bound it, and
- * 32 of them kept every scrape out); or NULL. One that reads its page, however slowly, never
- * gives way. */
+ * 32 of them kept every scrape out); or NULL. One whose socket takes a byte of its page at
+ * least every MSTALL_MS never gives way. */
 static struct conn *oldest_stuck(struct gw *g, const char *peer)
 {
     struct conn *stuck = NULL;
