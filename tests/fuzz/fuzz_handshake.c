@@ -44,12 +44,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(st == (size >= cap ? QG_ERR : QG_AGAIN));
         return 0;
     }
-    CHECK(st == QG_OK);
-
     /* consumed: exactly up to and including the first NUL, within the cap; and a second NUL
-     * alone right after it ("user:pw" 00 00: capability 0 given) */
+     * alone right after it ("user:pw" 00 00: capability 0 given), refused when that NUL is past
+     * the cap (not taken for a handshake of cap bytes, the NUL left to misframe what follows) */
     size_t used = (size_t)(nul - data) + 1;
-    int cap0 = size == used + 1 && data[used] == 0 && used + 1 <= cap && (used == 1 || data[used - 2] >= 32);
+    int cap0 = size == used + 1 && data[used] == 0 && (used == 1 || data[used - 2] >= 32);
+    if (cap0 && used + 1 > cap) {
+        CHECK(st == QG_ERR);
+        return 0;
+    }
+    CHECK(st == QG_OK);
     CHECK(hs.len == used + (size_t)cap0);
     CHECK(hs.len <= size && hs.len <= cap);
     const uint8_t *end = data + used - 1; /* the first NUL: credentials lie before it */
