@@ -21,16 +21,20 @@
 static const char *const cmd_names[] = {GWCMDS(GWCMD_NAME)};
 #undef GWCMD_NAME
 
+/* Whitespace, as q's parser takes it around an expression. */
+static int q_space(int c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
 int jobs_peek_command(const uint8_t *m, size_t len)
 {
     if (len < 8 || m[2] || jobs_peek_route(m, len))
         return 0;
     const uint8_t *b = m + 8;
     size_t n = len - 8;
-    /* "..." : 0a attr count text (spaces before it, as q reads them: parse_text skips them) */
+    /* "..." : 0a attr count text (whitespace before it, as q reads it: parse_text skips it; a
+     * command is at most GWCMD_MAX_LEN bytes, so the look is bounded) */
     if (n > 6 && b[0] == KT_CHAR) {
         size_t t = 6;
-        while (t < n && t < 6 + 64 && b[t] == ' ')
+        while (t < n && t < 6 + GWCMD_MAX_LEN && q_space(b[t]))
             t++;
         if (n >= t + PREFIX_LEN && !memcmp(b + t, PREFIX, PREFIX_LEN))
             return len <= GWCMD_MAX_LEN ? 1 : -1;
@@ -248,9 +252,9 @@ static enum gwcmd bad_arg(char *text, size_t tlen)
  * ".qgate.NAME[\"x\"]", spaces allowed around. */
 static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, struct cmd_arg *x)
 {
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == ';'))
+    while (n && (q_space(s[n - 1]) || s[n - 1] == ';'))
         n--;
-    while (n && *s == ' ')
+    while (n && q_space(*s))
         s++, n--;
     snprintf(text, tlen, "%.*s", (int)(n > 60 ? 60 : n), s);
     if (n < PREFIX_LEN || memcmp(s, PREFIX, PREFIX_LEN))
@@ -258,7 +262,7 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
     const char *name = s + PREFIX_LEN, *br = memchr(name, '[', n - PREFIX_LEN);
     if (!br || s[n - 1] != ']') { /* a command's name alone (q would show the function): said */
         size_t nl = br ? (size_t)(br - name) : n - PREFIX_LEN;
-        while (nl && name[nl - 1] == ' ')
+        while (nl && q_space(name[nl - 1]))
             nl--;
         if (lookup(name, nl) == GWCMD_UNKNOWN)
             return GWCMD_UNKNOWN;
@@ -267,9 +271,9 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
         return GWCMD_BADARG;
     }
     const char *a = br + 1, *e = s + n - 1;
-    while (a < e && *a == ' ')
+    while (a < e && q_space(*a))
         a++;
-    while (e > a && e[-1] == ' ')
+    while (e > a && q_space(e[-1]))
         e--;
     enum gwcmd c = lookup(name, (size_t)(br - name));
     if (c != GWCMD_UNKNOWN && text_arg(a, (size_t)(e - a), x))

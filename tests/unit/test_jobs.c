@@ -643,6 +643,19 @@ static void test_peek_command(void **state)
     struct job *j = parsed(text("  .qgate.ping[]"));
     assert_int_equal(j->result, GWCMD_PING);
     job_free(j);
+    /* any whitespace q takes around an expression, however much of it: tabs, newlines, 100
+     * spaces (at 1d29e85 a tab, a newline or more than 64 spaces sent it to a worker) */
+    char wide[160];
+    snprintf(wide, sizeof wide, "%100s.qgate.ping[ ]", "");
+    const char *spaced[] = {"\t.qgate.ping[]", "\n.qgate.ping[]\r\n", " \r\n\t.qgate.ping[\t]\n;", wide};
+    for (size_t i = 0; i < sizeof spaced / sizeof spaced[0]; i++) {
+        m = msg_of(text(spaced[i]), &len);
+        assert_int_equal(jobs_peek_command(m, len), 1);
+        free(m);
+        j = parsed(text(spaced[i]));
+        assert_int_equal(j->result, GWCMD_PING);
+        job_free(j);
+    }
     for (int sym = 0; sym < 2; sym++) {
         m = msg_of(call(".qgate.pause", sym, k_sym("rdb")), &len);
         assert_int_equal(jobs_peek_command(m, len), 1);
