@@ -428,6 +428,7 @@ static void move_and_stop(struct alog_writer *w, int before, const char *to, int
     assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
     alog_writer_stop(w, 10000, c);
     assert_int_equal(lines_in(to), after);
+    unlink(to);
 }
 
 /* A reload moves the access log off a FIFO that is full and never read (a hung log shipper): the
@@ -483,6 +484,7 @@ static void test_writer_fifo_given_up_not_to_old_file(void **state)
     assert_int_equal(c.dropped, 2);
     assert_int_equal(c.errors, 0);
     unlink(fifo);
+    unlink(p0);
 }
 
 /* A file that ends in part of a line when it is opened (a full disk cut it, then the log moved
@@ -506,6 +508,7 @@ static void test_writer_ends_a_fragment_it_finds(void **state)
     assert_int_equal(n, 2);
     assert_int_equal(frags, 1);
     assert_int_equal(lines_in(path), 3);
+    unlink(path);
 }
 
 int main(void)
