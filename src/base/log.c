@@ -96,6 +96,17 @@ size_t log_utf8_seq(const unsigned char *s, size_t n)
     return len;
 }
 
+void log_printable(char *s, size_t n)
+{
+    for (size_t i = 0, k; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x80 && (k = log_utf8_seq((const unsigned char *)s + i, n - i)) > 0)
+            i += k - 1;
+        else if (ch < 0x20 || ch >= 0x7f)
+            s[i] = '?';
+    }
+}
+
 /* The line of level into out (LINE_MAX_LEN + PRIO_LEN bytes): "<N>" when the journal reads it,
  * then time, level, prefix and the message, and a newline. Its length; *body: where the line
  * starts past the "<N>" (what log_sink gets). */
@@ -118,16 +129,9 @@ static size_t format(char *out, const char **body, int level, const char *prefix
     }
     if (n >= LINE_MAX_LEN - 1)
         n = LINE_MAX_LEN - 2;
-    for (int i = 0; i < n; i++) { /* one event, one line: a client's text (a command's argument, a
-                                   * user's name) cannot end it and forge the next; and the line
-                                   * is UTF-8, whatever bytes that text held */
-        unsigned char ch = (unsigned char)line[i];
-        size_t k = ch >= 0x80 ? log_utf8_seq((const unsigned char *)line + i, (size_t)(n - i)) : 0;
-        if (k)
-            i += (int)k - 1;
-        else if (ch < 0x20 || ch >= 0x7f)
-            line[i] = '?';
-    }
+    log_printable(line, (size_t)n); /* one event, one line: a client's text (a command's argument, a
+                                     * user's name) cannot end it and forge the next; and the line
+                                     * is UTF-8, whatever bytes that text held */
     line[n++] = '\n';
     *body = line;
     if (!journal || level < 0 || level >= LOG_NLEVELS)

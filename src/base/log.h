@@ -24,6 +24,9 @@ int log_level_parse(const char *s);
 /* The length of the well-formed UTF-8 sequence of 2 to 4 bytes s starts with (n bytes left), or 0:
  * what the log and the access log keep of a client's bytes above 0x7f. */
 size_t log_utf8_seq(const unsigned char *s, size_t n);
+/* s's n bytes made printable in place: well-formed UTF-8 kept, every other byte below 0x20 or
+ * from 0x7f on made '?' (the log's lines, a client's user name). */
+void log_printable(char *s, size_t n);
 const char *log_level_name(int level);
 
 /* Write one line: time, level, prefix (may be NULL) and the message. Thread-safe, and never

@@ -250,13 +250,7 @@ static int do_handshake(struct gw *g, struct client *c)
         return -1;
     }
     snprintf(c->user, sizeof c->user, "%.*s", (int)QG_MIN(hs.user_len, sizeof c->user - 1), hs.user);
-    for (size_t i = 0, n = strlen(c->user), k; i < n; i++) { /* printable: well-formed UTF-8 kept */
-        unsigned char ch = (unsigned char)c->user[i];
-        if (ch >= 0x80 && (k = log_utf8_seq((const unsigned char *)c->user + i, n - i)) > 0)
-            i += k - 1;
-        else if (ch < 32 || ch > 126)
-            c->user[i] = '?';
-    }
+    log_printable(c->user, strlen(c->user));
     update_name(c);
     c->cap = kipc_cap_negotiate(hs.cap, KIPC_CAP_MAX);
     if (c->refuse) { /* over max_clients: its credentials do not matter; its first request is told */

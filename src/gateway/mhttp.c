@@ -49,11 +49,16 @@ struct mconn {
     struct conn c;       /* first: conn.c owns it */
     uint8_t st;          /* MC_* */
     int64_t moved_ms;    /* writing: when its socket last took a byte of the page (or it began) */
-    uint8_t stalled;     /* writing, and its socket has taken no byte for MSTALL_MS */
     char peer[64];       /* its address without the port: the per-peer limit */
 };
 
 static struct mconn *mconn_of(struct conn *c) { return (struct mconn *)c; }
+
+/* Is c taking its page with its socket having taken no byte of it for MSTALL_MS? */
+static int stalled(const struct gw *g, struct conn *c)
+{
+    return mconn_of(c)->st == MC_WRITING && conn_pending(c) && g->loop.now_ms - mconn_of(c)->moved_ms >= MSTALL_MS;
+}
 
 static const struct connops mconn_connops;
 static void on_timeout(struct gw *g, struct conn *c);
@@ -144,9 +149,8 @@ static void on_flushed(struct gw *g, struct conn *c, size_t before, size_t wrote
     struct mconn *m = mconn_of(c);
     if (wrote) {
         m->moved_ms = g->loop.now_ms;
-        if (m->stalled && conn_pending(c)) /* (a stalled page's timer is not armed: watched again) */
+        if (!conn_timer_armed(c, MTM_STALL) && conn_pending(c)) /* (it had stalled: watched again) */
             conn_timer_arm_loop(g, c, MTM_STALL, g->loop.now_ms + MSTALL_MS, on_stall);
-        m->stalled = 0;
     }
     if (m->st == MC_WRITING && !conn_pending(c))
         conn_close_loop(g, c, "page sent");
@@ -167,17 +171,17 @@ static void on_timeout(struct gw *g, struct conn *c)
     conn_close_loop(g, c, "timed out");
 }
 
-/* MSTALL_MS after the page began, or after its socket last took a byte: stalled, or look again. */
+/* MSTALL_MS after the page began, or after its socket last took a byte: stalled (said once, until
+ * it moves again), or look again. */
 static void on_stall(struct gw *g, struct conn *c)
 {
     struct mconn *m = mconn_of(c);
     if (m->st != MC_WRITING || !conn_pending(c))
         return;
-    if (g->loop.now_ms - m->moved_ms < MSTALL_MS) {
+    if (!stalled(g, c)) {
         conn_timer_arm_loop(g, c, MTM_STALL, m->moved_ms + MSTALL_MS, on_stall);
         return;
     }
-    m->stalled = 1;
     log_debug(c->name, "metrics connection: no byte of its page taken for %d ms: it gives way to a new one",
               MSTALL_MS);
 }
@@ -247,7 +251,7 @@ static struct conn *oldest_stuck(struct gw *g, const char *peer)
             continue;
         if (m->st == MC_READING)
             return x;
-        if (m->st == MC_WRITING && m->stalled && (!stuck || m->moved_ms < mconn_of(stuck)->moved_ms))
+        if (stalled(g, x) && (!stuck || m->moved_ms < mconn_of(stuck)->moved_ms))
             stuck = x;
     }
     return stuck;
