@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gw.h"
+#include "log.h"
 #include "qg.h"
 
 uint64_t query_key(const struct gw *g, const uint8_t *m, size_t len)
@@ -33,11 +34,23 @@ static struct qslot *slot(const struct qslot *t, uint64_t key)
     return t ? (struct qslot *)&t[key & (QUERY_SLOTS - 1)] : NULL;
 }
 
-/* s's printable bytes (n of them, or up to a NUL if n is 0) appended to out. */
+/* s's printable bytes (n of them, or up to a NUL if n is 0) appended to out: ASCII and whole
+ * well-formed UTF-8 characters as they are (a character that does not fit is left out whole),
+ * any other byte '?'. */
 static size_t put(char *out, size_t at, const uint8_t *s, size_t n, size_t avail)
 {
-    for (size_t i = 0; i < avail && (n ? i < n : s[i] != 0) && at + 1 < QUERY_TEXT; i++)
-        out[at++] = s[i] >= 32 && s[i] < 127 ? (char)s[i] : '?';
+    size_t lim = n && n < avail ? n : avail;
+    for (size_t i = 0; i < lim && (n || s[i] != 0) && at + 1 < QUERY_TEXT; i++) {
+        size_t k = s[i] >= 0x80 ? log_utf8_seq(s + i, lim - i) : 0;
+        if (k && at + k >= QUERY_TEXT)
+            break;
+        if (k) {
+            memcpy(out + at, s + i, k);
+            at += k;
+            i += k - 1;
+        } else
+            out[at++] = s[i] >= 32 && s[i] < 127 ? (char)s[i] : '?';
+    }
     out[at] = 0;
     return at;
 }

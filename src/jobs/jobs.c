@@ -562,8 +562,8 @@ void job_check_reply(struct job *j)
             if (job_args(j)->reply.plain && job_args(j)->reply.cap >= 3) /* a client on this host: one
                                                                          * over compress_max goes as it is */
                 goto pass;
-            snprintf(j->text, sizeof j->text, "qgate: %s too large for capability %d (%zu bytes, over compress_max)",
-                     what, job_args(j)->reply.cap, len);
+            snprintf(j->text, sizeof j->text, JOB_TOO_LARGE_CAP, what, job_args(j)->reply.cap,
+                     (unsigned long long)len, "");
             job_encode_error(j);
             j->result = 1;
             return;

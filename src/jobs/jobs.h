@@ -85,6 +85,9 @@ int jobs_parse_route(const uint8_t *m, size_t len, struct route_form *f);
  * result and text: one typed struct per kind, in the job's args (job_args). */
 /* A worker's reply over max_message (its length, unsigned long long): the client's error. */
 #define JOB_TOO_LARGE "qgate: reply too large (%llu bytes, over max_message)"
+/* a reply or message (%s) over compress_max for a client of capability %d: its size (%llu), and
+ * " compressed" (%s) when only its compressed size is known (it is not decompressed to be refused) */
+#define JOB_TOO_LARGE_CAP "qgate: %s too large for capability %d (%llu bytes%s, over compress_max)"
 /* A reply that would pass hold_max and cannot go as it came (hold_max, long long). */
 #define JOB_HOLD_BUSY "qgate: busy: hold_max reached (%lld bytes held whole)"
 

@@ -585,10 +585,10 @@ static int drop_async(struct gw *g, struct worker *w, const char *why, int fix);
 
 enum { PUSH_TOO_LARGE = -1, PUSH_HOLD_MAX = -2 };
 
-/* A message of w (kind: PK_*) of len bytes that an old client cannot be given (why: PUSH_*):
+/* A message of w (kind: PK_*) of len bytes (compressed: zipped) that an old client cannot be given (why: PUSH_*):
  * a publish is dropped, a callback's worker told, as its h x would have failed, the client
  * told for the reply to a message it sent nested. ROUTE_DROP. */
-static int refuse_push(struct gw *g, struct worker *w, struct client *c, int kind, int why, uint64_t len)
+static int refuse_push(struct gw *g, struct worker *w, struct client *c, int kind, int why, uint64_t len, int zipped)
 {
     static const char *const what[] = {"publish", "callback", "reply"};
     if (why == PUSH_HOLD_MAX) { /* counted and said as a reply refused for it is */
@@ -604,8 +604,8 @@ static int refuse_push(struct gw *g, struct worker *w, struct client *c, int kin
     }
     char text[160];
     if (why == PUSH_TOO_LARGE)
-        snprintf(text, sizeof text, "qgate: %s too large for capability %d (%llu bytes, over compress_max)",
-                 kind == PK_NESTED ? "reply" : "message", c->cap, (unsigned long long)len);
+        snprintf(text, sizeof text, JOB_TOO_LARGE_CAP, kind == PK_NESTED ? "reply" : "message", c->cap,
+                 (unsigned long long)len, zipped ? " compressed" : "");
     else
         snprintf(text, sizeof text, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
     if (kind == PK_NESTED)
@@ -627,7 +627,7 @@ static int to_client(struct gw *g, struct worker *w, const struct kipc_hdr *h, s
         return route;
     if (nc < 0)
         return refuse_push(g, w, c, w->msg.nested ? PK_NESTED : h->type == KIPC_SYNC ? PK_CALL : PK_PUBLISH, nc,
-                           h->len);
+                           h->len, h->compressed);
     w->msg.to_id = c->c.id;
     w->msg.to_gen = c->c.gen;
     return ROUTE_CHANGE;
@@ -690,9 +690,8 @@ static int route_reply(struct gw *g, struct worker *w, const struct kipc_hdr *h)
         if (over)
             request_error_loop(g, c, client_head(c), JOB_TOO_LARGE, (unsigned long long)h->len);
         else if (nc == -1)
-            request_error_loop(g, c, client_head(c),
-                              "qgate: reply too large for capability %d (%llu bytes, over compress_max)", c->cap,
-                              (unsigned long long)h->len);
+            request_error_loop(g, c, client_head(c), JOB_TOO_LARGE_CAP, "reply", c->cap,
+                              (unsigned long long)h->len, h->compressed ? " compressed" : "");
         w->run.cl = NULL; /* its reply is made: a loss now touches nothing */
         client_set_worker_loop(c, NULL);
         run_set_phase_loop(g, w, WB_DRAINING);
@@ -910,7 +909,7 @@ static int submit_change(struct gw *g, struct worker *w)
         struct inbuf m = worker_coll_take(w);
         if (c->cap < 3) {
             free(m.p);
-            refuse_push(g, w, c, kind, PUSH_HOLD_MAX, out);
+            refuse_push(g, w, c, kind, PUSH_HOLD_MAX, out, 0);
             return SS_OK;
         }
         g->held_passed++;

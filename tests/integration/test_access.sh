@@ -20,20 +20,23 @@ V='([^ "=]*|"([^"\\]|\\.)*")'
 LINE="^time=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6}Z client=[0-9]+ user=$V peer=$V group=$V worker=$V type=(sync|async) req_bytes=[0-9]+ reply_bytes=[0-9]+ queued_us=[0-9]+ run_us=[0-9]+ outcome=(ok|error|gwerror|gone|closed)( error=$V)?\$"
 
 # --- ok, a q error, a gateway error, async ---------------------------------------------------
+E100=$(printf 'e%.0s' $(seq 1 100))
 timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo hi" "err two words" ".qgate.nosuch[]" "neg:a:1" "echo yo" \
-    "neg:on:nosuch:x" "neg:.qgate.nosuch[]" > "$TMP/q.out"
+    "neg:on:nosuch:x" "neg:.qgate.nosuch[]" "err $E100" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"hi"$' 1
-wait_count "$A" "user=carol" 7 10
-expect_lines "$A" "$LINE" 7
+expect_lines "$TMP/q.out" "^'$E100\$" 1
+wait_count "$A" "user=carol" 8 10
+expect_lines "$A" "$LINE" 8
 expect_lines "$A" "user=carol peer=127\\.0\\.0\\.1:[0-9]+ group=main worker=$W type=sync req_bytes=21 reply_bytes=[1-9][0-9]* queued_us=[0-9]+ run_us=[0-9]+ outcome=ok\$" 2
 expect_lines "$A" "worker=$W type=sync .* outcome=error error=\"two words\"\$" 1
+expect_lines "$A" "worker=$W type=sync .* outcome=error error=${E100:0:79}\$" 1 # (its first 79 bytes)
 expect_lines "$A" "worker= type=sync .* run_us=0 outcome=gwerror error=\"qgate: unknown command .qgate.nosuch\\[\\]\"\$" 1
 expect_lines "$A" "worker=$W type=async req_bytes=17 reply_bytes=0 .* outcome=ok\$" 1
 # an async message qgate refuses runs nowhere: gwerror, with the text a sync one would get; a
 # route to no group names none (it named the client's own)
 expect_lines "$A" "group= worker= type=async .* outcome=gwerror error=\"qgate: no group nosuch\"\$" 1
 expect_lines "$A" "worker= type=async .* outcome=gwerror error=\"qgate: unknown command .qgate.nosuch\\[\\]\"\$" 1
-pass "a line per request: ok, q error (its text), gateway error (its text), async, async refused (gwerror)"
+pass "a line per request: ok, q error (its text, its first 79 bytes), gateway error (its text), async, async refused (gwerror)"
 
 # --- nothing lost, in order: 200 requests of one client ----------------------------------------
 qs=()

@@ -177,12 +177,15 @@ pass "a compressed reply: a q error is counted and logged as one, another reply 
 conf "$TMP/zc.conf" "127.0.0.1:$WE_PORT" "access_log=$TMP/zc.alog" compress_max=2500
 start_gateway ZC -c "$TMP/zc.conf"
 wait_line "$TMP/ZC.log" "connected \\(capability" 10
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$ZC_PORT" --cap 1 "err $E" "all:main:err oops" "echo after" > "$TMP/q.out" 2>&1 || true
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$ZC_PORT" --cap 1 "err $E" "all:main:err oops" "echo after" "text 100000" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" "^'qgate: reply too large for capability 1 \\(3010 bytes, over compress_max\\)\$" 1
+# (one whose compressed size is over compress_max already is refused unread: the size said is
+# the compressed one, and says so; before, the same words as a decompressed size)
+expect_lines "$TMP/q.out" "^'qgate: reply too large for capability 1 \\(30858 bytes compressed, over compress_max\\)\$" 1
 expect_lines "$TMP/q.out" "^'oops\$" 1
 expect_lines "$TMP/q.out" '^"after"$' 1
-wait_count "$TMP/zc.alog" "outcome=" 3
-expect_lines "$TMP/zc.alog" "outcome=gwerror error=\"qgate: reply too large for capability 1 " 1
+wait_count "$TMP/zc.alog" "outcome=" 4
+expect_lines "$TMP/zc.alog" "outcome=gwerror error=\"qgate: reply too large for capability 1 " 2
 expect_lines "$TMP/zc.alog" "outcome=error error=oops" 1
 pass "a compressed q error too large for a capability 1 client: gwerror; a .qgate.all's q error to it: error"
 

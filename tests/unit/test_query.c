@@ -215,6 +215,24 @@ static void test_totals(void **state)
     assert_string_equal(grp->queries[17].text, "(`fg;..)");
     free(m);
     free(mc);
+    /* UTF-8 stays (before, each byte above 0x7f was '?'): a whole character kept, a byte that
+     * starts none '?', a character cut by the message's end '?', and one that does not fit in
+     * the text left out whole (never half of it) */
+    uint8_t u[160];
+    struct req ru;
+    req_of(&ru, u, sizeof u, "select from t where c=\"caf\xc3\xa9\" \xff");
+    query_begin_loop(grp->queries, 18, ru.msg, ru.len);
+    assert_string_equal(grp->queries[18].text, "select from t where c=\"caf\xc3\xa9\" ?");
+    req_of(&ru, u, sizeof u, "x\xe2\x82\xac");
+    query_begin_loop(grp->queries, 19, ru.msg, ru.len - 1); /* the euro sign cut by the end */
+    assert_string_equal(grp->queries[19].text, "x??");
+    char fill[QUERY_TEXT + 8];
+    memset(fill, 'a', QUERY_TEXT - 2); /* room for one more byte only */
+    strcpy(fill + QUERY_TEXT - 2, "\xe2\x82\xac");
+    req_of(&ru, u, sizeof u, fill);
+    query_begin_loop(grp->queries, 20, ru.msg, ru.len);
+    assert_int_equal(strlen(grp->queries[20].text), QUERY_TEXT - 2);
+    assert_int_equal(strspn(grp->queries[20].text, "a"), QUERY_TEXT - 2);
     group_free(grp);
 }
 
