@@ -132,6 +132,8 @@ struct gw {
                           * runs to end (control.c) */
     int reloading;       /* a reload job is out */
     int reload_again;    /* another was asked for meanwhile: the file may have changed again */
+    int reopen_on_reload; /* SIGHUP: the access log reopened once the reload is done (at its new path,
+                           * if it names another: the old one is not opened on the way) */
     uint32_t reload_req_id, reload_req_gen; /* ...by this client's request (0: by SIGHUP) */
     uint64_t reload_req_seq;
     struct timer drain_tm;

@@ -44,9 +44,12 @@ static void on_signal(struct gw *g, struct evsrc *s, uint32_t ev)
         if (si.ssi_signo == SIGHUP) {
             sdnotify_reloading(); /* READY=1 when it is done: reload_done_loop */
             log_info(NULL, "SIGHUP: reloading %s", g->config_path[0] ? g->config_path : "(no config file)");
-            access_reopen_loop(g);
-            if (reload_start_loop(g, NULL, 0))
+            g->reopen_on_reload = 1; /* (rotation: when the reload is done, at the path it names) */
+            if (reload_start_loop(g, NULL, 0)) {
                 log_error(NULL, "SIGHUP: out of memory starting the reload");
+                g->reopen_on_reload = 0;
+                access_reopen_loop(g);
+            }
         } else if (si.ssi_signo == SIGUSR1) {
             access_reopen_loop(g);
         } else if ((si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) && g->draining) {

@@ -218,8 +218,9 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
                     conn_keepalive_loop(g, w->remnant.fd, w->c.name);
         }
     }
-    if (reopen)
-        access_reopen_loop(g); /* a new file, or none */
+    if (reopen || g->reopen_on_reload)
+        access_reopen_loop(g); /* a new file, or none; or the same one again (SIGHUP: rotation) */
+    g->reopen_on_reload = 0;
     log_level = g->cfg.loglevel;
     report_reloaded_loop(g);
     g->loop.work_pending = 1;
@@ -244,6 +245,10 @@ void reload_done_loop(struct gw *g, struct job *j)
               "(restart to do that)";
     if (err) {
         log_error(NULL, "reload failed, keeping the running configuration: %s", err);
+        if (g->reopen_on_reload) { /* SIGHUP still rotates the access log */
+            g->reopen_on_reload = 0;
+            access_reopen_loop(g);
+        }
         reload_answer(g, j, err);
         sdnotify_printf("READY=1\nSTATUS=listening on %s:%d; reload failed: %s", g->cfg.bind, g->port, err);
         return;

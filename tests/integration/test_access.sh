@@ -103,16 +103,19 @@ grep -q "req_bytes=26 " "$A.3" && fail "after the rotation a line went to the ro
 sed -i "s|^access_log = .*|access_log = $A|" "$TMP/gw.conf"
 pass "a reload to a path that does not open keeps the file in use; a rotation after it makes a new file"
 
-# --- a reload that turns it off, then on at another path ----------------------------------------
+# --- a reload that turns it off, then on at another path; the path it leaves is not opened on the
+# way (SIGHUP reopened it first, then read the file: a spurious file, or error, at the old path) --
 sed -i "s|^access_log = .*|access_log = |" "$TMP/gw.conf"
+mv "$A" "$A.4"
 kill -HUP "$GW_PID"
 wait_line "$TMP/GW.log" "access log off" 10
+[ ! -e "$A" ] || fail "SIGHUP opened the path the reload leaves ($A) on the way off"
 sed -i "s|^access_log = .*|access_log = $TMP/other.log|" "$TMP/gw.conf"
 kill -HUP "$GW_PID"
 wait_line "$TMP/GW.log" "access log reopened: $TMP/other.log" 10
 timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo other" > /dev/null
 wait_line "$TMP/other.log" "req_bytes=24 .*outcome=ok" 10
-pass "a reload turns the access log off, and on at a new path"
+pass "a reload turns the access log off, and on at a new path, the old path not opened on the way"
 
 # --- lines still held are written at exit ---------------------------------------------------------
 timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo last" > /dev/null
