@@ -430,6 +430,7 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
             if (errno == ENXIO)
                 poll(NULL, 0, POLL_MS);
     int failed = r->path[0] && fd < 0, was_open = w->fd >= 0;
+    int had_path = w->fpath[0] != 0; /* (open, or given up on: "off" is news) */
     /* a FIFO with no reader, left for another path asked since: no error, and nothing of its
      * lines goes to the file before it (they are dropped, as a stuck target's are) */
     int given_up = failed && atomic_load(&w->move_seq) > r->seq;
@@ -474,7 +475,7 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
                   was_open ? (fd >= 0 ? path : "the file open before") : "");
     else if (!failed && late)
         log_info(NULL, "access log: %s open at last", r->path);
-    else if (!failed && r->announce && (r->path[0] || was_open))
+    else if (!failed && r->announce && (r->path[0] || was_open || had_path))
         log_info(NULL, "access log %s%s", r->path[0] ? "reopened: " : "off", r->path);
 }
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "alog.h"
+#include "log.h"
 
 static const struct alog_fields base = {
     .wall_us = 1764604800123456LL, /* 2025-12-01T16:00:00.123456Z */
@@ -487,6 +488,35 @@ static void test_writer_fifo_given_up_not_to_old_file(void **state)
     unlink(p0);
 }
 
+/* The log says "access log off" when a reload turns it off while an open is still waiting (a FIFO
+ * with no reader, given up): it said nothing, as if the log were still on (at 8653d2c). */
+static char offlog[4096];
+static size_t offlog_n;
+static void off_out(const char *line, size_t len)
+{
+    if (offlog_n + len < sizeof offlog) {
+        memcpy(offlog + offlog_n, line, len);
+        offlog_n += len;
+        offlog[offlog_n] = 0;
+    }
+}
+
+static void test_writer_off_while_opening(void **state)
+{
+    (void)state;
+    char *fifo = tmp_path("fifo6");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(log_start_manual(1 << 16, off_out), 0);
+    struct alog_writer *w = writer_on(fifo, 1 << 20, 50, 1); /* (its open waits for a reader) */
+    alog_writer_reopen(w, "", 1);
+    char err[1200];
+    assert_int_equal(alog_writer_opened(w, 10000, err, sizeof err), 0);
+    alog_writer_stop(w, 10000, NULL);
+    assert_int_equal(log_stop(10000), 0);
+    assert_non_null(strstr(offlog, "access log off"));
+    unlink(fifo);
+}
+
 /* A file that ends in part of a line when it is opened (a full disk cut it, then the log moved
  * away before its newline could be written, and back): the first line starts with a newline, so
  * it is not glued to that fragment (it was at d861a51). */
@@ -529,6 +559,7 @@ int main(void)
         cmocka_unit_test(test_writer_moves_off_stuck_fifo),
         cmocka_unit_test(test_writer_moves_off_stuck_open),
         cmocka_unit_test(test_writer_fifo_given_up_not_to_old_file),
+        cmocka_unit_test(test_writer_off_while_opening),
         cmocka_unit_test(test_writer_ends_a_fragment_it_finds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
