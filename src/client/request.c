@@ -734,7 +734,7 @@ static void nested_flush(struct gw *g, struct client *c)
  * that comes on the handle it waits on: a gateway command runs here; a route, or a request while
  * the callbacks owed are a .qgate.all's, cannot run (their workers wait on c), and gets an error
  * at once instead of waiting for ever behind the request that called back. */
-static void start_nested(struct gw *g, struct client *c, struct req *r)
+static void nest(struct gw *g, struct client *c, struct req *r) /* (on the nested list, in order) */
 {
     const struct req *h = client_head(c);
     r->nested = 1;
@@ -742,6 +742,10 @@ static void start_nested(struct gw *g, struct client *c, struct req *r)
     g->nested++;
     if (g->hooks.nested)
         g->hooks.nested(g->hooks.ctx, c->c.id, c->c.gen, r->seq, h ? h->seq : r->seq, 1);
+}
+
+static void answer_nested(struct gw *g, struct client *c, struct req *r)
+{
     int cmd = command_of(r);
     log_debug(c->c.name, "request %llu nested: %s", (unsigned long long)r->seq,
               cmd > 0 ? "a gateway command, run now" : "answered now with an error");
@@ -759,6 +763,16 @@ static void start_nested(struct gw *g, struct client *c, struct req *r)
     else /* (its worker waits on no callback now: timed out, say) */
         request_error_loop(g, c, r, "qgate: a request cannot run inside this callback now; send it after the "
                                     "callback's answer");
+}
+
+static void start_nested(struct gw *g, struct client *c, struct req *r)
+{
+    nest(g, c, r);
+    if (r->unchecked) /* its body validated on a reader first: a malformed one is a bad message, as
+                       * anywhere; its place among the nested kept meanwhile */
+        to_reader(g, c, r, job_validate_msg, JK_CHECK, RS_CHECKING);
+    else
+        answer_nested(g, c, r);
 }
 
 /* A whole message of h->len bytes (msg, owned): a request, or an answer to a callback. */
@@ -833,7 +847,8 @@ void request_nested_local_loop(struct gw *g, struct client *c, uint8_t *msg, siz
     } else if (cmd ? inside_callback(g, c) : h.type == KIPC_SYNC) { /* a command runs now, a route is
                                                                       * told at once it cannot */
         r->route = !cmd;
-        start_nested(g, c, r);
+        nest(g, c, r); /* (read on a reader already) */
+        answer_nested(g, c, r);
     } else {
         request_advance_loop(g, c);
     }
@@ -964,12 +979,12 @@ void request_session_lost_loop(struct gw *g, struct client *c, int cut, const ch
 void request_checked_loop(struct gw *g, struct job *j)
 {
     struct client *c = client_of_job_loop(g, j);
-    struct req *r = c ? client_head(c) : NULL;
-    if (!r || r->seq != j->seq || r->state != RS_CHECKING)
+    struct req *r = c ? request_of_seq_loop(c, j->seq) : NULL; /* the head, or one nested */
+    if (!r || r->state != RS_CHECKING)
         return;
     if (!j->result && j->out && !gw_hold_room(g, j->out_len)) { /* inflated past hold_max */
         conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
-                          "hold_max reached (%zu bytes held whole): a compressed route of %zu bytes inflated refused",
+                          "hold_max reached (%zu bytes held whole): a compressed message of %zu bytes inflated refused",
                           buf_held_bytes, j->out_len);
         request_error_loop(g, c, r, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
         return;
@@ -991,20 +1006,25 @@ void request_checked_loop(struct gw *g, struct job *j)
         c->pending += req_cost(r);
         r->unchecked = 0;
         request_set_state_loop(g, c, r, RS_WAITING);
-        request_advance_loop(g, c);
+        if (r->nested) /* sent from inside a callback: answered now, in its place among them */
+            answer_nested(g, c, r);
+        else
+            request_advance_loop(g, c);
         return;
     }
     /* its body failed: it is answered 'qgate: badmsg in its place, what came after dropped */
-    request_drop_after_loop(g, c, client_head(c));
+    request_drop_after_loop(g, c, r);
     stop_for_bad_message(g, c, j->text);
     if (client_output_gone(c)) { /* (a client that shut its side is told) */
-        request_remove_loop(g, c, client_head(c), 1);
+        request_remove_loop(g, c, r, 1);
         request_finish_if_gone_loop(g, c);
         return;
     }
     r->type = KIPC_SYNC;
     r->close_after = 1;
     r->unchecked = 0;
+    /* (nested: at once, as the answer its client waits for inside the callback; the close comes
+     * once the request that called back is answered too) */
     request_error_loop(g, c, r, "qgate: badmsg %s", j->text);
 }
 

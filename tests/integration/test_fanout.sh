@@ -73,6 +73,26 @@ timeout 60 "$BIN/qsend" -g "$G" --timeout 30000 --nest ".qgate.ping[]||echo inne
 } | cmp -s - "$TMP/n.out" || fail "$(cat "$TMP/n.out")"
 expect_file_has "$TMP/G.log" "its callback waits: .* answers another part's first"
 pass "calls to the gateway from inside a .qgate.all's callbacks answered at once; each callback's answer to the worker that asked"
+# ... and what only a reader can check from inside them is checked before it is answered: a
+# compressed gateway command runs (q compresses only messages over 2000 bytes: a bad command);
+# a malformed message over 16 KiB is a bad message, 'qgate: badmsg at once (the client waits
+# for it inside the callback), then the close, as anywhere (before: "cannot run inside a
+# .qgate.all's callback" for both, and the connection kept)
+A3K=$(printf 'a%.0s' $(seq 1 3000))
+timeout 60 "$BIN/qsend" -g "$G" --timeout 30000 --compress --nest ".qgate.ping[] / $A3K" "all-list:main:callback cb %p" \
+    > "$TMP/n.out" 2> /dev/null || true
+[ "$(grep -c "^nested: 'qgate: bad command: a command is .qgate.name\[\] or (\`.qgate.name; arg), under 1024 bytes\$" "$TMP/n.out")" = 4 ] ||
+    fail "a compressed command inside a .qgate.all's callback: $(cut -c1-120 "$TMP/n.out")"
+python3 -c "import struct, sys; b = b'\x0a\x00' + struct.pack('<i', 30000) + b'a' * 20000
+sys.stdout.buffer.write(b'\x01\x01\x00\x00' + struct.pack('<i', 8 + len(b)) + b)" > "$TMP/bad20k.bin" # (count past its end)
+timeout 60 "$BIN/qsend" -g "$G" --timeout 30000 --nest "bytes:$TMP/bad20k.bin" "all-list:main:callback cb %p" "echo after" \
+    > "$TMP/n.out" 2>&1 || true
+printf '%s\n' "nested: 'qgate: badmsg count past end of message at byte 10" \
+    "'qgate: no answer comes: the client of this request has gone, or sent a bad message" "'close" | cmp -s - "$TMP/n.out" ||
+    fail "a malformed message inside a .qgate.all's callback: $(cut -c1-120 "$TMP/n.out")"
+q "echo still"
+expect_lines "$TMP/q.out" '^"still"$' 1
+pass "inside a .qgate.all's callback, what a reader checks is checked first: a compressed command runs; a malformed message over 16 KiB: 'qgate: badmsg at once, then the close"
 
 # ... and when the worker whose callback the client is in is lost meanwhile: the client still owes
 # that answer (its .z.pg runs on), so the other part's callback waits for it, and what the client

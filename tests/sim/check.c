@@ -144,11 +144,12 @@ static void check_client(struct conn *x)
              x->name);
     S->res->paused_held += h && (held_p || queued) && h->grp->paused;
     int here = 0, listed = 0; /* answered nested by the gateway: run now (LOCAL), or answered and
-                               * waiting for an older one (READY); on the nested list, in order */
+                               * waiting for an older one (READY), or its body still being
+                               * validated on a reader (CHECKING); on the nested list, in order */
     const struct req *r;
     for (r = h; r; r = TAILQ_NEXT(r, link)) {
         here += r->nested;
-        if (r->nested && r->state != RS_LOCAL && r->state != RS_READY)
+        if (r->nested && r->state != RS_LOCAL && r->state != RS_READY && !(r->state == RS_CHECKING && r->unchecked))
             fail("%s: its request %llu, answered nested by the gateway, is %s", x->name, (unsigned long long)r->seq,
                  request_state_name(r->state));
     }
