@@ -177,8 +177,9 @@ static void reload_groups(struct gw *g, const struct config *nc)
         struct group *grp = dispatch_group_find_loop(g, nc->groups[i].name);
         if (grp)
             reload_group(g, grp, &nc->groups[i]);
-        else if (!reload_add_group_loop(g, &nc->groups[i]))
-            log_error(NULL, "reload: too many groups, %s not added", nc->groups[i].name);
+        else if (!reload_add_group_loop(g, &nc->groups[i])) /* (out of memory: the bound is checked
+                                                              * before, in reload_done_loop) */
+            log_error(NULL, "reload: group %s not added (out of memory)", nc->groups[i].name);
     }
     for (int i = 0; i < g->ngroups; i++) {
         int kept = 0;
@@ -238,11 +239,22 @@ void reload_done_loop(struct gw *g, struct job *j)
             log_error(NULL, "reload: out of memory starting the next one");
     }
     const char *err = NULL;
-    if (!r->cfg)
+    char many[200];
+    int fresh = 0; /* its groups the gateway has not: added, beside those it keeps till a restart */
+    for (int i = 0; r->cfg && i < r->cfg->ngroups; i++)
+        fresh += !dispatch_group_find_loop(g, r->cfg->groups[i].name);
+    if (!r->cfg) {
         err = r->err;
-    else if (g->auth && !r->cfg->users_file[0])
+    } else if (g->auth && !r->cfg->users_file[0]) {
         err = "the new configuration has no users_file: a reload does not turn authentication off "
               "(restart to do that)";
+    } else if (g->ngroups + fresh > CFG_MAX_GROUPS) { /* (refused whole, as at a start: not in part) */
+        snprintf(many, sizeof many,
+                 "too many groups: %d new beside the %d the gateway has (those no longer configured stay until "
+                 "a restart), at most %d",
+                 fresh, g->ngroups, CFG_MAX_GROUPS);
+        err = many;
+    }
     if (err) {
         log_error(NULL, "reload failed, keeping the running configuration: %s", err);
         if (g->reopen_on_reload) { /* SIGHUP still rotates the access log */

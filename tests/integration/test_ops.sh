@@ -123,6 +123,27 @@ pass "a worker removed while busy and put back before its request ended: kept, o
 kill "$RB_PID"
 G="127.0.0.1:$GW_PORT"
 
+# --- a reload whose groups, with those the gateway keeps until a restart (no longer in the file),
+# are over the bound of 16 is refused whole, as at a start (before: the new group skipped, the
+# rest of the file applied, and "reload: done") -------------------------------------------------
+groups() { printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = %s\n' "$1"; shift
+           for n in "$@"; do printf '[group %s]\nworkers = 127.0.0.1:%s\n' "$n" "$W1_PORT"; done; }
+groups 0 main $(seq -f 'g%.0f' 1 15) > "$TMP/mg.conf"
+start_gateway MG -c "$TMP/mg.conf"
+groups 9000 main $(seq -f 'g%.0f' 1 14) renamed > "$TMP/mg.conf" # (g15 stays until a restart: 17)
+"$BIN/qgate" --check -c "$TMP/mg.conf" > /dev/null # (the file alone is good)
+kill -HUP "$MG_PID"
+wait_line "$TMP/MG.log" "reload failed, keeping the running configuration: too many groups: 1 new beside the 16 the gateway has" 10
+expect_lines "$TMP/MG.log" "reload: done" 0
+"$BIN/qsend" -g "127.0.0.1:$MG_PORT" ".qgate.pools[]" > "$TMP/mg.out"
+expect_lines "$TMP/mg.out" "^table\\[16\\] " 1
+expect_lines "$TMP/MG.log" "reload: query_timeout" 0 # (nothing of the file taken)
+groups 9000 main $(seq -f 'g%.0f' 1 14) g15 > "$TMP/mg.conf"
+kill -HUP "$MG_PID"
+wait_line "$TMP/MG.log" "reload: done" 10
+pass "a reload over 16 groups, counting those kept until a restart, is refused whole; one within them is done"
+kill "$MG_PID"
+
 # --- SIGTERM: stop accepting, finish in-flight work, exit 0 --------------------------------
 "$BIN/qsend" -g "$G" "sleep 1000" > "$TMP/t1.out" & p1=$!
 wait_any "sleep 1000 ms" 5 "$TMP/W1.log" "$TMP/W3.log"
