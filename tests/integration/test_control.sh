@@ -247,6 +247,32 @@ expect_lines "$A" "user=bob .* type=async .* outcome=gwerror error=\"qgate: bad 
 grep -q "qgate\\." "$TMP/W1.log" "$TMP/W2.log" && fail "a command went to a worker: $(grep -h "qgate\\." "$TMP/W1.log" "$TMP/W2.log" | head -3)"
 pass "a gateway command sent async runs without a reply (pause, resume); refused and bad ones are logged; none reaches a worker"
 
+# --- a disabled q stays out of rotation when a reload adds a connection to it: in another group,
+# or another for pipeline (before: enabled there, given requests) ------------------------------
+cat > "$TMP/dg.conf" <<CONF
+[gateway]
+bind = 127.0.0.1
+users_file = $TMP/users
+[group main]
+workers = $W1A, $W2A
+CONF
+start_gateway DG -c "$TMP/dg.conf"
+wait_count "$TMP/DG.log" "connected \\(capability 3\\)" 2 10
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.disable[\`$W2A]" > "$TMP/a.out"
+expect_lines "$TMP/a.out" '^1b$' 1
+printf '[group rep]\nworkers = %s\n[group two]\nworkers = %s\npipeline = 2\n' "$W2A" "$W2A" >> "$TMP/dg.conf"
+kill -HUP "$DG_PID"
+wait_line "$TMP/DG.log" "reload: done" 10
+wait_count "$TMP/DG.log" "connected \\(capability 3\\)" 5 10
+expect_lines "$TMP/DG.log" "w $W2A(#1)?: group (rep|two): disabled, as the other connections to this q are" 3
+dg_stats() { timeout 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.stats[]" > "$TMP/dg.out"; }
+all_disabled() { dg_stats; grep -qE "^table\\[4\\] .* \\| \`main\`main\`rep\`two \\| \`idle\`disabled\`disabled\`disabled \\|" "$TMP/dg.out"; }
+wait_for 10 "every connection to W2 disabled" all_disabled
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.pools[]" > "$TMP/dg.out"
+expect_lines "$TMP/dg.out" "^table\\[3\\] " 1
+kill "$DG_PID"
+pass "a reload adding a disabled q to another group, or another connection to it (pipeline): disabled there too"
+
 # --- .qgate.shutdown[]: as SIGTERM, 1b first; the running request finishes; exit 0 -------------
 G="127.0.0.1:$GW_PORT"
 "$BIN/qsend" -g "$G" -u bob:pw "hold z1" > "$TMP/z1.out" & zp=$!
