@@ -35,7 +35,8 @@ static void usage(void)
             "  --nest TEXT (once per depth): from inside a sync request it is sent (a callback at depth\n"
             "  d: the d-th --nest), before it answers, it sends TEXT (\"A||B\": each; \"neg:\" async) on\n"
             "  the same handle, as q's .z.pg would, and prints each sync one's reply as \"nested: REPLY\";\n"
-            "  an item \"wait:PATH\" sends nothing but waits until PATH exists (a test's go, 30 s at most).\n"
+            "  an item \"wait:PATH\" sends nothing but waits until PATH exists (a test's go, 30 s at most);\n"
+            "  one among the TEXTs does the same between two messages (not with --pipeline).\n"
             "  --compress sends each TEXT (and --call's message) compressed as q compresses for a remote\n"
             "  peer, when q would (over 2000 bytes, and under half as long compressed), saying so on\n"
             "  stderr: \"sent: N bytes compressed (M plain)\".\n"
@@ -199,6 +200,14 @@ static int print_reply(struct qconn *c, int timeout);
 static uint8_t *text_msg(const char *text, int type, size_t *len);
 static int send_msg(struct qconn *c, const uint8_t *m, size_t len);
 
+/* "wait:PATH": a test's go, until the file is there (at most 30 s); what was printed goes out first */
+static void wait_path(const char *path)
+{
+    fflush(stdout);
+    for (int i = 0; i < 3000 && access(path, F_OK); i++)
+        poll(NULL, 0, 10);
+}
+
 static void send_nested(struct qconn *c)
 {
     char *items = strdup(nests[depth]); /* (cut at "||" in place) */
@@ -210,9 +219,8 @@ static void send_nested(struct qconn *c)
             *next = 0;
             next += 2;
         }
-        if (!strncmp(t, "wait:", 5)) { /* a test's go: until the file is there (at most 30 s) */
-            for (int i = 0; i < 3000 && access(t + 5, F_OK); i++)
-                poll(NULL, 0, 10);
+        if (!strncmp(t, "wait:", 5)) {
+            wait_path(t + 5);
             continue;
         }
         int as = !strncmp(t, "neg:", 4);
@@ -433,6 +441,10 @@ int main(int argc, char **argv)
     for (int pass = 0; pass < (pipeline ? 2 : 1); pass++) {
         for (int i = first; i < argc; i++) {
             const char *text = argv[i];
+            if (!pipeline && !strncmp(text, "wait:", 5)) { /* (between messages, on one connection) */
+                wait_path(text + 5);
+                continue;
+            }
             int as = async || !strncmp(text, "neg:", 4);
             if (!strncmp(text, "neg:", 4))
                 text += 4;

@@ -348,6 +348,28 @@ void client_users_reloaded_loop(struct gw *g)
     }
 }
 
+void client_groups_reloaded_loop(struct gw *g)
+{
+    for (uint32_t id = 0; id < g->tab_cap; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != CONN_CLIENT || x->closing)
+            continue;
+        struct client *c = client_of(x);
+        if (!c->grp) /* (still in its handshake: routed when it ends, by the file in force then) */
+            continue;
+        struct group *to = dispatch_route_loop(g, c->us ? c->us->name : c->user);
+        if (to == c->grp)
+            continue;
+        if (c->sess) { /* its session's state is on its worker: it stays there until it ends */
+            log_warn(c->c.name, "reload: user %s's session stays on group %s until it ends (the file now sends it to %s)",
+                     c->us ? c->us->name : c->user, c->grp->cfg.name, to->cfg.name);
+            continue;
+        }
+        log_info(c->c.name, "reload: group %s from now on (was %s)", to->cfg.name, c->grp->cfg.name);
+        c->grp = to; /* what it sent before runs where it was sent */
+    }
+}
+
 /* ---- reading, and leaving ------------------------------------------------------------------- */
 
 /* Its output goes nowhere now: the socket goes, and what was for it is drained. */

@@ -238,6 +238,10 @@ void client_pause_all_loop(struct gw *g);
 void client_drain_close_loop(struct gw *g, int all);
 /* The users file changed (a reload): connected users get its admin flags and limits. */
 void client_users_reloaded_loop(struct gw *g);
+/* After a reload's groups: each connected client goes, for what it sends from now on, to the group
+ * the file sends its user to (a group's users changed, or a group added); a session stays on its
+ * worker until it ends. What it sent before runs where it was sent. */
+void client_groups_reloaded_loop(struct gw *g);
 void client_users_free(struct gw *g);
 
 /* Bodies up to this size are validated on the loop as they arrive: walking them costs no more

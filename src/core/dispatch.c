@@ -48,12 +48,14 @@ static int in_list(const char *list, const char *user)
 
 struct group *dispatch_route_loop(struct gw *g, const char *user)
 {
-    for (int i = 0; i < g->ngroups; i++)
-        if (g->groups[i].cfg.users[0] && in_list(g->groups[i].cfg.users, user))
-            return &g->groups[i];
-    for (int i = 0; i < g->ngroups; i++)
-        if (!g->groups[i].cfg.users[0])
-            return &g->groups[i];
+    for (int stale = 0; stale < 2; stale++) { /* the file's groups first, then those kept from before */
+        for (int i = 0; i < g->ngroups; i++)
+            if (g->groups[i].stale == stale && g->groups[i].cfg.users[0] && in_list(g->groups[i].cfg.users, user))
+                return &g->groups[i];
+        for (int i = 0; i < g->ngroups; i++)
+            if (g->groups[i].stale == stale && !g->groups[i].cfg.users[0])
+                return &g->groups[i];
+    }
     return &g->groups[0];
 }
 
@@ -61,8 +63,8 @@ int dispatch_admits_loop(const struct gw *g, const struct group *grp, const char
 {
     if (grp->cfg.users[0])
         return in_list(grp->cfg.users, user);
-    for (int i = 0; i < g->ngroups; i++)
-        if (g->groups[i].cfg.users[0] && in_list(g->groups[i].cfg.users, user))
+    for (int i = 0; i < g->ngroups; i++) /* (one the file no longer has lists no one) */
+        if (!g->groups[i].stale && g->groups[i].cfg.users[0] && in_list(g->groups[i].cfg.users, user))
             return 0;
     return 1;
 }

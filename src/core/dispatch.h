@@ -56,6 +56,8 @@ struct group {
     int nup;             /* workers up (IDLE, BUSY or PINNED) */
     uint8_t unavailable; /* none up and the last attempt to connect one failed */
     uint8_t paused;      /* .qgate.pause[] (control.c): runs what its workers owe, starts nothing new */
+    uint8_t stale;       /* no longer in the file (reload): it stays until a restart, reached by name
+                          * (.qgate.on), but users are sent to the groups the file has */
     uint64_t pipelined;  /* requests sent to a busy worker, on another connection (pipeline.c) */
     struct log_limit dropped_log; /* async messages from its workers that belong to nobody */
     struct qslot *queries; /* QUERY_SLOTS: what it learned of each query it ran (query.c) */
@@ -142,10 +144,12 @@ struct backend_ops {
 /* The groups (g->groups), set up by the gateway. */
 struct group *dispatch_group_add_loop(struct gw *g, const struct group_cfg *gc);
 struct group *dispatch_group_find_loop(struct gw *g, const char *name);
-/* The group a user is routed to: the first listing it in users, else the first listing none. */
+/* The group a user is routed to: the first listing it in users, else the first listing none; the
+ * groups the file has first, then those a reload left (stale). */
 struct group *dispatch_route_loop(struct gw *g, const char *user);
 /* May user route requests to grp (.qgate.on)? A group with a users list admits those users;
- * one without admits the users no group lists (users limited by a list keep to theirs). */
+ * one without admits the users no group the file has lists (users limited by a list keep to
+ * theirs). */
 int dispatch_admits_loop(const struct gw *g, const struct group *grp, const char *user);
 /* Are max_queue clients waiting already, with no worker idle? (Then a sync request is refused;
  * an async message cannot be answered: it always waits its turn.) */

@@ -185,8 +185,10 @@ static void reload_groups(struct gw *g, const struct config *nc)
         int kept = 0;
         for (int k = 0; k < nc->ngroups; k++)
             kept |= !strcmp(nc->groups[k].name, g->groups[i].cfg.name);
-        if (!kept)
-            log_warn(NULL, "reload: group %s is no longer configured; it stays until restart", g->groups[i].cfg.name);
+        if (!kept && !g->groups[i].stale)
+            log_warn(NULL, "reload: group %s is no longer configured; it stays until restart (reached by name; users "
+                     "go to the groups the file has)", g->groups[i].cfg.name);
+        g->groups[i].stale = (uint8_t)!kept;
     }
 }
 
@@ -200,6 +202,7 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     g->auth = auth;
     client_users_reloaded_loop(g); /* admin flags and limits as the file says now */
     reload_groups(g, nc);
+    client_groups_reloaded_loop(g); /* connected users to their groups as the file says now */
     /* live keys (CFG_LIVE): limits, timeouts, budgets, compression, log level; the others kept */
     int reopen = strcmp(g->cfg.access_log, nc->access_log) != 0;
     int retune = g->cfg.keepalive_idle != nc->keepalive_idle || g->cfg.keepalive_interval != nc->keepalive_interval ||

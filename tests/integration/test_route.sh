@@ -142,3 +142,36 @@ q "bytes:$TMP/exploit-big.bin"
 expect_lines "$TMP/q.out" "$BAD_ALL" 1
 pair_intact
 pass "compressed routes of 20 KB (sync, async, .qgate.all) routed; the exploit of 20 KB, compressed or not: 'qgate: bad route"
+
+# --- a reload moves connected users as the file says: what bob sends after it goes to the group
+# the file sends him to now (taken off priv: main; then priv renamed vault: vault), what he sent
+# before ran where it was sent; a group the file no longer has is not where users go (before:
+# bob's plain requests went on to priv's worker after the reload took him off it, and a renamed
+# group's users to the old one) ---------------------------------------------------------------
+rm -f "$TMP/go1" "$TMP/go2"
+timeout 60 "$BIN/qsend" -g "$G" -u bob:x "echo b-before" "wait:$TMP/go1" "echo b-between" "wait:$TMP/go2" \
+    "echo b-after" "on:priv:echo b-stale" > "$TMP/b.out" 2>&1 & bp=$!
+wait_line "$TMP/W3.log" "echo b-before" 10
+sed -i 's/^users = bob$/users = carol/' "$TMP/gw.conf"
+kill -HUP "$G_PID"
+wait_count "$TMP/G.log" "reload: done" 1 10
+expect_file_has "$TMP/G.log" "reload: group main from now on \\(was priv\\)"
+touch "$TMP/go1"
+wait_line "$TMP/W1.log" "echo b-between" 10
+sed -i 's/^\[group priv\]$/[group vault]/; s/^users = carol$/users = bob/' "$TMP/gw.conf"
+kill -HUP "$G_PID"
+wait_count "$TMP/G.log" "reload: done" 2 10
+expect_file_has "$TMP/G.log" "reload: group priv is no longer configured"
+touch "$TMP/go2"
+wait "$bp"
+expect_lines "$TMP/b.out" '^"b-(before|between|after)"$' 3
+expect_lines "$TMP/b.out" "^'qgate: access: group priv does not admit user 'bob'\$" 1 # (it kept carol)
+grep -q "echo b-after" "$TMP/W3.log" || fail "bob's request after the rename did not run on vault's worker"
+grep -c "echo b-" "$TMP/W3.log" | grep -qx 2 || fail "W3: $(grep "echo b-" "$TMP/W3.log")"
+timeout 10 "$BIN/qsend" -g "$G" -u carol:x "on:priv:echo c-stale" > "$TMP/c.out" 2>&1 # (reached by name)
+expect_lines "$TMP/c.out" '^"c-stale"$' 1
+timeout 10 "$BIN/qsend" -g "$G" -u bob:x "echo b-new" > /dev/null # (a new connection: vault, not priv)
+grep -q "echo b-new" "$TMP/W3.log" || fail "bob's new connection not on vault's worker"
+timeout 10 "$BIN/qsend" -g "$G" -u alice:x "echo a-new" > /dev/null
+grep -q "echo a-new" "$TMP/W1.log" || fail "alice no longer on main"
+pass "a reload moves connected users to the groups the file sends them to now (a session excepted); a group no longer in the file gets no one by default"
