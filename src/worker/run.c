@@ -147,12 +147,30 @@ void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
 
 /* ---- the query timer ------------------------------------------------------------------------- */
 
+static const struct worker *lead_of(const struct worker *w);
+
+/* When the q behind w last sent a byte, on any of the group's connections to it (pipeline): a
+ * request sent to a busy q waits behind what it runs on another connection, and its clock runs
+ * from that q's silence, not from its own send (it ran out while its q answered the others). */
+static int64_t q_heard_ms(const struct worker *w)
+{
+    int64_t t = w->c.last_read_ms;
+    const struct worker *x = w->slot ? lead_of(w) : w;
+    while (x) { /* the lead, then its connections after it (slot 1, 2, ...) */
+        t = QG_MAX(t, x->c.last_read_ms);
+        x = TAILQ_NEXT(x, glink);
+        if (x && (!x->slot || strcmp(x->addr, w->addr)))
+            break;
+    }
+    return t;
+}
+
 static void on_query_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
     if (g->cfg.query_timeout <= 0) /* (a reload lifts it: run_timeouts_reloaded_loop) */
         return;
-    int64_t due = QG_MAX(w->tm_armed_ms, c->last_read_ms) + g->cfg.query_timeout; /* a byte came since */
+    int64_t due = QG_MAX(w->tm_armed_ms, q_heard_ms(w)) + g->cfg.query_timeout; /* a byte came since */
     if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for its
                                      * client (run_header_loop), and nothing after is read meanwhile */
         due = g->loop.now_ms + g->cfg.query_timeout;

@@ -248,3 +248,20 @@ q ".qgate.stats[]" "echo after"
 expect_lines "$TMP/q.out" '^table\[1\] ' 1 # one row per worker, whatever its connections
 expect_lines "$TMP/q.out" '^"after"$' 1
 pass "a reload from pipeline 2 to 4 opens each worker's 3rd and 4th connection; to 1 closes all but its first; .qgate.stats[] keeps a row per worker"
+
+# --- query_timeout on a busy worker's other connection counts from when that q last sent a byte,
+# not from the send: three 1.2 s queries behind each other on one worker's three connections,
+# query_timeout 2 s, all answered (before: the 2nd and 3rd timed out at 2 s, 1.2 s of it spent
+# waiting behind the others, and their connections dropped) ------------------------------------
+start_worker W4 --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 2000\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 3\npipeline_wait = 0\n' \
+    "$W4_PORT" > "$TMP/qt.conf"
+start_gateway QT -c "$TMP/qt.conf"
+wait_count "$TMP/QT.log" "connected \(capability" 3
+qs=()
+for i in 1 2 3; do "$BIN/qsend" -g "127.0.0.1:$QT_PORT" "sleep 1200" > "$TMP/qt$i.out" 2>&1 & qs+=($!); done
+wait "${qs[@]}"
+cat "$TMP/qt1.out" "$TMP/qt2.out" "$TMP/qt3.out" > "$TMP/qt.out"
+expect_lines "$TMP/qt.out" '^1200$' 3
+expect_lines "$TMP/QT.log" "no reply byte" 0
+pass "pipeline: query_timeout on a busy worker's other connection runs from that q's last byte, not from the send"
