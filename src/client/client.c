@@ -348,6 +348,20 @@ void client_users_reloaded_loop(struct gw *g)
     }
 }
 
+void client_exit_answers_loop(struct gw *g, const char *why)
+{
+    int n = 0;
+    for (uint32_t id = 0; id < g->tab_cap; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != CONN_CLIENT || x->closing)
+            continue;
+        n += client_head(client_of(x)) != NULL;
+        request_exit_answers_loop(g, client_of(x), why);
+    }
+    if (n)
+        log_warn(NULL, "exiting (%s): %d clients told 'qgate: exiting for the requests they still had", why, n);
+}
+
 void client_groups_reloaded_loop(struct gw *g)
 {
     for (uint32_t id = 0; id < g->tab_cap; id++) {

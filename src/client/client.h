@@ -242,6 +242,9 @@ void client_users_reloaded_loop(struct gw *g);
  * the file sends its user to (a group's users changed, or a group added); a session stays on its
  * worker until it ends. What it sent before runs where it was sent. */
 void client_groups_reloaded_loop(struct gw *g);
+/* The gateway exits now (why): every client is answered what it still can be
+ * (request_exit_answers_loop), then closed. */
+void client_exit_answers_loop(struct gw *g, const char *why);
 void client_users_free(struct gw *g);
 
 /* Bodies up to this size are validated on the loop as they arrive: walking them costs no more
@@ -310,6 +313,12 @@ void request_check_pending_loop(struct gw *g, struct client *c);
 /* Refuse a client that has done its handshake: nothing more is read, the q error text is the
  * answer to the request of len bytes it just sent (not taken), then the close. */
 void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len);
+/* The gateway exits with c's requests unanswered (drain_timeout ran out, or a second SIGTERM:
+ * why): the replies made go, then each sync request without one is answered 'qgate: exiting
+ * (why): ... (it was not run, or no reply came from the worker running it), in order, as far as
+ * c's output is not in the middle of a message; what the kernel takes at once is written, and c
+ * is closed. */
+void request_exit_answers_loop(struct gw *g, struct client *c, const char *why);
 /* Take request x out of the FIFO and free it, its end counted (and logged: access.c): it ran
  * or was answered (answered), or never will be. */
 void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered);

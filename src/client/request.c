@@ -923,6 +923,56 @@ void request_bad_message_loop(struct gw *g, struct client *c, const char *why)
     close_with_error(g, c, text, 0);
 }
 
+/* One request's answer at exit: its reply made, or the error for what has none. 0, or -1 when
+ * nothing more may go (the output in the middle of a message, or memory gone). */
+static int exit_answer(struct gw *g, struct client *c, struct req *r, const char *why)
+{
+    if (c->c.streaming) /* (a reply or publish half written: nothing can go after it) */
+        return -1;
+    if (r->state == RS_READY) {
+        if (r->type == KIPC_SYNC && r->reply) {
+            conn_push_whole_loop(g, &c->c, r->reply);
+            r->reply = NULL;
+        }
+        return 0;
+    }
+    if (r->type != KIPC_SYNC)
+        return 0;
+    char text[200];
+    if (r->state == RS_RUNNING) /* (sent to a worker: it may have run) */
+        snprintf(text, sizeof text, "qgate: exiting (%s): no reply came from the worker running it", why);
+    else
+        snprintf(text, sizeof text, "qgate: exiting (%s): it was not run", why);
+    free(r->etext);
+    r->etext = strdup(text);
+    r->outcome = ALOG_GWERROR;
+    size_t len;
+    uint8_t *m = kcodec_error_msg(text, &len);
+    struct chunk *ch = m ? chunk_wrap(m, len) : NULL;
+    if (!ch) {
+        free(m);
+        return -1;
+    }
+    conn_push_whole_loop(g, &c->c, ch);
+    return 0;
+}
+
+void request_exit_answers_loop(struct gw *g, struct client *c, const char *why)
+{
+    if (c->c.fd < 0 || c->c.closing || (c->st != CS_READY && c->st != CS_FLUSHING && c->st != CS_GONE))
+        return;
+    struct req *r;
+    int stop = 0;
+    TAILQ_FOREACH(r, &c->nested, nlink) /* what it sent from inside a callback goes first */
+        if (!stop)
+            stop = exit_answer(g, c, r, why);
+    TAILQ_FOREACH(r, &c->reqs, link)
+        if (!stop && !r->nested)
+            stop = exit_answer(g, c, r, why);
+    stream_flush_loop(g, &c->c); /* what the kernel takes now: nothing runs after this */
+    conn_close_loop(g, &c->c, "the gateway is exiting");
+}
+
 void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len)
 {
     stop_reading(g, c);

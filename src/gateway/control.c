@@ -215,6 +215,7 @@ static void on_drain_timeout(struct gw *g, struct timer *t)
 {
     (void)t;
     log_warn(NULL, "drain_timeout reached with work in flight: exiting");
+    client_exit_answers_loop(g, "drain_timeout reached");
     g->loop.stop = 1;
 }
 

@@ -163,14 +163,21 @@ start_gateway D -c "$TMP/d.conf"
 G="127.0.0.1:$D_PORT"
 "$BIN/qsend" -g "$G" "hold t3" > "$TMP/t3.out" & p3=$!
 wait_line "$TMP/W2.log" "hold t3" 5
+"$BIN/qsend" -g "$G" "echo t3q" > "$TMP/t3q.out" & p3q=$!
+pools_has_queued() { timeout 5 "$BIN/qsend" -g "$1" ".qgate.pools[]" | grep -qE "\\| ,\`main \\| ,0b \\| ,1 \\|"; }
+wait_for 10 "the second request queued" pools_has_queued "$G"
 kill -TERM "$D_PID"
 wait_exit "$D_PID" 10
 [ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS after drain_timeout"
-wait "$p3" || true
-expect_lines "$TMP/t3.out" "^'close\$" 1
+wait "$p3" "$p3q" || true
+# each told what became of its request (before: the close alone, nothing telling "never ran"
+# from "may have run")
+expect_lines "$TMP/t3.out" "^'qgate: exiting \\(drain_timeout reached\\): no reply came from the worker running it\$" 1
+expect_lines "$TMP/t3q.out" "^'qgate: exiting \\(drain_timeout reached\\): it was not run\$" 1
 release t3 "$W2_PORT"
 expect_file_has "$TMP/D.log" "drain_timeout reached"
-pass "SIGTERM past drain_timeout: exits 0, the unfinished client sees the close"
+expect_file_has "$TMP/D.log" "exiting \\(drain_timeout reached\\): 2 clients told 'qgate: exiting"
+pass "SIGTERM past drain_timeout: exits 0, the request running and the one queued each answered what became of it"
 
 # --- a second SIGTERM while draining exits at once (an operator who will not wait) -----------
 printf '[gateway]\nbind = 127.0.0.1\ndrain_timeout = 600000\n[group main]\nworkers = 127.0.0.1:%s\n' "$W2_PORT" > "$TMP/d2.conf"
@@ -183,10 +190,10 @@ kill -TERM "$D2_PID"
 wait_exit "$D2_PID" 30
 [ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS after a second SIGTERM"
 wait "$p4" || true
-expect_lines "$TMP/t4.out" "^'close\$" 1
+expect_lines "$TMP/t4.out" "^'qgate: exiting \\(SIGTERM again\\): no reply came from the worker running it\$" 1
 release t4 "$W2_PORT"
 expect_file_has "$TMP/D2.log" "SIGTERM again while draining: exiting now \\(1 clients still connected are closed\\)"
-pass "a second SIGTERM while draining (drain_timeout 10 minutes): exits 0 at once, the unfinished client sees the close"
+pass "a second SIGTERM while draining (drain_timeout 10 minutes): exits 0 at once, the unfinished client told so"
 
 # --- SIGTERM while a worker waits for a client's answer to its callback: the drain reads that
 # answer (the request it belongs to was received), the worker gets it, the reply comes ---------
