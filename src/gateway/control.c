@@ -146,7 +146,10 @@ int control_kill_loop(struct gw *g, struct client *cl, struct req *r, const stru
     int64_t id = job_args_c(j)->cmd.num;
     struct client *x = id > 0 ? client_by_serial_loop(g, (uint64_t)id) : NULL;
     if (!x) {
-        request_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
+        if (id == GWARG_NULL)
+            request_error_loop(g, cl, r, "qgate: no client 0N");
+        else
+            request_error_loop(g, cl, r, "qgate: no client %lld", (long long)id);
         return 1;
     }
     log_info(cl->c.name, "disconnecting client %lld (%s) as admin %s asked", (long long)id, x->c.name, cl->user);

@@ -225,14 +225,24 @@ static int text_arg(const char *a, size_t n, struct cmd_arg *x)
             return -1;
         return set_name(x, a + 1, n - 2);
     }
+    /* a whole number as q writes one: -? digits, or 0N (null), with a type's letter or none */
+    if (n > 1 && strchr("hij", a[n - 1]))
+        n--;
+    x->kind = GWARG_NUM;
+    if (n == 2 && a[0] == '0' && a[1] == 'N') {
+        x->num = GWARG_NULL;
+        return 0;
+    }
+    int neg = a[0] == '-';
     int64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
+    if (n == (size_t)neg)
+        return -1;
+    for (size_t i = (size_t)neg; i < n; i++) {
         if (a[i] < '0' || a[i] > '9' || v > INT32_MAX)
             return -1;
         v = v * 10 + (a[i] - '0');
     }
-    x->kind = GWARG_NUM;
-    x->num = v;
+    x->num = neg ? -v : v;
     return 0;
 }
 
@@ -284,14 +294,18 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
 /* A functional call's argument: a number (a float only if whole), (::) or () for none, a symbol, or a string. */
 static int k_arg(const K x, struct cmd_arg *a)
 {
-    switch (x->t) {
-    case -KT_LONG: a->num = x->j; break;
-    case -KT_INT: a->num = x->i; break;
-    case -KT_SHORT: a->num = x->h; break;
+    switch (x->t) { /* (a null of any of them: GWARG_NULL, said as 0N) */
+    case -KT_LONG: a->num = x->j == INT64_MIN ? GWARG_NULL : x->j; break;
+    case -KT_INT: a->num = x->i == INT32_MIN ? GWARG_NULL : x->i; break;
+    case -KT_SHORT: a->num = x->h == INT16_MIN ? GWARG_NULL : x->h; break;
     case -KT_FLOAT: /* node-q sends a JavaScript number as a float: a whole one is an id */
     case -KT_REAL: {
         double d = x->t == -KT_FLOAT ? x->f : x->e;
-        if (!(d >= 0 && d <= INT32_MAX) || d != (double)(int64_t)d)
+        if (d != d) { /* 0n */
+            a->num = GWARG_NULL;
+            break;
+        }
+        if (!(d >= INT32_MIN && d <= INT32_MAX) || d != (double)(int64_t)d)
             return -1;
         a->num = (int64_t)d;
         break;

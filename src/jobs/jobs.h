@@ -43,6 +43,7 @@ enum gwcmd { GWCMDS(GWCMD_ENUM) GWCMD_N };
 
 /* What a command's argument is (job_parse_command's aux[1]). */
 enum { GWARG_NONE = 0, GWARG_NUM = 1, GWARG_NAME = 2 };
+#define GWARG_NULL INT64_MIN /* a GWARG_NUM that is q's null (0N): said as 0N */
 
 /* Does the whole message m (len bytes, uncompressed) start like a gateway command: a string
  * or a functional call whose name (a symbol, or a string as node-q sends one) starts with

@@ -56,6 +56,9 @@ sed -n 9p "$TMP/a.out" | grep -qE "$POOLS_HEAD \\| ,\`main \\| ,1b \\| ,0 \\| ,0
 [ "$(tail -n 4 "$TMP/a.out" | tr '\n' ' ')" = "1b 1b 1b 1b " ] || fail "resume, resume, pause[], resume: $(cat "$TMP/a.out")"
 grep -q "qgate" "$TMP/W1.log" "$TMP/W2.log" && fail "a control command reached a worker"
 pass ".qgate.pools[] for anyone, the rest refused to a non-admin; errors name what is wrong; pause and resume idempotent, with nothing running answered at once"
+# (an id as q writes one: a null, a sign, a type's letter; before, bad commands as text)
+admin ".qgate.kill[0N]" ".qgate.kill[-3]" ".qgate.kill[99999j]"
+printf '%s\n' "'qgate: no client 0N" "'qgate: no client -3" "'qgate: no client 99999" | diff -u - "$TMP/a.out" || fail "ids as q writes them"
 
 # --- pause: answered only once the running request is done; what comes meanwhile waits -----
 "$BIN/qsend" -g "$G" -u bob:pw "hold p1" > "$TMP/p1.out" & hp=$!

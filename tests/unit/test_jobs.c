@@ -726,6 +726,14 @@ static void test_parse_command_args(void **state)
     expect_cmd(text(" .qgate.pools[::] ;\n"), GWCMD_POOLS, GWARG_NONE, NULL, 0);
     expect_cmd(text(".qgate.kill[12]"), GWCMD_KILL, GWARG_NUM, NULL, 12);
     expect_cmd(text(".qgate.disconnect[ 7 ]"), GWCMD_DISCONNECT, GWARG_NUM, NULL, 7);
+    /* a whole number as q writes it: a type's letter, a sign, a null (as the functional form takes
+     * them: before, [99j], [7i], [-5] and [0N] were bad commands, (`.qgate.kill; 99i) was not) */
+    expect_cmd(text(".qgate.kill[99j]"), GWCMD_KILL, GWARG_NUM, NULL, 99);
+    expect_cmd(text(".qgate.kill[7i]"), GWCMD_KILL, GWARG_NUM, NULL, 7);
+    expect_cmd(text(".qgate.kill[3h]"), GWCMD_KILL, GWARG_NUM, NULL, 3);
+    expect_cmd(text(".qgate.kill[-5]"), GWCMD_KILL, GWARG_NUM, NULL, -5);
+    expect_cmd(text(".qgate.kill[0N]"), GWCMD_KILL, GWARG_NUM, NULL, GWARG_NULL);
+    expect_cmd(text(".qgate.kill[0Ni]"), GWCMD_KILL, GWARG_NUM, NULL, GWARG_NULL);
     expect_cmd(text(".qgate.pause[`rdb]"), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
     expect_cmd(text(".qgate.resume[ `rdb ]"), GWCMD_RESUME, GWARG_NAME, "rdb", 0);
     expect_cmd(text(".qgate.pause[\"hdb\"]"), GWCMD_PAUSE, GWARG_NAME, "hdb", 0);
@@ -742,6 +750,13 @@ static void test_parse_command_args(void **state)
         expect_cmd(call(".qgate.resume", sym, NULL), GWCMD_RESUME, GWARG_NONE, NULL, 0);
         expect_cmd(call(".qgate.resume", sym, k_prim(KT_UNARY, 0)), GWCMD_RESUME, GWARG_NONE, NULL, 0);
         expect_cmd(call(".qgate.kill", sym, long_atom(42)), GWCMD_KILL, GWARG_NUM, NULL, 42);
+        expect_cmd(call(".qgate.kill", sym, long_atom(INT64_MIN)), GWCMD_KILL, GWARG_NUM, NULL, GWARG_NULL);
+        K nf = k_atom(-KT_FLOAT); /* node-q's null (NaN), and a negative whole one */
+        nf->f = NAN;
+        expect_cmd(call(".qgate.kill", sym, nf), GWCMD_KILL, GWARG_NUM, NULL, GWARG_NULL);
+        K mf = k_atom(-KT_FLOAT);
+        mf->f = -1;
+        expect_cmd(call(".qgate.kill", sym, mf), GWCMD_KILL, GWARG_NUM, NULL, -1);
         K i = k_atom(-KT_INT);
         i->i = 9;
         expect_cmd(call(".qgate.kill", sym, i), GWCMD_KILL, GWARG_NUM, NULL, 9);
@@ -762,7 +777,8 @@ static void test_parse_command_refused(void **state)
     (void)state;
     static const char *const bad[] = {
         ".qgate.nosuch[]", ".qgate.pause", ".qgate.pause[`a b]", ".qgate.pause[`a;`b]", ".qgate.pause[\"a]",
-        ".qgate.pause[\"a\\\"b\"]", ".qgate.kill[-1]", ".qgate.kill[1x]", ".qgate.kill[99999999999]",
+        ".qgate.pause[\"a\\\"b\"]", ".qgate.kill[1x]", ".qgate.kill[99999999999]", ".qgate.kill[j]",
+        ".qgate.kill[-]", ".qgate.kill[0Nx]", ".qgate.kill[--1]", ".qgate.kill[1jj]",
         ".qgate.pause[rdb]", "qgate.pause[`rdb]",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -779,7 +795,7 @@ static void test_parse_command_refused(void **state)
     struct job *j = parsed(text(big)); /* a name longer than GWCMD_ARG_MAX */
     assert_int_equal(j->result, GWCMD_UNKNOWN);
     job_free(j);
-    static const double not_ids[] = {1.5, -1, 3e9, NAN, INFINITY};
+    static const double not_ids[] = {1.5, 3e9, -3e9, INFINITY};
     for (size_t i = 0; i < sizeof not_ids / sizeof not_ids[0]; i++) { /* a float that is no id */
         K f = k_atom(-KT_FLOAT);
         f->f = not_ids[i];
