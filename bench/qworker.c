@@ -62,6 +62,7 @@ struct wconn {
     int local;   /* peer on this host: never compress */
     uint8_t cap;
     struct msgbuf in;
+    size_t pos;        /* in: served up to here (a callback's wait takes what follows first) */
     char peer[64];
     int64_t later_at;  /* "later MS X": when to publish X (ms, monotonic), 0 = nothing due */
     char *later;
@@ -348,6 +349,33 @@ static int on_writable(struct wconn *c, size_t budget)
     return 0;
 }
 
+/* The next message on c (malloc'd, whole; hd its header), from what was read already and then
+ * the socket, waiting for it. NULL if the connection failed or sent a bad header. */
+static uint8_t *next_blocking(struct wconn *c, struct kipc_hdr *hd)
+{
+    uint8_t h[8];
+    size_t avail = c->in.len - c->pos, take = QG_MIN(avail, sizeof h);
+    const char *why;
+    memcpy(h, c->in.p + c->pos, take);
+    c->pos += take;
+    if ((take < sizeof h && net_read_all(c->fd, h + take, sizeof h - take)) ||
+        kipc_hdr_parse(h, 8, MAX_MESSAGE, hd, &why) != QG_OK)
+        return NULL;
+    uint8_t *m = malloc(hd->len);
+    if (!m)
+        return NULL;
+    memcpy(m, h, 8);
+    avail = c->in.len - c->pos;
+    take = (size_t)QG_MIN((uint64_t)avail, hd->len - 8);
+    memcpy(m + 8, c->in.p + c->pos, take);
+    c->pos += take;
+    if (take < hd->len - 8 && net_read_all(c->fd, m + 8 + take, hd->len - 8 - take)) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
 /* "notify N TEXT": N async messages TEXT to the caller, then N; "publish N V": the same with
  * value V (value_named). "callback TEXT": a sync request TEXT to the caller, whose answer is the
  * reply (q serves it with .z.w); "callvalue V": the same with value V. */
@@ -370,18 +398,12 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
         if (send_msg(c, call, KIPC_SYNC))
             return (struct reply){.k = k_err("close")};
         for (;;) { /* like q in h x: wait on this handle for the response, and run what else
-                    * comes on it meanwhile (nested: a sync one answered before ours comes) */
-            uint8_t h[8];
+                    * comes on it meanwhile (nested: a sync one answered before ours comes), in
+                    * the order it came: what was read already first */
             struct kipc_hdr hd;
-            const char *why;
-            if (net_read_all(c->fd, h, 8) || kipc_hdr_parse(h, 8, MAX_MESSAGE, &hd, &why) != QG_OK)
+            uint8_t *m = next_blocking(c, &hd);
+            if (!m)
                 return (struct reply){.k = k_err("close")};
-            uint8_t *m = malloc(hd.len);
-            if (!m || net_read_all(c->fd, m + 8, hd.len - 8)) {
-                free(m);
-                return (struct reply){.k = k_err("close")};
-            }
-            memcpy(m, h, 8);
             if (hd.type != KIPC_RESPONSE) {
                 logf_(c, "nested %s message, while in a callback", kipc_type_name(hd.type));
                 int rc = serve(c, m, hd.len);
@@ -394,6 +416,8 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
             struct kerr e;
             qg_status st = kcodec_decode(m + 8, hd.len - 8, hd.le, NULL, &x, &e);
             free(m);
+            if (hd.type == KIPC_RESPONSE && st == QG_OK && x->t == KT_ERROR)
+                logf_(c, "callback answered with an error: '%s", x->s); /* (a test's evidence) */
             if (hd.type == KIPC_RESPONSE)
                 return (struct reply){.k = st == QG_OK ? x : k_err("badmsg")};
             k_free(x);
@@ -924,10 +948,10 @@ static int on_readable(struct wconn *c)
 /* Serve the whole messages in c's buffer, up to a held one. -1 if c must close. */
 static int serve_buffered(struct wconn *c)
 {
-    size_t off = 0;
     while (!c->hold) {
         struct kipc_hdr h;
         const char *why;
+        size_t off = c->pos;
         qg_status st = msgbuf_next(&c->in, off, MAX_MESSAGE, &h, &why);
         if (st == QG_ERR) {
             logf_(c, "badmsg: %s", why);
@@ -940,16 +964,17 @@ static int serve_buffered(struct wconn *c)
         int twice = opt.fault && !strcmp(opt.fault, "twice");
         if (opt.fault && !twice && fault_reply(c))
             return -1;
-        else if ((!opt.fault || twice) && serve(c, c->in.p + off, (size_t)h.len))
+        c->pos = off + (size_t)h.len; /* (taken before it is served: a callback's wait reads on from here) */
+        if ((!opt.fault || twice) && serve(c, c->in.p + off, (size_t)h.len))
             return -1;
         if (twice && h.type == KIPC_SYNC) { /* a second response, right behind the first */
             logf_(c, "fault twice: a second response");
             if (send_msg(c, k_str("qworker: a second response", 26), KIPC_RESPONSE))
                 return -1;
         }
-        off += (size_t)h.len;
     }
-    msgbuf_consume(&c->in, off);
+    msgbuf_consume(&c->in, c->pos);
+    c->pos = 0;
     return 0;
 }
 

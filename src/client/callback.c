@@ -8,6 +8,7 @@
  * replies: run.c). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "client.h"
 #include "gw.h"
@@ -47,9 +48,12 @@ static void tell_worker(struct gw *g, struct call *k, const uint8_t *err, size_t
 {
     struct conn *wc = k->cancelled ? NULL : conn_lookup_loop(g, k->w_id, k->w_gen);
     k->cancelled = 1;
-    if (wc && wc->kind == CONN_WORKER) {
-        outq_copy(&wc->out, err, len);
-        conn_mark_dirty_loop(g, wc);
+    uint8_t *m = wc && wc->kind == CONN_WORKER ? malloc(len) : NULL;
+    if (m) { /* as an answer (the worker side counts its callbacks answered) */
+        memcpy(m, err, len);
+        g->back->answer(g, wc, m, len);
+    } else if (wc && wc->kind == CONN_WORKER) {
+        conn_close_loop(g, wc, "out of memory"); /* (its run is lost: its client told) */
     }
 }
 

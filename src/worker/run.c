@@ -86,6 +86,39 @@ void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, str
     x->held = 0;
 }
 
+/* ---- callbacks in a run a chaser ends ---------------------------------------------------------- */
+
+/* w, in a run a chaser ends (async messages, broadcasts), calls back (a sync message): the chasers
+ * out now run inside that callback, and their replies say nothing of the run's end. */
+static void called_back(struct worker *w)
+{
+    if (w->st != WS_BUSY || w->run.kind == RUN_REQUEST || w->run.kind == RUN_FANOUT)
+        return;
+    w->run.cb_open++;
+    if (w->run.swallow > 0)
+        w->run.chase_dirty = 1;
+}
+
+static void chase_again(struct gw *g, struct worker *w)
+{
+    w->run.chase_owed = w->run.chase_dirty = 0;
+    w->run.rechased = 1;
+    w->run.swallow++;
+    outq_copy(&w->c.out, g->chaser, sizeof g->chaser);
+    conn_mark_dirty_loop(g, &w->c);
+    log_debug(w->c.name, "its callbacks answered: a chaser again (the last came back from inside one)");
+}
+
+/* An answer to one of w's callbacks is queued for it (the client's, or an error in its place):
+ * once all are, a chaser owed goes behind them. */
+static void call_answered(struct gw *g, struct worker *w)
+{
+    if (w->st != WS_BUSY || w->run.cb_open <= 0)
+        return;
+    if (--w->run.cb_open == 0 && w->run.chase_owed)
+        chase_again(g, w);
+}
+
 /* c's head, and the async messages right behind it (one chaser after them). */
 static int send_head(struct gw *g, struct worker *w, struct client *c)
 {
@@ -469,6 +502,7 @@ static void tell_worker(struct gw *g, struct worker *w, const uint8_t *err, size
 {
     outq_copy(&w->c.out, err, len);
     conn_mark_dirty_loop(g, &w->c);
+    call_answered(g, w); /* (every use answers a callback of its) */
 }
 
 /* A callback of w that no client will answer: w is told so. */
@@ -787,7 +821,11 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
             return route;
         }
     }
-    tell_no_client(g, w);
+    if (w->st == WS_BUSY && !STAILQ_EMPTY(&w->bsent)) /* (its sender waits for nothing, and is not asked) */
+        tell_worker_error(g, w, "qgate: no client answers a callback from a broadcast (every worker runs it; its "
+                                "sender waits for no answer)");
+    else
+        tell_no_client(g, w);
     return ROUTE_DROP;
 }
 
@@ -815,7 +853,12 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
     if (w->st == WS_BUSY && w->run.phase == WB_CALLED)
         run_set_phase_loop(g, w, WB_SENT); /* it sends: whatever it waited for has come */
     int route = ROUTE_DROP, over = h->len > (uint64_t)g->cfg.max_message;
-    if (h->type == KIPC_RESPONSE && w->st == WS_BUSY && w->run.nested > 0)
+    if (h->type == KIPC_SYNC)
+        called_back(w); /* (counted before it is answered, below or by its client) */
+    if (h->type == KIPC_RESPONSE && w->st == WS_BUSY && w->run.swallow_first > 0) {
+        w->run.swallow_first--; /* a chaser sent before the messages nested now: its reply first */
+        route = ROUTE_SWALLOW;
+    } else if (h->type == KIPC_RESPONSE && w->st == WS_BUSY && w->run.nested > 0)
         route = route_nested(g, w, h); /* (the innermost first: the run's own comes last) */
     else if (h->type == KIPC_RESPONSE && w->st == WS_BUSY)
         route = w->run.swallow > 0 ? ROUTE_SWALLOW : route_reply(g, w, h); /* (over: refused there) */
@@ -894,7 +937,20 @@ static void message_end(struct gw *g, struct worker *w)
     if (nested)
         return;
     if (route == ROUTE_SWALLOW) {
-        broadcast_forget_sent_loop(g, w, 0); /* a chaser came back: one client's broadcasts before it ran */
+        if (w->run.chase_dirty && w->run.kind != RUN_REQUEST) { /* it ran inside a callback of the
+                                   * run: the run goes on; its broadcasts' segment is kept till then */
+            w->run.unforgot += !w->run.rechased;
+            w->run.rechased = 0;
+            if (--w->run.swallow == 0) {
+                w->run.chase_owed = 1;
+                if (w->run.cb_open == 0) /* (its callbacks answered already: behind those answers) */
+                    chase_again(g, w);
+            }
+            return;
+        }
+        for (int n = w->run.rechased ? w->run.unforgot : 1 + w->run.unforgot; n > 0; n--)
+            broadcast_forget_sent_loop(g, w, 0); /* a chaser came back: one client's broadcasts before it ran */
+        w->run.unforgot = w->run.rechased = 0;
         if (--w->run.swallow == 0 && w->run.kind != RUN_REQUEST)
             run_end(g, w);
         return;
@@ -1117,8 +1173,12 @@ void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len)
     outq_push(&wc->out, ch);
     conn_mark_dirty_loop(g, wc);
     if (sync) { /* nested: it runs now, and its reply comes next */
+        if (!w->run.nested) /* the chasers out now were sent before it: their replies come first */
+            w->run.swallow_first = w->run.swallow;
         w->run.nested++;
         run_set_phase_loop(g, w, WB_SENT);
+    } else if (msg[1] == KIPC_RESPONSE) {
+        call_answered(g, w);
     }
 }
 
@@ -1134,5 +1194,8 @@ int run_nests_loop(const struct conn *wc, const struct client *c)
 {
     const struct worker *w = (const struct worker *)wc;
     return w->st == WS_BUSY && w->run.cl == c && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC) &&
-           STAILQ_EMPTY(&w->bsent) && (w->run.phase == WB_CALLED || (w->run.phase == WB_SENT && w->run.nested));
+           STAILQ_EMPTY(&w->bsent) &&
+           (w->run.phase == WB_CALLED || (w->run.phase == WB_SENT && w->run.nested) ||
+            (w->run.kind == RUN_ASYNC && w->run.cb_open > 0)); /* (a chaser's reply from inside the callback
+                                                                 * leaves it SENT) */
 }

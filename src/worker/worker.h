@@ -50,6 +50,16 @@ struct run {
     int nested;          /* sync messages its client sent nested (while the worker waited on that
                           * client's callback: q runs them there) not yet answered: the worker's
                           * next responses are theirs, the innermost first */
+    /* A run a chaser ends (RUN_ASYNC, RUN_BROADCASTS) whose worker calls back: a chaser out then
+     * runs inside that callback (q runs what comes on the handle it waits on), so its reply does
+     * not say the run is over; another goes once every callback is answered, and its reply does. */
+    int cb_open;         /* its callbacks not yet answered (an answer queued for it counts) */
+    int swallow_first;   /* chaser replies that come before the replies to run.nested's messages */
+    uint8_t chase_dirty; /* a chaser out when it called back: its reply proves nothing */
+    uint8_t chase_owed;  /* ... and came back: another goes when cb_open is 0 */
+    uint8_t rechased;    /* that one is out (its reply ends the run) */
+    int unforgot;        /* broadcast segments whose chaser came back inside a callback: forgotten
+                          * when the one after them comes back */
     struct client *cl;   /* RUN_REQUEST, RUN_ASYNC: its client; NULL once that has gone */
     uint64_t seq;        /* ... and the client's request */
     uint64_t key;        /* RUN_REQUEST: its query's key as pipelining learns it (group_learn_key), 0 = none */

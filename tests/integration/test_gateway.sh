@@ -72,6 +72,30 @@ printf '%s\n' "nested: 'qgate: bad command: a command is .qgate.name[] or (\`.qg
 grep -q "qgate" "$TMP/W1.log" "$TMP/W2.log" && fail "a nested compressed command reached a worker"
 pass "... a command compressed too: answered by the gateway, never run on the worker"
 
+# --- a callback from an async message: the worker is inside it until its client answers, so the
+# chaser sent behind the message runs inside the callback too and its reply proves nothing. No
+# other client's request goes to that worker meanwhile, and what the client sends from inside the
+# callback runs nested there, its reply its own (before: the chaser's reply ended the run, the
+# worker was given another client's request, and the two clients' callback answers crossed:
+# helper round 10a) ---------------------------------------------------------------------------
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W1_PORT" > "$TMP/ac.conf"
+start_gateway AC -c "$TMP/ac.conf"
+wait_line "$TMP/AC.log" "connected \\(capability 3\\)" 10
+rm -f "$TMP/goA"
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --timeout 30000 --nest "echo inner||wait:$TMP/goA" "neg:callback cbA" \
+    "echo a-after" > "$TMP/a.out" 2>&1 & pa=$!
+wait_line "$TMP/a.out" 'nested: "inner"' 10 # (A is inside the callback: what it sent there ran there)
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --timeout 30000 "callback cbB" > "$TMP/b.out" 2>&1 & pb=$!
+b_waits() { timeout 5 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" ".qgate.pools[]" | grep -qE "\\| ,\`main \\| ,0b \\| ,1 \\|"; }
+wait_for 10 "B waiting while the worker is inside A's callback" b_waits
+[ ! -s "$TMP/b.out" ] || fail "B ran while the worker was inside A's callback: $(cat "$TMP/b.out")"
+touch "$TMP/goA"
+wait "$pa" "$pb"
+printf '%s\n' 'nested: "inner"' '"a-after"' | cmp -s - "$TMP/a.out" || fail "A: $(cat "$TMP/a.out")"
+printf '%s\n' '"qsend got: cbB"' | cmp -s - "$TMP/b.out" || fail "B: $(cat "$TMP/b.out")"
+kill "$AC_PID"
+pass "a callback from an async message: the worker is given no one else until it is answered; what is sent inside it runs there"
+
 # --- gateway commands, answered by qgate itself ------------------------------------------
 q ".qgate.ping[]" ".qgate.stats[]" ".qgate.ping[ ]" ".qgate.bogus[]"
 expect_lines "$TMP/q.out" '^1b$' 2
@@ -165,3 +189,13 @@ for w in W1 W2; do
     expect_lines "$TMP/nb.out" '^"fromcb"$' 1
 done
 pass "broadcast: an async message sent from inside a callback reaches every worker"
+
+# ... a broadcast that calls back: nobody answers (its sender waits for nothing), and each worker
+# is told so in words that say it (before: "the client of this request has gone"); what the
+# sender sends next runs after every worker is done with it
+q --pipeline "neg:callback bcb" "echo after"
+expect_lines "$TMP/q.out" '^"after"$' 1
+for w in W1 W2; do
+    wait_line "$TMP/$w.log" "callback answered with an error: 'qgate: no client answers a callback from a broadcast" 10
+done
+pass "broadcast: a callback from it is answered at once, saying no client answers it"
