@@ -62,8 +62,10 @@ static void tell_no_answer(struct gw *g, struct call *k) { tell_worker(g, k, g->
 void callback_give_up_loop(struct gw *g, struct client *c)
 {
     struct call *k;
+    c->gave_up = 1;
     STAILQ_FOREACH(k, &c->calls, link)
         tell_worker(g, k, g->unanswered_err, g->unanswered_err_len);
+    conn_wake_loop(g, &c->c); /* (a .qgate.all's part whose callback waited: told so too) */
 }
 
 void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w)
@@ -132,6 +134,8 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
         kept = *k;
         free(k);
     }
+    if (!c->ncalls)
+        c->gave_up = 0;
     struct conn *wc = k && !kept.cancelled ? conn_lookup_loop(g, kept.w_id, kept.w_gen) : NULL;
     request_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
     if (!wc || wc->kind != CONN_WORKER) {

@@ -109,14 +109,23 @@ static void chase_again(struct gw *g, struct worker *w)
     log_debug(w->c.name, "its callbacks answered: a chaser again (the last came back from inside one)");
 }
 
-/* An answer to one of w's callbacks is queued for it (the client's, or an error in its place):
- * once all are, a chaser owed goes behind them. */
+/* A chaser owed goes once every callback is answered and nothing sent nested is unanswered: a
+ * chaser's reply and one to a message sent nested cannot be told apart, so one goes only where
+ * the order of the worker's replies says which is which (its reply before those of what is
+ * sent nested after it: swallow_first). */
+static void chase_when_clear(struct gw *g, struct worker *w)
+{
+    if (w->st == WS_BUSY && w->run.chase_owed && w->run.cb_open == 0 && w->run.nested == 0)
+        chase_again(g, w);
+}
+
+/* An answer to one of w's callbacks is queued for it (the client's, or an error in its place). */
 static void call_answered(struct gw *g, struct worker *w)
 {
     if (w->st != WS_BUSY || w->run.cb_open <= 0)
         return;
-    if (--w->run.cb_open == 0 && w->run.chase_owed)
-        chase_again(g, w);
+    w->run.cb_open--;
+    chase_when_clear(g, w);
 }
 
 /* c's head, and the async messages right behind it (one chaser after them). */
@@ -532,7 +541,7 @@ static struct client *fanout_call_out(struct gw *g, const struct worker *w)
     /* it owes an answer yet, and reads: one whose worker was lost or timed out meanwhile too (its
      * answer, when it comes, is matched to that call and dropped; given w's callback first, it
      * would answer that first, and w would get the other's answer) */
-    if (c && c->ncalls && c->st == CS_READY)
+    if (c && c->ncalls && c->st == CS_READY && !c->gave_up)
         return c;
     for (int i = 0; fo && i < fo->n; i++) {
         const struct fpart *p = fo->part[i];
@@ -687,11 +696,14 @@ static int to_client(struct gw *g, struct worker *w, const struct kipc_hdr *h, s
 
 /* A reply to what its client sent nested has gone to it (or was dropped): the worker waits in
  * the callback around it again, unless its client has answered that. */
+static void chase_when_clear(struct gw *g, struct worker *w);
+
 static void nested_done(struct gw *g, struct worker *w)
 {
     w->run.nested--;
     if (w->run.cl && w->run.phase == WB_SENT && callback_owes_loop(g, w->run.cl, &w->c))
         run_set_phase_loop(g, w, WB_CALLED);
+    chase_when_clear(g, w); /* (the last reply to what was sent nested: a chaser owed may go) */
 }
 
 /* The reply to a message its client sent nested (while the worker waited on that client's
@@ -807,9 +819,14 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
     if (w->st == WS_BUSY && w->run.kind == RUN_REQUEST)
         query_calls_back_loop(w->grp->queries, w->run.key); /* nothing goes to its worker while it runs again */
     if (STAILQ_EMPTY(&w->bsent) && fanout_client(w, &w->msg.to_id, &w->msg.to_gen)) {
+        to = reachable(g, w->msg.to_id, w->msg.to_gen);
+        if (to && to->gave_up) { /* its answers are not read for: this one would not be either */
+            tell_worker(g, w, g->unanswered_err, g->unanswered_err_len);
+            return ROUTE_DROP;
+        }
         run_set_phase_loop(g, w, WB_CALLED); /* whole, matched as it reaches the client (push_whole):
                                               * the other parts' workers may call it back too */
-        return (to = reachable(g, w->msg.to_id, w->msg.to_gen)) ? to_client(g, w, h, to, ROUTE_FORWARD) : ROUTE_FORWARD;
+        return to ? to_client(g, w, h, to, ROUTE_FORWARD) : ROUTE_FORWARD;
     }
     if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent)) {
         int route = to_client(g, w, h, c, ROUTE_STREAM); /* (CHANGE: matched as it reaches the client) */
@@ -943,8 +960,7 @@ static void message_end(struct gw *g, struct worker *w)
             w->run.rechased = 0;
             if (--w->run.swallow == 0) {
                 w->run.chase_owed = 1;
-                if (w->run.cb_open == 0) /* (its callbacks answered already: behind those answers) */
-                    chase_again(g, w);
+                chase_when_clear(g, w); /* (its callbacks answered already: behind those answers) */
             }
             return;
         }

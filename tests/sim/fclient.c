@@ -16,7 +16,7 @@
 #include "kipc.h"
 #include "sim_int.h"
 
-const char *const op_names[] = {"echo", "big", "err", "push", "cb", "guid", "slow", "async", "apush",
+const char *const op_names[] = {"echo", "big", "err", "push", "cb", "guid", "slow", "async", "apush", "acb",
                                        "ping", "stats", "clients", "disconnect", "reload", "unknown",
                                        "bigcmd", "badhdr", "badbody", "resp", "all",
                                        "pools", "pause", "resume", "disable", "enable"};
@@ -279,7 +279,7 @@ static int control_request(struct fclient *c, int op)
 static int worker_request(struct fclient *c, int op, int seq, int *arg)
 {
     char text[96];
-    if (op == OP_ASYNC || op == OP_APUSH) {
+    if (op == OP_ASYNC || op == OP_APUSH || op == OP_ACB) {
         *arg = op == OP_APUSH ? 1 + rnd(3) : 0;
         snprintf(text, sizeof text, "a %d %d %d %d", c->cid, seq, op, *arg);
         return put_request(c, KIPC_ASYNC, text);
@@ -422,6 +422,7 @@ static void client_request(struct fclient *c, int op)
     case OP_CB:
     case OP_ASYNC:
     case OP_APUSH:
+    case OP_ACB:
         to = worker_request(c, op, seq, &arg);
         break;
     case OP_ALL:
@@ -441,7 +442,7 @@ static void client_request(struct fclient *c, int op)
         arg = command_request(c, op);
         break;
     }
-    int type = op == OP_ASYNC || op == OP_APUSH ? KIPC_ASYNC : KIPC_SYNC;
+    int type = op == OP_ASYNC || op == OP_APUSH || op == OP_ACB ? KIPC_ASYNC : KIPC_SYNC;
     add_sent(c, type, op, arg);
     if (to != -2) {
         struct sent *x = &c->sent.v[c->sent.n - 1];
@@ -473,7 +474,9 @@ static int pick_op(void)
         if (r < 50)
             return OP_SLOW;
         if (r < 70 && enabled(SIM_EV_ASYNC))
-            return chance(80) || !enabled(SIM_EV_WPUSH) ? OP_ASYNC : OP_APUSH;
+            return enabled(SIM_EV_CALLBACK) && chance(10)   ? OP_ACB /* (its worker calls it back) */
+                   : chance(80) || !enabled(SIM_EV_WPUSH) ? OP_ASYNC
+                                                          : OP_APUSH;
         if (r < 80 && enabled(SIM_EV_COMMAND)) {
             static const int cmds[] = {OP_PING, OP_PING, OP_STATS, OP_UNKNOWN, OP_BIGCMD};
             return cmds[rnd(5)];

@@ -104,7 +104,7 @@ static void fw_conn_gone(struct fworker *w, int i)
     tpub_conn_gone(w, i);
     fwc_reset(&w->k[i]);
     if (w->waiting_cb && w->cb_conn == i)
-        w->waiting_cb = w->nowed = 0; /* q's sync call on that handle fails: it goes on */
+        w->waiting_cb = w->nowed = w->cb_async = 0; /* q's sync call on that handle fails: it goes on */
 }
 
 /* Every connection closed, nothing deferred (the process died, or starts afresh). */
@@ -112,7 +112,7 @@ void fw_reset(struct fworker *w)
 {
     for (int i = 0; i < FW_CONNS; i++)
         fw_conn_gone(w, i);
-    w->waiting_cb = w->nowed = 0;
+    w->waiting_cb = w->nowed = w->cb_async = 0;
     for (int i = 0; i < w->deferred.n; i++)
         sb_free(&w->deferred.v[i].msg);
     w->deferred.n = 0;
@@ -429,7 +429,8 @@ static void worker_answer(struct fworker *w, int i, int cid, int seq, int op, in
         if (w->waiting_cb == (int)QG_ARRAY_LEN(w->cb_outer) + 1)
             fail("W%d waits in %d callbacks, one in another", w->wid, w->waiting_cb + 1);
         if (w->waiting_cb) /* a callback from a run nested in one it waits in */
-            w->cb_outer[w->waiting_cb - 1] = (struct fwcall){w->cb_conn, w->cb_cid, w->cb_seq};
+            w->cb_outer[w->waiting_cb - 1] = (struct fwcall){w->cb_conn, w->cb_cid, w->cb_seq, w->cb_async};
+        w->cb_async = 0; /* (an async message's says so once this returns) */
         w->waiting_cb++;
         w->owed[w->nowed++] = seq;
         w->cb_conn = i;
@@ -485,7 +486,16 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
     if ((kind == 'q') != (type == KIPC_SYNC))
         fail("W%d got \"%s\" as a %s message", w->wid, s, kipc_type_name(type));
     struct sent *x;
-    if (w->waiting_cb) { /* run nested, inside the callback it waits in: that client's, sent nested */
+    int in_async = w->cb_async; /* waiting in a callback from an async message (at any depth) */
+    for (int d = 0; d + 1 < w->waiting_cb; d++)
+        in_async |= w->cb_outer[d].async;
+    struct sent *y = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
+    if (w->waiting_cb && type == KIPC_ASYNC && in_async && cid == w->cb_cid && y && y->nested_in < 0) {
+        /* an async message of the same client sent in the same run, behind the one that called
+         * back (not sent from inside the callback): q runs it inside the callback, as it would
+         * straight from the client */
+        x = check_run_order(w, type, s, c, cid, seq);
+    } else if (w->waiting_cb) { /* run nested, inside the callback it waits in: that client's, sent nested */
         x = c ? sent_of_seq(c, (uint64_t)seq) : NULL;
         if (cid != w->cb_cid)
             fail("W%d, waiting in a callback to C%d, got \"%s\" of C%d", w->wid, w->cb_cid, s, cid);
@@ -513,6 +523,11 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
         x->seen++;
     k->last_cid = cid;
     tr("W%d runs %s (connection %d)", w->wid, s, i);
+    if (type == KIPC_ASYNC && op == OP_ACB) { /* it calls its client back, and waits in that call */
+        worker_answer(w, i, cid, seq, OP_CB, 0);
+        w->cb_async = 1;
+        return;
+    }
     if (type == KIPC_ASYNC) {
         if (op == OP_APUSH)
             for (int j = 0; j < arg; j++)
@@ -629,14 +644,21 @@ void worker_process(struct fworker *w, int max)
                 fail("W%d waited for the answer to callback %d of C%d and got \"%s\"", w->wid, w->cb_seq,
                      w->cb_cid, s);
             }
-            int cid0 = w->cb_cid, seq0 = w->cb_seq;
+            int cid0 = w->cb_cid, seq0 = w->cb_seq, async0 = w->cb_async;
             if (--w->waiting_cb) { /* back in the callback around it */
                 const struct fwcall *o = &w->cb_outer[w->waiting_cb - 1];
                 w->cb_conn = o->conn;
                 w->cb_cid = o->cid;
                 w->cb_seq = o->seq;
+                w->cb_async = o->async;
             } else {
                 w->nowed = 0; /* (those the gateway answered: never the client's to answer) */
+                w->cb_async = 0;
+            }
+            if (async0) { /* an async message's: it has run, with nothing to send */
+                tr("W%d: callback answered, its async message done", w->wid);
+                k_free(x);
+                continue;
             }
             note_emitted(cid0, seq0);
             fw_reply_text(w, i, cid0, 1, "R %d %d", cid0, seq0);

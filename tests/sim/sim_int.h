@@ -63,7 +63,7 @@ ssize_t sb_send(int fd, struct sbuf *b, size_t *off, size_t *base, size_t want);
 /* What a client asks. */
 enum op {
     OP_ECHO, OP_BIG, OP_ERR, OP_PUSH, OP_CB, OP_GUID, OP_SLOW, /* sync, to a worker */
-    OP_ASYNC, OP_APUSH,                                         /* async, to a worker */
+    OP_ASYNC, OP_APUSH, OP_ACB,                                 /* async, to a worker (ACB: it calls back) */
     OP_PING, OP_STATS, OP_CLIENTS, OP_DISCONNECT, OP_RELOADCMD, OP_UNKNOWN, OP_BIGCMD, /* commands */
     OP_BADHDR, OP_BADBODY, OP_RESP,
     OP_ALL, /* (`.qgate.all; `G; "q ..."[; `list]): on every worker of its group up, merged */
@@ -176,8 +176,9 @@ struct fworker {
     int waiting_cb;      /* callbacks it waits in, the innermost sent on k[cb_conn] (q waits for
                           * that client's answer, running what else comes on that handle nested) */
     int cb_conn, cb_cid, cb_seq;
+    int cb_async;        /* the innermost callback is an async message's: no reply follows its answer */
     struct fwcall {
-        int conn, cid, seq;
+        int conn, cid, seq, async;
     } cb_outer[32];      /* the callbacks it waits in around the innermost */
     int owed[33], nowed; /* their numbers, none answered yet (a client that answers in the
                           * order it was called pairs its answers otherwise than q would: q
