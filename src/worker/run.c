@@ -684,6 +684,9 @@ static int to_client(struct gw *g, struct worker *w, const struct kipc_hdr *h, s
     int nc = needs_change(g, c, h);
     if (nc > 0 && !hold_room(g, h->len)) /* hold_max: as it came, unless it must be checked */
         nc = c->cap < 3 ? PUSH_HOLD_MAX : 0;
+    if (nc == 0 && route == ROUTE_FORWARD && !hold_room(g, h->len)) /* held whole (another worker may
+                                   * be streaming to c), so within hold_max, or refused */
+        nc = PUSH_HOLD_MAX;
     if (nc == 0)
         return route;
     if (nc < 0)
@@ -824,9 +827,13 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
             tell_worker(g, w, g->unanswered_err, g->unanswered_err_len);
             return ROUTE_DROP;
         }
+        if (!to) { /* (the .qgate.all's client has gone: nobody answers) */
+            tell_no_client(g, w);
+            return ROUTE_DROP;
+        }
         run_set_phase_loop(g, w, WB_CALLED); /* whole, matched as it reaches the client (push_whole):
                                               * the other parts' workers may call it back too */
-        return to ? to_client(g, w, h, to, ROUTE_FORWARD) : ROUTE_FORWARD;
+        return to_client(g, w, h, to, ROUTE_FORWARD);
     }
     if (c && w->st == WS_BUSY && c->st == CS_READY && STAILQ_EMPTY(&w->bsent)) {
         int route = to_client(g, w, h, c, ROUTE_STREAM); /* (CHANGE: matched as it reaches the client) */
@@ -897,9 +904,8 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
     if (w->c.fd < 0 || w->c.closing) /* closed while routing */
         return SS_STOP;
     w->msg.route = (uint8_t)route;
-    if (route == ROUTE_COLLECT || route == ROUTE_CHANGE) { /* held whole to change it: counted from
-                                   * now (a message forwarded whole is not: it is bounded as
-                                   * streamed ones are, by its client's client_high_water) */
+    if (route == ROUTE_COLLECT || route == ROUTE_CHANGE || route == ROUTE_FORWARD) { /* held whole (to
+                                   * change it, or to go in at a message boundary): counted from now */
         worker_coll_release(w); /* (nothing, as each message's end gave it back) */
         w->coll_held = (size_t)h->len;
         buf_held_add(w->coll_held);

@@ -178,6 +178,25 @@ timeout 60 "$BIN/qsend" -g "$H" "all:default:text 20" > "$TMP/q.out" 2>&1
 expect_lines "$TMP/q.out" '^"qgate 0 qgate 1 qgat"$' 1
 [ "$(total held_bytes "$H")" = 0 ] || fail "held_bytes after: $(total held_bytes "$H")"
 pass "hold_max: past it a reply goes as the worker sent it, an old client's and a .qgate.all's get 'qgate: busy; nothing held once the holder goes"
+# ... and a message held whole to go in at a message boundary (a broadcast's publish, a .qgate.all
+# part's: another worker may be streaming to that client) counts too: past hold_max a publish is
+# dropped, counted (before: held whole, uncounted, 300 MB from each worker to a client that did
+# not read: helper round 10a)
+start_worker B1 --rows 10
+start_worker B2 --rows 10
+start_gateway BH --loglevel info -c <(printf '[gateway]\nhold_max = 1000000\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\nasync = broadcast\n' "$B1_PORT" "$B2_PORT")
+BH="127.0.0.1:$BH_PORT"
+wait_count "$TMP/BH.log" "connected \\(capability 3\\)" 2 10
+timeout 60 "$BIN/qsend" -g "$BH" "neg:publish 1 text 3000000" "all:main:publish 1 text 3000000" "echo after" > "$TMP/q.out" 2>&1 || true
+expect_lines "$TMP/q.out" '^async: ' 0
+expect_lines "$TMP/q.out" '^1 1$' 1 # (the parts' counts, merged)
+expect_lines "$TMP/q.out" '^"after"$' 1
+[ "$(total refused_hold_max "$BH")" = 4 ] || fail "refused_hold_max: $(total refused_hold_max "$BH")"
+[ "$(total held_bytes "$BH")" = 0 ] || fail "held_bytes after: $(total held_bytes "$BH")"
+timeout 60 "$BIN/qsend" -g "$BH" "neg:publish 1 text 1000" "echo after" > "$TMP/q.out" 2>&1 || true
+grep -q '^async: "qgate 0 qgate 1' "$TMP/q.out" || fail "a small publish: $(cut -c1-80 "$TMP/q.out")" # (within hold_max)
+[ "$(total refused_hold_max "$BH")" = 4 ] || fail "refused_hold_max after small ones: $(total refused_hold_max "$BH")"
+pass "hold_max: a broadcast's or a .qgate.all part's publish, held whole, counts too: past it dropped, counted"
 # ... but a reply of 64 KiB or less is always held, so an old client's tiny reply, its query run,
 # is never refused for what others hold (before: with hold_max = 10, every old client's echo was
 # answered 'qgate: busy, though it had run)
@@ -215,7 +234,8 @@ expect_lines "$TMP/q.out" '^"xxxx' 1
 pass "hold_max: a compressed route that inflates past it gets 'qgate: busy; one under it runs"
 
 # a worker's messages forwarded whole to a client (a broadcast's publishes to its sender) are
-# not changed, and not counted: bounded per client by client_high_water, as streamed ones are.
+# not changed, and once in its output not counted: bounded per client by client_high_water, as
+# streamed ones are; only the one each worker is collecting counts (a 60 KB publish each here).
 # A sender that reads none of 36 MB of publishes once took the whole of hold_max, and every
 # old client's reply and every .qgate.all was refused meanwhile
 start_worker B1
@@ -232,9 +252,9 @@ raw_text 1 "echo after"                       # (never read: its publishes pile 
 wait_line "$TMP/BF.log" "paused: c1 .* has [0-9]+ bytes unsent" 30 # over client_high_water (8 MB) for it
 timeout 30 "$BIN/qsend" -g "127.0.0.1:$BF_PORT" "all:other:echo small" > "$TMP/q.out" 2>&1 # (its workers wait for the sender)
 expect_lines "$TMP/q.out" '^"small"$' 1
-[ "$(total held_bytes "127.0.0.1:$BF_PORT")" = 0 ] || fail "forwarded publishes counted: $(total held_bytes "127.0.0.1:$BF_PORT")"
+[ "$(total held_bytes "127.0.0.1:$BF_PORT")" -le 120100 ] || fail "forwarded publishes counted: $(total held_bytes "127.0.0.1:$BF_PORT")"
 raw_close
-pass "hold_max: a broadcast's publishes to a sender that reads none are not counted; a .qgate.all meanwhile runs"
+pass "hold_max: a broadcast's publishes to a sender that reads none are not counted once in its output (only the one each worker collects); a .qgate.all meanwhile runs"
 
 # pending_max bounds the requests qgate holds whole, all clients together (each client alone
 # was bounded by client_max_pending plus one message of up to max_message: 2 GiB). A message
