@@ -36,7 +36,9 @@ static void usage(void)
             "  d: the d-th --nest), before it answers, it sends TEXT (\"A||B\": each; \"neg:\" async) on\n"
             "  the same handle, as q's .z.pg would, and prints each sync one's reply as \"nested: REPLY\";\n"
             "  an item \"wait:PATH\" sends nothing but waits until PATH exists (a test's go, 30 s at most);\n"
-            "  one among the TEXTs does the same between two messages (not with --pipeline).\n"
+            "  one among the TEXTs does the same between two messages (not with --pipeline); \"serve:PATH\"\n"
+            "  too, serving what comes meanwhile (callbacks answered, async messages printed), as a q\n"
+            "  client idle at its prompt.\n"
             "  --compress sends each TEXT (and --call's message) compressed as q compresses for a remote\n"
             "  peer, when q would (over 2000 bytes, and under half as long compressed), saying so on\n"
             "  stderr: \"sent: N bytes compressed (M plain)\".\n"
@@ -237,6 +239,32 @@ static void send_nested(struct qconn *c)
     }
     depth--;
     free(items);
+}
+
+static void on_incoming(struct qconn *c);
+
+/* "serve:PATH": until PATH exists (at most 30 s), as a q client idle at its prompt: what comes is
+ * served (a callback answered, with what --nest says sent first; an async message printed). 0, or
+ * the connection's error. */
+static int serve_until(struct qconn *c, const char *path)
+{
+    fflush(stdout);
+    for (int i = 0; i < 3000 && access(path, F_OK); i++) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        if (poll(&p, 1, 10) <= 0)
+            continue;
+        int rc = qconn_recv(c, 0);
+        if (rc) {
+            printf("'%s\n", qconn_strerror(rc));
+            return rc;
+        }
+        if (c->hdr.type != KIPC_RESPONSE)
+            on_incoming(c);
+        else
+            printf("'a response nobody asked for\n");
+        fflush(stdout);
+    }
+    return 0;
 }
 
 /* A message the other side sent us: print async ones; answer sync ones as a q client would
@@ -443,6 +471,13 @@ int main(int argc, char **argv)
             const char *text = argv[i];
             if (!pipeline && !strncmp(text, "wait:", 5)) { /* (between messages, on one connection) */
                 wait_path(text + 5);
+                continue;
+            }
+            if (!pipeline && !strncmp(text, "serve:", 6)) { /* ... serving what comes meanwhile */
+                if (serve_until(&c, text + 6)) {
+                    qconn_close(&c);
+                    return 1;
+                }
                 continue;
             }
             int as = async || !strncmp(text, "neg:", 4);

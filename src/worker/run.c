@@ -189,22 +189,22 @@ void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
 
 /* ---- the query timer ------------------------------------------------------------------------- */
 
-static const struct worker *lead_of(const struct worker *w);
+static struct worker *lead_of(const struct worker *w);
 
-/* When the q behind w last sent a byte, on any of the group's connections to it (pipeline): a
- * request sent to a busy q waits behind what it runs on another connection, and its clock runs
- * from that q's silence, not from its own send (it ran out while its q answered the others). */
-static int64_t q_heard_ms(const struct worker *w)
+/* pipeline: the runs on the other connections of w's q, now (busy), or its other connections. */
+static int beside(const struct worker *w, int busy)
 {
-    int64_t t = w->c.last_read_ms;
-    const struct worker *x = w->slot ? lead_of(w) : w;
-    while (x) { /* the lead, then its connections after it (slot 1, 2, ...) */
-        t = QG_MAX(t, x->c.last_read_ms);
-        x = TAILQ_NEXT(x, glink);
-        if (x && (!x->slot || strcmp(x->addr, w->addr)))
-            break;
-    }
-    return t;
+    int n = 0;
+    for (const struct worker *x = w->slot ? lead_of(w) : w; x; x = worker_sibling(x))
+        n += x != w && (!busy || x->st == WS_BUSY);
+    return n;
+}
+
+void run_leaves_busy_loop(struct gw *g, struct worker *w)
+{
+    for (struct worker *x = w->slot ? lead_of(w) : w; x; x = worker_sibling(x))
+        if (x != w && x->st == WS_BUSY && x->run.ahead > 0 && --x->run.ahead == 0)
+            x->run.began_ms = g->loop.now_ms; /* the last run ahead of it has ended: it begins */
 }
 
 static void on_query_timeout(struct gw *g, struct conn *c)
@@ -212,9 +212,12 @@ static void on_query_timeout(struct gw *g, struct conn *c)
     struct worker *w = worker_of(c);
     if (g->cfg.query_timeout <= 0) /* (a reload lifts it: run_timeouts_reloaded_loop) */
         return;
-    int64_t due = QG_MAX(w->tm_armed_ms, q_heard_ms(w)) + g->cfg.query_timeout; /* a byte came since */
-    if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for its
-                                     * client (run_header_loop), and nothing after is read meanwhile */
+    int64_t due = QG_MAX(QG_MAX(w->tm_armed_ms, w->run.began_ms), c->last_read_ms) + g->cfg.query_timeout; /* a
+                                     * byte came since, or it began later than it was sent */
+    if (c->in_job || c->paused_any || (w->run.ahead > 0 && beside(w, 1))) /* not its silence: a reader
+                                     * has what it sent, or it waits for its client (run_header_loop),
+                                     * and nothing after is read meanwhile; or it has not begun: its q
+                                     * runs what was ahead of it (pipeline; those have clocks of their own) */
         due = g->loop.now_ms + g->cfg.query_timeout;
     if (due > g->loop.now_ms) {
         conn_timer_arm_loop(g, c, WORKER_TM, due, on_query_timeout);
@@ -261,11 +264,11 @@ void run_arm_timer_loop(struct gw *g, struct worker *w)
 
 /* When w's run began at the worker, as far as the gateway can tell: when it was sent, or when
  * the worker last ended a run on another connection after that (q runs one at a time). */
-static const struct worker *lead_of(const struct worker *w)
+static struct worker *lead_of(const struct worker *w)
 {
-    const struct worker *x = w;
+    struct worker *x = (struct worker *)w; /* (the group's list holds them as its own) */
     while (x && x->slot) {
-        const struct worker *p = TAILQ_PREV(x, workerlist, glink);
+        struct worker *p = TAILQ_PREV(x, workerlist, glink);
         x = p && !strcmp(p->addr, w->addr) ? p : NULL;
     }
     return x;
@@ -313,6 +316,11 @@ void run_begin_loop(struct gw *g, struct worker *w, struct client *c)
     }
     w->run.swallow = swallow;
     w->run.started_us = loop_stamp_us_loop(g);
+    /* pipeline: q runs one at a time, so a request sent to a busy q begins when what it runs has
+     * ended, or once more after what it picks first of its other connections': its clock starts
+     * at the end of those runs (at most one more each), or when none is on */
+    w->run.ahead = beside(w, 1) + beside(w, 0);
+    w->run.began_ms = g->loop.now_ms;
     run_arm_timer_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
 }

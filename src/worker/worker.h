@@ -53,6 +53,9 @@ struct run {
     /* A run a chaser ends (RUN_ASYNC, RUN_BROADCASTS) whose worker calls back: a chaser out then
      * runs inside that callback (q runs what comes on the handle it waits on), so its reply does
      * not say the run is over; another goes once every callback is answered, and its reply does. */
+    int ahead;           /* pipeline: runs on the q's other connections when it was sent, still on:
+                          * it has not begun (q runs one at a time), and its query_timeout waits */
+    int64_t began_ms;    /* ... when the last of them ended: its clock starts there */
     int cb_open;         /* its callbacks not yet answered (an answer queued for it counts) */
     int swallow_first;   /* chaser replies that come before the replies to run.nested's messages */
     uint8_t chase_dirty; /* a chaser out when it called back: its reply proves nothing */
@@ -298,6 +301,9 @@ void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
 void run_flushed_loop(struct gw *g, struct conn *wc, size_t before, size_t wrote);
 /* May c's message run nested on wc (backend_ops nests)? */
 int run_nests_loop(const struct conn *wc, const struct client *c);
+/* w's run has ended (it leaves BUSY): the runs on its q's other connections that waited behind it
+ * begin once nothing sent before them is on (pipeline; their query_timeout counts from then). */
+void run_leaves_busy_loop(struct gw *g, struct worker *w);
 /* The one setter of w's run's phase (what its reply has come to: enum worker_busy). */
 void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b);
 /* The query timer of w's run: query_timeout after it was armed or the worker's last byte. */

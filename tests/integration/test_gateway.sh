@@ -83,7 +83,8 @@ start_gateway AC -c "$TMP/ac.conf"
 wait_line "$TMP/AC.log" "connected \\(capability 3\\)" 10
 rm -f "$TMP/goA"
 timeout 60 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --timeout 30000 --nest "echo inner||wait:$TMP/goA" "neg:callback cbA" \
-    "echo a-after" > "$TMP/a.out" 2>&1 & pa=$!
+    "serve:$TMP/goA" "echo a-after" > "$TMP/a.out" 2>&1 & pa=$! # (a-after sent once the callback is answered:
+    # sent before the callback reached the client, it would run inside it, as straight to q)
 wait_line "$TMP/a.out" 'nested: "inner"' 10 # (A is inside the callback: what it sent there ran there)
 timeout 60 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --timeout 30000 "callback cbB" > "$TMP/b.out" 2>&1 & pb=$!
 b_waits() { timeout 5 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" ".qgate.pools[]" | grep -qE "\\| ,\`main \\| ,0b \\| ,1 \\|"; }

@@ -265,3 +265,32 @@ cat "$TMP/qt1.out" "$TMP/qt2.out" "$TMP/qt3.out" > "$TMP/qt.out"
 expect_lines "$TMP/qt.out" '^1200$' 3
 expect_lines "$TMP/QT.log" "no reply byte" 0
 pass "pipeline: query_timeout on a busy worker's other connection runs from that q's last byte, not from the send"
+
+# ... and only from when the runs ahead of it have ended: a q that answers its other connections
+# while one request waits (-30!, or hold) does not keep that one alive (before: any byte of the q
+# did, and a deferred request was never timed out while other clients polled), and a run ahead
+# whose reply qgate itself stopped reading (a slow client) does not time out the one behind it
+# (before: it did, as the q sent nothing qgate read)
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$QT_PORT" "hold qt-held" > "$TMP/held.out" 2>&1 & ph=$!
+wait_line "$TMP/W4.log" "hold qt-held" 10
+polls=0
+while kill -0 "$ph" 2> /dev/null && [ $polls -lt 60 ]; do
+    "$BIN/qsend" -g "127.0.0.1:$QT_PORT" "echo poll" > /dev/null 2>&1 || true
+    polls=$((polls + 1))
+    sleep 0.2
+done
+wait "$ph" || true
+expect_lines "$TMP/held.out" "^'qgate: timeout \\(127.0.0.1:$W4_PORT sent nothing for 2000 ms\\)\$" 1
+[ $polls -lt 60 ] || fail "the held request outlived 60 polls of the q's other connections"
+"$BIN/qsend" -g "127.0.0.1:$W4_PORT" "release qt-held" > /dev/null 2>&1 || true
+kill "$QT_PID"
+printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1000\nclient_high_water = 131072\nclient_low_water = 65536\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 2\npipeline_wait = 0\n' \
+    "$W4_PORT" > "$TMP/qs.conf"
+start_gateway QS -c "$TMP/qs.conf"
+wait_count "$TMP/QS.log" "connected \(capability" 2
+timeout 12 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" --read-rate 500000 "text 3000000" > "$TMP/slow.out" 2>&1 & ps=$!
+wait_line "$TMP/W4.log" "text 3000000" 10
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" "echo behind" > "$TMP/behind.out" 2>&1
+wait "$ps" || true # (a slow reader reads until the close)
+expect_lines "$TMP/behind.out" '^"behind"$' 1
+pass "pipeline: a request held at a q that answers its other connections is timed out; one behind a reply its client reads slowly is not"
