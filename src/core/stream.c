@@ -396,8 +396,16 @@ void stream_job_done_loop(struct gw *g, struct conn *c)
         return;
     c->in_job = 0;
     c->last_read_ms = g->loop.now_ms; /* (a peer's silence counts from when it is read again) */
-    if (c->fd < 0 || c->closing || c->paused) /* (paused by what the job made: what it read is framed
-                                              * when it resumes, not now, past the bound) */
+    if (c->closing)
+        return;
+    if (c->fd < 0) { /* its input ended meanwhile (a reset): what it read before still runs, and a
+                      * message the close cut is dropped, when framed (before: left unframed, the
+                      * connection kept for ever, and a drain waiting on it) */
+        conn_backlog_add_loop(g, c);
+        return;
+    }
+    if (c->paused) /* (paused by what the job made: what it read is framed when it resumes, not now,
+                    * past the bound) */
         return;
     conn_set_reading_loop(g, c, 1);
     conn_backlog_add_loop(g, c);

@@ -555,3 +555,51 @@ timeout 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.totals[]" > "$TMP/q.out"
 [ "$(awk -F'!' '{ split($1, k, "`"); split($2, v, " "); for (i = 2; i in k; i++) if (k[i] == "refused_access") print v[i - 1] }' "$TMP/q.out")" = 4 ] ||
     fail "4 bad logins not counted as refused_access: $(cat "$TMP/q.out")"
 pass "users file: plain, MD5 and SHA-1 accepted; bad credentials closed without a byte"
+
+# --- clients that reset their connection inside a callback, while a message each sent there is on
+# a reader (compressed) and another is cut short behind it: what each sent before the reset runs,
+# the cut one is dropped, and the connection goes (before: one whose reset came while the reader
+# worked stayed for ever, GONE with nothing owed, and a drain waited its whole drain_timeout;
+# helper round 11)
+start_gateway RN --workers "$WADDR" --loglevel debug
+python3 - "$RN_PORT" <<'PY'
+import socket, struct, sys, time
+def qcompress(y): # q's IPC compression
+    t = len(y); B = bytearray(t // 2); B[:4] = y[:4]; B[2] = 1; struct.pack_into('<i', B, 8, t)
+    i = f = h0 = h = p = r = s0 = 0; c = d = 12; s = 8; a = [0] * 256
+    while s < t:
+        if i == 0:
+            i = 1; B[c] = f; c = d; d += 1; f = 0
+        g = s > t - 3
+        if not g:
+            h = (y[s] ^ y[s + 1]) & 0xff; p = a[h]; g = p == 0 or y[s] != y[p]
+        if s0 > 0: a[h0] = s0; s0 = 0
+        if g: h0 = h; s0 = s; B[d] = y[s]; d += 1; s += 1
+        else:
+            a[h] = s; f |= i; p += 2; s += 2; r = s; q = min(s + 255, t)
+            while y[s] == y[p]:
+                s += 1
+                if s >= q: break
+                p += 1
+            B[d] = h; B[d + 1] = s - r; d += 2
+        i = (i * 2) & 0xff
+    B[c] = f; struct.pack_into('<i', B, 4, d); return bytes(B[:d])
+def msg(t, typ=1): b = struct.pack('<bbi', 10, 0, len(t)) + t; return struct.pack('<bbhi', 1, typ, 0, 8 + len(b)) + b
+big = qcompress(msg(b'qgate ' * 100000))           # nested, checked (decompressed) on a reader
+cut = msg(b'echo ' + b'y' * 5000)[:2000]           # cut short by the reset
+for k in range(10):
+    s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); s.sendall(b'u:p\x03\x00'); s.recv(1)
+    s.sendall(msg(b'callback hi'))                 # the worker calls it back
+    h = b''
+    while len(h) < 8: h += s.recv(8 - len(h))
+    n = struct.unpack('<i', h[4:])[0] - 8
+    while n > 0: n -= len(s.recv(n))
+    s.sendall(big + cut)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+    s.close()
+    time.sleep(0.1)
+PY
+wait_count "$TMP/RN.log" "c[0-9]+ .*: closed: " 10 10
+kill -TERM "$RN_PID"
+wait_line "$TMP/RN.log" "drained: exiting" 10
+pass "clients reset inside a callback, a message of theirs on a reader: what each sent runs, the connection goes, a drain does not wait"
