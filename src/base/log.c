@@ -71,9 +71,15 @@ int log_journal_detect(void)
 }
 
 /* The length of the well-formed UTF-8 sequence of 2 to 4 bytes s starts with (n bytes left), or 0
- * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF). */
+ * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF); 0 too for the C1 controls
+ * (U+0080-U+009F: NEL among them) and U+2028, U+2029, which readers may take for line breaks: a
+ * line stays one line. */
 size_t log_utf8_seq(const unsigned char *s, size_t n)
 {
+    if (n >= 2 && s[0] == 0xc2 && s[1] <= 0x9f)
+        return 0;
+    if (n >= 3 && s[0] == 0xe2 && s[1] == 0x80 && (s[2] == 0xa8 || s[2] == 0xa9))
+        return 0;
     unsigned char c = s[0], lo = 0x80, hi = 0xbf;
     size_t len;
     if (c >= 0xc2 && c <= 0xdf)

@@ -173,6 +173,25 @@ static void reload_group(struct gw *g, struct group *grp, const struct group_cfg
 
 static void reload_groups(struct gw *g, const struct config *nc)
 {
+    /* the q processes disabled now stay so wherever the file puts them, whatever its groups'
+     * order (one group may drop an address, and so free its worker, before another takes it) */
+    int nd = 0, cap = 0;
+    char **dis = NULL;
+    for (int i = 0; i < g->ngroups; i++) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink) {
+            if (!w->disabled || !worker_is_lead(w))
+                continue;
+            if (nd == cap) {
+                char **n = realloc(dis, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *dis);
+                if (!n)
+                    break;
+                dis = n;
+            }
+            if ((dis[nd] = strdup(w->addr)))
+                nd++;
+        }
+    }
     for (int i = 0; i < nc->ngroups; i++) {
         struct group *grp = dispatch_group_find_loop(g, nc->groups[i].name);
         if (grp)
@@ -190,6 +209,18 @@ static void reload_groups(struct gw *g, const struct config *nc)
                      "go to the groups the file has)", g->groups[i].cfg.name);
         g->groups[i].stale = (uint8_t)!kept;
     }
+    for (int i = 0; i < g->ngroups && nd; i++) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink)
+            for (int k = 0; k < nd && !w->disabled && !w->removed; k++)
+                if (!strcmp(w->addr, dis[k])) {
+                    log_info(w->c.name, "reload: group %s: disabled, as this q was", g->groups[i].cfg.name);
+                    worker_disable_loop(g, w, 1);
+                }
+    }
+    for (int k = 0; k < nd; k++)
+        free(dis[k]);
+    free(dis);
 }
 
 /* Apply a configuration read by a reload job: the worker sets and the live keys. */

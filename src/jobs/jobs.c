@@ -226,7 +226,7 @@ static int text_arg(const char *a, size_t n, struct cmd_arg *x)
         return set_name(x, a + 1, n - 2);
     }
     /* a whole number as q writes one: -? digits, or 0N (null), with a type's letter or none */
-    if (n > 1 && strchr("hij", a[n - 1]))
+    if (n > 1 && a[n - 1] && strchr("hij", a[n - 1])) /* (a NUL is no type's letter) */
         n--;
     x->kind = GWARG_NUM;
     if (n == 2 && a[0] == '0' && a[1] == 'N') {

@@ -162,7 +162,8 @@ static int addr_disabled(const struct gw *g, const char *addr)
     for (int i = 0; i < g->ngroups; i++) {
         const struct worker *x;
         TAILQ_FOREACH(x, &g->groups[i].workers, glink)
-            if (!x->removed && x->disabled && !strcmp(x->addr, addr))
+            if (x->disabled && !strcmp(x->addr, addr)) /* (one the same reload removes too: the
+                                                          * order of the file's groups says nothing) */
                 return 1;
     }
     return 0;

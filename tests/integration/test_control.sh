@@ -274,7 +274,22 @@ wait_for 10 "every connection to W2 disabled" all_disabled
 timeout 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.pools[]" > "$TMP/dg.out"
 expect_lines "$TMP/dg.out" "^table\\[3\\] " 1
 kill "$DG_PID"
-pass "a reload adding a disabled q to another group, or another connection to it (pipeline): disabled there too"
+# ... whatever the order of the groups in the file: one that leaves the q listed before the one
+# that takes it (it came back enabled: helper round 11)
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = %s\n[group pipe]\nworkers = %s\n' \
+    "$TMP/users" "$W1A" "$W2A" > "$TMP/dg2.conf"
+start_gateway DH -c "$TMP/dg2.conf"
+wait_count "$TMP/DH.log" "connected \\(capability 3\\)" 2 10
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$DH_PORT" -u alice:pw ".qgate.disable[\`$W2A]" > "$TMP/a.out"
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group pipe]\nworkers = %s\n[group main]\nworkers = %s,%s\n' \
+    "$TMP/users" "$W1A" "$W1A" "$W2A" > "$TMP/dg2.conf"
+kill -HUP "$DH_PID"
+wait_line "$TMP/DH.log" "reload: done" 10
+moved_disabled() { timeout 5 "$BIN/qsend" -g "127.0.0.1:$DH_PORT" -u alice:pw ".qgate.stats[]" |
+                   grep -qE "^table\\[3\\] .* \\| \`$W1A\`$W2A\`$W1A \\| \`main\`main\`pipe \\| \`idle\`disabled\`idle \\|"; }
+wait_for 10 "the q moved to main still disabled" moved_disabled
+kill "$DH_PID"
+pass "a reload adding a disabled q to another group, or another connection to it (pipeline): disabled there too, whatever the file's order"
 
 # --- .qgate.shutdown[]: as SIGTERM, 1b first; the running request finishes; exit 0 -------------
 G="127.0.0.1:$GW_PORT"

@@ -77,6 +77,11 @@ static void test_utf8(void **state)
     f.error = "\xff" "a\x80" "b\xc0\xaf" "c\xed\xa0\x80" "d\xf4\x90\x80\x80" "e\xe2\x82"; /* none well-formed */
     line_of(&f, line);
     assert_non_null(strstr(line, " error=\"\\xffa\\x80b\\xc0\\xafc\\xed\\xa0\\x80d\\xf4\\x90\\x80\\x80e\\xe2\\x82\""));
+    /* characters readers may take for line breaks (NEL, LINE and PARAGRAPH SEPARATOR), and the other
+     * C1 controls: escaped, so a line stays one line (a query's text could plant one: round 11) */
+    f.error = "a\xc2\x85" "b\xe2\x80\xa8" "c\xe2\x80\xa9" "d\xc2\x9f" "e\xc2\xa0";
+    line_of(&f, line);
+    assert_non_null(strstr(line, " error=\"a\\xc2\\x85b\\xe2\\x80\\xa8c\\xe2\\x80\\xa9d\\xc2\\x9fe\xc2\xa0\""));
     char cut[300]; /* a 3-byte character cut by the 255-byte limit */
     memset(cut, 'x', 254);
     memcpy(cut + 254, "\xe2\x82\xac", 4);

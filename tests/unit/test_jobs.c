@@ -810,7 +810,11 @@ static void test_parse_command_refused(void **state)
     assert_string_equal(j->text, "bad command: .qgate.kill: its argument is none, a whole number, a symbol or a "
                                  "string (of at most 400 bytes)");
     job_free(j);
-    j = parsed(text(".qgate.kill[1x]"));
+    j = parsed(k_str(".qgate.kill[1\0]", 15)); /* a NUL where a type's letter may be: refused (it
+                                               * was read as [1]: helper round 11) */
+    assert_int_equal(j->result, GWCMD_UNKNOWN);
+    job_free(j);
+        j = parsed(text(".qgate.kill[1x]"));
     assert_int_equal(job_args(j)->cmd.said, 1);
     assert_true(!strncmp(j->text, "bad command: .qgate.kill[1x]: its argument is", 45));
     job_free(j);
