@@ -252,13 +252,7 @@ pass "a gateway command sent async runs without a reply (pause, resume); refused
 
 # --- a disabled q stays out of rotation when a reload adds a connection to it: in another group,
 # or another for pipeline (before: enabled there, given requests) ------------------------------
-cat > "$TMP/dg.conf" <<CONF
-[gateway]
-bind = 127.0.0.1
-users_file = $TMP/users
-[group main]
-workers = $W1A, $W2A
-CONF
+cp "$TMP/gw.conf" "$TMP/dg.conf" # (main: W1 and W2)
 start_gateway DG -c "$TMP/dg.conf"
 wait_count "$TMP/DG.log" "connected \\(capability 3\\)" 2 10
 timeout 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.disable[\`$W2A]" > "$TMP/a.out"
