@@ -13,7 +13,10 @@
  * Where a worker's message goes (struct wmsg, route; the stream moves its bytes):
  *   response to the running request  -> STREAM to its client (COLLECT for a pool job; DROP if
  *                                       the client has gone or was answered already)
- *   response to a chaser             -> SWALLOW
+ *   response to a chaser             -> SWALLOW (one the worker answered from inside a callback of
+ *                                       the run proves nothing: another goes once the callbacks
+ *                                       are answered and nothing sent nested is owed, and its
+ *                                       reply ends the run)
  *   async, while running a client's broadcasts -> FORWARD to that broadcast's sender
  *   async, while serving a request   -> STREAM to that request's client
  *   async, pool = session, between its client's requests -> STREAM to that client
