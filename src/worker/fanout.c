@@ -36,11 +36,9 @@ static int takes_part(const struct worker *w)
 
 static void start_part(struct gw *g, struct worker *w, struct fpart *p)
 {
+    w->run = (struct run){.kind = RUN_FANOUT, .fp = p}; /* (nothing of the run before it: a lost one
+                                   * left its callbacks and chasers counted, and one went here) */
     worker_set_state_loop(g, w, WS_BUSY);
-    w->run.kind = RUN_FANOUT;
-    w->run.cl = NULL;
-    w->run.fp = p;
-    w->run.swallow = 0;
     p->st = FP_RUNNING;
     if (--p->fo->unsent == 0)
         request_uncount_loop(g, &p->fo->counted); /* every worker has the query now */

@@ -118,7 +118,8 @@ static void chase_again(struct gw *g, struct worker *w)
  * sent nested after it: swallow_first). */
 static void chase_when_clear(struct gw *g, struct worker *w)
 {
-    if (w->st == WS_BUSY && w->run.chase_owed && w->run.cb_open == 0 && w->run.nested == 0)
+    if (w->st == WS_BUSY && (w->run.kind == RUN_ASYNC || w->run.kind == RUN_BROADCASTS) && w->run.chase_owed &&
+        w->run.cb_open == 0 && w->run.nested == 0)
         chase_again(g, w);
 }
 
