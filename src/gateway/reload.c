@@ -173,8 +173,9 @@ static void reload_group(struct gw *g, struct group *grp, const struct group_cfg
 
 static void reload_groups(struct gw *g, const struct config *nc)
 {
-    /* the q processes disabled now stay so wherever the file puts them, whatever its groups'
-     * order (one group may drop an address, and so free its worker, before another takes it) */
+    /* the q processes disabled now stay so wherever the file puts them (another group, one more
+     * connection for pipeline), whatever its groups' order (one group may drop an address, and so
+     * free its worker, before another takes it) */
     int nd = 0, cap = 0;
     char **dis = NULL;
     for (int i = 0; i < g->ngroups; i++) {
@@ -214,7 +215,7 @@ static void reload_groups(struct gw *g, const struct config *nc)
         TAILQ_FOREACH(w, &g->groups[i].workers, glink)
             for (int k = 0; k < nd && !w->disabled && !w->removed; k++)
                 if (!strcmp(w->addr, dis[k])) {
-                    log_info(w->c.name, "reload: group %s: disabled, as this q was", g->groups[i].cfg.name);
+                    log_info(w->c.name, "group %s: disabled, as the other connections to this q are", g->groups[i].cfg.name);
                     worker_disable_loop(g, w, 1);
                 }
     }

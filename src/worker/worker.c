@@ -155,20 +155,6 @@ static void connect_failed(struct gw *g, struct worker *w)
 }
 
 /* Connection slot of the worker at addr, after `after` on grp's list (NULL: at its end). */
-/* Is the q process at addr disabled (.qgate.disable[]: every worker of that address, in every
- * group)? */
-static int addr_disabled(const struct gw *g, const char *addr)
-{
-    for (int i = 0; i < g->ngroups; i++) {
-        const struct worker *x;
-        TAILQ_FOREACH(x, &g->groups[i].workers, glink)
-            if (x->disabled && !strcmp(x->addr, addr)) /* (one the same reload removes too: the
-                                                          * order of the file's groups says nothing) */
-                return 1;
-    }
-    return 0;
-}
-
 static struct worker *new_conn(struct gw *g, struct group *grp, const char *addr, int slot, struct worker *after)
 {
     struct worker *w = calloc(1, sizeof *w);
@@ -182,9 +168,6 @@ static struct worker *new_conn(struct gw *g, struct group *grp, const char *addr
     w->grp = grp;
     w->dirty = 2; /* what ran in its q before qgate had it is not known (a session group: reset first) */
     w->serial = ++g->next_worker_serial;
-    /* a connection to a q that is disabled (a reload adding it to another group, or another
-     * connection to it for pipeline): disabled too, or it would go into rotation there */
-    w->disabled = (uint8_t)addr_disabled(g, addr);
     STAILQ_INIT(&w->bq);
     STAILQ_INIT(&w->bsent);
     STAILQ_INIT(&w->fq);
@@ -202,8 +185,6 @@ static struct worker *new_conn(struct gw *g, struct group *grp, const char *addr
     grp->nworkers += !slot;
     g->loop.nbackends++;
     conn_timer_arm_loop(g, &w->c, WORKER_TM, g->loop.now_ms, on_reconnect_timer);
-    if (w->disabled)
-        log_info(w->c.name, "group %s: disabled, as the other connections to this q are", grp->cfg.name);
     return w;
 }
 
