@@ -531,11 +531,8 @@ static void on_linger_timeout(struct gw *g, struct conn *x) { conn_close_loop(g,
 static void linger(struct gw *g, struct client *c)
 {
     client_set_state_loop(g, c, CS_LINGER);
-    stream_shutdown_loop(&c->c);
     request_room_drop_loop(g, c); /* (what it sends now is read and dropped) */
-    c->paused = 0;
-    conn_set_reading_loop(g, &c->c, 1);
-    conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + 2000, on_linger_timeout);
+    stream_linger_loop(g, &c->c, CLIENT_TM_STATE, on_linger_timeout);
 }
 
 static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
@@ -548,7 +545,7 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
     if (c->c.closing || c->c.fd < 0)
         return;
     if (c->st == CS_LINGER) { /* what it still sends is read and dropped, until it closes */
-        if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && stream_discard_loop(g, &c->c) == SS_CLOSE)
+        if (stream_lingered_loop(g, &c->c, ev))
             conn_close_loop(g, &c->c, linger_why(c));
         return;
     }

@@ -265,10 +265,13 @@ void stream_flush_dirty_loop(struct gw *g)
     flush_list(g, &g->dirty, others);
 }
 
-void stream_shutdown_loop(struct conn *c)
+void stream_linger_loop(struct gw *g, struct conn *c, int timer, conn_timer_fn fn)
 {
     if (c->fd >= 0)
         io_of(c)->shutdown_write(c->fd);
+    c->paused = 0;
+    conn_set_reading_loop(g, c, 1);
+    conn_timer_arm_loop(g, c, timer, g->loop.now_ms + STREAM_LINGER_MS, fn);
 }
 
 /* Read and drop what fd's peer sends, DISCARD_READS reads at most: SS_CLOSE once it has closed
@@ -288,6 +291,12 @@ static int discard(const struct stream_io *io, int fd, int *err)
         return SS_CLOSE;
     }
     return SS_OK;
+}
+
+int stream_lingered_loop(struct gw *g, struct conn *c, uint32_t ev)
+{
+    (void)g;
+    return (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && c->fd >= 0 && discard(io_of(c), c->fd, NULL) == SS_CLOSE;
 }
 
 void stream_remnant_close_loop(struct remnant *r)
@@ -872,11 +881,6 @@ void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max)
     }
 }
 
-int stream_discard_loop(struct gw *g, struct conn *c)
-{
-    (void)g;
-    return c->fd >= 0 ? discard(io_of(c), c->fd, NULL) : SS_OK;
-}
 
 void stream_input_drop_loop(struct conn *c)
 {

@@ -75,13 +75,17 @@ void stream_backlog_loop(struct gw *g);
 /* Read everything c's socket still holds into its input buffer, up to max bytes, unframed (a
  * client that has left: what it sent before still runs). */
 void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max);
-/* Read and drop what c's peer still sends: SS_OK, or SS_CLOSE when it has closed or failed
- * (the caller closes it, saying why). */
-int stream_discard_loop(struct gw *g, struct conn *c);
 /* Drop what c's input buffer holds, and the message it was gathering (it reads no more). */
 void stream_input_drop_loop(struct conn *c);
-/* Our side of c is done writing (FIN after the last byte queued was sent). */
-void stream_shutdown_loop(struct conn *c);
+/* A staged close, once all c owes is out: our side shut (FIN), reading on, and what the peer
+ * still sends read and dropped (stream_lingered_loop, from the kind's event handler) until it
+ * closes, or until STREAM_LINGER_MS from now, when fn (timer `timer`) closes it. Closing at
+ * once with bytes unread would reset the connection, and the peer lose what it had not read. */
+#define STREAM_LINGER_MS 2000
+void stream_linger_loop(struct gw *g, struct conn *c, int timer, conn_timer_fn fn);
+/* An event on a lingering c: what came read and dropped; 1 when the peer has closed or failed
+ * (the caller closes c, saying why). */
+int stream_lingered_loop(struct gw *g, struct conn *c, uint32_t ev);
 /* A socket a connection has left behind (its owner holds it: fd -1 when none). */
 struct remnant {
     struct evsrc ev;

@@ -8,7 +8,8 @@
  * idle or slow connection holds a place no longer), takes its page within MPAGE_TIMEOUT_MS, and
  * may reset at any point (the page is dropped when it comes back). At most MCONN_MAX connections
  * at once, MCONN_PER_PEER from one address: a new connection over either limit takes the place
- * of the oldest one still sending its request (of that address, for the second), which is
+ * of one whose reply is out and which waits only for the scraper's close (closed, not counted),
+ * else of the oldest one still sending its request (of that address, for the second), which is
  * answered 503, or else of the one whose page its socket has taken no byte of for MSTALL_MS or
  * more, for the longest (a scraper that asks and never reads), closed; so a scrape always gets
  * through however many idle or unread connections hold places. With none to take the place of,
@@ -41,9 +42,12 @@
 #define MREQ_TIMEOUT_MS 2000    /* to send it */
 #define MPAGE_TIMEOUT_MS 10000  /* to take the page, once asked for */
 #define MSTALL_MS 2000          /* a page whose socket takes no byte this long may give way */
-enum { MTM_STATE = 0, MTM_STALL = 1 }; /* its timers: request or page; the page's stall mark */
+enum { MTM_STATE = 0, MTM_STALL = 1 }; /* its timers: request, page or linger; the page's stall mark */
 
-enum { MC_READING, MC_WAITING, MC_WRITING };
+/* MC_LINGER: the reply is out, and what the scraper still sends (the rest of a request answered
+ * early: a NUL, a head too long) is read and dropped until it closes (stream_linger_loop: RFC
+ * 9112's staged close, as the q port's after a bad message). It gives way at once to a new one. */
+enum { MC_READING, MC_WAITING, MC_WRITING, MC_LINGER };
 
 struct mconn {
     struct conn c;       /* first: conn.c owns it */
@@ -138,11 +142,21 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
         return;
     if (ev & EPOLLOUT)
         stream_flush_loop(g, &m->c);
+    if (!m->c.closing && m->st == MC_LINGER) { /* read and dropped, until it closes */
+        if (stream_lingered_loop(g, &m->c, ev))
+            conn_close_loop(g, &m->c, "reply sent");
+        return;
+    }
     if (!m->c.closing && m->st == MC_READING && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
         stream_read_loop(g, &m->c);
 }
 
-/* Written: all of it out, the connection closes (Connection: close). */
+static void on_linger_timeout(struct gw *g, struct conn *c)
+{
+    conn_close_loop(g, c, "reply sent (the scraper kept its side open)");
+}
+
+/* Written: all of it out, our side shut (Connection: close); closed once the scraper closes. */
 static void on_flushed(struct gw *g, struct conn *c, size_t before, size_t wrote)
 {
     (void)before;
@@ -152,8 +166,10 @@ static void on_flushed(struct gw *g, struct conn *c, size_t before, size_t wrote
         if (!conn_timer_armed(c, MTM_STALL) && conn_pending(c)) /* (it had stalled: watched again) */
             conn_timer_arm_loop(g, c, MTM_STALL, g->loop.now_ms + MSTALL_MS, on_stall);
     }
-    if (m->st == MC_WRITING && !conn_pending(c))
-        conn_close_loop(g, c, "page sent");
+    if (m->st == MC_WRITING && !conn_pending(c)) {
+        m->st = MC_LINGER;
+        stream_linger_loop(g, c, MTM_STATE, on_linger_timeout);
+    }
 }
 
 static void on_timeout(struct gw *g, struct conn *c)
@@ -237,24 +253,26 @@ static void send_503(int fd)
     stream_send_now_loop(fd, text, sizeof text - 1);
 }
 
-/* The oldest connection still sending its request (of peer, unless NULL); else, of those taking
- * their page whose socket has taken no byte for MSTALL_MS or more, the one stalled longest (a
+/* One whose reply is out (lingering: see MC_LINGER); else the oldest connection still sending
+ * its request (of peer, unless NULL); else, of those taking their page whose socket has taken no byte for MSTALL_MS or more, the one stalled longest (a
  * scraper that asks and never reads: its page stays, with only MPAGE_TIMEOUT_MS to bound it, and
  * 32 of them kept every scrape out); or NULL. One whose socket takes a byte of its page at
  * least every MSTALL_MS never gives way. */
 static struct conn *oldest_stuck(struct gw *g, const char *peer)
 {
-    struct conn *stuck = NULL;
+    struct conn *stuck = NULL, *reading = NULL;
     for (struct conn *x = connq_first(&g->metrics_conns); x; x = connq_next(x)) {
         struct mconn *m = mconn_of(x);
         if (peer && strcmp(m->peer, peer))
             continue;
-        if (m->st == MC_READING)
-            return x;
-        if (stalled(g, x) && (!stuck || m->moved_ms < mconn_of(stuck)->moved_ms))
+        if (m->st == MC_LINGER)
+            return x; /* answered already */
+        if (m->st == MC_READING && !reading)
+            reading = x;
+        else if (stalled(g, x) && (!stuck || m->moved_ms < mconn_of(stuck)->moved_ms))
             stuck = x;
     }
-    return stuck;
+    return reading ? reading : stuck;
 }
 
 /* Room for a new connection from peer, over the limit why: the oldest connection still sending
@@ -263,6 +281,10 @@ static struct conn *oldest_stuck(struct gw *g, const char *peer)
 static int make_room(struct gw *g, int why, const char *peer)
 {
     struct conn *old = oldest_stuck(g, why == REFUSED_METRICS_PEER ? peer : NULL);
+    if (old && mconn_of(old)->st == MC_LINGER) { /* its reply is out: nothing refused */
+        conn_close_loop(g, old, "reply sent (gave way to a new metrics connection)");
+        return 0;
+    }
     int reading = old && mconn_of(old)->st == MC_READING;
     conn_refused_loop(g, why, old ? old->name : NULL, "metrics connections %s: %s", why == REFUSED_METRICS_PEER
                       ? "from one address at their limit" : "at their limit",

@@ -17,7 +17,7 @@
  *   statuses  SS_STOP stops (the rest of a read dropped for on_message's); SS_CLOSE closes once,
  *             with the reason given to stream_close
  *   the end   EOF goes to on_eof with "... closed the connection", or closes; a reset too;
- *             stream_read_rest_loop reads everything left, unframed; stream_discard_loop
+ *             stream_read_rest_loop reads everything left, unframed; a staged close (stream_linger_loop)
  *   output    stream_flush_loop within write_budget, in order, the rest next time on the flush
  *             list; on_flushed's before and wrote; EPOLLOUT when the socket is full; a peer gone
  *             makes the write fail into on_gone, or a close
@@ -1619,22 +1619,40 @@ static void test_read_rest(void **state)
     assert_int_equal(s->nev, 0);
 }
 
-/* stream_discard_loop drops what the peer sends (SS_OK while it is there), then SS_CLOSE at its
- * close; no handler is called. */
-static void test_discard(void **state)
+static void linger_due(struct gw *gw, struct conn *c)
+{
+    (void)gw;
+    (void)c;
+}
+
+/* stream_linger_loop: our side shut (the peer reads its end), reading on, the timer armed at
+ * STREAM_LINGER_MS; stream_lingered_loop drops what the peer sends (0 while it is there, and for
+ * an event without input), then 1 at its close; no handler is called. */
+static void test_linger(void **state)
 {
     (void)state;
     struct fake *f = fake_new(CONN_CLIENT, 1);
+    conn_set_reading_loop(&g, &f->c, 0);
+    f->c.paused = 1;
+    stream_linger_loop(&g, &f->c, 0, linger_due);
     uint8_t junk[10000];
+    assert_int_equal(read(f->peer, junk, sizeof junk), 0); /* our FIN */
+    assert_true(f->c.events & EPOLLIN);
+    assert_false(f->c.paused);
+    assert_true(conn_timer_armed(&f->c, 0));
+    assert_true(f->c.tm[0].fn == linger_due);
+    assert_int_equal(f->c.tm[0].t.when, g.loop.now_ms + STREAM_LINGER_MS);
     memset(junk, 7, sizeof junk);
     put(f, junk, sizeof junk);
-    assert_int_equal(stream_discard_loop(&g, &f->c), SS_OK);
+    assert_int_equal(stream_lingered_loop(&g, &f->c, EPOLLOUT), 0);
+    assert_int_equal(unread(f->c.fd), sizeof junk);
+    assert_int_equal(stream_lingered_loop(&g, &f->c, EPOLLIN), 0);
     assert_int_equal(unread(f->c.fd), 0);
-    assert_int_equal(stream_discard_loop(&g, &f->c), SS_OK);
+    assert_int_equal(stream_lingered_loop(&g, &f->c, EPOLLIN), 0);
     put(f, junk, 100);
     close(f->peer);
     f->peer = -1;
-    assert_int_equal(stream_discard_loop(&g, &f->c), SS_CLOSE);
+    assert_int_equal(stream_lingered_loop(&g, &f->c, EPOLLIN | EPOLLRDHUP), 1);
     assert_int_equal(f->nev, 0);
     assert_int_equal(inbuf_avail(&f->c.in), 0);
     assert_true(f->c.fd >= 0); /* the caller closes it */
@@ -2276,7 +2294,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eof, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_rest, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_discard, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linger, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flush_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flush_workers_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flush_full_socket, setup, teardown),
