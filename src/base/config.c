@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include "log.h"
 #include "net.h"
+#include "qg.h"
 
 static const char *const async_choices[] = {"one", "broadcast", NULL};
 static const char *const pool_choices[] = {"request", "session", NULL};
@@ -411,6 +413,11 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+#define PIPE_POLL_MS 100 /* a wait on a pipe looks at config_read_stop this often */
+static atomic_int reads_stopped;
+
+void config_read_stop(void) { atomic_store(&reads_stopped, 1); }
+
 char *config_read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
     /* (not blocking: a FIFO nobody writes is not waited on for ever) */
@@ -439,8 +446,12 @@ char *config_read_file(const char *path, size_t *len, char *err, size_t errlen)
         if (got < 0 && errno == EAGAIN && fifo) { /* its writer has not written yet */
             int64_t left = until - mono_ms();
             struct pollfd pf = {.fd = fd, .events = POLLIN};
-            if (left <= 0 || poll(&pf, 1, (int)left) == 0)
+            if (atomic_load(&reads_stopped))
+                why = "the gateway is exiting";
+            else if (left <= 0)
                 why = "a pipe whose writer sent nothing more for " CONFIG_PIPE_WAIT_TEXT;
+            else
+                poll(&pf, 1, (int)QG_MIN(left, PIPE_POLL_MS));
             continue;
         }
         if (got < 0) {

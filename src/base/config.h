@@ -118,6 +118,10 @@ int config_parse(struct config *c, const char *text, size_t len, const char *nam
 #define CONFIG_PIPE_WAIT_MS 5000
 #define CONFIG_PIPE_WAIT_TEXT "5 s"
 char *config_read_file(const char *path, size_t *len, char *err, size_t errlen);
+/* From now on a read waiting on a pipe's writer stops at once, and one that would wait fails
+ * ("the gateway is exiting"): a reload's read on a pool thread, of a pipe a writer trickles into
+ * (each byte restarting the 5 s), held the exit for as long as the writer went on. Any thread. */
+void config_read_stop(void);
 
 /* Load an INI file over the current values. 0, or -1 with "file:line: reason" in err. */
 int config_load(struct config *c, const char *path, char *err, size_t errlen);

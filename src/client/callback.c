@@ -91,7 +91,7 @@ static void forward(struct gw *g, struct client *c, struct conn *wc, uint8_t *ms
 }
 
 /* Message msg (len bytes, owned) of c goes to worker wc: the answer to its call k, or (k NULL)
- * one c sent nested (seq: its number). Checked first (unless checked), by a reader when it is
+ * one c sent nested (seq: its number); wc NULL: an answer no worker waits for, dropped. Checked first (unless checked), by a reader when it is
  * compressed or large; c reads nothing more meanwhile, so that what it sends its worker keeps
  * its order. SS_OK, SS_WAIT or SS_STOP. */
 static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct call *k, uint8_t *msg, size_t len,
@@ -106,7 +106,8 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
         }
         j->in = msg;
         j->in_len = len;
-        job_args(j)->check = (struct job_check){.max = g->cfg.max_message, .w_id = wc->id, .w_gen = wc->gen};
+        job_args(j)->check = (struct job_check){.max = g->cfg.max_message, .w_id = wc ? wc->id : UINT32_MAX,
+                                                .w_gen = wc ? wc->gen : 0}; /* (none: found by no lookup) */
         conn_submit_loop(g->readers, j, &c->c, seq);
         c->nest_job = !k && msg[1] == KIPC_SYNC;
         return stream_job_wait_loop(g, &c->c);
@@ -121,7 +122,10 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
         request_bad_message_loop(g, c, why);
         return SS_STOP;
     }
-    forward(g, c, wc, msg, len, seq);
+    if (wc)
+        forward(g, c, wc, msg, len, seq);
+    else
+        free(msg); /* an answer no worker waits for: checked, dropped */
     return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
 }
 
@@ -145,10 +149,10 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
         else
             log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name,
                         "response message nobody asked for: dropped");
-        free(msg);
         if (k)
             conn_wake_loop(g, &c->c); /* a .qgate.all's part whose callback waited for this answer */
-        return SS_OK;
+        return to_worker(g, c, NULL, NULL, msg, len, 0, 0); /* checked all the same: a malformed one is
+                                                            * a bad message, as any other */
     }
     return to_worker(g, c, wc, &kept, msg, len, 0, 0);
 }

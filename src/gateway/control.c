@@ -16,6 +16,7 @@
 
 #include "control.h"
 #include "client.h"
+#include "config.h"
 #include "dispatch.h"
 #include "jobs.h"
 #include "log.h"
@@ -227,6 +228,7 @@ void control_drain_loop(struct gw *g)
     if (g->draining)
         return;
     g->draining = 1;
+    config_read_stop(); /* (a reload waiting on a pipe's writer does not hold the exit) */
     conn_listener_close_loop(g, &g->listen_tcp);
     conn_listener_close_loop(g, &g->listen_uds);
     loop_timer_cancel_loop(g, &g->uds_retry_tm); /* another qgate of the port may take it now */

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -94,8 +95,11 @@ static void request(struct gw *g, struct mconn *m, const char *in)
         return;
     }
     const char *path = in + (head ? 5 : 4);
+    int absolute = !strncasecmp(path, "http://", 7); /* (RFC 9112 3.2.2: taken too; its path) */
+    if (absolute)
+        path += 7 + strcspn(path + 7, "/ ?\r\n");
     size_t plen = strcspn(path, " ?\r\n");
-    if (!((plen == 8 && !memcmp(path, "/metrics", 8)) || (plen == 1 && path[0] == '/'))) {
+    if (!((plen == 8 && !memcmp(path, "/metrics", 8)) || (plen == 1 && path[0] == '/') || (absolute && !plen))) {
         reply(g, m, "404 Not Found", "qgate: the metrics are at /metrics\n");
         return;
     }
@@ -140,6 +144,13 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
     struct mconn *m = mconn_of((struct conn *)s);
     if (m->c.closing)
         return;
+    if (m->st != MC_READING && m->st != MC_LINGER && (ev & (EPOLLHUP | EPOLLERR))) {
+        /* reset while its page is made or sent: epoll says so however its reading is set, on
+         * every wait until it is closed (at 127c324 it was not, and the loop spun until the page
+         * came); the page, if it comes, is dropped */
+        conn_close_loop(g, &m->c, "the scraper has gone");
+        return;
+    }
     if (ev & EPOLLOUT)
         stream_flush_loop(g, &m->c);
     if (!m->c.closing && m->st == MC_LINGER) { /* read and dropped, until it closes */
@@ -334,13 +345,20 @@ int mhttp_adopt_loop(struct gw *g, int fd, const char *peer)
     return 0;
 }
 
-/* A peer's address without its port. */
-static void peer_host(int fd, char *buf, size_t len)
+int mhttp_accepted_loop(struct gw *g, int fd)
 {
-    net_peer_name(fd, buf, len);
-    char *colon = strrchr(buf, ':');
-    if (colon && colon != buf)
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl)) { /* reset before it was accepted: gone, */
+        close(fd);                                     /* not one more from an address "?" */
+        return -1;
+    }
+    char peer[64];
+    net_addr_name((struct sockaddr *)&ss, peer, sizeof peer);
+    char *colon = strrchr(peer, ':'); /* its address without its port */
+    if (colon && colon != peer)
         *colon = 0;
+    return mhttp_adopt_loop(g, fd, peer);
 }
 
 static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
@@ -351,9 +369,7 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
         int fd = conn_accept_loop(g, l, REFUSED_METRICS_FDS, &g->metrics_accept_log, "metrics accept");
         if (fd < 0)
             return;
-        char peer[64];
-        peer_host(fd, peer, sizeof peer);
-        mhttp_adopt_loop(g, fd, peer);
+        mhttp_accepted_loop(g, fd);
     }
     g->loop.work_pending = 1; /* more may wait: next iteration */
 }

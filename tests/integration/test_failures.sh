@@ -103,6 +103,23 @@ raw_close
 [ "$(hex "$TMP/out")" = "$(err_hex 'qgate: badmsg count past end of message at byte 29')" ] ||
     fail "a malformed command: $(tr -c '[:print:]' . < "$TMP/out")"
 pass "a malformed message shaped like a command: 'qgate: badmsg then close, as any other"
+# ... and a malformed response message nobody asked for (a char vector of 5 with 1 byte), plain
+# or compressed (checked on a reader): badmsg, then the close, as for the other types (at
+# 127c324 it was dropped unchecked and the connection read on)
+for bad in '\001\002\000\000\017\000\000\000\012\000\005\000\000\000x' \
+           '\001\002\001\000\017\000\000\000\144\000\000\000\001\000\005'; do
+    raw_open "$C_PORT"
+    printf 'u:p\003\000' >&3
+    head -c 1 <&3 > /dev/null
+    printf "$bad" > "$TMP/bad2.bin"
+    printf '\001\001\000\000\024\000\000\000\012\000\006\000\000\000echo 2' >> "$TMP/bad2.bin"
+    cat "$TMP/bad2.bin" >&3
+    raw_drain "$TMP/out"
+    raw_close
+    tr -c '[:print:]' . < "$TMP/out" | grep -qE "qgate: badmsg (count past end of message at byte 10|bad compressed message: back-reference to an empty slot)\.?\$" ||
+        fail "a malformed response nobody asked for: $(tr -c '[:print:]' . < "$TMP/out")"
+done
+pass "a malformed response message nobody asked for, plain or compressed: 'qgate: badmsg then close"
 
 # --- a handshake of 1025 bytes, capability 0 given ("user:pass" 00 00): over the 1 KiB bound,
 # closed unanswered (at fc5f796 its first 1024 bytes were taken, the last NUL left to misframe

@@ -50,6 +50,10 @@ pass "after the load: served per worker and requests ok as .qgate.stats[] says (
 # --- other paths and methods ------------------------------------------------------------------------
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$METRICS_PORT/nope")" = 404 ] || fail "/nope not 404"
 [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$METRICS_PORT/metrics")" = 405 ] || fail "POST not 405"
+# the absolute form of the target (RFC 9112 3.2.2: a server takes it; 404 at 127c324)
+[ "$(curl -s -o /dev/null -w '%{http_code}' --request-target "http://127.0.0.1:$METRICS_PORT/metrics" "http://127.0.0.1:$METRICS_PORT/")" = 200 ] || fail "absolute-form /metrics not 200"
+[ "$(curl -s -o /dev/null -w '%{http_code}' --request-target "HTTP://example" "http://127.0.0.1:$METRICS_PORT/")" = 200 ] || fail "absolute-form, no path: not 200"
+[ "$(curl -s -o /dev/null -w '%{http_code}' --request-target "http://127.0.0.1/nope" "http://127.0.0.1:$METRICS_PORT/")" = 404 ] || fail "absolute-form /nope not 404"
 curl -s -D "$TMP/h405" -o /dev/null -X DELETE "http://127.0.0.1:$METRICS_PORT/metrics"
 expect_file_has "$TMP/h405" "^Allow: GET, HEAD"
 curl -s -I "http://127.0.0.1:$METRICS_PORT/metrics" > "$TMP/h"
@@ -67,7 +71,7 @@ rc=0; timeout 10 cat <&8 > "$TMP/h400" 2> "$TMP/h400.err" || rc=$?
 exec 8<&- 8>&-
 [ "$rc" = 0 ] || fail "a NUL in a metrics request: not closed, or reset (rc $rc: $(cat "$TMP/h400.err"))"
 expect_file_has "$TMP/h400" "^HTTP/1.1 400 Bad Request"
-pass "404 for other paths, 405 with Allow for other methods, HEAD, 400 for a NUL"
+pass "404 for other paths, 405 with Allow for other methods, HEAD, the absolute form, 400 for a NUL"
 
 # --- busy: refused, logged at most once a second, counted ------------------------------------------
 sed -i 's/^stats_period/max_queue = 0\nstats_period/' "$TMP/gw.conf"

@@ -195,6 +195,26 @@ release t4 "$W2_PORT"
 expect_file_has "$TMP/D2.log" "SIGTERM again while draining: exiting now \\(1 clients still connected are closed\\)"
 pass "a second SIGTERM while draining (drain_timeout 10 minutes): exits 0 at once, the unfinished client told so"
 
+# --- SIGTERM while a reload reads a users file from a pipe its writer trickles into (a byte a
+# second, each restarting the read's 5 s wait): the exit is not held (at 127c324 the reload's
+# read went on, on its pool thread, for as long as the writer did, and the exit waited for it) --
+mkfifo "$TMP/users.fifo"
+( exec 7<> "$TMP/users.fifo" # (a writer there before qgate reads: its read waits, never sees the end)
+  echo open > "$TMP/trickle.out"
+  for i in $(seq 1 120); do printf a >&7; sleep 1; done ) & tp=$!
+PIDS+=("$tp")
+wait_line "$TMP/trickle.out" "open" 10
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W2_PORT" > "$TMP/tp.conf"
+start_gateway TP -c "$TMP/tp.conf"
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/users.fifo" "$W2_PORT" > "$TMP/tp.conf"
+kill -HUP "$TP_PID"
+wait_line "$TMP/TP.log" "SIGHUP: reloading" 10
+kill -TERM "$TP_PID"
+wait_exit "$TP_PID" 20
+[ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS after SIGTERM during a reload reading a pipe"
+kill "$tp" 2> /dev/null || true
+pass "SIGTERM while a reload reads a users file a writer trickles into a pipe: exits 0, not held by the read"
+
 # --- SIGTERM while a worker waits for a client's answer to its callback: the drain reads that
 # answer (the request it belongs to was received), the worker gets it, the reply comes ---------
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W2_PORT" > "$TMP/cb.conf"

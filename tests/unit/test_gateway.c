@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 #include "kzip.h"
 #include "kipc.h"
 #include "log.h"
+#include "mhttp.h"
 #include "pool.h"
 #include "tutil.h"
 
@@ -563,6 +565,104 @@ static void test_stale_completion_dropped(void **state)
     conn_close_loop(&g, &b->c, "test");
     step();
     close(pb);
+}
+
+/* A metrics connection on a socketpair that has sent a request for the page. */
+static struct conn *metrics_asking(int *peer)
+{
+    int sv[2];
+    pair(sv);
+    assert_int_equal(mhttp_adopt_loop(&g, sv[0], "peer"), 0);
+    struct conn *m = NULL;
+    for (struct conn *x = connq_first(&g.metrics_conns); x; x = connq_next(x))
+        m = x; /* (the newest is last) */
+    assert_non_null(m);
+    static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+    assert_int_equal(write(sv[1], req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    event(m, EPOLLIN); /* its page goes to a writer */
+    assert_false(m->closing);
+    assert_false(m->events & EPOLLIN); /* not read while its page is made */
+    *peer = sv[1];
+    return m;
+}
+
+/* A scraper that resets while its page is made is closed at that event, not when the page comes
+ * (epoll reports the hang-up on every wait meanwhile: at 127c324 the loop spun until then); the
+ * page is dropped when it comes. One that reads its page: our side shut after it, what it sends
+ * then read and dropped, closed at its close. */
+static void test_metrics_scraper_gone(void **state)
+{
+    (void)state;
+    int pa, pb;
+    struct conn *a = metrics_asking(&pa);
+    close(pa);
+    event(a, EPOLLHUP | EPOLLIN | EPOLLRDHUP);
+    assert_true(a->closing);
+    struct conn *b = metrics_asking(&pb);
+    settle_pools(); /* a's page dropped; b's sent */
+    assert_int_equal(g.nmconns, 1);
+    char buf[65536];
+    ssize_t n, got = 0;
+    while ((n = read(pb, buf, sizeof buf)) > 0 || (n < 0 && errno == EAGAIN && readable(pb)))
+        got += n > 0 ? n : 0;
+    assert_int_equal(n, 0); /* the page, then our FIN */
+    assert_true(got > 100);
+    assert_false(b->closing);
+    assert_true(b->events & EPOLLIN);
+    assert_int_equal(write(pb, "more", 4), 4);
+    event(b, EPOLLIN);
+    assert_false(b->closing);
+    close(pb);
+    event(b, EPOLLIN | EPOLLRDHUP | EPOLLHUP);
+    assert_true(b->closing);
+    step();
+    assert_int_equal(g.nmconns, 0);
+    assert_null(connq_first(&g.metrics_conns));
+}
+
+/* A TCP connection to a listener of its own, accepted: the accepted end; *cl the other. */
+static int tcp_accepted(int *cl, int reset)
+{
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof a;
+    assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(l, 8), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&a, &sl), 0);
+    *cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(connect(*cl, (struct sockaddr *)&a, sizeof a), 0);
+    if (reset) { /* a reset before the accept (loopback: it has come when close returns) */
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        assert_int_equal(setsockopt(*cl, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+        close(*cl);
+        *cl = -1;
+    }
+    int fd = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    assert_true(fd >= 0);
+    close(l);
+    return fd;
+}
+
+/* A metrics connection whose peer reset it before it was accepted has no address: closed, not
+ * taken as one more from an address "?" (whose limit a burst of them filled, counted as
+ * refusals); a live one is taken under its address. */
+static void test_metrics_reset_before_accept(void **state)
+{
+    (void)state;
+    int cl;
+    int fd = tcp_accepted(&cl, 1);
+    assert_int_equal(mhttp_accepted_loop(&g, fd), -1);
+    assert_int_equal(fcntl(fd, F_GETFD), -1); /* closed */
+    assert_int_equal(g.nmconns, 0);
+    fd = tcp_accepted(&cl, 0);
+    assert_int_equal(mhttp_accepted_loop(&g, fd), 0);
+    assert_int_equal(g.nmconns, 1);
+    struct conn *m = connq_first(&g.metrics_conns);
+    assert_string_equal(m->name, "metrics 127.0.0.1");
+    close(cl);
+    conn_close_loop(&g, m, "test");
+    step();
+    assert_int_equal(g.nmconns, 0);
 }
 
 /* A client closed while it is on the backlog (messages left by frames_budget) and on the flush
@@ -1115,6 +1215,8 @@ int main(void)
         cmocka_unit_test(test_emfile_without_reserve),
         cmocka_unit_test(test_stale_completion_dropped),
         cmocka_unit_test(test_close_leaves_every_list),
+        cmocka_unit_test(test_metrics_scraper_gone),
+        cmocka_unit_test(test_metrics_reset_before_accept),
         cmocka_unit_test(test_gateway_replies_bounded),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_backpressure_and_splice),
