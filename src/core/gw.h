@@ -192,6 +192,7 @@ struct gw {
     struct listener listen_metrics;
     struct connq metrics_conns; /* HTTP connections asking for the page, oldest first (mhttp.c) */
     int nmconns;
+    uint8_t mpage_busy;       /* a metrics page is being made: who asks meanwhile gets it too (mhttp.c) */
     struct log_limit metrics_accept_log;
     struct timer stats_tm;
     int64_t stats_last_ms;

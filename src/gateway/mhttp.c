@@ -53,6 +53,7 @@ enum { MC_READING, MC_WAITING, MC_WRITING, MC_LINGER };
 struct mconn {
     struct conn c;       /* first: conn.c owns it */
     uint8_t st;          /* MC_* */
+    uint8_t head;        /* asked with HEAD: the page's header alone */
     int64_t moved_ms;    /* writing: when its socket last took a byte of the page (or it began) */
     char peer[64];       /* its address without the port: the per-peer limit */
 };
@@ -103,17 +104,20 @@ static void request(struct gw *g, struct mconn *m, const char *in)
         reply(g, m, "404 Not Found", "qgate: the metrics are at /metrics\n");
         return;
     }
-    struct job *j = job_new(job_metrics_page, JK_METRICS);
-    if (!j || !(j->ctx = report_totals_loop(g))) {
-        job_free(j);
-        reply(g, m, "503 Service Unavailable", "qgate: out of memory\n");
-        return;
+    if (!g->mpage_busy) { /* (one made at a time: scrapers, however many, take one writer at most) */
+        struct job *j = job_new(job_metrics_page, JK_METRICS);
+        if (!j || !(j->ctx = report_totals_loop(g))) {
+            job_free(j);
+            reply(g, m, "503 Service Unavailable", "qgate: out of memory\n");
+            return;
+        }
+        j->ctx_free = metrics_snap_free;
+        conn_submit_loop(g->writers, j, &m->c, 0);
+        g->mpage_busy = 1;
     }
-    j->ctx_free = metrics_snap_free;
-    job_args(j)->page.head = head;
     m->st = MC_WAITING;
+    m->head = (uint8_t)head;
     conn_set_reading_loop(g, &m->c, 0); /* what it sends now is not read: the page comes, then the close */
-    conn_submit_loop(g->writers, j, &m->c, 0);
     /* the request came in time: the page has as long to be made (a big one, writers busy with
      * large replies) as the scraper has to take it */
     conn_timer_arm_loop(g, &m->c, MTM_STATE, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
@@ -232,27 +236,38 @@ static const struct connops mconn_connops = {
 
 void mhttp_page_done_loop(struct gw *g, struct job *j)
 {
-    struct conn *c = conn_lookup_loop(g, j->conn_id, j->conn_gen);
-    if (!c || c->kind != CONN_METRICS || c->closing || mconn_of(c)->st != MC_WAITING)
-        return; /* it went meanwhile (reset, timed out): the page is dropped with the job */
-    struct mconn *m = mconn_of(c);
-    if (!j->out) {
-        reply(g, m, "503 Service Unavailable", "qgate: out of memory\n");
-        return;
+    g->mpage_busy = 0;
+    struct shared *page = NULL;
+    size_t hlen = 0;
+    if (j->out) {
+        const uint8_t *e = memmem(j->out, j->out_len, "\r\n\r\n", 4);
+        hlen = e ? (size_t)(e - j->out) + 4 : j->out_len;
+        page = buf_shared_wrap(j->out, j->out_len); /* (one copy, however many are sent it) */
+        j->out = NULL;
     }
-    struct chunk *ch = chunk_wrap(j->out, j->out_len);
-    j->out = NULL;
-    if (!ch) {
-        conn_close_loop(g, c, "out of memory");
-        return;
+    /* every connection waiting gets it: the one it was made for (unless it went meanwhile: reset,
+     * timed out), and those that asked while it was made */
+    for (struct conn *c = connq_first(&g->metrics_conns), *next; c; c = next) {
+        next = connq_next(c);
+        struct mconn *m = mconn_of(c);
+        if (c->closing || m->st != MC_WAITING)
+            continue;
+        if (!page) {
+            reply(g, m, "503 Service Unavailable", "qgate: out of memory\n");
+            continue;
+        }
+        if (m->head ? outq_copy(&c->out, page->p, hlen) : outq_share(&c->out, page)) {
+            conn_close_loop(g, c, "out of memory");
+            continue;
+        }
+        m->st = MC_WRITING;
+        m->moved_ms = g->loop.now_ms;
+        log_debug(c->name, "metrics page of %zu bytes: sending", m->head ? hlen : page->len);
+        conn_mark_dirty_loop(g, c);
+        conn_timer_arm_loop(g, c, MTM_STATE, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
+        conn_timer_arm_loop(g, c, MTM_STALL, g->loop.now_ms + MSTALL_MS, on_stall);
     }
-    m->st = MC_WRITING;
-    m->moved_ms = g->loop.now_ms;
-    log_debug(c->name, "metrics page of %zu bytes: sending", ch->len);
-    outq_push(&c->out, ch);
-    conn_mark_dirty_loop(g, c);
-    conn_timer_arm_loop(g, c, MTM_STATE, g->loop.now_ms + MPAGE_TIMEOUT_MS, on_timeout);
-    conn_timer_arm_loop(g, c, MTM_STALL, g->loop.now_ms + MSTALL_MS, on_stall);
+    buf_shared_unref(page);
 }
 
 /* 503 on fd, as far as its socket takes it at once (it is closed next either way). */

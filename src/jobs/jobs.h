@@ -135,9 +135,6 @@ union job_args {
         uint8_t kind;           /* run.c's: a callback refused: the worker gets out, an error; a
                                  * nested reply refused: the client does */
     } push;
-    struct job_page {           /* job_metrics_page */
-        int head;               /* HEAD: the headers alone */
-    } page;
     struct job_reload {         /* job_load_config */
         int answer;             /* a client waits for the reload's answer (its connection named) */
     } reload;

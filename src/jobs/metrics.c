@@ -287,11 +287,10 @@ void job_metrics_page(struct job *j)
                      "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                      n);
-    size_t keep = job_args(j)->page.head ? 0 : n;
-    if ((j->out = malloc((size_t)h + keep + 1))) {
+    if ((j->out = malloc((size_t)h + n + 1))) { /* (a HEAD's connection is sent the header alone) */
         memcpy(j->out, hdr, (size_t)h);
-        memcpy(j->out + h, body, keep);
-        j->out_len = (size_t)h + keep;
+        memcpy(j->out + h, body, n);
+        j->out_len = (size_t)h + n;
     }
     free(body);
 }

@@ -60,7 +60,7 @@ char *metrics_render(const struct metrics_snap *s, size_t *len);
 /* The .qgate.totals[] dictionary (symbols to longs). */
 K metrics_totals(const struct metrics_snap *s);
 /* writer: j->ctx a struct metrics_snap: j->out = a whole HTTP/1.1 200 response carrying the
- * page (j->arg 1: headers only, for HEAD). */
+ * page (a HEAD's connection is sent its header alone). */
 struct job;
 void job_metrics_page(struct job *j);
 
