@@ -5,8 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdatomic.h>
 #include <pwd.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -91,9 +91,9 @@ static void forward(struct gw *g, struct client *c, struct conn *wc, uint8_t *ms
 }
 
 /* Message msg (len bytes, owned) of c goes to worker wc: the answer to its call k, or (k NULL)
- * one c sent nested (seq: its number); wc NULL: an answer no worker waits for, dropped. Checked first (unless checked), by a reader when it is
- * compressed or large; c reads nothing more meanwhile, so that what it sends its worker keeps
- * its order. SS_OK, SS_WAIT or SS_STOP. */
+ * one c sent nested (seq: its number); wc NULL: an answer no worker waits for, dropped. Checked
+ * first (unless checked), by a reader when it is compressed or large; c reads nothing more
+ * meanwhile, so that what it sends its worker keeps its order. SS_OK, SS_WAIT or SS_STOP. */
 static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct call *k, uint8_t *msg, size_t len,
                      int checked, uint64_t seq)
 {

@@ -296,7 +296,8 @@ static int discard(const struct stream_io *io, int fd, int *err)
 int stream_lingered_loop(struct gw *g, struct conn *c, uint32_t ev)
 {
     (void)g;
-    return (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && c->fd >= 0 && discard(io_of(c), c->fd, NULL) == SS_CLOSE;
+    return (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && c->fd >= 0 &&
+           discard(io_of(c), c->fd, NULL) == SS_CLOSE;
 }
 
 void stream_remnant_close_loop(struct remnant *r)
@@ -880,7 +881,6 @@ void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max)
         }
     }
 }
-
 
 void stream_input_drop_loop(struct conn *c)
 {
