@@ -1207,8 +1207,11 @@ void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len)
     outq_push(&wc->out, ch);
     conn_mark_dirty_loop(g, wc);
     if (sync) { /* nested: it runs now, and its reply comes next */
-        if (!w->run.nested) /* the chasers out now were sent before it: their replies come first */
-            w->run.swallow_first = w->run.swallow;
+        if (!w->run.nested) /* the chasers out now were sent before it: their replies come first,
+                             * but for one whose reply is being read now (counted at its end: at
+                             * 809db56 it was counted twice, the nested reply taken for a chaser's,
+                             * and the run never ended; the long simulation, seed 882417) */
+            w->run.swallow_first = w->run.swallow - (w->msg.route == ROUTE_SWALLOW);
         w->run.nested++;
         run_set_phase_loop(g, w, WB_SENT);
     } else if (msg[1] == KIPC_RESPONSE) {
