@@ -193,20 +193,30 @@ void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
 
 /* ---- the query timer ------------------------------------------------------------------------- */
 
-static struct worker *lead_of(const struct worker *w);
+/* The first of the group's connections to w's q (slot 0; w itself when it is). */
+static struct worker *lead_of(const struct worker *w)
+{
+    struct worker *x = (struct worker *)w; /* (the group's list holds them as its own) */
+    while (x && x->slot) {
+        struct worker *p = TAILQ_PREV(x, workerlist, glink);
+        x = p && !strcmp(p->addr, w->addr) ? p : NULL;
+    }
+    return x;
+}
 
-/* pipeline: the runs on the other connections of w's q, now (busy), or its other connections. */
+/* pipeline: the runs on the other connections of w's q now (busy), or, with the one more each
+ * may run first (q picks its own order), those ahead of a request sent to w now. */
 static int beside(const struct worker *w, int busy)
 {
     int n = 0;
-    for (const struct worker *x = w->slot ? lead_of(w) : w; x; x = worker_sibling(x))
-        n += x != w && (!busy || x->st == WS_BUSY);
+    for (const struct worker *x = lead_of(w); x; x = worker_sibling(x))
+        n += x == w ? 0 : busy ? x->st == WS_BUSY : 1 + (x->st == WS_BUSY);
     return n;
 }
 
 void run_leaves_busy_loop(struct gw *g, struct worker *w)
 {
-    for (struct worker *x = w->slot ? lead_of(w) : w; x; x = worker_sibling(x))
+    for (struct worker *x = lead_of(w); x; x = worker_sibling(x))
         if (x != w && x->st == WS_BUSY && x->run.ahead > 0 && --x->run.ahead == 0)
             x->run.began_ms = g->loop.now_ms; /* the last run ahead of it has ended: it begins */
 }
@@ -268,16 +278,6 @@ void run_arm_timer_loop(struct gw *g, struct worker *w)
 
 /* When w's run began at the worker, as far as the gateway can tell: when it was sent, or when
  * the worker last ended a run on another connection after that (q runs one at a time). */
-static struct worker *lead_of(const struct worker *w)
-{
-    struct worker *x = (struct worker *)w; /* (the group's list holds them as its own) */
-    while (x && x->slot) {
-        struct worker *p = TAILQ_PREV(x, workerlist, glink);
-        x = p && !strcmp(p->addr, w->addr) ? p : NULL;
-    }
-    return x;
-}
-
 int64_t run_began_us(const struct worker *w)
 {
     if (!w->slot)
@@ -323,7 +323,7 @@ void run_begin_loop(struct gw *g, struct worker *w, struct client *c)
     /* pipeline: q runs one at a time, so a request sent to a busy q begins when what it runs has
      * ended, or once more after what it picks first of its other connections': its clock starts
      * at the end of those runs (at most one more each), or when none is on */
-    w->run.ahead = beside(w, 1) + beside(w, 0);
+    w->run.ahead = beside(w, 0);
     w->run.began_ms = g->loop.now_ms;
     run_arm_timer_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
@@ -427,7 +427,7 @@ static void run_end(struct gw *g, struct worker *w)
 {
     struct client *c = w->run.cl;
     int64_t end = loop_stamp_us_loop(g), began = run_began_us(w), ran = end - began; /* not its wait behind another connection's */
-    struct worker *lead = w->slot ? (struct worker *)lead_of(w) : w;
+    struct worker *lead = lead_of(w);
     if (lead)
         lead->last_end_us = end;
     w->answered = 1; /* (a q that serves: its back-off is reset when this connection goes) */

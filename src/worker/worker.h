@@ -50,12 +50,12 @@ struct run {
     int nested;          /* sync messages its client sent nested (while the worker waited on that
                           * client's callback: q runs them there) not yet answered: the worker's
                           * next responses are theirs, the innermost first */
-    /* A run a chaser ends (RUN_ASYNC, RUN_BROADCASTS) whose worker calls back: a chaser out then
-     * runs inside that callback (q runs what comes on the handle it waits on), so its reply does
-     * not say the run is over; another goes once every callback is answered, and its reply does. */
     int ahead;           /* pipeline: runs on the q's other connections when it was sent, still on:
                           * it has not begun (q runs one at a time), and its query_timeout waits */
     int64_t began_ms;    /* ... when the last of them ended: its clock starts there */
+    /* A run a chaser ends (RUN_ASYNC, RUN_BROADCASTS) whose worker calls back: a chaser out then
+     * runs inside that callback (q runs what comes on the handle it waits on), so its reply does
+     * not say the run is over; another goes once every callback is answered, and its reply does. */
     int cb_open;         /* its callbacks not yet answered (an answer queued for it counts) */
     int swallow_first;   /* chaser replies that come before the replies to run.nested's messages */
     uint8_t chase_dirty; /* a chaser out when it called back: its reply proves nothing */
