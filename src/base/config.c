@@ -577,13 +577,23 @@ static int loopback(const char *h)
            any_address(h);
 }
 
+/* A name for the IPv4 (v6 0) loopback address "localhost" stands for, or the wildcard, which a
+ * connect takes as it; not 127.0.0.9, which is an address of its own. */
+static int localhost(const char *h, int v4)
+{
+    return !strcasecmp(h, "localhost") || any_address(h) ||
+           (v4 ? !strcmp(h, "127.0.0.1") : !strcmp(h, "::1") || !strcmp(h, "[::1]"));
+}
+
 /* Does a listener of ours on bind:lport take connections to host:port? Only what the text
- * shows: the same address, or a loopback name while we listen on every interface or loopback. */
+ * shows: the same address, a loopback address while we listen on every interface, or two names
+ * for localhost (a listener on 127.0.0.1 takes none for 127.0.0.9). */
 static int reaches(const char *host, int port, const char *bind, int lport)
 {
     if (lport == 0 || port != lport)
         return 0;
-    return !strcasecmp(host, bind) || (loopback(host) && (any_address(bind) || loopback(bind)));
+    return !strcasecmp(host, bind) || (loopback(host) && any_address(bind)) || (localhost(host, 1) && localhost(bind, 1)) ||
+           (localhost(host, 0) && localhost(bind, 0));
 }
 
 /* metrics_port on an address port's listener holds too: one of them could not listen. */

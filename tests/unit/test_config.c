@@ -989,6 +989,14 @@ static void test_validate_ports(void **state)
         {"metrics_port = 9811\n", "127.0.0.1:9811", "worker '127.0.0.1:9811' is this gateway's own metrics_port (line 2): that serves HTTP, not q"},
         {"metrics_port = 9811\nmetrics_bind = 10.0.0.5\n", "127.0.0.1:9811", NULL},
         {"metrics_port = 9811\nmetrics_bind = 10.0.0.5\n", "10.0.0.5:9811", "own metrics_port"},
+        /* a listener on one loopback address takes no connection to another */
+        {"metrics_port = 9811\nmetrics_bind = 127.0.0.1\n", "127.0.0.9:9811", NULL},
+        {"metrics_port = 9811\nmetrics_bind = 127.0.0.1\n", "localhost:9811", "own metrics_port"},
+        {"metrics_port = 9811\nmetrics_bind = 127.0.0.9\n", "127.0.0.9:9811", "own metrics_port"},
+        {"metrics_port = 9811\nmetrics_bind = 0.0.0.0\n", "127.0.0.9:9811", "own metrics_port"},
+        {"bind = 127.0.0.1\nunix_socket = 0\n", "127.0.0.2:8811", NULL},
+        {"bind = 127.0.0.1\nunix_socket = 0\n", "[::1]:8811", NULL},
+        {"bind = ::1\nunix_socket = 0\n", "localhost:8811", "own port"},
         /* one worker twice: one q process taken for two workers */
         {"", "w:1, v:2, w:1", "group main: worker 'w:1' listed twice (first as 'w:1'): one q process, not two workers; "
                               "for more connections to one worker, pipeline = N"},
