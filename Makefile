@@ -139,8 +139,7 @@ test-unit: unit
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
 
 test-integration: bins
-	@set -e; for t in tests/integration/test_*.sh; do echo "== $$t"; s=$$(date +%s); BIN=$(B) bash $$t; \
-	    echo "== $$t: $$(( $$(date +%s) - s )) s"; done
+	@BIN=$(B) bash tests/integration/run.sh
 
 test-interop: bins
 	@BIN=$(B) bash tests/interop/run.sh

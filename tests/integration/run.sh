@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# run.sh: every integration test (make test-integration), in two lanes. The three that build or
+# benchmark on their own (a clean tree's make demo, the package, bench/run: a third of the time,
+# mostly compiling and measuring) run one after another beside the rest, which run one at a time.
+# Each lane stops at its first failure; the side lane's output is printed when both are done.
+# BIN names the binaries, as for each test.
+set -u
+cd "$(dirname "$0")/../.."
+BESIDE=" test_demo.sh test_pkg.sh test_bench.sh "
+
+one() { # one TEST: run it, its time after it
+    local s rc
+    echo "== $1"
+    s=$(date +%s)
+    BIN=$BIN bash "$1"
+    rc=$?
+    echo "== $1: $(($(date +%s) - s)) s"
+    return $rc
+}
+
+side=$(mktemp)
+(
+    for n in $BESIDE; do
+        one "tests/integration/$n" || exit 1
+    done
+) > "$side" 2>&1 &
+sp=$!
+
+rc=0
+for t in tests/integration/test_*.sh; do
+    case "$BESIDE" in *" ${t##*/} "*) continue ;; esac
+    one "$t" || { rc=1; break; }
+done
+wait "$sp" || rc=1
+cat "$side"
+rm -f "$side"
+exit $rc
