@@ -237,8 +237,8 @@ static int text_arg(const char *a, size_t n, struct cmd_arg *x)
     int64_t v = 0;
     if (n == (size_t)neg)
         return -1;
-    for (size_t i = (size_t)neg; i < n; i++) {
-        if (a[i] < '0' || a[i] > '9' || v > INT32_MAX)
+    for (size_t i = (size_t)neg; i < n; i++) { /* (up to a long's: q reads more digits as a float) */
+        if (a[i] < '0' || a[i] > '9' || v > (INT64_MAX - (a[i] - '0')) / 10)
             return -1;
         v = v * 10 + (a[i] - '0');
     }

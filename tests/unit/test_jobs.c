@@ -734,6 +734,10 @@ static void test_parse_command_args(void **state)
     expect_cmd(text(".qgate.kill[-5]"), GWCMD_KILL, GWARG_NUM, NULL, -5);
     expect_cmd(text(".qgate.kill[0N]"), GWCMD_KILL, GWARG_NUM, NULL, GWARG_NULL);
     expect_cmd(text(".qgate.kill[0Ni]"), GWCMD_KILL, GWARG_NUM, NULL, GWARG_NULL);
+    /* up to a long's (before: past 21474836479 a bad command, while the functional form took it) */
+    expect_cmd(text(".qgate.kill[99999999999]"), GWCMD_KILL, GWARG_NUM, NULL, 99999999999);
+    expect_cmd(text(".qgate.kill[-9223372036854775807j]"), GWCMD_KILL, GWARG_NUM, NULL, -INT64_MAX);
+    expect_cmd(text(".qgate.kill[9223372036854775807]"), GWCMD_KILL, GWARG_NUM, NULL, INT64_MAX);
     expect_cmd(text(".qgate.pause[`rdb]"), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
     expect_cmd(text(".qgate.resume[ `rdb ]"), GWCMD_RESUME, GWARG_NAME, "rdb", 0);
     expect_cmd(text(".qgate.pause[\"hdb\"]"), GWCMD_PAUSE, GWARG_NAME, "hdb", 0);
@@ -777,7 +781,7 @@ static void test_parse_command_refused(void **state)
     (void)state;
     static const char *const bad[] = {
         ".qgate.nosuch[]", ".qgate.pause", ".qgate.pause[`a b]", ".qgate.pause[`a;`b]", ".qgate.pause[\"a]",
-        ".qgate.pause[\"a\\\"b\"]", ".qgate.kill[1x]", ".qgate.kill[99999999999]", ".qgate.kill[j]",
+        ".qgate.pause[\"a\\\"b\"]", ".qgate.kill[1x]", ".qgate.kill[9223372036854775808]", ".qgate.kill[j]",
         ".qgate.kill[-]", ".qgate.kill[0Nx]", ".qgate.kill[--1]", ".qgate.kill[1jj]",
         ".qgate.pause[rdb]", "qgate.pause[`rdb]",
     };
