@@ -128,10 +128,12 @@ static void room_stalls(struct gw *g, struct timer *t)
         struct client *c = client_of(x);
         if (c->gathering && x->rd.phase == RD_WHOLE && !c->eof && !c->paused && !x->paused &&
             g->loop.now_ms - x->last_read_ms >= stall) {
-            char why[160];
-            snprintf(why, sizeof why, "stalled: sent %zu bytes of a %zu-byte message, then none for %lld ms, "
-                     "while others waited for room under pending_max", inbuf_avail(&x->in), c->gathering,
+            char what[150], why[160];
+            snprintf(what, sizeof what, "sent %zu bytes of a %zu-byte message, then none for %lld ms, while others "
+                     "waited for room under pending_max", inbuf_avail(&x->in), c->gathering,
                      (long long)(g->loop.now_ms - x->last_read_ms));
+            snprintf(why, sizeof why, "stalled: %s", what);
+            conn_refused_loop(g, REFUSED_STALLED, x->name, "%s", what); /* (as the output's stall is) */
             conn_close_loop(g, x, why);
         }
     }

@@ -284,6 +284,7 @@ wait_for 30 "a request past the bound waiting" total_is pending_waits 1 "$P"
 expect_file_has "$TMP/PG.log" "pending_max reached \\(900019 bytes of requests held\\): a message of 600019 bytes waits its turn"
 [ "$(total pending_bytes "$P")" = 900048 ] || fail "pending_bytes while one waits: $(total pending_bytes "$P")"
 wait_line "$TMP/PG.log" "closed: stalled: sent [0-9]+ bytes of a 700000-byte message, then none for [0-9]+ ms, while others waited for room under pending_max" 30
+[ "$(total refused_stalled "$P")" = 1 ] || fail "the stalled close counted $(total refused_stalled "$P") times in refused_stalled"
 wait_for 30 "the waiting request read once the room was freed" pending_is 800038
 release pm "$PW_PORT"
 wait "$hp" || fail "hold: $(cat "$TMP/hold.out")"
