@@ -585,6 +585,9 @@ static int localhost(const char *h, int v4)
            (v4 ? !strcmp(h, "127.0.0.1") : !strcmp(h, "::1") || !strcmp(h, "[::1]"));
 }
 
+/* A name for localhost, either family: where q's Unix socket for a port is the same q. */
+static int this_host(const char *h) { return localhost(h, 1) || localhost(h, 0); }
+
 /* Does a listener of ours on bind:lport take connections to host:port? Only what the text
  * shows: the same address, a loopback address while we listen on every interface, or two names
  * for localhost (a listener on 127.0.0.1 takes none for 127.0.0.9). */
@@ -625,8 +628,8 @@ static int check_worker_self(const struct config *c, const struct group_cfg *g, 
     const char *key;
     if ((t->kind == NET_UNIX_PORT && c->unix_socket && c->port && t->port == c->port) ||
         (t->kind == NET_TCP && reaches(t->host, t->port, c->bind, c->port)) ||
-        (t->kind == NET_TCP && c->unix_socket && c->local_workers == CFG_LOCAL_UNIX && loopback(t->host) &&
-         c->port && t->port == c->port)) {
+        (t->kind == NET_TCP && c->unix_socket && c->local_workers == CFG_LOCAL_UNIX &&
+         this_host(t->host) && c->port && t->port == c->port)) {
         key = "port";
         what = "it would send its clients' queries to itself";
     } else if (t->kind == NET_TCP && reaches(t->host, t->port, mb, c->metrics_port)) {
@@ -644,7 +647,8 @@ static int check_worker_self(const struct config *c, const struct group_cfg *g, 
 
 /* The same worker twice in one group (t, the list's nth, against those before it): one q process
  * that would be taken for two workers, each given its own requests, which it would run one
- * after the other. Only what the text shows: loopback names are one host, no name is looked up. */
+ * after the other. Only what the text shows: the names of localhost are one host (127.0.0.2 is
+ * not), no name is looked up; unix://P is the q at localhost:P (q -p P listens on both). */
 static int check_worker_twice(const struct config *c, const struct group_cfg *g, const struct net_target *t,
                               const char *addr, int nth, char *err, size_t errlen)
 {
@@ -652,10 +656,15 @@ static int check_worker_twice(const struct config *c, const struct group_cfg *g,
     const char *p = g->workers;
     for (int i = 0; i < nth && config_list_next(&p, a, sizeof a); i++) {
         struct net_target u;
-        if (net_parse_target(a, "localhost", &u) || u.kind != t->kind || u.port != t->port)
+        if (net_parse_target(a, "localhost", &u) || u.port != t->port)
             continue;
-        if (strcasecmp(u.host, t->host) && !(t->kind == NET_TCP && loopback(u.host) && loopback(t->host)))
+        if (u.kind != t->kind) { /* over TCP and over q's Unix socket for its port */
+            const struct net_target *tcp = t->kind == NET_TCP ? t : &u, *uds = t->kind == NET_TCP ? &u : t;
+            if (tcp->kind != NET_TCP || uds->kind != NET_UNIX_PORT || !this_host(tcp->host))
+                continue;
+        } else if (strcasecmp(u.host, t->host) && !(t->kind == NET_TCP && this_host(u.host) && this_host(t->host))) {
             continue;
+        }
         char at[300];
         snprintf(err, errlen, "%sgroup %s: worker '%s' listed twice (first as '%s'): one q process, not two workers; "
                               "for more connections to one worker, pipeline = N",

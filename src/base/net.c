@@ -210,11 +210,13 @@ int net_addr_is_local(const struct sockaddr *sa)
 {
     if (sa->sa_family == AF_INET) {
         uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
-        if ((a >> 24) == 127 || a == INADDR_ANY)
-            return 1;
+        if (a == INADDR_LOOPBACK || a == INADDR_ANY) /* (127.0.0.2 is an address of its own, which */
+            return 1;                                /* another process may listen on) */
     } else if (sa->sa_family == AF_INET6) {
         const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(a) || IN6_IS_ADDR_UNSPECIFIED(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127))
+        static const uint8_t lo4[4] = {127, 0, 0, 1};
+        if (IN6_IS_ADDR_LOOPBACK(a) || IN6_IS_ADDR_UNSPECIFIED(a) ||
+            (IN6_IS_ADDR_V4MAPPED(a) && !memcmp(a->s6_addr + 12, lo4, 4)))
             return 1;
     } else {
         return 0;

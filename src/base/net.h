@@ -61,8 +61,9 @@ struct net_addrs {
 int net_uds_addr(const struct net_target *t, struct sockaddr_un *sa, socklen_t *len);
 /* "@/tmp/kx.5001" (abstract) or the path, for logs. */
 const char *net_uds_name(const struct sockaddr_un *sa, socklen_t len, char *buf, size_t buflen);
-/* Is sa this host: loopback, the wildcard, or one of its interfaces' addresses? May call
- * getifaddrs: not on the loop. */
+/* Is sa this host as a q listening on every interface is reached: 127.0.0.1, ::1, the wildcard,
+ * or one of its interfaces' addresses (not 127.0.0.2: another process may listen there)? May
+ * call getifaddrs: not on the loop. */
 int net_addr_is_local(const struct sockaddr *sa);
 
 /* Connect to host:port over TCP. With nonblock the connect may still be in progress (check

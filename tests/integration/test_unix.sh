@@ -56,6 +56,14 @@ reached L "127.0.0.1:$U_PORT" "unix @/tmp/kx.$U_PORT\$" U unix unix
 reached LH "localhost:$U_PORT" "unix @/tmp/kx.$U_PORT\$" U unix unix
 pass "127.0.0.1:PORT and localhost:PORT go over q's Unix socket when it answers"
 
+# --- another loopback address is another q's: 127.0.0.2:PORT over TCP, though the q at
+# 127.0.0.1:PORT holds @/tmp/kx.PORT (before: every 127/8 address took that socket, and the
+# queries went to the other q)
+AT="127.0.0.2:$U_PORT" start_worker O --rows 1000 # (TCP only)
+reached OG "127.0.0.2:$U_PORT" "tcp 127.0.0.2:$U_PORT\$" O 127.0.0 tcp
+served_over U unix OG && fail "127.0.0.2:$U_PORT was reached through @/tmp/kx.$U_PORT"
+pass "127.0.0.2:PORT is another q's: over TCP, not the Unix socket of 127.0.0.1:PORT's q"
+
 # --- local_workers = tcp: TCP, always ------------------------------------------------------
 reached TG "127.0.0.1:$U_PORT" "tcp 127.0.0.1:$U_PORT\$" U 127.0.0.1 tcp local_workers=tcp
 pass "local_workers = tcp: a local worker is reached over TCP; stats say \`tcp"

@@ -1004,7 +1004,17 @@ static void test_validate_ports(void **state)
         {"", "localhost:5001, 127.0.0.1:5001", "worker '127.0.0.1:5001' listed twice (first as 'localhost:5001')"},
         {"", "unix://5001, unix://5001", "worker 'unix://5001' listed twice"},
         {"", "w:1, w:2, v:1", NULL},
-        {"", "localhost:5001, unix://5001", NULL}, /* (over TCP, and over its Unix socket: not compared) */
+        /* over TCP and over its Unix socket: one q (q -p 5001 listens on both; before: not compared) */
+        {"", "localhost:5001, unix://5001", "worker 'unix://5001' listed twice (first as 'localhost:5001')"},
+        {"", "unix://5001, 127.0.0.1:5001", "worker '127.0.0.1:5001' listed twice (first as 'unix://5001')"},
+        {"", "127.0.0.2:5001, unix://5001", NULL}, /* (another address: maybe another q) */
+        {"", "127.0.0.1:5001, 127.0.0.2:5001", NULL},
+        {"", "w:5001, unix://5001", NULL},
+        {"", "unix://5001, unix:///tmp/q5001", NULL},
+        /* another loopback address is not this gateway's Unix socket (local_workers = unix) */
+        {"", "127.0.0.9:8811", "own port"}, /* (bind 0.0.0.0: it is ours over TCP) */
+        {"bind = 127.0.0.1\n", "127.0.0.9:8811", NULL},
+        {"bind = 127.0.0.1\n", "localhost:8811", "own port"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[512];

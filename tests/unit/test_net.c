@@ -249,6 +249,38 @@ static void test_keepalive(void **state)
     close(sp[1]);
 }
 
+/* Which worker addresses a q listening on every interface answers, so that its Unix socket
+ * (local_workers = unix) is the same q: not 127.0.0.2, where another process may listen (before:
+ * every 127/8 address, and a worker at 127.0.0.2:P was reached through 127.0.0.1:P's q socket) */
+static int is_local(const char *text)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, text, &a4->sin_addr) == 1)
+        a4->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, text, &a6->sin6_addr) == 1)
+        a6->sin6_family = AF_INET6;
+    else
+        fail_msg("%s: not an address", text);
+    return net_addr_is_local((const struct sockaddr *)&ss);
+}
+
+static void test_addr_is_local(void **state)
+{
+    (void)state;
+    assert_true(is_local("127.0.0.1"));
+    assert_true(is_local("0.0.0.0"));
+    assert_true(is_local("::1"));
+    assert_true(is_local("::"));
+    assert_true(is_local("::ffff:127.0.0.1"));
+    assert_false(is_local("127.0.0.2"));
+    assert_false(is_local("127.1.0.1"));
+    assert_false(is_local("::ffff:127.0.0.9"));
+    assert_false(is_local("192.0.2.1")); /* (TEST-NET-1: no interface of ours) */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_addr_lists),
         cmocka_unit_test(test_proxy_parse),
         cmocka_unit_test(test_keepalive),
+        cmocka_unit_test(test_addr_is_local),
     };
     return cmocka_run_group_tests_name("net", tests, NULL, NULL);
 }
