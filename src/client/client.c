@@ -137,7 +137,7 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local)
     if (is_uds || getpeername(fd, (struct sockaddr *)&c->from, &fl))
         c->from.ss_family = AF_UNIX;
     net_addr_name((struct sockaddr *)&c->from, c->peer, sizeof c->peer);
-    c->proxied = !is_uds && g->cfg.proxy_from[0] && net_addr_listed(g->cfg.proxy_from, (struct sockaddr *)&c->from, fl, 0);
+    c->proxied = g->cfg.proxy_from[0] && net_addr_listed(g->cfg.proxy_from, (struct sockaddr *)&c->from, fl, is_uds);
     update_name(c);
     log_debug(c->c.name, "connected");
     conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + g->cfg.handshake_timeout, on_handshake_timeout);
@@ -479,6 +479,7 @@ static int proxy_header(struct gw *g, struct client *c)
     char was[64];
     snprintf(was, sizeof was, "%s", c->peer);
     c->from = px.src;
+    c->from_uds = 0; /* (a balancer on q's Unix socket: admin_from judges the client's address) */
     net_addr_name((struct sockaddr *)&c->from, c->peer, sizeof c->peer);
     c->local = (uint8_t)net_addr_is_loopback((struct sockaddr *)&c->from); /* compressed for it as for a remote peer */
     update_name(c);

@@ -54,3 +54,41 @@ raw_close
 grep -aq "via" "$TMP/pl.out" || fail "no reply through a PROXY v1 header sent in pieces: $(od -An -c "$TMP/pl.out" | head -2)"
 wait_line "$TMP/PL.access" "user=pl peer=10\\.1\\.2\\.3:5555 " 10
 pass "a PROXY v1 header from a listed source in pieces (PRO|XY ... \\r|\\n): waited for, the client's 10.1.2.3:5555 in the access log"
+
+# --- proxy_from = unix: a balancer on q's Unix socket (HAProxy's abns@ server with send-proxy):
+# its header is taken, the client's address the one it carries; a connection over that socket
+# without one is closed (before: unix was taken by the check and never applied: a header over
+# the socket was refused, a connection without one let in)
+gw PX unix
+python3 - "$PX_PORT" > "$TMP/px.out" 2>&1 << 'PY' || fail "over the Unix socket with proxy_from = unix: $(cat "$TMP/px.out")"
+import socket, struct, sys
+port = int(sys.argv[1])
+def conn():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect("\0/tmp/kx.%d" % port)
+    return s
+def recv_all(s, n):
+    b = b""
+    while len(b) < n:
+        x = s.recv(n - len(b))
+        if not x:
+            break
+        b += x
+    return b
+s = conn()
+s.sendall(b"PROXY TCP4 10.1.2.4 127.0.0.1 5556 %d\r\n" % port + b"px:pw\x03\x00")
+assert recv_all(s, 1) == b"\x03", "no handshake answer after the header"
+q = b"echo viaunix"
+s.sendall(struct.pack("<BBBBI", 1, 1, 0, 0, 14 + len(q)) + struct.pack("<BBI", 10, 0, len(q)) + q)
+r = recv_all(s, 8 + 6 + 7)
+assert r.endswith(b"viaunix"), "reply %r" % r
+s.close()
+s = conn() # no header: closed unanswered
+s.sendall(b"px:pw\x03\x00")
+assert recv_all(s, 1) == b"", "answered without a PROXY header"
+print("ok")
+PY
+wait_line "$TMP/PX.access" "user=px peer=10\\.1\\.2\\.4:5556 " 10
+wait_line "$TMP/PX.log" "from unix \\(proxy_from\\): .*: closed" 10
+pass "proxy_from = unix: a PROXY header over q's Unix socket taken (the client's 10.1.2.4:5556 in the access log); one without a header closed"
