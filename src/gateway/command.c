@@ -162,7 +162,8 @@ void command_answer_loop(struct gw *g, struct client *cl, uint64_t seq, int id)
         conn_close_loop(g, c, "out of memory answering a gateway command");
         return;
     }
-    job_args(w)->answer = (struct job_answer){.cmd = id, .encode = cmd->encode, .cap = cl->cap};
+    job_args(w)->answer = (struct job_answer){.cmd = id, .encode = cmd->encode, .cap = cl->cap,
+                                              .compress = g->cfg.compress && !cl->local && cl->cap >= 1};
     if (cmd->snapshot) {
         w->ctx = cmd->snapshot(g, cl);
         w->ctx_free = cmd->snap_free;

@@ -530,6 +530,17 @@ static void encode(struct job *j, K x)
 
 void job_encode_error(struct job *j) { encode(j, k_err(j->text)); }
 
+/* The message made (out) compressed as q compresses one for a remote peer: over 2000 bytes, to
+ * under half; else left as it is. */
+static void compress_out(struct job *j)
+{
+    free(j->in);
+    j->in = j->out;
+    j->in_len = j->out_len;
+    j->out = NULL;
+    job_compress_reply(j);
+}
+
 void job_encode_command(struct job *j)
 {
     const struct job_answer *a = &job_args(j)->answer;
@@ -540,7 +551,7 @@ void job_encode_command(struct job *j)
     } else {
         x = a->encode(j->ctx);
     }
-    int cap = a->cap;
+    int cap = a->cap, compress = a->compress;
     encode(j, x);
     if (j->out && cap < 3) { /* an old client: what its capability cannot carry is 'type, as in a
                               * worker's reply (.qgate.stats[]' timestamps at capability 0) */
@@ -550,6 +561,8 @@ void job_encode_command(struct job *j)
         job_args(j)->reply = (struct job_reply){.cap = cap, .max = INT64_MAX, .compress_max = INT64_MAX};
         job_check_reply(j);
     }
+    if (j->out && compress) /* a remote client's, as q compresses its replies */
+        compress_out(j);
 }
 
 /* Types a capability cannot carry: guid below 3, timestamp and timespan at 0. */
@@ -809,14 +822,18 @@ void job_merge(struct job *j)
     if (o->cap < 3) { /* an old client: what its capability cannot carry is 'type, the gateway's */
         int merged = j->result; /* (1: the answer is a q error, which job_check_reply passes) */
         job_check_reply(j);
-        j->result = j->result ? 2 : merged;
-    } else if (o->compress && len <= (size_t)o->compress_max)
-        job_compress_reply(j);
-    else {
+        if (j->result) {
+            j->result = 2;
+            return;
+        }
+        j->result = merged;
+    } else {
         j->out = j->in;
         j->out_len = j->in_len;
         j->in = NULL;
     }
+    if (o->compress && j->out_len <= (size_t)o->compress_max) /* (capability 1 or more: fanout.c) */
+        compress_out(j);
 }
 
 int jobs_arrival(const uint8_t *m, const struct kipc_hdr *h, size_t check_max, struct jobs_arrival *a, struct kerr *e)

@@ -115,6 +115,7 @@ union job_args {
         int cmd;                /* enum gwcmd */
         K (*encode)(const void *snap); /* its table from the loop's snapshot (ctx); NULL: 1b */
         int cap;                /* the client's capability */
+        uint8_t compress;       /* compressed as q would for a remote client (1 or more) */
     } answer;
     struct job_reply {          /* job_check_reply, job_compress_reply, job_merge */
         int cap;                /* the client's capability */

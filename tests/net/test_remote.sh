@@ -34,6 +34,13 @@ on client "$BIN/qsend" -g 10.77.0.20:8811 --wire "text 1000" > /dev/null 2> "$TM
 expect_lines "$TMP/w.small" "^wire: 1014 bytes plain " 1
 pass "a remote client: 10 MB string compressed to $(wirebytes "$TMP/w.on") bytes (compress = 1), plain with compress = 0; 1014 bytes never"
 
+# ... a .qgate.all's merged reply too, to a client of capability 1, 2 or 3 (before: plain below 3)
+for cap in 1 2 3; do
+    on client "$BIN/qsend" -g 10.77.0.20:8811 --cap "$cap" --wire "all:main:text 100000" > "$TMP/q.out" 2> "$TMP/w.all"
+    expect_lines "$TMP/w.all" "^wire: [0-9]+ bytes compressed \\(100014 plain\\)\$" 1
+done
+pass "a remote client of capability 1, 2 or 3: a .qgate.all's merged reply compressed"
+
 # --- node-q on the client host reads both back exactly, compressed or not -----------------------
 [ -d tests/interop/node_modules/node-q ] || fail "node-q missing: run tests/deps.sh (npm ci)"
 for port in 8811 8812; do

@@ -555,6 +555,17 @@ static void test_merge_job(void **state)
     assert_int_equal(x->n, 6000);
     k_free(x);
     job_free(j);
+    /* ... at capability 1 and 2 too, checked first (before: never compressed below 3, though
+     * q compresses for 1 or more) */
+    for (int cap = 1; cap <= 2; cap++) {
+        K pc[2] = {k_str(text, sizeof text), k_str(text, sizeof text)};
+        j = merge_job(pc, 2, 0, cap, 1);
+        assert_int_equal(j->out[2], 1);
+        x = decoded_out(j);
+        assert_int_equal(x->n, 6000);
+        k_free(x);
+        job_free(j);
+    }
     /* merge_max holds for the replies' own sizes: the first, 3000 bytes compressed to a few, and
      * two of 2 is over 3020 bytes */
     merge_max = 3020;
@@ -717,6 +728,38 @@ static void test_command_answer_cap(void **state)
     }
 }
 
+static K big_text(const void *snap)
+{
+    (void)snap;
+    char t[5000];
+    memset(t, 'g', sizeof t);
+    return k_str(t, sizeof t);
+}
+
+/* A gateway command's answer to a remote client is compressed as q compresses its replies (over
+ * 2000 bytes, to under half), at capability 1 or more; not when compress is off for it (before:
+ * never) */
+static void test_command_answer_compressed(void **state)
+{
+    (void)state;
+    for (int compress = 0; compress <= 1; compress++) {
+        for (int cap = 1; cap <= 3; cap++) {
+            struct job *j = job_new(job_encode_command, JK_REPLY);
+            assert_non_null(j);
+            job_args(j)->answer =
+                (struct job_answer){.cmd = 1, .encode = big_text, .cap = cap, .compress = (uint8_t)compress};
+            job_encode_command(j);
+            assert_int_equal(j->out[2], compress);
+            assert_true(compress ? j->out_len < 2500 : j->out_len == 5014);
+            K x = decoded_out(j);
+            assert_int_equal(x->t, KT_CHAR);
+            assert_int_equal(x->n, 5000);
+            k_free(x);
+            job_free(j);
+        }
+    }
+}
+
 /* Every form of every argument a command takes. */
 static void test_parse_command_args(void **state)
 {
@@ -870,6 +913,7 @@ int main(void)
         cmocka_unit_test(test_validate_reads_routes),
         cmocka_unit_test(test_peek_command),
         cmocka_unit_test(test_command_answer_cap),
+        cmocka_unit_test(test_command_answer_compressed),
         cmocka_unit_test(test_parse_command_args),
         cmocka_unit_test(test_parse_command_refused),
     };
