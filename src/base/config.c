@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pwd.h>
 #include <stdatomic.h>
@@ -674,6 +675,24 @@ static int check_worker_twice(const struct config *c, const struct group_cfg *g,
     return 0;
 }
 
+/* Two [gateway] keys that contradict each other, said at the line of the one given last (the
+ * command line after the file), the other's line in brackets: -1. */
+static int contradiction(const struct config *c, const char *a, int64_t av, const char *rel, const char *b, int64_t bv,
+                         char *err, size_t errlen)
+{
+    const struct cfg_key *ka = find_key(-1, a), *kb = find_key(-1, b);
+    int la = ka ? c->key_line[ka - cfg_keys] : 0, lb = kb ? c->key_line[kb - cfg_keys] : 0;
+    int b_last = (lb < 0 ? INT_MAX : lb) > (la < 0 ? INT_MAX : la);
+    char at[300], oa[64] = "", ob[64] = "";
+    if (b_last)
+        key_origin(c, a, oa, sizeof oa);
+    else
+        key_origin(c, b, ob, sizeof ob);
+    snprintf(err, errlen, "%s%s %lld%s %s %s %lld%s", config_key_where(c, b_last ? b : a, at, sizeof at), a, (long long)av,
+             oa, rel, b, (long long)bv, ob);
+    return -1;
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
     if (c->ngroups == 0) {
@@ -716,14 +735,12 @@ int config_validate(const struct config *c, char *err, size_t errlen)
     }
     if (check_metrics_port(c, err, errlen))
         return -1;
-    if (c->client_low_water >= c->client_high_water) {
-        snprintf(err, errlen, "%s%sclient_low_water must be below client_high_water", c->file, c->file[0] ? ": " : "");
-        return -1;
-    }
-    if (c->reconnect_min > c->reconnect_max) {
-        snprintf(err, errlen, "%s%sreconnect_min must not exceed reconnect_max", c->file, c->file[0] ? ": " : "");
-        return -1;
-    }
+    if (c->client_low_water >= c->client_high_water)
+        return contradiction(c, "client_low_water", c->client_low_water, "must be below", "client_high_water",
+                             c->client_high_water, err, errlen);
+    if (c->reconnect_min > c->reconnect_max)
+        return contradiction(c, "reconnect_min", c->reconnect_min, "must not exceed", "reconnect_max", c->reconnect_max,
+                             err, errlen);
     return 0;
 }
 

@@ -893,9 +893,9 @@ static void test_validate(void **state)
 
     good_config(c);
     c->client_low_water = c->client_high_water;
-    expect_invalid(c, "client_low_water must be below client_high_water");
+    expect_invalid(c, "must be below client_high_water");
     c->client_low_water = c->client_high_water + 1;
-    expect_invalid(c, "client_low_water must be below client_high_water");
+    expect_invalid(c, "must be below client_high_water");
     c->client_low_water = c->client_high_water - 1;
     assert_int_equal(config_validate(c, err, sizeof err), 0);
 
@@ -917,9 +917,19 @@ static void test_validate(void **state)
 
     good_config(c);
     c->reconnect_min = c->reconnect_max + 1;
-    expect_invalid(c, "reconnect_min must not exceed reconnect_max");
+    expect_invalid(c, "must not exceed reconnect_max");
     c->reconnect_min = c->reconnect_max; /* equal is fine: a constant back-off */
     assert_int_equal(config_validate(c, err, sizeof err), 0);
+    /* keys that contradict each other: said at the line of the one given last, the other's line
+     * in brackets (before: the file's name alone, though --check names a line) */
+    expect_build_err("[gateway]\nclient_high_water = 65536\nclient_low_water = 1m\n[group main]\nworkers = w:1\n", 3,
+                     "client_low_water 1048576 must be below client_high_water 65536 (line 2)");
+    expect_build_err("[gateway]\nclient_low_water = 1m\nclient_high_water = 65536\n[group main]\nworkers = w:1\n", 3,
+                     "client_low_water 1048576 (line 2) must be below client_high_water 65536");
+    expect_build_err("[gateway]\nreconnect_min = 20000\nreconnect_max = 1000\n[group main]\nworkers = w:1\n", 3,
+                     "reconnect_min 20000 (line 2) must not exceed reconnect_max 1000");
+    expect_build_err("[gateway]\nreconnect_min = 90000\n[group main]\nworkers = w:1\n", 2,
+                     "reconnect_min 90000 must not exceed reconnect_max 10000");
     free(c);
 }
 
