@@ -792,17 +792,13 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         uncount(g, &counted);
         return callback_answer_loop(g, c, msg, (size_t)h->len);
     }
-    if (c->refuse) { /* over max_clients: its first request gets the error, then the close */
+    if (c->refuse) { /* over max_clients: its first sync request gets the error, then the close */
         uncount(g, &counted);
         free(msg);
+        if (h->type != KIPC_SYNC) /* dropped, unrun: the error goes to the first that waits for it (or */
+            return SS_OK;         /* the close at handshake_timeout after the handshake, as before) */
         conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
-        if (h->type == KIPC_SYNC) {
-            request_refuse_loop(g, c, "qgate: too many connections", (size_t)h->len);
-        } else { /* closed once the handshake's answer, if it came in the same read, is written */
-            stop_reading(g, c);
-            if (!conn_pending(&c->c))
-                conn_close_loop(g, &c->c, "over max_clients");
-        }
+        request_refuse_loop(g, c, "qgate: too many connections", (size_t)h->len);
         return SS_STOP;
     }
     struct jobs_arrival a;

@@ -97,26 +97,29 @@ timeout 10 "$BIN/qsend" -g "$G" "echo over" > "$TMP/over.out" || true
 expect_lines "$TMP/over.out" "^'qgate: too many connections\$" 1
 [ "$(metric 'qgate_refused_total{reason="too_many_connections"}')" -eq 1 ] || fail "too_many_connections not counted once"
 expect_file_has "$TMP/GW.log" "refusing a connection: max_clients \\(6\\) reached"
-# ... one that sends an async message in the same write as its handshake: the handshake is
-# answered all the same, then the close (at fc5f796 it was closed with the answer unsent)
+# ... one that sends an async message, then a sync one, in the same write as its handshake: the
+# handshake is answered all the same (at fc5f796 it was closed with the answer unsent), the
+# async message dropped unrun, the sync one told why, then the close (before: the close at the
+# async message, the user never told)
 raw_open "$GW_PORT" 8
-printf 'u:p\003\000\001\000\000\000\024\000\000\000\012\000\006\000\000\000echo 1' > "$TMP/over.msg"
+printf 'u:p\003\000\001\000\000\000\024\000\000\000\012\000\006\000\000\000echo 1\001\001\000\000\024\000\000\000\012\000\006\000\000\000echo 2' > "$TMP/over.msg"
 cat "$TMP/over.msg" >&8 # (one write: printf writes what it prints in pieces)
 rc=0; timeout 10 cat <&8 > "$TMP/over.raw" || rc=$?
 raw_close 8
-[ "$rc" = 0 ] || fail "over max_clients, async: not closed"
-[ "$(od -An -tx1 "$TMP/over.raw" | tr -d ' \n')" = 03 ] || fail "over max_clients, async: $(od -An -tx1 "$TMP/over.raw")"
+[ "$rc" = 0 ] || fail "over max_clients, async then sync: not closed"
+[ "$(head -c 1 "$TMP/over.raw" | od -An -tx1 | tr -d ' \n')" = 03 ] || fail "over max_clients, async then sync: $(od -An -c "$TMP/over.raw")"
+grep -aq "qgate: too many connections" "$TMP/over.raw" || fail "over max_clients, async then sync: not told: $(od -An -c "$TMP/over.raw")"
 release h1 "$W1_PORT" "$W2_PORT"; release h2 "$W1_PORT" "$W2_PORT"
 for fd in 4 5 6 7; do raw_close $fd; done
 wait "$h1" "$h2"
 timeout 10 "$BIN/qsend" -g "$G" "echo under" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"under"$' 1
-pass "the 7th client: 'qgate: too many connections, counted and logged (one sending async behind its handshake: answered, then closed); after the others leave, served"
+pass "the 7th client: 'qgate: too many connections, counted and logged (one sending async, then sync, behind its handshake: answered, told, closed); after the others leave, served"
 
 # --- .qgate.totals[] and the summary line -----------------------------------------------------------
 timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" > "$TMP/q.out"
 expect_file_has "$TMP/q.out" '^`uptime_ms`clients`connections`handshakes`requests`ok`errors`gwerrors`gone`closed`request_bytes'
-wait_line "$TMP/GW.log" "stats: [0-9]+ requests \\([0-9.]+/s\\), 0 q errors, 51 gateway errors, 52 refused \\(too_many_connections 2, busy 50\\); [0-9]+ clients, 0 queued, workers 2/2 up" 10
+wait_line "$TMP/GW.log" "stats: [0-9]+ requests \\([0-9.]+/s\\), 0 q errors, 52 gateway errors, 52 refused \\(too_many_connections 2, busy 50\\); [0-9]+ clients, 0 queued, workers 2/2 up" 10
 pass ".qgate.totals[]; the summary line every stats_period"
 
 # --- the metrics port is as sturdy as the q port (0.12.0: a scraper that reset while its page was
