@@ -477,7 +477,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
         to_reader(g, c, r, job_validate_msg, JK_CHECK, RS_CHECKING);
         return;
     }
-    if (c->us && c->us->monitor && !command_of(r)) { /* a monitor: gateway commands only */
+    if (r->monitor && !command_of(r)) { /* a monitor when it came: gateway commands only */
         conn_refused_loop(g, REFUSED_ACCESS, c->c.name, "user %s is a monitor: a request for a worker refused", c->user);
         request_error_loop(g, c, r, "qgate: access: user %s is a monitor (gateway commands only)", c->user);
         return;
@@ -698,6 +698,7 @@ static struct req *queue_req(struct gw *g, struct client *c, uint64_t seq, uint8
     }
     *r = (struct req){.seq = seq, .type = h->type, .msg = msg, .len = (size_t)h->len, .unchecked = a->unchecked,
                       .route = a->route, .form = a->form, .grp = c->grp, .cmd = a->cmd, .cmd_known = !h->compressed,
+                      .admin = (uint8_t)(c->us && c->us->admin), .monitor = (uint8_t)(c->us && c->us->monitor),
                       .t_arrive = g->loop.now_ms, .t_in_us = loop_stamp_us_loop(g), .in_len = (size_t)h->len,
                       .counted = (uint8_t)counts};
     c->pending += req_cost(r);

@@ -70,3 +70,32 @@ expect_file_has "$TMP/GW.log" "c[0-9]+ [^ ]+ jos$(printf '\xc3\xa9'): "
 python3 -c 'import sys; [l.decode("utf-8") for l in open(sys.argv[1], "rb")]; [l.decode("utf-8") for l in open(sys.argv[2], "rb")]' "$A" "$TMP/GW.log" ||
     fail "a line that is not UTF-8"
 pass "a q error's bytes that are not UTF-8: \\xNN in the access log, ? in the log; each line UTF-8; a user name in UTF-8 kept"
+
+# --- a reload that changes a user's rights: what the user sent before is judged as it was when it
+# came, as its group is (before: an admin's pause and resume sent behind a request, read before
+# a reload took the admin's rights away, ran after it: the pause was done, the resume refused,
+# the group left paused; a user made a monitor had the requests it sent before refused) --------
+printf 'boss:pw\tadmin=1\nsam:pw\n' > "$TMP/users2"
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\nloglevel = debug\n[group main]\nworkers = 127.0.0.1:%s\n' \
+    "$TMP/users2" "$W1_PORT" > "$TMP/rg.conf"
+start_gateway RG -c "$TMP/rg.conf"
+wait_line "$TMP/RG.log" "connected \\(capability 3\\)" 10
+G="127.0.0.1:$RG_PORT"
+timeout 60 "$BIN/qsend" -g "$G" -u boss:pw --pipeline "hold rg1" ".qgate.pause[\`main]" ".qgate.resume[\`main]" > "$TMP/boss.out" 2>&1 & pb=$!
+wait_line "$TMP/W1.log" "hold rg1" 10
+wait_line "$TMP/RG.log" "boss: request 2: sync" 10
+timeout 60 "$BIN/qsend" -g "$G" -u sam:pw --pipeline "echo sam1" "echo sam2" > "$TMP/sam.out" 2>&1 & ps=$!
+wait_line "$TMP/RG.log" "sam: request 1: sync" 10
+printf 'boss:pw\nsam:pw\tmonitor=1\n' > "$TMP/users2"
+kill -HUP "$RG_PID"
+wait_line "$TMP/RG.log" "reload: done" 10
+expect_file_has "$TMP/RG.log" "reload: user boss is no longer an admin"
+release rg1 "$W1_PORT"
+wait "$pb" "$ps" || true
+[ "$(tr '\n' '|' < "$TMP/boss.out")" = '"rg1"|1b|1b|' ] || fail "the admin's commands sent before the reload: $(cat "$TMP/boss.out")"
+[ "$(tr '\n' '|' < "$TMP/sam.out")" = '"sam1"|"sam2"|' ] || fail "the user's requests sent before the reload: $(cat "$TMP/sam.out")"
+timeout 30 "$BIN/qsend" -g "$G" -u boss:pw ".qgate.pause[\`main]" > "$TMP/boss2.out" 2>&1 || true
+expect_lines "$TMP/boss2.out" "^'qgate: access \\(admin only\\): \\.qgate\\.pause" 1
+timeout 30 "$BIN/qsend" -g "$G" -u sam:pw "echo sam3" > "$TMP/sam2.out" 2>&1 || true
+expect_lines "$TMP/sam2.out" "^'qgate: access: user sam is a monitor" 1
+pass "a reload that changes a user's rights: what the user sent before runs as it was sent (an admin's pause and resume, a user's queries), what it sends after is judged anew"
