@@ -596,8 +596,8 @@ static int reaches(const char *host, int port, const char *bind, int lport)
 {
     if (lport == 0 || port != lport)
         return 0;
-    return !strcasecmp(host, bind) || (loopback(host) && any_address(bind)) || (localhost(host, 1) && localhost(bind, 1)) ||
-           (localhost(host, 0) && localhost(bind, 0));
+    return !strcasecmp(host, bind) || (loopback(host) && any_address(bind)) ||
+           (localhost(host, 1) && localhost(bind, 1)) || (localhost(host, 0) && localhost(bind, 0));
 }
 
 /* metrics_port on an address port's listener holds too: one of them could not listen. */
@@ -688,8 +688,8 @@ static int contradiction(const struct config *c, const char *a, int64_t av, cons
         key_origin(c, a, oa, sizeof oa);
     else
         key_origin(c, b, ob, sizeof ob);
-    snprintf(err, errlen, "%s%s %lld%s %s %s %lld%s", config_key_where(c, b_last ? b : a, at, sizeof at), a, (long long)av,
-             oa, rel, b, (long long)bv, ob);
+    snprintf(err, errlen, "%s%s %lld%s %s %s %lld%s", config_key_where(c, b_last ? b : a, at, sizeof at), a,
+             (long long)av, oa, rel, b, (long long)bv, ob);
     return -1;
 }
 
