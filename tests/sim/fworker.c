@@ -54,9 +54,9 @@ void hook_dispatched(void *ctx, const struct conn *wc, uint32_t id, uint32_t gen
         int j = 0;
         while (j < k->nrecent && k->recent[j] != cid)
             j++;
-        if (j == k->nrecent && k->nrecent < 8)
+        if (j == k->nrecent && k->nrecent < FW_RECENT)
             k->nrecent++;
-        memmove(k->recent + 1, k->recent, (size_t)QG_MIN(j, 7) * sizeof k->recent[0]);
+        memmove(k->recent + 1, k->recent, (size_t)QG_MIN(j, FW_RECENT - 1) * sizeof k->recent[0]);
         k->recent[0] = cid; /* the most recent first, each client once */
     }
     if (w->grp->paused)

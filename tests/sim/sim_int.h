@@ -19,6 +19,9 @@ struct conn;
 struct worker;
 
 #define MAXC 12          /* fake clients connected at once */
+#define FW_RECENT (2 * MAXC) /* clients a worker connection remembers being given messages of: as many
+                              * as may have messages on it at once (a broadcast group's every sender
+                              * behind a run: 9 once, with 8 remembered, seed 916449) */
 #define MAXW 10          /* fake worker identities (ports) */
 #define WPORT0 21000     /* fake worker k listens on "127.0.0.1:(WPORT0 + k)" */
 
@@ -148,7 +151,7 @@ struct fwconn {
     size_t out_off;
     int64_t hold_until;  /* ms: nothing is written before */
     int last_cid;        /* the client whose message it ran last on this connection */
-    int recent[8];       /* the last clients whose messages the gateway gave it (distinct) */
+    int recent[FW_RECENT]; /* the last clients whose messages the gateway gave it (distinct) */
     int nrecent;
     int eof;             /* the gateway has closed it: the whole messages read before run first, as
                           * q runs them, then it is closed */
@@ -202,7 +205,7 @@ struct tpub {
     int sess;            /* the client the worker's connection was given to (pool = session), or -1 */
     int sess_only;       /* sess is the connection's first session's: only it may get this */
     int to;              /* the client that got it, or -1 */
-    int ok[8], nok;      /* owner -4: the clients the gateway gave the connection messages last */
+    int ok[FW_RECENT], nok; /* owner -4: the clients the gateway gave the connection messages last */
 };
 
 struct sim {
