@@ -860,6 +860,9 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
     if (w->st == WS_BUSY && !STAILQ_EMPTY(&w->bsent)) /* (its sender waits for nothing, and is not asked) */
         tell_worker_error(g, w, "qgate: no client answers a callback from a broadcast (every worker runs it; its "
                                 "sender waits for no answer)");
+    else if (w->st == WS_BUSY && w->run.reset) /* (the gateway's own query, between two sessions) */
+        tell_worker_error(g, w, "qgate: no client answers a callback from the reset query (it runs between two "
+                                "sessions, for none)");
     else
         tell_no_client(g, w);
     return ROUTE_DROP;

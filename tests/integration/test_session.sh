@@ -128,6 +128,19 @@ q "x"
 expect_lines "$TMP/q.out" "^'x\$" 1
 pass "a worker new to qgate runs the reset query before its first session"
 
+# ... a reset query that calls back (.z.w) is told no client answers it, in words that say so
+# (before: "the client of this request has gone, or sent a bad message", of a client that never was)
+start_worker WC --rows 1000
+conf "$TMP/rc.conf" "127.0.0.1:$WC_PORT" pool=session 'reset_query=callback rcb'
+start_gateway RC -c "$TMP/rc.conf"
+G="127.0.0.1:$RC_PORT"
+q "echo rc"
+expect_lines "$TMP/q.out" '^"rc"$' 1
+wait_line "$TMP/WC.log" "callback answered with an error: 'qgate: no client answers a callback from the reset query" 10
+q "echo rc2"
+expect_lines "$TMP/q.out" '^"rc2"$' 1
+pass "a reset query that calls back is told no client answers it; the next session is served"
+
 # ... and a reload that makes a request pool a session pool: what its clients ran as a request
 # pool is in the worker's q, so the reset query runs before a session is given it (at 51520a0 the
 # first session read it)
