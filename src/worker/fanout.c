@@ -317,7 +317,7 @@ static void part_lost(struct gw *g, struct fanout *fo, struct fpart *p)
     fail(g, fo, why);
 }
 
-void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why)
+void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why, int timed_out)
 {
     struct fpart *p = w->run.fp;
     w->run.fp = NULL;
@@ -331,9 +331,15 @@ void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why)
         else
             free(p);
     }
-    char lost[400]; /* a part owed, not begun: the worker went, whatever the run before it did
-                     * (another client's query timing out is not this .qgate.all's timeout) */
-    snprintf(lost, sizeof lost, "qgate: worker %s lost", w->addr);
+    char lost[600]; /* a part owed, not begun: the worker went, whatever the run before it did
+                     * (another client's query timing out is not this .qgate.all's timeout), and
+                     * the client is told it did not run there (nor anywhere, but those begun) */
+    if (timed_out)
+        snprintf(lost, sizeof lost, "qgate: worker %s: its connection was dropped (the request it ran sent nothing "
+                 "for query_timeout) before this .qgate.all's part was sent: not run there", w->addr);
+    else
+        snprintf(lost, sizeof lost, "qgate: worker %s lost before this .qgate.all's part was sent: not run there",
+                 w->addr);
     while ((p = STAILQ_FIRST(&w->fq))) { /* fail removes each from fq */
         if (p->fo->partial) {
             STAILQ_REMOVE_HEAD(&w->fq, link);

@@ -1185,7 +1185,7 @@ void run_lost_loop(struct gw *g, struct worker *w)
                  (long long)g->cfg.query_timeout);
     else
         snprintf(text, sizeof text, "qgate: worker %s lost", w->addr);
-    fanout_worker_lost_loop(g, w, text); /* a .qgate.all it ran, or owed, fails */
+    fanout_worker_lost_loop(g, w, text, timed_out); /* a .qgate.all it ran, or owed, fails */
     if (s) {
         if (c == s && busy)
             note_lost(g, s);

@@ -381,6 +381,6 @@ void fanout_part_done_loop(struct gw *g, struct worker *w);
 /* The merged answer made (JK_MERGE): counted as a q error or the gateway's if it is one, sent. */
 void fanout_merged_loop(struct gw *g, struct job *j);
 /* w is down: the part it ran and those it owed fail their fan-outs. */
-void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why);
+void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why, int timed_out);
 
 #endif

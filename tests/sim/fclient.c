@@ -567,6 +567,8 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
         return S->g.query_timeouts ? NULL : "no query timed out";
     if (HAS("qgate: worker ") && strstr(e, " lost"))
         return lost ? NULL : "no worker died or timed out";
+    if (HAS("qgate: worker ") && strstr(e, ": its connection was dropped (the request it ran sent nothing"))
+        return r->op == OP_ALL && S->g.query_timeouts ? NULL : "no query timed out (or not a .qgate.all)";
     if (HAS("qgate: no worker of group "))
         return out ? NULL : "every worker stayed in service";
     if (HAS("qgate: group ") && (strstr(e, " workers up") || strstr(e, " workers answered")))
