@@ -53,7 +53,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "handshake_timeout", CFG_MS, CFG_LIVE, "5000", 1, KMAX, G(handshake_timeout), NULL,
      "ms a client has to complete q's handshake before it is closed"},
     {"gateway", "client_stall_timeout", CFG_MS, CFG_LIVE, "60000", 0, KMAX, G(client_stall_timeout), NULL,
-     "ms a client may accept no byte of its output, or keep more than client_high_water of it waiting, before it is closed (its worker freed); 0 = no limit"},
+     "ms a client may accept no byte of its output, or keep more than client_high_water of it waiting without taking client_high_water bytes of it (a reply held whole, read on), before it is closed (its worker freed); 0 = no limit"},
     {"gateway", "drain_timeout", CFG_MS, CFG_LIVE, "10000", 0, KMAX, G(drain_timeout), NULL,
      "ms SIGTERM waits for in-flight and queued requests before exiting"},
     {"gateway", "reader_threads", CFG_INT, CFG_RESTART, "2", 1, 256, G(reader_threads), NULL,

@@ -581,7 +581,9 @@ static void on_stall_timeout(struct gw *g, struct conn *x)
 /* After a flush: output drained below the low-water mark lets its workers stream again and its
  * next request start; output still waiting starts (or keeps) the stall clock, which starts again
  * only with a byte accepted that leaves it at or under client_high_water (Redis's soft
- * client-output-buffer-limit: a client that reads a little, but stays over it, is closed too). */
+ * client-output-buffer-limit: a client that reads a little, but stays over it, is closed too), or
+ * once it has taken client_high_water bytes since the clock started (a reply held whole, larger
+ * than the bound, read on: a .qgate.all's, a decompressed one). */
 static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote)
 {
     struct client *c = client_of(x);
@@ -622,8 +624,11 @@ static void on_flushed(struct gw *g, struct conn *x, size_t before, size_t wrote
     if (g->cfg.client_stall_timeout <= 0)
         return;
     int armed = conn_timer_armed(x, CLIENT_TM_STALL);
-    if ((wrote && now <= (size_t)g->cfg.client_high_water) || !armed)
+    size_t hw = (size_t)g->cfg.client_high_water;
+    if ((wrote && (now <= hw || now + hw <= c->stall_level)) || !armed) {
         c->stall_since = g->loop.now_ms;
+        c->stall_level = now;
+    }
     if (!armed)
         conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
 }
@@ -644,8 +649,10 @@ void client_timeouts_reloaded_loop(struct gw *g)
             conn_timer_cancel_loop(g, x, CLIENT_TM_STALL);
             continue;
         }
-        if (!conn_timer_armed(x, CLIENT_TM_STALL)) /* (no limit until now: its clock starts now) */
+        if (!conn_timer_armed(x, CLIENT_TM_STALL)) { /* (no limit until now: its clock starts now) */
             c->stall_since = g->loop.now_ms;
+            c->stall_level = conn_pending(x);
+        }
         conn_timer_arm_loop(g, x, CLIENT_TM_STALL, c->stall_since + g->cfg.client_stall_timeout, on_stall_timeout);
     }
     log_info(NULL, "reload: queue_timeout %lld ms for the %d requests waiting too, client_stall_timeout %lld ms for "

@@ -166,6 +166,7 @@ struct client {
     uint8_t room_granted; /* its turn for room came: gathering kept for the header it waited with */
     uint64_t next_seq;
     int64_t stall_since; /* ms: output has waited (without a byte accepted) since */
+    size_t stall_level;  /* ... its bytes waiting then */
     int64_t connected_ms; /* when it was accepted (the loop's clock) */
     const char *drop_why; /* while requests of it are dropped unanswered: why (the access log's reason=) */
     struct worker *w;    /* worker running the head request */

@@ -104,3 +104,19 @@ grep -q "^read " "$TMP/h.out" || fail "the slow reader read nothing: $(head -c 3
 timeout 10 "$BIN/qsend" -g "127.0.0.1:$H_PORT" "echo next" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" '^"next"$' 1
 pass "a client that reads, but keeps over client_high_water waiting for client_stall_timeout, is closed; the next is served"
+
+# ... one that takes client_high_water bytes of it every client_stall_timeout is reading on, and
+# gets it all (a 20 MB merged reply at 5 MB/s, 1 MiB a 1 s bound: at 93feb81 it was closed after
+# 1 s, though a reply streamed through, or straight from the worker, reached it)
+sed -e 's/^client_high_water = .*/client_high_water = 1048576/' -e 's/^client_low_water = .*/client_low_water = 262144/' \
+    "$TMP/h.conf" > "$TMP/h2.conf"
+start_gateway H2 -c "$TMP/h2.conf"
+wait_count "$TMP/H2.log" "connected \\(capability" 2
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$H2_PORT" --read-rate 5000000 "all:main:text 10000000" > "$TMP/h2.out" 2>&1 &
+slow=$!
+wait_line "$TMP/h2.out" "^read 20000014\$" 30 # (the whole merged reply: it reads on until a close)
+kill "$slow" 2>/dev/null || true
+wait "$slow" || true
+grep -q "closed" "$TMP/h2.out" && fail "a reader taking client_high_water a second was closed: $(cat "$TMP/h2.out")"
+expect_lines "$TMP/H2.log" "closed: stalled" 0
+pass "a client that takes client_high_water bytes of a reply held whole every client_stall_timeout reads it all"
