@@ -305,8 +305,8 @@ static int k_arg(const K x, struct cmd_arg *a)
             a->num = GWARG_NULL;
             break;
         }
-        if (!(d >= INT32_MIN && d <= INT32_MAX) || d != (double)(int64_t)d)
-            return -1;
+        if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) || d != (double)(int64_t)d)
+            return -1; /* (whole, and within 2^53, where a double holds every whole number: a long's ids) */
         a->num = (int64_t)d;
         break;
     }

@@ -810,6 +810,9 @@ static void test_parse_command_args(void **state)
         K f = k_atom(-KT_FLOAT); /* node-q: every JavaScript number is a float */
         f->f = 17;
         expect_cmd(call(".qgate.kill", sym, f), GWCMD_KILL, GWARG_NUM, NULL, 17);
+        K big = k_atom(-KT_FLOAT); /* an id past an int's, as a long's (before: a bad command) */
+        big->f = 4294967296.0;
+        expect_cmd(call(".qgate.kill", sym, big), GWCMD_KILL, GWARG_NUM, NULL, 4294967296);
         K e = k_atom(-KT_REAL);
         e->e = 3;
         expect_cmd(call(".qgate.disconnect", sym, e), GWCMD_DISCONNECT, GWARG_NUM, NULL, 3);
@@ -842,7 +845,7 @@ static void test_parse_command_refused(void **state)
     struct job *j = parsed(text(big)); /* a name longer than GWCMD_ARG_MAX */
     assert_int_equal(j->result, GWCMD_UNKNOWN);
     job_free(j);
-    static const double not_ids[] = {1.5, 3e9, -3e9, INFINITY};
+    static const double not_ids[] = {1.5, 1e17, -1e17, INFINITY}; /* (past 2^53: not every whole one) */
     for (size_t i = 0; i < sizeof not_ids / sizeof not_ids[0]; i++) { /* a float that is no id */
         K f = k_atom(-KT_FLOAT);
         f->f = not_ids[i];
