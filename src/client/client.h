@@ -214,6 +214,12 @@ void client_auth_done_loop(struct gw *g, struct job *j);
  * reply of the request that called back comes after them. */
 static inline int client_nested_owed(const struct client *c) { return !TAILQ_EMPTY(&c->nested); }
 /* Is its output (queued, piped and held) over client_high_water? Then no new request starts. */
+/* Does q's rule compress what goes to c (a remote client of capability 1 or more, compress on)? */
+static inline int client_compressed_for(const struct gw *g, const struct client *c)
+{
+    return g->cfg.compress && !c->local && c->cap >= 1;
+}
+
 static inline int client_output_full_loop(const struct gw *g, const struct client *c)
 {
     return conn_pending(&c->c) > (size_t)g->cfg.client_high_water;

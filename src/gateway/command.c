@@ -163,7 +163,7 @@ void command_answer_loop(struct gw *g, struct client *cl, uint64_t seq, int id)
         return;
     }
     job_args(w)->answer = (struct job_answer){.cmd = id, .encode = cmd->encode, .cap = cl->cap,
-                                              .compress = g->cfg.compress && !cl->local && cl->cap >= 1};
+                                              .compress = (uint8_t)client_compressed_for(g, cl)};
     if (cmd->snapshot) {
         w->ctx = cmd->snapshot(g, cl);
         w->ctx_free = cmd->snap_free;

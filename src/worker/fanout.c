@@ -166,7 +166,7 @@ static void complete(struct gw *g, struct fanout *fo)
     j->ctx = in;
     j->ctx_free = jobs_merge_in_free;
     job_args(j)->reply = (struct job_reply){.cap = c->cap, .max = g->cfg.max_message,
-                                            .compress = g->cfg.compress && !c->local && c->cap >= 1,
+                                            .compress = (uint8_t)client_compressed_for(g, c),
                                             .compress_max = g->cfg.compress_max, .merge_max = g->cfg.merge_max};
     request_set_state_loop(g, c, r, RS_LOCAL);
     conn_submit_loop(g->writers, j, &c->c, r->seq);
@@ -331,6 +331,8 @@ void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why, in
         else
             free(p);
     }
+    if (STAILQ_EMPTY(&w->fq))
+        return;
     char lost[600]; /* a part owed, not begun: the worker went, whatever the run before it did
                      * (another client's query timing out is not this .qgate.all's timeout), and
                      * the client is told it did not run there (nor anywhere, but those begun) */

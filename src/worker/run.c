@@ -637,7 +637,7 @@ static int needs_collect(struct gw *g, const struct client *c, const struct kipc
 {
     if (c->cap < 3 || (c->local && h->compressed))
         return needs_change(g, c, h);
-    return g->cfg.compress && !c->local && c->cap >= 1 && !h->compressed && h->len >= KZIP_MIN_LEN &&
+    return client_compressed_for(g, c) && !h->compressed && h->len >= KZIP_MIN_LEN &&
            h->len <= (uint64_t)g->cfg.compress_max;
 }
 
