@@ -34,12 +34,12 @@ LDFLAGS := -pthread $(SANFLAGS) $(HARDEN_LDFLAGS)
 
 LIB_SRC   := $(filter-out src/gateway/main.c,$(wildcard $(SRC_DIRS:%=src/%/*.c)))
 LIB_OBJ   := $(LIB_SRC:%.c=$(B)/%.o)
-BENCH_MAINS  := qworker qclient qsend codec gw30 qload qsoak qfan qrtt qnotify qslow qscrape
+BENCH_MAINS  := qworker qclient qsend codec gw30 qload qsoak qfan qrtt qnotify qslow qscrape qfloor
 BENCH_COMMON := $(filter-out $(BENCH_MAINS:%=bench/%.c),$(wildcard bench/*.c))
 BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(B)/%.o)
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
-BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/qfan $(B)/qrtt $(B)/qnotify $(B)/bench-codec $(B)/gw30 $(B)/qslow $(B)/qscrape
+BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/qfan $(B)/qrtt $(B)/qnotify $(B)/bench-codec $(B)/gw30 $(B)/qslow $(B)/qscrape $(B)/qfloor
 GW_BIN    := $(B)/qgate
 
 .PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-net test-tsan demo bench bench-smoke docs deps-test clean bench-codec install uninstall deb
