@@ -46,8 +46,7 @@ static void start_part(struct gw *g, struct worker *w, struct fpart *p)
         conn_close_loop(g, &w->c, "out of memory");
         return;
     }
-    w->run.started_us = loop_stamp_us_loop(g);
-    run_arm_timer_loop(g, w);
+    run_sent_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
     log_debug(w->c.name, "running its part of a .qgate.all");
 }

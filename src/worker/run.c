@@ -214,11 +214,31 @@ static int beside(const struct worker *w, int busy)
     return n;
 }
 
+/* pipeline: is w's run kept from beginning by a run on another connection of its q? By one sent
+ * before it, or one the q has begun (its reply, or its callback, has come), while it has not begun
+ * itself and runs ahead of it may be on. Not by a later one that has not begun: of two runs that
+ * have not begun, each counting the other ahead, one is the q's, so the older one's clock runs
+ * (before, each kept the other's still, and a q stuck on either timed neither out: helper
+ * round 15). */
+static int held_behind(const struct worker *w)
+{
+    if (w->run.ahead <= 0 || w->run.phase != WB_SENT)
+        return 0;
+    for (const struct worker *x = lead_of(w); x; x = worker_sibling(x))
+        if (x != w && x->st == WS_BUSY &&
+            (x->run.phase != WB_SENT || x->run.started_us < w->run.started_us ||
+             (x->run.started_us == w->run.started_us && x->slot < w->slot)))
+            return 1;
+    return 0;
+}
+
 void run_leaves_busy_loop(struct gw *g, struct worker *w)
 {
     for (struct worker *x = lead_of(w); x; x = worker_sibling(x))
-        if (x != w && x->st == WS_BUSY && x->run.ahead > 0 && --x->run.ahead == 0)
-            x->run.began_ms = g->loop.now_ms; /* the last run ahead of it has ended: it begins */
+        if (x != w && x->st == WS_BUSY && x->run.ahead > 0) {
+            x->run.ahead--; /* a run that may have been ahead of it has ended: its clock starts again */
+            x->run.began_ms = g->loop.now_ms;
+        }
 }
 
 static void on_query_timeout(struct gw *g, struct conn *c)
@@ -228,10 +248,10 @@ static void on_query_timeout(struct gw *g, struct conn *c)
         return;
     int64_t due = QG_MAX(QG_MAX(w->tm_armed_ms, w->run.began_ms), c->last_read_ms) + g->cfg.query_timeout; /* a
                                      * byte came since, or it began later than it was sent */
-    if (c->in_job || c->paused_any || (w->run.ahead > 0 && beside(w, 1))) /* not its silence: a reader
-                                     * has what it sent, or it waits for its client (run_header_loop),
-                                     * and nothing after is read meanwhile; or it has not begun: its q
-                                     * runs what was ahead of it (pipeline; those have clocks of their own) */
+    if (c->in_job || c->paused_any || held_behind(w)) /* not its silence: a reader has what it sent,
+                                     * or it waits for its client (run_header_loop), and nothing after
+                                     * is read meanwhile; or it has not begun: its q runs what was
+                                     * ahead of it (pipeline; those have clocks of their own) */
         due = g->loop.now_ms + g->cfg.query_timeout;
     if (due > g->loop.now_ms) {
         conn_timer_arm_loop(g, c, WORKER_TM, due, on_query_timeout);
@@ -319,14 +339,20 @@ void run_begin_loop(struct gw *g, struct worker *w, struct client *c)
                   (unsigned long long)r->seq, c->c.name);
     }
     w->run.swallow = swallow;
+    run_sent_loop(g, w);
+    conn_mark_dirty_loop(g, &w->c);
+}
+
+void run_sent_loop(struct gw *g, struct worker *w)
+{
     w->run.started_us = loop_stamp_us_loop(g);
     /* pipeline: q runs one at a time, so a request sent to a busy q begins when what it runs has
      * ended, or once more after what it picks first of its other connections': its clock starts
-     * at the end of those runs (at most one more each), or when none is on */
-    w->run.ahead = beside(w, 0);
+     * again at the end of each of those runs (at most one more each). Sent to a q that runs none
+     * of ours, it begins at once: a later one cannot go first */
+    w->run.ahead = beside(w, 1) ? beside(w, 0) : 0;
     w->run.began_ms = g->loop.now_ms;
     run_arm_timer_loop(g, w);
-    conn_mark_dirty_loop(g, &w->c);
 }
 
 void run_start_loop(struct gw *g, struct conn *w, struct conn *c)

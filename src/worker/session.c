@@ -44,8 +44,8 @@ static int start_reset(struct gw *g, struct worker *w)
     if (w->st != WS_BUSY) /* PINNED, or connected (HANDSHAKE); or BUSY still, its session's last run just ended */
         worker_set_state_loop(g, w, WS_BUSY);
     w->run = (struct run){.kind = RUN_BROADCASTS, .swallow = 1, /* no client's: nothing it sends reaches anyone */
-                          .reset = 1, .started_us = loop_stamp_us_loop(g)};
-    run_arm_timer_loop(g, w);
+                          .reset = 1};
+    run_sent_loop(g, w);
     conn_mark_dirty_loop(g, &w->c);
     log_debug(w->c.name, "session ended: running the reset query");
     return 0;

@@ -301,11 +301,14 @@ void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
 void run_flushed_loop(struct gw *g, struct conn *wc, size_t before, size_t wrote);
 /* May c's message run nested on wc (backend_ops nests)? */
 int run_nests_loop(const struct conn *wc, const struct client *c);
-/* w's run has ended (it leaves BUSY): the runs on its q's other connections that waited behind it
- * begin once nothing sent before them is on (pipeline; their query_timeout counts from then). */
+/* w's run has ended (it leaves BUSY): the clocks of the runs on its q's other connections that it
+ * may have been ahead of start again (pipeline; each at most once for each run it counted ahead). */
 void run_leaves_busy_loop(struct gw *g, struct worker *w);
 /* The one setter of w's run's phase (what its reply has come to: enum worker_busy). */
 void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b);
+/* w's run has been queued for its worker: when it was sent, the runs its q may run before it
+ * (pipeline), its clock and its query timer. Every kind of run (run.c, fanout.c, session.c). */
+void run_sent_loop(struct gw *g, struct worker *w);
 /* The query timer of w's run: query_timeout after it was armed or the worker's last byte. */
 void run_arm_timer_loop(struct gw *g, struct worker *w);
 /* A reload has set query_timeout: every run keeps to it (from its last byte, or from now if it had

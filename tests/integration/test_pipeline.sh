@@ -294,3 +294,26 @@ timeout 60 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" "echo behind" > "$TMP/behind.out
 wait "$ps" || true # (a slow reader reads until the close)
 expect_lines "$TMP/behind.out" '^"behind"$' 1
 pass "pipeline: a request held at a q that answers its other connections is timed out; one behind a reply its client reads slowly is not"
+
+# ... and a q stuck on one request while another waits on its other connection: both time out,
+# the stuck one after query_timeout, the one behind it query_timeout after that (before: each
+# counted the other ahead of it and kept the other's clock still, so neither ever timed out, and
+# a q that never answered held both clients for good: helper round 15)
+start_worker W5 --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1500\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 2\npipeline_wait = 0\n' \
+    "$W5_PORT" > "$TMP/qh.conf"
+start_gateway QH -c "$TMP/qh.conf" --loglevel debug
+wait_count "$TMP/QH.log" "connected \(capability" 2
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "sleep 8000" > "$TMP/stuck.out" 2>&1 & p1=$!
+wait_line "$TMP/W5.log" "sleep 8000 ms" 10
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "echo two" > "$TMP/second.out" 2>&1 & p2=$!
+wait_count "$TMP/QH.log" "running sync request" 2 10
+wait "$p1" "$p2" || true
+# (the second was sent while the first ran: what this case is about)
+awk '/running sync request/ { n++ } /no reply byte/ && n < 2 { bad = 1 } END { exit bad }' "$TMP/QH.log" ||
+    fail "the second request was sent after the first had timed out"
+expect_lines "$TMP/stuck.out" "^'qgate: timeout \\(127.0.0.1:$W5_PORT sent nothing for 1500 ms\\)\$" 1
+expect_lines "$TMP/second.out" "^'qgate: timeout \\(127.0.0.1:$W5_PORT sent nothing for 1500 ms\\)\$" 1
+expect_lines "$TMP/QH.log" "no reply byte" 2
+kill "$W5_PID"
+pass "pipeline: a q stuck on one request while another waits on its other connection: both time out"
