@@ -212,6 +212,9 @@ static int watch_signals(struct gw *g)
     sigaddset(&set, SIGUSR1);
     sigprocmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a file at its size limit (ulimit -f, systemd's LimitFSIZE=) fails
+                               * the write with EFBIG, as a full disk does: the access log counts
+                               * its lines dropped; the default action killed the gateway (helper round 15) */
     g->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     g->ev_signal.ops = &signal_ops;
     return g->sigfd < 0 ? -1 : loop_watch(g, g->sigfd, &g->ev_signal, EPOLLIN, 0);

@@ -139,6 +139,25 @@ pass "/dev/full: $R requests answered, 0 lines written, $D dropped, $E write err
 kill -TERM "$GF_PID"
 wait_exit "$GF_PID" 30
 
+# --- a file-size limit (ulimit -f, systemd's LimitFSIZE=): the write fails (EFBIG), as on a full
+# disk, and costs lines, never service (before: SIGXFSZ's default action killed qgate, every
+# client cut off mid-request: helper round 15) -------------------------------------------------
+ulimit -S -f 8 # 8 KiB, for the qgate started now only
+gateway GZ "$TMP/limited.log"
+ulimit -S -f unlimited
+timeout 30 "$BIN/qsend" -g "$G" --pipeline "${qs[@]}" ".qgate.ping[]" > "$TMP/q.out"
+expect_lines "$TMP/q.out" '^"[0-9]+"$' 100
+expect_lines "$TMP/q.out" '^1b$' 1
+wait_for 30 "lines written + dropped = requests ended" settled "$TMP/limited.log"
+[ "$L" -gt 0 ] && [ "$D" -gt 0 ] && [ "$E" != none ] && [ "$E" -gt 0 ] ||
+    fail "a file-size limit: $R requests, $L lines written, $D dropped, $E errors"
+[ "$(stat -c %s "$TMP/limited.log")" -le 8192 ] || fail "the access log passed the file-size limit"
+expect_file_has "$TMP/GZ.log" "access log $TMP/limited.log: File too large: lines dropped"
+ping_ok || fail "no answer after the access log met its file-size limit"
+pass "a file-size limit (ulimit -f): $R requests answered, $L lines written, $D dropped, $E write errors; qgate serves on"
+kill -TERM "$GZ_PID"
+wait_exit "$GZ_PID" 30
+
 # --- a FIFO nobody reads, writer_threads = 1 ----------------------------------------------------
 FIFO="$TMP/fifo"
 mkfifo "$FIFO"
