@@ -40,7 +40,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "reuseport", CFG_BOOL, CFG_RESTART, "0", 0, 1, G(reuseport), NULL,
      "share the port with other qgate processes of this host and user that set it too (SO_REUSEPORT): the kernel spreads new connections over them; each has its own workers and queue; q's Unix socket for the port is served by one of them at a time"},
     {"gateway", "max_clients", CFG_INT, CFG_LIVE, "10000", 1, 1000000, G(max_clients), NULL,
-     "client connections accepted at once; more get the q error 'qgate: too many connections after their handshake, then the close"},
+     "client connections accepted at once; more get the q error 'qgate: too many connections after their handshake, then the close (the last 64 are kept to be told: an older one still waiting gives way to a new one, closed untold)"},
     {"gateway", "max_message", CFG_SIZE, CFG_LIVE, "2147483647", 64, KMAX, G(max_message), NULL,
      "longest message (bytes, header included) accepted from a client or a worker (a worker's reply over it is "
      "refused to its client, its connection kept)"},

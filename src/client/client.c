@@ -78,8 +78,21 @@ static void on_handshake_timeout(struct gw *g, struct conn *x)
 
 /* ---- accept ------------------------------------------------------------------------------- */
 
-/* Clients over max_clients kept to be told why after their handshake; beyond, closed at once. */
-#define REFUSING_MAX 64
+/* Clients over max_clients are kept to be told why after their handshake: the last
+ * QG_ARRAY_LEN(g->refusing) of them. A new one takes the place of the oldest, which is closed
+ * untold (before, the 65th and later were closed at once without a byte, which q reports as
+ * 'access, and 64 connections that sent nothing kept it so for every newcomer: helper round 15). */
+static void refusing_add(struct gw *g, struct client *c)
+{
+    unsigned slot = g->refusing_next++ % QG_ARRAY_LEN(g->refusing);
+    struct conn *old = conn_lookup_loop(g, g->refusing[slot].id, g->refusing[slot].gen);
+    if (old && old->kind == CONN_CLIENT && client_of(old)->refuse && !old->closing)
+        conn_close_loop(g, old, "over max_clients: gave way to a newer connection, untold");
+    g->refusing[slot].id = c->c.id;
+    g->refusing[slot].gen = c->c.gen;
+    c->refuse = 1; /* told why after its handshake */
+    g->nrefusing++;
+}
 
 static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
 {
@@ -89,13 +102,12 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
         int fd = conn_accept_loop(g, l, REFUSED_NO_FDS, &g->lim.accept, "accept");
         if (fd < 0)
             return;
-        int over = g->nclients >= g->cfg.max_clients;
-        if (g->draining || (over && g->nclients >= g->cfg.max_clients + REFUSING_MAX)) {
-            conn_refused_loop(g, g->draining ? REFUSED_DRAINING : REFUSED_TOO_MANY, NULL,
-                              "refusing a connection: %s", g->draining ? "draining" : "max_clients reached");
+        if (g->draining) {
+            conn_refused_loop(g, REFUSED_DRAINING, NULL, "refusing a connection: draining");
             close(fd);
             continue;
         }
+        int over = g->nclients - g->nrefusing >= g->cfg.max_clients;
         if (over)
             conn_refused_loop(g, REFUSED_TOO_MANY, NULL, "refusing a connection: max_clients (%d) reached",
                               g->cfg.max_clients);
@@ -104,8 +116,8 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
             conn_keepalive_loop(g, fd, NULL);
         }
         struct client *c = client_adopt_loop(g, fd, l->is_uds, l->is_uds || net_peer_is_local(fd));
-        if (c)
-            c->refuse = (uint8_t)over; /* told why after its handshake */
+        if (c && over)
+            refusing_add(g, c);
         g->accepted++;
     }
 }
@@ -716,6 +728,7 @@ static void on_close(struct gw *g, struct conn *x, const char *why)
     request_free_all_loop(g, c);
     c->drop_why = NULL;
     g->nclients--;
+    g->nrefusing -= c->refuse;
 }
 
 static void client_free(struct conn *x) { free(client_of(x)); }

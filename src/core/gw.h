@@ -150,6 +150,11 @@ struct gw {
     size_t too_large_err_len;
     uint64_t next_serial, next_worker_serial;
     int nclients;
+    int nrefusing; /* of them, over max_clients, kept to be told so (client.c) */
+    struct {
+        uint32_t id, gen;
+    } refusing[64]; /* the last 64 of those, a ring: the oldest gives way to a new one */
+    unsigned refusing_next;
     uint64_t handshakes, query_timeouts;
     uint64_t pending_waits; /* messages that waited for room under pending_max */
     uint64_t held_passed; /* replies sent as the worker sent them for hold_max (not changed) */

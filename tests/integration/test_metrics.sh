@@ -109,17 +109,27 @@ raw_close 8
 [ "$rc" = 0 ] || fail "over max_clients, async then sync: not closed"
 [ "$(head -c 1 "$TMP/over.raw" | od -An -tx1 | tr -d ' \n')" = 03 ] || fail "over max_clients, async then sync: $(od -An -c "$TMP/over.raw")"
 grep -aq "qgate: too many connections" "$TMP/over.raw" || fail "over max_clients, async then sync: not told: $(od -An -c "$TMP/over.raw")"
+# ... and past 70 more kept waiting to be told, that send nothing: the newest are kept, the oldest
+# give way, so a newcomer is still told (before: past 64 of them each was closed at once without
+# a byte, which q reports as 'access, for as long as the 64 stayed: helper round 15)
+"$BIN/qload" -g "$G" --idle 70 --hold 60 > "$TMP/idle.out" 2>&1 & idle=$!
+wait_for 20 "72 refusals" metric_at_least 'qgate_refused_total{reason="too_many_connections"}' 72
+timeout 10 "$BIN/qsend" -g "$G" "echo over" > "$TMP/over.out" || true
+expect_lines "$TMP/over.out" "^'qgate: too many connections\$" 1
+expect_file_has "$TMP/GW.log" "over max_clients: gave way to a newer connection, untold"
+kill "$idle"
+wait "$idle" || true
 release h1 "$W1_PORT" "$W2_PORT"; release h2 "$W1_PORT" "$W2_PORT"
 for fd in 4 5 6 7; do raw_close $fd; done
 wait "$h1" "$h2"
 timeout 10 "$BIN/qsend" -g "$G" "echo under" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"under"$' 1
-pass "the 7th client: 'qgate: too many connections, counted and logged (one sending async, then sync, behind its handshake: answered, told, closed); after the others leave, served"
+pass "the 7th client: 'qgate: too many connections, counted and logged (one sending async, then sync, behind its handshake: answered, told, closed; one behind 70 that wait); after the others leave, served"
 
 # --- .qgate.totals[] and the summary line -----------------------------------------------------------
 timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" > "$TMP/q.out"
 expect_file_has "$TMP/q.out" '^`uptime_ms`clients`connections`handshakes`requests`ok`errors`gwerrors`gone`closed`request_bytes'
-wait_line "$TMP/GW.log" "stats: [0-9]+ requests \\([0-9.]+/s\\), 0 q errors, 52 gateway errors, 52 refused \\(too_many_connections 2, busy 50\\); [0-9]+ clients, 0 queued, workers 2/2 up" 10
+wait_line "$TMP/GW.log" "stats: [0-9]+ requests \\([0-9.]+/s\\), 0 q errors, 53 gateway errors, 123 refused \\(too_many_connections 73, busy 50\\); [0-9]+ clients, 0 queued, workers 2/2 up" 10
 pass ".qgate.totals[]; the summary line every stats_period"
 
 # --- the metrics port is as sturdy as the q port (0.12.0: a scraper that reset while its page was
