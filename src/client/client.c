@@ -261,8 +261,9 @@ static int do_handshake(struct gw *g, struct client *c)
         conn_close_loop(g, &c->c, "handshake too long");
         return -1;
     }
-    snprintf(c->user, sizeof c->user, "%.*s", (int)QG_MIN(hs.user_len, sizeof c->user - 1), hs.user);
-    log_printable(c->user, strlen(c->user));
+    snprintf(c->user, sizeof c->user, "%.*s", (int)QG_MIN(hs.user_len, sizeof c->user - 1), hs.user); /* as
+        * sent: the log makes its lines printable, the access log escapes its values (before, any byte
+        * outside printable ASCII was '?' here, and user=a?b logged two different names alike) */
     update_name(c);
     c->cap = kipc_cap_negotiate(hs.cap, KIPC_CAP_MAX);
     if (c->refuse) { /* over max_clients: its credentials do not matter; its first request is told */

@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 start_worker W1 --rows 100
-printf 'alice:wonder\tadmin=1\ncarol:carolpw\n' > "$TMP/users"
+printf 'alice:wonder\tadmin=1\ncarol:carolpw\nd\001\177\303\251:dpw\n' > "$TMP/users"
 A="$TMP/access.log"
 printf '[gateway]\nusers_file = %s\naccess_log = %s\n[group main]\nworkers = 127.0.0.1:%s\n' \
     "$TMP/users" "$A" "$W1_PORT" > "$TMP/gw.conf"
@@ -37,6 +37,17 @@ expect_lines "$A" "worker=$W type=async req_bytes=17 reply_bytes=0 .* outcome=ok
 expect_lines "$A" "group= worker= type=async .* outcome=gwerror error=\"qgate: no group nosuch\"\$" 1
 expect_lines "$A" "worker= type=async .* outcome=gwerror error=\"qgate: unknown command .qgate.nosuch\\[\\]\"\$" 1
 pass "a line per request: ok, q error (its text, its first 79 bytes), gateway error (its text), async, async refused (gwerror)"
+
+# --- a user name's bytes, escaped as every value's are (before: each byte outside printable ASCII
+# was '?', the name unquoted, and two names alike: helper round 15) -----------------------------
+raw_open "$GW_PORT" 4
+printf 'd\001\177\303\251:dpw\003\000' >&4
+head -c 1 <&4 > /dev/null
+raw_text 1 "echo d" 4
+head -c 15 <&4 > /dev/null # (its reply: "d")
+raw_close 4
+wait_line "$A" 'user="d\\x01\\x7fé" ' 10
+pass "a user name with a control byte, DEL and UTF-8: user=\"d\\x01\\x7fé\""
 
 # --- nothing lost, in order: 200 requests of one client ----------------------------------------
 qs=()
