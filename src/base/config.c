@@ -376,7 +376,8 @@ int config_parse(struct config *c, const char *text, size_t len, const char *nam
 {
     char line[8192];
     int lineno = 0, group = -1;
-    size_t off = 0;
+    size_t off = len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte order mark, as
+                                     * some editors write, is no key: skipped (helper round 15) */
     struct seen *seen = calloc(1, sizeof *seen);
     if (!seen) {
         snprintf(err, errlen, "%s: out of memory", name);

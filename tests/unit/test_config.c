@@ -764,6 +764,23 @@ static void test_load_errors(void **state)
     assert_int_equal(c.max_clients, 10000);
 }
 
+/* A file that starts with a UTF-8 byte order mark (some editors write one) is read as without it;
+ * one elsewhere is no key. */
+static void test_load_bom(void **state)
+{
+    (void)state;
+    struct config c;
+    char err[256], path[64];
+    assert_int_equal(load_text(&c, "\xef\xbb\xbf[gateway]\nport = 7\n[group main]\nworkers = a:1\n", err, sizeof err,
+                               path, sizeof path),
+                     0);
+    unlink(path);
+    assert_int_equal(c.port, 7);
+    assert_int_equal(load_text(&c, "[gateway]\n\xef\xbb\xbfport = 7\n", err, sizeof err, path, sizeof path), -1);
+    unlink(path);
+    assert_non_null(strstr(err, ":2: "));
+}
+
 /* A size with a suffix that overflows int64 must be refused, not wrapped into range.
  * 17179869185g = 2^64 + 2^30 bytes. */
 static void test_load_size_overflow(void **state)
@@ -1493,6 +1510,7 @@ int main(void)
         cmocka_unit_test(test_override_build),
         cmocka_unit_test(test_print_reference),
         cmocka_unit_test(test_load_size_overflow),
+        cmocka_unit_test(test_load_bom),
         cmocka_unit_test(test_load_regular_only),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
