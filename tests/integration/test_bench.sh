@@ -38,3 +38,11 @@ BIN=$BIN bench/pending --clients 3 --size 300000 --settle 2 500000 > "$TMP/pendi
 grep -qE '^\| qgate \| 500000 \| [0-9]+ \| 300029 \| [12] \|$' "$TMP/pending.log" ||
     fail "bench/pending: $(tail -n 3 "$TMP/pending.log")"
 pass "bench/pending: peak RSS and pending_bytes under a small pending_max (one request read, two waiting)"
+
+# bench/cpu: a row per target and round, the floor (qfloor) among them, each answering (not a
+# measurement: the figures are unchecked)
+BIN=$BIN bench/cpu --clients 4 --rounds 1 --seconds 1 > "$TMP/cpu.log" 2>&1 || { cat "$TMP/cpu.log"; fail "bench/cpu"; }
+for t in haproxy qgate qgate-unix floor floor-unix; do
+    grep -qE "^4 +1 +$t +[0-9.]+ +[0-9.]+ " "$TMP/cpu.log" || fail "bench/cpu: no row for $t: $(tail -n 6 "$TMP/cpu.log")"
+done
+pass "bench/cpu: a row for HAProxy, qgate and the floor (qfloor), over TCP and Unix sockets"
