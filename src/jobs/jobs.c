@@ -310,7 +310,9 @@ static int k_arg(const K x, struct cmd_arg *a)
         a->num = (int64_t)d;
         break;
     }
-    case KT_UNARY: return 0; /* (::): no argument */
+    case KT_UNARY: return x->g ? -1 : 0; /* (::): no argument; another unary primitive (-:, neg) is
+                                           * none of a command's arguments (before, it was taken for
+                                           * none, and (`.qgate.pause; -:) paused every group: helper round 16) */
     case -KT_SYM: return set_name(a, x->s, strlen(x->s));
     case KT_CHAR: return set_name(a, kC(x), (size_t)x->n); /* node-q sends a name as a string */
     default: return x->t == KT_LIST && x->n == 0 ? 0 : -1;

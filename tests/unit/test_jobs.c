@@ -853,6 +853,10 @@ static void test_parse_command_refused(void **state)
         assert_int_equal(j->result, GWCMD_UNKNOWN);
         job_free(j);
     }
+    j = parsed(call(".qgate.pause", 1, k_prim(KT_UNARY, 1))); /* -: is no (::) (it was taken for no
+                                                             * argument, and paused every group: helper round 16) */
+    assert_int_equal(j->result, GWCMD_UNKNOWN);
+    job_free(j);
     j = parsed(call(".qgate.kill", 1, k_atom(-KT_TIMESTAMP))); /* an argument of another type */
     assert_int_equal(j->result, GWCMD_UNKNOWN);
     /* a known name: its text says what it takes, not that it is unknown */
