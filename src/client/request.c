@@ -344,11 +344,17 @@ int request_queue_timeout_reloaded_loop(struct gw *g, struct client *c)
     return 1;
 }
 
-/* r's group grp has no worker up: refused, counted */
+/* r's group grp has no worker up: refused, counted. An async one too: dropped, as a q that
+ * cannot be reached runs nothing (before, it waited for a worker, and held its client's sync
+ * requests behind it from being told, and a client that had gone in its place in max_clients:
+ * helper round 16) */
 static void refuse_no_worker(struct gw *g, struct client *c, struct req *r, struct group *grp)
 {
     grp->refused_no_worker++;
-    conn_refused_loop(g, REFUSED_NO_WORKER, c->c.name, "no worker of group %s is up: refused a request", grp->cfg.name);
+    conn_refused_loop(g, REFUSED_NO_WORKER, c->c.name, "no worker of group %s is up: refused a%s request",
+                      grp->cfg.name, r->type == KIPC_SYNC ? "" : "n async");
+    if (r->type != KIPC_SYNC && g->hooks.dropped)
+        g->hooks.dropped(g->hooks.ctx, c->c.id, c->c.gen, r->seq, grp);
     request_error_loop(g, c, r, "qgate: no worker of group %s is up", grp->cfg.name);
 }
 
@@ -497,7 +503,7 @@ static void start_head(struct gw *g, struct client *c, struct req *r)
     if (start_unqueued(g, c, r))
         return;
     struct group *grp = r->grp;
-    if (grp->unavailable && !grp->paused && r->type == KIPC_SYNC) {
+    if (grp->unavailable && !grp->nup && !grp->paused) {
         refuse_no_worker(g, c, r, grp);
         return;
     }
@@ -1104,7 +1110,7 @@ static void front_no_worker(struct gw *g, struct conn *x)
 {
     struct client *c = client_of(x);
     struct req *r = client_head(c);
-    if (r && r->state == RS_QUEUED && r->type == KIPC_SYNC)
+    if (r && r->state == RS_QUEUED)
         refuse_no_worker(g, c, r, r->grp);
 }
 

@@ -206,7 +206,7 @@ void dispatch_fail_group_loop(struct gw *g, struct group *grp)
 {
     if (grp->paused) /* held for the resume, which fails them then if no worker is up */
         return;
-    /* async messages cannot be answered: they wait for a worker; sync requests are told */
+    /* sync requests are told; async messages are dropped, counted, logged */
     for (struct conn *c = connq_first(&grp->queue), *n; c; c = n) {
         n = connq_next(c);
         g->front->no_worker(g, c);

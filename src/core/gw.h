@@ -49,6 +49,9 @@ struct gw_hooks {
                                                    * the gateway gave up on that worker: it may
                                                    * still run the message, late) */
     void (*closed)(void *ctx, uint32_t id, uint32_t gen, const char *why); /* a client closed */
+    void (*dropped)(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, const struct group *grp); /* a
+                                                   * client's async message dropped, unrun: no
+                                                   * worker of its group grp is up */
     void (*unread)(void *ctx, uint32_t id, uint32_t gen, uint64_t next_seq); /* nothing more is
                                                    * read from a client (a bad message, its
                                                    * session's worker lost): its messages from

@@ -99,6 +99,8 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
         stream_resume_loop(g, &w->c); /* free: nothing it sends waits for a client's output now */
     if (worker_is_lead(w)) /* a worker is up while its lead is */
         w->grp->nup += worker_is_up(w) - was;
+    if (w->grp->nup)
+        w->grp->unavailable = 0; /* (one enabled is up, as one connected is) */
     if (st == WS_DISABLED)
         log_info(w->c.name, "disabled: idle, out of rotation");
     if (st == WS_IDLE) {

@@ -342,6 +342,16 @@ wait_line "$TMP/Gw.log" "no worker of group main is up" 10
 q "echo down"
 expect_lines "$TMP/q.out" "^'qgate: no worker of group main is up\$" 1
 [ "$(total refused_no_worker)" = 2 ] || fail "refused_no_worker: $(total refused_no_worker), want 2 (the queued request's too)"
+# ... and an async message while no worker is up: dropped, counted, logged, so the sync request
+# behind it is told at once, and a client that sent one and closed goes (before: the async one
+# waited for a worker, the sync one behind it unanswered with it, and a client gone in its place
+# in max_clients: helper round 16)
+q "neg:echo dropped" "echo behind"
+expect_lines "$TMP/q.out" "^'qgate: no worker of group main is up\$" 1
+[ "$(total refused_no_worker)" = 4 ] || fail "refused_no_worker: $(total refused_no_worker), want 4 (the async message's too)"
+"$BIN/qsend" -g "$G" "neg:echo once" > /dev/null
+one_client() { [ "$(total clients)" = 1 ]; } # (the one asking)
+wait_for 10 "the client that sent an async message and closed gone" one_client
 "$BIN/qworker" -p "127.0.0.1:$V_PORT" --rows 1000 --no-uds > "$TMP/V2.out" 2> "$TMP/V2.log" & PIDS+=($!)
 wait_count "$TMP/Gw.log" "w 127.0.0.1:$V_PORT: connected" 2 10
 q "echo back"

@@ -57,6 +57,22 @@ void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq)
     }
 }
 
+/* An async message dropped, unrun, as its group has no worker up: it never runs (checked: no
+ * worker of that group is up, and the gateway has said so). */
+void hook_dropped(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, const struct group *grp)
+{
+    (void)ctx;
+    struct fclient *c = fclient_of(id, gen);
+    struct sent *s = c ? sent_of_seq(c, seq) : NULL;
+    tr("gateway: async message %llu of C%d dropped: no worker of group %s is up", (unsigned long long)seq,
+       c ? c->cid : -1, grp->cfg.name);
+    if (grp->nup || !grp->unavailable)
+        fail("C%d's async message %llu dropped for no worker up, while group %s has %d up%s", c ? c->cid : -1,
+             (unsigned long long)seq, grp->cfg.name, grp->nup, grp->unavailable ? "" : " (not unavailable)");
+    if (s)
+        s->lost = 1;
+}
+
 void hook_nested(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head, int here)
 {
     (void)ctx;

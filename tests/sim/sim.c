@@ -698,7 +698,7 @@ static void start_world(void)
     char err[512];
     if (config_build(cfg, S->conf_path, NULL, err, sizeof err))
         fail("the simulation's configuration was refused: %s", err);
-    struct gw_hooks hooks = {.now_us = hook_now, .connect = hook_connect, .lost = hook_lost, .closed = hook_closed, .unread = hook_unread,
+    struct gw_hooks hooks = {.now_us = hook_now, .connect = hook_connect, .lost = hook_lost, .dropped = hook_dropped, .closed = hook_closed, .unread = hook_unread,
                              .dispatched = hook_dispatched, .query_key = hook_query_key, .manual_pools = 1,
                              .nested = hook_nested};
     if (S->alog_manual)

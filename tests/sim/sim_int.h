@@ -318,6 +318,7 @@ void tpub_check(const struct tpub *t, int id);
 /* ---- fclient.c: the fake clients ---------------------------------------------------------- */
 
 void hook_lost(void *ctx, uint32_t id, uint32_t gen, uint64_t seq);
+void hook_dropped(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, const struct group *grp);
 void hook_nested(void *ctx, uint32_t id, uint32_t gen, uint64_t seq, uint64_t head, int here);
 void hook_closed(void *ctx, uint32_t id, uint32_t gen, const char *why);
 void hook_unread(void *ctx, uint32_t id, uint32_t gen, uint64_t next_seq);
