@@ -7,10 +7,12 @@
  * stats; a client that closes with a request out leaves its reply to be dropped. It is a
  * floor to measure against, not a gateway: figures measured with it are labelled "qfloor".
  *
- *   qfloor -p PORT -w HOST:PORT[,HOST:PORT...] [--unix]
+ *   qfloor -p PORT -w HOST:PORT[,HOST:PORT...] [--unix] [--workers-first]
  *
  * --unix reaches each worker on q's Unix socket for its port (@/tmp/kx.PORT), as qgate's
- * local_workers = unix does. Port 0 picks a free port; the first line on stdout is
+ * local_workers = unix does. --workers-first takes the workers' events of each wake-up before the
+ * clients', and writes a worker's next request before the reply it brought (as qgate does): a
+ * floor that tries harder not to let a q sleep. Port 0 picks a free port; the first line on stdout is
  * "qfloor listening on 127.0.0.1:PORT". */
 #include <errno.h>
 #include <fcntl.h>
@@ -51,7 +53,7 @@ struct req {
 };
 
 static struct peer *peers; /* by descriptor */
-static int npeers, epfd;
+static int npeers, epfd, workers_first;
 static uint64_t gens;
 static struct req *head, *tail;
 static struct {
@@ -171,7 +173,10 @@ static void on_message(int fd, const uint8_t *m, size_t len)
             return; /* a worker's own async message: nowhere to go in the floor */
         workers[i].busy = 0;
         int c = workers[i].client;
-        if (peers[c].fd == c && peers[c].gen == workers[i].gen)
+        uint64_t gen = workers[i].gen;
+        if (workers_first)
+            dispatch(); /* its next request before this reply's client: it starts sooner */
+        if (peers[c].fd == c && peers[c].gen == gen)
             send_to(c, m, len);
         return;
     }
@@ -258,11 +263,13 @@ int main(int argc, char **argv)
             list = argv[++i];
         else if (!strcmp(argv[i], "--unix"))
             uds = 1;
+        else if (!strcmp(argv[i], "--workers-first"))
+            workers_first = 1;
         else
             port = NULL, list = NULL, i = argc;
     }
     if (!port || !list) {
-        fprintf(stderr, "usage: qfloor -p PORT -w HOST:PORT[,HOST:PORT...] [--unix]\n"
+        fprintf(stderr, "usage: qfloor -p PORT -w HOST:PORT[,HOST:PORT...] [--unix] [--workers-first]\n"
                         "  the least a gateway giving each q one request at a time can do (bench/cpu's floor)\n");
         return 2;
     }
@@ -312,6 +319,17 @@ int main(int argc, char **argv)
             die("epoll_wait");
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd;
+            if (workers_first && !peers[fd].worker && i < n - 1) { /* the workers' events first */
+                struct epoll_event e = evs[i];
+                int j = i + 1;
+                while (j < n && (evs[j].data.fd == ls || !peers[evs[j].data.fd].worker))
+                    j++;
+                if (j < n) {
+                    evs[i] = evs[j];
+                    evs[j] = e;
+                    fd = evs[i].data.fd;
+                }
+            }
             if (fd == ls) {
                 int c;
                 while ((c = accept(ls, NULL, NULL)) >= 0)
