@@ -16,8 +16,6 @@
  * "qfloor listening on 127.0.0.1:PORT". */
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "net.h"
 #include "qconn.h"
 
 #define MAXW 64
@@ -245,9 +244,8 @@ static void add_peer(int fd, int worker)
 {
     if (fd >= npeers)
         die("too many descriptors");
-    int one = 1;
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* (fails harmlessly on Unix sockets) */
+    net_tune(fd); /* as qgate's sockets (it fails harmlessly on Unix sockets) */
     peers[fd] = (struct peer){.fd = fd, .worker = worker, .shook = worker != 0, .gen = ++gens};
     watch(fd, EPOLLIN, EPOLL_CTL_ADD);
 }
@@ -300,17 +298,11 @@ int main(int argc, char **argv)
         add_peer(qc.fd, ++nworkers);
     }
     free(l);
-    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port)),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 1024) < 0 ||
-        getsockname(ls, (struct sockaddr *)&sa, &sl) < 0)
+    int bound = 0, ls = net_listen_tcp("127.0.0.1", atoi(port), 1024, NET_NONBLOCK, &bound);
+    if (ls < 0)
         die("listen");
-    fcntl(ls, F_SETFL, fcntl(ls, F_GETFL) | O_NONBLOCK);
     watch(ls, EPOLLIN, EPOLL_CTL_ADD);
-    printf("qfloor listening on 127.0.0.1:%d\n", ntohs(sa.sin_port));
+    printf("qfloor listening on 127.0.0.1:%d\n", bound);
     fflush(stdout);
     struct epoll_event evs[256];
     for (;;) {
