@@ -204,41 +204,38 @@ static struct worker *lead_of(const struct worker *w)
     return x;
 }
 
-/* pipeline: the runs on the other connections of w's q now (busy), or, with the one more each
- * may run first (q picks its own order), those ahead of a request sent to w now. */
-static int beside(const struct worker *w, int busy)
-{
-    int n = 0;
-    for (const struct worker *x = lead_of(w); x; x = worker_sibling(x))
-        n += x == w ? 0 : busy ? x->st == WS_BUSY : 1 + (x->st == WS_BUSY);
-    return n;
-}
-
-/* pipeline: is w's run kept from beginning by a run on another connection of its q? By one sent
- * before it, or one the q has begun (its reply, or its callback, has come), while it has not begun
- * itself and runs ahead of it may be on. Not by a later one that has not begun: of two runs that
- * have not begun, each counting the other ahead, one is the q's, so the older one's clock runs
- * (before, each kept the other's still, and a q stuck on either timed neither out: helper
- * round 15). */
+/* pipeline: is w's run, not begun, kept from beginning by a run on another connection of its q
+ * that the q has begun (its reply, or its callback, has come)? q runs one at a time: that time
+ * is the other's. A run that has not begun keeps no other still, whichever was sent first: q
+ * runs its connections in an order of its own, and of two that have not begun, each would keep
+ * the other's clock still, so a q stuck on either would time neither out (helper round 15). */
 static int held_behind(const struct worker *w)
 {
-    if (w->run.ahead <= 0 || w->run.phase != WB_SENT)
+    if (w->run.phase != WB_SENT)
         return 0;
     for (const struct worker *x = lead_of(w); x; x = worker_sibling(x))
-        if (x != w && x->st == WS_BUSY &&
-            (x->run.phase != WB_SENT || x->run.started_us < w->run.started_us ||
-             (x->run.started_us == w->run.started_us && x->slot < w->slot)))
+        if (x != w && x->st == WS_BUSY && x->run.phase != WB_SENT)
             return 1;
     return 0;
 }
 
 void run_leaves_busy_loop(struct gw *g, struct worker *w)
 {
-    for (struct worker *x = lead_of(w); x; x = worker_sibling(x))
-        if (x != w && x->st == WS_BUSY && x->run.ahead > 0) {
-            x->run.ahead--; /* a run that may have been ahead of it has ended: its clock starts again */
-            x->run.began_ms = g->loop.now_ms;
+    /* q ran w's run from when it was sent, or when it last ended another of ours if later, to
+     * now: none of that time is the silence of a run of ours it has not begun. So each one's
+     * clock moves on by the part of it since that run was sent (or since the last such time
+     * counted), with no limit on how many: a q that answers others quickly while it keeps one
+     * (-30!, a hold) moves that one's clock on by little, and it times out (CI: q ran the two
+     * requests sent after one first, each 1.2 s, and the first, its clock still, timed out at 2 s) */
+    for (struct worker *x = lead_of(w); x; x = worker_sibling(x)) {
+        if (x == w || x->st != WS_BUSY || x->run.phase != WB_SENT)
+            continue;
+        int64_t from = QG_MAX(QG_MAX(w->run.sent_ms, x->run.sent_ms), x->run.covered_ms);
+        if (g->loop.now_ms > from) {
+            x->run.began_ms += g->loop.now_ms - from;
+            x->run.covered_ms = g->loop.now_ms;
         }
+    }
 }
 
 static void on_query_timeout(struct gw *g, struct conn *c)
@@ -346,12 +343,8 @@ void run_begin_loop(struct gw *g, struct worker *w, struct client *c)
 void run_sent_loop(struct gw *g, struct worker *w)
 {
     w->run.started_us = loop_stamp_us_loop(g);
-    /* pipeline: q runs one at a time, so a request sent to a busy q begins when what it runs has
-     * ended, or once more after what it picks first of its other connections': its clock starts
-     * again at the end of each of those runs (at most one more each). Sent to a q that runs none
-     * of ours, it begins at once: a later one cannot go first */
-    w->run.ahead = beside(w, 1) ? beside(w, 0) : 0;
-    w->run.began_ms = g->loop.now_ms;
+    w->run.sent_ms = w->run.began_ms = w->run.covered_ms = g->loop.now_ms; /* (pipeline: moved on by
+                                     * what its q runs on its other connections meanwhile) */
     run_arm_timer_loop(g, w);
 }
 

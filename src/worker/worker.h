@@ -50,9 +50,11 @@ struct run {
     int nested;          /* sync messages its client sent nested (while the worker waited on that
                           * client's callback: q runs them there) not yet answered: the worker's
                           * next responses are theirs, the innermost first */
-    int ahead;           /* pipeline: runs on the q's other connections when it was sent, still on:
-                          * it has not begun (q runs one at a time), and its query_timeout waits */
-    int64_t began_ms;    /* ... when the last of them ended: its clock starts there */
+    int64_t sent_ms;     /* when it was sent */
+    int64_t began_ms;    /* its query_timeout clock starts here: when it was sent, moved on by the
+                          * time its q was seen running its other connections' runs meanwhile
+                          * (pipeline: q runs one at a time, in an order of its own) */
+    int64_t covered_ms;  /* ... that time counted up to here */
     /* A run a chaser ends (RUN_ASYNC, RUN_BROADCASTS) whose worker calls back: a chaser out then
      * runs inside that callback (q runs what comes on the handle it waits on), so its reply does
      * not say the run is over; another goes once every callback is answered, and its reply does. */
@@ -301,8 +303,8 @@ void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
 void run_flushed_loop(struct gw *g, struct conn *wc, size_t before, size_t wrote);
 /* May c's message run nested on wc (backend_ops nests)? */
 int run_nests_loop(const struct conn *wc, const struct client *c);
-/* w's run has ended (it leaves BUSY): the clocks of the runs on its q's other connections that it
- * may have been ahead of start again (pipeline; each at most once for each run it counted ahead). */
+/* w's run has ended (it leaves BUSY): the runs on its q's other connections that have not begun
+ * do not count the time it ran while they waited (pipeline: q ran it, not them). */
 void run_leaves_busy_loop(struct gw *g, struct worker *w);
 /* The one setter of w's run's phase (what its reply has come to: enum worker_busy). */
 void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b);
