@@ -211,7 +211,7 @@ static struct worker *lead_of(const struct worker *w)
  * the other's clock still, so a q stuck on either would time neither out (helper round 15). */
 static int held_behind(const struct worker *w)
 {
-    if (w->run.phase != WB_SENT)
+    if (w->run.phase != WB_SENT || w->run.ahead <= 0)
         return 0;
     for (const struct worker *x = lead_of(w); x; x = worker_sibling(x))
         if (x != w && x->st == WS_BUSY && x->run.phase != WB_SENT)
@@ -219,17 +219,30 @@ static int held_behind(const struct worker *w)
     return 0;
 }
 
+/* pipeline: the runs of w's q's other connections that may go before a run sent to w now: q
+ * runs one at a time, each connection's next in an order of its own, so the one it runs now and
+ * one more of each (sent before w's or after) */
+static int beside(const struct worker *w)
+{
+    int n = 0;
+    for (const struct worker *x = lead_of(w); x; x = worker_sibling(x))
+        n += x == w ? 0 : 1 + (x->st == WS_BUSY);
+    return n;
+}
+
 void run_leaves_busy_loop(struct gw *g, struct worker *w)
 {
     /* q ran w's run from when it was sent, or when it last ended another of ours if later, to
-     * now: none of that time is the silence of a run of ours it has not begun. So each one's
-     * clock moves on by the part of it since that run was sent (or since the last such time
-     * counted), with no limit on how many: a q that answers others quickly while it keeps one
-     * (-30!, a hold) moves that one's clock on by little, and it times out (CI: q ran the two
-     * requests sent after one first, each 1.2 s, and the first, its clock still, timed out at 2 s) */
+     * now: none of that time is the silence of a run of ours it has not begun, if w's went
+     * first. So each one's clock moves on by the part of it since that run was sent (or since
+     * the last such time counted), for as many runs as may go first (beside): a q that answers
+     * others while it keeps one (-30!, a hold) moves that one's clock on by little, then not at
+     * all, and it times out. (CI: q ran the two requests sent after one first, each 1.2 s, and
+     * the first, counting none ahead as none ran when it was sent, timed out at 2 s) */
     for (struct worker *x = lead_of(w); x; x = worker_sibling(x)) {
-        if (x == w || x->st != WS_BUSY || x->run.phase != WB_SENT)
+        if (x == w || x->st != WS_BUSY || x->run.phase != WB_SENT || x->run.ahead <= 0)
             continue;
+        x->run.ahead--;
         int64_t from = QG_MAX(QG_MAX(w->run.sent_ms, x->run.sent_ms), x->run.covered_ms);
         if (g->loop.now_ms > from) {
             x->run.began_ms += g->loop.now_ms - from;
@@ -345,6 +358,7 @@ void run_sent_loop(struct gw *g, struct worker *w)
     w->run.started_us = loop_stamp_us_loop(g);
     w->run.sent_ms = w->run.began_ms = w->run.covered_ms = g->loop.now_ms; /* (pipeline: moved on by
                                      * what its q runs on its other connections meanwhile) */
+    w->run.ahead = beside(w);
     run_arm_timer_loop(g, w);
 }
 
@@ -1137,7 +1151,7 @@ void run_client_gone_loop(struct gw *g, struct worker *w, struct client *c)
         w->msg.route = ROUTE_DROP;
         stream_drop_rest_loop(&w->c);
         inbuf_free(&w->coll);
-        if (w->run.phase != WB_SENT)
+        if (w->run.phase != WB_SENT || w->run.ahead <= 0)
             run_set_phase_loop(g, w, WB_DRAINING);
     }
     if (c->c.closing)

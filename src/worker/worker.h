@@ -55,6 +55,7 @@ struct run {
                           * time its q was seen running its other connections' runs meanwhile
                           * (pipeline: q runs one at a time, in an order of its own) */
     int64_t covered_ms;  /* ... that time counted up to here */
+    int ahead;           /* ... for this many more runs (those that may go first: run.c beside) */
     /* A run a chaser ends (RUN_ASYNC, RUN_BROADCASTS) whose worker calls back: a chaser out then
      * runs inside that callback (q runs what comes on the handle it waits on), so its reply does
      * not say the run is over; another goes once every callback is answered, and its reply does. */
