@@ -314,6 +314,11 @@ void request_wreply_done_loop(struct gw *g, struct job *j);
 void request_checked_loop(struct gw *g, struct job *j);
 /* c's request seq (the head's, usually), or NULL. */
 struct req *request_of_seq_loop(const struct client *c, uint64_t seq);
+/* May r, waiting behind an async message its client's worker of grp is given, go with it as it
+ * is? An async message for grp that start_head would send there unchanged: not one to check,
+ * route, refuse (a monitor's) or run here (a gateway command: helper round 17, an async
+ * .qgate.pause right after an async query went to the worker as q text, the group unpaused). */
+int request_runs_as_is(const struct req *r, const struct group *grp);
 /* Queue c's reply to request seq (msg owned now). */
 void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
 /* A header, or a small body, that the gateway cannot accept: its request (seq next) answers

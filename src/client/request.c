@@ -473,6 +473,12 @@ static int command_of(const struct req *r)
     return r->route || r->routed ? 0 : r->cmd_known ? r->cmd : jobs_peek_command(r->msg, r->len);
 }
 
+int request_runs_as_is(const struct req *r, const struct group *grp)
+{
+    return r->type == KIPC_ASYNC && r->state == RS_WAITING && !r->unchecked && !r->route && !r->monitor &&
+           r->grp == grp && !command_of(r);
+}
+
 /* Start the head request: a body to validate goes to a reader first, a gateway command to a
  * reader, a route to its group, a broadcast to every worker up, anything else to its group's
  * queue (or its session's worker). It never finishes here, so the FIFO is walked by

@@ -145,9 +145,9 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
         return 0;
     }
     int n = 0;
-    for (struct req *x = r; x && x->type == KIPC_ASYNC && n < ASYNC_BATCH_MAX; x = TAILQ_NEXT(x, link), n++) {
-        if (x != r && (x->state != RS_WAITING || x->unchecked || x->route || x->grp != r->grp))
-            break; /* only what is ready to run here, as it is */
+    for (struct req *x = r; x && n < ASYNC_BATCH_MAX; x = TAILQ_NEXT(x, link), n++) {
+        if (x != r && !request_runs_as_is(x, r->grp))
+            break; /* only what is ready to run here, as it is: start_head takes the rest */
         run_send_request_loop(g, w, c, x);
     }
     outq_copy(&w->c.out, g->chaser, sizeof g->chaser);

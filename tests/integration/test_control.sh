@@ -236,6 +236,11 @@ admin --pipeline "neg:.qgate.pause[\`main]" ".qgate.pools[]" "neg:.qgate.resume[
 sed -n 1p "$TMP/a.out" | grep -qE "$POOLS_HEAD \\| ,\`main \\| ,1b " || fail "after an async pause: $(cat "$TMP/a.out")"
 sed -n 2p "$TMP/a.out" | grep -qE "$POOLS_HEAD \\| ,\`main \\| ,0b " || fail "after an async resume: $(cat "$TMP/a.out")"
 expect_lines "$TMP/a.out" '.' 2
+# ... also right behind an async message for a worker, which takes the async messages behind it
+# with it (before: the command too, as q text, and the group stayed unpaused: helper round 17)
+admin --pipeline "neg:echo behind" "neg:.qgate.pause[\`main]" ".qgate.pools[]"
+grep -qE "$POOLS_HEAD \\| ,\`main \\| ,1b " "$TMP/a.out" || fail "an async pause behind an async message: $(cat "$TMP/a.out")"
+admin ".qgate.resume[\`main]"
 user --pipeline "neg:.qgate.pause[\`main]" "neg:.qgate.nosuch[]" "neg:.qgate.kill[1.5]" ".qgate.pools[]"
 grep -qE "$POOLS_HEAD \\| ,\`main \\| ,0b " "$TMP/u.out" || fail "a non-admin's async pause paused: $(cat "$TMP/u.out")"
 expect_lines "$TMP/u.out" '.' 1
@@ -243,7 +248,7 @@ wait_line "$TMP/AC.log" "async request [0-9]+: error 'qgate: access \\(admin onl
 kill -TERM "$AC_PID"
 wait_exit "$AC_PID" 10
 A="$TMP/ac.alog"
-expect_lines "$A" "user=alice .* type=async .* outcome=ok\$" 2
+expect_lines "$A" "user=alice .* type=async .* outcome=ok\$" 4
 expect_lines "$A" "user=bob .* type=async .* outcome=gwerror error=\"qgate: access \\(admin only\\): .qgate.pause\\[\`main\\]\"\$" 1
 expect_lines "$A" "user=bob .* type=async .* outcome=gwerror error=\"qgate: unknown command .qgate.nosuch\\[\\]\"\$" 1
 expect_lines "$A" "user=bob .* type=async .* outcome=gwerror error=\"qgate: bad command: .qgate.kill\\[1.5\\]: its argument .*\"\$" 1

@@ -469,6 +469,13 @@ static void client_request(struct fclient *c, int op)
     }
     tr("C%d queues %s %s (seq %d)%s", c->cid, type == KIPC_SYNC ? "sync" : "async", op_names[op], seq,
        to == -1 ? ", routed where it may not go" : "");
+    if (op == OP_ASYNC && chance(15)) { /* a gateway command right behind it, async: run by the gateway,
+                                         * unanswered; never a worker's (fworker fails what it cannot read) */
+        put_text(&c->out, KIPC_ASYNC, ".qgate.ping[]");
+        add_sent(c, KIPC_ASYNC, OP_PING, 0);
+        c->sent.v[c->sent.n - 1].lost = 1; /* (the gateway's to run: no worker runs it) */
+        tr("C%d queues async .qgate.ping[] right behind it (seq %d)", c->cid, c->nseq - 1);
+    }
 }
 
 static int pick_op(void)
