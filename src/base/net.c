@@ -132,6 +132,16 @@ int net_listen_tcp(const char *host, int port, int backlog, int flags, int *boun
     return fd;
 }
 
+const char *net_listen_why(const char *host, int port, int e)
+{
+    struct addrinfo *ai;
+    const char *why = NULL;
+    if (net_resolve(host, port, 1, &ai, &why))
+        return why;
+    freeaddrinfo(ai);
+    return strerror(e);
+}
+
 /* The abstract address of q's Unix socket for port; length covers NUL + name only. */
 static int uds_addr(int port, struct sockaddr_un *sa, socklen_t *len)
 {

@@ -26,6 +26,10 @@ enum { NET_NONBLOCK = 1, NET_REUSEPORT = 2 };
  * or -1 with errno set (EADDRINUSE: the port is held, by a socket without SO_REUSEPORT if
  * this one has it, or by another user). */
 int net_listen_tcp(const char *host, int port, int backlog, int flags, int *bound);
+/* Why net_listen_tcp(host, port, ...) failed with errno e: the resolver's reason when host does
+ * not resolve (e is then EHOSTUNREACH, "No route to host", which says nothing of a bad name),
+ * else strerror(e). May block, as net_resolve. */
+const char *net_listen_why(const char *host, int port, int e);
 
 /* q's Unix socket for a port: on Linux the abstract name "\0$QUDSPATH/kx.PORT" (QUDSPATH
  * defaults to /tmp; set and empty disables it). Returns the fd, -1 on error, -2 if disabled. */

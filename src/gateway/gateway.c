@@ -191,7 +191,7 @@ static int listen_all(struct gw *g, const struct config *cfg)
     int fd = net_listen_tcp(cfg->bind, cfg->port, 1024, flags, &g->port);
     if (fd < 0) {
         int e = errno;
-        log_error(NULL, "cannot listen on %s:%d: %s%s", cfg->bind, cfg->port, strerror(e),
+        log_error(NULL, "cannot listen on %s:%d: %s%s", cfg->bind, cfg->port, net_listen_why(cfg->bind, cfg->port, e),
                   e == EADDRINUSE && cfg->reuseport
                       ? " (every process sharing a port must set reuseport = 1 and run as the same user)"
                       : "");

@@ -37,13 +37,32 @@ static void usage(int asked)
     exit(asked ? 0 : 2);
 }
 
+/* --check: may qgate listen on key's address (bind, metrics_bind)? It resolves, and a socket
+ * binds there (on a port of the kernel's choosing: the configured one may be a running qgate's).
+ * 0, or -1 with the reason on stderr (helper round 17: 999.1.1.1 passed, and starting failed). */
+static int check_listen(const struct config *cfg, const char *key, const char *host)
+{
+    char at[300];
+    int fd = net_listen_tcp(host, 0, 1, 0, NULL);
+    if (fd < 0) {
+        fprintf(stderr, "qgate: %s%s '%s': cannot listen there: %s\n", config_key_where(cfg, key, at, sizeof at), key,
+                host, net_listen_why(host, 0, errno));
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
 /* --check beyond the file's syntax: the users file loads, the access log can be written (as the
- * user running the check) and every worker's host resolves, as starting would need. 0, or -1
- * with the reason on stderr. */
+ * user running the check), bind and metrics_bind are addresses of this host, and every worker's
+ * host resolves, as starting would need. 0, or -1 with the reason on stderr. */
 static int check_deep(const struct config *cfg, int *nworkers, int *nusers)
 {
     char err[512];
     *nworkers = *nusers = 0;
+    if (check_listen(cfg, "bind", cfg->bind) ||
+        (cfg->metrics_port && cfg->metrics_bind[0] && check_listen(cfg, "metrics_bind", cfg->metrics_bind)))
+        return -1;
     if (cfg->users_file[0]) {
         struct auth_db *db = auth_load(cfg->users_file, err, sizeof err);
         if (!db) {

@@ -400,7 +400,8 @@ int mhttp_init(struct gw *g, const struct config *cfg)
     const char *bind = cfg->metrics_bind[0] ? cfg->metrics_bind : cfg->bind;
     int fd = net_listen_tcp(bind, cfg->metrics_port, 512, NET_NONBLOCK, NULL);
     if (fd < 0) {
-        log_error(NULL, "cannot listen for metrics on %s:%d: %s", bind, cfg->metrics_port, strerror(errno));
+        log_error(NULL, "cannot listen for metrics on %s:%d: %s", bind, cfg->metrics_port,
+                  net_listen_why(bind, cfg->metrics_port, errno));
         return -1;
     }
     g->listen_metrics.fd = fd;

@@ -40,6 +40,13 @@ static void start_part(struct gw *g, struct worker *w, struct fpart *p)
                                    * left its callbacks and chasers counted, and one went here) */
     worker_set_state_loop(g, w, WS_BUSY);
     p->st = FP_RUNNING;
+    if (p->fo->unsent == p->fo->n) { /* the first part sent: the request runs from here (access log
+                                      * run_us; before, its queued_us held the whole run: round 17) */
+        struct client *c = client_of_fanout(g, p->fo);
+        struct req *r = c ? request_of_seq_loop(c, p->fo->seq) : NULL;
+        if (r && !r->t_run_us)
+            r->t_run_us = loop_stamp_us_loop(g);
+    }
     if (--p->fo->unsent == 0)
         request_uncount_loop(g, &p->fo->counted); /* every worker has the query now */
     if (outq_share(&w->c.out, p->fo->msg)) {

@@ -38,6 +38,14 @@ expect_lines "$A" "group= worker= type=async .* outcome=gwerror error=\"qgate: n
 expect_lines "$A" "worker= type=async .* outcome=gwerror error=\"qgate: unknown command .qgate.nosuch\\[\\]\"\$" 1
 pass "a line per request: ok, q error (its text, its first 79 bytes), gateway error (its text), async, async refused (gwerror)"
 
+# --- a .qgate.all runs from its first part's send: run_us holds the worker's 300 ms (before: 0,
+# and queued_us held the whole run: helper round 17) ------------------------------------------
+timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "all:main:sleep 300" > "$TMP/q.out"
+expect_lines "$TMP/q.out" '^,300$' 1 # (one worker's result, razed)
+wait_count "$A" "user=carol" 9 10
+expect_lines "$A" "worker= type=sync .* run_us=([3-9][0-9]{5}|[0-9]{7,}) outcome=ok\$" 1
+pass "a .qgate.all: worker= empty, run_us from its first part's send to the merged reply"
+
 # --- a user name's bytes, escaped as every value's are (before: each byte outside printable ASCII
 # was '?', the name unquoted, and two names alike: helper round 15) -----------------------------
 raw_open "$GW_PORT" 4
@@ -54,7 +62,7 @@ qs=()
 for i in $(seq 1 200); do qs+=("echo $i"); done
 timeout 30 "$BIN/qsend" -g "$G" -u carol:carolpw --pipeline "${qs[@]}" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"[0-9]+"$' 200
-wait_count "$A" "outcome=ok" 203 10
+wait_count "$A" "outcome=ok" 204 10
 cid=$(tail -n 1 "$A" | sed 's/.* client=\([0-9]*\) .*/\1/')
 [ "$(grep -c " client=$cid .*outcome=ok" "$A")" -eq 200 ] || fail "client $cid: $(grep -c " client=$cid " "$A") lines, want 200"
 pass "200 pipelined requests of a client: 200 lines"

@@ -44,6 +44,12 @@ expect_file_has "$TMP/out" "configuration ok: .* 1 workers, 2 users\$"
 printf '[gateway]\n\n[group main]\nworkers = 127.0.0.1:%s, nosuchhost.invalid:5001\n' "$W1_PORT" > "$TMP/c.conf"
 check_fails "a worker that does not resolve" \
     "^qgate: $TMP/c.conf:4: group main: worker 'nosuchhost.invalid:5001' does not resolve" -c "$TMP/c.conf"
+printf '[gateway]\nbind = nosuchhost.invalid\n[group main]\nworkers = 127.0.0.1:%s\n' "$W1_PORT" > "$TMP/c.conf"
+check_fails "a bind that does not resolve" "^qgate: $TMP/c.conf:2: bind 'nosuchhost.invalid': cannot listen there: " -c "$TMP/c.conf"
+printf '[gateway]\nbind = 127.0.0.1\nmetrics_port = 1\nmetrics_bind = 192.0.2.1\n[group main]\nworkers = 127.0.0.1:%s\n' \
+    "$W1_PORT" > "$TMP/c.conf" # (TEST-NET-1: no host's own address)
+check_fails "a metrics_bind that is not this host's" \
+    "^qgate: $TMP/c.conf:4: metrics_bind '192.0.2.1': cannot listen there: Cannot assign requested address\$" -c "$TMP/c.conf"
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nuser = x\n' > "$TMP/c.conf"
 check_fails "a group without workers" "^qgate: $TMP/c.conf:3: group main: no workers key" -c "$TMP/c.conf"
 printf '[group main]\nworkers = 127.0.0.1:1,h:0\n' > "$TMP/c.conf"
@@ -54,7 +60,7 @@ printf '[group main]\nworkers = 127.0.0.1:1\nasync = broadcast\npool = session\n
 check_fails "session with broadcast" "^qgate: $TMP/c.conf:1: group main: pool = session" -c "$TMP/c.conf"
 printf '[group main]\nworkers = 127.0.0.1:1\nbogus = 1\n' > "$TMP/c.conf"
 check_fails "an unknown key in a group" "^qgate: $TMP/c.conf:3: unknown key 'bogus' in \\[group main\\]\$" -c "$TMP/c.conf"
-pass "--check: a missing or malformed users file, a name that does not resolve, a group without workers: file and line"
+pass "--check: a missing or malformed users file, a name that does not resolve, a bind or metrics_bind qgate cannot listen on, a group without workers: file and line"
 
 # --- --version, --help (exit 0), bad usage (exit 2) ------------------------------------------
 "$BIN/qgate" --version > "$TMP/out" || fail "--version exited $?"
