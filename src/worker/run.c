@@ -188,6 +188,8 @@ void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
         g->bad_transitions++;
         log_error(w->c.name, "busy %s -> %s is not in run.c's table", phase_names[w->run.phase], phase_names[b]);
     }
+    if (w->run.phase == WB_SENT && !w->run.begun_us)
+        w->run.begun_us = loop_stamp_us_loop(g); /* its reply, or its callback, has come */
     w->run.phase = (uint8_t)b;
 }
 
@@ -205,16 +207,21 @@ static struct worker *lead_of(const struct worker *w)
 }
 
 /* pipeline: is w's run, not begun, kept from beginning by a run on another connection of its q
- * that the q has begun (its reply, or its callback, has come)? q runs one at a time: that time
- * is the other's. A run that has not begun keeps no other still, whichever was sent first: q
- * runs its connections in an order of its own, and of two that have not begun, each would keep
- * the other's clock still, so a q stuck on either would time neither out (helper round 15). */
+ * that the q has begun (its reply, or its callback, has come), and since which no run of the q
+ * has ended? q runs one at a time: that time is the other's (a q writing a reply its client
+ * reads slowly, or waiting in a callback). Not once another run has ended after it began: the
+ * q has moved on, and what it keeps is its own (helper round 17: a reply streamed to a slow
+ * reader kept a held request's clock still for the 40 s of the stream). A run that has not
+ * begun keeps no other still, whichever was sent first: q runs its connections in an order of
+ * its own, and of two that have not begun, each would keep the other's clock still, so a q stuck
+ * on either would time neither out (helper round 15). */
 static int held_behind(const struct worker *w)
 {
     if (w->run.phase != WB_SENT || w->run.ahead <= 0)
         return 0;
-    for (const struct worker *x = lead_of(w); x; x = worker_sibling(x))
-        if (x != w && x->st == WS_BUSY && x->run.phase != WB_SENT)
+    const struct worker *lead = lead_of(w);
+    for (const struct worker *x = lead; x; x = worker_sibling(x))
+        if (x != w && x->st == WS_BUSY && x->run.phase != WB_SENT && x->run.begun_us >= lead->last_end_us)
             return 1;
     return 0;
 }
@@ -230,24 +237,34 @@ static int beside(const struct worker *w)
     return n;
 }
 
-void run_leaves_busy_loop(struct gw *g, struct worker *w)
+/* x's run, not begun, does not count the time from from_ms (or its send, or the last time so
+ * counted, if later) to now: its q ran another of ours. Its clock moves on by that much. */
+static void move_on(struct gw *g, struct worker *x, int64_t from_ms)
 {
-    /* q ran w's run from when it was sent, or when it last ended another of ours if later, to
-     * now: none of that time is the silence of a run of ours it has not begun, if w's went
-     * first. So each one's clock moves on by the part of it since that run was sent (or since
-     * the last such time counted), for as many runs as may go first (beside): a q that answers
-     * others while it keeps one (-30!, a hold) moves that one's clock on by little, then not at
-     * all, and it times out. (CI: q ran the two requests sent after one first, each 1.2 s, and
-     * the first, counting none ahead as none ran when it was sent, timed out at 2 s) */
+    int64_t from = QG_MAX(QG_MAX(from_ms, x->run.sent_ms), x->run.covered_ms);
+    if (g->loop.now_ms > from) {
+        x->run.began_ms += g->loop.now_ms - from;
+        x->run.covered_ms = g->loop.now_ms;
+    }
+}
+
+/* w's run has ended with its reply (run_end: not a timeout, not a loss, which prove nothing of
+ * what the q ran): q ran it from when it was sent, or when it last ended another of ours if
+ * later, to now, and none of that time is the silence of a run of ours it has not begun, if
+ * w's went first. So each one's clock moves on by the part of it since that run was sent (or
+ * since the last such time counted), for as many runs as may go first (beside): a q that
+ * answers others while it keeps one (-30!, a hold) moves that one's clock on by little, then
+ * not at all, and it times out. (CI: q ran the two requests sent after one first, each 1.2 s,
+ * and the first, counting none ahead as none ran when it was sent, timed out at 2 s. Helper
+ * round 17: a timeout counted as an end too, and a stuck q's eight requests timed out one
+ * query_timeout apart, each moving the others' clocks on.) */
+static void run_ended_beside(struct gw *g, struct worker *w)
+{
     for (struct worker *x = lead_of(w); x; x = worker_sibling(x)) {
         if (x == w || x->st != WS_BUSY || x->run.phase != WB_SENT || x->run.ahead <= 0)
             continue;
         x->run.ahead--;
-        int64_t from = QG_MAX(QG_MAX(w->run.sent_ms, x->run.sent_ms), x->run.covered_ms);
-        if (g->loop.now_ms > from) {
-            x->run.began_ms += g->loop.now_ms - from;
-            x->run.covered_ms = g->loop.now_ms;
-        }
+        move_on(g, x, w->run.sent_ms);
     }
 }
 
@@ -258,11 +275,14 @@ static void on_query_timeout(struct gw *g, struct conn *c)
         return;
     int64_t due = QG_MAX(QG_MAX(w->tm_armed_ms, w->run.began_ms), c->last_read_ms) + g->cfg.query_timeout; /* a
                                      * byte came since, or it began later than it was sent */
-    if (c->in_job || c->paused_any || held_behind(w)) /* not its silence: a reader has what it sent,
-                                     * or it waits for its client (run_header_loop), and nothing after
-                                     * is read meanwhile; or it has not begun: its q runs what was
-                                     * ahead of it (pipeline; those have clocks of their own) */
+    if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for
+                                     * its client (run_header_loop), and nothing after is read meanwhile */
         due = g->loop.now_ms + g->cfg.query_timeout;
+    else if (held_behind(w)) { /* or it has not begun: its q runs another of ours (pipeline; that one
+                                * has a clock of its own), whose time this is */
+        move_on(g, w, w->run.sent_ms);
+        due = g->loop.now_ms + g->cfg.query_timeout;
+    }
     if (due > g->loop.now_ms) {
         conn_timer_arm_loop(g, c, WORKER_TM, due, on_query_timeout);
         return;
@@ -461,6 +481,7 @@ static void run_end(struct gw *g, struct worker *w)
     struct client *c = w->run.cl;
     int64_t end = loop_stamp_us_loop(g), began = run_began_us(w), ran = end - began; /* not its wait behind another connection's */
     struct worker *lead = lead_of(w);
+    run_ended_beside(g, w); /* (before last_end_us: the runs it kept still were kept till now) */
     if (lead)
         lead->last_end_us = end;
     w->answered = 1; /* (a q that serves: its back-off is reset when this connection goes) */

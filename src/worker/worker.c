@@ -92,8 +92,6 @@ void worker_set_state_loop(struct gw *g, struct worker *w, enum worker_state st)
     int was = worker_is_up(w);
     if (w->st == WS_BUSY && st != WS_BUSY && w->grp->paused)
         g->loop.dispatch_pending = 1; /* a pause waits for its group's last run to end */
-    if (w->st == WS_BUSY && st != WS_BUSY)
-        run_leaves_busy_loop(g, w); /* the runs its q holds behind it may begin */
     w->st = (uint8_t)st;
     if ((st == WS_IDLE || st == WS_DISABLED) && w->c.paused)
         stream_resume_loop(g, &w->c); /* free: nothing it sends waits for a client's output now */

@@ -56,6 +56,7 @@ struct run {
                           * (pipeline: q runs one at a time, in an order of its own) */
     int64_t covered_ms;  /* ... that time counted up to here */
     int ahead;           /* ... for this many more runs (those that may go first: run.c beside) */
+    int64_t begun_us;    /* its reply, or its callback, came first; 0 = not yet */
     /* A run a chaser ends (RUN_ASYNC, RUN_BROADCASTS) whose worker calls back: a chaser out then
      * runs inside that callback (q runs what comes on the handle it waits on), so its reply does
      * not say the run is over; another goes once every callback is answered, and its reply does. */
@@ -304,9 +305,6 @@ void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
 void run_flushed_loop(struct gw *g, struct conn *wc, size_t before, size_t wrote);
 /* May c's message run nested on wc (backend_ops nests)? */
 int run_nests_loop(const struct conn *wc, const struct client *c);
-/* w's run has ended (it leaves BUSY): the runs on its q's other connections that have not begun
- * do not count the time it ran while they waited (pipeline: q ran it, not them). */
-void run_leaves_busy_loop(struct gw *g, struct worker *w);
 /* The one setter of w's run's phase (what its reply has come to: enum worker_busy). */
 void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b);
 /* w's run has been queued for its worker: when it was sent, the runs its q may run before it

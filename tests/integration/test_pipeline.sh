@@ -341,3 +341,47 @@ expect_lines "$TMP/first.out" '^"first"$' 1
 expect_lines "$TMP/OO.log" "no reply byte" 0
 kill "$W6_PID"
 pass "pipeline: a q that runs the two requests sent after one first, 1.2 s each with query_timeout 2 s: all three answered"
+
+# ... a timeout, or a loss, proves nothing of what the q ran: it moves no other run's clock on.
+# A q stuck for 8 s with pipeline 8 and query_timeout 1.5 s: the seven requests sent behind the
+# stuck one each time out (before: each timeout moved the others' clocks on, so they timed out
+# one query_timeout apart, and the last ones waited for the q to wake and were answered: helper
+# round 17)
+start_worker W7 --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1500\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 8\npipeline_wait = 0\n' \
+    "$W7_PORT" > "$TMP/st.conf"
+start_gateway ST -c "$TMP/st.conf"
+wait_count "$TMP/ST.log" "connected \(capability" 8
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$ST_PORT" "sleep 8000" > "$TMP/st0.out" 2>&1 & ps0=$!
+wait_line "$TMP/W7.log" "sleep 8000 ms" 10
+qs=()
+for i in 1 2 3 4 5 6 7; do timeout 30 "$BIN/qsend" -g "127.0.0.1:$ST_PORT" "echo e$i" > "$TMP/st$i.out" 2>&1 & qs+=($!); done
+wait "$ps0" "${qs[@]}" || true
+cat "$TMP"/st[0-7].out > "$TMP/st.out"
+expect_lines "$TMP/st.out" "^'qgate: timeout \\(127.0.0.1:$W7_PORT sent nothing for 1500 ms\\)\$" 8
+kill "$ST_PID" "$W7_PID"
+pass "pipeline: a q stuck for 8 s, 8 connections, query_timeout 1.5 s: the stuck request and the seven behind it all time out"
+
+# ... and a reply the q has begun keeps the clocks of the runs not begun still only until another
+# run of the q ends: then the q has moved on, and a request it keeps (a hold) times out while the
+# reply still streams to a client that reads it slowly (before: the stream's 20 s: helper round 17)
+start_worker W8 --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1500\nclient_high_water = 131072\nclient_low_water = 65536\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 3\npipeline_wait = 0\n' \
+    "$W8_PORT" > "$TMP/sr.conf" # (qgate reads the reply only as its client does)
+start_gateway SR -c "$TMP/sr.conf" --loglevel debug
+wait_count "$TMP/SR.log" "connected \(capability" 3
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$SR_PORT" --read-rate 300000 "text 6000000" > /dev/null 2>&1 & pt=$!
+wait_line "$TMP/W8.log" "text 6000000" 10
+wait_line "$TMP/SR.log" "busy SENT -> RELAYING" 10
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$SR_PORT" "hold kept" > "$TMP/kept.out" 2>&1 & pk=$!
+wait_line "$TMP/W8.log" "hold kept" 10
+"$BIN/qsend" -g "127.0.0.1:$SR_PORT" "echo moved" > "$TMP/moved.out" 2>&1
+expect_lines "$TMP/moved.out" '^"moved"$' 1
+wait "$pk" || true
+kill -0 "$pt" 2> /dev/null || fail "the slow reader's reply ended before the kept request timed out"
+expect_lines "$TMP/kept.out" "^'qgate: timeout \\(127.0.0.1:$W8_PORT sent nothing for 1500 ms\\)\$" 1
+kill "$pt" 2> /dev/null || true
+wait "$pt" 2> /dev/null || true
+release kept "$W8_PORT"
+kill "$SR_PID" "$W8_PID"
+pass "pipeline: a request the q keeps while a reply streams to a slow reader times out once another run of the q ends"
