@@ -249,19 +249,39 @@ expect_lines "$TMP/q.out" '^table\[1\] ' 1 # one row per worker, whatever its co
 expect_lines "$TMP/q.out" '^"after"$' 1
 pass "a reload from pipeline 2 to 4 opens each worker's 3rd and 4th connection; to 1 closes all but its first; .qgate.stats[] keeps a row per worker"
 
+# pipelined NAME WORKER_PORT QUERY_TIMEOUT N [GATEWAY_LINE...] [-- QGATE_ARGS...]: a gateway
+# (NAME_PORT, NAME_PID, NAME.log) with N connections to one worker, pipeline_wait 0, query_timeout
+# as given and GATEWAY_LINEs in [gateway]; returns once every connection is up
+pipelined() {
+    local name=$1 port=$2 qt=$3 n=$4 extra=""
+    shift 4
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do extra+="$1"$'\n'; shift; done
+    [ $# -eq 0 ] || shift
+    printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = %s\n%s[group main]\nworkers = 127.0.0.1:%s\npipeline = %s\npipeline_wait = 0\n' \
+        "$qt" "$extra" "$port" "$n" > "$TMP/$name.conf"
+    start_gateway "$name" -c "$TMP/$name.conf" "$@"
+    wait_count "$TMP/$name.log" "connected \(capability" "$n"
+}
+
+# send_all GATEWAY_PORT OUT N TEXT: N clients at once, the Ith sending TEXT (%d: I); every
+# reply in OUT once all have ended
+send_all() {
+    local port=$1 out=$2 n=$3 text=$4 i senders=()
+    for i in $(seq 1 "$n"); do
+        # shellcheck disable=SC2059 # (TEXT is the format)
+        timeout 30 "$BIN/qsend" -g "127.0.0.1:$port" "$(printf "$text" "$i")" > "$out.$i" 2>&1 & senders+=($!)
+    done
+    wait "${senders[@]}" || true
+    for i in $(seq 1 "$n"); do cat "$out.$i"; done > "$out"
+}
+
 # --- query_timeout on a busy worker's other connection counts from when that q last sent a byte,
 # not from the send: three 1.2 s queries behind each other on one worker's three connections,
 # query_timeout 2 s, all answered (before: the 2nd and 3rd timed out at 2 s, 1.2 s of it spent
 # waiting behind the others, and their connections dropped) ------------------------------------
 start_worker W4 --rows 10
-printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 2000\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 3\npipeline_wait = 0\n' \
-    "$W4_PORT" > "$TMP/qt.conf"
-start_gateway QT -c "$TMP/qt.conf"
-wait_count "$TMP/QT.log" "connected \(capability" 3
-qs=()
-for i in 1 2 3; do "$BIN/qsend" -g "127.0.0.1:$QT_PORT" "sleep 1200" > "$TMP/qt$i.out" 2>&1 & qs+=($!); done
-wait "${qs[@]}"
-cat "$TMP/qt1.out" "$TMP/qt2.out" "$TMP/qt3.out" > "$TMP/qt.out"
+pipelined QT "$W4_PORT" 2000 3
+send_all "$QT_PORT" "$TMP/qt.out" 3 "sleep 1200"
 expect_lines "$TMP/qt.out" '^1200$' 3
 expect_lines "$TMP/QT.log" "no reply byte" 0
 pass "pipeline: query_timeout on a busy worker's other connection runs from that q's last byte, not from the send"
@@ -284,10 +304,7 @@ expect_lines "$TMP/held.out" "^'qgate: timeout \\(127.0.0.1:$W4_PORT sent nothin
 [ $polls -lt 60 ] || fail "the held request outlived 60 polls of the q's other connections"
 "$BIN/qsend" -g "127.0.0.1:$W4_PORT" "release qt-held" > /dev/null 2>&1 || true
 kill "$QT_PID"
-printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1000\nclient_high_water = 131072\nclient_low_water = 65536\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 2\npipeline_wait = 0\n' \
-    "$W4_PORT" > "$TMP/qs.conf"
-start_gateway QS -c "$TMP/qs.conf"
-wait_count "$TMP/QS.log" "connected \(capability" 2
+pipelined QS "$W4_PORT" 1000 2 "client_high_water = 131072" "client_low_water = 65536"
 timeout 12 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" --read-rate 500000 "text 3000000" > "$TMP/slow.out" 2>&1 & ps=$!
 wait_line "$TMP/W4.log" "text 3000000" 10
 timeout 60 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" "echo behind" > "$TMP/behind.out" 2>&1
@@ -300,10 +317,7 @@ pass "pipeline: a request held at a q that answers its other connections is time
 # counted the other ahead of it and kept the other's clock still, so neither ever timed out, and
 # a q that never answered held both clients for good: helper round 15)
 start_worker W5 --rows 10
-printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1500\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 2\npipeline_wait = 0\n' \
-    "$W5_PORT" > "$TMP/qh.conf"
-start_gateway QH -c "$TMP/qh.conf" --loglevel debug
-wait_count "$TMP/QH.log" "connected \(capability" 2
+pipelined QH "$W5_PORT" 1500 2 -- --loglevel debug
 timeout 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "sleep 8000" > "$TMP/stuck.out" 2>&1 & p1=$!
 wait_line "$TMP/W5.log" "sleep 8000 ms" 10
 timeout 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "echo two" > "$TMP/second.out" 2>&1 & p2=$!
@@ -324,16 +338,10 @@ pass "pipeline: a q stuck on one request while another waits on its other connec
 # out at 2 s while the q ran the two sent after it, 1.2 s each: a flake in CI, made certain here
 # with a hold the test releases once both have ended)
 start_worker W6 --rows 10
-printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 2000\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 3\npipeline_wait = 0\n' \
-    "$W6_PORT" > "$TMP/oo.conf"
-start_gateway OO -c "$TMP/oo.conf"
-wait_count "$TMP/OO.log" "connected \(capability" 3
+pipelined OO "$W6_PORT" 2000 3
 timeout 30 "$BIN/qsend" -g "127.0.0.1:$OO_PORT" "hold first" > "$TMP/first.out" 2>&1 & pf=$!
 wait_line "$TMP/W6.log" "hold first" 10
-qs=()
-for i in 1 2; do "$BIN/qsend" -g "127.0.0.1:$OO_PORT" "sleep 1200" > "$TMP/oo$i.out" 2>&1 & qs+=($!); done
-wait "${qs[@]}"
-cat "$TMP/oo1.out" "$TMP/oo2.out" > "$TMP/oo.out"
+send_all "$OO_PORT" "$TMP/oo.out" 2 "sleep 1200"
 expect_lines "$TMP/oo.out" '^1200$' 2
 release first "$W6_PORT"
 wait "$pf" || true
@@ -348,16 +356,12 @@ pass "pipeline: a q that runs the two requests sent after one first, 1.2 s each 
 # one query_timeout apart, and the last ones waited for the q to wake and were answered: helper
 # round 17)
 start_worker W7 --rows 10
-printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1500\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 8\npipeline_wait = 0\n' \
-    "$W7_PORT" > "$TMP/st.conf"
-start_gateway ST -c "$TMP/st.conf"
-wait_count "$TMP/ST.log" "connected \(capability" 8
+pipelined ST "$W7_PORT" 1500 8
 timeout 30 "$BIN/qsend" -g "127.0.0.1:$ST_PORT" "sleep 8000" > "$TMP/st0.out" 2>&1 & ps0=$!
 wait_line "$TMP/W7.log" "sleep 8000 ms" 10
-qs=()
-for i in 1 2 3 4 5 6 7; do timeout 30 "$BIN/qsend" -g "127.0.0.1:$ST_PORT" "echo e$i" > "$TMP/st$i.out" 2>&1 & qs+=($!); done
-wait "$ps0" "${qs[@]}" || true
-cat "$TMP"/st[0-7].out > "$TMP/st.out"
+send_all "$ST_PORT" "$TMP/st.out" 7 "echo e%d"
+wait "$ps0" || true
+cat "$TMP/st0.out" >> "$TMP/st.out"
 expect_lines "$TMP/st.out" "^'qgate: timeout \\(127.0.0.1:$W7_PORT sent nothing for 1500 ms\\)\$" 8
 kill "$ST_PID" "$W7_PID"
 pass "pipeline: a q stuck for 8 s, 8 connections, query_timeout 1.5 s: the stuck request and the seven behind it all time out"
@@ -366,10 +370,7 @@ pass "pipeline: a q stuck for 8 s, 8 connections, query_timeout 1.5 s: the stuck
 # run of the q ends: then the q has moved on, and a request it keeps (a hold) times out while the
 # reply still streams to a client that reads it slowly (before: the stream's 20 s: helper round 17)
 start_worker W8 --rows 10
-printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 1500\nclient_high_water = 131072\nclient_low_water = 65536\n[group main]\nworkers = 127.0.0.1:%s\npipeline = 3\npipeline_wait = 0\n' \
-    "$W8_PORT" > "$TMP/sr.conf" # (qgate reads the reply only as its client does)
-start_gateway SR -c "$TMP/sr.conf" --loglevel debug
-wait_count "$TMP/SR.log" "connected \(capability" 3
+pipelined SR "$W8_PORT" 1500 3 "client_high_water = 131072" "client_low_water = 65536" -- --loglevel debug # (qgate reads the reply only as its client does)
 timeout 60 "$BIN/qsend" -g "127.0.0.1:$SR_PORT" --read-rate 300000 "text 6000000" > /dev/null 2>&1 & pt=$!
 wait_line "$TMP/W8.log" "text 6000000" 10
 wait_line "$TMP/SR.log" "busy SENT -> RELAYING" 10
