@@ -1172,7 +1172,7 @@ void run_client_gone_loop(struct gw *g, struct worker *w, struct client *c)
         w->msg.route = ROUTE_DROP;
         stream_drop_rest_loop(&w->c);
         inbuf_free(&w->coll);
-        if (w->run.phase != WB_SENT || w->run.ahead <= 0)
+        if (w->run.phase != WB_SENT)
             run_set_phase_loop(g, w, WB_DRAINING);
     }
     if (c->c.closing)
