@@ -278,6 +278,12 @@ static void on_query_timeout(struct gw *g, struct conn *c)
     if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for
                                      * its client (run_header_loop), and nothing after is read meanwhile */
         due = g->loop.now_ms + g->cfg.query_timeout;
+    else if (w->run.kind == RUN_ASYNC && w->run.phase != WB_CALLED) /* a client's async messages, not
+                                     * waiting for its answer to a callback: q runs them, and the rest
+                                     * of them that it has read, for as long as they take; dropped, its
+                                     * client's next would run on another q first (helper round 18:
+                                     * A3 and B before A1, A2), so its next waits, as at q */
+        due = g->loop.now_ms + g->cfg.query_timeout;
     else if (held_behind(w)) { /* or it has not begun: its q runs another of ours (pipeline; that one
                                 * has a clock of its own), whose time this is */
         move_on(g, w, w->run.sent_ms);

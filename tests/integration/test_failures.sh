@@ -247,6 +247,22 @@ expect_lines "$TMP/q.out" '^"f1"$' 0
 expect_file_has "$TMP/F.log" "connection closed: query timeout"
 pass "query_timeout: 'qgate: timeout, connection dropped and remade, late reply dropped"
 
+# --- a client's async messages are not timed out while their worker runs them: the sync request
+# sent after them waits, as at q, and runs after the last of them (before: the batch timed out at
+# 500 ms, and "echo B" ran on the other worker while the first still ran sleep 1000, A1 and A2
+# after it: helper round 18)
+start_worker WO --rows 10
+conf "$TMP/ao.conf" "$WADDR, 127.0.0.1:$WO_PORT" query_timeout=500
+start_gateway AO -c "$TMP/ao.conf"
+wait_count "$TMP/AO.log" "connected \\(capability 3\\)" 2 10
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$AO_PORT" --pipeline "neg:sleep 1000" "neg:echo A1" "neg:echo A2" "echo B" \
+    > "$TMP/q.out" 2>&1 || true
+expect_lines "$TMP/q.out" '^"B"$' 1
+grep -q "echo A2" "$TMP/W.log" "$TMP/WO.log" || fail "echo B was answered before async echo A2 ran"
+expect_lines "$TMP/AO.log" "no reply byte" 0
+kill "$AO_PID" "$WO_PID"
+pass "query_timeout: async messages are not timed out while their worker runs them; the request after them runs after them"
+
 # --- the same in a broadcast group, with a client's broadcast sent but not yet read: the worker
 # runs it when it gets to it, so qgate connects again only once the worker has closed the dropped
 # connection, and the client's next broadcast runs after it (the simulation, seed 145265: a new
