@@ -249,10 +249,10 @@ expect_lines "$TMP/q.out" '^table\[1\] ' 1 # one row per worker, whatever its co
 expect_lines "$TMP/q.out" '^"after"$' 1
 pass "a reload from pipeline 2 to 4 opens each worker's 3rd and 4th connection; to 1 closes all but its first; .qgate.stats[] keeps a row per worker"
 
-# pipelined NAME WORKER_PORT QUERY_TIMEOUT N [GATEWAY_LINE...] [-- QGATE_ARGS...]: a gateway
+# one_worker_gateway NAME WORKER_PORT QUERY_TIMEOUT N [GATEWAY_LINE...] [-- QGATE_ARGS...]: a gateway
 # (NAME_PORT, NAME_PID, NAME.log) with N connections to one worker, pipeline_wait 0, query_timeout
 # as given and GATEWAY_LINEs in [gateway]; returns once every connection is up
-pipelined() {
+one_worker_gateway() {
     local name=$1 port=$2 qt=$3 n=$4 extra=""
     shift 4
     while [ $# -gt 0 ] && [ "$1" != -- ]; do extra+="$1"$'\n'; shift; done
@@ -280,7 +280,7 @@ send_all() {
 # query_timeout 2 s, all answered (before: the 2nd and 3rd timed out at 2 s, 1.2 s of it spent
 # waiting behind the others, and their connections dropped) ------------------------------------
 start_worker W4 --rows 10
-pipelined QT "$W4_PORT" 2000 3
+one_worker_gateway QT "$W4_PORT" 2000 3
 send_all "$QT_PORT" "$TMP/qt.out" 3 "sleep 1200"
 expect_lines "$TMP/qt.out" '^1200$' 3
 expect_lines "$TMP/QT.log" "no reply byte" 0
@@ -304,7 +304,7 @@ expect_lines "$TMP/held.out" "^'qgate: timeout \\(127.0.0.1:$W4_PORT sent nothin
 [ $polls -lt 60 ] || fail "the held request outlived 60 polls of the q's other connections"
 "$BIN/qsend" -g "127.0.0.1:$W4_PORT" "release qt-held" > /dev/null 2>&1 || true
 kill "$QT_PID"
-pipelined QS "$W4_PORT" 1000 2 "client_high_water = 131072" "client_low_water = 65536"
+one_worker_gateway QS "$W4_PORT" 1000 2 "client_high_water = 131072" "client_low_water = 65536"
 timeout 12 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" --read-rate 500000 "text 3000000" > "$TMP/slow.out" 2>&1 & ps=$!
 wait_line "$TMP/W4.log" "text 3000000" 10
 timeout 60 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" "echo behind" > "$TMP/behind.out" 2>&1
@@ -317,7 +317,7 @@ pass "pipeline: a request held at a q that answers its other connections is time
 # counted the other ahead of it and kept the other's clock still, so neither ever timed out, and
 # a q that never answered held both clients for good: helper round 15)
 start_worker W5 --rows 10
-pipelined QH "$W5_PORT" 1500 2 -- --loglevel debug
+one_worker_gateway QH "$W5_PORT" 1500 2 -- --loglevel debug
 timeout 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "sleep 8000" > "$TMP/stuck.out" 2>&1 & p1=$!
 wait_line "$TMP/W5.log" "sleep 8000 ms" 10
 timeout 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "echo two" > "$TMP/second.out" 2>&1 & p2=$!
@@ -338,7 +338,7 @@ pass "pipeline: a q stuck on one request while another waits on its other connec
 # out at 2 s while the q ran the two sent after it, 1.2 s each: a flake in CI, made certain here
 # with a hold the test releases once both have ended)
 start_worker W6 --rows 10
-pipelined OO "$W6_PORT" 2000 3
+one_worker_gateway OO "$W6_PORT" 2000 3
 timeout 30 "$BIN/qsend" -g "127.0.0.1:$OO_PORT" "hold first" > "$TMP/first.out" 2>&1 & pf=$!
 wait_line "$TMP/W6.log" "hold first" 10
 send_all "$OO_PORT" "$TMP/oo.out" 2 "sleep 1200"
@@ -356,7 +356,7 @@ pass "pipeline: a q that runs the two requests sent after one first, 1.2 s each 
 # one query_timeout apart, and the last ones waited for the q to wake and were answered: helper
 # round 17)
 start_worker W7 --rows 10
-pipelined ST "$W7_PORT" 1500 8
+one_worker_gateway ST "$W7_PORT" 1500 8
 timeout 30 "$BIN/qsend" -g "127.0.0.1:$ST_PORT" "sleep 8000" > "$TMP/st0.out" 2>&1 & ps0=$!
 wait_line "$TMP/W7.log" "sleep 8000 ms" 10
 send_all "$ST_PORT" "$TMP/st.out" 7 "echo e%d"
@@ -370,7 +370,7 @@ pass "pipeline: a q stuck for 8 s, 8 connections, query_timeout 1.5 s: the stuck
 # run of the q ends: then the q has moved on, and a request it keeps (a hold) times out while the
 # reply still streams to a client that reads it slowly (before: the stream's 20 s: helper round 17)
 start_worker W8 --rows 10
-pipelined SR "$W8_PORT" 1500 3 "client_high_water = 131072" "client_low_water = 65536" -- --loglevel debug # (qgate reads the reply only as its client does)
+one_worker_gateway SR "$W8_PORT" 1500 3 "client_high_water = 131072" "client_low_water = 65536" -- --loglevel debug # (qgate reads the reply only as its client does)
 timeout 60 "$BIN/qsend" -g "127.0.0.1:$SR_PORT" --read-rate 300000 "text 6000000" > /dev/null 2>&1 & pt=$!
 wait_line "$TMP/W8.log" "text 6000000" 10
 wait_line "$TMP/SR.log" "busy SENT -> RELAYING" 10
