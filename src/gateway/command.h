@@ -20,7 +20,7 @@ struct command {
     int (*run)(struct gw *g, struct client *cl, struct req *r, const struct job *j);
     /* Its answer: encode's table from the loop's snapshot (freed with snap_free), made on the
      * writer pool; no encode: 1b. */
-    void *(*snapshot)(struct gw *g, const struct client *cl);
+    void *(*snapshot)(struct gw *g, int admin); /* admin: the rights its request came with */
     void (*snap_free)(void *snap);
     K (*encode)(const void *snap);
 };
