@@ -217,11 +217,12 @@ static struct worker *lead_of(const struct worker *w)
  * on either would time neither out (helper round 15). */
 static int held_behind(const struct worker *w)
 {
-    if (w->run.phase != WB_SENT || w->run.ahead <= 0)
+    if (w->run.begun_us || w->run.ahead <= 0) /* (begun: back in SENT after a callback, q runs it: helper
+                                               * round 18, from the code) */
         return 0;
     const struct worker *lead = lead_of(w);
     for (const struct worker *x = lead; x; x = worker_sibling(x))
-        if (x != w && x->st == WS_BUSY && x->run.phase != WB_SENT && x->run.begun_us >= lead->last_end_us)
+        if (x != w && x->st == WS_BUSY && x->run.begun_us && x->run.begun_us >= lead->last_end_us)
             return 1;
     return 0;
 }
@@ -261,7 +262,7 @@ static void move_on(struct gw *g, struct worker *x, int64_t from_ms)
 static void run_ended_beside(struct gw *g, struct worker *w)
 {
     for (struct worker *x = lead_of(w); x; x = worker_sibling(x)) {
-        if (x == w || x->st != WS_BUSY || x->run.phase != WB_SENT || x->run.ahead <= 0)
+        if (x == w || x->st != WS_BUSY || x->run.begun_us || x->run.ahead <= 0)
             continue;
         x->run.ahead--;
         move_on(g, x, w->run.sent_ms);

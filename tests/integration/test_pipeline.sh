@@ -386,3 +386,22 @@ wait "$pt" 2> /dev/null || true
 release kept "$W8_PORT"
 kill "$SR_PID" "$W8_PID"
 pass "pipeline: a request the q keeps while a reply streams to a slow reader times out once another run of the q ends"
+
+# ... and a run the q has begun is never kept still for another's, nor moved on by another's end,
+# whatever its phase: one whose q called back, then runs what its client sent from inside that
+# callback (back in SENT), times out query_timeout after the q's last byte, while a reply on the
+# other connection still streams to a slow reader (before: kept still until that stream ended:
+# helper round 18, from the code)
+start_worker W9 --rows 10
+one_worker_gateway CB "$W9_PORT" 1500 2 "client_high_water = 131072" "client_low_water = 65536" -- --loglevel debug
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$CB_PORT" --read-rate 300000 "text 6000000" > /dev/null 2>&1 & pt=$!
+wait_line "$TMP/CB.log" "w 127.0.0.1:$W9_PORT: busy SENT -> RELAYING" 10
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$CB_PORT" --nest "sleep 20000" "callback echo x" > "$TMP/cb.out" 2>&1 || true
+expect_lines "$TMP/cb.out" "^nested: 'qgate: timeout \\(the worker that called back sent nothing for query_timeout\\)\$" 1
+expect_lines "$TMP/cb.out" "^'qgate: timeout \\(127.0.0.1:$W9_PORT sent nothing for 1500 ms\\)\$" 1
+awk -v p="w 127.0.0.1:$W9_PORT: state BUSY -> IDLE" 'index($0, p) { exit 1 } /#1: no reply byte/ { exit 0 }' "$TMP/CB.log" ||
+    fail "the begun run timed out only after the stream on the other connection had ended"
+kill "$pt" 2> /dev/null || true
+wait "$pt" 2> /dev/null || true
+kill "$CB_PID" "$W9_PID"
+pass "pipeline: a run the q has begun, back in SENT inside its callback, times out while a reply on its q's other connection streams"
