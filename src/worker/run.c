@@ -279,11 +279,15 @@ static void on_query_timeout(struct gw *g, struct conn *c)
     if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for
                                      * its client (run_header_loop), and nothing after is read meanwhile */
         due = g->loop.now_ms + g->cfg.query_timeout;
-    else if (w->run.kind == RUN_ASYNC && w->run.phase != WB_CALLED) /* a client's async messages, not
-                                     * waiting for its answer to a callback: q runs them, and the rest
-                                     * of them that it has read, for as long as they take; dropped, its
-                                     * client's next would run on another q first (helper round 18:
-                                     * A3 and B before A1, A2), so its next waits, as at q */
+    else if (w->run.kind == RUN_ASYNC && w->run.cb_open == 0 && w->run.cl && !w->run.cl->eof) /* a
+                                     * connected client's async messages, no callback of theirs waiting
+                                     * for its answer: q runs them, and the rest of them it has read, for
+                                     * as long as they take; dropped, the client's next would run on
+                                     * another q first (helper round 18: A3 and B before A1, A2), so its
+                                     * next waits, as at q. (A client that has gone is closed at the
+                                     * timeout instead, what it sent after them dropped: fail_request.
+                                     * A callback's: the phase is back in SENT once the chaser behind
+                                     * it is answered inside it, so its count, not the phase: 19a) */
         due = g->loop.now_ms + g->cfg.query_timeout;
     else if (held_behind(w)) { /* or it has not begun: its q runs another of ours (pipeline; that one
                                 * has a clock of its own), whose time this is */
@@ -1196,13 +1200,19 @@ static void note_lost(struct gw *g, struct client *c)
 
 /* The client of a request that went down with the worker: closed if a message to it was cut,
  * else answered with text (or, for async runs and clients gone, just moved on). */
-static void fail_request(struct gw *g, struct client *c, int cut, int run, const char *text)
+static void fail_request(struct gw *g, struct client *c, int cut, int run, int timed_out, const char *text)
 {
     client_set_worker_loop(c, NULL);
     struct req *h = client_head(c);
     note_lost(g, c);
     if (cut)
         conn_close_loop(g, &c->c, "worker lost in the middle of the reply");
+    else if (run == RUN_ASYNC && timed_out && c->eof) /* gone: what it sent after them would run
+                                     * elsewhere before the rest of them, which q may still run (19a:
+                                     * waiting for them, it kept its max_clients place for as long as
+                                     * a stuck q stayed stuck) */
+        conn_close_loop(g, &c->c, "its async messages timed out at the worker after its input had "
+                                  "ended: what it sent after them is dropped, not run before them");
     else if (run != RUN_REQUEST || client_output_gone(c))
         request_head_done_loop(g, c);
     else
@@ -1254,7 +1264,7 @@ void run_lost_loop(struct gw *g, struct worker *w)
             client_set_worker_loop(s, NULL);
         request_session_lost_loop(g, s, cut_sess, text);
     } else if (c && busy) {
-        fail_request(g, c, cut, run, text);
+        fail_request(g, c, cut, run, timed_out, text);
     }
     broadcast_drop_loop(g, w);
 }

@@ -263,6 +263,30 @@ expect_lines "$TMP/AO.log" "no reply byte" 0
 kill "$AO_PID" "$WO_PID"
 pass "query_timeout: async messages are not timed out while their worker runs them; the request after them runs after them"
 
+# ... but while one of them waits for its client's answer to a callback they are (the chaser behind
+# them, answered inside that callback, put the run back in SENT, and a client that never answered
+# held the worker for good: helper round 19) ...
+start_worker WC --rows 10
+conf "$TMP/ac.conf" "127.0.0.1:$WC_PORT" query_timeout=500
+start_gateway AC -c "$TMP/ac.conf"
+wait_line "$TMP/AC.log" "connected \\(capability 3\\)" 10
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --nest "wait:$TMP/ac.go" "neg:callback cbA" "echo A2" > "$TMP/ac.out" 2>&1 & pa=$!
+wait_line "$TMP/AC.log" "no reply byte for 500 ms: dropping the connection" 10
+touch "$TMP/ac.go"
+wait "$pa" || true
+expect_lines "$TMP/ac.out" '^"A2"$' 1
+# ... and a client that has gone when they time out is closed, what it sent after them dropped
+# (before: it kept its max_clients place until they ended: for good, with a stuck q; round 19)
+conf "$TMP/ag.conf" "127.0.0.1:$WC_PORT, $WADDR" query_timeout=500 max_clients=1 reconnect_min=50
+start_gateway AG -c "$TMP/ag.conf"
+wait_count "$TMP/AG.log" "connected \\(capability 3\\)" 2 10
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "neg:sleep 3000" > /dev/null 2>&1 || true
+wait_line "$TMP/AG.log" "its async messages timed out at the worker after its input had ended" 10
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "echo other" > "$TMP/ag.out" 2>&1 || true
+expect_lines "$TMP/ag.out" '^"other"$' 1
+kill "$AC_PID" "$AG_PID" "$WC_PID"
+pass "query_timeout: async messages waiting for their client's answer to a callback time out; a client gone when they time out is closed (max_clients 1: the next is served)"
+
 # --- the same in a broadcast group, with a client's broadcast sent but not yet read: the worker
 # runs it when it gets to it, so qgate connects again only once the worker has closed the dropped
 # connection, and the client's next broadcast runs after it (the simulation, seed 145265: a new
