@@ -269,6 +269,11 @@ static void run_ended_beside(struct gw *g, struct worker *w)
     }
 }
 
+/* Has c left (its input ended) with no reply to get? Then nothing it sent waits for an answer,
+ * and its async messages timing out at their worker close it (fail_request). One that shut its
+ * sending side and waits for replies reads on: its next waits, as at q (the simulation, seed 953). */
+static int left_unowed(const struct client *c) { return c->eof && !request_owes_reply(c); }
+
 static void on_query_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
@@ -279,14 +284,14 @@ static void on_query_timeout(struct gw *g, struct conn *c)
     if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for
                                      * its client (run_header_loop), and nothing after is read meanwhile */
         due = g->loop.now_ms + g->cfg.query_timeout;
-    else if (w->run.kind == RUN_ASYNC && w->run.cb_open == 0 && w->run.cl && !client_output_gone(w->run.cl)) /* a
+    else if (w->run.kind == RUN_ASYNC && w->run.cb_open == 0 && w->run.cl && !left_unowed(w->run.cl)) /* a
                                      * connected client's async messages, no callback of theirs waiting
                                      * for its answer: q runs them, and the rest of them it has read, for
                                      * as long as they take; dropped, the client's next would run on
                                      * another q first (helper round 18: A3 and B before A1, A2), so its
-                                     * next waits, as at q; one that shut its sending side reads on. (A
-                                     * client that has closed is closed at the timeout instead, what it
-                                     * sent after them dropped: fail_request.
+                                     * next waits, as at q. (A client that has left with no reply to get
+                                     * is closed at the timeout instead, what it sent after them
+                                     * dropped: left_unowed, fail_request.
                                      * A callback's: the phase is back in SENT once the chaser behind
                                      * it is answered inside it, so its count, not the phase: 19a) */
         due = g->loop.now_ms + g->cfg.query_timeout;
@@ -1208,12 +1213,12 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, int t
     note_lost(g, c);
     if (cut)
         conn_close_loop(g, &c->c, "worker lost in the middle of the reply");
-    else if (run == RUN_ASYNC && timed_out && client_output_gone(c)) /* gone: what it sent after them would run
+    else if (run == RUN_ASYNC && timed_out && left_unowed(c)) /* gone: what it sent after them would run
                                      * elsewhere before the rest of them, which q may still run (19a:
                                      * waiting for them, it kept its max_clients place for as long as
                                      * a stuck q stayed stuck) */
-        conn_close_loop(g, &c->c, "its async messages timed out at the worker after it had closed: what "
-                                  "it sent after them is dropped, not run before them");
+        conn_close_loop(g, &c->c, "its async messages timed out at the worker after it had left, owed no "
+                                  "reply: what it sent after them is dropped, not run before them");
     else if (run != RUN_REQUEST || client_output_gone(c))
         request_head_done_loop(g, c);
     else

@@ -281,7 +281,7 @@ conf "$TMP/ag.conf" "127.0.0.1:$WC_PORT, $WADDR" query_timeout=500 max_clients=1
 start_gateway AG -c "$TMP/ag.conf"
 wait_count "$TMP/AG.log" "connected \\(capability 3\\)" 2 10
 timeout 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "neg:sleep 3000" > /dev/null 2>&1 || true
-wait_line "$TMP/AG.log" "its async messages timed out at the worker after it had closed" 10
+wait_line "$TMP/AG.log" "its async messages timed out at the worker after it had left" 10
 timeout 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "echo other" > "$TMP/ag.out" 2>&1 || true
 expect_lines "$TMP/ag.out" '^"other"$' 1
 kill "$AC_PID" "$AG_PID" "$WC_PID"

@@ -917,6 +917,16 @@ static void client_eof(struct fclient *c)
         S->half_answered += c->pend_off == c->pend.n;
         ok = 1;
     }
+    if (c->half && S->g.query_timeouts &&
+        !strncmp(why, "its async messages timed out at the worker after it had left", 60)) {
+        if (c->pend_off < c->pend.n) /* (only one owed no reply is closed so) */
+            fail("C%d was closed for its async messages' timeout with %d replies owed", c->cid,
+                 c->pend.n - c->pend_off);
+        for (int i = 0; i < (int)c->sent.n; i++) /* what it sent after them is dropped: never runs */
+            if (c->sent.v[i].type == KIPC_ASYNC && !c->sent.v[i].seen)
+                c->sent.v[i].lost = 1;
+        ok = 1;
+    }
     if ((!strcmp(why, "worker lost in the middle of the reply") ||
          !strcmp(why, "worker lost in the middle of a message to it")) &&
         (S->wdeaths || S->g.query_timeouts))
