@@ -318,9 +318,9 @@ struct req *request_of_seq_loop(const struct client *c, uint64_t seq);
  * is? An async message for grp that start_head would send there unchanged: not one to check,
  * route, refuse (a monitor's) or run here (a gateway command: helper round 17, an async
  * .qgate.pause right after an async query went to the worker as q text, the group unpaused). */
-int request_runs_as_is(const struct req *r, const struct group *grp);
+int request_runs_as_is_loop(const struct req *r, const struct group *grp);
 /* Has c a reply to get yet: a sync request queued (or bytes unread), its output not gone? */
-int request_owes_reply(const struct client *c);
+int request_owes_reply_loop(const struct client *c);
 /* Queue c's reply to request seq (msg owned now). */
 void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
 /* A header, or a small body, that the gateway cannot accept: its request (seq next) answers

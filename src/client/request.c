@@ -473,7 +473,7 @@ static int command_of(const struct req *r)
     return r->route || r->routed ? 0 : r->cmd_known ? r->cmd : jobs_peek_command(r->msg, r->len);
 }
 
-int request_owes_reply(const struct client *c)
+int request_owes_reply_loop(const struct client *c)
 {
     if (client_output_gone(c))
         return 0; /* (nothing reaches it) */
@@ -484,7 +484,7 @@ int request_owes_reply(const struct client *c)
     return inbuf_avail(&c->c.in) > 0; /* (unread: it may be one) */
 }
 
-int request_runs_as_is(const struct req *r, const struct group *grp)
+int request_runs_as_is_loop(const struct req *r, const struct group *grp)
 {
     return r->type == KIPC_ASYNC && r->state == RS_WAITING && !r->unchecked && !r->route && !r->monitor &&
            r->grp == grp && !command_of(r);

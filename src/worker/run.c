@@ -146,7 +146,7 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
     }
     int n = 0;
     for (struct req *x = r; x && n < ASYNC_BATCH_MAX; x = TAILQ_NEXT(x, link), n++) {
-        if (x != r && !request_runs_as_is(x, r->grp))
+        if (x != r && !request_runs_as_is_loop(x, r->grp))
             break; /* only what is ready to run here, as it is: start_head takes the rest */
         run_send_request_loop(g, w, c, x);
     }
@@ -272,7 +272,7 @@ static void run_ended_beside(struct gw *g, struct worker *w)
 /* Has c left (its input ended) with no reply to get? Then nothing it sent waits for an answer,
  * and its async messages timing out at their worker close it (fail_request). One that shut its
  * sending side and waits for replies reads on: its next waits, as at q (the simulation, seed 953). */
-static int left_unowed(const struct client *c) { return c->eof && !request_owes_reply(c); }
+static int left_unowed(const struct client *c) { return c->eof && !request_owes_reply_loop(c); }
 
 static void on_query_timeout(struct gw *g, struct conn *c)
 {
