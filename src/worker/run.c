@@ -172,6 +172,7 @@ static const unsigned phase_allowed[] = {
 #undef TO
 
 static void fanout_call_back(struct gw *g, const struct worker *w);
+static struct worker *lead_of(const struct worker *w);
 
 /* The one setter of a run's phase; a change the table does not allow counts in
  * g->bad_transitions (tests/sim requires it to stay 0). */
@@ -188,8 +189,11 @@ void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
         g->bad_transitions++;
         log_error(w->c.name, "busy %s -> %s is not in run.c's table", phase_names[w->run.phase], phase_names[b]);
     }
-    if (w->run.phase == WB_SENT && !w->run.begun_us)
-        w->run.begun_us = loop_stamp_us_loop(g); /* its reply, or its callback, has come */
+    if (w->run.phase == WB_SENT && !w->run.begun_at) { /* its reply, or its callback, has come: a count,
+                                                      * no clock read on every run's way */
+        const struct worker *lead = lead_of(w);
+        w->run.begun_at = 1 + (lead ? lead->ends : 0);
+    }
     w->run.phase = (uint8_t)b;
 }
 
@@ -217,12 +221,12 @@ static struct worker *lead_of(const struct worker *w)
  * on either would time neither out (helper round 15). */
 static int held_behind(const struct worker *w)
 {
-    if (w->run.begun_us || w->run.ahead <= 0) /* (begun: back in SENT after a callback, q runs it: helper
+    if (w->run.begun_at || w->run.ahead <= 0) /* (begun: back in SENT after a callback, q runs it: helper
                                                * round 18, from the code) */
         return 0;
     const struct worker *lead = lead_of(w);
     for (const struct worker *x = lead; x; x = worker_sibling(x))
-        if (x != w && x->st == WS_BUSY && x->run.begun_us && x->run.begun_us >= lead->last_end_us)
+        if (x != w && x->st == WS_BUSY && x->run.begun_at && x->run.begun_at == 1 + lead->ends)
             return 1;
     return 0;
 }
@@ -262,7 +266,7 @@ static void move_on(struct gw *g, struct worker *x, int64_t from_ms)
 static void run_ended_beside(struct gw *g, struct worker *w)
 {
     for (struct worker *x = lead_of(w); x; x = worker_sibling(x)) {
-        if (x == w || x->st != WS_BUSY || x->run.begun_us || x->run.ahead <= 0)
+        if (x == w || x->st != WS_BUSY || x->run.begun_at || x->run.ahead <= 0)
             continue;
         x->run.ahead--;
         move_on(g, x, w->run.sent_ms);
@@ -498,9 +502,11 @@ static void run_end(struct gw *g, struct worker *w)
     struct client *c = w->run.cl;
     int64_t end = loop_stamp_us_loop(g), began = run_began_us(w), ran = end - began; /* not its wait behind another connection's */
     struct worker *lead = lead_of(w);
-    run_ended_beside(g, w); /* (before last_end_us: the runs it kept still were kept till now) */
-    if (lead)
+    run_ended_beside(g, w); /* (before ends: the runs it kept still were kept till now) */
+    if (lead) {
         lead->last_end_us = end;
+        lead->ends++;
+    }
     w->answered = 1; /* (a q that serves: its back-off is reset when this connection goes) */
     if (w->run.kind == RUN_REQUEST || w->run.kind == RUN_FANOUT) { /* (a .qgate.all's part counts as
                                                                    * its worker's request) */

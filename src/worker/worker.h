@@ -56,7 +56,7 @@ struct run {
                           * (pipeline: q runs one at a time, in an order of its own) */
     int64_t covered_ms;  /* ... that time counted up to here */
     int ahead;           /* ... for this many more runs (those that may go first: run.c beside) */
-    int64_t begun_us;    /* its reply, or its callback, came first; 0 = not yet */
+    uint64_t begun_at;   /* its reply, or its callback, came first: 1 + its q's lead->ends then; 0 = not yet */
     /* A run a chaser ends (RUN_ASYNC, RUN_BROADCASTS) whose worker calls back: a chaser out then
      * runs inside that callback (q runs what comes on the handle it waits on), so its reply does
      * not say the run is over; another goes once every callback is answered, and its reply does. */
@@ -201,6 +201,7 @@ struct worker {
     int64_t tm_armed_ms; /* its query timer was armed (it fires query_timeout after that or the last byte read) */
     int64_t last_end_us; /* the lead: when a run of the worker last ended, on any connection (q
                           * runs one at a time: a run sent before began no earlier) */
+    uint64_t ends;       /* the lead: runs of the worker ended with their reply, on any connection */
     uint64_t served, errors, dropped;
     struct hist lat;
 };
