@@ -22,7 +22,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2 || !argv[1][0])
+    if (argc != 2 || !argv[1][0] || argv[1][0] == '-') /* (--help: usage, not a socket named so) */
         usage();
     const char *name = argv[1];
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
