@@ -52,6 +52,8 @@ static void on_signal(struct gw *g, struct evsrc *s, uint32_t ev)
             }
         } else if (si.ssi_signo == SIGUSR1) {
             access_reopen_loop(g);
+        } else if (si.ssi_signo == SIGUSR2) { /* (its default action ended the gateway) */
+            log_warn(NULL, "SIGUSR2: ignored (SIGHUP reloads, SIGUSR1 reopens the access log)");
         } else if ((si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) && g->draining) {
             log_warn(NULL, "%s again while draining: exiting now (%d clients still connected are closed)",
                      si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", g->nclients);
@@ -210,6 +212,7 @@ static int watch_signals(struct gw *g)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
     sigprocmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file at its size limit (ulimit -f, systemd's LimitFSIZE=) fails

@@ -33,7 +33,7 @@ static void usage(int asked)
             "                   =man: as roff, for qgate.1); with -c FILE or overrides, every key\n"
             "                   as it would run: the defaults, then FILE, then the command line\n"
             "  --version        print the version and exit\n"
-            "signals: SIGHUP reloads the worker set; SIGTERM drains and exits 0 (a second exits at once)\n");
+            "signals: SIGHUP reloads the worker set; SIGUSR1 reopens the access log; SIGTERM drains and exits 0 (a second exits at once)\n");
     exit(asked ? 0 : 2);
 }
 

@@ -107,6 +107,13 @@ timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo again" > /dev/null
 wait_line "$A" "req_bytes=24 .*outcome=ok" 10
 pass "SIGUSR1 and SIGHUP reopen the file: new lines go to the new one"
 
+# --- SIGUSR2 has no use here: logged and ignored (its default action ended the gateway) ----------
+kill -USR2 "$GW_PID"
+wait_line "$TMP/GW.log" "SIGUSR2: ignored" 10
+timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo usr2" > /dev/null || fail "no answer after SIGUSR2"
+kill -0 "$GW_PID" || fail "the gateway is gone after SIGUSR2"
+pass "SIGUSR2 is logged and ignored"
+
 # --- a reload to a path that does not open keeps the file in use, and a rotation after it still
 # works: the signal reopens the file in use when the configured one fails (it kept appending to
 # the rotated file, and no new one was made) ----------------------------------------------------
