@@ -523,6 +523,21 @@ int config_list_next(const char **p, char *out, size_t len)
     return 1;
 }
 
+/* 1 if a comma-separated list has an item of nothing but blanks ("a,,b", "a,", ",a"). */
+static int list_has_empty(const char *s)
+{
+    for (;;) {
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (*s == ',' || !*s)
+            return 1;
+        while (*s && *s != ',')
+            s++;
+        if (!*s++)
+            return 0;
+    }
+}
+
 const char *config_where(const struct config *c, const struct group_cfg *g, int line, char *buf, size_t len)
 {
     if (g->workers[0] && !g->workers_line)
@@ -717,6 +732,11 @@ int config_validate(const struct config *c, char *err, size_t errlen)
         if (g->pool_mode == CFG_POOL_SESSION && g->pipeline_set && g->pipeline > 1) {
             snprintf(err, errlen, "%sgroup %s: pool = session gives a client its own worker: pipeline does not apply",
                      config_where(c, g, g->line, at, sizeof at), g->name);
+            return -1;
+        }
+        if (list_has_empty(g->workers)) { /* (a name left out: it ran with one worker fewer, unsaid) */
+            snprintf(err, errlen, "%sgroup %s: an empty worker address in '%s' (two commas, or one at an end)",
+                     config_where(c, g, g->workers_line, at, sizeof at), g->name, g->workers);
             return -1;
         }
         char a[300];

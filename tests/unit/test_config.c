@@ -1031,6 +1031,12 @@ static void test_validate_ports(void **state)
         {"", "localhost:5001, 127.0.0.1:5001", "worker '127.0.0.1:5001' listed twice (first as 'localhost:5001')"},
         {"", "unix://5001, unix://5001", "worker 'unix://5001' listed twice"},
         {"", "w:1, w:2, v:1", NULL},
+        /* an empty item: a worker's name left out (it ran with one worker fewer) */
+        {"", "w:1,,v:2", "group main: an empty worker address in 'w:1,,v:2' (two commas, or one at an end)"},
+        {"", "w:1, , v:2", "an empty worker address"},
+        {"", "w:1,", "an empty worker address"},
+        {"", ",w:1", "an empty worker address"},
+        {"", " w:1 ,\tv:2 ", NULL},
         /* over TCP and over its Unix socket: one q (q -p 5001 listens on both; before: not compared) */
         {"", "localhost:5001, unix://5001", "worker 'unix://5001' listed twice (first as 'localhost:5001')"},
         {"", "unix://5001, 127.0.0.1:5001", "worker '127.0.0.1:5001' listed twice (first as 'unix://5001')"},
