@@ -90,6 +90,18 @@ static void reply(struct gw *g, struct mconn *m, const char *status, const char 
 /* A whole request head: GET (or HEAD) /metrics or / gets the page, made on the writer pool. */
 static void request(struct gw *g, struct mconn *m, const char *in)
 {
+    /* the request line: METHOD SP target SP HTTP/1.x (RFC 9112 3; at 3929a8f any version, or
+     * none, was served: 'GET /metrics HTTP/9.9' got the page) */
+    const char *eol = in + strcspn(in, "\r\n"), *sp1 = memchr(in, ' ', (size_t)(eol - in));
+    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+    if (!sp2 || sp1 == in || sp2 == sp1 + 1) {
+        reply(g, m, "400 Bad Request", "qgate: not an HTTP request line (METHOD /path HTTP/1.1)\n");
+        return;
+    }
+    if (eol - sp2 - 1 != 8 || strncmp(sp2 + 1, "HTTP/1.", 7) || sp2[8] < '0' || sp2[8] > '9') {
+        reply(g, m, "505 HTTP Version Not Supported", "qgate: HTTP/1.0 or HTTP/1.1 only\n");
+        return;
+    }
     int head = !strncmp(in, "HEAD ", 5);
     if (strncmp(in, "GET ", 4) && !head) {
         reply(g, m, "405 Method Not Allowed", "qgate: only GET /metrics\n");
@@ -134,10 +146,13 @@ static int on_bytes(struct gw *g, struct conn *c)
         return stream_close(c, "out of memory");
     in->p[in->len] = 0;
     const char *text = (const char *)inbuf_data(in);
+    /* empty lines before the request line are passed over (RFC 9112 2.2; at 3929a8f a blank
+     * line first was a whole request, answered 405) */
+    const char *line = text + strspn(text, "\r\n");
     if (memchr(text, 0, inbuf_avail(in))) /* (no HTTP request holds one: answered, not left to time out) */
         reply(g, m, "400 Bad Request", "qgate: a NUL byte in the request\n");
-    else if (strstr(text, "\r\n\r\n") || strstr(text, "\n\n"))
-        request(g, m, text);
+    else if (strstr(line, "\r\n\r\n") || strstr(line, "\n\n"))
+        request(g, m, line);
     else if (inbuf_avail(in) >= MREQ_MAX - 1)
         reply(g, m, "431 Request Header Fields Too Large", "qgate: request head too long\n");
     return m->st == MC_READING ? SS_OK : SS_STOP;

@@ -73,6 +73,29 @@ exec 8<&- 8>&-
 expect_file_has "$TMP/h400" "^HTTP/1.1 400 Bad Request"
 pass "404 for other paths, 405 with Allow for other methods, HEAD, the absolute form, 400 for a NUL"
 
+# --- the request line: HTTP/1.x only, and its three parts; empty lines before it passed over
+# (at 3929a8f 'HTTP/9.9' and no version at all got the page, and a blank line first a 405) ------
+# the status line of the answer to the raw request $1 (printf's format)
+raw_status() {
+    local rc=0
+    exec 8<>"/dev/tcp/127.0.0.1/$METRICS_PORT"
+    printf "$1" >&8 || true
+    timeout 10 cat <&8 > "$TMP/raw" || rc=$?
+    exec 8<&- 8>&-
+    [ "$rc" = 0 ] || fail "raw request '$1': not answered and closed (rc $rc)"
+    head -n 1 "$TMP/raw" | tr -d '\r'
+}
+for c in 'GET /metrics HTTP/9.9\r\n\r\n|HTTP/1.1 505 HTTP Version Not Supported' \
+         'GET /metrics HTTP/1.1x\r\n\r\n|HTTP/1.1 505 HTTP Version Not Supported' \
+         'GET /metrics\r\n\r\n|HTTP/1.1 400 Bad Request' \
+         'GET\r\n\r\n|HTTP/1.1 400 Bad Request' \
+         '\r\n\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n|HTTP/1.1 200 OK' \
+         'GET /metrics HTTP/1.0\n\n|HTTP/1.1 200 OK'; do
+    got=$(raw_status "${c%%|*}")
+    [ "$got" = "${c#*|}" ] || fail "raw request '${c%%|*}': '$got', want '${c#*|}'"
+done
+pass "the request line: 505 for a version not HTTP/1.x, 400 for a line without one, empty lines before it passed over"
+
 # --- busy: refused, logged at most once a second, counted ------------------------------------------
 sed -i 's/^stats_period/max_queue = 0\nstats_period/' "$TMP/gw.conf"
 kill -HUP "$GW_PID"
