@@ -39,8 +39,8 @@ expect_lines "$TMP/u.out" "^'qgate: access \\(admin only\\): \\.qgate\\.(pause|r
 # the first refusal logged; the five in the same second counted (at most one such line a second)
 wait_line "$TMP/GW.log" "refused \\.qgate\\.pause\\[\`main\\]: not an admin" 10
 admin ".qgate.pause[\`nosuch]" "call:.qgate.disable:127.0.0.1:1" ".qgate.kill[99999]" ".qgate.pause[3]" \
-    ".qgate.disable[]" ".qgate.kill[\`bob]" ".qgate.pause[\`main]" ".qgate.pause[\`main]" ".qgate.pools[]" \
-    ".qgate.resume[\`main]" ".qgate.resume[\`main]" ".qgate.pause[]" "scall:.qgate.resume"
+    ".qgate.disable[]" ".qgate.kill[\`bob]" ".qgate.pause[\`main]" ".qgate.pause \`main" ".qgate.pools[]" \
+    ".qgate.resume[\`main]" ".qgate.resume\`main;" ".qgate.pause[]" "scall:.qgate.resume"
 cat > "$TMP/want" <<WANT
 'qgate: no group nosuch
 'qgate: no worker 127.0.0.1:1
@@ -55,7 +55,7 @@ head -n 8 "$TMP/a.out" | diff -u "$TMP/want" - || fail "the admin's errors"
 sed -n 9p "$TMP/a.out" | grep -qE "$POOLS_HEAD \\| ,\`main \\| ,1b \\| ,0 \\| ,0 \\| ,2 " || fail "pools while paused: $(sed -n 9p "$TMP/a.out")"
 [ "$(tail -n 4 "$TMP/a.out" | tr '\n' ' ')" = "1b 1b 1b 1b " ] || fail "resume, resume, pause[], resume: $(cat "$TMP/a.out")"
 grep -q "qgate" "$TMP/W1.log" "$TMP/W2.log" && fail "a control command reached a worker"
-pass ".qgate.pools[] for anyone, the rest refused to a non-admin; errors name what is wrong; pause and resume idempotent, with nothing running answered at once"
+pass ".qgate.pools[] for anyone, the rest refused to a non-admin; errors name what is wrong; pause and resume idempotent, with nothing running answered at once; the argument juxtaposed (.qgate.pause \`main) as in brackets"
 # (an id as q writes one: a null, a sign, a type's letter; before, bad commands as text)
 admin ".qgate.kill[0N]" ".qgate.kill[-3]" ".qgate.kill[99999j]"
 printf '%s\n' "'qgate: no client 0N" "'qgate: no client -3" "'qgate: no client 99999" | diff -u - "$TMP/a.out" || fail "ids as q writes them"

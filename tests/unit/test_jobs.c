@@ -790,6 +790,12 @@ static void test_parse_command_args(void **state)
     expect_cmd(text(".qgate.disable[`unix:///run/q/w1.sock]"), GWCMD_DISABLE, GWARG_NAME, "unix:///run/q/w1.sock", 0);
     expect_cmd(text(".qgate.shutdown[]"), GWCMD_SHUTDOWN, GWARG_NONE, NULL, 0);
     expect_cmd(text(".qgate.pause[`]"), GWCMD_PAUSE, GWARG_NAME, "", 0); /* the null symbol: no group '' */
+    /* juxtaposed, as q applies a function to an argument (at 3929a8f an unknown command) */
+    expect_cmd(text(".qgate.pause `rdb"), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
+    expect_cmd(text(" .qgate.pause`rdb;"), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
+    expect_cmd(text(".qgate.resume \"hdb\""), GWCMD_RESUME, GWARG_NAME, "hdb", 0);
+    expect_cmd(text(".qgate.kill 12"), GWCMD_KILL, GWARG_NUM, NULL, 12);
+    expect_cmd(text(".qgate.kill\t-5j"), GWCMD_KILL, GWARG_NUM, NULL, -5);
     /* the functional form, named by a symbol or (node-q) a string; the name a symbol or a string */
     for (int sym = 0; sym < 2; sym++) {
         expect_cmd(call(".qgate.pause", sym, k_sym("rdb")), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
@@ -829,7 +835,8 @@ static void test_parse_command_refused(void **state)
         ".qgate.nosuch[]", ".qgate.pause", ".qgate.pause[`a b]", ".qgate.pause[`a;`b]", ".qgate.pause[\"a]",
         ".qgate.pause[\"a\\\"b\"]", ".qgate.kill[1x]", ".qgate.kill[9223372036854775808]", ".qgate.kill[j]",
         ".qgate.kill[-]", ".qgate.kill[0Nx]", ".qgate.kill[--1]", ".qgate.kill[1jj]",
-        ".qgate.pause[rdb]", "qgate.pause[`rdb]",
+        ".qgate.pause[rdb]", "qgate.pause[`rdb]", ".qgate.nosuch `rdb", ".qgate.pause `a b", ".qgate.kill 1 2",
+        ".qgate.kill - 5",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct job *j = parsed(text(bad[i]));
