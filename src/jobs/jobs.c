@@ -226,13 +226,24 @@ static int text_arg(const char *a, size_t n, struct cmd_arg *x)
             return -1;
         return set_name(x, a + 1, n - 2);
     }
-    /* a whole number as q writes one: -? digits, or 0N (null), with a type's letter or none */
-    if (n > 1 && a[n - 1] && strchr("hij", a[n - 1])) /* (a NUL is no type's letter) */
-        n--;
+    /* a whole number as q writes one: -? digits, or 0N (null), with a type's letter or none; or
+     * a whole float or real (3.0, 3., 3f, 3.0e; 0n null), as the functional form takes one (at
+     * 3929a8f .qgate.kill[3.0] was refused, while (`.qgate.kill; 3.0) ran) */
+    char t = n > 1 && a[n - 1] && strchr("hijef", a[n - 1]) ? a[n - 1] : 0; /* (a NUL is no type's letter) */
+    n -= t != 0;
     x->kind = GWARG_NUM;
-    if (n == 2 && a[0] == '0' && a[1] == 'N') {
+    if (n == 2 && a[0] == '0' && (a[1] == 'N' || (a[1] == 'n' && !t))) {
         x->num = GWARG_NULL;
         return 0;
+    }
+    const char *dot = memchr(a, '.', n);
+    if (dot) { /* only zeros after it, and no integral type's letter */
+        if ((t && t != 'e' && t != 'f') || dot == a || !isdigit((unsigned char)dot[-1]))
+            return -1;
+        for (const char *z = dot + 1; z < a + n; z++)
+            if (*z != '0')
+                return -1;
+        n = (size_t)(dot - a);
     }
     int neg = a[0] == '-';
     int64_t v = 0;

@@ -777,6 +777,13 @@ static void test_parse_command_args(void **state)
     expect_cmd(text(".qgate.kill[-5]"), GWCMD_KILL, GWARG_NUM, NULL, -5);
     expect_cmd(text(".qgate.kill[0N]"), GWCMD_KILL, GWARG_NUM, NULL, GWARG_NULL);
     expect_cmd(text(".qgate.kill[0Ni]"), GWCMD_KILL, GWARG_NUM, NULL, GWARG_NULL);
+    /* a whole float or real, as the functional form takes one (at 3929a8f refused) */
+    expect_cmd(text(".qgate.kill[3.0]"), GWCMD_KILL, GWARG_NUM, NULL, 3);
+    expect_cmd(text(".qgate.kill[3.]"), GWCMD_KILL, GWARG_NUM, NULL, 3);
+    expect_cmd(text(".qgate.kill[3f]"), GWCMD_KILL, GWARG_NUM, NULL, 3);
+    expect_cmd(text(".qgate.kill[-12.000e]"), GWCMD_KILL, GWARG_NUM, NULL, -12);
+    expect_cmd(text(".qgate.kill[0n]"), GWCMD_KILL, GWARG_NUM, NULL, GWARG_NULL);
+    expect_cmd(text(".qgate.kill 7.0"), GWCMD_KILL, GWARG_NUM, NULL, 7);
     /* up to a long's (before: past 21474836479 a bad command, while the functional form took it) */
     expect_cmd(text(".qgate.kill[99999999999]"), GWCMD_KILL, GWARG_NUM, NULL, 99999999999);
     expect_cmd(text(".qgate.kill[-9223372036854775807j]"), GWCMD_KILL, GWARG_NUM, NULL, -INT64_MAX);
@@ -836,7 +843,8 @@ static void test_parse_command_refused(void **state)
         ".qgate.pause[\"a\\\"b\"]", ".qgate.kill[1x]", ".qgate.kill[9223372036854775808]", ".qgate.kill[j]",
         ".qgate.kill[-]", ".qgate.kill[0Nx]", ".qgate.kill[--1]", ".qgate.kill[1jj]",
         ".qgate.pause[rdb]", "qgate.pause[`rdb]", ".qgate.nosuch `rdb", ".qgate.pause `a b", ".qgate.kill 1 2",
-        ".qgate.kill - 5",
+        ".qgate.kill - 5", ".qgate.kill[3.5]", ".qgate.kill[3.0j]", ".qgate.kill[.0]", ".qgate.kill[-.0]",
+        ".qgate.kill[3.0.0]", ".qgate.kill[0nf]", ".qgate.kill[3.0x]", ".qgate.kill[1e3]",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct job *j = parsed(text(bad[i]));
