@@ -114,12 +114,13 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
     }
     struct kerr e;
     if (!checked && kvalidate_check(msg + 8, len - 8, msg[0], NULL, &e) != QG_OK) {
+        int msg_type = msg[1];
         free(msg);
         if (k)
             tell_no_answer(g, k); /* the worker is told its answer is not coming */
         char why[96];
         snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
-        request_bad_message_loop(g, c, why);
+        request_bad_message_loop(g, c, why, msg_type);
         return SS_STOP;
     }
     if (wc)
@@ -228,7 +229,9 @@ void callback_checked_loop(struct gw *g, struct job *j)
     if (j->result) {
         if (type == KIPC_RESPONSE)
             tell_no_answer(g, &k);
-        request_bad_message_loop(g, c, j->text);
+        /* (told: its worker lost meanwhile, the call it waits in has had its answer: the
+         * badmsg goes after the replies owed, as an async one's does) */
+        request_bad_message_loop(g, c, j->text, told ? KIPC_ASYNC : type);
         return;
     }
     if (told) /* its worker was lost meanwhile: its error came, in its place */

@@ -323,9 +323,10 @@ int request_runs_as_is_loop(const struct req *r, const struct group *grp);
 int request_owes_reply_loop(const struct client *c);
 /* Queue c's reply to request seq (msg owned now). */
 void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
-/* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
- * 'qgate: badmsg after the replies owed, then the client is closed. */
-void request_bad_message_loop(struct gw *g, struct client *c, const char *why);
+/* A header, or a small body, that the gateway cannot accept (a message of type type, KIPC_*,
+ * or -1 if not known): its request (seq next) answers 'qgate: badmsg after the replies owed, then
+ * the client is closed; sent from inside a callback and not async, answered as nested calls are. */
+void request_bad_message_loop(struct gw *g, struct client *c, const char *why, int type);
 
 /* Reading stops past client_max_pending bytes held (unless it owes a callback an answer), and
  * goes on below half of it. */

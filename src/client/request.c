@@ -581,6 +581,10 @@ void request_advance_loop(struct gw *g, struct client *c)
     c->advancing--;
     if (c->c.closing)
         return;
+    if (c->st == CS_FLUSHING && !client_head(c)) /* nothing owed now (its last request an async one, its
+                                                  * bad message's error answered nested before): the
+                                                  * close once its output is written, on a flush */
+        conn_mark_dirty_loop(g, &c->c);
     request_check_pending_loop(g, c);
     request_finish_if_gone_loop(g, c);
 }
@@ -832,7 +836,7 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         free(msg);
         char bad[96];
         snprintf(bad, sizeof bad, "%s at byte %zu", e.why, e.off + 8);
-        request_bad_message_loop(g, c, bad);
+        request_bad_message_loop(g, c, bad, h->type);
         return SS_STOP;
     }
     int bc = h->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST; /* (every worker
@@ -912,8 +916,10 @@ static void stop_for_bad_message(struct gw *g, struct client *c, const char *why
 }
 
 /* Reading has stopped: error text goes after the replies owed (as the answer to a request of
- * seq next, of len bytes if known), then the close. */
-static void close_with_error(struct gw *g, struct client *c, const char *text, size_t len)
+ * seq next, of len bytes if known; nested: among the answers to what c sent from inside the
+ * callback it is in, in its place, before the reply of the request that called back), then the
+ * close. */
+static void close_with_error(struct gw *g, struct client *c, const char *text, size_t len, int nested)
 {
     if (client_output_gone(c)) { /* nobody to tell: what came before still runs (framed from the */
         request_advance_loop(g, c); /* backlog, nothing after this advances it) */
@@ -932,17 +938,24 @@ static void close_with_error(struct gw *g, struct client *c, const char *text, s
     r->t_in_us = loop_stamp_us_loop(g);
     r->in_len = len;
     TAILQ_INSERT_TAIL(&c->reqs, r, link);
+    if (nested)
+        nest(g, c, r);
     request_error_loop(g, c, r, "%s", text);
 }
 
 /* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
  * 'qgate: badmsg after the replies owed. */
-void request_bad_message_loop(struct gw *g, struct client *c, const char *why)
+void request_bad_message_loop(struct gw *g, struct client *c, const char *why, int type)
 {
-    stop_for_bad_message(g, c, why);
+    /* sent from inside a callback, and waited for there (sync, or of a type not known): answered
+     * as a nested call is, in its place among them, before the reply of the request that called
+     * back; then the close once that is answered (at 3929a8f it went after that reply, and each
+     * was read as the other's: helper round 20) */
+    int nested = type != KIPC_ASYNC && type != KIPC_RESPONSE && inside_callback(g, c);
+    stop_for_bad_message(g, c, why); /* (the callbacks cancelled: their workers told no answer comes) */
     char text[160];
     snprintf(text, sizeof text, "qgate: badmsg %s", why);
-    close_with_error(g, c, text, 0);
+    close_with_error(g, c, text, 0, nested);
 }
 
 /* One request's answer at exit: its reply made, or the error for what has none. 0, or -1 when
@@ -998,7 +1011,7 @@ void request_exit_answers_loop(struct gw *g, struct client *c, const char *why)
 void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len)
 {
     stop_reading(g, c);
-    close_with_error(g, c, text, len);
+    close_with_error(g, c, text, len, 0);
 }
 
 /* Request x will not run: its session's worker is gone (named to tests/sim's lost hook). */

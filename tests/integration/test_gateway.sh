@@ -200,3 +200,26 @@ for w in W1 W2; do
     wait_line "$TMP/$w.log" "callback answered with an error: 'qgate: no client answers a callback from a broadcast" 10
 done
 pass "broadcast: a callback from it is answered at once, saying no client answers it"
+
+# --- a malformed message sent from inside a callback, and waited for there: 'qgate: badmsg as its
+# answer at once, then the reply of the request that called back (its worker told no answer
+# comes), then the close. At 3929a8f the badmsg went after that reply, so the client read each as
+# the other's (helper round 20): checked on the loop (small), and on a reader (over 16 KiB) ------
+python3 -c "
+import struct, sys
+for name, n in (('small', 3), ('large', 20000)):
+    b = b'\x0a\x00' + struct.pack('<i', n) + b'a' * n + b'JUNK'  # a char vector, then 4 bytes after it
+    open(sys.argv[1] + '/bad-' + name + '.bin', 'wb').write(bytes([1, 1, 0, 0]) + struct.pack('<I', 8 + len(b)) + b)
+" "$TMP"
+for size in small large; do
+    timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest "bytes:$TMP/bad-$size.bin" "callback outer" "echo after" \
+        > "$TMP/nb.out" 2>&1 || true
+    at=$([ $size = small ] && echo 17 || echo 20014)
+    printf '%s\n' "nested: 'qgate: badmsg bytes after object at byte $at" \
+        "'qgate: no answer comes: the client of this request has gone, or sent a bad message" |
+        cmp -s - <(head -n 2 "$TMP/nb.out") || fail "$size: $(cat "$TMP/nb.out")"
+    grep -q '"after"' "$TMP/nb.out" && fail "$size: a request after the bad message ran: $(cat "$TMP/nb.out")"
+done
+q "echo still"
+expect_lines "$TMP/q.out" '^"still"$' 1
+pass "a malformed sync message from inside a callback: its badmsg at once, as the nested call's answer, then the reply of the request that called back, then the close"
