@@ -423,12 +423,17 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
 {
     char err[1200] = "";
     int fd = -1;
+    int told = 0;
     if (r->path[0]) /* a FIFO with no reader yet: tried again every POLL_MS, until stop or a move to
                      * another path ends it; a hung mount: only stop's KICK_SIG ends it */
         while ((fd = alog_open(r->path, err, sizeof err)) < 0 && (errno == EINTR || errno == ENXIO) &&
                !atomic_load(&w->abandon) && atomic_load(&w->move_seq) <= r->seq)
-            if (errno == ENXIO)
+            if (errno == ENXIO) {
+                if (r->announce && !told++) /* (said once: at a reload nothing said so, and the
+                                             * lines queued for it read as a slow file's: helper round 20) */
+                    log_warn(NULL, "access log %s: a FIFO with no reader: its lines wait for one", r->path);
                 poll(NULL, 0, POLL_MS);
+            }
     int failed = r->path[0] && fd < 0, was_open = w->fd >= 0;
     int had_path = w->fpath[0] != 0; /* (open, or given up on: "off" is news) */
     /* a FIFO with no reader, left for another path asked since: no error, and nothing of its
@@ -476,7 +481,7 @@ static void do_open(struct alog_writer *w, const struct reopen *r)
     else if (!failed && late)
         log_info(NULL, "access log: %s open at last", r->path);
     else if (!failed && r->announce && (r->path[0] || was_open || had_path))
-        log_info(NULL, "access log %s%s", r->path[0] ? "reopened: " : "off", r->path);
+        log_info(NULL, "access log %s%s", !r->path[0] ? "off" : was_open ? "reopened: " : "opened: ", r->path);
 }
 
 /* Take the queue whole into cur (empty): the loop gets cur's buffer back to append to. */

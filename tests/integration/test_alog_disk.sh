@@ -221,6 +221,8 @@ kill -USR1 "$GR_PID"
 timeout 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" "echo while" "echo opening" > "$TMP/q.out" || fail "no reply while the reopen hangs"
 expect_lines "$TMP/q.out" '^1b$' 1
 expect_lines "$TMP/q.out" '^"(while|opening)"$' 2
+wait_line "$TMP/GR.log" "access log $B: a FIFO with no reader: its lines wait for one\$" 10 # (said: at a
+# reload nothing said so, and the lines queued for it read as a slow file's: helper round 20)
 cat "$B" > "$TMP/fifo.out" & PIDS+=("$!") # a reader at last
 wait_line "$TMP/GR.log" "access log reopened: $B\$" 10
 wait_count "$TMP/fifo.out" "$LINE" 3 10
