@@ -262,6 +262,28 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
     g->loop.work_pending = 1;
 }
 
+/* The file's configuration checked again as it would run: with the keys a restart takes (port,
+ * bind, metrics_port, ...) as they run, the port the gateway listens on. -1 (err says why) if it
+ * would not do (a worker on the running port: at 3929a8f a file that moved port and named the
+ * running one as a worker was taken, and the gateway sent its clients' queries to itself, for
+ * ever: helper round 21). */
+static int check_as_run(const struct gw *g, const struct config *nc, char *err, size_t errlen)
+{
+    struct config *eff = malloc(sizeof *eff);
+    if (!eff)
+        return 0; /* (checked as the file says only) */
+    *eff = g->cfg;
+    config_take_live(eff, nc);
+    if (g->port)
+        eff->port = g->port; /* (port = 0: the one the kernel gave) */
+    char why[1200];
+    int bad = config_validate(eff, why, sizeof why) != 0;
+    free(eff);
+    if (bad)
+        snprintf(err, errlen, "%s (as it would run: the keys a restart takes, such as port, kept as they run)", why);
+    return bad ? -1 : 0;
+}
+
 void reload_done_loop(struct gw *g, struct job *j)
 {
     struct reload_job *r = j->ctx;
@@ -290,6 +312,9 @@ void reload_done_loop(struct gw *g, struct job *j)
                  fresh, g->ngroups, CFG_MAX_GROUPS);
         err = many;
     }
+    char as_run[1300];
+    if (!err && check_as_run(g, r->cfg, as_run, sizeof as_run))
+        err = as_run;
     if (err) {
         log_error(NULL, "reload failed, keeping the running configuration: %s", err);
         if (g->reopen_on_reload) { /* SIGHUP still rotates the access log */
