@@ -354,6 +354,16 @@ void client_users_reloaded_loop(struct gw *g)
         const struct auth_user *e = db ? auth_find(db, u->name, strlen(u->name)) : NULL;
         if (u->admin && !(e && e->admin))
             log_info(NULL, "reload: user %s is no longer an admin", u->name);
+        if (db && !e) { /* gone from the file: its connections stay (new ones are refused), as they
+                         * were but for admin rights; its limits kept (at 3929a8f they were lifted,
+                         * and nothing said so: helper round 21) */
+            if (u->conns)
+                log_warn(NULL, "reload: user %s is no longer in the users file: its %d connection%s stay%s until "
+                         "closed (.qgate.kill[id] ends one), its limits as they were; new ones are refused",
+                         u->name, u->conns, u->conns == 1 ? "" : "s", u->conns == 1 ? "s" : "");
+            u->admin = 0;
+            continue;
+        }
         u->admin = e ? e->admin : 0;
         u->monitor = e ? e->monitor : 0;
         u->max_conns = e ? e->max_conns : 0;

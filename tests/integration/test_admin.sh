@@ -99,3 +99,30 @@ expect_lines "$TMP/boss2.out" "^'qgate: access \\(admin only\\): \\.qgate\\.paus
 timeout 30 "$BIN/qsend" -g "$G" -u sam:pw "echo sam3" > "$TMP/sam2.out" 2>&1 || true
 expect_lines "$TMP/sam2.out" "^'qgate: access: user sam is a monitor" 1
 pass "a reload that changes a user's rights: what the user sent before runs as it was sent (an admin's pause and resume, a user's queries), what it sends after is judged anew"
+
+# --- a user removed from the users file: its connections stay, its limits as they were (at
+# 3929a8f they were lifted, unsaid: max_inflight 1 let both of its waiting requests run) ----------
+start_worker W2 --rows 1000
+printf 'boss:pw\tadmin=1\nlim:pw\tmax_inflight=1\n' > "$TMP/users3"
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\nloglevel = debug\n[group main]\nworkers = 127.0.0.1:%s, 127.0.0.1:%s\n' \
+    "$TMP/users3" "$W1_PORT" "$W2_PORT" > "$TMP/lm.conf"
+start_gateway LM -c "$TMP/lm.conf"
+wait_count "$TMP/LM.log" "connected \\(capability 3\\)" 2 10
+G="127.0.0.1:$LM_PORT"
+timeout 60 "$BIN/qsend" -g "$G" -u lim:pw "hold lm1" > "$TMP/lm1.out" 2>&1 & p1=$!
+wait_any "hold lm1" 10 "$TMP/W1.log" "$TMP/W2.log"
+timeout 60 "$BIN/qsend" -g "$G" -u lim:pw "echo lm2" > "$TMP/lm2.out" 2>&1 & p2=$!
+wait_count "$TMP/LM.log" "lim: request 0: sync" 2 10
+printf 'boss:pw\tadmin=1\n' > "$TMP/users3"
+kill -HUP "$LM_PID"
+wait_line "$TMP/LM.log" "reload: done" 10
+expect_file_has "$TMP/LM.log" "reload: user lim is no longer in the users file: its 2 connections stay until closed"
+timeout 30 "$BIN/qsend" -g "$G" -u boss:pw ".qgate.pools[]" > "$TMP/lm.pools" 2>&1 || true
+grep -qE "\\| ,\`main \\| ,0b \\| ,1 \\| ,1 \\| ,1 \\|" "$TMP/lm.pools" || fail "after the reload, lim's second request: $(cat "$TMP/lm.pools")"
+[ -s "$TMP/lm2.out" ] && fail "lim's second request ran past its max_inflight: $(cat "$TMP/lm2.out")"
+if grep -q "hold lm1" "$TMP/W1.log"; then release lm1 "$W1_PORT"; else release lm1 "$W2_PORT"; fi
+wait "$p1" "$p2" || true
+expect_lines "$TMP/lm2.out" '^"lm2"$' 1
+timeout 30 "$BIN/qsend" -g "$G" -u lim:pw "echo new" > "$TMP/lm3.out" 2>&1 || true
+[ -s "$TMP/lm3.out" ] && grep -q '"new"' "$TMP/lm3.out" && fail "a new connection of a removed user was let in"
+pass "a user removed from the users file: said; its connections stay with its limits as they were; new ones refused"
