@@ -395,6 +395,7 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
         call = k_str(text, tn);
     }
     if (call) {
+        logf_(c, "calling back"); /* (a test's evidence: which worker called back) */
         if (send_msg(c, call, KIPC_SYNC))
             return (struct reply){.k = k_err("close")};
         for (;;) { /* like q in h x: wait on this handle for the response, and run what else

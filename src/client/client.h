@@ -97,6 +97,8 @@ struct req {
                           * gateway command run now, or an error; its reply goes as soon as it
                           * is made, ahead of the requests before it (q answers a call nested
                           * within the one it waits in first) */
+    uint8_t wait_answer; /* its worker lost while it called the client back: its error goes once
+                          * the client has answered that callback (left it, as q sees it) */
 };
 TAILQ_HEAD(reqlist, req);
 

@@ -67,6 +67,21 @@ static int inside_callback(struct gw *g, const struct client *c)
     return c->ncalls && (c->fo || callback_owed_loop(g, c));
 }
 
+/* Does c owe the answer to a callback whose worker is gone (lost, or timed out), having sent
+ * no more than the bound since (it gave up on none)? Then it is inside that callback as q sees it
+ * (its .z.pg runs yet): what it sends sync is nested, and answered at once with an error, never
+ * run as a new request (at 3929a8f it ran on another worker, and a client carrying on inside its
+ * .z.pg took each reply for the call before: values for the wrong call, helper round 21). */
+static int owes_lost_call(const struct client *c) { return c->ncalls && !c->gave_up && !c->fo; }
+
+/* Is r's error (its worker lost while it called c back) held until c has answered that callback?
+ * While c may answer it yet: as q sees it, c's .z.pg still runs, and a reply now would be taken for
+ * that of the next call c makes there (at 3929a8f it was sent at once: helper round 21). */
+static int held_for_answer(const struct client *c, const struct req *r)
+{
+    return r->wait_answer && owes_lost_call(c) && c->st == CS_READY && !c->eof;
+}
+
 /* c's nested list has emptied, perhaps: a worker whose reply waited for it goes on (run.c). */
 static void nested_wake(struct gw *g, struct client *c)
 {
@@ -558,7 +573,8 @@ void request_advance_loop(struct gw *g, struct client *c)
     struct req *r;
     c->advancing++;
     while (!c->c.closing && (r = client_head(c))) {
-        if (r->state == RS_READY && !client_nested_owed(c)) { /* (after what was called nested within it) */
+        if (r->state == RS_READY && !client_nested_owed(c) && !held_for_answer(c, r)) { /* (after what was
+                                                   * called nested within it, and the callback left) */
             TAILQ_REMOVE(&c->reqs, r, link);
             access_req_loop(g, c, r, 1);
             log_debug(c->c.name, "request %llu: reply of %zu bytes%s", (unsigned long long)r->seq,
@@ -681,13 +697,16 @@ static void read_again(struct gw *g, struct client *c)
 
 void request_check_pending_loop(struct gw *g, struct client *c)
 {
-    int owes = inside_callback(g, c);
+    /* (its answer to a callback whose worker is gone, that its head's error waits for, too) */
+    int owes = inside_callback(g, c) || (client_head(c) && held_for_answer(c, client_head(c)));
     if (owes && c->pending > 2 * (size_t)g->cfg.client_max_pending) { /* read on for the answer, but
                                                                        * not without bound */
         log_warn(c->c.name, "%zu bytes of requests and no answer to its worker's callback: the worker is told so",
                  c->pending);
         callback_give_up_loop(g, c);
         owes = 0;
+        if (!c->advancing && client_head(c) && client_head(c)->wait_answer)
+            request_advance_loop(g, c); /* (an error held for its answer: it goes now) */
     }
     if (owes) /* its answer may be behind a message that waits for room */
         request_room_check_loop(g, c);
@@ -853,7 +872,7 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         uncount(g, &counted);
     /* from inside a callback, not run nested on its worker: a gateway command, or a sync message
      * that cannot run there (an async one waits its turn) */
-    int here = (a.cmd && !h->compressed) || h->type == KIPC_SYNC ? inside_callback(g, c) : 0;
+    int here = (a.cmd && !h->compressed) || h->type == KIPC_SYNC ? inside_callback(g, c) || owes_lost_call(c) : 0;
     struct req *r = queue_req(g, c, c->next_seq++, msg, h, &a, counts);
     if (!r)
         return stream_close(&c->c, "out of memory");

@@ -1227,8 +1227,10 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, int t
                                   "reply: what it sent after them is dropped, not run before them");
     else if (run != RUN_REQUEST || client_output_gone(c))
         request_head_done_loop(g, c);
-    else
+    else {
+        h->wait_answer = c->ncalls != 0; /* (inside its callback: the error once it has answered) */
         request_error_loop(g, c, h, "%s", text);
+    }
 }
 
 void run_lost_loop(struct gw *g, struct worker *w)

@@ -555,6 +555,32 @@ printf '%s\n' "nested: 'qgate: the worker that called back was lost" "'qgate: wo
     cmp -s - "$TMP/n.out" || fail "$(cat "$TMP/n.out")"
 pass "the worker lost under a nested request: its error, then the error of the request that called back"
 
+# ... and lost while the client is inside its callback, waiting in no call (a q client whose
+# .z.pg runs on, protected): as when q's handle closes, each call it makes there gets an error
+# at once, and the request that called back its own once the client has answered the callback.
+# At 3929a8f that error came at once, so the client took it for its next call's reply, and what
+# it sent next ran on the other worker: each call got the value of the one before, the request
+# that called back "n2" (helper round 21)
+start_worker WL
+start_worker WM
+conf "$TMP/l.conf" "127.0.0.1:$WL_PORT, 127.0.0.1:$WM_PORT"
+start_gateway LG -c "$TMP/l.conf"
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$LG_PORT" --timeout 30000 --nest "wait:$TMP/l.go||echo n1||sleep 100||echo n2" \
+    "callback outer" "echo after" > "$TMP/l.out" 2>&1 &
+lp=$!
+wait_any "calling back" 10 "$TMP/WL.log" "$TMP/WM.log"
+if grep -q "calling back" "$TMP/WL.log"; then lost=WL; else lost=WM; fi
+lport=$(eval echo "\$${lost}_PORT")
+kill -9 "$(eval echo "\$${lost}_PID")"
+wait_line "$TMP/LG.log" "w 127\\.0\\.0\\.1:$lport: connection closed" 10
+touch "$TMP/l.go"
+wait "$lp" || true
+no_run="nested: 'qgate: a request cannot run inside this callback now; send it after the callback's answer"
+printf '%s\n' "$no_run" "$no_run" "$no_run" "'qgate: worker 127.0.0.1:$lport lost" '"after"' |
+    cmp -s - "$TMP/l.out" || fail "$(cat "$TMP/l.out")"
+grep -q "echo n1" "$TMP/WL.log" "$TMP/WM.log" && fail "a call made inside the lost callback ran on a worker"
+pass "the worker lost while its client is inside its callback: each call made there an error, the request that called back its own once answered"
+
 # --- ... and one that owes a .qgate.all's workers its answers (not one worker: nothing runs
 # nested there). A sync request from inside the callback gets an error at once, a gateway
 # command runs (both before the callback's answer, as a call nested in it); async messages wait
