@@ -702,9 +702,11 @@ void client_drain_close_loop(struct gw *g, int all)
         if (!x || x->kind != CONN_CLIENT || x->closing)
             continue;
         struct client *c = client_of(x);
-        if (!all && (c->st != CS_READY || !c->sess || client_head(c) || conn_owed_unsent(x) || x->in_backlog ||
-                     !connq_first(&c->grp->queue)))
-            continue; /* (only one idle in its session, whose worker others' requests wait for) */
+        if (!all && (c->st != CS_READY || client_head(c) || conn_owed_unsent(x) || x->in_backlog || c->ncalls))
+            continue; /* (only one with nothing owed: each is shut after its last reply byte, not
+                       * once every other's is done (at 3929a8f only an idle session's client was),
+                       * so that it may go to another gateway while the slowest query still runs:
+                       * helper round 21) */
         if (c->st == CS_LINGER || c->st == CS_GONE)
             continue; /* closing already, or closed when what it sent is done */
         if (c->st != CS_READY && c->st != CS_FLUSHING) {

@@ -247,9 +247,9 @@ void client_pause_all_loop(struct gw *g);
 /* all: the drain is done (nothing owed): every client's write side is shut after its last
  * reply byte, and what it still sends is read and dropped until it closes (at most 2 s), so
  * that no reset throws away reply bytes the kernel still holds. !all, while the drain waits:
- * only a client idle in its session (pool = session: nothing of it runs or waits to be written)
- * whose group has requests waiting for a worker, so that its worker runs them (they were
- * received; it would never be free). */
+ * each client with nothing owed (nothing of it runs, waits or is to be written, no callback
+ * open), the same way: it may go to another gateway while the slowest query still runs, and a
+ * session's worker, free then, runs what others' requests wait for. */
 void client_drain_close_loop(struct gw *g, int all);
 /* The users file changed (a reload): connected users get its admin flags and limits. */
 void client_users_reloaded_loop(struct gw *g);

@@ -259,6 +259,31 @@ wait_exit "$R_PID" 10
 expect_file_has "$TMP/R.log" "drained: closing 1 clients"
 pass "SIGTERM with a reply streaming and a message unread: all 20000014 bytes, then the close"
 
+# --- SIGTERM: a client with nothing owed is shut at once, not once the slowest request of another
+# is done (at 3929a8f it waited for that, and could not go to another gateway meanwhile) ----------
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s, 127.0.0.1:%s\n' "$W2_PORT" "$W3_PORT" > "$TMP/dr.conf"
+start_gateway DR -c "$TMP/dr.conf"
+wait_count "$TMP/DR.log" "connected \\(capability 3\\)" 2 10
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$DR_PORT" "hold dr1" > "$TMP/dr1.out" 2>&1 & pd=$!
+wait_any "hold dr1" 10 "$TMP/W2.log" "$TMP/W3.log"
+raw_open "$DR_PORT"
+raw_hs u:p
+raw_text 1 "echo b1"
+raw_msg "$TMP/dr.b1" || fail "no reply before SIGTERM"
+kill -TERM "$DR_PID"
+wait_line "$TMP/DR.log" "SIGTERM: draining" 5
+rc=0; timeout 8 cat <&3 > "$TMP/dr.rest" || rc=$? # to its close, while the hold still runs (drain_timeout 10 s)
+raw_close
+[ "$rc" = 0 ] || fail "the idle client was not closed while another's request ran (rc $rc)"
+kill -0 "$pd" 2> /dev/null || fail "the hold ended before the idle client was closed: $(cat "$TMP/dr1.out")"
+[ -s "$TMP/dr.rest" ] && fail "the idle client got bytes: $(od -c "$TMP/dr.rest" | head -3)"
+release dr1 "$W2_PORT" "$W3_PORT"
+wait "$pd" || true
+expect_lines "$TMP/dr1.out" '^"dr1"$' 1
+wait_exit "$DR_PID" 10
+[ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS"
+pass "SIGTERM: a client with nothing owed is shut at once, while another's request still runs; that one answered, exit 0"
+
 # --- worker credentials from the config: a worker that demands them, and never in the logs -
 start_worker S --rows 10 --user svc:Hunter2pw
 printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group secure]\nworkers = 127.0.0.1:%s\nuser = svc\npassword = Hunter2pw\n' "$S_PORT" > "$TMP/s.conf"
