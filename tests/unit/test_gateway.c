@@ -970,13 +970,20 @@ static void called_back(struct duo *d, const char *q, const char *cb)
 }
 
 /* d's worker was lost under a nested call of its client: that call's error comes first, then
- * the request's own; another worker takes its place, for duo_close. */
+ * the request's own once the client has answered the callback (left its .z.pg: sooner, it would
+ * be taken for the reply of the next call the client makes there); another worker takes its
+ * place, for duo_close. */
 static void lost_under_nested(struct duo *d)
 {
     char got[300];
     settle_pools();
     assert_int_equal(recv_text(d->pa, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "'qgate: the worker that called back was lost");
+    settle_pools();
+    assert_false(readable(d->pa)); /* the request's error: held for the answer */
+    send_text(d->pa, KIPC_RESPONSE, "answer"); /* (a q client: its .z.pg signalled the error) */
+    client_in(d->a);
+    settle_pools();
     assert_int_equal(recv_text(d->pa, got, sizeof got), KIPC_RESPONSE);
     assert_string_equal(got, "'qgate: worker w1 lost");
     assert_false(readable(d->pa));
