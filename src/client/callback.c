@@ -143,6 +143,8 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
         c->gave_up = 0;
     struct conn *wc = k && !kept.cancelled ? conn_lookup_loop(g, kept.w_id, kept.w_gen) : NULL;
     request_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
+    if (c->lost_nested)
+        callback_lost_release_loop(g, c); /* a lost call's error, held for this answer */
     if (!c->ncalls && client_head(c) && client_head(c)->wait_answer)
         request_advance_loop(g, c); /* its error, held for this answer, goes now */
     if (!wc || wc->kind != CONN_WORKER) {
@@ -195,6 +197,25 @@ void callback_nested_lost_loop(struct gw *g, struct client *c, const char *text)
         return;
     callback_nested_error_loop(g, c, text);
     c->nest_job = 2;
+}
+
+void callback_nested_lost_calls_loop(struct gw *g, struct client *c, int n, const char *text)
+{
+    c->lost_nested += n;
+    c->lost_why = text;
+    callback_lost_release_loop(g, c);
+}
+
+void callback_lost_release_loop(struct gw *g, struct client *c)
+{
+    int answers = c->st == CS_READY && !c->eof && !c->gave_up; /* (else none comes: all go now) */
+    /* after what the gateway answers nested, made before (their place is ahead) */
+    while (c->lost_nested > 0 && !client_nested_owed(c) && (!answers || c->ncalls <= c->lost_nested)) {
+        c->lost_nested--;
+        callback_nested_error_loop(g, c, c->lost_why);
+        if (c->c.closing)
+            return;
+    }
 }
 
 size_t callback_nest_unsent_loop(struct gw *g, const struct client *c)

@@ -185,6 +185,10 @@ struct client {
                           * after them */
     uint8_t nest_job;    /* a sync message it sent nested is on a reader: 1; 2: its worker was
                           * lost meanwhile, and its error given it (the innermost, first) */
+    int lost_nested;     /* calls it made nested on a worker lost since, their errors (lost_why)
+                          * not yet given: the innermost, n-th, goes once it owes at most n
+                          * callback answers (it has left the callbacks inside that call) */
+    const char *lost_why;
 };
 
 static inline struct req *client_head(const struct client *c) { return TAILQ_FIRST(&c->reqs); }
@@ -379,6 +383,12 @@ void callback_nested_error_loop(struct gw *g, struct client *c, const char *text
 /* The worker c owes its answer was lost (text: the error): a sync message c sent it nested that
  * a reader still checks gets its error now, before those of the calls around it. */
 void callback_nested_lost_loop(struct gw *g, struct client *c, const char *text);
+/* ... and the n sync calls c made nested on it get text too, each once c has left the callbacks
+ * made inside it (c->lost_nested; at once for a call c waits in): a reply sooner would be taken
+ * for one c makes inside such a callback. */
+void callback_nested_lost_calls_loop(struct gw *g, struct client *c, int n, const char *text);
+/* Those of c's lost calls' errors now due, in order (all, if c answers no more callbacks). */
+void callback_lost_release_loop(struct gw *g, struct client *c);
 /* Worker w sends c a callback: its answer is expected, and c is read until it comes. 0, or -1
  * on ENOMEM. */
 int callback_add_loop(struct gw *g, struct client *c, const struct conn *w);

@@ -79,7 +79,7 @@ static int owes_lost_call(const struct client *c) { return c->ncalls && !c->gave
  * that of the next call c makes there (at 3929a8f it was sent at once: helper round 21). */
 static int held_for_answer(const struct client *c, const struct req *r)
 {
-    return r->wait_answer && owes_lost_call(c) && c->st == CS_READY && !c->eof;
+    return r->wait_answer && ((owes_lost_call(c) && c->st == CS_READY && !c->eof) || c->lost_nested);
 }
 
 /* c's nested list has emptied, perhaps: a worker whose reply waited for it goes on (run.c). */
@@ -571,6 +571,8 @@ void request_finish_if_gone_loop(struct gw *g, struct client *c)
 void request_advance_loop(struct gw *g, struct client *c)
 {
     struct req *r;
+    if (c->lost_nested) /* (its lost calls' errors now due go ahead of its head's) */
+        callback_lost_release_loop(g, c);
     c->advancing++;
     while (!c->c.closing && (r = client_head(c))) {
         if (r->state == RS_READY && !client_nested_owed(c) && !held_for_answer(c, r)) { /* (after what was
@@ -774,6 +776,8 @@ static void nested_flush(struct gw *g, struct client *c)
         request_free(g, r);
     }
     nested_wake(g, c);
+    if (c->lost_nested) /* (a lost call's error waited for them) */
+        callback_lost_release_loop(g, c);
     if (!c->advancing) /* a reply at the head may have waited for them */
         request_advance_loop(g, c);
 }
@@ -970,7 +974,7 @@ void request_bad_message_loop(struct gw *g, struct client *c, const char *why, i
      * as a nested call is, in its place among them, before the reply of the request that called
      * back; then the close once that is answered (at 3929a8f it went after that reply, and each
      * was read as the other's: helper round 20) */
-    int nested = type != KIPC_ASYNC && type != KIPC_RESPONSE && inside_callback(g, c);
+    int nested = type != KIPC_ASYNC && type != KIPC_RESPONSE && (inside_callback(g, c) || owes_lost_call(c));
     stop_for_bad_message(g, c, why); /* (the callbacks cancelled: their workers told no answer comes) */
     char text[160];
     snprintf(text, sizeof text, "qgate: badmsg %s", why);

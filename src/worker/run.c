@@ -1252,8 +1252,8 @@ void run_lost_loop(struct gw *g, struct worker *w)
         const char *why = timed_out ? "qgate: timeout (the worker that called back sent nothing for query_timeout)"
                                     : "qgate: the worker that called back was lost";
         callback_nested_lost_loop(g, c, why); /* (one a reader still checks) */
-        for (int n = w->run.nested; n > 0; n--)
-            callback_nested_error_loop(g, c, why);
+        callback_nested_lost_calls_loop(g, c, w->run.nested, why); /* (each once c has left the
+                                                                     * callbacks inside it) */
     }
     if (busy && run == RUN_FANOUT)
         fanout_call_back(g, w);

@@ -581,6 +581,44 @@ printf '%s\n' "$no_run" "$no_run" "$no_run" "'qgate: worker 127.0.0.1:$lport los
 grep -q "echo n1" "$TMP/WL.log" "$TMP/WM.log" && fail "a call made inside the lost callback ran on a worker"
 pass "the worker lost while its client is inside its callback: each call made there an error, the request that called back its own once answered"
 
+# ... two callbacks deep: the client's call made inside the first callback (itself called back)
+# gets its error once the client has left the second, the request that called back once it has
+# left the first (at 3929a8f both came at once; in a first form of the fix the inner call's did:
+# helper round 22)
+start_worker WL2
+conf "$TMP/l2.conf" "127.0.0.1:$WL2_PORT"
+start_gateway L2 -c "$TMP/l2.conf"
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$L2_PORT" --timeout 30000 --nest "callback inner" --nest "wait:$TMP/l2.go||echo d2a" \
+    "callback outer" > "$TMP/l2.out" 2>&1 &
+lp=$!
+wait_count "$TMP/WL2.log" "calling back" 2 10
+kill -9 "$WL2_PID"
+wait_line "$TMP/L2.log" "w 127\\.0\\.0\\.1:$WL2_PORT: connection closed" 10
+touch "$TMP/l2.go"
+wait "$lp" || true
+printf '%s\n' "$no_run" "nested: 'qgate: the worker that called back was lost" "'qgate: worker 127.0.0.1:$WL2_PORT lost" |
+    cmp -s - "$TMP/l2.out" || fail "two deep: $(cat "$TMP/l2.out")"
+pass "... two callbacks deep: a call inside the second an error at once, the call that made it its error once the client left the second, the request once it left the first"
+
+# ... and a malformed sync message sent inside it: its badmsg in its place, before the error of
+# the request that called back, then the close (in a first form it came after: helper round 22)
+start_worker WL3
+conf "$TMP/l3.conf" "127.0.0.1:$WL3_PORT"
+start_gateway L3 -c "$TMP/l3.conf"
+printf '\001\001\000\000\016\000\000\000\143\000\001\000\000\000' > "$TMP/l3.bad" # a count cut short
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$L3_PORT" --timeout 30000 --nest "wait:$TMP/l3.go||echo s1||bytes:$TMP/l3.bad" \
+    "callback outer" > "$TMP/l3.out" 2>&1 &
+lp=$!
+wait_line "$TMP/WL3.log" "calling back" 10
+kill -9 "$WL3_PID"
+wait_line "$TMP/L3.log" "w 127\\.0\\.0\\.1:$WL3_PORT: connection closed" 10
+touch "$TMP/l3.go"
+wait "$lp" || true
+head -n 3 "$TMP/l3.out" > "$TMP/l3.head"
+printf '%s\n' "$no_run" "nested: 'qgate: badmsg truncated count at byte 11" "'qgate: worker 127.0.0.1:$WL3_PORT lost" |
+    cmp -s - "$TMP/l3.head" || fail "a bad message inside the lost callback: $(cat "$TMP/l3.out")"
+pass "... a malformed sync message sent inside it: its badmsg in its place, then the request's error"
+
 # --- ... and one that owes a .qgate.all's workers its answers (not one worker: nothing runs
 # nested there). A sync request from inside the callback gets an error at once, a gateway
 # command runs (both before the callback's answer, as a call nested in it); async messages wait
