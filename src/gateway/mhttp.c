@@ -94,7 +94,8 @@ static void request(struct gw *g, struct mconn *m, const char *in)
      * none, was served: 'GET /metrics HTTP/9.9' got the page) */
     const char *eol = in + strcspn(in, "\r\n"), *sp1 = memchr(in, ' ', (size_t)(eol - in));
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
-    if (!sp2 || sp1 == in || sp2 == sp1 + 1) {
+    /* three parts, one space between each (a space more, in the target or at the end: 400) */
+    if (!sp2 || sp1 == in || sp2 == sp1 + 1 || sp2 + 1 == eol || memchr(sp2 + 1, ' ', (size_t)(eol - sp2 - 1))) {
         reply(g, m, "400 Bad Request", "qgate: not an HTTP request line (METHOD /path HTTP/1.1)\n");
         return;
     }

@@ -290,7 +290,8 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
     const char *ja = name + word;
     while (ja < s + n && q_space(*ja))
         ja++;
-    if (ja < s + n && (*ja == '`' || *ja == '"' || *ja == '-' || (*ja >= '0' && *ja <= '9'))) {
+    /* (a number after a space: q reads .qgate.kill-3 as .qgate.kill minus 3) */
+    if (ja < s + n && (*ja == '`' || *ja == '"' || (ja > name + word && (*ja == '-' || (*ja >= '0' && *ja <= '9'))))) {
         enum gwcmd c = lookup(name, word);
         if (c != GWCMD_UNKNOWN && text_arg(ja, (size_t)(s + n - ja), x))
             return bad_arg(text, tlen);

@@ -89,6 +89,9 @@ for c in 'GET /metrics HTTP/9.9\r\n\r\n|HTTP/1.1 505 HTTP Version Not Supported'
          'GET /metrics HTTP/1.1x\r\n\r\n|HTTP/1.1 505 HTTP Version Not Supported' \
          'GET /metrics\r\n\r\n|HTTP/1.1 400 Bad Request' \
          'GET\r\n\r\n|HTTP/1.1 400 Bad Request' \
+         'GET /metrics HTTP/1.1 \r\n\r\n|HTTP/1.1 400 Bad Request' \
+         'GET /metrics  HTTP/1.1\r\n\r\n|HTTP/1.1 400 Bad Request' \
+         'GET /met rics HTTP/1.1\r\n\r\n|HTTP/1.1 400 Bad Request' \
          '\r\n\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n|HTTP/1.1 200 OK' \
          'GET /metrics HTTP/1.0\n\n|HTTP/1.1 200 OK'; do
     got=$(raw_status "${c%%|*}")

@@ -843,7 +843,7 @@ static void test_parse_command_refused(void **state)
         ".qgate.pause[\"a\\\"b\"]", ".qgate.kill[1x]", ".qgate.kill[9223372036854775808]", ".qgate.kill[j]",
         ".qgate.kill[-]", ".qgate.kill[0Nx]", ".qgate.kill[--1]", ".qgate.kill[1jj]",
         ".qgate.pause[rdb]", "qgate.pause[`rdb]", ".qgate.nosuch `rdb", ".qgate.pause `a b", ".qgate.kill 1 2",
-        ".qgate.kill - 5", ".qgate.kill[3.5]", ".qgate.kill[3.0j]", ".qgate.kill[.0]", ".qgate.kill[-.0]",
+        ".qgate.kill - 5", ".qgate.kill-3", ".qgate.kill[3.5]", ".qgate.kill[3.0j]", ".qgate.kill[.0]", ".qgate.kill[-.0]",
         ".qgate.kill[3.0.0]", ".qgate.kill[0nf]", ".qgate.kill[3.0x]", ".qgate.kill[1e3]",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
