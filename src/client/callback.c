@@ -199,8 +199,13 @@ void callback_nested_lost_loop(struct gw *g, struct client *c, const char *text)
     c->nest_job = 2;
 }
 
-void callback_nested_lost_calls_loop(struct gw *g, struct client *c, int n, const char *text)
+void callback_nested_lost_calls_loop(struct gw *g, struct client *c, int n, const char *text, int hold)
 {
+    if (!hold) { /* (the run an async message's: what the client sent after it goes on, so these first) */
+        while (n-- > 0 && !c->c.closing)
+            callback_nested_error_loop(g, c, text);
+        return;
+    }
     c->lost_nested += n;
     c->lost_why = text;
     callback_lost_release_loop(g, c);
@@ -208,7 +213,8 @@ void callback_nested_lost_calls_loop(struct gw *g, struct client *c, int n, cons
 
 void callback_lost_release_loop(struct gw *g, struct client *c)
 {
-    int answers = c->st == CS_READY && !c->eof && !c->gave_up; /* (else none comes: all go now) */
+    /* (else no answer comes, or no request of it waits for one: all go now) */
+    int answers = c->st == CS_READY && !c->eof && !c->gave_up && client_head(c) && client_head(c)->wait_answer;
     /* after what the gateway answers nested, made before (their place is ahead) */
     while (c->lost_nested > 0 && !client_nested_owed(c) && (!answers || c->ncalls <= c->lost_nested)) {
         c->lost_nested--;

@@ -383,10 +383,11 @@ void callback_nested_error_loop(struct gw *g, struct client *c, const char *text
 /* The worker c owes its answer was lost (text: the error): a sync message c sent it nested that
  * a reader still checks gets its error now, before those of the calls around it. */
 void callback_nested_lost_loop(struct gw *g, struct client *c, const char *text);
-/* ... and the n sync calls c made nested on it get text too, each once c has left the callbacks
- * made inside it (c->lost_nested; at once for a call c waits in): a reply sooner would be taken
- * for one c makes inside such a callback. */
-void callback_nested_lost_calls_loop(struct gw *g, struct client *c, int n, const char *text);
+/* ... and the n sync calls c made nested on it get text too: hold (its request, which called back,
+ * waits for c's answer), each once c has left the callbacks made inside it (c->lost_nested; at
+ * once for a call c waits in), as a reply sooner would be taken for one c makes inside such a
+ * callback; else at once. */
+void callback_nested_lost_calls_loop(struct gw *g, struct client *c, int n, const char *text, int hold);
 /* Those of c's lost calls' errors now due, in order (all, if c answers no more callbacks). */
 void callback_lost_release_loop(struct gw *g, struct client *c);
 /* Worker w sends c a callback: its answer is expected, and c is read until it comes. 0, or -1

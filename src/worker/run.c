@@ -1252,8 +1252,12 @@ void run_lost_loop(struct gw *g, struct worker *w)
         const char *why = timed_out ? "qgate: timeout (the worker that called back sent nothing for query_timeout)"
                                     : "qgate: the worker that called back was lost";
         callback_nested_lost_loop(g, c, why); /* (one a reader still checks) */
-        callback_nested_lost_calls_loop(g, c, w->run.nested, why); /* (each once c has left the
-                                                                     * callbacks inside it) */
+        /* its request (fail_request's) held for the client's answer, and these with it */
+        int hold = !s && run == RUN_REQUEST && c->ncalls && client_head(c);
+        if (hold)
+            client_head(c)->wait_answer = 1;
+        callback_nested_lost_calls_loop(g, c, w->run.nested, why, hold); /* (each once c has left
+                                                                           * the callbacks inside it) */
     }
     if (busy && run == RUN_FANOUT)
         fanout_call_back(g, w);
