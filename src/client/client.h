@@ -333,6 +333,9 @@ void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *m
  * or -1 if not known): its request (seq next) answers 'qgate: badmsg after the replies owed, then
  * the client is closed; sent from inside a callback and not async, answered as nested calls are. */
 void request_bad_message_loop(struct gw *g, struct client *c, const char *why, int type);
+/* c's head, whose worker was lost while it called c back, has had its error made: it waits for
+ * c's answer to that callback, for query_timeout at most (as the run would have). */
+void request_hold_for_answer_loop(struct gw *g, struct client *c);
 
 /* Reading stops past client_max_pending bytes held (unless it owes a callback an answer), and
  * goes on below half of it. */

@@ -347,6 +347,28 @@ static void on_queue_timeout(struct gw *g, struct conn *x)
     request_check_pending_loop(g, c);
 }
 
+/* Its head's error, held for its answer to the callback of a worker lost, has waited
+ * query_timeout: it goes now, as the run's would have had the worker lived (a client that never
+ * answers, or has stopped, kept its queue, and its requests' room under pending_max, for good:
+ * the simulation, seed 1197906). */
+static void on_answer_timeout(struct gw *g, struct conn *x)
+{
+    struct client *c = client_of(x);
+    struct req *h = client_head(c);
+    if (!h || !h->wait_answer || !held_for_answer(c, h))
+        return;
+    log_warn(c->c.name, "no answer for query_timeout to the callback of a worker lost: the request's error goes now");
+    c->gave_up = 1; /* (its answers are waited for no more; a late one is dropped) */
+    request_advance_loop(g, c);
+}
+
+void request_hold_for_answer_loop(struct gw *g, struct client *c)
+{
+    struct req *h = client_head(c);
+    if (h && h->wait_answer && g->cfg.query_timeout > 0)
+        conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + g->cfg.query_timeout, on_answer_timeout);
+}
+
 int request_queue_timeout_reloaded_loop(struct gw *g, struct client *c)
 {
     struct req *r = client_head(c);

@@ -1230,6 +1230,7 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, int t
     else {
         h->wait_answer = c->ncalls != 0; /* (inside its callback: the error once it has answered) */
         request_error_loop(g, c, h, "%s", text);
+        request_hold_for_answer_loop(g, c);
     }
 }
 
