@@ -143,10 +143,8 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
         c->gave_up = 0;
     struct conn *wc = k && !kept.cancelled ? conn_lookup_loop(g, kept.w_id, kept.w_gen) : NULL;
     request_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
-    if (c->lost_nested)
-        callback_lost_release_loop(g, c); /* a lost call's error, held for this answer */
-    if (!c->ncalls && client_head(c) && client_head(c)->wait_answer)
-        request_advance_loop(g, c); /* its error, held for this answer, goes now */
+    if (client_head(c) && client_head(c)->wait_answer) /* held for this answer: a lost call's error */
+        request_advance_loop(g, c);                        /* due now, then, the last, its own */
     if (!wc || wc->kind != CONN_WORKER) {
         if (k) /* a client may send these as fast as it likes: one line a second */
             log_limited(&g->lim.orphan, g->loop.now_ms, LOG_WARN, c->c.name,

@@ -1228,8 +1228,7 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, int t
     else if (run != RUN_REQUEST || client_output_gone(c))
         request_head_done_loop(g, c);
     else {
-        h->wait_answer = c->ncalls != 0; /* (inside its callback: the error once it has answered) */
-        request_error_loop(g, c, h, "%s", text);
+        request_error_loop(g, c, h, "%s", text); /* (wait_answer set above if c owes an answer) */
         request_hold_for_answer_loop(g, c);
     }
 }
