@@ -254,6 +254,9 @@ static int text_arg(const char *a, size_t n, struct cmd_arg *x)
             return -1;
         v = v * 10 + (a[i] - '0');
     }
+    if ((dot || t == 'e' || t == 'f') && v > 9007199254740992) /* (a float: within 2^53, as k_arg takes one;
+                                                                   * 9223372036854775807.0 is 2^63) */
+        return -1;
     x->num = neg ? -v : v;
     return 0;
 }
@@ -274,6 +277,14 @@ static enum gwcmd bad_arg(char *text, size_t tlen)
  * ".qgate.NAME[\"x\"]", spaces allowed around. */
 static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, struct cmd_arg *x)
 {
+    for (size_t i = 1, quoted = n && s[0] == '"'; i < n; i++) { /* a comment: a space, then / (not in a string) */
+        if (s[i] == '"')
+            quoted = !quoted;
+        else if (!quoted && s[i] == '/' && q_space(s[i - 1])) {
+            n = i;
+            break;
+        }
+    }
     while (n && (q_space(s[n - 1]) || s[n - 1] == ';'))
         n--;
     while (n && q_space(*s))

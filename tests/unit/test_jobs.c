@@ -803,6 +803,11 @@ static void test_parse_command_args(void **state)
     expect_cmd(text(".qgate.resume \"hdb\""), GWCMD_RESUME, GWARG_NAME, "hdb", 0);
     expect_cmd(text(".qgate.kill 12"), GWCMD_KILL, GWARG_NUM, NULL, 12);
     expect_cmd(text(".qgate.kill\t-5j"), GWCMD_KILL, GWARG_NUM, NULL, -5);
+    /* a comment after a space, as q reads one (at 01bef40 a bad command); a / in a string is none */
+    expect_cmd(text(".qgate.kill 3 /kill three"), GWCMD_KILL, GWARG_NUM, NULL, 3);
+    expect_cmd(text(".qgate.kill[3]\t/ three"), GWCMD_KILL, GWARG_NUM, NULL, 3);
+    expect_cmd(text(".qgate.pause[\"a /b\"] /c"), GWCMD_PAUSE, GWARG_NAME, "a /b", 0);
+    expect_cmd(text(".qgate.kill[9007199254740992f]"), GWCMD_KILL, GWARG_NUM, NULL, 9007199254740992);
     /* the functional form, named by a symbol or (node-q) a string; the name a symbol or a string */
     for (int sym = 0; sym < 2; sym++) {
         expect_cmd(call(".qgate.pause", sym, k_sym("rdb")), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
@@ -845,6 +850,9 @@ static void test_parse_command_refused(void **state)
         ".qgate.pause[rdb]", "qgate.pause[`rdb]", ".qgate.nosuch `rdb", ".qgate.pause `a b", ".qgate.kill 1 2",
         ".qgate.kill - 5", ".qgate.kill-3", ".qgate.kill[3.5]", ".qgate.kill[3.0j]", ".qgate.kill[.0]", ".qgate.kill[-.0]",
         ".qgate.kill[3.0.0]", ".qgate.kill[0nf]", ".qgate.kill[3.0x]", ".qgate.kill[1e3]",
+        /* a float past 2^53, as the functional form refuses one (9223372036854775807.0 is 2^63: at
+         * 01bef40 it was taken for the largest long) */
+        ".qgate.kill[9223372036854775807.0]", ".qgate.kill[9007199254740993f]", ".qgate.kill/c",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct job *j = parsed(text(bad[i]));
@@ -883,7 +891,7 @@ static void test_parse_command_refused(void **state)
                                                * was read as [1]: helper round 11) */
     assert_int_equal(j->result, GWCMD_UNKNOWN);
     job_free(j);
-        j = parsed(text(".qgate.kill[1x]"));
+    j = parsed(text(".qgate.kill[1x]"));
     assert_int_equal(job_args(j)->cmd.said, 1);
     assert_true(!strncmp(j->text, "bad command: .qgate.kill[1x]: its argument is", 45));
     job_free(j);
