@@ -369,6 +369,8 @@ static int parse_line(struct config *c, struct seen *seen, char *s, int *group, 
         c->key_line[k - cfg_keys] = lineno;
     else if (!strcmp(key, "workers"))
         c->groups[*group].workers_line = lineno;
+    else if (!strcmp(key, "users"))
+        c->groups[*group].users_line = lineno;
     return 0;
 }
 
@@ -739,7 +741,21 @@ int config_validate(const struct config *c, char *err, size_t errlen)
                      config_where(c, g, g->workers_line, at, sizeof at), g->name, g->workers);
             return -1;
         }
+        if (g->users[0] && list_has_empty(g->users)) {
+            snprintf(err, errlen, "%sgroup %s: an empty user name in users '%s' (two commas, or one at an end)",
+                     config_where(c, g, g->users_line, at, sizeof at), g->name, g->users);
+            return -1;
+        }
         char a[300];
+        for (const char *p = g->users; config_list_next(&p, a, sizeof a);) {
+            const char *k = strpbrk(a, "#;"); /* (at 01bef40 'bob ; x' was one user's name: bob not routed here) */
+            if (k && k > a && (k[-1] == ' ' || k[-1] == '\t')) {
+                snprintf(err, errlen, "%sgroup %s: users: '%s' holds a comment: a comment (# or ;) is a line of its "
+                                      "own, not after a value",
+                         config_where(c, g, g->users_line, at, sizeof at), g->name, a);
+                return -1;
+            }
+        }
         int nth = 0;
         for (const char *p = g->workers; config_list_next(&p, a, sizeof a); nth++) {
             struct net_target t;

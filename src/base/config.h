@@ -23,6 +23,7 @@ struct group_cfg {
     char reset_query[1024]; /* pool = session: sent to a worker when its session ends; empty = none */
     int line;             /* of its [group] header in the file; 0 = made by --workers */
     int workers_line;     /* of its workers key; 0 = not in the file (--workers, or missing) */
+    int users_line;       /* of its users key; 0 = not in the file */
 };
 
 enum cfg_async { CFG_ASYNC_ONE = 0, CFG_ASYNC_BROADCAST = 1 };

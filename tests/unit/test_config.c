@@ -6,11 +6,13 @@
 #include <cmocka.h>
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -1067,6 +1069,40 @@ static void test_validate_ports(void **state)
     free(c);
 }
 
+/* A group's users list: no empty name, and no comment after a value (at 01bef40 'bob ; x' was one
+ * user's name, so bob went to another group, unsaid). */
+static void test_group_users_list(void **state)
+{
+    (void)state;
+    expect_build_err("[group a]\nworkers = w:1\nusers = bob ; x\n", 3,
+                     "group a: users: 'bob ; x' holds a comment: a comment (# or ;) is a line of its own, not after a value");
+    expect_build_err("[group a]\nworkers = w:1\nusers = bob,\tann # traders\n", 3, "'ann # traders' holds a comment");
+    expect_build_err("[group a]\nusers = bob,,ann\nworkers = w:1\n", 2,
+                     "group a: an empty user name in users 'bob,,ann' (two commas, or one at an end)");
+    expect_build_err("[group a]\nworkers = w:1\nusers = bob,\n", 3, "an empty user name");
+    struct config *c = malloc(sizeof *c);
+    char err[1024], path[64];
+    assert_non_null(c);
+    write_temp(path, sizeof path, "[group a]\nworkers = w:1\nusers = bob, a#b, c;d\n[group b]\nworkers = v:1\n");
+    if (config_build(c, path, NULL, err, sizeof err)) /* (a # or ; inside a name: a name) */
+        fail_msg("refused: %s", err);
+    assert_string_equal(c->groups[0].users, "bob, a#b, c;d");
+    unlink(path);
+    free(c);
+}
+
+/* config_check_files on the file at path, loaded: 0 if it refuses it at line, with why in its
+ * error (no cmocka: a child running as another user calls it). */
+static int refuses_files(struct config *c, const char *path, int line, const char *why, char *err, size_t errlen)
+{
+    config_defaults(c);
+    if (config_load(c, path, err, errlen) || config_check_files(c, err, errlen) != -1)
+        return -1;
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "%s:%d: ", path, line);
+    return strncmp(err, prefix, strlen(prefix)) || !strstr(err + strlen(prefix), why) ? -1 : 0;
+}
+
 /* --check: the access log's file as the user running it would open it. */
 static void test_check_files(void **state)
 {
@@ -1105,21 +1141,42 @@ static void test_check_files(void **state)
     snprintf(text, sizeof text, "access_log = %s/x.log\n", file); /* its directory is a file */
     snprintf(why, sizeof why, "access_log %s/x.log: %s is not a directory", file, file);
     EXPECT_FILES(1, why);
-    if (geteuid() != 0) { /* root writes anywhere: the check of what it may not write is for others */
-        char ro[128];
-        snprintf(ro, sizeof ro, "%s/ro", dir);
-        assert_int_equal(mkdir(ro, 0555), 0);
-        snprintf(text, sizeof text, "access_log = %s/x.log\n", ro);
-        snprintf(why, sizeof why, "access_log %s/x.log: directory %s is not writable by ", ro, ro);
-        EXPECT_FILES(1, why);
-        assert_int_equal(chmod(file, 0444), 0);
-        snprintf(text, sizeof text, "access_log = %s\n", file);
-        snprintf(why, sizeof why, "access_log %s: not writable by ", file);
-        EXPECT_FILES(1, why);
-        rmdir(ro);
+    /* what the user checking may not write: as root (who writes anywhere), as nobody, in a child */
+    char ro[128], p1[64], p2[64], w1[512], w2[512];
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    assert_int_equal(mkdir(ro, 0555), 0);
+    assert_int_equal(chmod(file, 0444), 0);
+    snprintf(text, sizeof text, "access_log = %s/x.log\n", ro);
+    write_temp(p1, sizeof p1, text);
+    snprintf(w1, sizeof w1, "access_log %s/x.log: directory %s is not writable by ", ro, ro);
+    snprintf(text, sizeof text, "access_log = %s\n", file);
+    write_temp(p2, sizeof p2, text);
+    snprintf(w2, sizeof w2, "access_log %s: not writable by ", file);
+    int root = geteuid() == 0;
+    assert_int_equal(chmod(p1, 0644) | chmod(p2, 0644) | (root ? chmod(dir, 0755) : 0), 0);
+    pid_t pid = root ? fork() : 0;
+    assert_true(pid >= 0);
+    if (!pid) {
+        int bad = root && (setgid(65534) || setuid(65534)) ? 3
+                  : refuses_files(c, p1, 1, w1, err, sizeof err) ? 1
+                  : refuses_files(c, p2, 1, w2, err, sizeof err) ? 2 : 0;
+        if (!root && bad)
+            fail_msg("case %d: %s", bad, err);
+        if (root) {
+            if (bad)
+                fprintf(stderr, "test_check_files as nobody: case %d: %s\n", bad, bad == 3 ? strerror(errno) : err);
+            _exit(bad);
+        }
     } else {
-        print_message("test_check_files: running as root: the unwritable cases are not tried\n");
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+        assert_int_equal(chmod(dir, 0700), 0);
     }
+    unlink(p1);
+    unlink(p2);
+    rmdir(ro);
 #undef EXPECT_FILES
     /* a new file in a directory that is there, an existing file: fine, and nothing is made */
     config_defaults(c);
@@ -1517,6 +1574,7 @@ int main(void)
         cmocka_unit_test(test_print_reference),
         cmocka_unit_test(test_load_size_overflow),
         cmocka_unit_test(test_load_bom),
+        cmocka_unit_test(test_group_users_list),
         cmocka_unit_test(test_load_regular_only),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
