@@ -66,7 +66,8 @@ static int check_deep(const struct config *cfg, int *nworkers, int *nusers)
     if (cfg->users_file[0]) {
         struct auth_db *db = auth_load(cfg->users_file, err, sizeof err);
         if (!db) {
-            fprintf(stderr, "qgate: users_file %s\n", err); /* names the file, and the line */
+            char at[300]; /* (the key's line too: a file that is no users file says no line of its own) */
+            fprintf(stderr, "qgate: %susers_file %s\n", config_key_where(cfg, "users_file", at, sizeof at), err);
             return -1;
         }
         *nusers = db->n;
