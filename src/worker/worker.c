@@ -442,6 +442,18 @@ static void unlink_removed(struct gw *g, struct worker *w)
         log_info(w->c.name, "removed from the configuration: gone once the worker has closed its end of the old connection");
         return;
     }
+    if (!worker_is_lead(w)) { /* a connection of a worker that stays (pipeline lowered): what it
+                               * served stays its worker's (at 01bef40 .qgate.stats[] and the metrics
+                               * page lost it: a counter going down) */
+        struct worker *lead = w;
+        while ((lead = TAILQ_PREV(lead, workerlist, glink)) && !(worker_is_lead(lead) && !strcmp(lead->addr, w->addr)))
+            ;
+        if (lead) {
+            lead->served += w->served;
+            lead->errors += w->errors;
+            hist_merge(&lead->lat, &w->lat);
+        }
+    }
     TAILQ_REMOVE(&w->grp->workers, w, glink);
     g->loop.nremoved -= w->removed != 0;
     w->grp->nworkers -= worker_is_lead(w);

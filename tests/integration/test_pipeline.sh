@@ -240,14 +240,24 @@ kill -HUP "$RL_PID"
 wait_line "$TMP/RL.log" "reload: done" 10
 wait_count "$TMP/RL.log" "connected \(capability" 4
 expect_file_has "$TMP/RL.log" "w 127.0.0.1:$W3_PORT#3: connected \\(capability"
+# four runs at once, one on each connection: what they served stays the worker's when three go
+held=()
+for i in 1 2 3 4; do "$BIN/qsend" -g "$G" "hold r" > "$TMP/r$i.out" 2>&1 & held+=($!); done
+wait_for 10 "four 'hold r' on W3" eval "[ \$(grep -c 'hold r\$' '$TMP/W3.log') -ge 4 ]"
+release r "$W3_PORT"
+wait "${held[@]}"
+# served: .qgate.stats[]'s served for the one worker
+served() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" | awk -F' [|] ' '/^table/ { sub(/^,/, "", $5); print $5 }'; }
+[ "$(served)" = 4 ] || fail "four runs done, .qgate.stats[] says served $(served)"
 sed -i 's/^pipeline = 4$/pipeline = 1/' "$TMP/rl.conf"
 kill -HUP "$RL_PID"
 wait_count "$TMP/RL.log" "reload: done" 2 10
 wait_count "$TMP/RL.log" "reload: group main keeps 1 connections to each worker: this one goes" 3 10
+[ "$(served)" = 4 ] || fail "a reload to pipeline 1 took the served of the connections it closed: served $(served), not 4"
 q ".qgate.stats[]" "echo after"
 expect_lines "$TMP/q.out" '^table\[1\] ' 1 # one row per worker, whatever its connections
 expect_lines "$TMP/q.out" '^"after"$' 1
-pass "a reload from pipeline 2 to 4 opens each worker's 3rd and 4th connection; to 1 closes all but its first; .qgate.stats[] keeps a row per worker"
+pass "a reload from pipeline 2 to 4 opens each worker's 3rd and 4th connection; to 1 closes all but its first; .qgate.stats[] keeps a row per worker, and what all four served"
 
 # one_worker_gateway NAME WORKER_PORT QUERY_TIMEOUT N [GATEWAY_LINE...] [-- QGATE_ARGS...]: a gateway
 # (NAME_PORT, NAME_PID, NAME.log) with N connections to one worker, pipeline_wait 0, query_timeout
