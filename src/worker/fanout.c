@@ -87,6 +87,17 @@ static void fanout_free(struct gw *g, struct fanout *fo)
 
 static void complete(struct gw *g, struct fanout *fo);
 
+/* r's answer, given while c may still be inside a part's callback (its worker lost, or another
+ * part failing the whole): held until c has answered, as a request's is (run.c), else c takes it
+ * for the reply to what it calls inside the callback (at 52e6d45 it was sent at once, and each
+ * call made there got the reply of the one before). 1 if held. */
+static int hold_for_answer(struct client *c, struct req *r)
+{
+    if (c->ncalls && !c->gave_up)
+        r->wait_answer = 1;
+    return r->wait_answer;
+}
+
 /* The fan-out failed (why): its client is told, if it still waits. */
 static void fail(struct gw *g, struct fanout *fo, const char *why)
 {
@@ -102,7 +113,10 @@ static void fail(struct gw *g, struct fanout *fo, const char *why)
         return;
     log_limited(&g->lim.fanout, g->loop.now_ms, LOG_INFO, c->c.name, "request %llu: .qgate.all failed: %s",
                 (unsigned long long)r->seq, why);
+    int held = hold_for_answer(c, r);
     request_error_loop(g, c, r, "%s", why);
+    if (held)
+        request_hold_for_answer_loop(g, c);
 }
 
 /* Every part has its reply: the writer pool merges them for the client. */
@@ -175,6 +189,8 @@ static void complete(struct gw *g, struct fanout *fo)
                                             .compress = (uint8_t)client_compressed_for(g, c),
                                             .compress_max = g->cfg.compress_max, .merge_max = g->cfg.merge_max};
     request_set_state_loop(g, c, r, RS_LOCAL);
+    if (hold_for_answer(c, r)) /* (`partial: a part's worker lost inside its callback) */
+        request_hold_for_answer_loop(g, c);
     conn_submit_loop(g->writers, j, &c->c, r->seq);
 }
 

@@ -619,6 +619,38 @@ printf '%s\n' "$no_run" "nested: 'qgate: badmsg truncated count at byte 11" "'qg
     cmp -s - "$TMP/l3.head" || fail "a bad message inside the lost callback: $(cat "$TMP/l3.out")"
 pass "... a malformed sync message sent inside it: its badmsg in its place, then the request's error"
 
+# ... and a .qgate.all's part: its worker lost while the client is inside its callback (the
+# other part's callback waits for it). The .qgate.all's error waits for the client's answer too
+# (at 52e6d45 it came at once: the first call made inside got it, and the .qgate.all the error of
+# the last call); with `partial the other part's answer comes, once its callback is answered
+for mode in all all-partial; do
+    start_worker WF1
+    start_worker WF2
+    conf "$TMP/f.conf" "127.0.0.1:$WF1_PORT, 127.0.0.1:$WF2_PORT" loglevel=debug
+    start_gateway FG -c "$TMP/f.conf"
+    rm -f "$TMP/f.go"
+    timeout 60 "$BIN/qsend" -g "127.0.0.1:$FG_PORT" --timeout 30000 --nest "wait:$TMP/f.go||echo n1||echo n2" \
+        "$mode:main:callback outer" "echo after" > "$TMP/f.out" 2>&1 &
+    fp=$!
+    wait_line "$TMP/FG.log" ": its callback waits: .* answers another part's first" 10 # (the other's is out)
+    if grep -q "w 127\.0\.0\.1:$WF1_PORT: its callback waits" "$TMP/FG.log"; then lost=WF2 other=WF1; else lost=WF1 other=WF2; fi
+    lport=$(eval echo "\$${lost}_PORT")
+    kill -9 "$(eval echo "\$${lost}_PID")"
+    wait_line "$TMP/FG.log" "w 127\\.0\\.0\\.1:$lport: connection closed" 10
+    touch "$TMP/f.go"
+    wait "$fp" || true
+    if [ $mode = all ]; then
+        printf '%s\n' "$no_run" "$no_run" "'qgate: worker 127.0.0.1:$lport lost" '"after"'
+    else
+        oport=$(eval echo "\$${other}_PORT")
+        in_all="nested: 'qgate: a request cannot run inside a .qgate.all's callback (its workers wait on this client); send it after the callback's answer"
+        printf '%s\n' "$in_all" "$in_all" "$in_all" "$in_all" "\`workers\`result!(,\`127.0.0.1:$oport;\"qsend got: outer\")" '"after"'
+    fi | cmp -s - "$TMP/f.out" || fail "$mode: $(cat "$TMP/f.out")"
+    grep -q "echo n1" "$TMP/WF1.log" "$TMP/WF2.log" && fail "$mode: a call made inside the lost callback ran on a worker"
+    kill "$FG_PID" "$WF1_PID" "$WF2_PID" 2> /dev/null || true
+done
+pass "... a .qgate.all's part, lost while the client is inside its callback: the .qgate.all's error (or \`partial's answer) once the client has answered"
+
 # --- ... and one that owes a .qgate.all's workers its answers (not one worker: nothing runs
 # nested there). A sync request from inside the callback gets an error at once, a gateway
 # command runs (both before the callback's answer, as a call nested in it); async messages wait
