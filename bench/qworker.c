@@ -384,10 +384,13 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
     K call = NULL;
     if (n > 10 && !memcmp(s, "callvalue ", 10) && !(call = value_named(s + 10)))
         return (struct reply){.k = k_err("callvalue: guid, timestamp, timespan or text N")};
-    if (!call && n > 9 && !memcmp(s, "callback ", 9)) {
+    int calls = 1; /* "twocalls TEXT": two, the second sent before the first is answered (no q does
+                    * that: a broken worker, for tests); the second's answer is the reply */
+    size_t at = n > 9 && !memcmp(s, "callback ", 9) ? 9 : n > 9 && !memcmp(s, "twocalls ", 9) ? (calls = 2, 9) : 0;
+    if (!call && at) {
         char text[512];
         size_t tn = 0;
-        for (size_t i = 9; i < n && tn < sizeof text - 8; i++) /* %p: this worker's port */
+        for (size_t i = at; i < n && tn < sizeof text - 8; i++) /* %p: this worker's port */
             if (s[i] == '%' && i + 1 < n && s[i + 1] == 'p')
                 tn += (size_t)snprintf(text + tn, sizeof text - tn, "%d", my_port), i++;
             else
@@ -396,6 +399,13 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
     }
     if (call) {
         logf_(c, "calling back"); /* (a test's evidence: which worker called back) */
+        if (calls == 2) {
+            K again = k_str(kC(call), (size_t)call->n);
+            if (!again || send_msg(c, again, KIPC_SYNC)) {
+                k_free(call);
+                return (struct reply){.k = k_err("close")};
+            }
+        }
         if (send_msg(c, call, KIPC_SYNC))
             return (struct reply){.k = k_err("close")};
         for (;;) { /* like q in h x: wait on this handle for the response, and run what else
@@ -419,7 +429,7 @@ static struct reply eval_peer(struct wconn *c, const char *s, size_t n)
             free(m);
             if (hd.type == KIPC_RESPONSE && st == QG_OK && x->t == KT_ERROR)
                 logf_(c, "callback answered with an error: '%s", x->s); /* (a test's evidence) */
-            if (hd.type == KIPC_RESPONSE)
+            if (hd.type == KIPC_RESPONSE && --calls == 0)
                 return (struct reply){.k = st == QG_OK ? x : k_err("badmsg")};
             k_free(x);
         }
@@ -520,7 +530,7 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
     char buf[64];
     if (n == 0)
         return (struct reply){.k = k_prim(KT_UNARY, 0)};
-    if ((n > 7 && !memcmp(s, "notify ", 7)) || (n > 9 && !memcmp(s, "callback ", 9)) ||
+    if ((n > 7 && !memcmp(s, "notify ", 7)) || (n > 9 && !memcmp(s, "callback ", 9)) || (n > 9 && !memcmp(s, "twocalls ", 9)) ||
         (n > 8 && !memcmp(s, "publish ", 8)) || (n > 10 && !memcmp(s, "callvalue ", 10))) {
         char *z = strndup(s, n); /* NUL-terminated for sscanf */
         struct reply r = z ? eval_peer(c, z, n) : (struct reply){0};
@@ -995,7 +1005,9 @@ static void usage(void)
             "  \"rows N\", \"sleep MS\", \"echo X\", \"err X\", \"notify N X\" (N async messages X\n"
             "  back, then N), globals (\"a:X\", \"a\", \"delete a from `.\", one set per process),\n"
             "  \"callback X\" (sync request X back, %%p in X its port; its answer is the reply; what\n"
-            "  else comes on that connection meanwhile runs nested, as in q's h x),\n"
+            "  else comes on that connection meanwhile runs nested, as in q's h x), \"twocalls X\"\n"
+            "  (two, the second sent before the first is answered, as no q does: a broken worker;\n"
+            "  the second's answer is the reply),\n"
             "  \"publish N V\" and \"callvalue V\" (the same with value V: guid, timestamp, timespan,\n"
             "  text N), every message over 2000 bytes compressed for a remote peer as q does,\n"
             "  \"text N\" (a string of N bytes, \"qgate 0 qgate 1 ...\", which compresses well).\n"

@@ -142,6 +142,11 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
     if (!c->ncalls)
         c->gave_up = 0;
     struct conn *wc = k && !kept.cancelled ? conn_lookup_loop(g, kept.w_id, kept.w_gen) : NULL;
+    if (k) /* a .qgate.all's part whose callback waited for this answer goes on: another part's,
+            * or the same worker's next, sent before this one was answered (at 52e6d45 that one
+            * was woken only by its worker sending again, which it could not: the .qgate.all hung,
+            * helper round 23a) */
+        conn_wake_loop(g, &c->c);
     request_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
     if (client_head(c) && client_head(c)->wait_answer) /* held for this answer: a lost call's error */
         request_advance_loop(g, c);                        /* due now, then, the last, its own */
@@ -152,8 +157,6 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
         else
             log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name,
                         "response message nobody asked for: dropped");
-        if (k)
-            conn_wake_loop(g, &c->c); /* a .qgate.all's part whose callback waited for this answer */
         return to_worker(g, c, NULL, NULL, msg, len, 0, 0); /* checked all the same: a malformed one is
                                                             * a bad message, as any other */
     }

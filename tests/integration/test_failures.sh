@@ -651,6 +651,22 @@ for mode in all all-partial; do
 done
 pass "... a .qgate.all's part, lost while the client is inside its callback: the .qgate.all's error (or \`partial's answer) once the client has answered"
 
+# ... and a worker that sends a second callback before its first is answered (no q does: a
+# broken worker): each is passed on once the one before is answered, in a .qgate.all as in a
+# request (at 52e6d45 a .qgate.all's second callback waited for a wake that never came: the
+# request hung, query_timeout or not, and its workers with it: helper round 23a)
+start_worker WT1
+start_worker WT2
+conf "$TMP/t2.conf" "127.0.0.1:$WT1_PORT, 127.0.0.1:$WT2_PORT" query_timeout=20000
+start_gateway TG -c "$TMP/t2.conf"
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$TG_PORT" --timeout 10000 "twocalls cb" "all:main:twocalls cb" \
+    "all-partial:main:twocalls cb" > "$TMP/t2.out" 2>&1 || fail "two callbacks at once: $(cat "$TMP/t2.out")"
+printf '%s\n' '"qsend got: cb"' '"qsend got: cbqsend got: cb"' \
+    "\`workers\`result!(\`127.0.0.1:$WT1_PORT\`127.0.0.1:$WT2_PORT;\"qsend got: cbqsend got: cb\")" |
+    cmp -s - "$TMP/t2.out" || fail "two callbacks at once: $(cat "$TMP/t2.out")"
+kill "$TG_PID" "$WT1_PID" "$WT2_PID" 2> /dev/null || true
+pass "a worker's second callback sent before its first is answered: passed on once it is, in a request and a .qgate.all"
+
 # --- ... and one that owes a .qgate.all's workers its answers (not one worker: nothing runs
 # nested there). A sync request from inside the callback gets an error at once, a gateway
 # command runs (both before the callback's answer, as a call nested in it); async messages wait
