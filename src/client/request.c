@@ -1113,10 +1113,10 @@ void request_checked_loop(struct gw *g, struct job *j)
     if (!r || r->state != RS_CHECKING)
         return;
     if (!j->result && j->out && !gw_hold_room(g, j->out_len)) { /* inflated past hold_max */
-        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
-                          "hold_max reached (%zu bytes held whole): a compressed message of %zu bytes inflated refused",
-                          buf_held_bytes, j->out_len);
-        request_error_loop(g, c, r, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+        char why[96], text[160];
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name, "%s: a compressed message of %zu bytes inflated refused",
+                          gw_hold_why(g, j->out_len, why, sizeof why), j->out_len);
+        request_error_loop(g, c, r, "%s", gw_hold_error(g, j->out_len, text, sizeof text));
         return;
     }
     if (!j->result) {

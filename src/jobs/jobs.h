@@ -91,6 +91,7 @@ int jobs_parse_route(const uint8_t *m, size_t len, struct route_form *f);
 #define JOB_TOO_LARGE_CAP "qgate: %s too large for capability %d (%llu bytes%s, over compress_max)"
 /* A reply that would pass hold_max and cannot go as it came (hold_max, long long). */
 #define JOB_HOLD_BUSY "qgate: busy: hold_max reached (%lld bytes held whole)"
+#define JOB_HOLD_OVER "qgate: too large to hold whole (%llu bytes, over hold_max, %lld bytes)"
 
 union job_args {
     struct job_check {          /* job_validate_msg (JK_CHECK, JK_NESTED) */

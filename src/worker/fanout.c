@@ -171,14 +171,22 @@ static void complete(struct gw *g, struct fanout *fo)
     }
     fo->held = 0; /* (still counted: the job's now) */
     fanout_free(g, fo);
-    if (!gw_hold_room(g, out)) { /* hold_max: refused, as a part over it is */
-        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
-                          "hold_max reached (%zu bytes held whole): a .qgate.all's merge of %zu bytes refused",
-                          buf_held_bytes, out);
+    char why[96], text[160];
+    if (out > (uint64_t)g->cfg.merge_max) /* (compressed parts, at their size decompressed: the merge's
+                                           * own error, not hold_max's, which may be below it) */
+        snprintf(text, sizeof text, "qgate: merge too large (over merge_max, %lld bytes)", (long long)g->cfg.merge_max);
+    else if (!gw_hold_room(g, out)) { /* hold_max: refused, as a part over it is (by itself: with
+                                       * the parts it is made from, held until it is made) */
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name, "%s: a .qgate.all's merge of %zu bytes refused",
+                          gw_hold_why(g, out + held, why, sizeof why), out);
+        gw_hold_error(g, out + held, text, sizeof text);
+    } else
+        text[0] = 0;
+    if (text[0]) {
         buf_held_sub(held);
         jobs_merge_in_free(in);
         job_free(j);
-        request_error_loop(g, c, r, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+        request_error_loop(g, c, r, "%s", text);
         return;
     }
     r->held = held + out;
@@ -274,16 +282,17 @@ int fanout_run_owed_loop(struct gw *g, struct worker *w)
 int fanout_route_loop(struct gw *g, struct worker *w, uint64_t len)
 {
     struct fanout *fo = w->run.fp ? w->run.fp->fo : NULL;
-    char why[96];
+    char why[160];
     if (fo && len > (uint64_t)g->cfg.max_message)
         snprintf(why, sizeof why, JOB_TOO_LARGE, (unsigned long long)len);
     else if (fo && fo->total + len > (uint64_t)g->cfg.merge_max)
         snprintf(why, sizeof why, "qgate: merge too large (over merge_max, %lld bytes)", (long long)g->cfg.merge_max);
     else if (fo && !gw_hold_room(g, len)) {
         struct client *c = client_of_fanout(g, fo);
-        conn_refused_loop(g, REFUSED_HOLD_MAX, c ? c->c.name : w->c.name,
-                          "hold_max reached (%zu bytes held whole): a .qgate.all refused", buf_held_bytes);
-        snprintf(why, sizeof why, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+        char held[96];
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c ? c->c.name : w->c.name, "%s: a .qgate.all's part of %llu bytes refused",
+                          gw_hold_why(g, len, held, sizeof held), (unsigned long long)len);
+        gw_hold_error(g, len, why, sizeof why);
     } else
         why[0] = 0;
     if (why[0]) {

@@ -421,17 +421,16 @@ static int hold_room(const struct gw *g, uint64_t n) { return n <= HOLD_SMALL ||
  * is refused (0); any other goes as the worker sent it, neither decompressed nor compressed (1). */
 static int hold_over(struct gw *g, struct client *c, struct req *r, uint64_t n)
 {
+    char why[96], text[160];
     if (c->cap < 3) {
-        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
-                          "hold_max reached (%zu bytes held whole): a reply of %llu bytes refused to capability %d",
-                          buf_held_bytes, (unsigned long long)n, c->cap);
-        request_error_loop(g, c, r, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name, "%s: a reply of %llu bytes refused to capability %d",
+                          gw_hold_why(g, n, why, sizeof why), (unsigned long long)n, c->cap);
+        request_error_loop(g, c, r, "%s", gw_hold_error(g, n, text, sizeof text));
         return 0;
     }
     g->held_passed++;
-    log_limited(&g->lim.hold, g->loop.now_ms, LOG_WARN, c->c.name,
-                "hold_max reached (%zu bytes held whole): a reply of %llu bytes goes as the worker sent it",
-                buf_held_bytes, (unsigned long long)n);
+    log_limited(&g->lim.hold, g->loop.now_ms, LOG_WARN, c->c.name, "%s: a reply of %llu bytes goes as the worker sent it",
+                gw_hold_why(g, n, why, sizeof why), (unsigned long long)n);
     return 1;
 }
 
@@ -741,10 +740,10 @@ enum { PUSH_TOO_LARGE = -1, PUSH_HOLD_MAX = -2 };
 static int refuse_push(struct gw *g, struct worker *w, struct client *c, int kind, int why, uint64_t len, int zipped)
 {
     static const char *const what[] = {"publish", "callback", "reply"};
+    char held[96];
     if (why == PUSH_HOLD_MAX) { /* counted and said as a reply refused for it is */
-        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name,
-                          "hold_max reached (%zu bytes held whole): a %s of %llu bytes refused to capability %d",
-                          buf_held_bytes, what[kind], (unsigned long long)len, c->cap);
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c->c.name, "%s: a %s of %llu bytes refused to capability %d",
+                          gw_hold_why(g, len, held, sizeof held), what[kind], (unsigned long long)len, c->cap);
         if (kind == PK_PUBLISH) {
             w->dropped++;
             return ROUTE_DROP;
@@ -757,7 +756,7 @@ static int refuse_push(struct gw *g, struct worker *w, struct client *c, int kin
         snprintf(text, sizeof text, JOB_TOO_LARGE_CAP, kind == PK_NESTED ? "reply" : "message", c->cap,
                  (unsigned long long)len, zipped ? " compressed" : "");
     else
-        snprintf(text, sizeof text, JOB_HOLD_BUSY, (long long)g->cfg.hold_max);
+        gw_hold_error(g, len, text, sizeof text);
     if (kind == PK_NESTED)
         callback_nested_error_loop(g, c, text);
     else
@@ -1101,9 +1100,9 @@ static int submit_change(struct gw *g, struct worker *w)
             return SS_OK;
         }
         g->held_passed++;
-        log_limited(&g->lim.hold, g->loop.now_ms, LOG_WARN, c->c.name,
-                    "hold_max reached (%zu bytes held whole): a message of %zu bytes goes as the worker sent it",
-                    buf_held_bytes, out);
+        char why[96];
+        log_limited(&g->lim.hold, g->loop.now_ms, LOG_WARN, c->c.name, "%s: a message of %zu bytes goes as the worker sent it",
+                    gw_hold_why(g, out, why, sizeof why), out);
         push_whole(g, w, c, kind, m.p, m.len, 0);
         return SS_OK;
     }

@@ -201,6 +201,20 @@ timeout 30 "$BIN/qsend" -g "$G" --raw "$TMP/z.bin" "all:main:text 400000" > /dev
 [ "$(stat -c %s "$TMP/z.bin")" -eq $((8 + 6 + 800000)) ] || fail "2 x 400 KB merged: $(stat -c %s "$TMP/z.bin") bytes"
 pass "merge_max checked at the replies' decompressed size: 2 x 600 KB sent compressed is too large, 2 x 400 KB fits"
 
+# ... before hold_max, which may be below it (at 52e6d45 the client was told 'busy' for a merge
+# that can never fit); and one over hold_max by itself is too large, not busy (helper round 23a)
+printf '[gateway]\nbind = 127.0.0.1\nmerge_max = 1000000\nhold_max = 500000\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
+    "$Z1_PORT" "$Z2_PORT" > "$TMP/zh.conf"
+start_gateway ZH -c "$TMP/zh.conf" --loglevel info
+wait_count "$TMP/ZH.log" "connected \\(capability" 2
+G="127.0.0.1:$ZH_PORT"
+q "all:main:text 600000" "all:main:text 200000" "all:main:echo fits"
+expect_lines "$TMP/q.out" "^'qgate: merge too large \\(over merge_max, 1000000 bytes\\)\$" 1
+expect_lines "$TMP/q.out" "^'qgate: too large to hold whole \\([0-9]+ bytes, over hold_max, 500000 bytes\\)\$" 1
+expect_lines "$TMP/q.out" '^"fitsfits"$' 1
+expect_file_has "$TMP/ZH.log" "over hold_max \\(500000 bytes\\) by itself: a .qgate.all's merge of 400028 bytes refused"
+pass "a merge over merge_max is too large, whatever hold_max; one over hold_max by itself too large to hold, not busy"
+
 # --- a reload removes a worker that owes its part of a .qgate.all: the part runs first, then the
 # worker goes (it failed the request as 'qgate: worker host:port lost, the part never sent) ------
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' "$W1_PORT" "$W2_PORT" > "$TMP/r.conf"

@@ -569,7 +569,7 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
 #define HAS(p) (!strncmp(e, p, strlen(p)))
     if (HAS("qgate: badmsg"))
         return r->op == OP_BADBODY || r->op == OP_BADHDR ? NULL : "a well-formed request";
-    if (HAS("qgate: busy: hold_max reached"))
+    if (HAS("qgate: busy: hold_max reached") || HAS("qgate: too large to hold whole"))
         return cfg->hold_max < (1 << 30) && (c->cap < 3 || r->op == OP_ALL) ? NULL
                                                                              : "hold_max 1 GiB, or a reply that may go as it came";
     if (HAS("qgate: busy"))
