@@ -28,6 +28,7 @@ int callback_add_loop(struct gw *g, struct client *c, const struct conn *w)
     STAILQ_INSERT_TAIL(&c->calls, k, link);
     c->ncalls++;
     request_check_pending_loop(g, c);
+    request_nest_queued_loop(g, c); /* what c sent before it, queued, is on the handle before the answer */
     return 0;
 }
 
@@ -231,12 +232,15 @@ size_t callback_nest_unsent_loop(struct gw *g, const struct client *c)
     return wc ? conn_pending(wc) : 0;
 }
 
-int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked)
+/* callback_nest_loop's, for a message numbered seq (or, NEW_SEQ, numbered now). */
+#define NEW_SEQ UINT64_MAX
+static int nest_to(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked, uint64_t seq)
 {
     struct conn *wc = c->ncalls ? nest_target(g, c) : NULL;
     if (!wc)
         return -1;
-    uint64_t seq = c->next_seq++; /* (numbered as requests are) */
+    if (seq == NEW_SEQ)
+        seq = c->next_seq++; /* (numbered as requests are) */
     log_debug(c->c.name, "%s message %llu of %zu bytes nested: to %s, which waits on its callback",
               kipc_type_name(msg[1]), (unsigned long long)seq, len, wc->name);
     int st = to_worker(g, c, wc, NULL, msg, len, checked, seq);
@@ -244,6 +248,18 @@ int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len,
                       * drains (what it has read is framed: request_framed_loop) */
         request_check_pending_loop(g, c);
     return st;
+}
+
+int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked)
+{
+    return nest_to(g, c, msg, len, checked, NEW_SEQ);
+}
+
+int callback_nests_loop(struct gw *g, const struct client *c) { return c->ncalls && nest_target(g, c); }
+
+int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq)
+{
+    return nest_to(g, c, msg, len, 1, seq);
 }
 
 void callback_checked_loop(struct gw *g, struct job *j)

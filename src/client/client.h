@@ -377,6 +377,16 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
  * it runs there, nested, as q runs it on the worker waiting in that callback (SS_OK, SS_WAIT
  * or SS_STOP); otherwise -1, msg untouched. It takes a request number, as requests do. */
 int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked);
+/* Would what c sends now run nested, on the worker waiting in its callback? */
+int callback_nests_loop(struct gw *g, const struct client *c);
+/* callback_nest_loop for a message c sent before the callback came, queued as request seq
+ * (checked). */
+int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq);
+/* c's worker has called it back: what it sent after the request that runs there, queued behind
+ * it, goes nested to that worker now, in order, as q in h x reads what came on the handle before
+ * the answer; up to the first that cannot (one a reader validates first, a gateway command, a
+ * route, an async message for a broadcast group), which waits its turn with those after it. */
+void request_nest_queued_loop(struct gw *g, struct client *c);
 /* The bytes c sent nested that wait unsent in the output of the worker they run on (0: none). */
 size_t callback_nest_unsent_loop(struct gw *g, const struct client *c);
 /* Does c owe worker w (NULL: any) the answer to a callback? */

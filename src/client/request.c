@@ -850,6 +850,30 @@ static void start_nested(struct gw *g, struct client *c, struct req *r)
         answer_nested(g, c, r);
 }
 
+void request_nest_queued_loop(struct gw *g, struct client *c)
+{
+    /* (at 797271b they waited behind the request that called back, so what c sent from inside the
+     * callback, run nested at once, was answered before them, out of the order sent: helper
+     * round 23b) */
+    struct req *h = client_head(c), *r;
+    while (h && !c->c.closing && (r = TAILQ_NEXT(h, link)) && r->state == RS_WAITING && !r->nested && r->msg &&
+           !r->unchecked && !r->route && !(r->cmd && r->cmd_known) &&
+           !(r->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST) &&
+           callback_nests_loop(g, c)) {
+        TAILQ_REMOVE(&c->reqs, r, link);
+        request_sent_loop(g, r); /* (its room under pending_max given back, as a nested message's is) */
+        c->pending -= req_cost(r);
+        uint8_t *m = r->msg;
+        size_t len = r->len;
+        uint64_t seq = r->seq;
+        r->msg = NULL;
+        request_free(g, r);
+        log_debug(c->c.name, "request %llu, queued behind the one that called back, goes nested", (unsigned long long)seq);
+        if (callback_nest_queued_loop(g, c, m, len, seq) != SS_OK)
+            break;
+    }
+}
+
 /* A whole message of h->len bytes (msg, owned): a request, or an answer to a callback. */
 int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h, uint8_t *msg)
 {

@@ -930,6 +930,8 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
         if (route == ROUTE_CHANGE || callback_add_loop(g, c, &w->c) == 0) {
             run_set_phase_loop(g, w, WB_CALLED); /* until it sends again, having had the answer */
             w->msg.to = c;
+            if (route != ROUTE_CHANGE) /* (a changed one: when it reaches the client, as it is added) */
+                request_nest_queued_loop(g, c);
             return route;
         }
     }

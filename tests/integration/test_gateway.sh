@@ -50,6 +50,15 @@ printf '%s\n' 'nested: "innermost"' 'nested: "qsend got: deeper"' '"qsend got: o
     cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
 total_is nested 6 || fail "nested: $(total nested)"
 pass "a client's requests from inside a callback run nested on the worker that called back, as in q"
+# ... and what a pipelining client sent behind the request that called back, before the callback
+# reached it: on q's handle ahead of the answer, so it runs nested too, in the order sent, and
+# the replies come in that order (at 797271b they waited behind the request, and what the client
+# sent from inside the callback was answered before them: helper round 23b). qsend, blocking in
+# its callback as q does, takes the first reply for its nested call's, as it would straight to q.
+nest_same --pipeline --nest "echo C" "callback T" "echo B" "neg:echo D" "echo E"
+printf '%s\n' 'nested: "B"' '"E"' '"C"' '"qsend got: T"' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
+total_is nested 10 || fail "nested: $(total nested)"
+pass "... and what a pipelining client sent behind the request before the callback came: nested too, in order, as in q"
 
 # ... and what the gateway answers itself: a command runs then and there; a route cannot run
 # inside the callback (the request that called back holds the client's place), so it is answered
@@ -60,7 +69,7 @@ timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest ".qgate.ping[]||on:main:e
 printf '%s\n' 'nested: 1b' "nested: 'qgate: a route cannot run inside a callback (the request that called back holds its place); send it after the callback's answer" \
     "nested: 'qgate: unknown command .qgate.bogus[]" '"qsend got: outer"' '"after"' | cmp -s - "$TMP/via.out" ||
     fail "$(cat "$TMP/via.out")"
-total_is nested 10 || fail "nested: $(total nested)"
+total_is nested 14 || fail "nested: $(total nested)"
 pass "gateway commands from inside a callback run at once, a route is refused at once: nothing waits for ever"
 # ... a command compressed (as q sends one of over 2000 bytes, so a bad command) too: the gateway's,
 # never the worker's (at fc5f796 a compressed one went to the worker that called back)
