@@ -855,8 +855,8 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
     /* (at 797271b they waited behind the request that called back, so what c sent from inside the
      * callback, run nested at once, was answered before them, out of the order sent: helper
      * round 23b) */
-    struct req *h = client_head(c), *r;
-    while (h && !c->c.closing && (r = TAILQ_NEXT(h, link)) && r->state == RS_WAITING && !r->nested && r->msg &&
+    struct req *h = client_head(c), *r; /* (the head runs on the worker that called back) */
+    while (h && h->state == RS_RUNNING && !c->c.closing && (r = TAILQ_NEXT(h, link)) && r->state == RS_WAITING && !r->nested && r->msg &&
            !r->unchecked && !r->route && !(r->cmd && r->cmd_known) &&
            !(r->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST) &&
            callback_nests_loop(g, c)) {
