@@ -217,8 +217,10 @@ void callback_lost_release_loop(struct gw *g, struct client *c)
 {
     /* (else no answer comes, or no request of it waits for one: all go now) */
     int answers = c->st == CS_READY && !c->eof && !c->gave_up && client_head(c) && client_head(c)->wait_answer;
-    /* after what the gateway answers nested, made before (their place is ahead) */
-    while (c->lost_nested > 0 && !client_nested_owed(c) && (!answers || c->ncalls <= c->lost_nested)) {
+    /* after what the gateway answers nested, made before (their place is ahead; a bad message's
+     * error, which waits for the worker's nested replies, is made after them) */
+    const struct req *first = TAILQ_FIRST(&c->nested);
+    while (c->lost_nested > 0 && (!first || first->wn_wait) && (!answers || c->ncalls <= c->lost_nested)) {
         c->lost_nested--;
         callback_nested_error_loop(g, c, c->lost_why);
         if (c->c.closing)
@@ -256,6 +258,8 @@ int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len,
 }
 
 int callback_nests_loop(struct gw *g, const struct client *c) { return c->ncalls && nest_target(g, c); }
+
+struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c) { return c->ncalls ? nest_target(g, c) : NULL; }
 
 int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq)
 {

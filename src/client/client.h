@@ -99,6 +99,10 @@ struct req {
                           * within the one it waits in first) */
     uint8_t wait_answer; /* its worker lost while it called the client back: its error goes once
                           * the client has answered that callback (left it, as q sees it) */
+    uint8_t wn_wait;     /* nested, a bad message's error: it goes once worker wn_id/wn_gen has sent
+                          * the replies to what the client sent it nested before (q answers them
+                          * before it reads the bad one) */
+    uint32_t wn_id, wn_gen;
 };
 TAILQ_HEAD(reqlist, req);
 
@@ -387,6 +391,10 @@ int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size
  * the answer; up to the first that cannot (one a reader validates first, a gateway command, a
  * route, an async message for a broadcast group), which waits its turn with those after it. */
 void request_nest_queued_loop(struct gw *g, struct client *c);
+/* What the gateway answered c nested goes, in order, as far as it may now. */
+void request_nested_flush_loop(struct gw *g, struct client *c);
+/* The worker what c sends now would run nested on (callback_nest_loop's), or NULL. */
+struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c);
 /* The bytes c sent nested that wait unsent in the output of the worker they run on (0: none). */
 size_t callback_nest_unsent_loop(struct gw *g, const struct client *c);
 /* Does c owe worker w (NULL: any) the answer to a callback? */

@@ -781,11 +781,21 @@ static struct req *queue_req(struct gw *g, struct client *c, uint64_t seq, uint8
 /* ---- what a client sends from inside a callback, for the gateway ------------------------------ */
 
 /* c's requests answered nested by the gateway go, in the order they came, as their replies are
- * made, ahead of the request they were sent within (which waits for them); then the FIFO goes on. */
+ * made, ahead of the request they were sent within (which waits for them); then the FIFO goes on.
+ * (request_nested_flush_loop.) */
+/* Does nested r (a bad message's error) wait for the replies its worker owes c for what c sent
+ * it nested before? (At 52a7b1c it went at once, ahead of them, and the close after it: the
+ * simulation, seed 2310.) */
+static int waits_worker_nested(struct gw *g, const struct client *c, const struct req *r)
+{
+    const struct conn *w = r->wn_wait ? conn_lookup_loop(g, r->wn_id, r->wn_gen) : NULL;
+    return w && w->kind == CONN_WORKER && g->back->nested_owed(w, c) > 0;
+}
+
 static void nested_flush(struct gw *g, struct client *c)
 {
     struct req *r;
-    while ((r = TAILQ_FIRST(&c->nested)) && r->state == RS_READY) {
+    while ((r = TAILQ_FIRST(&c->nested)) && r->state == RS_READY && !waits_worker_nested(g, c, r)) {
         TAILQ_REMOVE(&c->nested, r, nlink);
         TAILQ_REMOVE(&c->reqs, r, link);
         access_req_loop(g, c, r, 1);
@@ -988,7 +998,8 @@ static void stop_for_bad_message(struct gw *g, struct client *c, const char *why
  * seq next, of len bytes if known; nested: among the answers to what c sent from inside the
  * callback it is in, in its place, before the reply of the request that called back), then the
  * close. */
-static void close_with_error(struct gw *g, struct client *c, const char *text, size_t len, int nested)
+static void close_with_error(struct gw *g, struct client *c, const char *text, size_t len, int nested,
+                             const struct conn *wn)
 {
     if (client_output_gone(c)) { /* nobody to tell: what came before still runs (framed from the */
         request_advance_loop(g, c); /* backlog, nothing after this advances it) */
@@ -1007,6 +1018,11 @@ static void close_with_error(struct gw *g, struct client *c, const char *text, s
     r->t_in_us = loop_stamp_us_loop(g);
     r->in_len = len;
     TAILQ_INSERT_TAIL(&c->reqs, r, link);
+    if (wn) { /* (after the replies it owes c for what c sent it nested before) */
+        r->wn_wait = 1;
+        r->wn_id = wn->id;
+        r->wn_gen = wn->gen;
+    }
     if (nested)
         nest(g, c, r);
     request_error_loop(g, c, r, "%s", text);
@@ -1021,10 +1037,11 @@ void request_bad_message_loop(struct gw *g, struct client *c, const char *why, i
      * back; then the close once that is answered (at 3929a8f it went after that reply, and each
      * was read as the other's: helper round 20) */
     int nested = type != KIPC_ASYNC && type != KIPC_RESPONSE && (inside_callback(g, c) || owes_lost_call(c));
+    const struct conn *wn = nested ? callback_nest_worker_loop(g, c) : NULL; /* (before the cancel) */
     stop_for_bad_message(g, c, why); /* (the callbacks cancelled: their workers told no answer comes) */
     char text[160];
     snprintf(text, sizeof text, "qgate: badmsg %s", why);
-    close_with_error(g, c, text, 0, nested);
+    close_with_error(g, c, text, 0, nested, wn);
 }
 
 /* One request's answer at exit: its reply made, or the error for what has none. 0, or -1 when
@@ -1080,7 +1097,7 @@ void request_exit_answers_loop(struct gw *g, struct client *c, const char *why)
 void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len)
 {
     stop_reading(g, c);
-    close_with_error(g, c, text, len, 0);
+    close_with_error(g, c, text, len, 0, NULL);
 }
 
 /* Request x will not run: its session's worker is gone (named to tests/sim's lost hook). */
@@ -1239,3 +1256,9 @@ const struct frontend_ops client_frontend = {
     .no_worker = front_no_worker,
     .pause_done = front_pause_done,
 };
+
+void request_nested_flush_loop(struct gw *g, struct client *c)
+{
+    if (!c->c.closing && client_nested_owed(c))
+        nested_flush(g, c);
+}

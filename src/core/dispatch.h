@@ -129,6 +129,9 @@ struct backend_ops {
     /* May what client sends now run nested on w: w runs client's request (its own, not a
      * .qgate.all's part) and waits on that client's callback, or runs a message sent nested? */
     int (*nests)(const struct conn *w, const struct client *client);
+    /* The replies w still owes client to the sync messages it sent nested (0: none, or w runs
+     * nothing of client's now). */
+    int (*nested_owed)(const struct conn *w, const struct client *client);
     /* .qgate.all: run request r of client (its head) on every worker of grp that is up, and
      * answer it with their replies merged. 0, or -1 on ENOMEM. */
     int (*fanout)(struct gw *g, struct group *grp, struct client *client, struct req *r);

@@ -795,6 +795,8 @@ static void nested_done(struct gw *g, struct worker *w)
     if (w->run.cl && w->run.phase == WB_SENT && callback_owes_loop(g, w->run.cl, &w->c))
         run_set_phase_loop(g, w, WB_CALLED);
     chase_when_clear(g, w); /* (the last reply to what was sent nested: a chaser owed may go) */
+    if (!w->run.nested && w->run.cl) /* a bad message's error waited for these replies (request.c) */
+        request_nested_flush_loop(g, w->run.cl);
 }
 
 /* The reply to a message its client sent nested (while the worker waited on that client's
@@ -1266,6 +1268,8 @@ void run_lost_loop(struct gw *g, struct worker *w)
     worker_coll_free(w);
     w->msg = (struct wmsg){0};
     w->run.swallow = w->run.nested = 0;
+    if (c && busy) /* a bad message's error that waited for its nested replies: after their errors */
+        request_nested_flush_loop(g, c);
     stream_resume_loop(g, &w->c); /* off the waiters of the client it waited on */
     /* down first: what follows may start a client's next request, never on this worker */
     worker_set_state_loop(g, w, WS_DOWN);
@@ -1318,6 +1322,12 @@ void run_flushed_loop(struct gw *g, struct conn *wc, size_t before, size_t wrote
     (void)before;
     if (wrote && w->st == WS_BUSY && w->run.cl && w->run.cl->paused && w->run.cl->ncalls)
         request_check_pending_loop(g, w->run.cl);
+}
+
+int run_nested_owed_loop(const struct conn *wc, const struct client *c)
+{
+    const struct worker *w = (const struct worker *)wc;
+    return w->st == WS_BUSY && w->run.cl == c ? w->run.nested : 0;
 }
 
 int run_nests_loop(const struct conn *wc, const struct client *c)

@@ -675,6 +675,7 @@ const struct backend_ops worker_backend = {
     .client_gone = run_client_gone_loop,
     .answer = run_answer_loop,
     .nests = run_nests_loop,
+    .nested_owed = run_nested_owed_loop,
     .broadcast = broadcast_queue_loop,
     .fanout = fanout_start_loop,
     .fanout_cancel = fanout_cancel_loop,

@@ -306,6 +306,7 @@ void run_answer_loop(struct gw *g, struct conn *wc, uint8_t *msg, size_t len);
 void run_flushed_loop(struct gw *g, struct conn *wc, size_t before, size_t wrote);
 /* May c's message run nested on wc (backend_ops nests)? */
 int run_nests_loop(const struct conn *wc, const struct client *c);
+int run_nested_owed_loop(const struct conn *wc, const struct client *c);
 /* The one setter of w's run's phase (what its reply has come to: enum worker_busy). */
 void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b);
 /* w's run has been queued for its worker: when it was sent, the runs its q may run before it

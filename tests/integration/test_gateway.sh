@@ -232,3 +232,20 @@ done
 q "echo still"
 expect_lines "$TMP/q.out" '^"still"$' 1
 pass "a malformed sync message from inside a callback: its badmsg at once, as the nested call's answer, then the reply of the request that called back, then the close"
+# ... sent right behind a call it made nested there, without waiting for that call's reply (a
+# pipelining client): the badmsg after that reply, as q reads the bad message after it has run
+# the call (at 52a7b1c it overtook the reply, so the client read each as the other's; the
+# simulation, seed 2310)
+raw_open "${G##*:}"
+raw_hs "u:p"
+raw_text 1 "callback pipelined"
+: > "$TMP/pb.cb"
+raw_msg "$TMP/pb.cb" || fail "no callback came"
+{ raw_text 1 "sleep 200"; cat "$TMP/bad-small.bin"; } >&3
+: > "$TMP/pb.1" && raw_msg "$TMP/pb.1" || fail "no first reply"
+: > "$TMP/pb.2" && raw_msg "$TMP/pb.2" || fail "no second reply"
+raw_close
+[ "$(od -An -tx1 -j8 "$TMP/pb.1" | tr -d ' \n')" = f9c800000000000000 ] || # 200 (the sleep's reply, a long)
+    fail "the first reply is not the nested call's: $(od -c "$TMP/pb.1" | head -3)"
+grep -aq "qgate: badmsg bytes after object at byte 17" "$TMP/pb.2" || fail "the second reply: $(od -c "$TMP/pb.2" | head -3)"
+pass "... and one sent right behind a nested call, unwaited: its badmsg after that call's reply"

@@ -163,8 +163,10 @@ static void check_client(struct conn *x)
     }
     if (here != listed)
         fail("%s: %d requests answered nested by the gateway in its FIFO, %d on its nested list", x->name, here, listed);
-    if ((r = TAILQ_FIRST(&c->nested)) && r->state == RS_READY)
-        fail("%s: its oldest nested request %llu is answered, and not sent", x->name, (unsigned long long)r->seq);
+    const struct conn *wn = (r = TAILQ_FIRST(&c->nested)) && r->wn_wait ? conn_lookup_loop(g, r->wn_id, r->wn_gen) : NULL;
+    if (r && r->state == RS_READY && !(wn && wn->kind == CONN_WORKER && g->back->nested_owed(wn, c) > 0))
+        fail("%s: its oldest nested request %llu is answered, and not sent (nor a bad message's error waiting for "
+             "its worker's nested replies)", x->name, (unsigned long long)r->seq);
     if (c->st == CS_READY && !c->eof && !c->paused && !x->paused && !x->waits_room && !x->in_job && !g->draining &&
         x->fd >= 0 && !(x->events & EPOLLIN))
         fail("%s reads nothing, and nothing holds its reading", x->name);

@@ -711,6 +711,7 @@ static struct sent *reply_target(struct fclient *c, K x, const char *s)
 #define HAS(p) (x->t == KT_ERROR && !strncmp(x->s, p, strlen(p)))
     int by_worker = parsed || (x->t == KT_LIST && x->n == 2 && kK(x)[0]->t == -KT_GUID) || HAS("qgate: the worker that called back") ||
                     HAS("qgate: timeout (the worker that called back") || HAS("qgate: busy: hold_max") ||
+                    HAS("qgate: too large to hold whole") ||
                     HAS("qgate: reply too large") || (x->t == KT_ERROR && !strcmp(x->s, "type")); /* (a guid's,
                                     * for capability < 3: such a client asks the gateway for no table) */
 #undef HAS
