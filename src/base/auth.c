@@ -282,6 +282,10 @@ static int parse_line(char *s, size_t len, struct auth_user *u, char *why, size_
         return -1;
     }
     char *tab = strchr(s, '\t');
+    if (tab && strchr(tab + 1, '\t')) { /* (at a797b26 said as a bad value of the option before it) */
+        snprintf(why, whylen, "a second TAB: the options are one comma list after one TAB (admin=1,max_conns=2)");
+        return -1;
+    }
     if (tab)
         *tab = 0;
     char *colon = strchr(s, ':');

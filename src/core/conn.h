@@ -143,7 +143,7 @@ struct conn {
     uint64_t room_need;  /* waits_room: the bytes of that message */
     STAILQ_ENTRY(conn) closed_link;
     char name[160];      /* log prefix */
-    char why[128];       /* why a handler asked the stream to close it (stream_close) */
+    char why[256];       /* why a handler asked the stream to close it (stream_close) */
 };
 
 STAILQ_HEAD(connslist, conn);

@@ -132,6 +132,7 @@ struct gw {
     const struct frontend_ops *front;
     const struct backend_ops *back;
     int draining;        /* SIGTERM seen */
+    int freeing;         /* gw_free closes every connection: no worker is connected again, nor said lost */
     int drain_closing;   /* ...and nothing owed: the clients are being shut (client_drain_close_loop) */
     SLIST_HEAD(, pause_wait) pause_waits; /* .qgate.pause[] requests waiting for their groups'
                           * runs to end (control.c) */

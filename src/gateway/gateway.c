@@ -308,6 +308,7 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
 
 void gw_free(struct gw *g)
 {
+    g->freeing = 1;
     for (uint32_t id = 0; id < g->next_id; id++)
         if (g->tab && g->tab[id])
             conn_close_loop(g, g->tab[id], "gateway exiting");

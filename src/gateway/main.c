@@ -33,7 +33,7 @@ static void usage(int asked)
             "                   =man: as roff, for qgate.1); with -c FILE or overrides, every key\n"
             "                   as it would run: the defaults, then FILE, then the command line\n"
             "  --version        print the version and exit\n"
-            "signals: SIGHUP reloads the worker set; SIGUSR1 reopens the access log; SIGTERM drains and exits 0 (a second exits at once)\n");
+            "signals: SIGHUP re-reads the configuration file and the users file; SIGUSR1 reopens the access log; SIGTERM drains and exits 0 (a second exits at once)\n");
     exit(asked ? 0 : 2);
 }
 
@@ -103,12 +103,13 @@ static int check_report(const struct config *cfg)
     int workers, users;
     if (check_deep(cfg, &workers, &users))
         return 1;
+#define PLURAL(n) (n), (n) == 1 ? "" : "s"
     if (cfg->users_file[0])
-        printf("qgate: configuration ok: port %d, %d groups, %d workers, %d users\n", cfg->port, cfg->ngroups,
-               workers, users);
+        printf("qgate: configuration ok: port %d, %d group%s, %d worker%s, %d user%s%s\n", cfg->port, PLURAL(cfg->ngroups),
+               PLURAL(workers), PLURAL(users), users ? "" : " (every login refused: an empty users file, as q -U's)");
     else
-        printf("qgate: configuration ok: port %d, %d groups, %d workers, any credentials (no users_file)\n",
-               cfg->port, cfg->ngroups, workers);
+        printf("qgate: configuration ok: port %d, %d group%s, %d worker%s, any credentials (no users_file)\n",
+               cfg->port, PLURAL(cfg->ngroups), PLURAL(workers));
     for (int i = 0; i < cfg->ngroups; i++) {
         const struct group_cfg *g = &cfg->groups[i];
         if (g->pipeline < 2 || g->pool_mode == CFG_POOL_SESSION)
@@ -169,7 +170,17 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(1);
-        } else {
+        } else { /* said first, then the usage (at a797b26 the usage alone: helper round 24b) */
+            static const char *const takes[] = {"-c", "--port", "-p", "--workers", "--bind", "--loglevel"};
+            int needs = 0;
+            for (size_t k = 0; k < sizeof takes / sizeof takes[0]; k++)
+                needs |= !strcmp(a, takes[k]);
+            if (needs)
+                fprintf(stderr, "qgate: %s needs a value\n", a);
+            else if (!strncmp(a, "--print-config=", 15))
+                fprintf(stderr, "qgate: --print-config takes =markdown or =man, not '%s'\n", a + 15);
+            else
+                fprintf(stderr, "qgate: unknown option '%s'\n", a);
             usage(0);
         }
     }

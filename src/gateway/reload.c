@@ -75,7 +75,8 @@ struct group *reload_add_group_loop(struct gw *g, const struct group_cfg *gc)
                  gc->pipeline, (long long)gc->pipeline_wait);
     else if (group_pipelines(grp))
         snprintf(pl, sizeof pl, ", pipeline %d (connections to each worker; to a busy one behind any run)", gc->pipeline);
-    log_info(NULL, "group %s: %d workers (%s), async %s, pool %s%s", gc->name, grp->nworkers, gc->workers,
+    log_info(NULL, "group %s: %d worker%s (%s), async %s, pool %s%s", gc->name, grp->nworkers,
+             grp->nworkers == 1 ? "" : "s", gc->workers,
              gc->async_mode == CFG_ASYNC_BROADCAST ? "broadcast" : "one",
              gc->pool_mode == CFG_POOL_SESSION ? "session" : "request", pl);
     return grp;

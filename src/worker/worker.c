@@ -499,7 +499,7 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     w->flaps = flapped ? w->flaps + 1 : 0;
     if (flapped) /* doubling with each flap in a row (not with the failed attempts before it came up) */
         w->backoff = QG_MIN(g->cfg.reconnect_min << QG_MIN(w->flaps - 1, 20u), g->cfg.reconnect_max);
-    int lvl = renew ? LOG_DEBUG : w->removed ? LOG_INFO : failed_attempt_level(fails ? fails : w->flaps);
+    int lvl = renew ? LOG_DEBUG : w->removed || g->freeing ? LOG_INFO : failed_attempt_level(fails ? fails : w->flaps);
     if (fails > 1)
         log_at(lvl, c->name, "connection closed: %s (%u attempts failed in a row)", why, fails);
     else if (w->flaps > 1)
@@ -523,6 +523,9 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
                  bcast ? "" : ", its reset query first,");
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
     run_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
+    if (g->freeing) /* (at exit: not "no worker of group g is up", a warning after every clean stop,
+                     * helper round 24b; nor a reconnect) */
+        return;
     if (w->removed) {
         unlink_removed(g, w);
         return;

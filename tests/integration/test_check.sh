@@ -117,7 +117,7 @@ check_refuses "a directory" "$C" "^$(re "qgate: $C:2: users_file $TMP/udir: not 
 printf '[gateway]\nusers_file = %s\n[group main]\nworkers = %s\n' "$U" "$W1A" > "$C"
 printf 'alice:wonder\tadmin=1\nbob:pw x\tmax_conns=2\n' > "$U"
 "$BIN/qgate" --check -c "$C" > "$TMP/out" 2>&1 || fail "--check refused a good users file: $(cat "$TMP/out")"
-expect_file_has "$TMP/out" "configuration ok: .* 1 workers, 2 users\$"
+expect_file_has "$TMP/out" "configuration ok: .* 1 worker, 2 users\$"
 pass "--check: the users file's space for a TAB, an option twice, a bad value, an unknown option, a user twice, a directory: file:line"
 
 # --- a reload of such files fails, keeps the running configuration and says why --------------
@@ -177,3 +177,21 @@ set +e; "$BIN/qgate" --print-config -c "$C" > "$TMP/out" 2> "$TMP/err"; rc=$?; s
 [ "$rc" -eq 1 ] || fail "--print-config printed a file it cannot load"
 expect_lines "$TMP/err" "^$(re "qgate: $C:3: port again (first at line 2)")\$" 1
 pass "--print-config -c FILE: the defaults, then the file, then the command line; alone, and its other forms, as before"
+
+# --- a command line it cannot take: what is wrong, then the usage, exit 2 (at a797b26 the
+# usage alone: helper round 24b) ---------------------------------------------------------------
+for args in "--frob:qgate: unknown option '--frob'" "-c:qgate: -c needs a value" \
+    "--print-config=xml:qgate: --print-config takes =markdown or =man, not 'xml'"; do
+    set +e; "$BIN/qgate" "${args%%:*}" > "$TMP/out" 2> "$TMP/err"; rc=$?; set -e
+    [ "$rc" -eq 2 ] || fail "${args%%:*}: exit $rc"
+    [ "$(head -n 1 "$TMP/err")" = "${args#*:}" ] || fail "${args%%:*}: $(head -n 1 "$TMP/err")"
+    grep -q "^usage: qgate" "$TMP/err" || fail "${args%%:*}: no usage"
+done
+pass "a command line it cannot take: what is wrong, then the usage, exit 2"
+
+# --- an empty users file: valid (q -U with one refuses every login too), and said so
+: > "$TMP/empty.users"
+printf '[gateway]\nusers_file = %s\n[group main]\nworkers = %s\n' "$TMP/empty.users" "$W1A" > "$C"
+"$BIN/qgate" --check -c "$C" > "$TMP/out" 2>&1 || fail "--check refused an empty users file: $(cat "$TMP/out")"
+expect_file_has "$TMP/out" "configuration ok: port [0-9]+, 1 group, 1 worker, 0 users \\(every login refused: an empty users file, as q -U's\\)\$"
+pass "--check: an empty users file is valid, and said to refuse every login"

@@ -34,13 +34,13 @@ check_fails() {
     expect_file_has "$TMP/err" "$re"
 }
 printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/none" "$W1_PORT" > "$TMP/c.conf"
-check_fails "a missing users file" "^qgate: users_file $TMP/none: No such file or directory\$" -c "$TMP/c.conf"
+check_fails "a missing users file" "^qgate: $TMP/c.conf:2: users_file $TMP/none: No such file or directory\$" -c "$TMP/c.conf"
 printf 'alice:secret\nbob\n' > "$TMP/users"
 printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/users" "$W1_PORT" > "$TMP/c.conf"
-check_fails "a malformed users file" "^qgate: users_file $TMP/users:2: " -c "$TMP/c.conf"
+check_fails "a malformed users file" "^qgate: $TMP/c.conf:2: users_file $TMP/users:2: " -c "$TMP/c.conf"
 printf 'alice:secret\nbob:pw\n' > "$TMP/users"
 "$BIN/qgate" --check -c "$TMP/c.conf" > "$TMP/out" || fail "--check refused a good users file: $(cat "$TMP/out")"
-expect_file_has "$TMP/out" "configuration ok: .* 1 workers, 2 users\$"
+expect_file_has "$TMP/out" "configuration ok: .* 1 worker, 2 users\$"
 printf '[gateway]\n\n[group main]\nworkers = 127.0.0.1:%s, nosuchhost.invalid:5001\n' "$W1_PORT" > "$TMP/c.conf"
 check_fails "a worker that does not resolve" \
     "^qgate: $TMP/c.conf:4: group main: worker 'nosuchhost.invalid:5001' does not resolve" -c "$TMP/c.conf"

@@ -164,7 +164,7 @@ expect_lines "$TMP/conf.diff" '^[<>]' 3
 expect_lines "$TMP/conf.diff" '^< bind = 0\.0\.0\.0$' 1
 expect_lines "$TMP/conf.diff" '^> bind = 127\.0\.0\.1$' 1
 "$S/usr/bin/qgate" --check -c "$S/etc/qgate/gateway.conf" > "$TMP/out" 2>&1 || fail "--check on the installed config: $(cat "$TMP/out")"
-expect_file_has "$TMP/out" "configuration ok: port 8811, 1 groups, 2 workers"
+expect_file_has "$TMP/out" "configuration ok: port 8811, 1 group, 2 workers"
 # a second install keeps an operator's config; the default PREFIX puts everything under /usr/local
 echo "# edited" >> "$S/etc/qgate/gateway.conf"
 mk install DESTDIR="$S" PREFIX=/usr > "$TMP/install.txt" 2>&1 || fail "make install again"
