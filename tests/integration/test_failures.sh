@@ -781,4 +781,6 @@ PY
 wait_count "$TMP/RN.log" "c[0-9]+ .*: closed: " 10 10
 kill -TERM "$RN_PID"
 wait_line "$TMP/RN.log" "drained: exiting" 10
+wait_exit "$RN_PID" 10 # (a clean stop is no worker lost: at a797b26 'no worker of group main is up', a warning)
+grep -E "warn .*(no worker of group|connection closed: gateway exiting)" "$TMP/RN.log" && fail "a clean stop warned"
 pass "clients reset inside a callback, a message of theirs on a reader: what each sent runs, the connection goes, a drain does not wait"
