@@ -73,7 +73,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "client_low_water", CFG_SIZE, CFG_LIVE, "2097152", 0, KMAX, G(client_low_water), NULL,
      "unsent bytes below which reading from that worker resumes"},
     {"gateway", "client_max_pending", CFG_SIZE, CFG_LIVE, "67108864", 65536, KMAX, G(client_max_pending), NULL,
-     "bytes of a client's requests waiting their turn above which qgate stops reading from it (one that owes a worker a callback's answer: twice that, then the worker is told no answer comes)"},
+     "bytes of a client's requests waiting their turn above which qgate stops reading from it (each counted with about 240 bytes of bookkeeping, so that a flood of tiny ones is bounded too; one that owes a worker a callback's answer: twice that, then the worker is told no answer comes)"},
     {"gateway", "pending_max", CFG_SIZE, CFG_LIVE, "1073741824", 0, KMAX, G(pending_max), NULL,
      "bytes of requests read whole and not yet written to a worker's socket or answered, all clients together (a message counts from its header, for all its bytes, while it waits for its worker and while it waits on that worker's queue: a worker that reads nothing holds it); a message over 64 KiB that would pass it waits, unread, in turn, until it fits or no other message over 64 KiB is held (so one larger than the bound is read alone); smaller ones never wait, nor do clients that owe a worker a callback's answer or hold a session's worker; a client that keeps room for a message it stopped sending is closed after client_stall_timeout while others wait; 0 = no limit"},
     {"gateway", "worker_connect_timeout", CFG_MS, CFG_LIVE, "3000", 1, KMAX, G(worker_connect_timeout), NULL,

@@ -413,7 +413,10 @@ void callback_nested_lost_calls_loop(struct gw *g, struct client *c, int n, cons
 void callback_lost_release_loop(struct gw *g, struct client *c);
 /* Worker w sends c a callback: its answer is expected, and c is read until it comes. 0, or -1
  * on ENOMEM. */
-int callback_add_loop(struct gw *g, struct client *c, const struct conn *w);
+int callback_add_loop(struct gw *g, struct client *c, const struct conn *w, int later);
+/* ... what follows the addition (later: the caller's, once its worker waits in the callback):
+ * what c sent before it goes nested, and c's reading is seen to. */
+void callback_added_loop(struct gw *g, struct client *c);
 /* c will not answer w's callbacks (NULL: anyone's): each such worker is told so. */
 void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w);
 /* Does a worker wait for c's answer to a callback? */

@@ -658,7 +658,7 @@ static int takes_call(struct gw *g, struct worker *w, struct client *c)
     uint32_t id, gen;
     int mine = fanout_client(w, &id, &gen) ? id == c->c.id
                                            : w->st == WS_BUSY && w->run.cl == c && STAILQ_EMPTY(&w->bsent);
-    return mine && c->st == CS_READY && callback_add_loop(g, c, &w->c) == 0;
+    return mine && c->st == CS_READY && callback_add_loop(g, c, &w->c, 0) == 0;
 }
 
 /* What a message of the worker's other than the run's reply is to its client. */
@@ -929,11 +929,11 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
         int route = to_client(g, w, h, c, ROUTE_STREAM); /* (CHANGE: matched as it reaches the client) */
         if (route == ROUTE_DROP)
             return ROUTE_DROP; /* too large to make fit: the worker was told */
-        if (route == ROUTE_CHANGE || callback_add_loop(g, c, &w->c) == 0) {
+        if (route == ROUTE_CHANGE || callback_add_loop(g, c, &w->c, 1) == 0) {
             run_set_phase_loop(g, w, WB_CALLED); /* until it sends again, having had the answer */
             w->msg.to = c;
             if (route != ROUTE_CHANGE) /* (a changed one: when it reaches the client, as it is added) */
-                request_nest_queued_loop(g, c);
+                callback_added_loop(g, c);
             return route;
         }
     }

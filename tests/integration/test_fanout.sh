@@ -213,7 +213,17 @@ expect_lines "$TMP/q.out" "^'qgate: merge too large \\(over merge_max, 1000000 b
 expect_lines "$TMP/q.out" "^'qgate: too large to hold whole \\([0-9]+ bytes, over hold_max, 500000 bytes\\)\$" 1
 expect_lines "$TMP/q.out" '^"fitsfits"$' 1
 expect_file_has "$TMP/ZH.log" "over hold_max \\(500000 bytes\\) by itself: a .qgate.all's merge of 400028 bytes refused"
-pass "a merge over merge_max is too large, whatever hold_max; one over hold_max by itself too large to hold, not busy"
+# ... and plain parts that pass hold_max together, nothing else held: too large too, not busy (at
+# 0e4e1a9 the second part was refused 'busy' for the room the first held: helper round 24a)
+printf '[gateway]\nbind = 127.0.0.1\nhold_max = 100000\nmerge_max = 200000\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
+    "$W1_PORT" "$W2_PORT" > "$TMP/ph.conf"
+start_gateway PH -c "$TMP/ph.conf"
+wait_count "$TMP/PH.log" "connected \\(capability" 2
+G="127.0.0.1:$PH_PORT"
+q "all:main:text 60000" "all:main:echo fits"
+expect_lines "$TMP/q.out" "^'qgate: too large to hold whole \\(120028 bytes, over hold_max, 100000 bytes\\)\$" 1
+expect_lines "$TMP/q.out" '^"fitsfits"$' 1
+pass "a merge over merge_max is too large; one over hold_max by itself (its parts together too) too large to hold, not busy"
 
 # --- a reload removes a worker that owes its part of a .qgate.all: the part runs first, then the
 # worker goes (it failed the request as 'qgate: worker host:port lost, the part never sent) ------

@@ -59,6 +59,50 @@ nest_same --pipeline --nest "echo C" "callback T" "echo B" "neg:echo D" "echo E"
 printf '%s\n' 'nested: "B"' '"E"' '"C"' '"qsend got: T"' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
 total_is nested 10 || fail "nested: $(total nested)"
 pass "... and what a pipelining client sent behind the request before the callback came: nested too, in order, as in q"
+# ... and those count no more against client_max_pending once they have gone: 600 tiny requests
+# (13 KB, 180 KB as held) framed behind a held callback request, with client_max_pending 64 KiB:
+# the callback is answered, not given up as 'the client sent twice client_max_pending ... and no
+# answer' (at 0e4e1a9 it was, the bound checked while they went: helper round 24a)
+printf 'op:pw\tadmin=1\nu:p\n' > "$TMP/cp.users"
+printf '[gateway]\nbind = 127.0.0.1\nclient_max_pending = 64k\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' \
+    "$TMP/cp.users" "$W1_PORT" > "$TMP/cp.conf"
+start_gateway CP -c "$TMP/cp.conf"
+wait_line "$TMP/CP.log" "connected \\(capability 3\\)" 10
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$CP_PORT" -u op:pw ".qgate.pause[]" > /dev/null
+timeout 60 python3 - "$CP_PORT" > "$TMP/cp.out" 2>&1 <<'PY' &
+import socket, struct, sys
+def cv(s, t=1):
+    b = s.encode()
+    return struct.pack('<bbhibbi', 1, t, 0, 14 + len(b), 10, 0, len(b)) + b
+k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+k.sendall(b'u:p\x03\x00'); k.recv(1)
+n = 600
+k.sendall(cv('callback A') + b''.join(cv('echo %d' % i) for i in range(n)))  # (one write: framed at once)
+buf, out = b'', []
+while len(out) < n + 1:
+    while len(buf) < 8 or len(buf) < struct.unpack_from('<i', buf, 4)[0]:
+        d = k.recv(65536)
+        if not d:
+            sys.exit('closed after %d replies' % len(out))
+        buf += d
+    size = struct.unpack_from('<i', buf, 4)[0]
+    m, buf = buf[:size], buf[size:]
+    if m[1] == 1:  # the callback: answered
+        k.sendall(struct.pack('<bbhibbi', 1, 2, 0, 17, 10, 0, 3) + b'ans')
+        continue
+    out.append(m[14:].decode() if m[8] == 10 else "'" + m[9:-1].decode())
+print(out[-1])  # (the 600 ran nested, inside the callback, before its answer: their replies first)
+print('in order' if out[:-1] == [str(i) for i in range(n)] else 'out of order')
+PY
+cp=$!
+cp_framed() { [ "$(timeout 10 "$BIN/qsend" -g "127.0.0.1:$CP_PORT" -u op:pw ".qgate.totals[]" |
+    awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == "pending_bytes") print v[i - 1] }')" -ge 13000 ]; }
+wait_for 10 "600 requests framed behind the held one" cp_framed
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$CP_PORT" -u op:pw ".qgate.resume[]" > /dev/null
+wait "$cp" || fail "the client: $(cat "$TMP/cp.out")"
+printf '%s\n' ans 'in order' | cmp -s - "$TMP/cp.out" || fail "$(cat "$TMP/cp.out")"
+kill "$CP_PID"
+pass "... and those, gone nested, count no more against client_max_pending: the callback is answered"
 
 # ... and what the gateway answers itself: a command runs then and there; a route cannot run
 # inside the callback (the request that called back holds the client's place), so it is answered
