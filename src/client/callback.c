@@ -267,9 +267,10 @@ int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len,
     return nest_to(g, c, msg, len, checked, NEW_SEQ);
 }
 
-int callback_nests_loop(struct gw *g, const struct client *c) { return c->ncalls && nest_target(g, c); }
-
-struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c) { return c->ncalls ? nest_target(g, c) : NULL; }
+struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c)
+{
+    return c->ncalls ? nest_target(g, c) : NULL;
+}
 
 int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq)
 {

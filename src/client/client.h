@@ -381,8 +381,6 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
  * it runs there, nested, as q runs it on the worker waiting in that callback (SS_OK, SS_WAIT
  * or SS_STOP); otherwise -1, msg untouched. It takes a request number, as requests do. */
 int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked);
-/* Would what c sends now run nested, on the worker waiting in its callback? */
-int callback_nests_loop(struct gw *g, const struct client *c);
 /* callback_nest_loop for a message c sent before the callback came, queued as request seq
  * (checked). */
 int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq);

@@ -780,9 +780,6 @@ static struct req *queue_req(struct gw *g, struct client *c, uint64_t seq, uint8
 
 /* ---- what a client sends from inside a callback, for the gateway ------------------------------ */
 
-/* c's requests answered nested by the gateway go, in the order they came, as their replies are
- * made, ahead of the request they were sent within (which waits for them); then the FIFO goes on.
- * (request_nested_flush_loop.) */
 /* Does nested r (a bad message's error) wait for the replies its worker owes c for what c sent
  * it nested before? (At 52a7b1c it went at once, ahead of them, and the close after it: the
  * simulation, seed 2310.) */
@@ -792,6 +789,8 @@ static int waits_worker_nested(struct gw *g, const struct client *c, const struc
     return w && w->kind == CONN_WORKER && g->back->nested_owed(w, c) > 0;
 }
 
+/* c's requests answered nested by the gateway go, in the order they came, as their replies are
+ * made, ahead of the request they were sent within (which waits for them); then the FIFO goes on. */
 static void nested_flush(struct gw *g, struct client *c)
 {
     struct req *r;
@@ -812,6 +811,12 @@ static void nested_flush(struct gw *g, struct client *c)
         callback_lost_release_loop(g, c);
     if (!c->advancing) /* a reply at the head may have waited for them */
         request_advance_loop(g, c);
+}
+
+void request_nested_flush_loop(struct gw *g, struct client *c)
+{
+    if (!c->c.closing && client_nested_owed(c))
+        nested_flush(g, c);
 }
 
 /* r (c's, sync, or an async gateway command), sent from inside a callback and not for the worker
@@ -866,10 +871,10 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
      * callback, run nested at once, was answered before them, out of the order sent: helper
      * round 23b) */
     struct req *h = client_head(c), *r; /* (the head runs on the worker that called back) */
-    while (h && h->state == RS_RUNNING && !c->c.closing && (r = TAILQ_NEXT(h, link)) && r->state == RS_WAITING && !r->nested && r->msg &&
-           !r->unchecked && !r->route && !(r->cmd && r->cmd_known) &&
+    while (h && h->state == RS_RUNNING && !c->c.closing && (r = TAILQ_NEXT(h, link)) && r->state == RS_WAITING &&
+           !r->nested && r->msg && !r->unchecked && !r->route && !(r->cmd && r->cmd_known) &&
            !(r->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST) &&
-           callback_nests_loop(g, c)) {
+           callback_nest_worker_loop(g, c)) {
         TAILQ_REMOVE(&c->reqs, r, link);
         request_sent_loop(g, r); /* (its room under pending_max given back, as a nested message's is) */
         c->pending -= req_cost(r);
@@ -1256,9 +1261,3 @@ const struct frontend_ops client_frontend = {
     .no_worker = front_no_worker,
     .pause_done = front_pause_done,
 };
-
-void request_nested_flush_loop(struct gw *g, struct client *c)
-{
-    if (!c->c.closing && client_nested_owed(c))
-        nested_flush(g, c);
-}
