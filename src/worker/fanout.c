@@ -292,8 +292,9 @@ int fanout_route_loop(struct gw *g, struct worker *w, uint64_t len)
         char held[96];
         uint64_t self = fo->total + len; /* (with its parts held before it: by itself, it never fits
                                           * if that is over hold_max; at 0e4e1a9 'busy': helper round 24a) */
-        conn_refused_loop(g, REFUSED_HOLD_MAX, c ? c->c.name : w->c.name, "%s: a .qgate.all's part of %llu bytes refused",
-                          gw_hold_why(g, self, held, sizeof held), (unsigned long long)len);
+        conn_refused_loop(g, REFUSED_HOLD_MAX, c ? c->c.name : w->c.name,
+                          "%s: a .qgate.all's part of %llu bytes (%llu with the parts before it) refused",
+                          gw_hold_why(g, self, held, sizeof held), (unsigned long long)len, (unsigned long long)self);
         gw_hold_error(g, self, why, sizeof why);
     } else
         why[0] = 0;

@@ -222,6 +222,7 @@ wait_count "$TMP/PH.log" "connected \\(capability" 2
 G="127.0.0.1:$PH_PORT"
 q "all:main:text 60000" "all:main:echo fits"
 expect_lines "$TMP/q.out" "^'qgate: too large to hold whole \\(120028 bytes, over hold_max, 100000 bytes\\)\$" 1
+expect_file_has "$TMP/PH.log" "over hold_max \\(100000 bytes\\) by itself: a .qgate.all's part of 60014 bytes \\(120028 with the parts before it\\) refused"
 expect_lines "$TMP/q.out" '^"fitsfits"$' 1
 pass "a merge over merge_max is too large; one over hold_max by itself (its parts together too) too large to hold, not busy"
 
