@@ -869,23 +869,34 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
 {
     /* (at 797271b they waited behind the request that called back, so what c sent from inside the
      * callback, run nested at once, was answered before them, out of the order sent: helper
-     * round 23b) */
-    struct req *h = client_head(c), *r; /* (the head runs on the worker that called back) */
-    while (h && h->state == RS_RUNNING && !c->c.closing && (r = TAILQ_NEXT(h, link)) && r->state == RS_WAITING &&
-           !r->nested && r->msg && !r->unchecked && !r->route && !(r->cmd && r->cmd_known) &&
-           !(r->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST) &&
-           callback_nest_worker_loop(g, c)) {
+     * round 23b; at fbf8731 those behind one that could not go nested still did: round 25a) */
+    struct req *h = client_head(c), *r, *next; /* (the head runs on the worker that called back) */
+    if (!h || h->state != RS_RUNNING || c->c.in_job) /* (one on a reader first: it goes on from there) */
+        return;
+    for (r = TAILQ_NEXT(h, link); r && !c->c.closing && callback_nest_worker_loop(g, c); r = next) {
+        next = TAILQ_NEXT(r, link);
+        if (r->state != RS_WAITING || r->nested || !r->msg)
+            break;
+        int bc = r->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST;
+        if (bc || (r->route && r->type == KIPC_ASYNC))
+            continue; /* (no reply: it waits its turn, as one sent inside the callback does) */
+        if ((r->cmd && r->cmd_known) || r->route) {
+            start_nested(g, c, r); /* the gateway's: a command runs now, a route cannot run there,
+                                    * as when sent inside the callback (validated first in its place) */
+            continue;
+        }
         TAILQ_REMOVE(&c->reqs, r, link);
         request_sent_loop(g, r); /* (its room under pending_max given back, as a nested message's is) */
         c->pending -= req_cost(r);
         uint8_t *m = r->msg;
         size_t len = r->len;
         uint64_t seq = r->seq;
+        int checked = !r->unchecked;
         r->msg = NULL;
         request_free(g, r);
         log_debug(c->c.name, "request %llu, queued behind the one that called back, goes nested", (unsigned long long)seq);
-        if (callback_nest_queued_loop(g, c, m, len, seq) != SS_OK)
-            break;
+        if (callback_nest_queued_loop(g, c, m, len, seq, checked) != SS_OK)
+            break; /* (SS_WAIT: on a reader first, c read no more meanwhile; the rest once it is back) */
     }
 }
 

@@ -58,6 +58,13 @@ pass "a client's requests from inside a callback run nested on the worker that c
 nest_same --pipeline --nest "echo C" "callback T" "echo B" "neg:echo D" "echo E"
 printf '%s\n' 'nested: "B"' '"E"' '"C"' '"qsend got: T"' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
 total_is nested 10 || fail "nested: $(total nested)"
+# ... one over 16 KiB among them too (validated on a reader first, in its place, the client read
+# no further meanwhile: at fbf8731 it waited behind the request, and what came after it went
+# ahead: helper round 25a)
+big=$(printf 'x%.0s' $(seq 1 20000))
+nest_same --pipeline --nest "echo C" "callback T" "echo $big" "echo E"
+[ "$(cut -c1-16 "$TMP/via.out" | tr '\n' ' ')" = 'nested: "xxxxxxx "E" "C" "qsend got: T" ' ] || fail "$(cut -c1-40 "$TMP/via.out")"
+total_is nested 13 || fail "nested: $(total nested)"
 pass "... and what a pipelining client sent behind the request before the callback came: nested too, in order, as in q"
 # ... and those count no more against client_max_pending once they have gone: 600 tiny requests
 # (13 KB, 180 KB as held) framed behind a held callback request, with client_max_pending 64 KiB:
@@ -113,7 +120,7 @@ timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest ".qgate.ping[]||on:main:e
 printf '%s\n' 'nested: 1b' "nested: 'qgate: a route cannot run inside a callback (the request that called back holds its place); send it after the callback's answer" \
     "nested: 'qgate: unknown command .qgate.bogus[]" '"qsend got: outer"' '"after"' | cmp -s - "$TMP/via.out" ||
     fail "$(cat "$TMP/via.out")"
-total_is nested 14 || fail "nested: $(total nested)"
+total_is nested 17 || fail "nested: $(total nested)"
 pass "gateway commands from inside a callback run at once, a route is refused at once: nothing waits for ever"
 # ... a command compressed (as q sends one of over 2000 bytes, so a bad command) too: the gateway's,
 # never the worker's (at fc5f796 a compressed one went to the worker that called back)
