@@ -99,6 +99,8 @@ struct req {
                           * within the one it waits in first) */
     uint8_t wait_answer; /* its worker lost while it called the client back: its error goes once
                           * the client has answered that callback (left it, as q sees it) */
+    uint8_t local;       /* a route or command seen inflated on a reader (request_nested_local_loop):
+                          * the gateway's, never nested to a worker */
     uint8_t wn_wait;     /* nested, a bad message's error: it goes once worker wn_id/wn_gen has sent
                           * the replies to what the client sent it nested before (q answers them
                           * before it reads the bad one) */

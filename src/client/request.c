@@ -721,8 +721,10 @@ static void read_again(struct gw *g, struct client *c)
 
 void request_check_pending_loop(struct gw *g, struct client *c)
 {
-    /* (its answer to a callback whose worker is gone, that its head's error waits for, too) */
-    int owes = inside_callback(g, c) || (client_head(c) && held_for_answer(c, client_head(c)));
+    /* (its answer to a callback whose worker is gone, that its head's error waits for, too; once
+     * given up, none: at 01bef40 a head held for its lost calls' errors owed on, and gave up again
+     * from the advance the give-up made, for ever: the long simulation, seed 1250477) */
+    int owes = !c->gave_up && (inside_callback(g, c) || (client_head(c) && held_for_answer(c, client_head(c))));
     if (owes && c->pending > 2 * (size_t)g->cfg.client_max_pending) { /* read on for the answer, but
                                                                        * not without bound */
         log_warn(c->c.name, "%zu bytes of requests and no answer to its worker's callback: the worker is told so",
@@ -875,11 +877,15 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
         return;
     for (r = TAILQ_NEXT(h, link); r && !c->c.closing && callback_nest_worker_loop(g, c); r = next) {
         next = TAILQ_NEXT(r, link);
-        if (r->state != RS_WAITING || r->nested || !r->msg)
+        if (r->nested) /* (gone nested already: the gateway's, answered in its place) */
+            continue;
+        if (r->state != RS_WAITING || !r->msg)
             break;
         int bc = r->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST;
-        if (bc || (r->route && r->type == KIPC_ASYNC))
-            continue; /* (no reply: it waits its turn, as one sent inside the callback does) */
+        if (bc || ((r->route || r->local) && r->type == KIPC_ASYNC))
+            continue; /* (no reply: it waits its turn, as one sent inside the callback does; a
+                       * compressed async route, seen inflated, too: at 19229d1 it was sent to a
+                       * reader again and again, and the client read no more: helper round 26a) */
         if ((r->cmd && r->cmd_known) || r->route) {
             start_nested(g, c, r); /* the gateway's: a command runs now, a route cannot run there,
                                     * as when sent inside the callback (validated first in its place) */
@@ -963,6 +969,8 @@ void request_nested_local_loop(struct gw *g, struct client *c, uint8_t *msg, siz
     /* a route: checked again, as a request (its route read then); a command: plain, read here */
     struct jobs_arrival a = {.unchecked = !cmd, .cmd = (int8_t)cmd};
     struct req *r = queue_req(g, c, seq, msg, &h, &a, 0);
+    if (r)
+        r->local = 1;
     if (!r) {
         conn_close_loop(g, &c->c, "out of memory");
     } else if (cmd ? inside_callback(g, c) : h.type == KIPC_SYNC) { /* a command runs now, a route is
