@@ -182,6 +182,7 @@ struct client {
     struct fanout *fo;   /* .qgate.all: its head running on every worker of a group */
     struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
     int ncalls;
+    uint8_t giving_up;   /* request_check_pending_loop's give-up advances it: not again from there */
     uint8_t gave_up;     /* its workers were told its answers are not coming (over twice
                           * client_max_pending unread): until its calls are gone, a .qgate.all's
                           * part's callback is told so too, not held for an answer it is not read

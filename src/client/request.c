@@ -721,18 +721,22 @@ static void read_again(struct gw *g, struct client *c)
 
 void request_check_pending_loop(struct gw *g, struct client *c)
 {
-    /* (its answer to a callback whose worker is gone, that its head's error waits for, too; once
-     * given up, none: at 01bef40 a head held for its lost calls' errors owed on, and gave up again
-     * from the advance the give-up made, for ever: the long simulation, seed 1250477) */
-    int owes = !c->gave_up && (inside_callback(g, c) || (client_head(c) && held_for_answer(c, client_head(c))));
-    if (owes && c->pending > 2 * (size_t)g->cfg.client_max_pending) { /* read on for the answer, but
-                                                                       * not without bound */
+    /* (its answer to a callback whose worker is gone, that its head's error waits for, too) */
+    int owes = inside_callback(g, c) || (client_head(c) && held_for_answer(c, client_head(c)));
+    if (owes && c->pending > 2 * (size_t)g->cfg.client_max_pending && !c->giving_up) { /* read on for the
+                                                                       * answer, but not without bound */
         log_warn(c->c.name, "%zu bytes of requests and no answer to its worker's callback: the worker is told so",
                  c->pending);
         callback_give_up_loop(g, c);
         owes = 0;
-        if (!c->advancing && client_head(c) && client_head(c)->wait_answer)
-            request_advance_loop(g, c); /* (an error held for its answer: it goes now) */
+        if (!c->advancing && client_head(c) && client_head(c)->wait_answer) { /* (an error held for its
+                              * answer: it goes now; not given up again from inside that advance, where
+                              * a head held for a lost worker's nested errors still owes: at 01bef40, for
+                              * ever, a stack overflow: the long simulation, seed 1250477) */
+            c->giving_up = 1;
+            request_advance_loop(g, c);
+            c->giving_up = 0;
+        }
     }
     if (owes) /* its answer may be behind a message that waits for room */
         request_room_check_loop(g, c);
