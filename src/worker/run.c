@@ -969,8 +969,12 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
         return SS_WAIT;
     }
     w->msg.reply = w->msg.nested = 0;
-    if (w->st == WS_BUSY && w->run.phase == WB_CALLED)
-        run_set_phase_loop(g, w, WB_SENT); /* it sends: whatever it waited for has come */
+    if (w->st == WS_BUSY && w->run.phase == WB_CALLED &&
+        !(h->type == KIPC_ASYNC && w->run.cl && callback_owes_loop(g, w->run.cl, &w->c)))
+        run_set_phase_loop(g, w, WB_SENT); /* it sends: whatever it waited for has come (not a publish
+                                            * made while its client still owes the answer: it waits in
+                                            * the callback yet, running what it is sent nested; at
+                                            * 01bef40 what came next was refused: helper round 27a) */
     int route = ROUTE_DROP, over = h->len > (uint64_t)g->cfg.max_message;
     if (h->type == KIPC_SYNC)
         called_back(w); /* (counted before it is answered, below or by its client) */

@@ -667,6 +667,25 @@ printf '%s\n' '"qsend got: cb"' '"qsend got: cbqsend got: cb"' \
 kill "$TG_PID" "$WT1_PID" "$WT2_PID" 2> /dev/null || true
 pass "a worker's second callback sent before its first is answered: passed on once it is, in a request and a .qgate.all"
 
+# ... and a publish the worker makes while it waits in the callback (an async message sent nested
+# that notifies): it waits there yet, so what the client sends next runs nested too (at 01bef40 the
+# publish was taken for the end of the wait, and the next call was refused 'cannot run inside
+# this callback now': helper round 27a)
+start_worker WP
+conf "$TMP/wp.conf" "127.0.0.1:$WP_PORT"
+start_gateway WPG -c "$TMP/wp.conf"
+rm -f "$TMP/wp.go"
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$WPG_PORT" --timeout 30000 --nest "neg:notify 1 pub||wait:$TMP/wp.go||echo t" \
+    "callback outer" > "$TMP/wp.out" 2>&1 &
+wpp=$!
+wait_line "$TMP/WP.log" "nested async message, while in a callback" 10 # (it has published)
+touch "$TMP/wp.go"
+wait "$wpp" || true
+grep -q "cannot run inside this callback" "$TMP/wp.out" && fail "a call after a publish inside the callback: $(cat "$TMP/wp.out")"
+grep -q '^nested: "t"$' "$TMP/wp.out" || fail "$(cat "$TMP/wp.out")"
+kill "$WPG_PID" "$WP_PID" 2> /dev/null || true
+pass "... a publish the worker makes inside the callback: what the client sends next still runs nested there"
+
 # --- ... and one that owes a .qgate.all's workers its answers (not one worker: nothing runs
 # nested there). A sync request from inside the callback gets an error at once, a gateway
 # command runs (both before the callback's answer, as a call nested in it); async messages wait
