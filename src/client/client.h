@@ -175,6 +175,8 @@ struct client {
     size_t stall_level;  /* ... its bytes waiting then */
     int64_t connected_ms; /* when it was accepted (the loop's clock) */
     const char *drop_why; /* while requests of it are dropped unanswered: why (the access log's reason=) */
+    const char *close_why; /* after a FIN: closed with this once what is owed is written, not "client
+                            * closed the connection" (fail_request) */
     struct worker *w;    /* worker running the head request */
     struct worker *sess; /* pool = session: the worker given to it, from its first request on */
     struct fanout *fo;   /* .qgate.all: its head running on every worker of a group */

@@ -587,7 +587,8 @@ void request_finish_if_gone_loop(struct gw *g, struct client *c)
 {
     if (c->eof && !c->c.closing && c->st != CS_AUTH && !client_head(c) && !c->c.in_backlog &&
         !has_whole_message(g, c) && (!c->half || (!conn_pending(&c->c) && !c->c.streaming)))
-        conn_close_loop(g, &c->c, "client closed the connection"); /* (after a FIN: its replies written) */
+        conn_close_loop(g, &c->c, c->close_why ? c->close_why : "client closed the connection"); /* (after
+                                                                  * a FIN: its replies written) */
 }
 
 void request_advance_loop(struct gw *g, struct client *c)

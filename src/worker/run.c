@@ -1217,6 +1217,25 @@ static void note_lost(struct gw *g, struct client *c)
         g->hooks.lost(g->hooks.ctx, c->c.id, c->c.gen, r->seq);
 }
 
+/* c, which left owed no reply, closed as its async messages (h) timed out at their worker: at once,
+ * or, after a FIN, once what is written to it already is sent (the errors of the calls it made
+ * inside their callback: the long simulation, seed 1258376, closed it with three owed), what it
+ * sent after them dropped meanwhile. */
+static void close_unowed(struct gw *g, struct client *c, struct req *h)
+{
+    static const char why[] = "its async messages timed out at the worker after it had left, owed no "
+                              "reply: what it sent after them is dropped, not run before them";
+    if (!c->half || (!conn_pending(&c->c) && !c->c.streaming)) {
+        conn_close_loop(g, &c->c, why);
+        return;
+    }
+    c->close_why = why;
+    c->drop_why = "its async messages timed out at the worker after it had left";
+    for (struct req *x = h; x; x = client_head(c))
+        request_remove_loop(g, c, x, 0);
+    c->drop_why = NULL;
+}
+
 /* The client of a request that went down with the worker: closed if a message to it was cut,
  * else answered with text (or, for async runs and clients gone, just moved on). */
 static void fail_request(struct gw *g, struct client *c, int cut, int run, int timed_out, const char *text)
@@ -1230,8 +1249,7 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, int t
                                      * elsewhere before the rest of them, which q may still run (19a:
                                      * waiting for them, it kept its max_clients place for as long as
                                      * a stuck q stayed stuck) */
-        conn_close_loop(g, &c->c, "its async messages timed out at the worker after it had left, owed no "
-                                  "reply: what it sent after them is dropped, not run before them");
+        close_unowed(g, c, h);
     else if (run != RUN_REQUEST || client_output_gone(c))
         request_head_done_loop(g, c);
     else {

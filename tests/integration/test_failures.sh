@@ -284,8 +284,45 @@ timeout 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "neg:sleep 3000" > /dev/null 2>&
 wait_line "$TMP/AG.log" "its async messages timed out at the worker after it had left" 10
 timeout 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "echo other" > "$TMP/ag.out" 2>&1 || true
 expect_lines "$TMP/ag.out" '^"other"$' 1
-kill "$AC_PID" "$AG_PID" "$WC_PID"
-pass "query_timeout: async messages waiting for their client's answer to a callback time out; a client gone when they time out is closed (max_clients 1: the next is served)"
+# ... but one that shut its side (a half-close) inside their callback, a call it made there unanswered,
+# gets that call's error first, then the close (before: closed at once, the error lost with it; the
+# long simulation, seed 1258376)
+start_worker WH --rows 10
+conf "$TMP/ah.conf" "127.0.0.1:$WH_PORT" query_timeout=500
+start_gateway AH -c "$TMP/ah.conf"
+wait_line "$TMP/AH.log" "connected \\(capability 3\\)" 10
+timeout 30 python3 - "$AH_PORT" > "$TMP/ah.out" 2>&1 <<'PY' || fail "the client: $(cat "$TMP/ah.out")"
+import socket, struct, sys
+def cv(s, t):
+    b = s.encode()
+    return struct.pack('<bbhibbi', 1, t, 0, 14 + len(b), 10, 0, len(b)) + b
+k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+k.sendall(b'u:p\x03\x00'); k.recv(1)
+def msg():
+    buf = b''
+    while len(buf) < 8 or len(buf) < struct.unpack_from('<i', buf, 4)[0]:
+        d = k.recv(65536)
+        if not d:
+            return None
+        buf += d
+    return buf
+k.sendall(cv('callback cb', 0))  # async: its worker calls back
+m = msg()
+assert m and m[1] == 1, m
+k.sendall(cv('sleep 3000', 1))  # inside the callback, a call its worker runs for past query_timeout
+k.shutdown(socket.SHUT_WR)
+while True:
+    m = msg()
+    if m is None:
+        print('closed')
+        break
+    print("'" + m[9:-1].decode() if m[8] == 128 else 'reply type %d' % m[8])
+PY
+printf '%s\n' "'qgate: timeout (the worker that called back sent nothing for query_timeout)" closed |
+    cmp -s - "$TMP/ah.out" || fail "$(cat "$TMP/ah.out")"
+wait_line "$TMP/AH.log" "its async messages timed out at the worker after it had left" 10
+kill "$AC_PID" "$AG_PID" "$WC_PID" "$AH_PID" "$WH_PID"
+pass "query_timeout: async messages waiting for their client's answer to a callback time out; a client gone when they time out is closed (max_clients 1: the next is served), once the error of a call it made inside their callback is written"
 
 # --- the same in a broadcast group, with a client's broadcast sent but not yet read: the worker
 # runs it when it gets to it, so qgate connects again only once the worker has closed the dropped
