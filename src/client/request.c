@@ -878,6 +878,10 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
      * callback, run nested at once, was answered before them, out of the order sent: helper
      * round 23b) */
     struct req *h = client_head(c), *r; /* (the head runs on the worker that called back) */
+    while (h && h->state == RS_RUNNING && (r = TAILQ_NEXT(h, link)) && r->state == RS_RUNNING)
+        h = r; /* the async messages sent in its run: what is queued behind them (at 335b660 it waited
+                * for the run's end, so a sync request ran after the callbacks, not inside them, and
+                * took another answer: helper round 27a) */
     while (h && h->state == RS_RUNNING && !c->c.closing && (r = TAILQ_NEXT(h, link)) && r->state == RS_WAITING &&
            !r->nested && r->msg && !r->unchecked && !r->route && !(r->cmd && r->cmd_known) &&
            !(r->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST) &&

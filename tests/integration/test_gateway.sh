@@ -59,6 +59,50 @@ nest_same --pipeline --nest "echo C" "callback T" "echo B" "neg:echo D" "echo E"
 printf '%s\n' 'nested: "B"' '"E"' '"C"' '"qsend got: T"' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
 total_is nested 10 || fail "nested: $(total nested)"
 pass "... and what a pipelining client sent behind the request before the callback came: nested too, in order, as in q"
+# ... behind async messages that call back too: a sync request sent right behind them runs inside
+# their callbacks, so it calls back third and takes the first answer, as on q (at 335b660 it waited
+# for their run's end, its callback never came before the answers, and it took the third)
+cat > "$TMP/ac.py" <<'PY'
+import socket, struct, sys
+def cv(s, t):
+    b = s.encode()
+    return struct.pack('<bbhibbi', 1, t, 0, 14 + len(b), 10, 0, len(b)) + b
+k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+k.settimeout(10)
+k.sendall(b'u:p\x03\x00'); k.recv(1)
+k.sendall(cv('callback a1', 0) + cv('callback a2', 0) + cv('callback c', 1))
+buf = b''
+def msg():
+    global buf
+    while len(buf) < 8 or len(buf) < struct.unpack_from('<i', buf, 4)[0]:
+        try:
+            d = k.recv(65536)
+        except socket.timeout:
+            d = b''
+        if not d:
+            return None
+        buf += d
+    n = struct.unpack_from('<i', buf, 4)[0]
+    m, buf = buf[:n], buf[n:]
+    return m
+calls = []
+while len(calls) < 3:  # every callback before any answer
+    m = msg()
+    if m is None:
+        sys.exit('%d callbacks came: %s' % (len(calls), calls))
+    calls.append(m[14:].decode())
+for c in calls:
+    b = ('ans:' + c).encode()
+    k.sendall(struct.pack('<bbhibbi', 1, 2, 0, 14 + len(b), 10, 0, len(b)) + b)
+m = msg()
+print(' '.join(calls), m[14:].decode() if m else 'no reply')
+PY
+timeout 30 python3 "$TMP/ac.py" "$W1_PORT" > "$TMP/direct.out" 2>&1 || true
+timeout 30 python3 "$TMP/ac.py" "$GW_PORT" > "$TMP/via.out" 2>&1 || true
+cmp -s "$TMP/direct.out" "$TMP/via.out" || fail "$(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
+echo 'a1 a2 c ans:a1' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
+total_is nested 11 || fail "nested: $(total nested)"
+pass "... and a sync request behind async messages that call back: inside their callbacks, the first answer its, as in q"
 # ... and those count no more against client_max_pending once they have gone: 600 tiny requests
 # (13 KB, 180 KB as held) framed behind a held callback request, with client_max_pending 64 KiB:
 # the callback is answered, not given up as 'the client sent twice client_max_pending ... and no
@@ -113,7 +157,7 @@ timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest ".qgate.ping[]||on:main:e
 printf '%s\n' 'nested: 1b' "nested: 'qgate: a route cannot run inside a callback (the request that called back holds its place); send it after the callback's answer" \
     "nested: 'qgate: unknown command .qgate.bogus[]" '"qsend got: outer"' '"after"' | cmp -s - "$TMP/via.out" ||
     fail "$(cat "$TMP/via.out")"
-total_is nested 14 || fail "nested: $(total nested)"
+total_is nested 15 || fail "nested: $(total nested)"
 pass "gateway commands from inside a callback run at once, a route is refused at once: nothing waits for ever"
 # ... a command compressed (as q sends one of over 2000 bytes, so a bad command) too: the gateway's,
 # never the worker's (at fc5f796 a compressed one went to the worker that called back)
