@@ -129,6 +129,8 @@ struct conn {
     struct outq held;    /* whole messages waiting for the message being streamed to end */
     int pipe_rd, pipe_wr; /* bytes spliced from another socket, ahead of everything in out */
     size_t piped, pipe_cap;
+    size_t flush_high;   /* output pending before a write its kind has not been told of (a splice's,
+                          * sent on from the reading side): the next flush reports from there */
     struct inbuf in;
     struct rdstate rd;   /* the message being read (framed) */
     struct conn *waits_on; /* paused: the connection whose output it waits on (on its waiters) */

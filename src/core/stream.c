@@ -222,7 +222,11 @@ int stream_flush_loop(struct gw *g, struct conn *c)
 {
     if (c->fd < 0 || c->closing)
         return -1;
-    size_t before = conn_pending(c);
+    size_t before = QG_MAX(conn_pending(c), c->flush_high); /* (what a splice sent meanwhile: below the
+                                    * low-water mark it may have woken a client paused for its output,
+                                    * told of none: at 19229d1 one inside a callback stayed paused for
+                                    * good, its answer unread; the long simulation, seed 1254847) */
+    c->flush_high = 0;
     if (c->piped && pipe_flush(g, c)) /* spliced bytes are older than anything in out */
         return -1;
     if (!c->piped && c->out.bytes) {
@@ -758,10 +762,13 @@ static ssize_t splice_body(struct gw *g, struct conn *c, size_t budget)
     c->last_read_ms = g->loop.now_ms;
     to->piped += (size_t)n;
     rd->left -= (uint64_t)n;
+    size_t high = conn_pending(to);
     if (pipe_flush(g, to) == 0 && to->piped == to->pipe_cap)
         stream_pause_loop(g, c, to); /* the receiver is not keeping up: stop reading until it does */
-    if (to->piped)
+    if (to->piped || conn_pending(to) < high) { /* its flush, on the list, tells its kind of this one */
+        to->flush_high = QG_MAX(to->flush_high, high);
         conn_mark_dirty_loop(g, to);
+    }
     if (rd->left == 0 && act(g, c, message_end(g, c)))
         return -1;
     return n;

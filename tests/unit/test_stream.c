@@ -2033,6 +2033,49 @@ static void test_splice_full_pipe(void **state)
     assert_memory_equal(t->recv.p, m->b.p, m->b.n);
 }
 
+/* A splice that sends on what waited in the receiver's pipe (its peer reading again) tells the
+ * receiver's kind by a flush it lists it for, from what was pending before it sent: under the
+ * low-water mark then, a client paused for its output is read again. (Before: the receiver's
+ * flushes saw only what was left, never the drop: a client inside a callback, paused for its
+ * output, stayed paused for good, its answer unread; the long simulation, seed 1254847.) */
+static void test_splice_sent_told(void **state)
+{
+    (void)state;
+    g.cfg.splice = 1;
+    g.cfg.client_low_water = 4096;
+    g.cfg.write_budget = 8 << 20;
+    struct msgs *m = msgs_new();
+    msgs_add(m, 1, KIPC_RESPONSE, 0, 4 << 20);
+    struct fake *s = fake_new(CONN_WORKER, 1);
+    struct fake *t = fake_new(CONN_CLIENT, 1);
+    s->route_rest = SR_STREAM;
+    s->to_rest = t;
+    size_t off = 0;
+    for (int i = 0; t->c.piped <= 65536; i++) { /* t's socket full, its pipe holding the rest */
+        assert_true(i < 1000);
+        off += put_some(s, m->b.p + off, 16384);
+        pull(s);
+        stream_flush_dirty_loop(&g);
+    }
+    assert_false(s->c.paused);
+    assert_false(t->c.dirty);
+    size_t high = conn_pending(&t->c);
+    while (take(t)) /* its peer reads again: room in its socket for all of the pipe */
+        ;
+    int flushes = t->nflushed;
+    off += put_some(s, m->b.p + off, 1024);
+    pull(s); /* the splice sends the pipe on */
+    assert_int_equal(t->c.piped, 0);
+    assert_true(t->c.dirty);
+    stream_flush_dirty_loop(&g);
+    assert_int_equal(t->nflushed, flushes + 1);
+    assert_true(t->fl_before >= high);
+    assert_int_equal(conn_pending(&t->c), 0);
+    assert_true(t->fl_before > (size_t)g.cfg.client_low_water);
+    (void)off;
+    fake_dispose_worker(s);
+}
+
 /* ---- found wanting: each of these fails against stream.c as it is --------------------------- */
 
 /* A handler that closes its own connection (conn_close_loop) and returns SS_OK, as act() allows
@@ -2303,6 +2346,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bound_target_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_splice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_splice_full_pipe, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_splice_sent_told, setup, teardown),
         cmocka_unit_test_setup_teardown(test_self_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_self_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_gathered, setup, teardown),
