@@ -515,12 +515,17 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
      * has closed it (at once if q has closed it already). A timed-out request alone is not
      * waited for: its client was told, and it may run late, as a direct client's would. */
     /* ... and so may a session's messages, after the reset query a new connection would run
-     * first: a worker that owes it connects again once q has run what it read here */
-    int bcast = !STAILQ_EMPTY(&w->bsent), sess = was_up && !renew && w->dirty == 1 && session_reset_query(w)[0];
+     * first: a worker that owes it connects again once q has run what it read here. In a
+     * session pool with no reset query too: a reload may set one before the new connection's
+     * handshake, which then runs it first (session_connected_loop), before what q still has
+     * to run from this one (seed 1266694) */
+    const char *rq = session_reset_query(w);
+    int bcast = !STAILQ_EMPTY(&w->bsent),
+        sess = was_up && !renew && w->dirty == 1 && (rq[0] || w->grp->cfg.pool_mode == CFG_POOL_SESSION);
     if ((bcast || sess) && !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
         log_info(c->name, "%s may still run at the worker: connecting again%s once it has closed its end",
                  bcast ? "broadcasts sent on this connection" : "what a session sent on this connection",
-                 bcast ? "" : ", its reset query first,");
+                 bcast || !rq[0] ? "" : ", its reset query first,");
     int fall_back = !was_up && w->via == VIA_UNIX && has_tcp(g, w) && !w->removed;
     run_lost_loop(g, w); /* the request, its client, the broadcasts: down first, then told */
     if (g->freeing) /* (at exit: not "no worker of group g is up", a warning after every clean stop,

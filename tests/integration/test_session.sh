@@ -173,6 +173,34 @@ wait_line "$TMP/FE.log" "reload: done" 10
 q "x"
 expect_lines "$TMP/q.out" "^'x\$" 1
 pass "a reload that sets a session pool's reset query: the sessions before it are reset before the next"
+# ... and one that sets it while qgate has dropped a session's connection (query_timeout) whose
+# messages its q has not yet run: qgate connects again only once q has closed that connection, so
+# the reset query runs after them, not before (at d1d7b32, with no reset query when it dropped
+# the connection, it connected again at once, and the reload's reset query ran on the new one
+# while q held the old one's x:secret: the next session read it; the long simulation, seed 1266694)
+start_worker WD --rows 10
+conf "$TMP/fd.conf" "127.0.0.1:$WD_PORT" pool=session
+printf 'query_timeout = 300\nloglevel = debug\n' > "$TMP/fd.gw"
+sed -i "/^\[gateway\]/r $TMP/fd.gw" "$TMP/fd.conf"
+start_gateway FD -c "$TMP/fd.conf"
+wait_line "$TMP/FD.log" "connected \\(capability 3\\)" 10
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$FD_PORT" "neg:hold fd1" "neg:x:secret" > /dev/null 2>&1 || true
+# (the worker reads nothing more of that connection until "release fd1"; the client has gone)
+wait_line "$TMP/FD.log" "no reply byte for 300 ms: dropping the connection" 10
+conf "$TMP/fd.conf" "127.0.0.1:$WD_PORT" pool=session 'reset_query=delete x from `.'
+sed -i "/^\[gateway\]/r $TMP/fd.gw" "$TMP/fd.conf"
+kill -HUP "$FD_PID"
+wait_line "$TMP/FD.log" "reload: done" 10
+timeout 30 "$BIN/qsend" -g "127.0.0.1:$FD_PORT" "x" "wait:$TMP/fd.goB" "x" > "$TMP/fdb.out" 2>&1 & fdb=$!
+wait_line "$TMP/FD.log" "c2 .*request 0: sync" 10
+release fd1 "$WD_PORT"              # its q runs x:secret, reads the close, closes
+wait_line "$TMP/WD.log" "handle closed" 10   # (after x:secret)
+touch "$TMP/fd.goB"
+wait "$fdb" || true
+printf '%s\n' "'x" "'x" | cmp -s - "$TMP/fdb.out" || fail "the next session read: $(cat "$TMP/fdb.out")"
+expect_file_has "$TMP/FD.log" "what a session sent on this connection may still run at the worker: connecting again once it has closed its end"
+kill "$FD_PID" "$WD_PID"
+pass "... and one that sets it while qgate has dropped a session's connection q has not finished: the reset query runs after what q still had of it"
 
 # x_old_behind GW W SLEEP: gateway GW (config $TMP/GW.conf) over worker W alone, pipeline 2: a
 # sleep on W's first connection, then x:old on its second, whose reply W defers (--defer 2:MS);
