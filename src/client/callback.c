@@ -272,17 +272,26 @@ struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c)
     return c->ncalls ? nest_target(g, c) : NULL;
 }
 
-int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq)
+int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq, int checked)
 {
-    return nest_to(g, c, msg, len, 1, seq);
+    return nest_to(g, c, msg, len, checked, seq);
 }
+
+static void checked(struct gw *g, struct client *c, struct job *j);
 
 void callback_checked_loop(struct gw *g, struct job *j)
 {
     struct client *c = client_of_job_loop(g, j);
     if (!c)
         return;
-    stream_job_done_loop(g, &c->c); /* it reads on */
+    stream_job_done_loop(g, &c->c); /* it reads on (what it sent since is framed later, by the loop) */
+    checked(g, c, j);
+    if (!c->c.closing) /* what it had queued behind the request that called back, after this one */
+        request_nest_queued_loop(g, c);
+}
+
+static void checked(struct gw *g, struct client *c, struct job *j)
+{
     struct call k = {.w_id = job_args(j)->check.w_id, .w_gen = job_args(j)->check.w_gen};
     struct conn *wc = conn_lookup_loop(g, k.w_id, k.w_gen);
     int type = j->in[1], told = c->nest_job == 2;

@@ -99,6 +99,8 @@ struct req {
                           * within the one it waits in first) */
     uint8_t wait_answer; /* its worker lost while it called the client back: its error goes once
                           * the client has answered that callback (left it, as q sees it) */
+    uint8_t local;       /* a route or command seen inflated on a reader (request_nested_local_loop):
+                          * the gateway's, never nested to a worker */
     uint8_t wn_wait;     /* nested, a bad message's error: it goes once worker wn_id/wn_gen has sent
                           * the replies to what the client sent it nested before (q answers them
                           * before it reads the bad one) */
@@ -384,13 +386,13 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
  * it runs there, nested, as q runs it on the worker waiting in that callback (SS_OK, SS_WAIT
  * or SS_STOP); otherwise -1, msg untouched. It takes a request number, as requests do. */
 int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked);
-/* callback_nest_loop for a message c sent before the callback came, queued as request seq
- * (checked). */
-int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq);
+/* callback_nest_loop for a message c sent before the callback came, queued as request seq. */
+int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq, int checked);
 /* c's worker has called it back: what it sent after the request that runs there, queued behind
- * it, goes nested to that worker now, in order, as q in h x reads what came on the handle before
- * the answer; up to the first that cannot (one a reader validates first, a gateway command, a
- * route, an async message for a broadcast group), which waits its turn with those after it. */
+ * it, goes nested now, in order, as q in h x reads what came on the handle before the answer: to
+ * that worker (one a reader validates first: once it has, c read no more meanwhile), or, a gateway
+ * command or a route, answered by the gateway as when sent inside the callback; an async route,
+ * or an async message for a broadcast group, waits its turn (no reply: none is overtaken). */
 void request_nest_queued_loop(struct gw *g, struct client *c);
 /* What the gateway answered c nested goes, in order, as far as it may now. */
 void request_nested_flush_loop(struct gw *g, struct client *c);

@@ -876,27 +876,42 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
 {
     /* (at 797271b they waited behind the request that called back, so what c sent from inside the
      * callback, run nested at once, was answered before them, out of the order sent: helper
-     * round 23b) */
-    struct req *h = client_head(c), *r; /* (the head runs on the worker that called back) */
+     * round 23b; at fbf8731 those behind one that could not go nested still did: round 25a) */
+    struct req *h = client_head(c), *r, *next; /* (the head runs on the worker that called back) */
     while (h && h->state == RS_RUNNING && (r = TAILQ_NEXT(h, link)) && r->state == RS_RUNNING)
         h = r; /* the async messages sent in its run: what is queued behind them (at 335b660 it waited
                 * for the run's end, so a sync request ran after the callbacks, not inside them, and
                 * took another answer: helper round 27a) */
-    while (h && h->state == RS_RUNNING && !c->c.closing && (r = TAILQ_NEXT(h, link)) && r->state == RS_WAITING &&
-           !r->nested && r->msg && !r->unchecked && !r->route && !(r->cmd && r->cmd_known) &&
-           !(r->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST) &&
-           callback_nest_worker_loop(g, c)) {
+    if (!h || h->state != RS_RUNNING || c->c.in_job) /* (one on a reader first: it goes on from there) */
+        return;
+    for (r = TAILQ_NEXT(h, link); r && !c->c.closing && callback_nest_worker_loop(g, c); r = next) {
+        next = TAILQ_NEXT(r, link);
+        if (r->nested) /* (gone nested already: the gateway's, answered in its place) */
+            continue;
+        if (r->state != RS_WAITING || !r->msg)
+            break;
+        int bc = r->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST;
+        if (bc || ((r->route || r->local) && r->type == KIPC_ASYNC))
+            continue; /* (no reply: it waits its turn, as one sent inside the callback does; a
+                       * compressed async route, seen inflated, too: at 19229d1 it was sent to a
+                       * reader again and again, and the client read no more: helper round 26a) */
+        if ((r->cmd && r->cmd_known) || r->route) {
+            start_nested(g, c, r); /* the gateway's: a command runs now, a route cannot run there,
+                                    * as when sent inside the callback (validated first in its place) */
+            continue;
+        }
         TAILQ_REMOVE(&c->reqs, r, link);
         request_sent_loop(g, r); /* (its room under pending_max given back, as a nested message's is) */
         c->pending -= req_cost(r);
         uint8_t *m = r->msg;
         size_t len = r->len;
         uint64_t seq = r->seq;
+        int checked = !r->unchecked;
         r->msg = NULL;
         request_free(g, r);
         log_debug(c->c.name, "request %llu, queued behind the one that called back, goes nested", (unsigned long long)seq);
-        if (callback_nest_queued_loop(g, c, m, len, seq) != SS_OK)
-            break;
+        if (callback_nest_queued_loop(g, c, m, len, seq, checked) != SS_OK)
+            break; /* (SS_WAIT: on a reader first, c read no more meanwhile; the rest once it is back) */
     }
 }
 
@@ -963,6 +978,8 @@ void request_nested_local_loop(struct gw *g, struct client *c, uint8_t *msg, siz
     /* a route: checked again, as a request (its route read then); a command: plain, read here */
     struct jobs_arrival a = {.unchecked = !cmd, .cmd = (int8_t)cmd};
     struct req *r = queue_req(g, c, seq, msg, &h, &a, 0);
+    if (r)
+        r->local = 1;
     if (!r) {
         conn_close_loop(g, &c->c, "out of memory");
     } else if (cmd ? inside_callback(g, c) : h.type == KIPC_SYNC) { /* a command runs now, a route is

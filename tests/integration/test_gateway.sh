@@ -58,6 +58,48 @@ pass "a client's requests from inside a callback run nested on the worker that c
 nest_same --pipeline --nest "echo C" "callback T" "echo B" "neg:echo D" "echo E"
 printf '%s\n' 'nested: "B"' '"E"' '"C"' '"qsend got: T"' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
 total_is nested 10 || fail "nested: $(total nested)"
+# ... one over 16 KiB among them too (validated on a reader first, in its place, the client read
+# no further meanwhile: at fbf8731 it waited behind the request, and what came after it went
+# ahead: helper round 25a)
+big=$(printf 'x%.0s' $(seq 1 20000))
+nest_same --pipeline --nest "echo C" "callback T" "echo $big" "echo E"
+[ "$(cut -c1-16 "$TMP/via.out" | tr '\n' ' ')" = 'nested: "xxxxxxx "E" "C" "qsend got: T" ' ] || fail "$(cut -c1-40 "$TMP/via.out")"
+total_is nested 13 || fail "nested: $(total nested)"
+# ... a compressed async route among them waits its turn, the rest go (at 19229d1 it was sent to
+# a reader again and again, the client read no more, and the request that called back hung:
+# helper round 26a); and a command among them does not stop what is behind it (there, the second
+# and third of three requests over 16 KiB ran after the request that called back)
+long=$(printf 'y%.0s' $(seq 1 3000))
+timeout 20 "$BIN/qsend" -g "$G" --timeout 10000 --pipeline --compress "callback cb" "echo a" "neg:on:main:a:\"$long\"" \
+    "echo e" > "$TMP/cr.out" 2> /dev/null || fail "a compressed async route behind a callback: $(cat "$TMP/cr.out")"
+printf '%s\n' '"a"' '"e"' '"qsend got: cb"' | cmp -s - "$TMP/cr.out" || fail "$(cat "$TMP/cr.out")"
+timeout 30 python3 - "${G##*:}" > "$TMP/cb3.out" 2>&1 <<'PY' || fail "a command and three big requests behind a callback: $(cat "$TMP/cb3.out")"
+import socket, struct, sys
+def cv(s):
+    s = s.encode()
+    return b'\x0a\x00' + struct.pack('<i', len(s)) + s
+def m(b, t=1):
+    return struct.pack('<BBBBI', 1, t, 0, 0, 8 + len(b)) + b
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+s.sendall(b'u:p\x03\x00'); s.recv(1); s.settimeout(20)
+s.sendall(b''.join(m(cv(x)) for x in ['callback cb', '.qgate.ping[]'] + ['echo B%d' % i + 'x' * 30000 for i in (1, 2, 3)]))
+buf, got = b'', []
+while len(got) < 5:
+    while len(buf) < 8 or len(buf) < struct.unpack('<I', buf[4:8])[0]:
+        d = s.recv(1 << 20)
+        if not d:
+            sys.exit('closed')
+        buf += d
+    n = struct.unpack('<I', buf[4:8])[0]
+    x, buf = buf[:n], buf[n:]
+    if x[1] == 1:
+        s.sendall(m(cv('answer'), 2))
+        continue
+    got.append('1b' if x[8] == 0xff else x[14:16].decode())
+worker = [g for g in got if g != '1b']  # (the gateway's own answer may come anywhere before the last)
+print(' '.join(worker), 'ping last' if got[-1] == '1b' else '')
+PY
+[ "$(cat "$TMP/cb3.out")" = "B1 B2 B3 an " ] || fail "a command and three big requests behind a callback: $(cat "$TMP/cb3.out")"
 pass "... and what a pipelining client sent behind the request before the callback came: nested too, in order, as in q"
 # ... behind async messages that call back too: a sync request sent right behind them runs inside
 # their callbacks, so it calls back third and takes the first answer, as on q (at 335b660 it waited
@@ -101,7 +143,7 @@ timeout 30 python3 "$TMP/ac.py" "$W1_PORT" > "$TMP/direct.out" 2>&1 || true
 timeout 30 python3 "$TMP/ac.py" "$GW_PORT" > "$TMP/via.out" 2>&1 || true
 cmp -s "$TMP/direct.out" "$TMP/via.out" || fail "$(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
 echo 'a1 a2 c ans:a1' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
-total_is nested 11 || fail "nested: $(total nested)"
+total_is nested 20 || fail "nested: $(total nested)"
 pass "... and a sync request behind async messages that call back: inside their callbacks, the first answer its, as in q"
 # ... and those count no more against client_max_pending once they have gone: 600 tiny requests
 # (13 KB, 180 KB as held) framed behind a held callback request, with client_max_pending 64 KiB:
@@ -157,8 +199,14 @@ timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest ".qgate.ping[]||on:main:e
 printf '%s\n' 'nested: 1b' "nested: 'qgate: a route cannot run inside a callback (the request that called back holds its place); send it after the callback's answer" \
     "nested: 'qgate: unknown command .qgate.bogus[]" '"qsend got: outer"' '"after"' | cmp -s - "$TMP/via.out" ||
     fail "$(cat "$TMP/via.out")"
-total_is nested 15 || fail "nested: $(total nested)"
+total_is nested 24 || fail "nested: $(total nested)"
 pass "gateway commands from inside a callback run at once, a route is refused at once: nothing waits for ever"
+# --- a request over 16 KiB queued behind async messages that call back, a small one behind it: both
+# run nested, in order, the callback answered at once (at b65b2b7 the small one went nested ahead of
+# the big one, validated on a reader only once the run had ended: helper round 27a)
+nest_same --pipeline "neg:callback acb" "neg:echo ae" "echo $big" "echo x"
+[ "$(cut -c1-8 "$TMP/via.out" | tr '\n' ' ')" = '"xxxxxxx "x" ' ] || fail "$(cut -c1-40 "$TMP/via.out")"
+pass "a big request and a small one queued behind async messages that call back: answered in order, as in q"
 # ... a command compressed (as q sends one of over 2000 bytes, so a bad command) too: the gateway's,
 # never the worker's (at fc5f796 a compressed one went to the worker that called back)
 long=$(printf 'a%.0s' $(seq 1 3000))

@@ -689,15 +689,17 @@ static void client_got_callback(struct fclient *c, const char *s)
  * names its request, or a guid's) or the gateway made in its place (its loss, its timeout, a reply
  * refused) goes to one the gateway sent nested to the worker: the one its text names if it
  * names one, else the one its worker answered first (the worker answers them in its own order,
- * all before the request they ran within). Any other the gateway made goes to the oldest of those
- * it answered itself (gateway commands, refusals), which it answers in order. */
+ * all before the request they ran within); the error of a worker lost (or timed out) in a callback
+ * goes to one that went down with it, if one is outstanding (one nested on another worker since,
+ * which answered it first, is not what that error answers). Any other the gateway made goes to the
+ * oldest of those it answered itself (gateway commands, refusals), which it answers in order. */
 static struct sent *reply_target(struct fclient *c, K x, const char *s)
 {
     while (c->pend_off < c->pend.n && c->sent.v[c->pend.v[c->pend_off]].answered)
         c->pend_off++;
     if (c->pend_off == c->pend.n)
         fail("C%d got a reply with no request outstanding: \"%s\" (type %d)", c->cid, s, x->t);
-    struct sent *r0 = NULL, *named = NULL, *first = NULL, *here = NULL;
+    struct sent *r0 = NULL, *named = NULL, *first = NULL, *here = NULL, *down = NULL;
     for (int i = c->pend_off; i < c->pend.n && !r0; i++) {
         struct sent *y = &c->sent.v[c->pend.v[i]];
         if (!y->answered && y->nested_in < 0)
@@ -714,6 +716,7 @@ static struct sent *reply_target(struct fclient *c, K x, const char *s)
                     HAS("qgate: too large to hold whole") ||
                     HAS("qgate: reply too large") || (x->t == KT_ERROR && !strcmp(x->s, "type")); /* (a guid's,
                                     * for capability < 3: such a client asks the gateway for no table) */
+    int loss = HAS("qgate: the worker that called back") || HAS("qgate: timeout (the worker that called back");
 #undef HAS
     for (int i = c->pend_off; i < c->pend.n; i++) {
         struct sent *y = &c->sent.v[c->pend.v[i]];
@@ -726,6 +729,8 @@ static struct sent *reply_target(struct fclient *c, K x, const char *s)
         }
         if (!first || (y->emitted && (!first->emitted || y->emitted < first->emitted)))
             first = y;
+        if (y->lost && !down)
+            down = y;
         if (parsed && y->seq == seq)
             named = y;
     }
@@ -735,6 +740,8 @@ static struct sent *reply_target(struct fclient *c, K x, const char *s)
         fail("C%d got \"%s\" before the replies of the %d request(s) it sent nested within it", c->cid, s, n);
     if (named)
         return named;
+    if (loss && down) /* (a loss went to a request another worker had answered: seed 217) */
+        return down;
     return (by_worker && first) || !here ? first : here;
 }
 
