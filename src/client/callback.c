@@ -18,13 +18,14 @@
 #include "log.h"
 #include "stream.h"
 
-int callback_add_loop(struct gw *g, struct client *c, const struct conn *w, int later)
+int callback_add_loop(struct gw *g, struct client *c, const struct conn *w, int depth, int later)
 {
     struct call *k = calloc(1, sizeof *k);
     if (!k)
         return -1;
     k->w_id = w->id;
     k->w_gen = w->gen;
+    k->depth = depth;
     STAILQ_INSERT_TAIL(&c->calls, k, link);
     c->ncalls++;
     if (!later)
@@ -270,6 +271,17 @@ int callback_nest_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len,
 struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c)
 {
     return c->ncalls ? nest_target(g, c) : NULL;
+}
+
+int callback_depth_loop(struct gw *g, const struct client *c, const struct conn *w)
+{
+    int depth = -1;
+    const struct call *k;
+    STAILQ_FOREACH(k, &c->calls, link)
+        if (!k->cancelled && k->w_id == w->id && k->w_gen == w->gen && k->depth > depth)
+            depth = k->depth;
+    (void)g;
+    return depth;
 }
 
 int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len, uint64_t seq, int checked)

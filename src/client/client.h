@@ -105,6 +105,10 @@ struct req {
                           * the replies to what the client sent it nested before (q answers them
                           * before it reads the bad one) */
     uint32_t wn_id, wn_gen;
+    int encl;            /* nested: the calls c had sent nested to the worker that called back
+                          * (wn_id/wn_gen) and whose callbacks it was inside when it sent this one
+                          * (-1: none): their replies come after this one's (q answers what comes
+                          * inside a callback before the call that made it returns) */
 };
 TAILQ_HEAD(reqlist, req);
 
@@ -127,6 +131,9 @@ struct call {
     STAILQ_ENTRY(call) link;
     uint32_t w_id, w_gen;
     uint8_t cancelled;   /* the worker was told the answer is not coming: drop it */
+    int depth;           /* made by the worker's run itself (0), or by the call c sent it nested
+                          * numbered so among those it owes replies to (1, 2, ...): the call whose
+                          * reply ends this callback */
 };
 STAILQ_HEAD(calllist, call);
 
@@ -398,6 +405,12 @@ void request_nest_queued_loop(struct gw *g, struct client *c);
 void request_nested_flush_loop(struct gw *g, struct client *c);
 /* The worker what c sends now would run nested on (callback_nest_loop's), or NULL. */
 struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c);
+/* The innermost of c's callbacks from worker w still owed: the depth it was made at (struct
+ * call), or -1 if none. */
+int callback_depth_loop(struct gw *g, const struct client *c, const struct conn *w);
+/* Does a reply of what c sent nested to worker w, the depth-th of those it owes (1, 2, ...), wait
+ * for what the gateway answers c nested inside that call's callback? (q answers those first.) */
+int request_nested_encloses_loop(const struct client *c, const struct conn *w, int depth);
 /* The bytes c sent nested that wait unsent in the output of the worker they run on (0: none). */
 size_t callback_nest_unsent_loop(struct gw *g, const struct client *c);
 /* Does c owe worker w (NULL: any) the answer to a callback? */
@@ -416,7 +429,7 @@ void callback_nested_lost_calls_loop(struct gw *g, struct client *c, int n, cons
 void callback_lost_release_loop(struct gw *g, struct client *c);
 /* Worker w sends c a callback: its answer is expected, and c is read until it comes. 0, or -1
  * on ENOMEM. */
-int callback_add_loop(struct gw *g, struct client *c, const struct conn *w, int later);
+int callback_add_loop(struct gw *g, struct client *c, const struct conn *w, int depth, int later);
 /* ... what follows the addition (later: the caller's, once its worker waits in the callback):
  * what c sent before it goes nested, and c's reading is seen to. */
 void callback_added_loop(struct gw *g, struct client *c);

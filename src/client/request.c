@@ -801,7 +801,9 @@ static int waits_worker_nested(struct gw *g, const struct client *c, const struc
 static void nested_flush(struct gw *g, struct client *c)
 {
     struct req *r;
+    int flushed = 0;
     while ((r = TAILQ_FIRST(&c->nested)) && r->state == RS_READY && !waits_worker_nested(g, c, r)) {
+        flushed = 1;
         TAILQ_REMOVE(&c->nested, r, nlink);
         TAILQ_REMOVE(&c->reqs, r, link);
         access_req_loop(g, c, r, 1);
@@ -814,10 +816,21 @@ static void nested_flush(struct gw *g, struct client *c)
         request_free(g, r);
     }
     nested_wake(g, c);
+    if (flushed && client_nested_owed(c)) /* a reply of its worker's that waited for these (not */
+        conn_wake_loop(g, &c->c);          /* for those left: request_nested_encloses_loop) */
     if (c->lost_nested) /* (a lost call's error waited for them) */
         callback_lost_release_loop(g, c);
     if (!c->advancing) /* a reply at the head may have waited for them */
         request_advance_loop(g, c);
+}
+
+int request_nested_encloses_loop(const struct client *c, const struct conn *w, int depth)
+{
+    const struct req *r;
+    TAILQ_FOREACH(r, &c->nested, nlink) /* (a few) */
+        if (!r->wn_wait && r->wn_id == w->id && r->wn_gen == w->gen && r->encl >= depth)
+            return 1;
+    return 0;
 }
 
 void request_nested_flush_loop(struct gw *g, struct client *c)
@@ -834,6 +847,12 @@ void request_nested_flush_loop(struct gw *g, struct client *c)
 static void nest(struct gw *g, struct client *c, struct req *r) /* (on the nested list, in order) */
 {
     const struct req *h = client_head(c);
+    const struct conn *wc = callback_nest_worker_loop(g, c);
+    r->encl = wc ? callback_depth_loop(g, c, wc) : -1; /* (the calls whose callbacks it is inside) */
+    if (wc) {
+        r->wn_id = wc->id;
+        r->wn_gen = wc->gen;
+    }
     r->nested = 1;
     TAILQ_INSERT_TAIL(&c->nested, r, nlink);
     g->nested++;

@@ -658,7 +658,7 @@ static int takes_call(struct gw *g, struct worker *w, struct client *c)
     uint32_t id, gen;
     int mine = fanout_client(w, &id, &gen) ? id == c->c.id
                                            : w->st == WS_BUSY && w->run.cl == c && STAILQ_EMPTY(&w->bsent);
-    return mine && c->st == CS_READY && callback_add_loop(g, c, &w->c, 0) == 0;
+    return mine && c->st == CS_READY && callback_add_loop(g, c, &w->c, w->run.nested, 0) == 0;
 }
 
 /* What a message of the worker's other than the run's reply is to its client. */
@@ -929,7 +929,7 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
         int route = to_client(g, w, h, c, ROUTE_STREAM); /* (CHANGE: matched as it reaches the client) */
         if (route == ROUTE_DROP)
             return ROUTE_DROP; /* too large to make fit: the worker was told */
-        if (route == ROUTE_CHANGE || callback_add_loop(g, c, &w->c, 1) == 0) {
+        if (route == ROUTE_CHANGE || callback_add_loop(g, c, &w->c, w->run.nested, 1) == 0) {
             run_set_phase_loop(g, w, WB_CALLED); /* until it sends again, having had the answer */
             w->msg.to = c;
             if (route != ROUTE_CHANGE) /* (a changed one: when it reaches the client, as it is added) */
@@ -960,6 +960,16 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
                                     * it (request.c): it waits, its header framed again then */
         stream_wait_wake_loop(g, x, &cl->c);
         log_debug(x->name, "its reply waits for what %s called the gateway for, nested", cl->c.name);
+        return SS_WAIT;
+    }
+    if (h->type == KIPC_RESPONSE && cl && w->run.nested > 0 && w->run.swallow_first == 0 &&
+        client_takes_output(cl) && request_nested_encloses_loop(cl, &w->c, w->run.nested)) { /* so does
+                                    * the reply of a call the client sent nested, after what it called
+                                    * the gateway for inside that call's callback (at 83c161f it went
+                                    * ahead of them: helper round 28a) */
+        stream_wait_wake_loop(g, x, &cl->c);
+        log_debug(x->name, "the reply to %s's call nested %d deep waits for what it called the gateway for "
+                           "inside that call's callback", cl->c.name, w->run.nested);
         return SS_WAIT;
     }
     struct client *fc = h->type == KIPC_SYNC ? fanout_call_out(g, w) : NULL;
