@@ -144,6 +144,13 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
 {
     struct call *k = STAILQ_FIRST(&c->calls), kept = {0};
     if (k) {
+        struct call *x, *in = k; /* its worker pairs it with the innermost of its calls: that depth goes */
+        STAILQ_FOREACH(x, &c->calls, link)
+            if (x->w_id == k->w_id && x->w_gen == k->w_gen && x->depth > in->depth)
+                in = x;
+        int d = in->depth;
+        in->depth = k->depth;
+        k->depth = d;
         STAILQ_REMOVE_HEAD(&c->calls, link);
         c->ncalls--;
         kept = *k;
@@ -273,12 +280,12 @@ struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c)
     return c->ncalls ? nest_target(g, c) : NULL;
 }
 
-int callback_depth_loop(struct gw *g, const struct client *c, const struct conn *w)
+int callback_depth_loop(struct gw *g, const struct client *c, const struct conn *w, int cancelled)
 {
     int depth = -1;
     const struct call *k;
     STAILQ_FOREACH(k, &c->calls, link)
-        if (!k->cancelled && k->w_id == w->id && k->w_gen == w->gen && k->depth > depth)
+        if ((cancelled || !k->cancelled) && k->w_id == w->id && k->w_gen == w->gen && k->depth > depth)
             depth = k->depth;
     (void)g;
     return depth;

@@ -102,8 +102,9 @@ struct req {
     uint8_t local;       /* a route or command seen inflated on a reader (request_nested_local_loop):
                           * the gateway's, never nested to a worker */
     uint8_t wn_wait;     /* nested, a bad message's error: it goes once worker wn_id/wn_gen has sent
-                          * the replies to what the client sent it nested before (q answers them
-                          * before it reads the bad one) */
+                          * the replies to what the client sent it nested before, but for the calls
+                          * whose callbacks it came inside (encl: theirs come after it); q answers
+                          * them before it reads the bad one */
     uint32_t wn_id, wn_gen;
     int encl;            /* nested: the calls c had sent nested to the worker that called back
                           * (wn_id/wn_gen) and whose callbacks it was inside when it sent this one
@@ -405,9 +406,9 @@ void request_nest_queued_loop(struct gw *g, struct client *c);
 void request_nested_flush_loop(struct gw *g, struct client *c);
 /* The worker what c sends now would run nested on (callback_nest_loop's), or NULL. */
 struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c);
-/* The innermost of c's callbacks from worker w still owed: the depth it was made at (struct
- * call), or -1 if none. */
-int callback_depth_loop(struct gw *g, const struct client *c, const struct conn *w);
+/* The innermost of c's callbacks from worker w still owed (cancelled ones too: those whose worker
+ * was told no answer comes): the depth it was made at (struct call), or -1 if none. */
+int callback_depth_loop(struct gw *g, const struct client *c, const struct conn *w, int cancelled);
 /* Does a reply of what c sent nested to worker w, the depth-th of those it owes (1, 2, ...), wait
  * for what the gateway answers c nested inside that call's callback? (q answers those first.) */
 int request_nested_encloses_loop(const struct client *c, const struct conn *w, int depth);

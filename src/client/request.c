@@ -793,7 +793,9 @@ static struct req *queue_req(struct gw *g, struct client *c, uint64_t seq, uint8
 static int waits_worker_nested(struct gw *g, const struct client *c, const struct req *r)
 {
     const struct conn *w = r->wn_wait ? conn_lookup_loop(g, r->wn_id, r->wn_gen) : NULL;
-    return w && w->kind == CONN_WORKER && g->back->nested_owed(w, c) > 0;
+    return w && w->kind == CONN_WORKER && g->back->nested_owed(w, c) > QG_MAX(r->encl, 0); /* (not
+                                    * for the calls whose callbacks it came inside: theirs come after
+                                    * it; at 63c4f19 it waited for them, two deep: helper round 28b) */
 }
 
 /* c's requests answered nested by the gateway go, in the order they came, as their replies are
@@ -828,7 +830,7 @@ int request_nested_encloses_loop(const struct client *c, const struct conn *w, i
 {
     const struct req *r;
     TAILQ_FOREACH(r, &c->nested, nlink) /* (a few) */
-        if (!r->wn_wait && r->wn_id == w->id && r->wn_gen == w->gen && r->encl >= depth)
+        if (r->wn_id == w->id && r->wn_gen == w->gen && r->encl >= depth)
             return 1;
     return 0;
 }
@@ -847,8 +849,9 @@ void request_nested_flush_loop(struct gw *g, struct client *c)
 static void nest(struct gw *g, struct client *c, struct req *r) /* (on the nested list, in order) */
 {
     const struct req *h = client_head(c);
-    const struct conn *wc = callback_nest_worker_loop(g, c);
-    r->encl = wc ? callback_depth_loop(g, c, wc) : -1; /* (the calls whose callbacks it is inside) */
+    const struct conn *wc = r->wn_wait ? conn_lookup_loop(g, r->wn_id, r->wn_gen) : callback_nest_worker_loop(g, c);
+    r->encl = wc ? callback_depth_loop(g, c, wc, r->wn_wait) : -1; /* (the calls whose callbacks it is
+                                                 * inside; a bad message's, cancelled as it came) */
     if (wc) {
         r->wn_id = wc->id;
         r->wn_gen = wc->gen;

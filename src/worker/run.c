@@ -650,6 +650,16 @@ static void fanout_call_back(struct gw *g, const struct worker *w)
         conn_wake_loop(g, &c->c);
 }
 
+/* The depth of the call that makes w's callback to c now (struct call): the calls c owes replies
+ * to from w, up to that one, are as many as those it sent w nested and w has not answered, less
+ * those sent after the one that calls back (unread yet: each runs inside the innermost callback
+ * still open, so the one calling back is one deeper than that one at most). */
+static int call_depth(struct gw *g, const struct worker *w, const struct client *c)
+{
+    int in = callback_depth_loop(g, c, &w->c, 0);
+    return in >= 0 ? QG_MIN(w->run.nested, in + 1) : w->run.nested;
+}
+
 /* Does c take w's callback (to answer it: the calls are matched in the order they reach the
  * client, so taken as it goes into its output)? That of the run's client, or of the .qgate.all
  * running a part here, while it is ready. */
@@ -658,7 +668,7 @@ static int takes_call(struct gw *g, struct worker *w, struct client *c)
     uint32_t id, gen;
     int mine = fanout_client(w, &id, &gen) ? id == c->c.id
                                            : w->st == WS_BUSY && w->run.cl == c && STAILQ_EMPTY(&w->bsent);
-    return mine && c->st == CS_READY && callback_add_loop(g, c, &w->c, w->run.nested, 0) == 0;
+    return mine && c->st == CS_READY && callback_add_loop(g, c, &w->c, call_depth(g, w, c), 0) == 0;
 }
 
 /* What a message of the worker's other than the run's reply is to its client. */
@@ -795,7 +805,8 @@ static void nested_done(struct gw *g, struct worker *w)
     if (w->run.cl && w->run.phase == WB_SENT && callback_owes_loop(g, w->run.cl, &w->c))
         run_set_phase_loop(g, w, WB_CALLED);
     chase_when_clear(g, w); /* (the last reply to what was sent nested: a chaser owed may go) */
-    if (!w->run.nested && w->run.cl) /* a bad message's error waited for these replies (request.c) */
+    if (w->run.cl) /* a bad message's error waited for these replies (request.c; for those down to
+                    * the calls whose callbacks it came inside, whose replies wait for it) */
         request_nested_flush_loop(g, w->run.cl);
 }
 
@@ -929,7 +940,7 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
         int route = to_client(g, w, h, c, ROUTE_STREAM); /* (CHANGE: matched as it reaches the client) */
         if (route == ROUTE_DROP)
             return ROUTE_DROP; /* too large to make fit: the worker was told */
-        if (route == ROUTE_CHANGE || callback_add_loop(g, c, &w->c, w->run.nested, 1) == 0) {
+        if (route == ROUTE_CHANGE || callback_add_loop(g, c, &w->c, call_depth(g, w, c), 1) == 0) {
             run_set_phase_loop(g, w, WB_CALLED); /* until it sends again, having had the answer */
             w->msg.to = c;
             if (route != ROUTE_CHANGE) /* (a changed one: when it reaches the client, as it is added) */

@@ -285,6 +285,47 @@ expect_lines "$TMP/q.out" '^table\[2\] `address `group `state `served `errors `i
 expect_lines "$TMP/q.out" "^'qgate: unknown command .qgate.bogus\\[\\]\$" 1
 grep -q "qgate" "$TMP/W1.log" "$TMP/W2.log" && fail "a gateway command reached a worker"
 pass ".qgate.ping[] and .qgate.stats[] answered by the gateway"
+# --- a bad message two callbacks deep: its badmsg before the replies of the calls whose callbacks it came
+# inside (at 63c4f19 it waited for them, so a client pairing in order took each for the other's:
+# helper round 28b); and one sent right after the client answered the inner callback comes after
+# that call's reply (its callback answered, it is inside the outer one only)
+printf '\x01\x01\x00\x00\x11\x00\x00\x00\x0a\x00\x64\x00\x00\x00abc' > "$TMP/bad3.bin" # 100 chars claimed, 3 sent
+timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest "callback b" --nest "bytes:$TMP/bad3.bin" "callback a" > "$TMP/d2.out" 2>&1 || true
+printf '%s\n' "nested: 'qgate: badmsg count past end of message at byte 10" \
+    "nested: 'qgate: no answer comes: the client of this request has gone, or sent a bad message" \
+    "'qgate: no answer comes: the client of this request has gone, or sent a bad message" | cmp -s - "$TMP/d2.out" ||
+    fail "two deep: $(cat "$TMP/d2.out")"
+cat > "$TMP/ab.py" <<'PY'
+import socket, struct, sys
+def cv(s, t):
+    b = s.encode()
+    return struct.pack('<bbhibbi', 1, t, 0, 14 + len(b), 10, 0, len(b)) + b
+k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+k.settimeout(10)
+k.sendall(b'u:p\x03\x00'); k.recv(1)
+buf, out = b'', []
+def upto(n):
+    global buf
+    while len(out) < n:
+        d = k.recv(65536)
+        if not d:
+            sys.exit('closed: ' + ' | '.join(out))
+        buf += d
+        while len(buf) >= 8 and len(buf) >= struct.unpack_from('<i', buf, 4)[0]:
+            n2 = struct.unpack_from('<i', buf, 4)[0]
+            m, buf = buf[:n2], buf[n2:]
+            out.append(('call ' if m[1] == 1 else '') + (m[14:].decode() if m[8] == 10 else m[9:22].decode() if m[8] == 0x80 else '?'))
+k.sendall(cv('callback a', 1)); upto(1)
+k.sendall(cv('callback b', 1)); upto(2)
+k.sendall(cv('B', 2) + open(sys.argv[2], 'rb').read())  # b answered, then a bad message inside a
+upto(4)
+print(' | '.join(out[:4]))
+PY
+for i in 1 2 3; do
+    timeout 30 python3 "$TMP/ab.py" "$GW_PORT" "$TMP/bad3.bin" > "$TMP/ab.out" 2>&1 || true
+    echo 'call a | call b | B | qgate: badmsg' | cmp -s - "$TMP/ab.out" || fail "run $i: $(cat "$TMP/ab.out")"
+done
+pass "... and a bad message there: its badmsg before the replies of the calls around it, after that of a call whose callback was answered"
 
 # --- q's Unix socket for the same port ----------------------------------------------------
 "$BIN/qsend" -g "unix:$GW_PORT" "echo over uds" > "$TMP/q.out"
