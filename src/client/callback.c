@@ -143,6 +143,7 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
 int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
 {
     struct call *k = STAILQ_FIRST(&c->calls), kept = {0};
+    c->answers++;
     if (k) {
         struct call *x, *in = k; /* its worker pairs it with the innermost of its calls: that depth goes */
         STAILQ_FOREACH(x, &c->calls, link)

@@ -106,6 +106,9 @@ struct req {
                           * whose callbacks it came inside (encl: theirs come after it); q answers
                           * them before it reads the bad one */
     uint32_t wn_id, wn_gen;
+    uint32_t answers_at; /* nested: c's answers to callbacks before it (struct client): a reply of
+                          * its worker's that comes after a later one may be that of a call whose
+                          * callback it was sent inside, and waits for it */
     int encl;            /* nested: the calls c had sent nested to the worker that called back
                           * (wn_id/wn_gen) and whose callbacks it was inside when it sent this one
                           * (-1: none): their replies come after this one's (q answers what comes
@@ -192,6 +195,7 @@ struct client {
     struct fanout *fo;   /* .qgate.all: its head running on every worker of a group */
     struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
     int ncalls;
+    uint32_t answers;    /* answers to callbacks it has sent (nested replies' holds: request.c) */
     uint8_t giving_up;   /* request_check_pending_loop's give-up advances it: not again from there */
     uint8_t gave_up;     /* its workers were told its answers are not coming (over twice
                           * client_max_pending unread): until its calls are gone, a .qgate.all's
@@ -410,7 +414,11 @@ struct conn *callback_nest_worker_loop(struct gw *g, const struct client *c);
  * was told no answer comes): the depth it was made at (struct call), or -1 if none. */
 int callback_depth_loop(struct gw *g, const struct client *c, const struct conn *w, int cancelled);
 /* Does a reply of what c sent nested to worker w, the depth-th of those it owes (1, 2, ...), wait
- * for what the gateway answers c nested inside that call's callback? (q answers those first.) */
+ * for what the gateway answers c nested inside that call's callback? (q answers those first.) A
+ * reply that comes after c has answered a callback since the gateway took such a message may be
+ * that of the call that made the callback: it waits (the depth counts what c sent w and w has not
+ * read yet too: at 63c4f19 such a reply went ahead, helper round 28c); a bad message's error,
+ * after which c sends nothing, by the depth. */
 int request_nested_encloses_loop(const struct client *c, const struct conn *w, int depth);
 /* The bytes c sent nested that wait unsent in the output of the worker they run on (0: none). */
 size_t callback_nest_unsent_loop(struct gw *g, const struct client *c);

@@ -830,7 +830,7 @@ int request_nested_encloses_loop(const struct client *c, const struct conn *w, i
 {
     const struct req *r;
     TAILQ_FOREACH(r, &c->nested, nlink) /* (a few) */
-        if (r->wn_id == w->id && r->wn_gen == w->gen && r->encl >= depth)
+        if (r->wn_id == w->id && r->wn_gen == w->gen && (r->wn_wait ? r->encl >= depth : r->answers_at < c->answers))
             return 1;
     return 0;
 }
@@ -856,6 +856,7 @@ static void nest(struct gw *g, struct client *c, struct req *r) /* (on the neste
         r->wn_id = wc->id;
         r->wn_gen = wc->gen;
     }
+    r->answers_at = c->answers;
     r->nested = 1;
     TAILQ_INSERT_TAIL(&c->nested, r, nlink);
     g->nested++;
