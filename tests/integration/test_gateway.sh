@@ -149,7 +149,10 @@ pass "... and a sync request behind async messages that call back: inside their 
 # for there is answered before that call's reply, as q answers what comes inside a callback before
 # the call that made it returns (at 83c161f the call's reply went first, so a client pairing
 # replies in order took 1b for the call's reply and the call's for the ping's: helper round 28a)
-cat > "$TMP/n2.py" <<'PY'
+cat > "$TMP/nest.py" <<'PY'
+# nest.py: a raw client for the scripts below (argv[1] the port): cv(text, type) makes a message;
+# upto(n) reads until out holds n items: "call X" for a callback, X for a char vector reply, 1b,
+# or an error's text
 import socket, struct, sys
 def cv(s, t):
     b = s.encode()
@@ -168,7 +171,11 @@ def upto(n):
         while len(buf) >= 8 and len(buf) >= struct.unpack_from('<i', buf, 4)[0]:
             n2 = struct.unpack_from('<i', buf, 4)[0]
             m, buf = buf[:n2], buf[n2:]
-            out.append(('call ' if m[1] == 1 else '') + (m[14:].decode() if m[8] == 10 else '1b' if m[8] == 0xff else '?'))
+            out.append(('call ' if m[1] == 1 else '') + (m[14:].decode() if m[8] == 10 else '1b' if m[8] == 0xff else
+                        m[9:-1].decode() if m[8] == 0x80 else '?'))
+PY
+cat > "$TMP/n2.py" <<'PY'
+from nest import cv, k, out, upto
 k.sendall(cv('callback a', 1)); upto(1)
 k.sendall(cv('callback b', 1)); upto(2)  # nested: its worker calls back again
 k.sendall(cv('echo x', 1) + cv('.qgate.ping[]', 1) + cv('B', 2))  # inside b's callback, then its answer
@@ -185,25 +192,7 @@ pass "... and what a client calls the gateway for inside a callback two deep: an
 # answer: the call's reply waits all the same (at b04af49 it went first in 3 runs of 20 here, as the
 # count of calls owed took what was sent behind the answer for calls around it: helper round 28c)
 cat > "$TMP/d2p.py" <<'PY'
-import socket, struct, sys
-def cv(s, t):
-    b = s.encode()
-    return struct.pack('<bbhibbi', 1, t, 0, 14 + len(b), 10, 0, len(b)) + b
-k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
-k.settimeout(10)
-k.sendall(b'u:p\x03\x00'); k.recv(1)
-buf, out = b'', []
-def upto(n):
-    global buf
-    while len(out) < n:
-        d = k.recv(65536)
-        if not d:
-            sys.exit('closed: ' + ' | '.join(out))
-        buf += d
-        while len(buf) >= 8 and len(buf) >= struct.unpack_from('<i', buf, 4)[0]:
-            n2 = struct.unpack_from('<i', buf, 4)[0]
-            m, buf = buf[:n2], buf[n2:]
-            out.append(('call ' if m[1] == 1 else '') + (m[14:].decode() if m[8] == 10 else '1b' if m[8] == 0xff else '?'))
+from nest import cv, k, out, upto
 k.sendall(cv('callback a', 1)); upto(1)
 k.sendall(cv('callback b', 1)); upto(2)
 k.sendall(cv('.qgate.ping[]', 1) + cv('B', 2) + cv('echo a1', 1) + cv('.qgate.ping[]', 1) + cv('A', 2))
@@ -330,30 +319,13 @@ printf '%s\n' "nested: 'qgate: badmsg count past end of message at byte 10" \
     "'qgate: no answer comes: the client of this request has gone, or sent a bad message" | cmp -s - "$TMP/d2.out" ||
     fail "two deep: $(cat "$TMP/d2.out")"
 cat > "$TMP/ab.py" <<'PY'
-import socket, struct, sys
-def cv(s, t):
-    b = s.encode()
-    return struct.pack('<bbhibbi', 1, t, 0, 14 + len(b), 10, 0, len(b)) + b
-k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
-k.settimeout(10)
-k.sendall(b'u:p\x03\x00'); k.recv(1)
-buf, out = b'', []
-def upto(n):
-    global buf
-    while len(out) < n:
-        d = k.recv(65536)
-        if not d:
-            sys.exit('closed: ' + ' | '.join(out))
-        buf += d
-        while len(buf) >= 8 and len(buf) >= struct.unpack_from('<i', buf, 4)[0]:
-            n2 = struct.unpack_from('<i', buf, 4)[0]
-            m, buf = buf[:n2], buf[n2:]
-            out.append(('call ' if m[1] == 1 else '') + (m[14:].decode() if m[8] == 10 else m[9:22].decode() if m[8] == 0x80 else '?'))
+import sys
+from nest import cv, k, out, upto
 k.sendall(cv('callback a', 1)); upto(1)
 k.sendall(cv('callback b', 1)); upto(2)
 k.sendall(cv('B', 2) + open(sys.argv[2], 'rb').read())  # b answered, then a bad message inside a
 upto(4)
-print(' | '.join(out[:4]))
+print(' | '.join(x[:13] for x in out[:4]))
 PY
 for i in 1 2 3; do
     timeout 30 python3 "$TMP/ab.py" "$GW_PORT" "$TMP/bad3.bin" > "$TMP/ab.out" 2>&1 || true
