@@ -104,7 +104,10 @@ pass "... and what a pipelining client sent behind the request before the callba
 # ... behind async messages that call back too: a sync request sent right behind them runs inside
 # their callbacks, so it calls back third and takes the first answer, as on q (at 335b660 it waited
 # for their run's end, its callback never came before the answers, and it took the third)
-cat > "$TMP/ac.py" <<'PY'
+cat > "$TMP/nest.py" <<'PY'
+# nest.py: a raw client for the scripts below (argv[1] the port): cv(text, type) makes a message;
+# upto(n) reads until out holds n items: "call X" for a callback, X for a char vector reply, 1b,
+# or an error's text
 import socket, struct, sys
 def cv(s, t):
     b = s.encode()
@@ -112,6 +115,23 @@ def cv(s, t):
 k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
 k.settimeout(10)
 k.sendall(b'u:p\x03\x00'); k.recv(1)
+buf, out = b'', []
+def upto(n):
+    global buf
+    while len(out) < n:
+        d = k.recv(65536)
+        if not d:
+            sys.exit('closed: ' + ' | '.join(out))
+        buf += d
+        while len(buf) >= 8 and len(buf) >= struct.unpack_from('<i', buf, 4)[0]:
+            n2 = struct.unpack_from('<i', buf, 4)[0]
+            m, buf = buf[:n2], buf[n2:]
+            out.append(('call ' if m[1] == 1 else '') + (m[14:].decode() if m[8] == 10 else '1b' if m[8] == 0xff else
+                        m[9:-1].decode() if m[8] == 0x80 else '?'))
+PY
+cat > "$TMP/ac.py" <<'PY'
+import socket, struct, sys
+from nest import cv, k
 k.sendall(cv('callback a1', 0) + cv('callback a2', 0) + cv('callback c', 1))
 buf = b''
 def msg():
@@ -149,31 +169,6 @@ pass "... and a sync request behind async messages that call back: inside their 
 # for there is answered before that call's reply, as q answers what comes inside a callback before
 # the call that made it returns (at 83c161f the call's reply went first, so a client pairing
 # replies in order took 1b for the call's reply and the call's for the ping's: helper round 28a)
-cat > "$TMP/nest.py" <<'PY'
-# nest.py: a raw client for the scripts below (argv[1] the port): cv(text, type) makes a message;
-# upto(n) reads until out holds n items: "call X" for a callback, X for a char vector reply, 1b,
-# or an error's text
-import socket, struct, sys
-def cv(s, t):
-    b = s.encode()
-    return struct.pack('<bbhibbi', 1, t, 0, 14 + len(b), 10, 0, len(b)) + b
-k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
-k.settimeout(10)
-k.sendall(b'u:p\x03\x00'); k.recv(1)
-buf, out = b'', []
-def upto(n):
-    global buf
-    while len(out) < n:
-        d = k.recv(65536)
-        if not d:
-            sys.exit('closed: ' + ' | '.join(out))
-        buf += d
-        while len(buf) >= 8 and len(buf) >= struct.unpack_from('<i', buf, 4)[0]:
-            n2 = struct.unpack_from('<i', buf, 4)[0]
-            m, buf = buf[:n2], buf[n2:]
-            out.append(('call ' if m[1] == 1 else '') + (m[14:].decode() if m[8] == 10 else '1b' if m[8] == 0xff else
-                        m[9:-1].decode() if m[8] == 0x80 else '?'))
-PY
 cat > "$TMP/n2.py" <<'PY'
 from nest import cv, k, out, upto
 k.sendall(cv('callback a', 1)); upto(1)
