@@ -106,7 +106,7 @@ struct req {
                           * whose callbacks it came inside (encl: theirs come after it); q answers
                           * them before it reads the bad one */
     uint32_t wn_id, wn_gen;
-    uint32_t answers_at; /* nested: c's answers to callbacks before it (struct client): a reply of
+    uint64_t answers_at; /* nested: c's answers to callbacks before it (struct client): a reply of
                           * its worker's that comes after a later one may be that of a call whose
                           * callback it was sent inside, and waits for it */
     int encl;            /* nested: the calls c had sent nested to the worker that called back
@@ -195,7 +195,7 @@ struct client {
     struct fanout *fo;   /* .qgate.all: its head running on every worker of a group */
     struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
     int ncalls;
-    uint32_t answers;    /* answers to callbacks it has sent (nested replies' holds: request.c) */
+    uint64_t answers;    /* answers to callbacks it has sent (nested replies' holds: request.c) */
     uint8_t giving_up;   /* request_check_pending_loop's give-up advances it: not again from there */
     uint8_t gave_up;     /* its workers were told its answers are not coming (over twice
                           * client_max_pending unread): until its calls are gone, a .qgate.all's

@@ -830,7 +830,8 @@ int request_nested_encloses_loop(const struct client *c, const struct conn *w, i
 {
     const struct req *r;
     TAILQ_FOREACH(r, &c->nested, nlink) /* (a few) */
-        if (r->wn_id == w->id && r->wn_gen == w->gen && (r->wn_wait ? r->encl >= depth : r->answers_at < c->answers))
+        if (r->wn_id == w->id && r->wn_gen == w->gen &&
+            (r->wn_wait ? r->encl >= depth : r->answers_at < c->answers))
             return 1;
     return 0;
 }
