@@ -100,12 +100,15 @@ static void forward(struct gw *g, struct client *c, struct conn *wc, uint8_t *ms
     g->back->answer(g, wc, msg, len);
 }
 
+static void hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len);
+
 /* Message msg (len bytes, owned) of c goes to worker wc: the answer to its call k, or (k NULL)
- * one c sent nested (seq: its number); wc NULL: an answer no worker waits for, dropped. Checked
- * first (unless checked), by a reader when it is compressed or large; c reads nothing more
- * meanwhile, so that what it sends its worker keeps its order. SS_OK, SS_WAIT or SS_STOP. */
+ * one c sent nested (seq: its number); wc NULL: an answer no worker waits for, dropped, or
+ * (unasked) one no callback asked for yet, held. Checked first (unless checked), by a reader when
+ * it is compressed or large; c reads nothing more meanwhile, so that what it sends its worker
+ * keeps its order. SS_OK, SS_WAIT or SS_STOP. */
 static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct call *k, uint8_t *msg, size_t len,
-                     int checked, uint64_t seq)
+                     int checked, uint64_t seq, int unasked)
 {
     if (!checked && (msg[2] || len > VALIDATE_ON_LOOP_MAX)) {
         struct job *j = job_new(job_validate_msg, JK_NESTED);
@@ -117,7 +120,8 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
         j->in = msg;
         j->in_len = len;
         job_args(j)->check = (struct job_check){.max = g->cfg.max_message, .w_id = wc ? wc->id : UINT32_MAX,
-                                                .w_gen = wc ? wc->gen : 0}; /* (none: found by no lookup) */
+                                                .w_gen = wc ? wc->gen : 0, /* (none: found by no lookup) */
+                                                .unasked = (uint8_t)unasked};
         conn_submit_loop(g->readers, j, &c->c, seq);
         c->nest_job = !k && msg[1] == KIPC_SYNC;
         return stream_job_wait_loop(g, &c->c);
@@ -135,12 +139,15 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
     }
     if (wc)
         forward(g, c, wc, msg, len, seq);
+    else if (unasked)
+        hold_unasked(g, c, msg, len);
     else
         free(msg); /* an answer no worker waits for: checked, dropped */
     return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
 }
 
-int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
+/* The answer msg (owned; checked already if checked) of c. */
+static int answer(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked)
 {
     struct call *k = STAILQ_FIRST(&c->calls), kept = {0};
     c->answers++;
@@ -172,13 +179,62 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
         if (k) /* a client may send these as fast as it likes: one line a second */
             log_limited(&g->lim.orphan, g->loop.now_ms, LOG_WARN, c->c.name,
                         "answer to a callback whose worker has gone: dropped");
-        else
-            log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name,
-                        "response message nobody asked for: dropped");
-        return to_worker(g, c, NULL, NULL, msg, len, 0, 0); /* checked all the same: a malformed one is
-                                                            * a bad message, as any other */
+        return to_worker(g, c, NULL, NULL, msg, len, checked, 0, !k); /* checked all the same: a malformed
+                                                                       * one is a bad message, as any other */
     }
-    return to_worker(g, c, wc, &kept, msg, len, 0, 0);
+    return to_worker(g, c, wc, &kept, msg, len, checked, 0, 0);
+}
+
+int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len) { return answer(g, c, msg, len, 0); }
+
+static void drop_unasked(struct gw *g, struct client *c)
+{
+    struct unasked *u = STAILQ_FIRST(&c->unasked);
+    STAILQ_REMOVE_HEAD(&c->unasked, link);
+    c->nunasked--;
+    free(u->msg);
+    free(u);
+    log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name, "response message nobody asked for: dropped");
+}
+
+/* Answer msg (owned, checked) came when c owed no callback: a callback of a request c sent
+ * before it may still read it, as q reads what waits on the handle (at 591b525 it was dropped,
+ * and the callback it was meant for waited for ever: helper round 28c); else it is dropped. */
+static void hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len)
+{
+    struct unasked *u = client_head(c) && c->nunasked < UNASKED_MAX ? malloc(sizeof *u) : NULL;
+    if (!u) {
+        free(msg);
+        log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name, "response message nobody asked for: dropped");
+        return;
+    }
+    *u = (struct unasked){.msg = msg, .len = len, .after = c->next_seq - 1};
+    STAILQ_INSERT_TAIL(&c->unasked, u, link);
+    c->nunasked++;
+    log_debug(c->c.name, "an answer no callback asked for yet: held for a callback of request %llu or before",
+              (unsigned long long)u->after);
+}
+
+void callback_unasked_drop_loop(struct gw *g, struct client *c)
+{
+    struct unasked *u;
+    while ((u = STAILQ_FIRST(&c->unasked)) && (!client_head(c) || u->after < client_head(c)->seq))
+        drop_unasked(g, c);
+}
+
+int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before)
+{
+    callback_unasked_drop_loop(g, c);
+    struct unasked *u = STAILQ_FIRST(&c->unasked);
+    if (!u || u->after >= before || STAILQ_EMPTY(&c->calls) || c->c.closing)
+        return 0;
+    STAILQ_REMOVE_HEAD(&c->unasked, link);
+    c->nunasked--;
+    uint8_t *msg = u->msg;
+    size_t len = u->len;
+    free(u);
+    log_debug(c->c.name, "the answer it sent before the callback asked: this callback's");
+    return answer(g, c, msg, len, 1) == SS_OK ? 1 : -1;
 }
 
 /* The worker c owes answers to, if it is one (a .qgate.all's parts are several) and what c
@@ -264,7 +320,7 @@ static int nest_to(struct gw *g, struct client *c, uint8_t *msg, size_t len, int
         seq = c->next_seq++; /* (numbered as requests are) */
     log_debug(c->c.name, "%s message %llu of %zu bytes nested: to %s, which waits on its callback",
               kipc_type_name(msg[1]), (unsigned long long)seq, len, wc->name);
-    int st = to_worker(g, c, wc, NULL, msg, len, checked, seq);
+    int st = to_worker(g, c, wc, NULL, msg, len, checked, seq, 0);
     if (st == SS_OK && !queued) /* past client_max_pending unsent to its worker, it reads no more
                                  * until that drains (what it has read is framed: request_framed_loop) */
         request_check_pending_loop(g, c);
@@ -326,6 +382,11 @@ static void checked(struct gw *g, struct client *c, struct job *j)
     }
     if (told) /* its worker was lost meanwhile: its error came, in its place */
         return;
+    if (type == KIPC_RESPONSE && job_args(j)->check.unasked) {
+        hold_unasked(g, c, j->in, j->in_len);
+        j->in = NULL;
+        return;
+    }
     if (type != KIPC_RESPONSE && job_args(j)->check.form.kind) { /* a route, seen inflated: no nested run */
         request_nested_local_loop(g, c, j->in, j->in_len, j->seq, 0);
         j->in = NULL;

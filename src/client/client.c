@@ -136,6 +136,7 @@ struct client *client_adopt_loop(struct gw *g, int fd, int is_uds, int local)
     TAILQ_INIT(&c->reqs);
     TAILQ_INIT(&c->nested);
     STAILQ_INIT(&c->calls);
+    STAILQ_INIT(&c->unasked);
     if (conn_register_loop(g, &c->c, &client_connops, CONN_CLIENT, fd, EPOLLIN | EPOLLRDHUP)) {
         close(fd);
         free(c);

@@ -141,6 +141,18 @@ struct call {
 };
 STAILQ_HEAD(calllist, call);
 
+/* An answer a client sent when no callback was owed (a response nobody asked for yet): on q it
+ * waits on the handle behind what the client sent before it, and a callback of the request
+ * running there reads it in its place (callback.c). */
+struct unasked {
+    STAILQ_ENTRY(unasked) link;
+    uint8_t *msg;
+    size_t len;
+    uint64_t after; /* sent after the client's request of this number */
+};
+STAILQ_HEAD(unaskedlist, unasked);
+#define UNASKED_MAX 8 /* held per client at once: more are dropped */
+
 /* A user of the users file: its limits and how much it uses now. Keyed by the exact name of
  * its users-file entry. */
 struct ustate {
@@ -196,6 +208,9 @@ struct client {
     struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
     int ncalls;
     uint64_t answers;    /* answers to callbacks it has sent (nested replies' holds: request.c) */
+    struct unaskedlist unasked; /* answers it sent before a callback asked, held (at most
+                          * UNASKED_MAX) until its requests before each are done */
+    int nunasked;
     uint8_t giving_up;   /* request_check_pending_loop's give-up advances it: not again from there */
     uint8_t gave_up;     /* its workers were told its answers are not coming (over twice
                           * client_max_pending unread): until its calls are gone, a .qgate.all's
@@ -406,6 +421,14 @@ int callback_nest_queued_loop(struct gw *g, struct client *c, uint8_t *msg, size
  * command or a route, answered by the gateway as when sent inside the callback; an async route,
  * or an async message for a broadcast group, waits its turn (no reply: none is overtaken). */
 void request_nest_queued_loop(struct gw *g, struct client *c);
+/* An answer c sent before any callback asked for it, if one sent before request before (its
+ * number; UINT64_MAX: any) is held, and c owes a callback an answer now: it is that answer, as q
+ * reads it in its place on the handle. 1 if one was taken (c's state may have changed: SS_OK), -1
+ * if taken and c reads no more (SS_STOP), 0 if none. */
+int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before);
+/* c's held answers sent before its first request not yet done (all, if none) are dropped: q's
+ * main loop reads them once those requests are done, nobody asking. */
+void callback_unasked_drop_loop(struct gw *g, struct client *c);
 /* What the gateway answered c nested goes, in order, as far as it may now. */
 void request_nested_flush_loop(struct gw *g, struct client *c);
 /* The worker what c sends now would run nested on (callback_nest_loop's), or NULL. */

@@ -291,6 +291,7 @@ void request_free_all_loop(struct gw *g, struct client *c)
         access_req_loop(g, c, r, 0);
         request_free(g, r);
     }
+    callback_unasked_drop_loop(g, c); /* (all, no request left) */
     c->pending = 0;
     TAILQ_INIT(&c->nested);
     uncount(g, &c->gathering);
@@ -622,6 +623,7 @@ void request_advance_loop(struct gw *g, struct client *c)
     c->advancing--;
     if (c->c.closing)
         return;
+    callback_unasked_drop_loop(g, c); /* (those sent behind the requests done, unread by a callback) */
     if (c->st == CS_FLUSHING && !client_head(c)) /* nothing owed now (its last request an async one, its
                                                   * bad message's error answered nested before): the
                                                   * close once its output is written, on a flush */
@@ -908,7 +910,13 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
                 * took another answer: helper round 27a) */
     if (!h || h->state != RS_RUNNING || c->c.in_job) /* (one on a reader first: it goes on from there) */
         return;
-    for (r = TAILQ_NEXT(h, link); r && !c->c.closing && callback_nest_worker_loop(g, c); r = next) {
+    for (r = TAILQ_NEXT(h, link);; r = next) {
+        /* an answer c sent before r, before any callback asked: read in its place, as on q */
+        int a = callback_unasked_answer_loop(g, c, r ? r->seq : UINT64_MAX);
+        if (a > 0)
+            request_nest_queued_loop(g, c); /* (what is left: nested if another callback is owed) */
+        if (a || !r || c->c.closing || !callback_nest_worker_loop(g, c))
+            return;
         next = TAILQ_NEXT(r, link);
         if (r->nested) /* (gone nested already: the gateway's, answered in its place) */
             continue;

@@ -98,6 +98,7 @@ union job_args {
         int64_t max;            /* in: the longest message it may declare (decompressed) */
         struct route_form form; /* out: a request's routing form, as read (kind 0: none) */
         uint32_t w_id, w_gen;   /* JK_NESTED: the worker the answer goes to (the loop's, untouched) */
+        uint8_t unasked;        /* JK_NESTED: an answer no callback asked for yet: it may be held */
     } check;
     struct job_auth {           /* job_check_credentials: out, when they match */
         int admin, monitor, max_conns, max_inflight;
