@@ -187,11 +187,20 @@ static int answer(struct gw *g, struct client *c, uint8_t *msg, size_t len, int 
 
 int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len) { return answer(g, c, msg, len, 0); }
 
-static void drop_unasked(struct gw *g, struct client *c)
+/* The first of c's held answers, off its list and out of the counts (its message the caller's). */
+static struct unasked *take_unasked(struct client *c)
 {
     struct unasked *u = STAILQ_FIRST(&c->unasked);
     STAILQ_REMOVE_HEAD(&c->unasked, link);
     c->nunasked--;
+    c->pending -= u->len + sizeof *u;
+    buf_pending_sub(u->len);
+    return u;
+}
+
+static void drop_unasked(struct gw *g, struct client *c)
+{
+    struct unasked *u = take_unasked(c);
     free(u->msg);
     free(u);
     log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name, "response message nobody asked for: dropped");
@@ -211,8 +220,11 @@ static void hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t le
     *u = (struct unasked){.msg = msg, .len = len, .after = c->next_seq - 1};
     STAILQ_INSERT_TAIL(&c->unasked, u, link);
     c->nunasked++;
+    c->pending += len + sizeof *u; /* (held as a request is: bounded by client_max_pending and pending_max) */
+    buf_pending_add(len);
     log_debug(c->c.name, "an answer no callback asked for yet: held for a callback of request %llu or before",
               (unsigned long long)u->after);
+    request_check_pending_loop(g, c);
 }
 
 void callback_unasked_drop_loop(struct gw *g, struct client *c)
@@ -228,8 +240,7 @@ int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before
     struct unasked *u = STAILQ_FIRST(&c->unasked);
     if (!u || u->after >= before || STAILQ_EMPTY(&c->calls) || c->c.closing)
         return 0;
-    STAILQ_REMOVE_HEAD(&c->unasked, link);
-    c->nunasked--;
+    take_unasked(c);
     uint8_t *msg = u->msg;
     size_t len = u->len;
     free(u);

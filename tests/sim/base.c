@@ -143,6 +143,13 @@ static uint64_t rnd64(void)
 /* 0 .. n-1 */
 int rnd(int n) { return n <= 1 ? 0 : (int)(rnd64() % (uint64_t)n); }
 int chance(int pct) { return rnd(100) < pct; }
+int side_chance(uint64_t a, uint64_t b, int pct)
+{
+    uint64_t z = S->o->seed * 0x9E3779B97F4A7C15ULL ^ a * 0xBF58476D1CE4E5B9ULL ^ b * 0x94D049BB133111EBULL;
+    z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ z >> 27) * 0x94D049BB133111EBULL;
+    return (int)((z ^ z >> 31) % 100) < pct;
+}
 int enabled(int k) { return !(S->o->disabled & (1u << k)); }
 
 int unread(int fd)

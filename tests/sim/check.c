@@ -262,6 +262,16 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
             *pending += rc;
             *big += rc > BUF_PENDING_SMALL ? rc : 0;
         }
+        const struct unasked *u; /* answers it sent before a callback asked, held */
+        int nu = 0;
+        STAILQ_FOREACH(u, &c->unasked, link) {
+            nu++;
+            *pending += u->len;
+            *big += u->len > BUF_PENDING_SMALL ? u->len : 0;
+        }
+        if (nu != c->nunasked || nu > UNASKED_MAX)
+            fail("%s holds %d answers nobody asked for yet, counted %d (at most %d)", x->name, nu, c->nunasked,
+                 UNASKED_MAX);
         *waiting += x->waits_room;
     }
 }

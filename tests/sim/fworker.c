@@ -637,7 +637,7 @@ void worker_process(struct fworker *w, int max)
                 fail("W%d got a response it did not ask for: \"%s\"", w->wid, s);
             if (x->t == KT_ERROR) { /* (for one the client was not given: which, its text does not say) */
                 tr("W%d: callback answered by the gateway: '%s", w->wid, x->s);
-            } else if (sscanf(s, "r %d %d %d", &cid, &seq, &wid) != 3 || cid != w->cb_cid || wid != w->wid ||
+            } else if (sscanf(s, "r %d %d %d", &cid, &seq, &wid) != 3 || cid != w->cb_cid || (wid != w->wid && wid != -1) ||
                        !take_owed(w, seq)) { /* (any it waits in: a client that sent ahead what ran
                                * nested, and answers in the order it was called, not q's: q pairs
                                * them so too) */

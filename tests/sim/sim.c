@@ -811,6 +811,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     res->mid_events = S->mid_events;
     res->http_501 = S->http_501;
     res->half_closes = S->half_closes;
+    res->answered_ahead = S->answered_ahead;
+    res->ahead_read = S->ahead_read;
     res->half_answered = S->half_answered;
     res->hold_passed = (long)S->g.held_passed;
     res->nested = (long)S->g.nested - res->nested_here;

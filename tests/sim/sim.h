@@ -56,6 +56,8 @@ struct sim_result {
     long pending_waits;   /* messages whose reading waited for room under pending_max */
     long half_closes;     /* clients that shut their side and read on */
     long half_answered;   /* ... and got every reply owed, then the gateway's close */
+    long answered_ahead;  /* callbacks' answers sent before the callback asked */
+    long ahead_read;      /* ... whose callback came, read by the worker */
     long failed_step;     /* the event at which an invariant failed, or -1 */
     char what[256];       /* the invariant that failed */
 };

@@ -97,6 +97,8 @@ struct sent {
     uint8_t here;        /* the gateway answered it nested (its nested hook, here): a command run,
                           * or the error of a message that cannot run inside the callback */
     int epoch;           /* queued while the gateway had a reset query: S->reset_epoch then; 0 not */
+    uint8_t pre;         /* OP_CB: its answer sent right behind it, before any callback asked (1);
+                          * its callback came, answered by that (2) */
 };
 
 enum { FC_FREE, FC_HS, FC_READY, FC_DONE };
@@ -218,6 +220,7 @@ struct sim {
     long mid_events;     /* peers' acts in the middle of an iteration */
     long http_501;       /* HTTP requests for a handshake answered 501 whole */
     long half_closes, half_answered; /* sim.h's */
+    long answered_ahead, ahead_read; /* sim.h's */
     size_t data_off;
     jmp_buf fail;
     struct gw g;
@@ -289,6 +292,9 @@ void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void on_death(void);
 int rnd(int n); /* 0 .. n-1 */
 int chance(int pct);
+/* chance(pct), decided by (the seed, a, b) alone: no draw from the stream, so that a choice added
+ * later leaves every other choice of a seed as it was (its regressions replay as they did). */
+int side_chance(uint64_t a, uint64_t b, int pct);
 int enabled(int k);
 int unread(int fd);
 void set_sndbuf(int fd);
