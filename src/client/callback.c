@@ -211,7 +211,7 @@ static void drop_unasked(struct gw *g, struct client *c)
  * and the callback it was meant for waited for ever: helper round 28c); else it is dropped. */
 static void hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len)
 {
-    struct unasked *u = client_head(c) && c->nunasked < UNASKED_MAX ? malloc(sizeof *u) : NULL;
+    struct unasked *u = client_head(c) ? malloc(sizeof *u) : NULL; /* (bounded as requests are: below) */
     if (!u) {
         free(msg);
         log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name, "response message nobody asked for: dropped");
@@ -232,6 +232,16 @@ void callback_unasked_drop_loop(struct gw *g, struct client *c)
     struct unasked *u;
     while ((u = STAILQ_FIRST(&c->unasked)) && (!client_head(c) || u->after < client_head(c)->seq))
         drop_unasked(g, c);
+}
+
+int callback_may_call_loop(struct gw *g, struct client *c)
+{
+    if (c->st == CS_READY)
+        return 1;
+    if (c->st != CS_GONE || !client_takes_output(c))
+        return 0;
+    callback_unasked_drop_loop(g, c);
+    return !STAILQ_EMPTY(&c->unasked);
 }
 
 int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before)

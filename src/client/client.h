@@ -151,7 +151,6 @@ struct unasked {
     uint64_t after; /* sent after the client's request of this number */
 };
 STAILQ_HEAD(unaskedlist, unasked);
-#define UNASKED_MAX 8 /* held per client at once: more are dropped */
 
 /* A user of the users file: its limits and how much it uses now. Keyed by the exact name of
  * its users-file entry. */
@@ -208,8 +207,8 @@ struct client {
     struct calllist calls; /* callbacks relayed to it, not yet answered, oldest first */
     int ncalls;
     uint64_t answers;    /* answers to callbacks it has sent (nested replies' holds: request.c) */
-    struct unaskedlist unasked; /* answers it sent before a callback asked, held (at most
-                          * UNASKED_MAX) until its requests before each are done */
+    struct unaskedlist unasked; /* answers it sent before a callback asked, held (counted in
+                          * pending) until its requests before each are done */
     int nunasked;
     uint8_t giving_up;   /* request_check_pending_loop's give-up advances it: not again from there */
     uint8_t gave_up;     /* its workers were told its answers are not coming (over twice
@@ -429,6 +428,9 @@ int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before
 /* c's held answers sent before its first request not yet done (all, if none) are dropped: q's
  * main loop reads them once those requests are done, nobody asking. */
 void callback_unasked_drop_loop(struct gw *g, struct client *c);
+/* May a worker call c back now? While it is ready; or after it shut its side, while it still
+ * takes output and holds an answer it sent before (q's worker reads that off the handle). */
+int callback_may_call_loop(struct gw *g, struct client *c);
 /* What the gateway answered c nested goes, in order, as far as it may now. */
 void request_nested_flush_loop(struct gw *g, struct client *c);
 /* The worker what c sends now would run nested on (callback_nest_loop's), or NULL. */

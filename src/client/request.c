@@ -911,11 +911,15 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
     if (!h || h->state != RS_RUNNING || c->c.in_job) /* (one on a reader first: it goes on from there) */
         return;
     for (r = TAILQ_NEXT(h, link);; r = next) {
-        /* an answer c sent before r, before any callback asked: read in its place, as on q */
-        int a = callback_unasked_answer_loop(g, c, r ? r->seq : UINT64_MAX);
+        int nests = r && !c->c.closing && callback_nest_worker_loop(g, c);
+        /* an answer c sent before r, before any callback asked: read in its place, as on q; any
+         * held, when what is queued cannot go nested (a .qgate.all's callback): that waits its
+         * turn, behind the request, and takes no callback (at 4f99181 the answer waited behind
+         * it: the .qgate.all hung, helper round 29a) */
+        int a = callback_unasked_answer_loop(g, c, nests ? r->seq : UINT64_MAX);
         if (a > 0)
             request_nest_queued_loop(g, c); /* (what is left: nested if another callback is owed) */
-        if (a || !r || c->c.closing || !callback_nest_worker_loop(g, c))
+        if (a || !nests)
             return;
         next = TAILQ_NEXT(r, link);
         if (r->nested) /* (gone nested already: the gateway's, answered in its place) */

@@ -73,6 +73,34 @@ timeout 60 "$BIN/qsend" -g "$G" --timeout 30000 --nest ".qgate.ping[]||echo inne
 } | cmp -s - "$TMP/n.out" || fail "$(cat "$TMP/n.out")"
 expect_file_has "$TMP/G.log" "its callback waits: .* answers another part's first"
 pass "calls to the gateway from inside a .qgate.all's callbacks answered at once; each callback's answer to the worker that asked"
+# ... and answers sent before the callbacks ask, in the same write as the .qgate.all, a command
+# between: each callback takes the next answer, the command waits its turn (at 4f99181 the answers
+# waited behind the command, which could not go nested, and the .qgate.all hung: helper round 29a)
+timeout 30 python3 - "$G_PORT" > "$TMP/ahead.out" 2>&1 <<'PY' || true
+import socket, struct, sys
+def cv(s, t):
+    b = s.encode()
+    return struct.pack('<bbhibbi', 1, t, 0, 14 + len(b), 10, 0, len(b)) + b
+q = b'callback a'
+body = struct.pack('<bbi', 0, 0, 3) + b'\xf5.qgate.all\x00\xf5main\x00' + struct.pack('<bbi', 10, 0, len(q)) + q
+k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+k.settimeout(20)
+k.sendall(b'u:p\x03\x00'); k.recv(1)
+k.sendall(struct.pack('<bbhi', 1, 1, 0, 8 + len(body)) + body + cv('.qgate.ping[]', 1) + b''.join(cv(a, 2) for a in 'ABCD'))
+buf, out = b'', []
+while len(out) < 6:
+    d = k.recv(65536)
+    if not d:
+        sys.exit('closed: %s' % out)
+    buf += d
+    while len(buf) >= 8 and len(buf) >= struct.unpack_from('<i', buf, 4)[0]:
+        n = struct.unpack_from('<i', buf, 4)[0]
+        m, buf = buf[:n], buf[n:]
+        out.append('call' if m[1] == 1 else '1b' if m[8] == 0xff else ''.join(sorted(m[14:].decode())) if m[8] == 10 else '?')
+print(' '.join(out))
+PY
+echo 'call call call call ABCD 1b' | cmp -s - "$TMP/ahead.out" || fail "answers sent ahead of a .qgate.all's callbacks: $(cat "$TMP/ahead.out")"
+pass "... and answers sent before its callbacks ask, a command between: each callback takes the next, the command after"
 # ... and what only a reader can check from inside them is checked before it is answered: a
 # compressed gateway command runs (q compresses only messages over 2000 bytes: a bad command);
 # a malformed message over 16 KiB is a bad message, 'qgate: badmsg at once (the client waits

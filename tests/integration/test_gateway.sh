@@ -282,6 +282,12 @@ elif case == 'twocalls':  # two callbacks, the first answer sent ahead
     k.sendall(cv('twocalls t', 1) + cv('T1', 2)); upto(2); k.sendall(cv('T2', 2)); upto(3)
 elif case == 'big':  # over 16 KiB: validated on a reader, then held
     k.sendall(cv('callback a', 1) + cv('A' * 20000, 2) + cv('echo x', 1)); upto(3)
+elif case == 'half':  # then its side shut, before the callback came: its answer still read
+    k.sendall(cv('echo s', 1) + cv('callback a', 1) + cv('A', 2)); k.shutdown(1); upto(3)
+    out.append('closed' if k.recv(1) == b'' else 'open')
+elif case == 'nine':  # nine callbacks, each made inside the last, all nine answers ahead
+    k.sendall(b''.join(cv('callback a%d' % i, 1) for i in range(9)) + b''.join(cv('A%d' % i, 2) for i in range(9)))
+    upto(18)
 print(' '.join(o if len(o) < 20 else 'len%d' % len(o) for o in out))
 PY
 while read -r case want; do
@@ -299,6 +305,8 @@ two call a A1 w
 deep call a call b B A
 twocalls call t call t T2
 big call a len20000 x
+half s call a A closed
+nine call a0 call a1 call a2 call a3 call a4 call a5 call a6 call a7 call a8 A0 A1 A2 A3 A4 A5 A6 A7 A8
 CASES
 pass "an answer sent before the callback asks: the callback reads it in its place, as on q"
 # --- a request over 16 KiB queued behind async messages that call back, a small one behind it: both
