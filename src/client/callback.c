@@ -33,9 +33,20 @@ int callback_add_loop(struct gw *g, struct client *c, const struct conn *w, int 
     return 0;
 }
 
+/* c shut its side and holds no answer it sent before: the calls it owes are told none comes. */
+static void gone_calls(struct gw *g, struct client *c)
+{
+    if (c->st == CS_GONE && STAILQ_EMPTY(&c->unasked) && !c->c.closing)
+        callback_cancel_loop(g, c, NULL);
+}
+
 void callback_added_loop(struct gw *g, struct client *c)
 {
     request_nest_queued_loop(g, c); /* what c sent before it, queued, is on the handle before the answer */
+    gone_calls(g, c); /* (after the answers it sent before: the worker pairs each with its innermost
+                       * callback, so this error answers the outermost; at 4f99181 the callback was
+                       * not passed on, and the client was not shown the one its answer went to:
+                       * helper round 29b) */
     request_check_pending_loop(g, c); /* (after: those are no requests sent instead of the answer; at
                                        * 52a7b1c counted so, 22 KB of tiny ones gave the callback up:
                                        * helper round 24a) */
@@ -194,6 +205,7 @@ static struct unasked *take_unasked(struct client *c)
     STAILQ_REMOVE_HEAD(&c->unasked, link);
     c->nunasked--;
     c->pending -= u->len + sizeof *u;
+    c->unasked_bytes -= u->len + sizeof *u;
     buf_pending_sub(u->len);
     return u;
 }
@@ -221,6 +233,7 @@ static void hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t le
     STAILQ_INSERT_TAIL(&c->unasked, u, link);
     c->nunasked++;
     c->pending += len + sizeof *u; /* (held as a request is: bounded by client_max_pending and pending_max) */
+    c->unasked_bytes += len + sizeof *u;
     buf_pending_add(len);
     log_debug(c->c.name, "an answer no callback asked for yet: held for a callback of request %llu or before",
               (unsigned long long)u->after);
@@ -236,12 +249,16 @@ void callback_unasked_drop_loop(struct gw *g, struct client *c)
 
 int callback_may_call_loop(struct gw *g, struct client *c)
 {
+    (void)g;
+    return c->st == CS_READY || (c->st == CS_GONE && client_takes_output(c));
+}
+
+int callback_answer_may_come_loop(struct gw *g, struct client *c)
+{
     if (c->st == CS_READY)
         return 1;
-    if (c->st != CS_GONE || !client_takes_output(c))
-        return 0;
     callback_unasked_drop_loop(g, c);
-    return !STAILQ_EMPTY(&c->unasked);
+    return c->st == CS_GONE && !STAILQ_EMPTY(&c->unasked);
 }
 
 int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before)
@@ -385,6 +402,7 @@ void callback_checked_loop(struct gw *g, struct job *j)
     checked(g, c, j);
     if (!c->c.closing) /* what it had queued behind the request that called back, after this one */
         request_nest_queued_loop(g, c);
+    gone_calls(g, c);
 }
 
 static void checked(struct gw *g, struct client *c, struct job *j)

@@ -726,10 +726,13 @@ void request_check_pending_loop(struct gw *g, struct client *c)
 {
     /* (its answer to a callback whose worker is gone, that its head's error waits for, too) */
     int owes = inside_callback(g, c) || (client_head(c) && held_for_answer(c, client_head(c)));
-    if (owes && c->pending > 2 * (size_t)g->cfg.client_max_pending && !c->giving_up) { /* read on for the
+    size_t asked = c->pending - c->unasked_bytes; /* (answers it sent ahead are no requests instead of its
+                                                   * answer: at 4f99181 200 KB of them gave it up, helper
+                                                   * round 29b) */
+    if (owes && asked > 2 * (size_t)g->cfg.client_max_pending && !c->giving_up) { /* read on for the
                                                                        * answer, but not without bound */
         log_warn(c->c.name, "%zu bytes of requests and no answer to its worker's callback: the worker is told so",
-                 c->pending);
+                 asked);
         callback_give_up_loop(g, c);
         owes = 0;
         if (!c->advancing && client_head(c) && client_head(c)->wait_answer) { /* (an error held for its

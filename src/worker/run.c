@@ -629,7 +629,7 @@ static struct client *fanout_call_out(struct gw *g, const struct worker *w)
     /* it owes an answer yet, and reads: one whose worker was lost or timed out meanwhile too (its
      * answer, when it comes, is matched to that call and dropped; given w's callback first, it
      * would answer that first, and w would get the other's answer) */
-    if (c && c->ncalls && callback_may_call_loop(g, c) && !c->gave_up)
+    if (c && c->ncalls && callback_answer_may_come_loop(g, c) && !c->gave_up)
         return c;
     for (int i = 0; fo && i < fo->n; i++) {
         const struct fpart *p = fo->part[i];

@@ -288,11 +288,22 @@ elif case == 'half':  # then its side shut, before the callback came: its answer
 elif case == 'nine':  # nine callbacks, each made inside the last, all nine answers ahead
     k.sendall(b''.join(cv('callback a%d' % i, 1) for i in range(9)) + b''.join(cv('A%d' % i, 2) for i in range(9)))
     upto(18)
+elif case == 'halffew':  # side shut, one answer for two callbacks: both shown, the inner takes it
+    k.sendall(cv('callback a', 1) + cv('callback b', 1) + cv('B', 2)); k.shutdown(1); upto(4)
+    out.append('closed' if k.recv(1) == b'' else 'open')
+elif case == 'bigahead':  # (client_max_pending 64k) an answer of 200 KB: an answer, no flood of requests
+    k.sendall(cv('callback a', 1) + cv('Q' * 200000, 2) + cv('echo z', 1)); upto(3)
+# (the error of a callback nobody answers: q's 'close, qgate's 'qgate: no answer comes ...)
+out = ['err' if o == 'close' or o.startswith('qgate: no answer comes') else o for o in out]
 print(' '.join(o if len(o) < 20 else 'len%d' % len(o) for o in out))
 PY
+start_worker W3 --rows 10 # (a worker of their own: its log says 'qgate: no answer comes ...)
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W3_PORT" > "$TMP/pre.conf"
+start_gateway PRE -c "$TMP/pre.conf"
+wait_line "$TMP/PRE.log" "connected \\(capability 3\\)" 10
 while read -r case want; do
-    timeout 30 python3 "$TMP/pre.py" "$W1_PORT" "$case" > "$TMP/direct.out" 2>&1 || true
-    timeout 30 python3 "$TMP/pre.py" "$GW_PORT" "$case" > "$TMP/via.out" 2>&1 || true
+    timeout 30 python3 "$TMP/pre.py" "$W3_PORT" "$case" > "$TMP/direct.out" 2>&1 || true
+    timeout 30 python3 "$TMP/pre.py" "$PRE_PORT" "$case" > "$TMP/via.out" 2>&1 || true
     cmp -s "$TMP/direct.out" "$TMP/via.out" || fail "$case: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
     echo "$want" | cmp -s - "$TMP/via.out" || fail "$case: $(cat "$TMP/via.out")"
 done <<'CASES'
@@ -306,9 +317,17 @@ deep call a call b B A
 twocalls call t call t T2
 big call a len20000 x
 half s call a A closed
+halffew call a call b B err closed
 nine call a0 call a1 call a2 call a3 call a4 call a5 call a6 call a7 call a8 A0 A1 A2 A3 A4 A5 A6 A7 A8
 CASES
-pass "an answer sent before the callback asks: the callback reads it in its place, as on q"
+printf '[gateway]\nbind = 127.0.0.1\nclient_max_pending = 64k\n[group main]\nworkers = 127.0.0.1:%s\n' "$W3_PORT" > "$TMP/cp2.conf"
+start_gateway CP2 -c "$TMP/cp2.conf"
+wait_line "$TMP/CP2.log" "connected \\(capability 3\\)" 10
+timeout 30 python3 "$TMP/pre.py" "$W3_PORT" bigahead > "$TMP/direct.out" 2>&1 || true
+timeout 30 python3 "$TMP/pre.py" "$CP2_PORT" bigahead > "$TMP/via.out" 2>&1 || true
+echo 'call a len200000 z' | cmp -s - "$TMP/via.out" || fail "bigahead: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
+kill "$CP2_PID" "$PRE_PID"
+pass "an answer sent before the callback asks: the callback reads it in its place, as on q (after a shut side, or over client_max_pending too)"
 # --- a request over 16 KiB queued behind async messages that call back, a small one behind it: both
 # run nested, in order, the callback answered at once (at b65b2b7 the small one went nested ahead of
 # the big one, validated on a reader only once the run had ended: helper round 27a)
