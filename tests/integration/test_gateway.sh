@@ -291,6 +291,9 @@ elif case == 'nine':  # nine callbacks, each made inside the last, all nine answ
 elif case == 'halffew':  # side shut, one answer for two callbacks: both shown, the inner takes it
     k.sendall(cv('callback a', 1) + cv('callback b', 1) + cv('B', 2)); k.shutdown(1); upto(4)
     out.append('closed' if k.recv(1) == b'' else 'open')
+elif case == 'halfbig':  # side shut, no answer, a 20 KB message behind (checked on a reader): it runs
+    k.sendall(cv('callback a', 1) + cv('notify 2 ' + 'y' * 20000, 0) + cv('echo last', 1)); k.shutdown(1); upto(5)
+    out.append('closed' if k.recv(1) == b'' else 'open')
 elif case == 'bigahead':  # (client_max_pending 64k) an answer of 200 KB: an answer, no flood of requests
     k.sendall(cv('callback a', 1) + cv('Q' * 200000, 2) + cv('echo z', 1)); upto(3)
 # (the error of a callback nobody answers: q's 'close, qgate's 'qgate: no answer comes ...)
@@ -318,6 +321,9 @@ twocalls call t call t T2
 big call a len20000 x
 half s call a A closed
 halffew call a call b B err closed
+halfbig call a len20000 len20000 last err closed
+halfbig call a len20000 len20000 last err closed
+halfbig call a len20000 len20000 last err closed
 nine call a0 call a1 call a2 call a3 call a4 call a5 call a6 call a7 call a8 A0 A1 A2 A3 A4 A5 A6 A7 A8
 CASES
 printf '[gateway]\nbind = 127.0.0.1\nclient_max_pending = 64k\n[group main]\nworkers = 127.0.0.1:%s\n' "$W3_PORT" > "$TMP/cp2.conf"
