@@ -980,21 +980,12 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     }
     struct jobs_arrival a;
     struct kerr e;
-    int bad = jobs_arrival(msg, h, VALIDATE_ON_LOOP_MAX, &a, &e);
-    if (bad && !c->ncalls && client_head(c)) {
-        /* behind a request that may yet call back: a reader finds it bad in its place, as one over
-         * 16 KiB is, nested in that callback if one comes (at 9116339 it was answered at once, the
-         * callbacks told no answer comes before they came: the callback was never shown, and what
-         * was sent between ran after that request, not inside it: helper round 29d) */
-        a = (struct jobs_arrival){.unchecked = 1};
-        bad = 0;
-    }
-    if (bad) {
+    if (jobs_arrival(msg, h, VALIDATE_ON_LOOP_MAX, &a, &e)) {
         uncount(g, &counted);
         free(msg);
-        char why[96];
-        snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
-        request_bad_message_loop(g, c, why, h->type, NEW_SEQ);
+        char bad[96];
+        snprintf(bad, sizeof bad, "%s at byte %zu", e.why, e.off + 8);
+        request_bad_message_loop(g, c, bad, h->type);
         return SS_STOP;
     }
     int bc = h->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST; /* (every worker
@@ -1080,7 +1071,7 @@ static void stop_for_bad_message(struct gw *g, struct client *c, const char *why
  * callback it is in, in its place, before the reply of the request that called back), then the
  * close. */
 static void close_with_error(struct gw *g, struct client *c, const char *text, size_t len, int nested,
-                             const struct conn *wn, uint64_t seq)
+                             const struct conn *wn)
 {
     if (client_output_gone(c)) { /* nobody to tell: what came before still runs (framed from the */
         request_advance_loop(g, c); /* backlog, nothing after this advances it) */
@@ -1091,7 +1082,7 @@ static void close_with_error(struct gw *g, struct client *c, const char *text, s
         conn_close_loop(g, &c->c, "out of memory");
         return;
     }
-    r->seq = seq == NEW_SEQ ? c->next_seq++ : seq;
+    r->seq = c->next_seq++;
     r->type = KIPC_SYNC;
     r->grp = c->grp;
     r->close_after = 1;
@@ -1109,9 +1100,9 @@ static void close_with_error(struct gw *g, struct client *c, const char *text, s
     request_error_loop(g, c, r, "%s", text);
 }
 
-/* A header, or a small body, that the gateway cannot accept: its request (number seq, or the next) answers
+/* A header, or a small body, that the gateway cannot accept: its request (seq next) answers
  * 'qgate: badmsg after the replies owed. */
-void request_bad_message_loop(struct gw *g, struct client *c, const char *why, int type, uint64_t seq)
+void request_bad_message_loop(struct gw *g, struct client *c, const char *why, int type)
 {
     /* sent from inside a callback, and waited for there (sync, or of a type not known): answered
      * as a nested call is, in its place among them, before the reply of the request that called
@@ -1122,7 +1113,7 @@ void request_bad_message_loop(struct gw *g, struct client *c, const char *why, i
     stop_for_bad_message(g, c, why); /* (the callbacks cancelled: their workers told no answer comes) */
     char text[160];
     snprintf(text, sizeof text, "qgate: badmsg %s", why);
-    close_with_error(g, c, text, 0, nested, wn, seq);
+    close_with_error(g, c, text, 0, nested, wn);
 }
 
 /* One request's answer at exit: its reply made, or the error for what has none. 0, or -1 when
@@ -1178,7 +1169,7 @@ void request_exit_answers_loop(struct gw *g, struct client *c, const char *why)
 void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len)
 {
     stop_reading(g, c);
-    close_with_error(g, c, text, len, 0, NULL, NEW_SEQ);
+    close_with_error(g, c, text, len, 0, NULL);
 }
 
 /* Request x will not run: its session's worker is gone (named to tests/sim's lost hook). */
