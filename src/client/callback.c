@@ -417,6 +417,9 @@ static void checked(struct gw *g, struct client *c, struct job *j)
     if (j->result) {
         if (type == KIPC_RESPONSE)
             tell_no_answer(g, &k);
+        else /* what c queued behind it, before the callback came, runs no more (at 9116339 it ran
+              * after the badmsg, and a second bad one got a second: helper round 29e) */
+            request_drop_behind_loop(g, c, j->seq);
         /* (told: its worker lost meanwhile, the call it waits in has had its answer: the
          * badmsg goes after the replies owed, as an async one's does) */
         request_bad_message_loop(g, c, j->text, told ? KIPC_ASYNC : type);

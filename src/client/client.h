@@ -390,6 +390,9 @@ void request_exit_answers_loop(struct gw *g, struct client *c, const char *why);
 void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answered);
 /* Drop every request behind r (nothing after it is answered). */
 void request_drop_after_loop(struct gw *g, struct client *c, struct req *r);
+/* Drop c's requests after number seq that wait their turn (a bad message's, found bad in its
+ * place by a reader: q reads nothing after it). */
+void request_drop_behind_loop(struct gw *g, struct client *c, uint64_t seq);
 /* Drop every request and callback of a client that is closing. */
 void request_free_all_loop(struct gw *g, struct client *c);
 /* pool = session: its worker went down (text says why; cut: in the middle of a message to

@@ -266,6 +266,18 @@ void request_remove_loop(struct gw *g, struct client *c, struct req *x, int answ
     request_free(g, x);
 }
 
+void request_drop_behind_loop(struct gw *g, struct client *c, uint64_t seq)
+{
+    struct req *x, *next;
+    c->drop_why = "behind a message that could not be taken";
+    for (x = client_head(c); x; x = next) {
+        next = TAILQ_NEXT(x, link);
+        if (x->seq > seq && !x->nested && x->state == RS_WAITING)
+            request_remove_loop(g, c, x, 0);
+    }
+    c->drop_why = NULL;
+}
+
 /* Drop every request behind r (nothing after it is answered). */
 void request_drop_after_loop(struct gw *g, struct client *c, struct req *r)
 {

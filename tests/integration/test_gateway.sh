@@ -261,7 +261,7 @@ pass "gateway commands from inside a callback run at once, a route is refused at
 # nobody asked for, and the callback waited for ever: helper round 28c). One sent behind a request
 # that does not call back is read by no callback: dropped, as q's main loop reads it.
 cat > "$TMP/pre.py" <<'PY'
-import sys
+import struct, sys
 from nest import cv, k, out, upto
 case = sys.argv[2]
 if case == 'alone':
@@ -294,6 +294,12 @@ elif case == 'halffew':  # side shut, one answer for two callbacks: both shown, 
 elif case == 'halfbig':  # side shut, no answer, a 20 KB message behind (checked on a reader): it runs
     k.sendall(cv('callback a', 1) + cv('notify 2 ' + 'y' * 20000, 0) + cv('echo last', 1)); k.shutdown(1); upto(5)
     out.append('closed' if k.recv(1) == b'' else 'open')
+elif case == 'bigbad':  # a malformed message over 16 KiB behind the request: found bad in its place,
+    body = struct.pack('<bbi', 10, 0, 30000) + b'z' * 20000  # nothing behind it runs (a count past the end)
+    k.sendall(cv('callback a', 1) + struct.pack('<bbhi', 1, 1, 0, 8 + len(body)) + body + cv('echo after', 1) +
+              struct.pack('<bbhi', 1, 1, 0, 8 + len(body)) + body)
+    upto(3); out.append('closed' if k.recv(1) == b'' else 'open')
+    out = ['badmsg' if o.startswith('qgate: badmsg') else o for o in out]
 elif case == 'bigahead':  # (client_max_pending 64k) an answer of 200 KB: an answer, no flood of requests
     k.sendall(cv('callback a', 1) + cv('Q' * 200000, 2) + cv('echo z', 1)); upto(3)
 # (the error of a callback nobody answers: q's 'close, qgate's 'qgate: no answer comes ...)
@@ -329,6 +335,10 @@ CASES
 printf '[gateway]\nbind = 127.0.0.1\nclient_max_pending = 64k\n[group main]\nworkers = 127.0.0.1:%s\n' "$W3_PORT" > "$TMP/cp2.conf"
 start_gateway CP2 -c "$TMP/cp2.conf"
 wait_line "$TMP/CP2.log" "connected \\(capability 3\\)" 10
+# (q closes on a malformed message: qgate answers it 'qgate: badmsg, in its place, runs nothing after
+# it, and closes; at 9116339 'echo after' ran, and the second bad message got a second badmsg: 29e)
+timeout 30 python3 "$TMP/pre.py" "$PRE_PORT" bigbad > "$TMP/via.out" 2>&1 || true
+echo 'call a badmsg err closed' | cmp -s - "$TMP/via.out" || fail "bigbad: $(cat "$TMP/via.out")"
 timeout 30 python3 "$TMP/pre.py" "$W3_PORT" bigahead > "$TMP/direct.out" 2>&1 || true
 timeout 30 python3 "$TMP/pre.py" "$CP2_PORT" bigahead > "$TMP/via.out" 2>&1 || true
 echo 'call a len200000 z' | cmp -s - "$TMP/via.out" || fail "bigahead: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
