@@ -146,9 +146,11 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
         free(msg);
         if (k)
             tell_no_answer(g, k); /* the worker is told its answer is not coming */
+        else if (msg_type != KIPC_RESPONSE) /* (one queued before the callback came: what c queued */
+            request_drop_behind_loop(g, c, seq); /* behind it runs no more, as in checked() below) */
         char why[96];
         snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
-        request_bad_message_loop(g, c, why, msg_type);
+        request_bad_message_loop(g, c, why, msg_type, msg_type == KIPC_RESPONSE ? NEW_SEQ : seq);
         return SS_STOP;
     }
     if (wc)
@@ -349,7 +351,6 @@ size_t callback_nest_unsent_loop(struct gw *g, const struct client *c)
 }
 
 /* callback_nest_loop's, for a message numbered seq (or, NEW_SEQ, numbered now). */
-#define NEW_SEQ UINT64_MAX
 static int nest_to(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked, uint64_t seq)
 {
     struct conn *wc = c->ncalls ? nest_target(g, c) : NULL;
@@ -422,7 +423,7 @@ static void checked(struct gw *g, struct client *c, struct job *j)
             request_drop_behind_loop(g, c, j->seq);
         /* (told: its worker lost meanwhile, the call it waits in has had its answer: the
          * badmsg goes after the replies owed, as an async one's does) */
-        request_bad_message_loop(g, c, j->text, told ? KIPC_ASYNC : type);
+        request_bad_message_loop(g, c, j->text, told ? KIPC_ASYNC : type, type == KIPC_RESPONSE ? NEW_SEQ : j->seq);
         return;
     }
     if (told) /* its worker was lost meanwhile: its error came, in its place */

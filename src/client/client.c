@@ -533,7 +533,7 @@ static int on_eof(struct gw *g, struct conn *x, int fin, const char *why)
 
 static int on_bad(struct gw *g, struct conn *x, const char *why)
 {
-    request_bad_message_loop(g, client_of(x), why, -1); /* (its header bad: its type not known) */
+    request_bad_message_loop(g, client_of(x), why, -1, NEW_SEQ); /* (its header bad: its type not known) */
     return SS_STOP;
 }
 

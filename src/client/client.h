@@ -366,9 +366,11 @@ int request_owes_reply_loop(const struct client *c);
 /* Queue c's reply to request seq (msg owned now). */
 void request_reply_loop(struct gw *g, struct client *c, uint64_t seq, uint8_t *msg, size_t len);
 /* A header, or a small body, that the gateway cannot accept (a message of type type, KIPC_*,
- * or -1 if not known): its request (seq next) answers 'qgate: badmsg after the replies owed, then
- * the client is closed; sent from inside a callback and not async, answered as nested calls are. */
-void request_bad_message_loop(struct gw *g, struct client *c, const char *why, int type);
+ * or -1 if not known): its request (number seq, one it was given already, or NEW_SEQ: the next)
+ * answers 'qgate: badmsg after the replies owed, then the client is closed; sent from inside a
+ * callback and not async, answered as nested calls are. */
+#define NEW_SEQ UINT64_MAX
+void request_bad_message_loop(struct gw *g, struct client *c, const char *why, int type, uint64_t seq);
 /* c's head, whose worker was lost while it called c back, has had its error made: it waits for
  * c's answer to that callback, for query_timeout at most (as the run would have). */
 void request_hold_for_answer_loop(struct gw *g, struct client *c);
