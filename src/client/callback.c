@@ -208,7 +208,6 @@ static struct unasked *take_unasked(struct client *c)
 {
     struct unasked *u = STAILQ_FIRST(&c->unasked);
     STAILQ_REMOVE_HEAD(&c->unasked, link);
-    c->nunasked--;
     c->pending -= u->len + sizeof *u;
     c->unasked_bytes -= u->len + sizeof *u;
     buf_pending_sub(u->len);
@@ -236,7 +235,6 @@ static void hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t le
     }
     *u = (struct unasked){.msg = msg, .len = len, .after = c->next_seq - 1};
     STAILQ_INSERT_TAIL(&c->unasked, u, link);
-    c->nunasked++;
     c->pending += len + sizeof *u; /* (held as a request is: bounded by client_max_pending and pending_max) */
     c->unasked_bytes += len + sizeof *u;
     buf_pending_add(len);
@@ -252,9 +250,8 @@ void callback_unasked_drop_loop(struct gw *g, struct client *c)
         drop_unasked(g, c);
 }
 
-int callback_may_call_loop(struct gw *g, struct client *c)
+int callback_may_call_loop(const struct client *c)
 {
-    (void)g;
     return c->st == CS_READY || (c->st == CS_GONE && client_takes_output(c));
 }
 

@@ -209,7 +209,6 @@ struct client {
     uint64_t answers;    /* answers to callbacks it has sent (nested replies' holds: request.c) */
     struct unaskedlist unasked; /* answers it sent before a callback asked, held (counted in
                           * pending) until its requests before each are done */
-    int nunasked;
     size_t unasked_bytes; /* ... what they count in pending (answers: never a flood of requests) */
     uint8_t giving_up;   /* request_check_pending_loop's give-up advances it: not again from there */
     uint8_t gave_up;     /* its workers were told its answers are not coming (over twice
@@ -437,7 +436,7 @@ void callback_unasked_drop_loop(struct gw *g, struct client *c);
 /* May a worker call c back now? While it is ready; or after it shut its side, while it still
  * takes output (q writes the callback to the socket, and reads an answer sent before off the
  * handle; without one, the worker is told at once that none comes). */
-int callback_may_call_loop(struct gw *g, struct client *c);
+int callback_may_call_loop(const struct client *c);
 /* May an answer from c still come? While it is ready, or holds one it sent before. */
 int callback_answer_may_come_loop(struct gw *g, struct client *c);
 /* What the gateway answered c nested goes, in order, as far as it may now. */

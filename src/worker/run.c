@@ -668,7 +668,7 @@ static int takes_call(struct gw *g, struct worker *w, struct client *c)
     uint32_t id, gen;
     int mine = fanout_client(w, &id, &gen) ? id == c->c.id
                                            : w->st == WS_BUSY && w->run.cl == c && STAILQ_EMPTY(&w->bsent);
-    return mine && callback_may_call_loop(g, c) && callback_add_loop(g, c, &w->c, call_depth(g, w, c), 0) == 0;
+    return mine && callback_may_call_loop(c) && callback_add_loop(g, c, &w->c, call_depth(g, w, c), 0) == 0;
 }
 
 /* What a message of the worker's other than the run's reply is to its client. */
@@ -936,7 +936,7 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
                                               * the other parts' workers may call it back too */
         return to_client(g, w, h, to, ROUTE_FORWARD);
     }
-    if (c && w->st == WS_BUSY && callback_may_call_loop(g, c) && STAILQ_EMPTY(&w->bsent)) {
+    if (c && w->st == WS_BUSY && callback_may_call_loop(c) && STAILQ_EMPTY(&w->bsent)) {
         int route = to_client(g, w, h, c, ROUTE_STREAM); /* (CHANGE: matched as it reaches the client) */
         if (route == ROUTE_DROP)
             return ROUTE_DROP; /* too large to make fit: the worker was told */
