@@ -33,13 +33,18 @@ int callback_add_loop(struct gw *g, struct client *c, const struct conn *w, int 
     return 0;
 }
 
-/* c shut its side and holds no answer it sent before: the calls it owes are told none comes,
+/* Does c read nothing more (its input ended, or it stopped at a bad message): a callback of a
+ * request it sent before is still shown (q sends it before it reads on), and reads the answers it
+ * sent before, held; the rest are told no answer comes. */
+static int stopped(const struct client *c) { return c->st == CS_GONE || c->st == CS_FLUSHING; }
+
+/* c reads nothing more and holds no answer it sent before: the calls it owes are told none comes,
  * once what it sent before its input ended has gone nested (none on a reader: at f90bf34 the
  * error went ahead of a message over 16 KiB a reader checked, so the worker left the callback
  * and ran that message as no request's, its publishes dropped: helper round 29c). */
 static void gone_calls(struct gw *g, struct client *c)
 {
-    if (c->st == CS_GONE && STAILQ_EMPTY(&c->unasked) && !c->c.closing && !c->c.in_job)
+    if (stopped(c) && STAILQ_EMPTY(&c->unasked) && !c->c.closing && !c->c.in_job)
         callback_cancel_loop(g, c, NULL);
 }
 
@@ -114,7 +119,23 @@ static void forward(struct gw *g, struct client *c, struct conn *wc, uint8_t *ms
     g->back->answer(g, wc, msg, len);
 }
 
-static void hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len);
+static int hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len, const char *bad);
+
+/* A message of c (type, request number seq) found malformed (why): the worker of call k, if
+ * any, is told its answer is not coming; what c queued behind it runs no more (one queued before
+ * the callback came, found bad in its place: at 9116339 what was behind it ran after the badmsg,
+ * and a second bad one got a second: helper round 29e); c gets 'qgate: badmsg after the replies
+ * owed (told: its worker was lost meanwhile, the call it waits in has had its answer: the badmsg
+ * goes after the replies owed, as an async one's does). SS_STOP. */
+static int found_bad(struct gw *g, struct client *c, struct call *k, int type, const char *why, uint64_t seq, int told)
+{
+    if (k)
+        tell_no_answer(g, k);
+    else if (type != KIPC_RESPONSE)
+        request_drop_behind_loop(g, c, seq);
+    request_bad_message_loop(g, c, why, told ? KIPC_ASYNC : type, type == KIPC_RESPONSE ? NEW_SEQ : seq);
+    return SS_STOP;
+}
 
 /* Message msg (len bytes, owned) of c goes to worker wc: the answer to its call k, or (k NULL)
  * one c sent nested (seq: its number); wc NULL: an answer no worker waits for, dropped, or
@@ -142,28 +163,26 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
     }
     struct kerr e;
     if (!checked && kvalidate_check(msg + 8, len - 8, msg[0], NULL, &e) != QG_OK) {
-        int msg_type = msg[1];
-        free(msg);
-        if (k)
-            tell_no_answer(g, k); /* the worker is told its answer is not coming */
-        else if (msg_type != KIPC_RESPONSE) /* (one queued before the callback came: what c queued */
-            request_drop_behind_loop(g, c, seq); /* behind it runs no more, as in checked() below) */
         char why[96];
         snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
-        request_bad_message_loop(g, c, why, msg_type, msg_type == KIPC_RESPONSE ? NEW_SEQ : seq);
-        return SS_STOP;
+        if (unasked) /* a callback may yet read it in its place */
+            return hold_unasked(g, c, msg, len, why);
+        int msg_type = msg[1];
+        free(msg);
+        return found_bad(g, c, k, msg_type, why, seq, 0);
     }
     if (wc)
         forward(g, c, wc, msg, len, seq);
     else if (unasked)
-        hold_unasked(g, c, msg, len);
+        return hold_unasked(g, c, msg, len, NULL);
     else
         free(msg); /* an answer no worker waits for: checked, dropped */
     return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
 }
 
-/* The answer msg (owned; checked already if checked) of c. */
-static int answer(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked)
+/* The answer msg (owned; checked already if checked; bad: found malformed so, when it was held
+ * until a callback read it) of c. */
+static int answer(struct gw *g, struct client *c, uint8_t *msg, size_t len, int checked, const char *bad)
 {
     struct call *k = STAILQ_FIRST(&c->calls), kept = {0};
     c->answers++;
@@ -191,6 +210,10 @@ static int answer(struct gw *g, struct client *c, uint8_t *msg, size_t len, int 
     request_check_pending_loop(g, c); /* the pause for client_max_pending may apply again */
     if (client_head(c) && client_head(c)->wait_answer) /* held for this answer: a lost call's error */
         request_advance_loop(g, c);                        /* due now, then, the last, its own */
+    if (bad) { /* as if it came now: the callback's worker told no answer comes, c stopped */
+        free(msg);
+        return found_bad(g, c, wc && wc->kind == CONN_WORKER ? &kept : NULL, KIPC_RESPONSE, bad, 0, 0);
+    }
     if (!wc || wc->kind != CONN_WORKER) {
         if (k) /* a client may send these as fast as it likes: one line a second */
             log_limited(&g->lim.orphan, g->loop.now_ms, LOG_WARN, c->c.name,
@@ -201,7 +224,10 @@ static int answer(struct gw *g, struct client *c, uint8_t *msg, size_t len, int 
     return to_worker(g, c, wc, &kept, msg, len, checked, 0, 0);
 }
 
-int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len) { return answer(g, c, msg, len, 0); }
+int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
+{
+    return answer(g, c, msg, len, 0, NULL);
+}
 
 /* The first of c's held answers, off its list and out of the counts (its message the caller's). */
 static struct unasked *take_unasked(struct client *c)
@@ -214,33 +240,50 @@ static struct unasked *take_unasked(struct client *c)
     return u;
 }
 
+/* The first of c's held answers: no callback read it, its requests before it are done. A
+ * malformed one is read by q's main loop then: a bad message there (before 0.13 it was one at
+ * once, when it came: the callback it was meant for never shown, a request sent between run on
+ * its own; helper rounds 29a, 29b, 29f). */
 static void drop_unasked(struct gw *g, struct client *c)
 {
     struct unasked *u = take_unasked(c);
+    char *bad = u->bad;
     free(u->msg);
     free(u);
-    log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name, "response message nobody asked for: dropped");
+    if (bad && !c->c.closing && (c->st == CS_READY || c->st == CS_GONE))
+        found_bad(g, c, NULL, KIPC_RESPONSE, bad, 0, 0);
+    else
+        log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name, "response message nobody asked for: dropped");
+    free(bad);
 }
 
-/* Answer msg (owned, checked) came when c owed no callback: a callback of a request c sent
- * before it may still read it, as q reads what waits on the handle (at 591b525 it was dropped,
- * and the callback it was meant for waited for ever: helper round 28c); else it is dropped. */
-static void hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len)
+/* Answer msg (owned, checked: malformed if bad says why) came when c owed no callback: a
+ * callback of a request c sent before it may still read it, as q reads what waits on the handle
+ * (at 591b525 it was dropped, and the callback it was meant for waited for ever: helper round
+ * 28c); else it is dropped, or (bad) is a bad message now. After a malformed one c's input is
+ * dropped unread. SS_OK or SS_STOP. */
+static int hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len, const char *bad)
 {
     struct unasked *u = client_head(c) ? malloc(sizeof *u) : NULL; /* (bounded as requests are: below) */
-    if (!u) {
+    char *why = u && bad ? strdup(bad) : NULL;
+    if (!u || (bad && !why)) {
         free(msg);
+        free(u);
+        if (bad) /* (no request before it: q's main loop reads it now) */
+            return found_bad(g, c, NULL, KIPC_RESPONSE, bad, 0, 0);
         log_limited(&g->lim.unasked, g->loop.now_ms, LOG_WARN, c->c.name, "response message nobody asked for: dropped");
-        return;
+        return SS_OK;
     }
-    *u = (struct unasked){.msg = msg, .len = len, .after = c->next_seq - 1};
+    *u = (struct unasked){.msg = msg, .len = len, .after = c->next_seq - 1, .bad = why};
+    c->bad_ahead |= bad != NULL;
     STAILQ_INSERT_TAIL(&c->unasked, u, link);
     c->pending += len + sizeof *u; /* (held as a request is: bounded by client_max_pending and pending_max) */
     c->unasked_bytes += len + sizeof *u;
     buf_pending_add(len);
-    log_debug(c->c.name, "an answer no callback asked for yet: held for a callback of request %llu or before",
-              (unsigned long long)u->after);
+    log_debug(c->c.name, "a%s answer no callback asked for yet: held for a callback of request %llu or before",
+              bad ? " malformed" : "n", (unsigned long long)u->after);
     request_check_pending_loop(g, c);
+    return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
 }
 
 void callback_unasked_drop_loop(struct gw *g, struct client *c)
@@ -252,7 +295,9 @@ void callback_unasked_drop_loop(struct gw *g, struct client *c)
 
 int callback_may_call_loop(const struct client *c)
 {
-    return c->st == CS_READY || (c->st == CS_GONE && client_takes_output(c));
+    return c->st == CS_READY || (stopped(c) && client_takes_output(c)); /* (after a bad message too: at
+                                   * fdf37cf a callback that came then was never shown, where q shows
+                                   * it before it reads the bad message) */
 }
 
 int callback_answer_may_come_loop(struct gw *g, struct client *c)
@@ -260,7 +305,7 @@ int callback_answer_may_come_loop(struct gw *g, struct client *c)
     if (c->st == CS_READY)
         return 1;
     callback_unasked_drop_loop(g, c);
-    return c->st == CS_GONE && !STAILQ_EMPTY(&c->unasked);
+    return stopped(c) && !STAILQ_EMPTY(&c->unasked);
 }
 
 int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before)
@@ -272,9 +317,12 @@ int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before
     take_unasked(c);
     uint8_t *msg = u->msg;
     size_t len = u->len;
+    char *bad = u->bad;
     free(u);
     log_debug(c->c.name, "the answer it sent before the callback asked: this callback's");
-    return answer(g, c, msg, len, 1) == SS_OK ? 1 : -1;
+    int st = answer(g, c, msg, len, 1, bad);
+    free(bad);
+    return st == SS_OK ? 1 : -1;
 }
 
 /* The worker c owes answers to, if it is one (a .qgate.all's parts are several) and what c
@@ -412,24 +460,17 @@ static void checked(struct gw *g, struct client *c, struct job *j)
     struct conn *wc = conn_lookup_loop(g, k.w_id, k.w_gen);
     int type = j->in[1], told = c->nest_job == 2;
     c->nest_job = 0;
+    if (type == KIPC_RESPONSE && job_args(j)->check.unasked) { /* a callback may yet read it, malformed or not */
+        hold_unasked(g, c, j->in, j->in_len, j->result ? j->text : NULL);
+        j->in = NULL;
+        return;
+    }
     if (j->result) {
-        if (type == KIPC_RESPONSE)
-            tell_no_answer(g, &k);
-        else /* what c queued behind it, before the callback came, runs no more (at 9116339 it ran
-              * after the badmsg, and a second bad one got a second: helper round 29e) */
-            request_drop_behind_loop(g, c, j->seq);
-        /* (told: its worker lost meanwhile, the call it waits in has had its answer: the
-         * badmsg goes after the replies owed, as an async one's does) */
-        request_bad_message_loop(g, c, j->text, told ? KIPC_ASYNC : type, type == KIPC_RESPONSE ? NEW_SEQ : j->seq);
+        found_bad(g, c, type == KIPC_RESPONSE ? &k : NULL, type, j->text, j->seq, told);
         return;
     }
     if (told) /* its worker was lost meanwhile: its error came, in its place */
         return;
-    if (type == KIPC_RESPONSE && job_args(j)->check.unasked) {
-        hold_unasked(g, c, j->in, j->in_len);
-        j->in = NULL;
-        return;
-    }
     if (type != KIPC_RESPONSE && job_args(j)->check.form.kind) { /* a route, seen inflated: no nested run */
         request_nested_local_loop(g, c, j->in, j->in_len, j->seq, 0);
         j->in = NULL;

@@ -149,6 +149,7 @@ struct unasked {
     uint8_t *msg;
     size_t len;
     uint64_t after; /* sent after the client's request of this number */
+    char *bad;      /* malformed (why, owned): read in its place, it is a bad message there */
 };
 STAILQ_HEAD(unaskedlist, unasked);
 
@@ -210,6 +211,8 @@ struct client {
     struct unaskedlist unasked; /* answers it sent before a callback asked, held (counted in
                           * pending) until its requests before each are done */
     size_t unasked_bytes; /* ... what they count in pending (answers: never a flood of requests) */
+    uint8_t bad_ahead;   /* the last of them is malformed: what it sends after is dropped unread, as
+                          * q reads nothing after a bad message */
     uint8_t giving_up;   /* request_check_pending_loop's give-up advances it: not again from there */
     uint8_t gave_up;     /* its workers were told its answers are not coming (over twice
                           * client_max_pending unread): until its calls are gone, a .qgate.all's

@@ -163,6 +163,10 @@ int request_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
         return SS_OK;
     }
     uncount(g, &c->gathering); /* a message dropped before it was whole */
+    if (c->bad_ahead) { /* behind a malformed answer it sent ahead: q reads nothing after that */
+        stream_route(x, SR_DROP, NULL);
+        return SS_OK;
+    }
     if (h->type == KIPC_RESPONSE && c->ncalls)
         return SS_OK; /* an answer a worker waits for: never held back, not counted */
     struct conn *first = TAILQ_FIRST(&g->room_waiters);

@@ -666,9 +666,12 @@ static int call_depth(struct gw *g, const struct worker *w, const struct client 
 static int takes_call(struct gw *g, struct worker *w, struct client *c)
 {
     uint32_t id, gen;
-    int mine = fanout_client(w, &id, &gen) ? id == c->c.id
-                                           : w->st == WS_BUSY && w->run.cl == c && STAILQ_EMPTY(&w->bsent);
-    return mine && callback_may_call_loop(c) && callback_add_loop(g, c, &w->c, call_depth(g, w, c), 0) == 0;
+    int fan = fanout_client(w, &id, &gen);
+    int mine = fan ? id == c->c.id : w->st == WS_BUSY && w->run.cl == c && STAILQ_EMPTY(&w->bsent);
+    /* (a .qgate.all's parts call back one at a time, each once the last was answered: after a bad
+     * message none was, and none is passed on) */
+    return mine && callback_may_call_loop(c) && !(fan && c->st == CS_FLUSHING) &&
+           callback_add_loop(g, c, &w->c, call_depth(g, w, c), 0) == 0;
 }
 
 /* What a message of the worker's other than the run's reply is to its client. */

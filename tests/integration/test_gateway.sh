@@ -307,6 +307,31 @@ elif case == 'badz':  # a malformed message right behind the request, under 16 K
     out = ['badmsg' if o.startswith('qgate: badmsg') else o for o in out]
 elif case == 'bigahead':  # (client_max_pending 64k) an answer of 200 KB: an answer, no flood of requests
     k.sendall(cv('callback a', 1) + cv('Q' * 200000, 2) + cv('echo z', 1)); upto(3)
+elif case.startswith('badans'):  # a malformed answer: read in its place, a bad message there (nothing after runs)
+    n = 20000 if case.endswith('big') else 10  # (over 16 KiB: found bad on a reader)
+    bad = struct.pack('<bbi', 10, 0, n + 50) + b'z' * n  # (a count past the end)
+    bad = struct.pack('<bbhi', 1, 2, 0, 8 + len(bad)) + bad
+    if case in ('badans', 'badansbig'):  # sent before the callback asks
+        k.sendall(cv('callback a', 1) + bad + cv('echo after', 1)); upto(3)
+    elif case == 'badanslive':  # sent when it asks
+        k.sendall(cv('callback a', 1)); upto(1); k.sendall(bad + cv('echo after', 1)); upto(3)
+    elif case == 'badansbehind':  # what was sent before it runs nested first
+        k.sendall(cv('callback a', 1) + cv('echo x', 1) + bad + cv('echo after', 1)); upto(4)
+    elif case == 'badansunread':  # no callback reads it: a bad message once the request before it is done
+        k.sendall(cv('echo y', 1) + bad + cv('callback a', 1) + cv('echo after', 1)); upto(2)
+    elif case == 'badanshalf':  # then its side shut: the callback still shown, and reads it
+        k.sendall(cv('echo s', 1) + cv('callback a', 1) + bad); k.shutdown(1); upto(4)
+    elif case == 'badanshdr':  # a bad header behind the request: its callback still shown (q sends it
+        k.sendall(cv('callback a', 1) + struct.pack('<bbhi', 1, 3, 0, 20)); upto(3)  # before it reads on)
+    elif case == 'badanshdrans':  # ... and reads the answer sent before the bad header
+        k.sendall(cv('callback a', 1) + cv('A', 2) + struct.pack('<bbhi', 1, 3, 0, 20)); upto(3)
+    elif case == 'badansnest':  # a callback made inside a callback, a bad message behind what runs there
+        k.sendall(cv('callback x', 1) + cv('callback y', 1) + cv('echo a1', 1) + bad[:1] + b'\1' + bad[2:] +
+                  cv('echo after', 1)); upto(6)
+    out.append('closed' if k.recv(1) == b'' else 'open')
+    out = ['badmsg' if o.startswith('qgate: badmsg') else o for o in out]
+    if case == 'badansnest':  # (the order of the badmsg and y's error: usage.md, "Every message is checked")
+        out = out[:3] + sorted(out[3:6], key=lambda o: o != 'badmsg') + out[6:]
 # (the error of a callback nobody answers: q's 'close, qgate's 'qgate: no answer comes ...)
 out = ['err' if o == 'close' or o.startswith('qgate: no answer comes') else o for o in out]
 print(' '.join(o if len(o) < 20 else 'len%d' % len(o) for o in out))
@@ -351,6 +376,24 @@ echo 'call a z badmsg err closed' | cmp -s - "$TMP/via.out" || fail "badz: $(cat
 timeout 30 python3 "$TMP/pre.py" "$W3_PORT" bigahead > "$TMP/direct.out" 2>&1 || true
 timeout 30 python3 "$TMP/pre.py" "$CP2_PORT" bigahead > "$TMP/via.out" 2>&1 || true
 echo 'call a len200000 z' | cmp -s - "$TMP/via.out" || fail "bigahead: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
+# a malformed answer sent before the callback asks is read in its place, as on q: the callback is
+# shown, what was sent before it runs nested, then it is a bad message (as one sent when asked is),
+# nothing after it runs (at fdf37cf it was a bad message as it came: the callback never shown, a
+# request sent between ran on its own: helper rounds 29a, 29b, 29f)
+while read -r case want; do
+    timeout 30 python3 "$TMP/pre.py" "$PRE_PORT" "$case" > "$TMP/via.out" 2>&1 || true
+    echo "$want" | cmp -s - "$TMP/via.out" || fail "$case: $(cat "$TMP/via.out")"
+done <<'CASES'
+badanslive call a err badmsg closed
+badans call a err badmsg closed
+badansbig call a err badmsg closed
+badansbehind call a x err badmsg closed
+badansunread y badmsg closed
+badanshalf s call a err badmsg closed
+badanshdr call a err badmsg closed
+badanshdrans call a A badmsg closed
+badansnest call x call y a1 badmsg err err closed
+CASES
 kill "$CP2_PID" "$PRE_PID"
 pass "an answer sent before the callback asks: the callback reads it in its place, as on q (after a shut side, or over client_max_pending too)"
 # --- a request over 16 KiB queued behind async messages that call back, a small one behind it: both

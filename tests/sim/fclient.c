@@ -392,6 +392,20 @@ static int command_request(struct fclient *c, int op)
     return 0;
 }
 
+/* A whole message of type whose body q would reject (which: one of four kinds). */
+static void put_bad_body(struct fclient *c, int type, int which)
+{
+    uint8_t m[8 + 12] = {1, (uint8_t)type, 0, 0, 20, 0, 0, 0};
+    static const uint8_t bodies[][12] = {
+        {KT_CHAR, 0, 200, 0, 0, 0, 'x'},                       /* count past the end */
+        {77, 0, 0, 0, 0, 0},                                   /* unknown type */
+        {KT_SYM, 0, 1, 0, 0, 0, 'a', 'b', 'c', 'd', 'e', 'f'}, /* symbol without NUL */
+        {KT_LONG, 9, 0, 0, 0, 0},                              /* bad attribute */
+    };
+    memcpy(m + 8, bodies[which], 12);
+    sb_add(&c->out, m, sizeof m);
+}
+
 /* A malformed message, request seq: a header q would reject, or a whole message whose body it
  * would. Nothing after it is answered. */
 static void bad_request(struct fclient *c, int op, int seq)
@@ -404,16 +418,8 @@ static void bad_request(struct fclient *c, int op, int seq)
             {1, 1, 0, 1, 20, 0, 0, 0},  /* byte 3 set: only with capability 6 */
         };
         sb_add(&c->out, bad[rnd(4)], 8);
-    } else { /* a whole message whose body q would reject */
-        uint8_t m[8 + 12] = {1, 1, 0, 0, 20, 0, 0, 0};
-        static const uint8_t bodies[][12] = {
-            {KT_CHAR, 0, 200, 0, 0, 0, 'x'},              /* count past the end */
-            {77, 0, 0, 0, 0, 0},                          /* unknown type */
-            {KT_SYM, 0, 1, 0, 0, 0, 'a', 'b', 'c', 'd', 'e', 'f'}, /* symbol without NUL */
-            {KT_LONG, 9, 0, 0, 0, 0},                     /* bad attribute */
-        };
-        memcpy(m + 8, bodies[rnd(4)], 12);
-        sb_add(&c->out, m, sizeof m);
+    } else {
+        put_bad_body(c, KIPC_SYNC, rnd(4));
     }
     c->bad = 1;
     c->bad_seq = seq;
@@ -497,11 +503,22 @@ static void client_request(struct fclient *c, int op)
         may_answer_ahead(c)) {
         /* its answer right behind it, before the callback asks: q's worker reads it off the handle
          * when it calls back; "-1": whichever worker that is */
-        put_text(&c->out, KIPC_RESPONSE, "r %d %d -1", c->cid, seq);
-        add_sent(c, KIPC_RESPONSE, OP_RESP, seq);
+        int bad = side_chance((uint64_t)c->cid, (uint64_t)seq | 1ull << 40, 20); /* (not the seed's stream:
+                                                                                   * as above) */
+        if (bad) { /* malformed: read in its place, it is a bad message there (answered so, after
+                    * the request, whose callback the worker is told gets no answer); nothing after */
+            put_bad_body(c, KIPC_RESPONSE, (int)(((uint64_t)c->cid * 31 + (uint64_t)seq) % 4));
+            add_sent(c, KIPC_SYNC, OP_BADBODY, 0);
+            c->bad = 1;
+            c->bad_seq = c->nseq - 1;
+            S->bad_ahead++;
+        } else {
+            put_text(&c->out, KIPC_RESPONSE, "r %d %d -1", c->cid, seq);
+            add_sent(c, KIPC_RESPONSE, OP_RESP, seq);
+        }
         c->sent.v[c->sent.n - 2].pre = 1;
         S->answered_ahead++;
-        tr("C%d answers the callback of request %d before it comes", c->cid, seq);
+        tr("C%d answers the callback of request %d before it comes%s", c->cid, seq, bad ? ", malformed" : "");
     }
 }
 
@@ -852,6 +869,11 @@ static void check_reply(const struct fclient *c, const struct sent *r, K x, cons
     default:
         if (x->t == KT_ERROR)
             fail("C%d: request %s %d got '%s", c->cid, op, r->seq, x->s);
+        if (r->pre == 1 && c->cap >= 3) /* its worker ran it, called back and was answered: the callback
+                          * is shown first, even when the answer sent ahead is malformed, or a bad message
+                          * comes after it (at fdf37cf it was not; a callback with a guid, which a client
+                          * of capability 1 cannot take, is answered 'type by the gateway) */
+            fail("C%d: request %s %d, its answer sent ahead, got its reply but never its callback", c->cid, op, r->seq);
         if (x->t != KT_CHAR || (size_t)x->n < wl || memcmp(kC(x), want, wl) ||
             ((size_t)x->n > wl && kC(x)[wl] != ' '))
             fail("C%d: request %s %d wanted \"%s...\", got \"%s\"", c->cid, op, r->seq, want, s);
