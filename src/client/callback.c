@@ -132,7 +132,7 @@ static int found_bad(struct gw *g, struct client *c, struct call *k, int type, c
     if (k)
         tell_no_answer(g, k);
     else if (type != KIPC_RESPONSE)
-        request_drop_behind_loop(g, c, seq);
+        request_drop_behind_loop(g, c, seq); /* (answers it sent ahead behind it too) */
     request_bad_message_loop(g, c, why, told ? KIPC_ASYNC : type, type == KIPC_RESPONSE ? NEW_SEQ : seq);
     return SS_STOP;
 }
@@ -177,7 +177,8 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
         return hold_unasked(g, c, msg, len, NULL);
     else
         free(msg); /* an answer no worker waits for: checked, dropped */
-    return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
+    return c->st == CS_READY || stopped(c) ? SS_OK : SS_STOP; /* (stopped: what c queued before goes on
+                                   * nested, at 4f50da8 only the first: helper round 30a) */
 }
 
 /* The answer msg (owned; checked already if checked; bad: found malformed so, when it was held
@@ -229,14 +230,20 @@ int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t le
     return answer(g, c, msg, len, 0, NULL);
 }
 
-/* The first of c's held answers, off its list and out of the counts (its message the caller's). */
-static struct unasked *take_unasked(struct client *c)
+/* Held answer u of c, off its list and out of the counts (its message the caller's). */
+static void unhold(struct client *c, struct unasked *u)
 {
-    struct unasked *u = STAILQ_FIRST(&c->unasked);
-    STAILQ_REMOVE_HEAD(&c->unasked, link);
+    STAILQ_REMOVE(&c->unasked, u, unasked, link);
     c->pending -= u->len + sizeof *u;
     c->unasked_bytes -= u->len + sizeof *u;
     buf_pending_sub(u->len);
+}
+
+/* The first of c's held answers, off its list and out of the counts. */
+static struct unasked *take_unasked(struct client *c)
+{
+    struct unasked *u = STAILQ_FIRST(&c->unasked);
+    unhold(c, u);
     return u;
 }
 
@@ -283,7 +290,21 @@ static int hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len
     log_debug(c->c.name, "a%s answer no callback asked for yet: held for a callback of request %llu or before",
               bad ? " malformed" : "n", (unsigned long long)u->after);
     request_check_pending_loop(g, c);
-    return c->st == CS_READY || c->st == CS_GONE ? SS_OK : SS_STOP;
+    return c->st == CS_READY || stopped(c) ? SS_OK : SS_STOP;
+}
+
+void callback_unasked_forget_loop(struct client *c, uint64_t seq)
+{
+    struct unasked *u, *next;
+    for (u = STAILQ_FIRST(&c->unasked); u; u = next) {
+        next = STAILQ_NEXT(u, link);
+        if (u->after >= seq) { /* (the list is in the order sent: the rest too) */
+            unhold(c, u);
+            free(u->msg);
+            free(u->bad);
+            free(u);
+        }
+    }
 }
 
 void callback_unasked_drop_loop(struct gw *g, struct client *c)

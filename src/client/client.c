@@ -533,7 +533,14 @@ static int on_eof(struct gw *g, struct conn *x, int fin, const char *why)
 
 static int on_bad(struct gw *g, struct conn *x, const char *why)
 {
-    request_bad_message_loop(g, client_of(x), why, -1, NEW_SEQ); /* (its header bad: its type not known) */
+    struct client *c = client_of(x);
+    if (c->bad_ahead) { /* behind a malformed answer it sent ahead: never read, as what is framed
+                         * there is dropped (at 4f50da8 its badmsg came too, and first: helper round
+                         * 30a); what came before it goes on */
+        request_framed_loop(g, x);
+        return SS_STOP;
+    }
+    request_bad_message_loop(g, c, why, -1, NEW_SEQ); /* (its header bad: its type not known) */
     return SS_STOP;
 }
 

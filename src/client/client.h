@@ -436,6 +436,9 @@ int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before
 /* c's held answers sent before its first request not yet done (all, if none) are dropped: q's
  * main loop reads them once those requests are done, nobody asking. */
 void callback_unasked_drop_loop(struct gw *g, struct client *c);
+/* A message of c numbered seq was found bad: the answers it sent after that one, held, are
+ * forgotten (q reads nothing after a bad message). */
+void callback_unasked_forget_loop(struct client *c, uint64_t seq);
 /* May a worker call c back now? While it is ready; or after it shut its side, while it still
  * takes output (q writes the callback to the socket, and reads an answer sent before off the
  * handle; without one, the worker is told at once that none comes). */

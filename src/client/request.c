@@ -276,10 +276,13 @@ void request_drop_behind_loop(struct gw *g, struct client *c, uint64_t seq)
     c->drop_why = "behind a message that could not be taken";
     for (x = client_head(c); x; x = next) {
         next = TAILQ_NEXT(x, link);
-        if (x->seq > seq && !x->nested && x->state == RS_WAITING)
+        /* (and the error of a bad header behind it, found as it came: at 4f50da8 a second badmsg:
+         * helper round 30a) */
+        if (x->seq > seq && ((!x->nested && x->state == RS_WAITING) || x->close_after))
             request_remove_loop(g, c, x, 0);
     }
     c->drop_why = NULL;
+    callback_unasked_forget_loop(c, seq);
 }
 
 /* Drop every request behind r (nothing after it is answered). */
@@ -1282,6 +1285,7 @@ void request_checked_loop(struct gw *g, struct job *j)
     }
     /* its body failed: it is answered 'qgate: badmsg in its place, what came after dropped */
     request_drop_after_loop(g, c, r);
+    callback_unasked_forget_loop(c, r->seq);
     stop_for_bad_message(g, c, j->text);
     if (client_output_gone(c)) { /* (a client that shut its side is told) */
         request_remove_loop(g, c, r, 1);

@@ -325,6 +325,13 @@ elif case.startswith('badans'):  # a malformed answer: read in its place, a bad 
         k.sendall(cv('callback a', 1) + struct.pack('<bbhi', 1, 3, 0, 20)); upto(3)  # before it reads on)
     elif case == 'badanshdrans':  # ... and reads the answer sent before the bad header
         k.sendall(cv('callback a', 1) + cv('A', 2) + struct.pack('<bbhi', 1, 3, 0, 20)); upto(3)
+    elif case == 'badanshdrnest':  # ... after what was sent between, which runs nested (at 4f50da8 only
+        k.sendall(cv('callback a', 1) + cv('echo m', 1) + cv('echo n', 1) + cv('A', 2) +  # the first did,
+                  struct.pack('<bbhi', 1, 3, 0, 20)); upto(5)  # the answer never went: a hang, helper round 30a)
+    elif case == 'badanstwo':  # a malformed answer, then a bad header: never read (at 4f50da8 a second badmsg)
+        k.sendall(cv('callback a', 1) + bad + struct.pack('<bbhi', 1, 3, 0, 20)); upto(3)
+    elif case == 'badansbodyhdr':  # a malformed body found in its place, then a bad header: one badmsg
+        k.sendall(cv('callback a', 1) + bad[:1] + b'\1' + bad[2:] + struct.pack('<bbhi', 1, 3, 0, 20)); upto(3)
     elif case == 'badansnest':  # a callback made inside a callback, a bad message behind what runs there
         k.sendall(cv('callback x', 1) + cv('callback y', 1) + cv('echo a1', 1) + bad[:1] + b'\1' + bad[2:] +
                   cv('echo after', 1)); upto(6)
@@ -393,6 +400,9 @@ badanshalf s call a err badmsg closed
 badanshdr call a err badmsg closed
 badanshdrans call a A badmsg closed
 badansnest call x call y a1 badmsg err err closed
+badanshdrnest call a m n A badmsg closed
+badanstwo call a err badmsg closed
+badansbodyhdr call a badmsg err closed
 CASES
 kill "$CP2_PID" "$PRE_PID"
 pass "an answer sent before the callback asks: the callback reads it in its place, as on q (after a shut side, or over client_max_pending too)"
