@@ -72,6 +72,15 @@ int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *
 
 int callback_owed_loop(struct gw *g, const struct client *c) { return callback_owes_loop(g, c, NULL); }
 
+int callback_cut_loop(const struct client *c)
+{
+    const struct call *k;
+    STAILQ_FOREACH(k, &c->calls, link)
+        if (k->cancelled)
+            return 1;
+    return 0;
+}
+
 /* The worker of call k gets err as its answer (it waits for no other); a later answer is dropped. */
 static void tell_worker(struct gw *g, struct call *k, const uint8_t *err, size_t len)
 {

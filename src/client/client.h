@@ -485,6 +485,9 @@ void callback_added_loop(struct gw *g, struct client *c);
 void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w);
 /* Does a worker wait for c's answer to a callback? */
 int callback_owed_loop(struct gw *g, const struct client *c);
+/* Has a callback of c's been told no answer comes, and not been answered (c can answer it no
+ * more)? */
+int callback_cut_loop(const struct client *c);
 /* c owes answers and sends requests instead, past twice client_max_pending: each worker waiting
  * is answered 'qgate: the client sent ... and no answer, so that what c sent is served (and is
  * bounded); its answers, if they come, are dropped. */

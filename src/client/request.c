@@ -59,6 +59,7 @@ static void nested_flush(struct gw *g, struct client *c);
 
 /* Does c owe a worker a callback's answer (so that what it sends now comes from inside it)? */
 static void stop_reading(struct gw *g, struct client *c);
+static void stop_for_bad_message(struct gw *g, struct client *c, const char *why);
 /* Is c inside a callback, as q sees it (its .z.pg runs; what it sends now is nested)? While it
  * owes an answer to a live worker's call; in a .qgate.all, to any part's call, its worker lost
  * too (another part's callback waits for that answer: fanout_call_out). */
@@ -920,6 +921,45 @@ static void start_nested(struct gw *g, struct client *c, struct req *r)
         answer_nested(g, c, r);
 }
 
+/* Queued r of c is malformed (why): it is answered 'qgate: badmsg in its place, what came after
+ * it dropped, and nothing more is read. */
+static void bad_in_place(struct gw *g, struct client *c, struct req *r, const char *why)
+{
+    request_drop_after_loop(g, c, r);
+    callback_unasked_forget_loop(c, r->seq);
+    stop_for_bad_message(g, c, why);
+    if (client_output_gone(c)) { /* (a client that shut its side is told) */
+        request_remove_loop(g, c, r, 1);
+        request_finish_if_gone_loop(g, c);
+        return;
+    }
+    r->type = KIPC_SYNC;
+    r->close_after = 1;
+    r->unchecked = 0;
+    /* (nested: at once, as the answer its client waits for inside the callback; the close comes
+     * once the request that called back is answered too) */
+    request_error_loop(g, c, r, "qgate: badmsg %s", why);
+}
+
+/* Inside a callback where what c queued cannot go nested (a .qgate.all's), from r on: a message
+ * known malformed (under 16 KiB, queued unchecked as it came) is read there, as q reads what
+ * waits on the handle, before an answer sent after it (at 204a891 that answer was read first,
+ * and without one the worker waited in its callback: helper round 30b). Found: 1. */
+static int bad_queued(struct gw *g, struct client *c, struct req *r)
+{
+    for (; r; r = TAILQ_NEXT(r, link)) {
+        struct kerr e;
+        if (!r->unchecked || r->nested || r->state != RS_WAITING || !r->msg || r->msg[2] ||
+            r->len > VALIDATE_ON_LOOP_MAX || kvalidate_check(r->msg + 8, r->len - 8, r->msg[0], NULL, &e) == QG_OK)
+            continue; /* (one on a reader's to check, in its turn) */
+        char why[96];
+        snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
+        bad_in_place(g, c, r, why);
+        return 1;
+    }
+    return 0;
+}
+
 void request_nest_queued_loop(struct gw *g, struct client *c)
 {
     /* (at 797271b they waited behind the request that called back, so what c sent from inside the
@@ -934,6 +974,8 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
         return;
     for (r = TAILQ_NEXT(h, link);; r = next) {
         int nests = r && !c->c.closing && callback_nest_worker_loop(g, c);
+        if (r && !nests && !c->c.closing && c->ncalls && bad_queued(g, c, r))
+            return;
         /* an answer c sent before r, before any callback asked: read in its place, as on q; any
          * held, when what is queued cannot go nested (a .qgate.all's callback): that waits its
          * turn, behind the request, and takes no callback (at 4f99181 the answer waited behind
@@ -1283,21 +1325,7 @@ void request_checked_loop(struct gw *g, struct job *j)
             request_advance_loop(g, c);
         return;
     }
-    /* its body failed: it is answered 'qgate: badmsg in its place, what came after dropped */
-    request_drop_after_loop(g, c, r);
-    callback_unasked_forget_loop(c, r->seq);
-    stop_for_bad_message(g, c, j->text);
-    if (client_output_gone(c)) { /* (a client that shut its side is told) */
-        request_remove_loop(g, c, r, 1);
-        request_finish_if_gone_loop(g, c);
-        return;
-    }
-    r->type = KIPC_SYNC;
-    r->close_after = 1;
-    r->unchecked = 0;
-    /* (nested: at once, as the answer its client waits for inside the callback; the close comes
-     * once the request that called back is answered too) */
-    request_error_loop(g, c, r, "qgate: badmsg %s", j->text);
+    bad_in_place(g, c, r, j->text);
 }
 
 /* ---- the client side, as dispatch sees it ---------------------------------------------------------- */

@@ -669,8 +669,9 @@ static int takes_call(struct gw *g, struct worker *w, struct client *c)
     int fan = fanout_client(w, &id, &gen);
     int mine = fan ? id == c->c.id : w->st == WS_BUSY && w->run.cl == c && STAILQ_EMPTY(&w->bsent);
     /* (a .qgate.all's parts call back one at a time, each once the last was answered: after a bad
-     * message none was, and none is passed on) */
-    return mine && callback_may_call_loop(c) && !(fan && c->st == CS_FLUSHING) &&
+     * message, one told no answer comes was not, and no other is passed on; at 204a891 not the
+     * first either, its answer sent ahead dropped: helper round 30b) */
+    return mine && callback_may_call_loop(c) && !(fan && c->st == CS_FLUSHING && callback_cut_loop(c)) &&
            callback_add_loop(g, c, &w->c, call_depth(g, w, c), 0) == 0;
 }
 
