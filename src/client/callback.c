@@ -72,14 +72,6 @@ int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *
 
 int callback_owed_loop(struct gw *g, const struct client *c) { return callback_owes_loop(g, c, NULL); }
 
-int callback_cut_loop(const struct client *c)
-{
-    const struct call *k;
-    STAILQ_FOREACH(k, &c->calls, link)
-        if (k->cancelled)
-            return 1;
-    return 0;
-}
 
 /* The worker of call k gets err as its answer (it waits for no other); a later answer is dropped. */
 static void tell_worker(struct gw *g, struct call *k, const uint8_t *err, size_t len)
@@ -110,8 +102,10 @@ void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w)
 {
     struct call *k;
     STAILQ_FOREACH(k, &c->calls, link)
-        if (!w || (k->w_id == w->id && k->w_gen == w->gen))
+        if (!w || (k->w_id == w->id && k->w_gen == w->gen)) {
             tell_no_answer(g, k);
+            c->cut |= !w; /* (all: it answers no more) */
+        }
 }
 
 
@@ -138,10 +132,12 @@ static int hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len
  * goes after the replies owed, as an async one's does). SS_STOP. */
 static int found_bad(struct gw *g, struct client *c, struct call *k, int type, const char *why, uint64_t seq, int told)
 {
-    if (k)
+    if (k) {
         tell_no_answer(g, k);
-    else if (type != KIPC_RESPONSE)
+        c->cut = 1;
+    } else if (type != KIPC_RESPONSE) {
         request_drop_behind_loop(g, c, seq); /* (answers it sent ahead behind it too) */
+    }
     request_bad_message_loop(g, c, why, told ? KIPC_ASYNC : type, type == KIPC_RESPONSE ? NEW_SEQ : seq);
     return SS_STOP;
 }
@@ -257,7 +253,7 @@ static struct unasked *take_unasked(struct client *c)
 }
 
 /* The first of c's held answers: no callback read it, its requests before it are done. A
- * malformed one is read by q's main loop then: a bad message there (before 0.13 it was one at
+ * malformed one is read by q's main loop then: a bad message there (at fdf37cf it was one at
  * once, when it came: the callback it was meant for never shown, a request sent between run on
  * its own; helper rounds 29a, 29b, 29f). */
 static void drop_unasked(struct gw *g, struct client *c)
@@ -335,7 +331,9 @@ int callback_answer_may_come_loop(struct gw *g, struct client *c)
     if (c->st == CS_READY)
         return 1;
     callback_unasked_drop_loop(g, c);
-    return stopped(c) && !STAILQ_EMPTY(&c->unasked);
+    return stopped(c) && !STAILQ_EMPTY(&c->unasked) && !c->cut; /* (cut: they go to the calls told
+                                   * so, nothing waits for them; at 38fdc95 a .qgate.all's next part
+                                   * did, for ever: helper round 30c) */
 }
 
 int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before)
@@ -353,6 +351,12 @@ int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before
     int st = answer(g, c, msg, len, 1, bad);
     free(bad);
     return st == SS_OK ? 1 : -1;
+}
+
+uint64_t callback_unasked_after_loop(const struct client *c)
+{
+    const struct unasked *u = STAILQ_FIRST(&c->unasked);
+    return u ? u->after : UINT64_MAX;
 }
 
 /* The worker c owes answers to, if it is one (a .qgate.all's parts are several) and what c

@@ -211,8 +211,10 @@ struct client {
     struct unaskedlist unasked; /* answers it sent before a callback asked, held (counted in
                           * pending) until its requests before each are done */
     size_t unasked_bytes; /* ... what they count in pending (answers: never a flood of requests) */
-    uint8_t bad_ahead;   /* the last of them is malformed: what it sends after is dropped unread, as
-                          * q reads nothing after a bad message */
+    uint8_t cut;         /* a callback of it was told no answer comes as it read no more, or for its
+                          * malformed answer: after a bad message a .qgate.all passes no other */
+    uint8_t bad_ahead;   /* one of them was malformed (held, or read since): what it sends after
+                          * that is dropped unread, as q reads nothing after a bad message */
     uint8_t giving_up;   /* request_check_pending_loop's give-up advances it: not again from there */
     uint8_t gave_up;     /* its workers were told its answers are not coming (over twice
                           * client_max_pending unread): until its calls are gone, a .qgate.all's
@@ -439,6 +441,8 @@ void callback_unasked_drop_loop(struct gw *g, struct client *c);
 /* A message of c numbered seq was found bad: the answers it sent after that one, held, are
  * forgotten (q reads nothing after a bad message). */
 void callback_unasked_forget_loop(struct client *c, uint64_t seq);
+/* The number of the request the first answer c holds was sent after (UINT64_MAX: none held). */
+uint64_t callback_unasked_after_loop(const struct client *c);
 /* May a worker call c back now? While it is ready; or after it shut its side, while it still
  * takes output (q writes the callback to the socket, and reads an answer sent before off the
  * handle; without one, the worker is told at once that none comes). */
@@ -485,9 +489,6 @@ void callback_added_loop(struct gw *g, struct client *c);
 void callback_cancel_loop(struct gw *g, struct client *c, const struct conn *w);
 /* Does a worker wait for c's answer to a callback? */
 int callback_owed_loop(struct gw *g, const struct client *c);
-/* Has a callback of c's been told no answer comes, and not been answered (c can answer it no
- * more)? */
-int callback_cut_loop(const struct client *c);
 /* c owes answers and sends requests instead, past twice client_max_pending: each worker waiting
  * is answered 'qgate: the client sent ... and no answer, so that what c sent is served (and is
  * bounded); its answers, if they come, are dropped. */

@@ -941,17 +941,27 @@ static void bad_in_place(struct gw *g, struct client *c, struct req *r, const ch
     request_error_loop(g, c, r, "qgate: badmsg %s", why);
 }
 
-/* Inside a callback where what c queued cannot go nested (a .qgate.all's), from r on: a message
- * known malformed (under 16 KiB, queued unchecked as it came) is read there, as q reads what
- * waits on the handle, before an answer sent after it (at 204a891 that answer was read first,
- * and without one the worker waited in its callback: helper round 30b). Found: 1. */
-static int bad_queued(struct gw *g, struct client *c, struct req *r)
+/* Inside a callback where what c queued cannot go nested (a .qgate.all's), from r on, up to the
+ * first answer c sent ahead: what is not yet checked is checked now, in its place, before that
+ * answer is read, as q reads what waits on the handle: one known malformed (under 16 KiB, queued
+ * unchecked as it came) is a bad message there; one over 16 KiB or compressed goes to a reader
+ * first (at 204a891 the answer behind it was read first, and without one the worker waited in its
+ * callback for ever: helper rounds 30b, 30c). 1: the walk waits (a bad message, or a check). */
+static int check_queued(struct gw *g, struct client *c, struct req *r)
 {
-    for (; r; r = TAILQ_NEXT(r, link)) {
+    uint64_t upto = callback_unasked_after_loop(c);
+    for (; r && r->seq <= upto; r = TAILQ_NEXT(r, link)) {
+        if (r->state == RS_CHECKING)
+            return 1;
+        if (!r->unchecked || r->nested || r->local || r->state != RS_WAITING || !r->msg)
+            continue;
+        if (r->msg[2] || r->len > VALIDATE_ON_LOOP_MAX) {
+            to_reader(g, c, r, job_validate_msg, JK_CHECK, RS_CHECKING); /* (then the walk again) */
+            return 1;
+        }
         struct kerr e;
-        if (!r->unchecked || r->nested || r->state != RS_WAITING || !r->msg || r->msg[2] ||
-            r->len > VALIDATE_ON_LOOP_MAX || kvalidate_check(r->msg + 8, r->len - 8, r->msg[0], NULL, &e) == QG_OK)
-            continue; /* (one on a reader's to check, in its turn) */
+        if (kvalidate_check(r->msg + 8, r->len - 8, r->msg[0], NULL, &e) == QG_OK)
+            continue;
         char why[96];
         snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
         bad_in_place(g, c, r, why);
@@ -974,7 +984,7 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
         return;
     for (r = TAILQ_NEXT(h, link);; r = next) {
         int nests = r && !c->c.closing && callback_nest_worker_loop(g, c);
-        if (r && !nests && !c->c.closing && c->ncalls && bad_queued(g, c, r))
+        if (r && !nests && !c->c.closing && c->ncalls && check_queued(g, c, r))
             return;
         /* an answer c sent before r, before any callback asked: read in its place, as on q; any
          * held, when what is queued cannot go nested (a .qgate.all's callback): that waits its
@@ -1319,10 +1329,13 @@ void request_checked_loop(struct gw *g, struct job *j)
         c->pending += req_cost(r);
         r->unchecked = 0;
         request_set_state_loop(g, c, r, RS_WAITING);
-        if (r->nested) /* sent from inside a callback: answered now, in its place among them */
+        if (r->nested) { /* sent from inside a callback: answered now, in its place among them */
             answer_nested(g, c, r);
-        else
+        } else {
             request_advance_loop(g, c);
+            if (!c->c.closing) /* (checked in its place inside a callback: what is behind it goes on) */
+                request_nest_queued_loop(g, c);
+        }
         return;
     }
     bad_in_place(g, c, r, j->text);

@@ -671,7 +671,7 @@ static int takes_call(struct gw *g, struct worker *w, struct client *c)
     /* (a .qgate.all's parts call back one at a time, each once the last was answered: after a bad
      * message, one told no answer comes was not, and no other is passed on; at 204a891 not the
      * first either, its answer sent ahead dropped: helper round 30b) */
-    return mine && callback_may_call_loop(c) && !(fan && c->st == CS_FLUSHING && callback_cut_loop(c)) &&
+    return mine && callback_may_call_loop(c) && !(fan && c->st == CS_FLUSHING && c->cut) &&
            callback_add_loop(g, c, &w->c, call_depth(g, w, c), 0) == 0;
 }
 

@@ -86,13 +86,17 @@ body = struct.pack('<bbi', 0, 0, 3) + b'\xf5.qgate.all\x00\xf5main\x00' + struct
 fan = struct.pack('<bbhi', 1, 1, 0, 8 + len(body)) + body
 badhdr = struct.pack('<bbhi', 1, 3, 0, 20)  # (message type 3)
 bad = struct.pack('<bbi', 10, 0, 60) + b'z' * 10  # (a count past the end)
+big = struct.pack('<bbi', 10, 0, 20050) + b'z' * 20000  # (over 16 KiB: a reader checks it)
+big = struct.pack('<bbhi', 1, 1, 0, 8 + len(big)) + big
+badans = bad[:1] + b'\2' + bad[2:]
 bad = struct.pack('<bbhi', 1, 1, 0, 8 + len(bad)) + bad
 k = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
 k.settimeout(20)
 k.sendall(b'u:p\x03\x00'); k.recv(1)
 case, n = sys.argv[2], int(sys.argv[3])
 k.sendall(fan + {'ahead': cv('.qgate.ping[]', 1) + b''.join(cv(a, 2) for a in 'ABCD'),
-                 'aheadhdr': cv('A', 2) + cv('B', 2) + badhdr, 'badfirst': bad + cv('A', 2), 'bad': bad}[case])
+                 'aheadhdr': cv('A', 2) + cv('B', 2) + badhdr, 'badfirst': bad + cv('A', 2), 'bad': bad,
+                 'aheadbad': cv('A', 2) + bad, 'bigfirst': big + cv('A', 2), 'badans': badans}[case])
 buf, out = b'', []
 while len(out) < n:
     d = k.recv(65536)
@@ -116,7 +120,10 @@ pass "... and answers sent before its callbacks ask, a command between: each cal
 # the first callback, before an answer sent after it: that answer is never read (at 204a891 no
 # callback was shown and both answers were dropped; the answer after the bad message was read,
 # and without one the worker waited in its callback: helper round 30b)
-for c in "aheadhdr 5 call call call err badmsg closed" "badfirst 3 call err badmsg closed" "bad 3 call err badmsg closed"; do
+# (aheadbad, bigfirst, badans: at 38fdc95 the first hung, a worker held in its callback for good;
+# the second read A and hung; the third passed a second callback: helper round 30c)
+for c in "aheadhdr 5 call call call err badmsg closed" "badfirst 3 call err badmsg closed" "bad 3 call err badmsg closed" \
+    "aheadbad 4 call call err badmsg closed" "bigfirst 3 call err badmsg closed" "badans 3 call err badmsg closed"; do
     set -- $c
     timeout 30 python3 "$TMP/fa.py" "$G_PORT" "$1" "$2" > "$TMP/fa.out" 2>&1 || true
     shift 2
