@@ -57,7 +57,6 @@ void request_set_state_loop(struct gw *g, struct client *c, struct req *r, enum 
 
 static void nested_flush(struct gw *g, struct client *c);
 
-/* Does c owe a worker a callback's answer (so that what it sends now comes from inside it)? */
 static void stop_reading(struct gw *g, struct client *c);
 static void stop_for_bad_message(struct gw *g, struct client *c, const char *why);
 /* Is c inside a callback, as q sees it (its .z.pg runs; what it sends now is nested)? While it
