@@ -169,7 +169,7 @@ static int to_worker(struct gw *g, struct client *c, struct conn *wc, struct cal
     struct kerr e;
     if (!checked && kvalidate_check(msg + 8, len - 8, msg[0], NULL, &e) != QG_OK) {
         char why[96];
-        snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
+        kcodec_err_text(&e, why, sizeof why);
         if (unasked) /* a callback may yet read it in its place */
             return hold_unasked(g, c, msg, len, why);
         int msg_type = msg[1];

@@ -293,6 +293,7 @@ void request_drop_after_loop(struct gw *g, struct client *c, struct req *r)
     while ((x = TAILQ_NEXT(r, link)))
         request_remove_loop(g, c, x, 0);
     c->drop_why = NULL;
+    callback_unasked_forget_loop(c, r->seq); /* (answers it sent ahead behind it too) */
 }
 
 void request_free_all_loop(struct gw *g, struct client *c)
@@ -925,7 +926,6 @@ static void start_nested(struct gw *g, struct client *c, struct req *r)
 static void bad_in_place(struct gw *g, struct client *c, struct req *r, const char *why)
 {
     request_drop_after_loop(g, c, r);
-    callback_unasked_forget_loop(c, r->seq);
     stop_for_bad_message(g, c, why);
     if (client_output_gone(c)) { /* (a client that shut its side is told) */
         request_remove_loop(g, c, r, 1);
@@ -962,7 +962,7 @@ static int check_queued(struct gw *g, struct client *c, struct req *r)
         if (kvalidate_check(r->msg + 8, r->len - 8, r->msg[0], NULL, &e) == QG_OK)
             continue;
         char why[96];
-        snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
+        kcodec_err_text(&e, why, sizeof why);
         bad_in_place(g, c, r, why);
         return 1;
     }
@@ -1063,7 +1063,7 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         uncount(g, &counted);
         free(msg);
         char why[96];
-        snprintf(why, sizeof why, "%s at byte %zu", e.why, e.off + 8);
+        kcodec_err_text(&e, why, sizeof why);
         request_bad_message_loop(g, c, why, h->type, NEW_SEQ);
         return SS_STOP;
     }

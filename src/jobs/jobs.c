@@ -398,7 +398,9 @@ void job_parse_command(struct job *j)
         return;
     }
     if (kcodec_decode(j->in + 8, j->in_len - 8, h.le, NULL, &x, &e) != QG_OK) {
-        snprintf(j->text, sizeof j->text, "bad command: %s at byte %zu", e.why, e.off + 8);
+        char at[96];
+        kcodec_err_text(&e, at, sizeof at);
+        snprintf(j->text, sizeof j->text, "bad command: %s", at);
         o->said = 1;
         return;
     }
@@ -476,7 +478,7 @@ void job_validate_msg(struct job *j)
     if (rt || kvalidate_check(body, n, h.le, NULL, &e) == QG_OK)
         j->result = 0;
     else
-        snprintf(j->text, sizeof j->text, "%s at byte %zu", e.why, e.off + 8);
+        kcodec_err_text(&e, j->text, sizeof j->text);
     if (h.type != KIPC_RESPONSE)
         job_args(j)->check.form = f;
     /* a route is taken apart on the loop, and a gateway command (or what starts like one: q

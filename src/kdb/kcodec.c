@@ -3,6 +3,7 @@
 #include "kcodec.h"
 #include "kipc.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -450,4 +451,9 @@ int kcodec_is_error(const uint8_t *p, size_t n, const char **text, size_t *len)
     *text = (const char *)p + 1;
     *len = (size_t)(z - p - 1);
     return 1;
+}
+
+void kcodec_err_text(const struct kerr *e, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s at byte %zu", e->why, e->off + 8);
 }

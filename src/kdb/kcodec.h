@@ -93,6 +93,10 @@ struct kerr {
     size_t off;      /* byte offset in the body */
 };
 
+/* "why at byte N" (N counted from the message's first byte, its 8-byte header included) into
+ * buf (n bytes): how a bad message is named to its client. */
+void kcodec_err_text(const struct kerr *e, char *buf, size_t n);
+
 /* Interning hook: return a stable NUL-terminated copy of s[0..len), or NULL on failure. */
 typedef const char *(*kintern_fn)(void *ctx, const char *s, size_t len);
 
