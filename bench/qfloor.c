@@ -7,12 +7,13 @@
  * stats; a client that closes with a request out leaves its reply to be dropped. It is a
  * floor to measure against, not a gateway: figures measured with it are labelled "qfloor".
  *
- *   qfloor -p PORT -w HOST:PORT[,HOST:PORT...] [--unix] [--workers-first]
+ *   qfloor -p PORT -w HOST:PORT[,HOST:PORT...] [--unix] [--workers-first] [--spin N]
  *
  * --unix reaches each worker on q's Unix socket for its port (@/tmp/kx.PORT), as qgate's
  * local_workers = unix does. --workers-first takes the workers' events of each wake-up before the
  * clients', and writes a worker's next request before the reply it brought (as qgate does): a
- * floor that tries harder not to let a q sleep. Port 0 picks a free port; the first line on stdout is
+ * floor that tries harder not to let a q sleep. --spin N polls the epoll set up to N times without
+ * waiting before it sleeps in it: does the floor's own sleeping and waking make the gap? Port 0 picks a free port; the first line on stdout is
  * "qfloor listening on 127.0.0.1:PORT". */
 #include <errno.h>
 #include <fcntl.h>
@@ -52,7 +53,7 @@ struct req {
 };
 
 static struct peer *peers; /* by descriptor */
-static int npeers, epfd, workers_first;
+static int npeers, epfd, workers_first, spin;
 static uint64_t gens;
 static struct req *head, *tail;
 static struct {
@@ -263,11 +264,13 @@ int main(int argc, char **argv)
             uds = 1;
         else if (!strcmp(argv[i], "--workers-first"))
             workers_first = 1;
+        else if (!strcmp(argv[i], "--spin") && i + 1 < argc)
+            spin = atoi(argv[++i]);
         else
             port = NULL, list = NULL, i = argc;
     }
     if (!port || !list) {
-        fprintf(stderr, "usage: qfloor -p PORT -w HOST:PORT[,HOST:PORT...] [--unix] [--workers-first]\n"
+        fprintf(stderr, "usage: qfloor -p PORT -w HOST:PORT[,HOST:PORT...] [--unix] [--workers-first] [--spin N]\n"
                         "  the least a gateway giving each q one request at a time can do (bench/cpu's floor)\n");
         return 2;
     }
@@ -306,7 +309,11 @@ int main(int argc, char **argv)
     fflush(stdout);
     struct epoll_event evs[256];
     for (;;) {
-        int n = epoll_wait(epfd, evs, 256, -1);
+        int n = 0;
+        for (int k = 0; k < spin && n == 0; k++)
+            n = epoll_wait(epfd, evs, 256, 0);
+        if (n == 0)
+            n = epoll_wait(epfd, evs, 256, -1);
         if (n < 0 && errno != EINTR)
             die("epoll_wait");
         for (int i = 0; i < n; i++) {
