@@ -230,8 +230,12 @@ static int answer(struct gw *g, struct client *c, uint8_t *msg, size_t len, int 
     return to_worker(g, c, wc, &kept, msg, len, checked, 0, 0);
 }
 
+static int runs_nested(struct gw *g, const struct client *c);
+
 int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
 {
+    if (callback_ahead_waits_loop(g, c)) /* behind one it sent before: held too, read in its turn */
+        return to_worker(g, c, NULL, NULL, msg, len, 0, 0, 1);
     return answer(g, c, msg, len, 0, NULL);
 }
 
@@ -336,12 +340,34 @@ int callback_answer_may_come_loop(struct gw *g, struct client *c)
                                    * did, for ever: helper round 30c) */
 }
 
+/* Does the worker of c's oldest call run, innermost, a sync message c sent it nested, not a callback
+ * waiting for an answer? Its frames alternate from the run's first callback: a call, a message run
+ * inside it, a call that one makes, ...; the innermost is a message while those messages unanswered
+ * are as many as its calls still waiting (those told no answer comes wait no more). */
+static int runs_nested(struct gw *g, const struct client *c)
+{
+    const struct call *k = STAILQ_FIRST(&c->calls), *x;
+    struct conn *wc = k && !k->cancelled ? conn_lookup_loop(g, k->w_id, k->w_gen) : NULL;
+    if (!wc || wc->kind != CONN_WORKER)
+        return 0;
+    int waiting = 0;
+    STAILQ_FOREACH(x, &c->calls, link)
+        waiting += !x->cancelled && x->w_id == k->w_id && x->w_gen == k->w_gen;
+    return g->back->nested_owed(wc, c) >= waiting;
+}
+
 int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before)
 {
     callback_unasked_drop_loop(g, c);
     struct unasked *u = STAILQ_FIRST(&c->unasked);
     if (!u || u->after >= before || STAILQ_EMPTY(&c->calls) || c->c.closing)
         return 0;
+    if (runs_nested(g, c)) /* what c sent before it runs there, and may call back: the worker pairs
+                            * the answer with that callback, q reads it there; sent now, qgate paired
+                            * it with the older one (at 490dbb3 a bad message behind it was then taken
+                            * for one sent inside the newer, its badmsg before that callback's reply:
+                            * helper round 30c). It waits for that reply or callback. */
+        return 2;
     take_unasked(c);
     uint8_t *msg = u->msg;
     size_t len = u->len;
@@ -351,6 +377,17 @@ int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before
     int st = answer(g, c, msg, len, 1, bad);
     free(bad);
     return st == SS_OK ? 1 : -1;
+}
+
+int callback_ahead_waits_loop(struct gw *g, const struct client *c)
+{
+    return c->ncalls && !STAILQ_EMPTY(&c->unasked) && runs_nested(g, c);
+}
+
+void callback_nested_replied_loop(struct gw *g, struct client *c)
+{
+    if (c->ncalls && !STAILQ_EMPTY(&c->unasked)) /* (an answer it sent ahead may have waited for it) */
+        callback_added_loop(g, c);
 }
 
 uint64_t callback_unasked_after_loop(const struct client *c)

@@ -433,7 +433,8 @@ void request_nest_queued_loop(struct gw *g, struct client *c);
 /* An answer c sent before any callback asked for it, if one sent before request before (its
  * number; UINT64_MAX: any) is held, and c owes a callback an answer now: it is that answer, as q
  * reads it in its place on the handle. 1 if one was taken (c's state may have changed: SS_OK), -1
- * if taken and c reads no more (SS_STOP), 0 if none. */
+ * if taken and c reads no more (SS_STOP), 0 if none, 2 if one waits for a message c sent nested
+ * before it to be answered or to call back (what c sent after it waits too). */
 int callback_unasked_answer_loop(struct gw *g, struct client *c, uint64_t before);
 /* c's held answers sent before its first request not yet done (all, if none) are dropped: q's
  * main loop reads them once those requests are done, nobody asking. */
@@ -441,6 +442,12 @@ void callback_unasked_drop_loop(struct gw *g, struct client *c);
 /* A message of c numbered seq was found bad: the answers it sent after that one, held, are
  * forgotten (q reads nothing after a bad message). */
 void callback_unasked_forget_loop(struct client *c, uint64_t seq);
+/* Does an answer c sent ahead wait (callback_unasked_answer_loop's 2)? What it sends meanwhile is
+ * held or queued behind it, not answered or nested at once. */
+int callback_ahead_waits_loop(struct gw *g, const struct client *c);
+/* A reply to a message c sent nested has gone to it: an answer it sent ahead, waiting for that, is
+ * read now, and what it sent after goes on. */
+void callback_nested_replied_loop(struct gw *g, struct client *c);
 /* The number of the request the first answer c holds was sent after (UINT64_MAX: none held). */
 uint64_t callback_unasked_after_loop(const struct client *c);
 /* May a worker call c back now? While it is ready; or after it shut its side, while it still

@@ -990,7 +990,7 @@ void request_nest_queued_loop(struct gw *g, struct client *c)
          * turn, behind the request, and takes no callback (at 4f99181 the answer waited behind
          * it: the .qgate.all hung, helper round 29a) */
         int a = callback_unasked_answer_loop(g, c, nests ? r->seq : UINT64_MAX);
-        if (a > 0)
+        if (a == 1)
             request_nest_queued_loop(g, c); /* (what is left: nested if another callback is owed) */
         if (a || !nests)
             return;
@@ -1069,7 +1069,8 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     }
     int bc = h->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST; /* (every worker
                                    * of the group runs it, in order: never the one worker nested) */
-    int st = c->ncalls && !a.route && (h->compressed || !a.cmd) && !bc /* (the gateway's own run here) */
+    int behind = callback_ahead_waits_loop(g, c); /* (behind an answer sent ahead, held: in its turn) */
+    int st = c->ncalls && !behind && !a.route && (h->compressed || !a.cmd) && !bc /* (the gateway's own run here) */
                  ? callback_nest_loop(g, c, msg, (size_t)h->len, !a.unchecked)
                  : -1;
     if (st >= 0) { /* owed, it runs nested */
@@ -1081,7 +1082,7 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
         uncount(g, &counted);
     /* from inside a callback, not run nested on its worker: a gateway command, or a sync message
      * that cannot run there (an async one waits its turn) */
-    int here = (a.cmd && !h->compressed) || h->type == KIPC_SYNC ? inside_callback(g, c) || owes_lost_call(c) : 0;
+    int here = !behind && ((a.cmd && !h->compressed) || h->type == KIPC_SYNC) ? inside_callback(g, c) || owes_lost_call(c) : 0;
     struct req *r = queue_req(g, c, c->next_seq++, msg, h, &a, counts);
     if (!r)
         return stream_close(&c->c, "out of memory");

@@ -812,6 +812,8 @@ static void nested_done(struct gw *g, struct worker *w)
     if (w->run.cl) /* a bad message's error waited for these replies (request.c; for those down to
                     * the calls whose callbacks it came inside, whose replies wait for it) */
         request_nested_flush_loop(g, w->run.cl);
+    if (w->run.cl) /* the worker waits in a callback again: an answer sent ahead may be read there */
+        callback_nested_replied_loop(g, w->run.cl);
 }
 
 /* The reply to a message its client sent nested (while the worker waited on that client's

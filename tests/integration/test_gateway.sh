@@ -278,6 +278,16 @@ elif case == 'two':  # one callback, two answers: the second is read by none
     k.sendall(cv('callback a', 1) + cv('A1', 2) + cv('A2', 2)); upto(2); k.sendall(cv('echo w', 1)); upto(3)
 elif case == 'deep':  # a nested call's callback and both answers, in one write
     k.sendall(cv('callback a', 1) + cv('callback b', 1) + cv('B', 2) + cv('A', 2)); upto(4)
+elif case == 'deepecho':  # b's answer sent ahead, a request, then a's: in the order q reads them
+    k.sendall(cv('callback a', 1) + cv('callback b', 1) + cv('B', 2) + cv('echo m', 1) + cv('A', 2)); upto(5)
+elif case == 'aheadlate':  # sent while an answer ahead waits for the request sent nested before it:
+    k.sendall(cv('callback a', 1) + cv('sleep 300', 1) + cv('A', 2)); k.sendall(cv('echo c', 1)); upto(4)
+elif case == 'aheadlatecb':  # behind it (nested at once, c came before A: the answer held, nothing else)
+    k.sendall(cv('callback a', 1) + cv('sleep 300', 1) + cv('A', 2))
+    k.sendall(cv('callback b', 1) + cv('B', 2) + cv('echo c', 1)); upto(6)
+elif case == 'aheadhalf':  # ... then its side shut: all still read, in order
+    k.sendall(cv('callback a', 1) + cv('sleep 300', 1) + cv('A', 2) + cv('echo c', 1)); k.shutdown(1); upto(4)
+    out.append('closed' if k.recv(1) == b'' else 'open')
 elif case == 'twocalls':  # two callbacks, the first answer sent ahead
     k.sendall(cv('twocalls t', 1) + cv('T1', 2)); upto(2); k.sendall(cv('T2', 2)); upto(3)
 elif case == 'big':  # over 16 KiB: validated on a reader, then held
@@ -332,6 +342,11 @@ elif case.startswith('badans'):  # a malformed answer: read in its place, a bad 
         k.sendall(cv('callback a', 1) + bad + struct.pack('<bbhi', 1, 3, 0, 20)); upto(3)
     elif case == 'badansbodyhdr':  # a malformed body found in its place, then a bad header: one badmsg
         k.sendall(cv('callback a', 1) + bad[:1] + b'\1' + bad[2:] + struct.pack('<bbhi', 1, 3, 0, 20)); upto(3)
+    elif case == 'badansorder':  # b's answer sent ahead, then a bad message: read inside a's callback,
+        k.sendall(cv('callback a', 1) + cv('callback b', 1) + cv('A', 2) + bad[:1] + b'\1' + bad[2:])  # after
+        upto(5)  # b's reply (at 490dbb3 the answer was paired with a's callback, the badmsg came first: 30c)
+    elif case == 'badansecho':  # a's answer behind a request sent nested that does not call back: read
+        k.sendall(cv('callback a', 1) + cv('echo b', 1) + cv('A', 2) + bad[:1] + b'\1' + bad[2:]); upto(4)
     elif case == 'badansnest':  # a callback made inside a callback, a bad message behind what runs there
         k.sendall(cv('callback x', 1) + cv('callback y', 1) + cv('echo a1', 1) + bad[:1] + b'\1' + bad[2:] +
                   cv('echo after', 1)); upto(6)
@@ -367,6 +382,10 @@ halffew call a call b B err closed
 halfbig call a len20000 len20000 last err closed
 halfbig call a len20000 len20000 last err closed
 halfbig call a len20000 len20000 last err closed
+deepecho call a call b B m A
+aheadlate call a ? A c
+aheadlatecb call a ? A call b B c
+aheadhalf call a ? A c closed
 nine call a0 call a1 call a2 call a3 call a4 call a5 call a6 call a7 call a8 A0 A1 A2 A3 A4 A5 A6 A7 A8
 CASES
 printf '[gateway]\nbind = 127.0.0.1\nclient_max_pending = 64k\n[group main]\nworkers = 127.0.0.1:%s\n' "$W3_PORT" > "$TMP/cp2.conf"
@@ -402,6 +421,8 @@ badanshdrans call a A badmsg closed
 badansnest call x call y a1 badmsg err err closed
 badanshdrnest call a m n A badmsg closed
 badanstwo call a err badmsg closed
+badansorder call a call b A badmsg err closed
+badansecho call a b A badmsg closed
 badansbodyhdr call a badmsg err closed
 CASES
 kill "$CP2_PID" "$PRE_PID"
