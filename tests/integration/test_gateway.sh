@@ -288,6 +288,12 @@ elif case == 'aheadlatecb':  # behind it (nested at once, c came before A: the a
 elif case == 'aheadhalf':  # ... then its side shut: all still read, in order
     k.sendall(cv('callback a', 1) + cv('sleep 300', 1) + cv('A', 2) + cv('echo c', 1)); k.shutdown(1); upto(4)
     out.append('closed' if k.recv(1) == b'' else 'open')
+elif case == 'aheadkill':  # the worker (pid argv[3], the group's only one) is lost while the answer
+    import os, signal  # waits: it is read, the errors go (at d6aa6f4 they waited for it for ever)
+    k.sendall(cv('callback a', 1) + cv('sleep 5000', 1) + cv('A', 2) + cv('echo c', 1)); upto(1)
+    os.kill(int(sys.argv[3]), signal.SIGKILL); upto(4); k.sendall(cv('echo d', 1)); upto(5)
+    out = ['cblost' if 'called back was lost' in o else 'lost' if o.startswith('qgate: worker') and o.endswith(' lost')
+           else 'noworker' if o.startswith('qgate: no worker') else o for o in out]
 elif case == 'twocalls':  # two callbacks, the first answer sent ahead
     k.sendall(cv('twocalls t', 1) + cv('T1', 2)); upto(2); k.sendall(cv('T2', 2)); upto(3)
 elif case == 'big':  # over 16 KiB: validated on a reader, then held
@@ -425,7 +431,13 @@ badansorder call a call b A badmsg err closed
 badansecho call a b A badmsg closed
 badansbodyhdr call a badmsg err closed
 CASES
-kill "$CP2_PID" "$PRE_PID"
+start_worker W4 --rows 10 # (killed inside a callback: the group's only worker)
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W4_PORT" > "$TMP/kl.conf"
+start_gateway KL -c "$TMP/kl.conf"
+wait_line "$TMP/KL.log" "connected \\(capability 3\\)" 10
+timeout 30 python3 "$TMP/pre.py" "$KL_PORT" aheadkill "$W4_PID" > "$TMP/via.out" 2>&1 || true
+echo "call a cblost lost noworker noworker" | cmp -s - "$TMP/via.out" || fail "aheadkill: $(cat "$TMP/via.out")"
+kill "$CP2_PID" "$PRE_PID" "$KL_PID"
 pass "an answer sent before the callback asks: the callback reads it in its place, as on q (after a shut side, or over client_max_pending too)"
 # --- a request over 16 KiB queued behind async messages that call back, a small one behind it: both
 # run nested, in order, the callback answered at once (at b65b2b7 the small one went nested ahead of
