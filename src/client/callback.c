@@ -44,9 +44,11 @@ static int stopped(const struct client *c) { return c->st == CS_GONE || c->st ==
  * and ran that message as no request's, its publishes dropped: helper round 29c). */
 static void gone_calls(struct gw *g, struct client *c)
 {
-    if (stopped(c) && STAILQ_EMPTY(&c->unasked) && !c->c.closing && !c->c.in_job)
-        callback_cancel_loop(g, c, NULL);
+    if (stopped(c) && STAILQ_EMPTY(&c->unasked) && !c->c.closing && !c->c.in_job && !inbuf_avail(&c->c.in))
+        callback_cancel_loop(g, c, NULL); /* (what it sent is framed first: an answer among it) */
 }
+
+void callback_gone_calls_loop(struct gw *g, struct client *c) { gone_calls(g, c); }
 
 void callback_added_loop(struct gw *g, struct client *c)
 {

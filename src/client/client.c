@@ -456,13 +456,16 @@ void client_peer_gone_loop(struct gw *g, struct client *c, int fin, const char *
     } else {
         output_gone(g, c);
     }
-    callback_cancel_loop(g, c, NULL); /* a worker waiting on a callback gets an error */
     if (c->st == CS_AUTH) /* the credentials check returns first */
         return;
     client_set_state_loop(g, c, CS_GONE);
     stream_frame_loop(g, &c->c); /* what it sent before it left runs */
     if (!c->c.closing) /* its output went with the socket: a head held back by it goes on (framing */
         request_advance_loop(g, c); /* stops short of that when its requests fill client_max_pending) */
+    if (!c->c.closing) /* a worker waiting on a callback gets an error, unless an answer it sent came
+                        * before the close (framed first; at 83f6b20 one held while a message it sent
+                        * nested ran was dropped: helper round 31c) */
+        callback_gone_calls_loop(g, c);
 }
 
 static void on_gone(struct gw *g, struct conn *x, const char *why) { client_peer_gone_loop(g, client_of(x), 0, why); }

@@ -442,6 +442,9 @@ void callback_unasked_drop_loop(struct gw *g, struct client *c);
 /* A message of c numbered seq was found bad: the answers it sent after that one, held, are
  * forgotten (q reads nothing after a bad message). */
 void callback_unasked_forget_loop(struct client *c, uint64_t seq);
+/* c reads nothing more (gone, or stopped by a bad message): once what it sent is framed and no
+ * answer it sent is held, the calls it owes are told no answer comes. */
+void callback_gone_calls_loop(struct gw *g, struct client *c);
 /* Does an answer c sent ahead wait (callback_unasked_answer_loop's 2)? What it sends meanwhile is
  * held or queued behind it, not answered or nested at once. */
 int callback_ahead_waits_loop(struct gw *g, const struct client *c);

@@ -750,7 +750,9 @@ static void read_again(struct gw *g, struct client *c)
 void request_check_pending_loop(struct gw *g, struct client *c)
 {
     /* (its answer to a callback whose worker is gone, that its head's error waits for, too) */
-    int owes = inside_callback(g, c) || (client_head(c) && held_for_answer(c, client_head(c)));
+    int owes = !callback_ahead_waits_loop(g, c) && /* (its answer came: held, it is owed nothing; at
+                                     * 83f6b20 what it sent behind it gave its callback up: round 31c) */
+               (inside_callback(g, c) || (client_head(c) && held_for_answer(c, client_head(c))));
     size_t asked = c->pending - c->unasked_bytes; /* (answers it sent ahead are no requests instead of its
                                                    * answer: at 4f99181 200 KB of them gave it up, helper
                                                    * round 29b) */
@@ -1056,7 +1058,8 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     struct jobs_arrival a;
     struct kerr e;
     int bad = jobs_arrival(msg, h, VALIDATE_ON_LOOP_MAX, &a, &e);
-    if (bad && !c->ncalls && client_head(c)) {
+    int behind = callback_ahead_waits_loop(g, c); /* (behind an answer sent ahead, held: in its turn) */
+    if (bad && (!c->ncalls || behind) && client_head(c)) {
         /* behind a request that may yet call back: a reader finds it bad in its place, as one over
          * 16 KiB is, nested in that callback if one comes (at 9116339 it was answered at once, the
          * callbacks told no answer comes before they came: the callback was never shown, and what
@@ -1074,7 +1077,6 @@ int request_message_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h,
     }
     int bc = h->type == KIPC_ASYNC && c->grp && c->grp->cfg.async_mode == CFG_ASYNC_BROADCAST; /* (every worker
                                    * of the group runs it, in order: never the one worker nested) */
-    int behind = callback_ahead_waits_loop(g, c); /* (behind an answer sent ahead, held: in its turn) */
     int st = c->ncalls && !behind && !a.route && (h->compressed || !a.cmd) && !bc /* (the gateway's own run here) */
                  ? callback_nest_loop(g, c, msg, (size_t)h->len, !a.unchecked)
                  : -1;
@@ -1125,6 +1127,8 @@ int request_framed_loop(struct gw *g, struct conn *x)
         uncount(g, &c->gathering);
     }
     request_advance_loop(g, c);
+    if (c->eof && !c->c.closing) /* (what it sent before the close is framed: no answer among it) */
+        callback_gone_calls_loop(g, c);
     return c->st == CS_READY && !c->paused && !c->c.closing ? SS_OK : SS_STOP;
 }
 
@@ -1135,7 +1139,8 @@ static void stop_reading(struct gw *g, struct client *c)
 {
     if (g->hooks.unread)
         g->hooks.unread(g->hooks.ctx, c->c.id, c->c.gen, c->next_seq);
-    callback_cancel_loop(g, c, NULL); /* q reads nothing more: no answer comes */
+    if (!callback_ahead_waits_loop(g, c)) /* q reads nothing more: no answer comes (but for one sent */
+        callback_cancel_loop(g, c, NULL); /* before, held: read in its turn, the rest told then) */
     if (c->st == CS_READY) /* (gone, flushing or lingering: it reads no requests already) */
         client_set_state_loop(g, c, CS_FLUSHING);
     request_room_drop_loop(g, c); /* (a message waiting for room, or being read: dropped) */
@@ -1193,7 +1198,8 @@ void request_bad_message_loop(struct gw *g, struct client *c, const char *why, i
      * as a nested call is, in its place among them, before the reply of the request that called
      * back; then the close once that is answered (at 3929a8f it went after that reply, and each
      * was read as the other's: helper round 20) */
-    int nested = type != KIPC_ASYNC && type != KIPC_RESPONSE && (inside_callback(g, c) || owes_lost_call(c));
+    int nested = type != KIPC_ASYNC && type != KIPC_RESPONSE && (inside_callback(g, c) || owes_lost_call(c)) &&
+                 !callback_ahead_waits_loop(g, c); /* (after an answer to that callback, held: read after it) */
     const struct conn *wn = nested ? callback_nest_worker_loop(g, c) : NULL; /* (before the cancel) */
     stop_for_bad_message(g, c, why); /* (the callbacks cancelled: their workers told no answer comes) */
     char text[160];

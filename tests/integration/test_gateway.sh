@@ -285,9 +285,12 @@ elif case == 'aheadlate':  # sent while an answer ahead waits for the request se
 elif case == 'aheadlatecb':  # behind it (nested at once, c came before A: the answer held, nothing else)
     k.sendall(cv('callback a', 1) + cv('sleep 300', 1) + cv('A', 2))
     k.sendall(cv('callback b', 1) + cv('B', 2) + cv('echo c', 1)); upto(6)
-elif case == 'aheadhalf':  # ... then its side shut: all still read, in order
-    k.sendall(cv('callback a', 1) + cv('sleep 300', 1) + cv('A', 2) + cv('echo c', 1)); k.shutdown(1); upto(4)
-    out.append('closed' if k.recv(1) == b'' else 'open')
+elif case == 'aheadhalf':  # ... its side shut while it waits: all still read, in order (at 83f6b20 the
+    k.sendall(cv('callback a', 1) + cv('sleep 1000', 1) + cv('A', 2) + cv('echo c', 1)); upto(1)  # answer
+    k.shutdown(1); upto(4); out.append('closed' if k.recv(1) == b'' else 'open')  # was dropped: round 31c)
+elif case == 'aheadflood':  # (client_max_pending 64k) 200 KB behind an answer that waits: no give-up (at
+    k.sendall(cv('callback a', 1) + cv('sleep 500', 1) + cv('A', 2) + cv('echo ' + 'y' * 200000, 1))  # 83f6b20
+    upto(4)  # the callback was told its answer was not coming: helper round 31c)
 elif case == 'aheadkill':  # the worker (pid argv[3], the group's only one) is lost while the answer
     import os, signal  # waits: it is read, the errors go (at d6aa6f4 they waited for it for ever)
     k.sendall(cv('callback a', 1) + cv('sleep 5000', 1) + cv('A', 2) + cv('echo c', 1)); upto(1)
@@ -351,6 +354,9 @@ elif case.startswith('badans'):  # a malformed answer: read in its place, a bad 
     elif case == 'badansorder':  # b's answer sent ahead, then a bad message: read inside a's callback,
         k.sendall(cv('callback a', 1) + cv('callback b', 1) + cv('A', 2) + bad[:1] + b'\1' + bad[2:])  # after
         upto(5)  # b's reply (at 490dbb3 the answer was paired with a's callback, the badmsg came first: 30c)
+    elif case == 'badanshold':  # a bad header while an answer sent ahead waits: read after it (at
+        k.sendall(cv('callback a', 1) + cv('sleep 1000', 1) + cv('A', 2)); upto(1)  # 83f6b20 the answer
+        k.sendall(struct.pack('<bbhi', 1, 3, 0, 20)); upto(4)  # was dropped, the callback told none came)
     elif case == 'badansecho':  # a's answer behind a request sent nested that does not call back: read
         k.sendall(cv('callback a', 1) + cv('echo b', 1) + cv('A', 2) + bad[:1] + b'\1' + bad[2:]); upto(4)
     elif case == 'badansnest':  # a callback made inside a callback, a bad message behind what runs there
@@ -408,6 +414,8 @@ echo 'call a z badmsg err closed' | cmp -s - "$TMP/via.out" || fail "badz: $(cat
 timeout 30 python3 "$TMP/pre.py" "$W3_PORT" bigahead > "$TMP/direct.out" 2>&1 || true
 timeout 30 python3 "$TMP/pre.py" "$CP2_PORT" bigahead > "$TMP/via.out" 2>&1 || true
 echo 'call a len200000 z' | cmp -s - "$TMP/via.out" || fail "bigahead: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
+timeout 30 python3 "$TMP/pre.py" "$CP2_PORT" aheadflood > "$TMP/via.out" 2>&1 || true
+echo 'call a ? A len200000' | cmp -s - "$TMP/via.out" || fail "aheadflood: $(cat "$TMP/via.out")"
 # a malformed answer sent before the callback asks is read in its place, as on q: the callback is
 # shown, what was sent before it runs nested, then it is a bad message (as one sent when asked is),
 # nothing after it runs (at fdf37cf it was a bad message as it came: the callback never shown, a
@@ -429,6 +437,7 @@ badanshdrnest call a m n A badmsg closed
 badanstwo call a err badmsg closed
 badansorder call a call b A badmsg err closed
 badansecho call a b A badmsg closed
+badanshold call a ? A badmsg closed
 badansbodyhdr call a badmsg err closed
 CASES
 start_worker W4 --rows 10 # (killed inside a callback: the group's only worker)
