@@ -44,8 +44,9 @@ static int stopped(const struct client *c) { return c->st == CS_GONE || c->st ==
  * and ran that message as no request's, its publishes dropped: helper round 29c). */
 static void gone_calls(struct gw *g, struct client *c)
 {
-    if (stopped(c) && STAILQ_EMPTY(&c->unasked) && !c->c.closing && !c->c.in_job && !inbuf_avail(&c->c.in))
-        callback_cancel_loop(g, c, NULL); /* (what it sent is framed first: an answer among it) */
+    if (stopped(c) && STAILQ_EMPTY(&c->unasked) && !c->c.closing && !c->c.in_job && (!c->eof || !inbuf_avail(&c->c.in)))
+        callback_cancel_loop(g, c, NULL); /* (what it sent before its close is framed first: an answer
+                                           * among it; request_framed_loop comes back here) */
 }
 
 void callback_gone_calls_loop(struct gw *g, struct client *c) { gone_calls(g, c); }
@@ -231,8 +232,6 @@ static int answer(struct gw *g, struct client *c, uint8_t *msg, size_t len, int 
     }
     return to_worker(g, c, wc, &kept, msg, len, checked, 0, 0);
 }
-
-static int runs_nested(struct gw *g, const struct client *c);
 
 int callback_answer_loop(struct gw *g, struct client *c, uint8_t *msg, size_t len)
 {

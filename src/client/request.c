@@ -385,12 +385,14 @@ static void on_answer_timeout(struct gw *g, struct conn *x)
 
 void request_hold_for_answer_loop(struct gw *g, struct client *c)
 {
-    struct req *h, *n;
-    while ((h = client_head(c)) && h->wait_answer && c->ncalls && !c->c.closing && (n = TAILQ_NEXT(h, link), 1) &&
-           callback_unasked_answer_loop(g, c, n ? n->seq : UINT64_MAX) == 1)
-        ; /* an answer it sent ahead, held while the worker ran what it sent nested before it: read now
-           * (the worker went with it; without this the error waited for an answer already sent) */
-    h = client_head(c);
+    struct req *h;
+    while ((h = client_head(c)) && h->wait_answer && c->ncalls && !c->c.closing) {
+        /* an answer it sent ahead, held while the worker ran what it sent nested before it: read now
+         * (the worker went with it; at d6aa6f4 the error waited for an answer already sent) */
+        struct req *n = TAILQ_NEXT(h, link);
+        if (callback_unasked_answer_loop(g, c, n ? n->seq : UINT64_MAX) != 1)
+            break;
+    }
     if (h && h->wait_answer && g->cfg.query_timeout > 0)
         conn_timer_arm_loop(g, &c->c, CLIENT_TM_STATE, g->loop.now_ms + g->cfg.query_timeout, on_answer_timeout);
 }
