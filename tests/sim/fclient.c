@@ -502,7 +502,15 @@ static void client_request(struct fclient *c, int op)
     if (op == OP_CB && to >= 0 && enabled(SIM_EV_NEST) && side_chance((uint64_t)c->cid, (uint64_t)seq, 30) &&
         may_answer_ahead(c)) {
         /* its answer right behind it, before the callback asks: q's worker reads it off the handle
-         * when it calls back; "-1": whichever worker that is */
+         * when it calls back; "-1": whichever worker that is. Now and then an echo between the two:
+         * it runs nested in that callback first, and the gateway holds the answer back from the
+         * worker until its reply has come (the worker would pair it with a callback the echo made) */
+        int at = c->sent.n - 1; /* (the request's) */
+        if (side_chance((uint64_t)c->cid, (uint64_t)seq | 1ull << 41, 30)) {
+            tr("C%d queues an echo between request %d and its answer", c->cid, seq);
+            client_request(c, OP_ECHO);
+            S->ahead_between++;
+        }
         int bad = side_chance((uint64_t)c->cid, (uint64_t)seq | 1ull << 40, 20); /* (not the seed's stream:
                                                                                    * as above) */
         if (bad) { /* malformed: read in its place, it is a bad message there (answered so, after
@@ -516,7 +524,7 @@ static void client_request(struct fclient *c, int op)
             put_text(&c->out, KIPC_RESPONSE, "r %d %d -1", c->cid, seq);
             add_sent(c, KIPC_RESPONSE, OP_RESP, seq);
         }
-        c->sent.v[c->sent.n - 2].pre = 1;
+        c->sent.v[at].pre = 1;
         S->answered_ahead++;
         tr("C%d answers the callback of request %d before it comes%s", c->cid, seq, bad ? ", malformed" : "");
     }

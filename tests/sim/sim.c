@@ -814,6 +814,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     res->answered_ahead = S->answered_ahead;
     res->ahead_read = S->ahead_read;
     res->bad_ahead = S->bad_ahead;
+    res->ahead_between = S->ahead_between;
     res->half_answered = S->half_answered;
     res->hold_passed = (long)S->g.held_passed;
     res->nested = (long)S->g.nested - res->nested_here;
