@@ -42,22 +42,20 @@ static int stopped(const struct client *c) { return c->st == CS_GONE || c->st ==
  * once what it sent before its input ended has gone nested (none on a reader: at f90bf34 the
  * error went ahead of a message over 16 KiB a reader checked, so the worker left the callback
  * and ran that message as no request's, its publishes dropped: helper round 29c). */
-static void gone_calls(struct gw *g, struct client *c)
+void callback_gone_calls_loop(struct gw *g, struct client *c)
 {
     if (stopped(c) && STAILQ_EMPTY(&c->unasked) && !c->c.closing && !c->c.in_job && (!c->eof || !inbuf_avail(&c->c.in)))
         callback_cancel_loop(g, c, NULL); /* (what it sent before its close is framed first: an answer
                                            * among it; request_framed_loop comes back here) */
 }
 
-void callback_gone_calls_loop(struct gw *g, struct client *c) { gone_calls(g, c); }
-
 void callback_added_loop(struct gw *g, struct client *c)
 {
     request_nest_queued_loop(g, c); /* what c sent before it, queued, is on the handle before the answer */
-    gone_calls(g, c); /* (after the answers it sent before: the worker pairs each with its innermost
-                       * callback, so this error answers the outermost; at 4f99181 the callback was
-                       * not passed on, and the client was not shown the one its answer went to:
-                       * helper round 29b) */
+    /* (after the answers it sent before: the worker pairs each with its innermost callback, so this
+     * error answers the outermost; at 4f99181 the callback was not passed on, and the client was
+     * not shown the one its answer went to: helper round 29b) */
+    callback_gone_calls_loop(g, c);
     request_check_pending_loop(g, c); /* (after: those are no requests sent instead of the answer; at
                                        * 52a7b1c counted so, 22 KB of tiny ones gave the callback up:
                                        * helper round 24a) */
@@ -74,7 +72,6 @@ int callback_owes_loop(struct gw *g, const struct client *c, const struct conn *
 }
 
 int callback_owed_loop(struct gw *g, const struct client *c) { return callback_owes_loop(g, c, NULL); }
-
 
 /* The worker of call k gets err as its answer (it waits for no other); a later answer is dropped. */
 static void tell_worker(struct gw *g, struct call *k, const uint8_t *err, size_t len)
@@ -523,7 +520,7 @@ void callback_checked_loop(struct gw *g, struct job *j)
     checked(g, c, j);
     if (!c->c.closing) /* what it had queued behind the request that called back, after this one */
         request_nest_queued_loop(g, c);
-    gone_calls(g, c);
+    callback_gone_calls_loop(g, c);
 }
 
 static void checked(struct gw *g, struct client *c, struct job *j)

@@ -809,11 +809,13 @@ static void nested_done(struct gw *g, struct worker *w)
     if (w->run.cl && w->run.phase == WB_SENT && callback_owes_loop(g, w->run.cl, &w->c))
         run_set_phase_loop(g, w, WB_CALLED);
     chase_when_clear(g, w); /* (the last reply to what was sent nested: a chaser owed may go) */
-    if (w->run.cl) /* a bad message's error waited for these replies (request.c; for those down to
-                    * the calls whose callbacks it came inside, whose replies wait for it) */
-        request_nested_flush_loop(g, w->run.cl);
-    if (w->run.cl) /* the worker waits in a callback again: an answer sent ahead may be read there */
-        callback_nested_replied_loop(g, w->run.cl);
+    if (w->run.cl) {
+        request_nested_flush_loop(g, w->run.cl); /* a bad message's error waited for these replies
+                                   * (request.c; for those down to the calls whose callbacks it came
+                                   * inside, whose replies wait for it) */
+        callback_nested_replied_loop(g, w->run.cl); /* the worker waits in a callback again: an
+                                                     * answer sent ahead may be read there */
+    }
 }
 
 /* The reply to a message its client sent nested (while the worker waited on that client's
