@@ -99,7 +99,7 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
     (void)ev;
     struct listener *l = (struct listener *)s;
     for (int i = 0; i < 64; i++) {
-        int fd = conn_accept_loop(g, l, REFUSED_NO_FDS, &g->lim.accept, "accept");
+        int fd = conn_accept_loop(g, l, REFUSED_NO_FDS, &g->lim.accept, "accept", NULL);
         if (fd < 0)
             return;
         if (g->draining) {

@@ -307,15 +307,27 @@ static void emfile(struct gw *g, struct listener *l, int kind)
     loop_timer_arm_loop(g, &l->tm, g->loop.now_ms + EMFILE_PAUSE_MS, on_listener_timer);
 }
 
-int conn_accept_loop(struct gw *g, struct listener *l, int kind, struct log_limit *lim, const char *what)
+int conn_accept_loop(struct gw *g, struct listener *l, int kind, struct log_limit *lim, const char *what, int *own)
 {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0)
         return fd;
-    if (errno == EMFILE || errno == ENFILE)
+    int e = errno;
+    if ((e == EMFILE || e == ENFILE) && own && *own >= 0) {
+        close(*own);
+        *own = -1;
+        if ((fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+            log_limited(lim, g->loop.now_ms, LOG_WARN, NULL, "%s: out of file descriptors: one connection "
+                        "taken on this listener's own reserve descriptor", what);
+            return fd;
+        }
+        e = errno;
+        *own = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    if (e == EMFILE || e == ENFILE)
         emfile(g, l, kind);
-    else if (errno != EAGAIN && errno != EINTR)
-        log_limited(lim, g->loop.now_ms, LOG_WARN, NULL, "%s: %s", what, strerror(errno));
+    else if (e != EAGAIN && e != EINTR)
+        log_limited(lim, g->loop.now_ms, LOG_WARN, NULL, "%s: %s", what, strerror(e));
     return -1;
 }
 

@@ -125,6 +125,7 @@ struct gw {
     struct evsrc ev_signal;
     int sigfd;
     int reserve_fd;      /* kept open to be given up when accept meets EMFILE */
+    int metrics_reserve_fd; /* the metrics port's own: a scrape is served with no descriptor left */
     int port;            /* bound port */
     struct pool *readers, *writers;
     struct group *groups; /* CFG_MAX_GROUPS of them */

@@ -283,7 +283,7 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     if (ov)
         g->overrides = *ov;
     g->cfg = *cfg;
-    g->listen_tcp.fd = g->listen_uds.fd = g->listen_metrics.fd = g->sigfd = g->loop.epfd = g->loop.wepfd = -1;
+    g->listen_tcp.fd = g->listen_uds.fd = g->listen_metrics.fd = g->metrics_reserve_fd = g->sigfd = g->loop.epfd = g->loop.wepfd = -1;
     TAILQ_INIT(&g->wdirty);
     TAILQ_INIT(&g->dirty);
     TAILQ_INIT(&g->backlog);

@@ -14,11 +14,16 @@
  * more, for the longest (a scraper that asks and never reads), closed; so a scrape always gets
  * through however many idle or unread connections hold places. With none to take the place of,
  * the new one is answered 503. Each of these is counted (the
- * refusals metrics_full, metrics_per_peer, metrics_timeout, metrics_out_of_fds). EMFILE is met
- * as on the q port: the reserve descriptor (conn_accept_loop). */
+ * refusals metrics_full, metrics_per_peer, metrics_timeout, metrics_out_of_fds). With no
+ * descriptor left, the port has one of its own, kept open for it (g->metrics_reserve_fd): it is
+ * given up to a scrape, so the page that shows a gateway out of descriptors can still be read,
+ * and taken back when a metrics connection closes (its socket closed first, so its descriptor
+ * goes to the reserve, not to the q port's next accept). A scrape that finds it taken is met as on
+ * the q port: the gateway's reserve descriptor accepts and closes it (conn_accept_loop). */
 #include "mhttp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,10 +238,19 @@ static void on_stall(struct gw *g, struct conn *c)
               MSTALL_MS);
 }
 
+/* The port's own reserve descriptor, taken back if it was given up and one is free. */
+static void reserve_again(struct gw *g)
+{
+    if (g->metrics_reserve_fd < 0 && g->listen_metrics.fd >= 0)
+        g->metrics_reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 static void on_close(struct gw *g, struct conn *c, const char *why)
 {
     log_debug(c->name, "metrics connection closed: %s", why);
     g->nmconns--;
+    conn_drop_socket_loop(g, c); /* its descriptor free first: for the reserve */
+    reserve_again(g);
 }
 
 static void mconn_free(struct conn *c) { free(mconn_of(c)); }
@@ -397,10 +411,12 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
     (void)ev;
     struct listener *l = (struct listener *)s;
     for (int i = 0; i < 64; i++) {
-        int fd = conn_accept_loop(g, l, REFUSED_METRICS_FDS, &g->metrics_accept_log, "metrics accept");
+        int fd = conn_accept_loop(g, l, REFUSED_METRICS_FDS, &g->metrics_accept_log, "metrics accept",
+                                  &g->metrics_reserve_fd);
         if (fd < 0)
             return;
-        mhttp_accepted_loop(g, fd);
+        if (mhttp_accepted_loop(g, fd) < 0)
+            reserve_again(g); /* refused: its descriptor closed */
     }
     g->loop.work_pending = 1; /* more may wait: next iteration */
 }
@@ -424,6 +440,7 @@ int mhttp_init(struct gw *g, const struct config *cfg)
     g->listen_metrics.ev.ops = &listener_ops;
     if (loop_watch(g, fd, &g->listen_metrics.ev, EPOLLIN, 0))
         return -1;
+    reserve_again(g);
     log_info(NULL, "metrics on http://%s:%d/metrics", bind, cfg->metrics_port);
     return 0;
 }
@@ -435,4 +452,7 @@ void mhttp_free(struct gw *g)
         conn_close_loop(g, x, "the gateway stops");
     conn_reap_loop(g);
     conn_listener_close_loop(g, &g->listen_metrics);
+    if (g->metrics_reserve_fd >= 0)
+        close(g->metrics_reserve_fd);
+    g->metrics_reserve_fd = -1;
 }
