@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -285,23 +286,35 @@ static void on_listener_timer(struct gw *g, struct timer *t)
         log_error(NULL, "a listener could not be watched again after running out of descriptors");
 }
 
+/* Does a connection wait on listener l? (accept4 takes a descriptor number before it looks for
+ * one: with none left it fails with EMFILE whether one waits or not, as on the turn after the
+ * last connection accepted.) */
+static int one_waits(const struct listener *l)
+{
+    struct pollfd p = {.fd = l->fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
 static void emfile(struct gw *g, struct listener *l, int kind)
 {
-    conn_refused_loop(g, kind, NULL, "out of file descriptors: refusing connections (%llu so far)",
-                      (unsigned long long)g->refused[kind].n + 1);
     if (g->reserve_fd >= 0) {
         close(g->reserve_fd);
         int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd >= 0)
+        if (fd >= 0) {
             close(fd);
+            conn_refused_loop(g, kind, NULL, "out of file descriptors: refusing connections (%llu so far)",
+                              (unsigned long long)g->refused[kind].n + 1);
+        }
         g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (g->reserve_fd >= 0)
             return;
     }
     /* no reserve to give up (taken meanwhile): rather than spin on a level-triggered listener
-     * that cannot accept, stop watching it for a while */
+     * that cannot accept, stop watching it for a while (what waits is taken after, not refused) */
     if (l->stopped || l->fd < 0)
         return;
+    log_limited(&g->refused[kind].log, g->loop.now_ms, LOG_WARN, NULL,
+                "out of file descriptors, with no reserve descriptor: not accepting for %d ms", EMFILE_PAUSE_MS);
     l->stopped = 1;
     loop_modify_loop(g, l->fd, &l->ev, 0, 0);
     loop_timer_arm_loop(g, &l->tm, g->loop.now_ms + EMFILE_PAUSE_MS, on_listener_timer);
@@ -313,6 +326,8 @@ int conn_accept_loop(struct gw *g, struct listener *l, int kind, struct log_limi
     if (fd >= 0)
         return fd;
     int e = errno;
+    if ((e == EMFILE || e == ENFILE) && !one_waits(l))
+        return -1; /* none to refuse: nothing counted */
     if ((e == EMFILE || e == ENFILE) && own && *own >= 0) {
         close(*own);
         *own = -1;

@@ -324,11 +324,12 @@ void conn_refused_loop(struct gw *g, int kind, const char *who, const char *fmt,
 const char *conn_refusal_name(int kind);
 struct listener;
 /* The next connection waiting on listener l (non-blocking, close-on-exec), or -1: none now, or
- * an error. On EMFILE or ENFILE the reserve descriptor is given up to accept and close one
- * connection at once (its peer sees a close, as when q is out of fds), then taken back, so that
- * the level-triggered listener does not wake the loop for ever; if the reserve could not be
- * taken back, the listener stops for 100 ms and tries again. Counted as refusal kind (enum
- * gw_refusal). Other errors are logged as "WHAT: reason", through lim. With own (a listener's
+ * an error. On EMFILE or ENFILE with a connection waiting (Linux fails so whether one waits or
+ * not) the reserve descriptor is given up to accept and close one connection at once (its peer
+ * sees a close, as when q is out of fds), then taken back, so that the level-triggered listener
+ * does not wake the loop for ever; if the reserve could not be taken back, the listener stops
+ * for 100 ms and tries again. Each connection closed so is counted as refusal kind (enum
+ * gw_refusal); none when none waits. Other errors are logged as "WHAT: reason", through lim. With own (a listener's
  * own reserve, open), that one is given up first to the connection, which is returned and kept:
  * *own is -1 then, for the caller to take back once a descriptor is free again. */
 struct log_limit;

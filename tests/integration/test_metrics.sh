@@ -256,6 +256,8 @@ for i in 1 2; do
     [ "$(cat "$TMP/code")" = 200 ] || fail "scrape $i with no descriptor left: $(cat "$TMP/code"), not the page"
     n=$(awk '$1 == "qgate_refused_total{reason=\"out_of_fds\"}" {print $2}' "$TMP/fdpage")
     [ "${n:-0}" -ge 1 ] || fail "scrape $i with no descriptor left: no out_of_fds refusal on the page (${n:-none})"
+    m=$(awk '$1 == "qgate_refused_total{reason=\"metrics_out_of_fds\"}" {print $2}' "$TMP/fdpage")
+    [ "$m" = 0 ] || fail "scrape $i served, yet $m metrics connection(s) counted refused for want of a descriptor"
     wait_count "$TMP/FD.log" "metrics connection closed" "$i" # its descriptor back to the reserve
 done
 expect_file_has "$TMP/FD.log" "metrics accept: out of file descriptors: one connection taken on this listener's own reserve"
@@ -267,4 +269,4 @@ for fd in "${fds[@]}"; do exec {fd}<&-; done
 expect_file_has "$TMP/FD.log" "out of file descriptors: refusing connections"
 curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MP2/metrics" > "$TMP/code" # room again
 [ "$(cat "$TMP/code")" = 200 ] || fail "no page once descriptors were free again: $(cat "$TMP/code")"
-pass "out of descriptors: two scrapes in turn served on the metrics port's own reserve (out_of_fds $n on the page), q and more metrics connections refused on the reserve descriptor, $((t1 - t0)) CPU ticks in 3 s (no spin), served again after"
+pass "out of descriptors: two scrapes in turn served on the metrics port's own reserve (out_of_fds $n on the page, metrics_out_of_fds 0), q and more metrics connections refused on the reserve descriptor, $((t1 - t0)) CPU ticks in 3 s (no spin), served again after"
