@@ -586,9 +586,8 @@ static int frame_span(struct gw *g, struct conn *c, const uint8_t *p, size_t n, 
             off += KIPC_HDR_LEN;
             continue;
         }
-        if (n - off < h.len) { /* not all come: gathered in c->in */
-            if (inbuf_reserve(&c->in, (size_t)h.len))
-                return stream_close(c, "out of memory");
+        if (n - off < h.len) { /* not all come: gathered in c->in, which grows with what comes (its
+                                * declared length is not reserved: a header alone holds nothing) */
             rd->phase = RD_WHOLE;
             rd->len = h.len;
             break;
@@ -655,9 +654,7 @@ static int frame_buffered(struct gw *g, struct conn *c, int *frames)
                 body_begins(g, c, hdr, &h);
                 continue;
             }
-            if (inbuf_avail(in) < h.len) {
-                if (inbuf_reserve(in, (size_t)h.len))
-                    return stream_close(c, "out of memory");
+            if (inbuf_avail(in) < h.len) { /* (grows with what comes, as above) */
                 rd->phase = RD_WHOLE;
                 rd->len = h.len;
                 break;

@@ -1102,6 +1102,32 @@ static void test_big_message(void **state)
     check_whole(f, m, 1);
 }
 
+/* A header that declares a big message reserves no more than has come: the input buffer grows
+ * with what arrives, so a client that declares 1 GB and sends 10 bytes holds 10 bytes, not 1 GB
+ * of address space (which strict overcommit would refuse others). The header met both ways: in
+ * the read that brings it, and in the buffer (cut short in the read before). */
+static void test_declared_not_reserved(void **state)
+{
+    (void)state;
+    g.cfg.max_message = (int64_t)1 << 31;
+    uint8_t h[18] = {1, KIPC_SYNC, 0, 0, 0, 0, 0, 0x40}; /* 1 GB, little-endian, then 10 bytes of it */
+    for (int cut = 0; cut < 2; cut++) {
+        struct fake *f = fake_new(CONN_CLIENT, 1);
+        if (cut) {
+            put(f, h, 5);
+            pull(f);
+            assert_int_equal(inbuf_avail(&f->c.in), 5);
+        }
+        put(f, h + (cut ? 5 : 0), cut ? 13 : 18);
+        pull(f);
+        assert_int_equal(f->c.rd.phase, RD_WHOLE);
+        assert_int_equal(f->c.rd.len, 1u << 30);
+        assert_int_equal(inbuf_avail(&f->c.in), 18);
+        assert_true(f->c.in.cap < (1u << 20));
+        assert_int_equal(f->nmessage + f->nbad + f->nclose, 0);
+    }
+}
+
 /* A header that breaks a rule of kipc_hdr_parse, after a good message in one read, or reaching
  * the input buffer in two reads: on_bad is told why, once, and nothing after it is taken; with no
  * on_bad the connection closes with that reason. A message of exactly max_message is taken. */
@@ -2327,6 +2353,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_random_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_short_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_big_message, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_declared_not_reserved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_header, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_route, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_route, setup, teardown),
