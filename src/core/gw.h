@@ -141,8 +141,8 @@ struct gw {
     int reload_again;    /* another was asked for meanwhile: the file may have changed again */
     int reopen_on_reload; /* SIGHUP: the access log reopened once the reload is done (at its new path,
                            * if it names another: the old one is not opened on the way) */
-    uint32_t reload_req_id, reload_req_gen; /* ...by this client's request (0: by SIGHUP) */
-    uint64_t reload_req_seq;
+    STAILQ_HEAD(reload_waits, reload_wait) reload_now, reload_next; /* .qgate.reload[] requests answered when the
+                          * reload out is done, and when the one asked for meanwhile is (reload.c) */
     struct timer drain_tm;
     struct timer room_tm; /* while clients wait for room under pending_max: the stalled are sought */
     struct timer uds_retry_tm; /* reuseport: q's Unix socket held by another process; try again */

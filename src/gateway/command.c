@@ -27,7 +27,7 @@ static int reload_command(struct gw *g, struct client *cl, struct req *r, const 
     (void)j;
     log_info(cl->c.name, ".qgate.reload[] by admin %s", cl->user);
     if (reload_start_loop(g, &cl->c, r->seq))
-        request_error_loop(g, cl, r, "qgate: a reload is already under way, and another waits");
+        request_error_loop(g, cl, r, "qgate: reload: out of memory");
     return 1;
 }
 

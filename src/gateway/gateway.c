@@ -290,6 +290,7 @@ int gw_init(struct gw *g, const struct config *cfg, const char *config_path, con
     TAILQ_INIT(&g->room_waiters);
     STAILQ_INIT(&g->closed);
     SLIST_INIT(&g->users);
+    reload_init(g);
     g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* given up when accept meets EMFILE */
     snprintf(g->config_path, sizeof g->config_path, "%s", config_path ? config_path : "");
     log_level = cfg->loglevel;
@@ -312,6 +313,7 @@ void gw_free(struct gw *g)
     for (uint32_t id = 0; id < g->next_id; id++)
         if (g->tab && g->tab[id])
             conn_close_loop(g, g->tab[id], "gateway exiting");
+    reload_free(g);
     for (int i = 0; g->groups && i < g->ngroups; i++) {
         struct group *grp = &g->groups[i];
         while (!TAILQ_EMPTY(&grp->workers)) {

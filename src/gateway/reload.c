@@ -35,7 +35,14 @@ static void warn_restart(const struct config *old, const struct config *nw)
     }
 }
 
-static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_t seq)
+/* A .qgate.reload[] request waiting for its answer. */
+struct reload_wait {
+    STAILQ_ENTRY(reload_wait) link;
+    uint32_t id, gen; /* its client's connection */
+    uint64_t seq;     /* its request */
+};
+
+static int start_reload(struct gw *g)
 {
     struct job *j = job_new(job_load_config, JK_RELOAD);
     struct reload_job *r = calloc(1, sizeof *r);
@@ -48,12 +55,6 @@ static int start_reload(struct gw *g, uint32_t req_id, uint32_t req_gen, uint64_
     r->ov = g->overrides;
     j->ctx = r;
     j->ctx_free = jobs_reload_free;
-    if (req_gen) {
-        j->conn_id = req_id;
-        j->conn_gen = req_gen;
-        j->seq = seq;
-        job_args(j)->reload.answer = 1;
-    }
     g->reloading = 1;
     j->heavy = 1; /* (it may wait on a pipe for seconds: a reader is left for the logins and commands) */
     pool_submit(g->readers, j);
@@ -82,42 +83,71 @@ struct group *reload_add_group_loop(struct gw *g, const struct group_cfg *gc)
     return grp;
 }
 
-int reload_start_loop(struct gw *g, struct conn *requester, uint64_t seq)
+void reload_init(struct gw *g)
 {
-    if (!g->reloading)
-        return start_reload(g, requester ? requester->id : 0, requester ? requester->gen : 0, seq);
-    if (requester && g->reload_req_gen)
-        return -1; /* another client already waits for the next one */
-    g->reload_again = 1;
-    if (requester) {
-        g->reload_req_id = requester->id;
-        g->reload_req_gen = requester->gen;
-        g->reload_req_seq = seq;
-    }
-    return 0;
+    STAILQ_INIT(&g->reload_now);
+    STAILQ_INIT(&g->reload_next);
 }
 
-/* Answer the client that asked for the reload (if it is still there). */
-static void reload_answer(struct gw *g, struct job *j, const char *err)
+int reload_start_loop(struct gw *g, struct conn *requester, uint64_t seq)
 {
-    struct conn *x = job_args(j)->reload.answer ? conn_lookup_loop(g, j->conn_id, j->conn_gen) : NULL;
-    if (!x || x->kind != CONN_CLIENT)
-        return;
-    struct client *c = client_of(x);
-    struct req *r = request_of_seq_loop(c, j->seq);
-    if (!r || r->state != RS_LOCAL)
-        return;
-    if (err) {
-        request_error_loop(g, c, r, "qgate: reload failed: %s", err);
-        return;
+    struct reload_wait *w = NULL;
+    if (requester) {
+        if (!(w = calloc(1, sizeof *w)))
+            return -1;
+        *w = (struct reload_wait){.id = requester->id, .gen = requester->gen, .seq = seq};
     }
-    struct job *w = job_new(job_encode_command, JK_REPLY);
-    if (!w) {
-        conn_close_loop(g, x, "out of memory");
-        return;
+    if (g->reloading) { /* the file may have changed since it was read: another reads the newest next,
+                         * and each who asks meanwhile is answered when that one is done */
+        g->reload_again = 1;
+        if (w)
+            STAILQ_INSERT_TAIL(&g->reload_next, w, link);
+        return 0;
     }
-    job_args(w)->answer = (struct job_answer){.cmd = GWCMD_RELOAD}; /* no table: 1b */
-    conn_submit_loop(g->writers, w, x, j->seq);
+    if (w)
+        STAILQ_INSERT_TAIL(&g->reload_now, w, link);
+    if (!start_reload(g))
+        return 0;
+    if (w) {
+        STAILQ_REMOVE(&g->reload_now, w, reload_wait, link);
+        free(w);
+    }
+    return -1;
+}
+
+/* Answer the clients that asked for a reload (those still there), and forget them. */
+static void reload_answer(struct gw *g, struct reload_waits *q, const char *err)
+{
+    struct reload_wait *w;
+    while ((w = STAILQ_FIRST(q))) {
+        STAILQ_REMOVE_HEAD(q, link);
+        struct conn *x = conn_lookup_loop(g, w->id, w->gen);
+        uint64_t seq = w->seq;
+        free(w);
+        if (!x || x->kind != CONN_CLIENT)
+            continue;
+        struct client *c = client_of(x);
+        struct req *r = request_of_seq_loop(c, seq);
+        if (!r || r->state != RS_LOCAL)
+            continue;
+        if (err) {
+            request_error_loop(g, c, r, "qgate: reload failed: %s", err);
+            continue;
+        }
+        struct job *j = job_new(job_encode_command, JK_REPLY);
+        if (!j) {
+            conn_close_loop(g, x, "out of memory");
+            continue;
+        }
+        job_args(j)->answer = (struct job_answer){.cmd = GWCMD_RELOAD}; /* no table: 1b */
+        conn_submit_loop(g->writers, j, x, seq);
+    }
+}
+
+void reload_free(struct gw *g)
+{
+    reload_answer(g, &g->reload_now, "the gateway stops");
+    reload_answer(g, &g->reload_next, "the gateway stops");
 }
 
 /* One group's new worker list: the addresses it did not have join, those it lost leave. */
@@ -288,13 +318,16 @@ static int check_as_run(const struct gw *g, const struct config *nc, char *err, 
 void reload_done_loop(struct gw *g, struct job *j)
 {
     struct reload_job *r = j->ctx;
+    struct reload_waits asked = STAILQ_HEAD_INITIALIZER(asked); /* (this one's) */
+    STAILQ_CONCAT(&asked, &g->reload_now);
     g->reloading = 0;
     if (g->reload_again) { /* asked for again meanwhile: the newest file is read next */
         g->reload_again = 0;
-        uint32_t id = g->reload_req_id, gen = g->reload_req_gen;
-        g->reload_req_id = g->reload_req_gen = 0;
-        if (start_reload(g, id, gen, g->reload_req_seq))
+        STAILQ_CONCAT(&g->reload_now, &g->reload_next);
+        if (start_reload(g)) {
             log_error(NULL, "reload: out of memory starting the next one");
+            reload_answer(g, &g->reload_now, "out of memory starting it");
+        }
     }
     const char *err = NULL;
     char many[200];
@@ -322,13 +355,13 @@ void reload_done_loop(struct gw *g, struct job *j)
             g->reopen_on_reload = 0;
             access_reopen_loop(g);
         }
-        reload_answer(g, j, err);
+        reload_answer(g, &asked, err);
         sdnotify_printf("READY=1\nSTATUS=listening on %s:%d; reload failed: %s", g->cfg.bind, g->port, err);
         return;
     }
     reload_apply(g, r->cfg, r->auth);
     r->auth = NULL; /* the gateway holds it now */
     log_info(NULL, "reload: done");
-    reload_answer(g, j, NULL);
+    reload_answer(g, &asked, NULL);
     sdnotify_printf("READY=1\nSTATUS=listening on %s:%d; reloaded", g->cfg.bind, g->port);
 }

@@ -138,9 +138,6 @@ union job_args {
         uint8_t kind;           /* run.c's: a callback refused: the worker gets out, an error; a
                                  * nested reply refused: the client does */
     } push;
-    struct job_reload {         /* job_load_config */
-        int answer;             /* a client waits for the reload's answer (its connection named) */
-    } reload;
 };
 _Static_assert(sizeof(union job_args) <= sizeof(((struct job *)0)->args), "a job's args hold every kind's");
 static inline union job_args *job_args(struct job *j) { return (union job_args *)(void *)j->args; }

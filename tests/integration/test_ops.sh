@@ -334,3 +334,38 @@ wait_line "$TMP/LT.log" "client_stall_timeout 1000 ms for the 1 clients whose ou
 wait_line "$TMP/LT.log" "closed: stalled: its output accepted no byte" 10
 raw_close 3
 pass "... and client_stall_timeout: the client whose output waits is closed at the new limit"
+
+# --- .qgate.reload[] from two admins while a reload is under way (its users file a pipe whose
+# writer has not written yet) and SIGHUP has asked for another: each is answered 1b once the
+# reload after it is done (before, the second was refused: "a reload is already under way, and
+# another waits") -----------------------------------------------------------------------------------
+printf 'alice:wonder\tadmin=1\nbob:builder\tadmin=1\n' > "$TMP/ru.users"
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/ru.users" "$W2_PORT" > "$TMP/ru.conf"
+start_gateway RU -c "$TMP/ru.conf"
+mkfifo "$TMP/ru.fifo"
+exec 7<> "$TMP/ru.fifo" # a writer, so the reload's read waits for what it writes
+( while :; do printf '#\n' >&7 || exit 0; sleep 1; done ) & kp=$! # (each write restarts the read's 5 s wait)
+PIDS+=("$kp")
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/ru.fifo" "$W2_PORT" > "$TMP/ru.conf"
+kill -HUP "$RU_PID"
+wait_line "$TMP/RU.log" "SIGHUP: reloading" 10
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$RU_PORT" -u alice:wonder ".qgate.reload[]" > "$TMP/ru.a" 2>&1 7>&- &
+pa=$!
+wait_line "$TMP/RU.log" "qgate.reload\\[\\] by admin alice" 10
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$RU_PORT" -u bob:builder ".qgate.reload[]" > "$TMP/ru.b" 2>&1 7>&- &
+pb=$!
+wait_line "$TMP/RU.log" "qgate.reload\\[\\] by admin bob" 10
+kill -HUP "$RU_PID"
+wait_count "$TMP/RU.log" "SIGHUP: reloading" 2
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/ru.users" "$W2_PORT" > "$TMP/ru.conf.new"
+mv "$TMP/ru.conf.new" "$TMP/ru.conf" # the next reload reads this one
+kill "$kp"; wait "$kp" 2> /dev/null || true
+printf 'alice:wonder\tadmin=1\nbob:builder\tadmin=1\n' >&7
+exec 7>&- # its end (no other process holds it): the reload under way reads the users file whole
+wait "$pa" || true
+wait "$pb" || true
+expect_lines "$TMP/ru.a" "^1b\$" 1
+expect_lines "$TMP/ru.b" "^1b\$" 1
+expect_lines "$TMP/RU.log" "reload: done" 2
+expect_lines "$TMP/RU.log" "reload failed" 0
+pass ".qgate.reload[] from two admins and a SIGHUP while a reload waits on a pipe: one more reload reads the file after, and each admin gets 1b when it is done"

@@ -656,7 +656,7 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
         return c->cap < 3 && cfg->compress_max < (1 << 20) ? NULL : "a reply within compress_max";
     if (HAS("qgate: unknown command") || HAS("qgate: bad command"))
         return r->op == OP_UNKNOWN || r->op == OP_BIGCMD ? NULL : "a command it knows";
-    if (HAS("qgate: reload failed") || HAS("qgate: a reload is already under way"))
+    if (HAS("qgate: reload failed")) /* (one asked for while another is under way waits for the next) */
         return r->op == OP_RELOADCMD ? NULL : "not a reload";
     if (HAS("qgate: no client "))
         return r->op == OP_DISCONNECT ? NULL : "not a disconnect";
