@@ -426,21 +426,22 @@ static void bad_request(struct fclient *c, int op, int seq)
 }
 
 /* Append one request of kind op to c's output. */
-/* May c send the answer to the callback of the request it has just sent right behind it? Only when
- * no callback but that request's may read it first: nothing else of c's outstanding, no async
- * message of c's that calls back ever sent (one may still run: q would run the request nested in
- * its callback), not inside a callback itself. */
+/* May c send the answer to the callback of the message it has just sent (a request, or an async
+ * message that calls back) right behind it? Only when no callback but that message's may read it
+ * first: nothing else of c's outstanding, no other async message of c's that calls back ever sent
+ * (one may still run: q would run the request nested in its callback), not inside a callback
+ * itself. */
 static int may_answer_ahead(const struct fclient *c)
 {
     if (c->hold_seq >= 0 || c->bad || c->half)
         return 0;
-    int outstanding = 0;
+    int outstanding = 0, async = c->sent.v[c->sent.n - 1].op == OP_ACB;
     for (int i = c->pend_off; i < c->pend.n; i++)
         outstanding += !c->sent.v[c->pend.v[i]].answered;
-    for (int i = 0; i < c->sent.n; i++)
+    for (int i = 0; i < c->sent.n - 1; i++)
         if (c->sent.v[i].op == OP_ACB || c->sent.v[i].op == OP_ALL)
             return 0;
-    return outstanding == 1;
+    return outstanding == !async;
 }
 
 static void client_request(struct fclient *c, int op)
@@ -499,19 +500,21 @@ static void client_request(struct fclient *c, int op)
         c->sent.v[c->sent.n - 1].lost = 1; /* (the gateway's to run: no worker runs it) */
         tr("C%d queues async .qgate.ping[] right behind it (seq %d)", c->cid, c->nseq - 1);
     }
-    if (op == OP_CB && to >= 0 && enabled(SIM_EV_NEST) && side_chance((uint64_t)c->cid, (uint64_t)seq, 30) &&
-        may_answer_ahead(c)) {
+    if ((op == OP_CB || op == OP_ACB) && to >= 0 && enabled(SIM_EV_NEST) &&
+        side_chance((uint64_t)c->cid, (uint64_t)seq | (op == OP_ACB ? 1ull << 45 : 0), op == OP_ACB ? 25 : 30) && may_answer_ahead(c)) {
         /* its answer right behind it, before the callback asks: q's worker reads it off the handle
          * when it calls back; "-1": whichever worker that is. Now and then an echo between the two:
          * it runs nested in that callback first, and the gateway holds the answer back from the
          * worker until its reply has come (the worker would pair it with a callback the echo made) */
         int at = c->sent.n - 1; /* (the request's) */
-        if (side_chance((uint64_t)c->cid, (uint64_t)seq | 1ull << 41, 30)) {
+        if (op == OP_ACB)
+            S->ahead_async++;
+        if (op == OP_CB && side_chance((uint64_t)c->cid, (uint64_t)seq | 1ull << 41, 30)) {
             tr("C%d queues an echo between request %d and its answer", c->cid, seq);
             client_request(c, OP_ECHO);
             S->ahead_between++;
         }
-        int bad = side_chance((uint64_t)c->cid, (uint64_t)seq | 1ull << 40, 20); /* (not the seed's stream:
+        int bad = op == OP_CB && side_chance((uint64_t)c->cid, (uint64_t)seq | 1ull << 40, 20); /* (not the seed's stream:
                                                                                    * as above) */
         if (bad) { /* malformed: read in its place, it is a bad message there (answered so, after
                     * the request, whose callback the worker is told gets no answer); nothing after */

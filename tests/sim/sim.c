@@ -815,6 +815,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     res->ahead_read = S->ahead_read;
     res->bad_ahead = S->bad_ahead;
     res->ahead_between = S->ahead_between;
+    res->ahead_async = S->ahead_async;
     res->half_answered = S->half_answered;
     res->hold_passed = (long)S->g.held_passed;
     res->nested = (long)S->g.nested - res->nested_here;

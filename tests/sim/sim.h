@@ -59,6 +59,7 @@ struct sim_result {
     long answered_ahead;  /* callbacks' answers sent before the callback asked */
     long ahead_read;      /* ... whose callback came, read by the worker */
     long ahead_between;   /* ... with an echo sent between the request and its answer */
+    long ahead_async;     /* ... behind an async message that calls back */
     long bad_ahead;       /* ... malformed (sent), each a bad message where it is read */
     long failed_step;     /* the event at which an invariant failed, or -1 */
     char what[256];       /* the invariant that failed */

@@ -220,7 +220,7 @@ struct sim {
     long mid_events;     /* peers' acts in the middle of an iteration */
     long http_501;       /* HTTP requests for a handshake answered 501 whole */
     long half_closes, half_answered; /* sim.h's */
-    long answered_ahead, ahead_read, bad_ahead, ahead_between; /* sim.h's */
+    long answered_ahead, ahead_read, bad_ahead, ahead_between, ahead_async; /* sim.h's */
     size_t data_off;
     jmp_buf fail;
     struct gw g;
