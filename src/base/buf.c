@@ -83,7 +83,9 @@ void outq_clear(struct outq *q)
     *q = (struct outq){0};
 }
 
-int inbuf_reserve(struct inbuf *b, size_t need)
+int inbuf_reserve(struct inbuf *b, size_t need) { return inbuf_reserve_upto(b, need, SIZE_MAX); }
+
+int inbuf_reserve_upto(struct inbuf *b, size_t need, size_t most)
 {
     if (b->off && b->off + need > b->cap) { /* move the unread bytes to the front first */
         memmove(b->p, b->p + b->off, b->len - b->off);
@@ -95,6 +97,8 @@ int inbuf_reserve(struct inbuf *b, size_t need)
     size_t cap = b->cap ? b->cap : 1024;
     while (cap < need)
         cap = cap < (1u << 20) ? cap * 2 : cap + cap / 2;
+    if (cap > most)
+        cap = most;
     if (cap < need)
         cap = need;
     uint8_t *p = realloc(b->p, cap);
@@ -110,6 +114,10 @@ uint8_t *inbuf_take(struct inbuf *b, size_t n)
     uint8_t *m;
     if (b->off == 0 && n == b->len) {
         m = b->p;
+        if (b->cap - n > 65536) { /* (what growing left spare: not held with the message) */
+            uint8_t *q = realloc(m, n ? n : 1);
+            m = q ? q : m;
+        }
         *b = (struct inbuf){0};
         return m;
     }

@@ -134,11 +134,15 @@ struct inbuf {
 static inline uint8_t *inbuf_data(const struct inbuf *b) { return b->p ? b->p + b->off : b->p; }
 static inline size_t inbuf_avail(const struct inbuf *b) { return b->len - b->off; }
 
-/* Make room for at least need unread bytes in total (moving them to the front first). 0, or
- * -1 on ENOMEM. Reading then goes to p + len. */
+/* Make room for at least need unread bytes in total (moving them to the front first), growing
+ * geometrically. 0, or -1 on ENOMEM. Reading then goes to p + len. */
 int inbuf_reserve(struct inbuf *b, size_t need);
+/* The same, growing to no more than most unread bytes (most >= need: what the message being
+ * gathered will hold whole). */
+int inbuf_reserve_upto(struct inbuf *b, size_t need, size_t most);
 /* Remove the first n unread bytes and return them as a malloc'd block (the buffer itself when
- * that is all it holds, so large messages are never copied). NULL on ENOMEM. */
+ * that is all it holds, so large messages are never copied; given back what it has spare past
+ * them over 64 KiB). NULL on ENOMEM. */
 uint8_t *inbuf_take(struct inbuf *b, size_t n);
 /* Drop the first n unread bytes. */
 void inbuf_consume(struct inbuf *b, size_t n);

@@ -823,11 +823,11 @@ static int read_once(struct gw *g, struct conn *c, size_t *budget, int *frames)
             want = conn_ops(c)->raw_max - avail;
         } else {
             want = conn_ops(c)->read_size;
-            if (rd->phase == RD_WHOLE && rd->len - avail > want)
-                want = (size_t)(rd->len - avail); /* grows with what arrives */
+            if (rd->phase == RD_WHOLE && rd->len - avail > want) /* grows with what arrives: at most */
+                want = (size_t)QG_MIN(rd->len - avail, (uint64_t)QG_MAX(want, avail)); /* doubling what it holds */
         }
         want = QG_MIN(want, *budget);
-        if (inbuf_reserve(in, avail + want))
+        if (inbuf_reserve_upto(in, avail + want, c->framed && rd->phase == RD_WHOLE ? (size_t)rd->len : SIZE_MAX))
             return act(g, c, stream_close(c, "out of memory")), 0;
         if ((r = read_into(g, c, in->p + in->len, want, budget)) <= 0)
             return 0;
