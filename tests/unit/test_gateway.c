@@ -482,6 +482,16 @@ static void test_command_out_of_memory(void **state)
     close(pa);
 }
 
+/* A connection to the gateway's q port, not yet accepted. */
+static int connect_waiting(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_int_equal(connect(cfd, (struct sockaddr *)&a, sizeof a), 0);
+    return cfd;
+}
+
 /* accept meets EMFILE with no reserve descriptor to give up (it could not be taken back): the
  * listener stops for a while instead of waking the loop for ever; then it takes the reserve back
  * and accepts again (0.12.0 spun on the level-triggered listener). The connection waiting is
@@ -489,10 +499,7 @@ static void test_command_out_of_memory(void **state)
 static void test_emfile_without_reserve(void **state)
 {
     (void)state;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_int_equal(connect(cfd, (struct sockaddr *)&a, sizeof a), 0); /* waits in the backlog */
+    int cfd = connect_waiting(); /* waits in the backlog */
     close(g.reserve_fd);
     g.reserve_fd = -1; /* as when it could not be taken back */
     struct rlimit old, low;
@@ -528,10 +535,7 @@ static void test_emfile_without_reserve(void **state)
 static void test_emfile_none_waiting(void **state)
 {
     (void)state;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_int_equal(connect(cfd, (struct sockaddr *)&a, sizeof a), 0); /* waits in the backlog */
+    int cfd = connect_waiting(); /* waits in the backlog */
     assert_true(g.reserve_fd >= 0);
     struct rlimit old, low;
     assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
