@@ -329,9 +329,9 @@ struct listener;
  * sees a close, as when q is out of fds), then taken back, so that the level-triggered listener
  * does not wake the loop for ever; if the reserve could not be taken back, the listener stops
  * for 100 ms and tries again. Each connection closed so is counted as refusal kind (enum
- * gw_refusal); none when none waits. Other errors are logged as "WHAT: reason", through lim. With own (a listener's
- * own reserve, open), that one is given up first to the connection, which is returned and kept:
- * *own is -1 then, for the caller to take back once a descriptor is free again. */
+ * gw_refusal); none when none waits. Other errors are logged as "WHAT: reason", through lim.
+ * With own (a listener's own reserve, open), that one is given up first to the connection, which
+ * is returned and kept: *own is -1 then, for the caller to take back once a descriptor is free. */
 struct log_limit;
 int conn_accept_loop(struct gw *g, struct listener *l, int kind, struct log_limit *lim, const char *what, int *own);
 /* A client's or worker's TCP socket set to find a peer gone without a word, as keepalive_idle,
