@@ -121,6 +121,19 @@ uint8_t *inbuf_take(struct inbuf *b, size_t n)
         *b = (struct inbuf){0};
         return m;
     }
+    size_t rest = b->len - b->off - n;
+    if (b->off == 0 && n > 65536 && rest <= n) { /* a big message and a little of the next: the
+                                                  * buffer goes with the message, the little is copied */
+        uint8_t *r = malloc(rest > 1024 ? rest : 1024);
+        if (r) {
+            memcpy(r, b->p + n, rest);
+            m = b->p;
+            uint8_t *q = realloc(m, n);
+            m = q ? q : m;
+            *b = (struct inbuf){.p = r, .len = rest, .cap = rest > 1024 ? rest : 1024};
+            return m;
+        }
+    }
     m = malloc(n);
     if (!m)
         return NULL;

@@ -141,8 +141,9 @@ int inbuf_reserve(struct inbuf *b, size_t need);
  * gathered will hold whole). */
 int inbuf_reserve_upto(struct inbuf *b, size_t need, size_t most);
 /* Remove the first n unread bytes and return them as a malloc'd block (the buffer itself when
- * that is all it holds, so large messages are never copied; given back what it has spare past
- * them over 64 KiB). NULL on ENOMEM. */
+ * that is all it holds, or when they are over 64 KiB at its front and what follows is no more
+ * than they: so large messages are never copied, and the few bytes of a next message do not keep
+ * a large buffer; given back what it has spare past them over 64 KiB). NULL on ENOMEM. */
 uint8_t *inbuf_take(struct inbuf *b, size_t n);
 /* Drop the first n unread bytes. */
 void inbuf_consume(struct inbuf *b, size_t n);
