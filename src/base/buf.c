@@ -111,28 +111,20 @@ int inbuf_reserve_upto(struct inbuf *b, size_t need, size_t most)
 
 uint8_t *inbuf_take(struct inbuf *b, size_t n)
 {
-    uint8_t *m;
-    if (b->off == 0 && n == b->len) {
+    uint8_t *m, *r = NULL;
+    size_t rest = b->len - b->off - n, rcap = rest > 1024 ? rest : 1024;
+    if (b->off == 0 && (rest == 0 || (n > 65536 && rest <= n && (r = malloc(rcap))))) {
+        /* the buffer goes with them: all it holds, or a big message with a little of the next
+         * behind it, which is copied to a buffer of its own */
+        if (r)
+            memcpy(r, b->p + n, rest);
         m = b->p;
         if (b->cap - n > 65536) { /* (what growing left spare: not held with the message) */
             uint8_t *q = realloc(m, n ? n : 1);
             m = q ? q : m;
         }
-        *b = (struct inbuf){0};
+        *b = r ? (struct inbuf){.p = r, .len = rest, .cap = rcap} : (struct inbuf){0};
         return m;
-    }
-    size_t rest = b->len - b->off - n;
-    if (b->off == 0 && n > 65536 && rest <= n) { /* a big message and a little of the next: the
-                                                  * buffer goes with the message, the little is copied */
-        uint8_t *r = malloc(rest > 1024 ? rest : 1024);
-        if (r) {
-            memcpy(r, b->p + n, rest);
-            m = b->p;
-            uint8_t *q = realloc(m, n);
-            m = q ? q : m;
-            *b = (struct inbuf){.p = r, .len = rest, .cap = rest > 1024 ? rest : 1024};
-            return m;
-        }
     }
     m = malloc(n);
     if (!m)
