@@ -103,7 +103,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "local_workers", CFG_ENUM, CFG_LIVE, "unix", 0, 0, G(local_workers), local_choices,
      "a worker at localhost, 127.0.0.1 or this host's own address: unix (over its Unix socket when that answers q's handshake, else TCP) or tcp"},
     {"gateway", "loglevel", CFG_ENUM, CFG_LIVE, "info", 0, 0, G(loglevel), level_choices,
-     "error, warn, info or debug"},
+     "the least severe lines logged: debug (every state change and message), info (connections, reloads, workers up and down), warn (a peer or a request gone wrong: a worker lost, a timeout, a client closed at a limit) or error (what the gateway itself could not do: listen, reload, write the access log, get memory)"},
     {"gateway", "users_file", CFG_STR, CFG_LIVE, "", 0, 1023, G(users_file), NULL,
      "q -U style users file (user:password, MD5 or SHA-1 hex; a regular file or a pipe, at most 64 MiB); empty = any credentials; a reload may change it but not empty it (turning authentication off takes a restart)"},
     {"gateway", "access_log", CFG_STR, CFG_LIVE, "", 0, 1023, G(access_log), NULL,
