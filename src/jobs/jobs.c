@@ -274,7 +274,7 @@ static enum gwcmd bad_arg(char *text, size_t tlen)
 }
 
 /* ".qgate.NAME[]", ".qgate.NAME[::]", ".qgate.NAME[123]", ".qgate.NAME[`x]" or
- * ".qgate.NAME[\"x\"]", spaces allowed around and before the bracket. */
+ * ".qgate.NAME[\"x\"]", spaces allowed around. */
 static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, struct cmd_arg *x)
 {
     for (size_t i = 1, quoted = n && s[0] == '"'; i < n; i++) { /* a comment: a space, then / (not in a string) */
@@ -323,10 +323,7 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
         a++;
     while (e > a && q_space(e[-1]))
         e--;
-    size_t nl = (size_t)(br - name); /* (spaces before the bracket: q applies the name to the */
-    while (nl && q_space(name[nl - 1]))  /* bracket's value, [] being (::): at 2bf8d01 unknown) */
-        nl--;
-    enum gwcmd c = lookup(name, nl);
+    enum gwcmd c = lookup(name, (size_t)(br - name));
     if (c != GWCMD_UNKNOWN && text_arg(a, (size_t)(e - a), x))
         return bad_arg(text, tlen);
     return c;

@@ -769,11 +769,6 @@ static void test_parse_command_args(void **state)
     expect_cmd(text(" .qgate.pools[::] ;\n"), GWCMD_POOLS, GWARG_NONE, NULL, 0);
     expect_cmd(text(".qgate.kill[12]"), GWCMD_KILL, GWARG_NUM, NULL, 12);
     expect_cmd(text(".qgate.disconnect[ 7 ]"), GWCMD_DISCONNECT, GWARG_NUM, NULL, 7);
-    /* a space before the bracket: q applies the name to the bracket's value ([] is (::)) */
-    expect_cmd(text(".qgate.ping []"), GWCMD_PING, GWARG_NONE, NULL, 0);
-    expect_cmd(text(".qgate.pools\t[::]"), GWCMD_POOLS, GWARG_NONE, NULL, 0);
-    expect_cmd(text(".qgate.kill [12]"), GWCMD_KILL, GWARG_NUM, NULL, 12);
-    expect_cmd(text(".qgate.pause  [`rdb]"), GWCMD_PAUSE, GWARG_NAME, "rdb", 0);
     /* a whole number as q writes it: a type's letter, a sign, a null (as the functional form takes
      * them: before, [99j], [7i], [-5] and [0N] were bad commands, (`.qgate.kill; 99i) was not) */
     expect_cmd(text(".qgate.kill[99j]"), GWCMD_KILL, GWARG_NUM, NULL, 99);
