@@ -308,7 +308,10 @@ static enum gwcmd parse_text(const char *s, size_t n, char *text, size_t tlen, s
             return bad_arg(text, tlen);
         return c;
     }
-    if (!br || s[n - 1] != ']') { /* a command's name alone (q would show the function): said */
+    if (!br || s[n - 1] != ']' || (br > name && q_space(br[-1]))) { /* a command's name alone (q would
+                               * show the function), or a space before its bracket (q applies no name
+                               * to a bracketed expression list after a space; at 2bf8d01 an unknown
+                               * command): said */
         size_t nl = br ? (size_t)(br - name) : n - PREFIX_LEN;
         while (nl && q_space(name[nl - 1]))
             nl--;

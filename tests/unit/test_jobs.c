@@ -895,8 +895,10 @@ static void test_parse_command_refused(void **state)
     assert_int_equal(job_args(j)->cmd.said, 1);
     assert_true(!strncmp(j->text, "bad command: .qgate.kill[1x]: its argument is", 45));
     job_free(j);
-    /* a known command's name alone (node-q's k(".qgate.ping")), or a bracket unclosed: how it runs */
-    static const char *const alone[] = {".qgate.ping", " .qgate.ping ;", ".qgate.ping [", ".qgate.ping[1"};
+    /* a known command's name alone (node-q's k(".qgate.ping")), a bracket unclosed, or a space
+     * before the bracket (q applies no name to an expression list after a space): how it runs */
+    static const char *const alone[] = {".qgate.ping", " .qgate.ping ;", ".qgate.ping [", ".qgate.ping[1",
+                                        ".qgate.ping []", ".qgate.ping\t[::]"};
     for (size_t i = 0; i < sizeof alone / sizeof alone[0]; i++) {
         j = parsed(text(alone[i]));
         assert_int_equal(j->result, GWCMD_UNKNOWN);
@@ -907,6 +909,9 @@ static void test_parse_command_refused(void **state)
     j = parsed(text(".qgate.nosuch")); /* an unknown one: unknown */
     assert_int_equal(job_args(j)->cmd.said, 0);
     assert_string_equal(j->text, ".qgate.nosuch");
+    job_free(j);
+    j = parsed(text(".qgate.nosuch []")); /* (an unknown one with a space before its bracket too) */
+    assert_int_equal(job_args(j)->cmd.said, 0);
     job_free(j);
     j = parsed(text(".qgate.nosuch[]")); /* an unknown name: said by the loop as unknown */
     assert_int_equal(job_args(j)->cmd.said, 0);
