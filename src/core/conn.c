@@ -302,7 +302,8 @@ static void emfile(struct gw *g, struct listener *l, int kind)
         int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0) {
             close(fd);
-            conn_refused_loop(g, kind, NULL, "out of file descriptors: refusing connections (%llu so far)",
+            conn_refused_loop(g, kind, NULL, "out of file descriptors: refusing connections%s (%llu so far)",
+                              kind == REFUSED_METRICS_FDS ? " to the metrics port" : "", /* (its own count) */
                               (unsigned long long)g->refused[kind].n + 1);
         }
         g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
