@@ -108,7 +108,7 @@ static int check_report(const struct config *cfg)
         printf("qgate: configuration ok: port %d, %d group%s, %d worker%s, %d user%s%s\n", cfg->port, PLURAL(cfg->ngroups),
                PLURAL(workers), PLURAL(users), users ? "" : " (every login refused: an empty users file, as q -U's)");
     else
-        printf("qgate: configuration ok: port %d, %d group%s, %d worker%s, any credentials (no users_file)\n",
+        printf("qgate: configuration ok: port %d, %d group%s, %d worker%s, any credentials and no admin (no users_file)\n",
                cfg->port, PLURAL(cfg->ngroups), PLURAL(workers));
     for (int i = 0; i < cfg->ngroups; i++) {
         const struct group_cfg *g = &cfg->groups[i];

@@ -12,7 +12,7 @@ bind = 127.0.0.1
 workers = 127.0.0.1:$W1_PORT, 127.0.0.1:$W2_PORT
 CONF
 "$BIN/qgate" --check -c "$TMP/gw.conf" > "$TMP/check.out" || fail "--check"
-expect_lines "$TMP/check.out" "configuration ok: port 8811, 1 group, 2 workers" 1
+expect_lines "$TMP/check.out" "configuration ok: port 8811, 1 group, 2 workers, any credentials and no admin \\(no users_file\\)$" 1
 start_gateway GW -c "$TMP/gw.conf"
 G="127.0.0.1:$GW_PORT"
 wait_count "$TMP/GW.log" "connected \\(capability 3\\)" 2 10
