@@ -209,6 +209,8 @@ install: $(GW_BIN)
 	install -D -m 0644 pkg/qgate.1 $(DESTDIR)$(MANDIR)/man1/qgate.1
 	install -D -m 0644 gateway.conf.example $(DESTDIR)$(DOCDIR)/gateway.conf.example
 	install -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -d -m 0755 $(DESTDIR)$(DOCDIR)/docs
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
 	install -d -m 0755 $(DESTDIR)$(UNITDIR)
 	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' pkg/qgate.service.in > $(DESTDIR)$(UNITDIR)/qgate.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/qgate.service

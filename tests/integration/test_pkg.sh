@@ -151,6 +151,10 @@ done
 "$S/usr/bin/qgate" --version > "$TMP/out"
 expect_lines "$TMP/out" "^qgate $VERSION\$" 1
 cmp -s "$ROOT/gateway.conf.example" "$S/usr/share/doc/qgate/gateway.conf.example" || fail "the example config differs"
+# the installed README's links to docs/ lead somewhere (before, docs/ was not installed: helper round 33b)
+links=$(grep -o '](docs/[^)#]*' "$S/usr/share/doc/qgate/README.md" | cut -c3- | sort -u)
+[ -n "$links" ] || fail "no docs/ links found in the installed README"
+for l in $links; do [ -f "$S/usr/share/doc/qgate/$l" ] || fail "the installed README links $l, which is not installed"; done
 cmp -s "$ROOT/pkg/qgate.logrotate" "$S/etc/logrotate.d/qgate" || fail "the logrotate file differs"
 UNIT=$S/usr/lib/systemd/system/qgate.service
 expect_lines "$UNIT" '^Type=notify$' 1
