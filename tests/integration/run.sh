@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # run.sh: every integration test (make test-integration), in two lanes. The three that build or
 # benchmark on their own (a clean tree's make demo, the package, bench/run: mostly compiling and
-# measuring), then test_session, the longest of the rest (so that the lanes end near together:
-# 2026-12-06, 294 s against 132 s before it moved), run one after another beside the rest, which
-# run one at a time.
+# measuring), then test_session and test_pipeline, the longest of the rest (so that the lanes end
+# near together: 2026-12-06, 294 s against 132 s before test_session moved; 2026-12-07, the main
+# lane 320 s and this one 213 s before test_pipeline, 39 s, moved), run one after another beside
+# the rest, which run one at a time.
 # Each lane stops at its first failure; the side lane's output is printed when both are done.
 # BIN names the binaries, as for each test.
 set -u
 cd "$(dirname "$0")/../.."
-BESIDE=" test_demo.sh test_pkg.sh test_bench.sh test_session.sh "
+BESIDE=" test_demo.sh test_pkg.sh test_bench.sh test_session.sh test_pipeline.sh "
 
 one() { # one TEST: run it, its time after it
     local s rc
