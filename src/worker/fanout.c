@@ -77,6 +77,7 @@ static void fanout_free(struct gw *g, struct fanout *fo)
                 worker_disable_loop(g, p->w, 1);
         }
         inbuf_free(&p->reply);
+        free(p->name);
         free(p);
     }
     buf_shared_unref(fo->msg);
@@ -151,13 +152,14 @@ static void complete(struct gw *g, struct fanout *fo)
         struct fpart *p = fo->part[i];
         if (p->st != FP_DONE)
             continue; /* `partial: its worker was lost */
-        if (fo->partial && !(in->names[in->n] = strdup(p->w->addr))) {
+        if (fo->partial && !(in->names[in->n] = p->name)) {
             jobs_merge_in_free(in);
             job_free(j);
             fanout_free(g, fo);
             conn_close_loop(g, &c->c, "out of memory");
             return;
         }
+        p->name = NULL; /* (the job's) */
         in->part[in->n].p = p->reply.p;
         in->part[in->n].len = p->reply.len;
         in->n++;
@@ -328,6 +330,10 @@ void fanout_part_done_loop(struct gw *g, struct worker *w)
     fo->held += w->coll_held; /* counted with the fan-out's now */
     w->coll_held = 0;
     p->st = FP_DONE;
+    if (fo->partial) /* (named now: removed by a reload before the last part ends, w is freed; at
+                      * 5b2c56c the answer read its address from freed memory: helper round 33d) */
+        p->name = strdup(w->addr);
+    p->w = NULL;
     if (--fo->left == 0)
         complete(g, fo);
 }

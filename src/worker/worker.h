@@ -106,9 +106,10 @@ enum { FP_OWED, FP_RUNNING, FP_DONE, FP_LOST /* `partial: its worker went; the a
 struct fpart {
     STAILQ_ENTRY(fpart) link; /* on its worker's fq while owed */
     struct fanout *fo;   /* NULL once its fan-out was given up: its reply is drained */
-    struct worker *w;
+    struct worker *w;    /* not once FP_DONE: a reload may free it before the other parts end */
     uint8_t st;          /* FP_* */
     struct inbuf reply;  /* FP_DONE: the worker's whole reply */
+    char *name;          /* FP_DONE, `partial: its worker's address, for the answer (NULL: no memory) */
 };
 STAILQ_HEAD(fpartlist, fpart);
 struct fanout {

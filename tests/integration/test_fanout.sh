@@ -348,3 +348,30 @@ wait_exit "$DG_PID" 60 || fail "the drain did not end"
 wait "$DQ" || true
 [ "$(stat -c %s "$TMP/d.raw" 2> /dev/null || echo 0)" = 2000014 ] || fail "the merged reply came as $(stat -c %s "$TMP/d.raw" 2> /dev/null || echo 0) bytes, want 2000014"
 pass "a drain while a .qgate.all runs: its 2 MB merged reply, made after SIGTERM, written whole, then the close"
+
+# --- `partial: a worker whose part is done is removed by a reload before the last part ends: the
+# answer names it (at 5b2c56c its address was read from the freed worker: ASan's use-after-free,
+# the gateway gone; helper round 33d) -----------------------------------------------------------
+start_worker R1 --rows 10
+start_worker R2 --rows 10
+rconf() { printf '[gateway]\nbind = 127.0.0.1\n[group fan]\nworkers = %s\n' "$1" > "$TMP/r.conf"; }
+rconf "127.0.0.1:$R1_PORT,127.0.0.1:$R2_PORT"
+start_gateway RG -c "$TMP/r.conf" --loglevel debug
+wait_count "$TMP/RG.log" "connected \\(capability" 2
+timeout 60 "$BIN/qsend" -g "127.0.0.1:$RG_PORT" "all-partial:fan:hold rm1" > "$TMP/rm.out" 2>&1 &
+RM=$!
+wait_line "$TMP/R1.log" "hold rm1"
+wait_line "$TMP/R2.log" "hold rm1"
+release rm1 "$R1_PORT"                   # R1's part done, R2's running
+wait_line "$TMP/RG.log" "w 127\\.0\\.0\\.1:$R1_PORT: state BUSY -> IDLE" # (its reply taken)
+rconf "127.0.0.1:$R2_PORT"
+kill -HUP "$RG_PID"
+wait_line "$TMP/RG.log" "w 127\\.0\\.0\\.1:$R1_PORT: connection closed: removed from the configuration"
+wait_line "$TMP/RG.log" "reload: done"
+timeout 10 "$BIN/qsend" -g "127.0.0.1:$RG_PORT" ".qgate.ping[]" > "$TMP/q.out" 2>&1 || true # (a loop
+expect_lines "$TMP/q.out" '^1b$' 1                                 # iteration after: R1 freed)
+kill -9 "$R2_PID"                        # the last part ends: lost
+wait "$RM" || true
+expect_lines "$TMP/rm.out" "^\`workers\`result!\(,\`127\\.0\\.0\\.1:$R1_PORT;\"rm1\"\)\$" 1
+grep -q AddressSanitizer "$TMP/RG.log" && fail "a sanitizer report: $(grep -A5 AddressSanitizer "$TMP/RG.log" | head -8)"
+pass "\`partial: a worker whose part was done, removed by a reload before the last part ended (lost): the answer names it"
