@@ -364,6 +364,7 @@ void fanout_worker_lost_loop(struct gw *g, struct worker *w, const char *why, in
     if (p) {
         struct fanout *fo = p->fo;
         p->st = FP_DONE; /* freed with its fan-out, or here if that is gone */
+        p->w = NULL;     /* (as every part done: w may be freed before its fan-out ends) */
         if (fo && fo->partial)
             part_lost(g, fo, p);
         else if (fo)
