@@ -1081,6 +1081,8 @@ static void message_end(struct gw *g, struct worker *w)
     w->msg.route = ROUTE_DROP;
     w->msg.to = NULL;
     w->msg.reply = w->msg.nested = 0;
+    if (w->end_due) /* the message that held back the end of its session (a reload's) */
+        session_end_due_loop(g, w);
     if (rd->type != KIPC_RESPONSE || w->st != WS_BUSY)
         return;
     if (nested == 1) /* (2: a reader makes it fit first, done when it is; 3: done, refused) */
@@ -1297,6 +1299,7 @@ void run_lost_loop(struct gw *g, struct worker *w)
         s->sess = NULL;
         w->sess = NULL;
     }
+    session_end_forget_loop(w); /* (a session's end held back by a message to it: the message is cut) */
     w->reset_owed = w->renew = 0; /* a new connection comes anyway */
     /* a message cut in the middle of its stream leaves that client's stream broken */
     struct client *to = w->msg.route == ROUTE_STREAM && w->c.rd.phase == RD_BODY ? w->msg.to : NULL;

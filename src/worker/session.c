@@ -53,6 +53,14 @@ static int start_reset(struct gw *g, struct worker *w)
 
 /* Free of its last run and of any session: the reset query it owes, then the new connection
  * its session's end owes, or the next client. */
+void session_end_forget_loop(struct worker *w)
+{
+    w->end_due = 0;
+    free(w->end_reset);
+    w->end_reset = NULL;
+    w->end_why = NULL;
+}
+
 static void let_go(struct gw *g, struct worker *w)
 {
     if (w->reset_owed) {
@@ -102,6 +110,22 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
     struct client *c = w->sess;
     if (!c)
         return;
+    if (w->st == WS_PINNED && w->msg.route == ROUTE_STREAM && w->msg.to == c) {
+        /* a message to c half streamed (a publish): what is left of it is c's, so c stays linked to
+         * w (its close drains the rest, w's loss cuts c's stream) until it ends (run.c's message
+         * end, session_end_due_loop); ended now, a close of c would leave w streaming into freed
+         * memory, and the new connection would cut c's stream in the middle of a message */
+        if (!w->end_due) {
+            w->end_due = 1;
+            w->end_reset = reset_query[0] ? strdup(reset_query) : NULL;
+            if (reset_query[0] && !w->end_reset)
+                log_error(w->c.name, "out of memory: the reset query will not run when %s's session ends", c->c.name);
+            w->end_why = why;
+            log_info(w->c.name, "session: %s %s once the message being streamed to it has ended", c->c.name, why);
+        }
+        return;
+    }
+    session_end_forget_loop(w);
     c->sess = NULL;
     w->sess = NULL;
     log_info(w->c.name, "session: %s %s, the worker is free", c->c.name, why);
@@ -112,6 +136,20 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
     if (w->st == WS_PINNED)
         let_go(g, w);
     /* BUSY: its run ends first (the client's reply drained), then session_run_ended_loop */
+}
+
+void session_end_due_loop(struct gw *g, struct worker *w)
+{
+    char *reset = w->end_reset;
+    const char *why = w->end_why;
+    w->end_reset = NULL;
+    session_end_forget_loop(w);
+    if (w->grp->cfg.pool_mode != CFG_POOL_SESSION)
+        session_end_loop(g, w, reset ? reset : "", why);
+    else
+        log_info(w->c.name, "session: %s goes on: a reload has made its group a session pool again",
+                 w->sess ? w->sess->c.name : "?");
+    free(reset);
 }
 
 void session_release_loop(struct gw *g, struct worker *w) { session_end_loop(g, w, w->grp->cfg.reset_query, "has gone"); }

@@ -225,6 +225,7 @@ void worker_free_loop(struct conn *c)
     worker_coll_free(w);
     stream_remnant_close_loop(&w->remnant);
     free(w->reset_q);
+    session_end_forget_loop(w);
     free(w);
 }
 

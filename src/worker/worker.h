@@ -164,6 +164,11 @@ struct worker {
     char *reset_q;       /* ... that of the configuration its session ended under (a reload may change
                           * the group's meanwhile); NULL: the group's */
     uint8_t renew;       /* its session ended: a new connection before anyone has it (session.c) */
+    uint8_t end_due;     /* a reload ended its session while a message to the session's client was
+                          * half streamed: the session (the client's link to it, which that client's
+                          * close or this worker's loss goes by) lasts until that message has ended */
+    char *end_reset;     /* ... the reset query it lived under (NULL: none) */
+    const char *end_why; /* ... and why it ends (a literal) */
     uint8_t dirty;       /* its q may hold what a session (or a request from outside) left (1), or
                           * what ran there outside qgate's sessions is not known (2: new to qgate,
                           * put back by a reload, or its group a request pool until a reload); in a
@@ -364,6 +369,11 @@ void session_release_loop(struct gw *g, struct worker *w);
  * the client goes: reset_query (that of the configuration the session lived under), a new
  * connection, then free. */
 void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, const char *why);
+/* The message that held back the end of w's session (end_due) has ended: the session ends now,
+ * unless a reload has made its group a session pool again. */
+void session_end_due_loop(struct gw *g, struct worker *w);
+/* Nothing holds back the end of w's session any more (it has ended, or w was lost). */
+void session_end_forget_loop(struct worker *w);
 /* Its handshake done: a worker still dirty (its last connection dropped by qgate before its
  * reset query ran: its q kept what the session left) runs the reset query first, BUSY, before
  * anyone has it. 1 if it does, 0 if it owes none, -1 (no memory: close it). */

@@ -540,3 +540,45 @@ wait $SL $WQ || true
 expect_lines "$TMP/waiter.out" '^"waiter"$' 1
 expect_lines "$TMP/sub2.out" "reply=ok closed=yes" 1
 pass "... and with another's request waiting for its worker: the subscriber closed, the waiting request answered"
+
+# --- a reload that makes a session pool a request pool while its worker is half way through a
+# publish to the session's client (paused: the client reads nothing). The session ends when that
+# message has: the client stays linked to the worker till then. At a1547e5 it ended at once: with
+# a reset query the worker went on streaming into the client after the client closed (ASan's
+# heap-use-after-free, the gateway gone: helper round 34a); without one, the new connection cut
+# the client's stream in the middle of a message.
+conf "$TMP/ps.conf" "127.0.0.1:$W1_PORT" pool=session 'reset_query=delete a from `.'
+printf 'client_high_water = 65536\nclient_low_water = 16384\n' > "$TMP/ps.gw"
+sed -i "/^\[gateway\]/r $TMP/ps.gw" "$TMP/ps.conf"
+sed 's/^pool = session$/pool = request/' "$TMP/ps.conf" > "$TMP/pr.conf"
+cp "$TMP/ps.conf" "$TMP/pp.conf"
+start_gateway PP -c "$TMP/pp.conf" --loglevel debug
+timeout 120 "$BIN/qslow" -g "127.0.0.1:$PP_PORT" -q "flood 1000000" -r 1 -t 100000 -s 100 > "$TMP/pp.out" 2>&1 & SL=$!
+PIDS+=($SL)
+wait_line "$TMP/PP.log" "paused: c1 "
+cp "$TMP/pr.conf" "$TMP/pp.conf"
+kill -HUP "$PP_PID"
+wait_line "$TMP/PP.log" "reload: done"
+expect_file_has "$TMP/PP.log" "session: c1 .* ends: a reload made its group a request pool once the message being streamed to it has ended"
+kill "$SL"
+wait_line "$TMP/PP.log" "session: c1 .* has gone, the worker is free"
+"$BIN/qsend" -g "127.0.0.1:$PP_PORT" "echo after" > "$TMP/pp2.out" 2>&1 || fail "no answer after the subscriber closed: $(tail -n 5 "$TMP/PP.log")"
+expect_lines "$TMP/pp2.out" '^"after"$' 1
+pass "a reload that makes a session pool a request pool mid-publish: the session lasts till the message ends; the subscriber's close drains the rest"
+
+# ... the subscriber reading: the message it was being sent comes whole, then the session ends
+# (the worker's new connection); every byte it got is whole messages and the reply
+cp "$TMP/ps.conf" "$TMP/pp.conf"
+kill -HUP "$PP_PID"
+wait_count "$TMP/PP.log" "reload: done" 2
+timeout 120 "$BIN/qslow" -g "127.0.0.1:$PP_PORT" -q "flood 1000000" -r 16384 -t 10 -s 5 > "$TMP/pq.out" 2>&1 & SL=$!
+PIDS+=($SL)
+wait_line "$TMP/PP.log" "paused: c3 "
+cp "$TMP/pr.conf" "$TMP/pp.conf"
+kill -HUP "$PP_PID"
+wait_line "$TMP/PP.log" "session: c3 .* ends: a reload made its group a request pool, the worker is free"
+wait "$SL" || true
+read -r m b < <(sed -n 's/^qslow messages=\([0-9]*\) bytes=\([0-9]*\) .*/\1 \2/p' "$TMP/pq.out")
+[ -n "$m" ] && [ "$m" -ge 1 ] && [ "$b" = $((m * 1000014 + 17)) ] ||
+    fail "the subscriber's stream: $(cat "$TMP/pq.out") (want whole 1000014-byte messages and a 17-byte reply)"
+pass "... and with the subscriber reading: $m whole messages, then its session ended"
