@@ -553,11 +553,18 @@ sed -i "/^\[gateway\]/r $TMP/ps.gw" "$TMP/ps.conf"
 sed 's/^pool = session$/pool = request/' "$TMP/ps.conf" > "$TMP/pr.conf"
 cp "$TMP/ps.conf" "$TMP/pp.conf"
 start_gateway PP -c "$TMP/pp.conf" --loglevel debug
-timeout 120 "$BIN/qslow" -g "127.0.0.1:$PP_PORT" -q "flood 1000000" -r 1 -t 100000 -s 100 > "$TMP/pp.out" 2>&1 & SL=$!
-PIDS+=($SL)
-wait_line "$TMP/PP.log" "paused: c1 "
-cp "$TMP/pr.conf" "$TMP/pp.conf"
-kill -HUP "$PP_PID"
+# flip_mid_publish CLIENT OUT QSLOW_ARGS...: a subscriber (qslow, "flood 1000000") on PP, client
+# CLIENT there, its worker paused half way through a message to it; then the reload to a request pool
+flip_mid_publish() {
+    local cl=$1 out=$2
+    shift 2
+    timeout 120 "$BIN/qslow" -g "127.0.0.1:$PP_PORT" -q "flood 1000000" "$@" > "$TMP/$out" 2>&1 & SL=$!
+    PIDS+=($SL)
+    wait_line "$TMP/PP.log" "paused: $cl "
+    cp "$TMP/pr.conf" "$TMP/pp.conf"
+    kill -HUP "$PP_PID"
+}
+flip_mid_publish c1 pp.out -r 1 -t 100000 -s 100
 wait_line "$TMP/PP.log" "reload: done"
 expect_file_has "$TMP/PP.log" "session: c1 .* ends: a reload made its group a request pool once the message being streamed to it has ended"
 kill "$SL"
@@ -571,11 +578,7 @@ pass "a reload that makes a session pool a request pool mid-publish: the session
 cp "$TMP/ps.conf" "$TMP/pp.conf"
 kill -HUP "$PP_PID"
 wait_count "$TMP/PP.log" "reload: done" 2
-timeout 120 "$BIN/qslow" -g "127.0.0.1:$PP_PORT" -q "flood 1000000" -r 16384 -t 10 -s 5 > "$TMP/pq.out" 2>&1 & SL=$!
-PIDS+=($SL)
-wait_line "$TMP/PP.log" "paused: c3 "
-cp "$TMP/pr.conf" "$TMP/pp.conf"
-kill -HUP "$PP_PID"
+flip_mid_publish c3 pq.out -r 16384 -t 10 -s 5
 wait_line "$TMP/PP.log" "session: c3 .* ends: a reload made its group a request pool, the worker is free"
 wait "$SL" || true
 read -r m b < <(sed -n 's/^qslow messages=\([0-9]*\) bytes=\([0-9]*\) .*/\1 \2/p' "$TMP/pq.out")
