@@ -725,6 +725,14 @@ void client_drain_close_loop(struct gw *g, int all)
             continue;
         }
         c->bye = 1;
+        if (c->st == CS_READY && (conn_pending(x) || x->streaming)) { /* publishes going out, one
+                    * half written maybe: none taken after them, and our FIN after their last byte
+                    * (the flush's FLUSHING case), not in the middle of one; drain_timeout bounds
+                    * the wait (helper round 34c: at 811dec9 a subscriber got half a message, then
+                    * the FIN) */
+            request_stop_reading_loop(g, c);
+            continue;
+        }
         linger(g, c); /* our FIN after the last reply byte; what it sent meanwhile is read and dropped */
     }
 }

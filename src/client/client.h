@@ -385,6 +385,8 @@ void request_check_pending_loop(struct gw *g, struct client *c);
 /* Refuse a client that has done its handshake: nothing more is read, the q error text is the
  * answer to the request of len bytes it just sent (not taken), then the close. */
 void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len);
+/* Nothing more is read from c (FLUSHING, from READY): what is owed it goes out, then it lingers. */
+void request_stop_reading_loop(struct gw *g, struct client *c);
 /* The gateway exits with c's requests unanswered (drain_timeout ran out, or a second SIGTERM:
  * why): the replies made go, then each sync request without one is answered 'qgate: exiting
  * (why): ... (it was not run, or no reply came from the worker running it), in order, as far as

@@ -1259,6 +1259,8 @@ void request_exit_answers_loop(struct gw *g, struct client *c, const char *why)
     conn_close_loop(g, &c->c, "the gateway is exiting");
 }
 
+void request_stop_reading_loop(struct gw *g, struct client *c) { stop_reading(g, c); }
+
 void request_refuse_loop(struct gw *g, struct client *c, const char *text, size_t len)
 {
     stop_reading(g, c);

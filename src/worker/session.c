@@ -152,7 +152,16 @@ void session_end_due_loop(struct gw *g, struct worker *w)
     free(reset);
 }
 
-void session_release_loop(struct gw *g, struct worker *w) { session_end_loop(g, w, w->grp->cfg.reset_query, "has gone"); }
+void session_release_loop(struct gw *g, struct worker *w)
+{
+    int due = w->end_due; /* a reload's end held back: the reset query the session lived under, not
+                           * the request pool's none (helper round 34c: at 811dec9 its q kept what
+                           * the session left, for the next client) */
+    char *reset = w->end_reset;
+    w->end_reset = NULL;
+    session_end_loop(g, w, due ? (reset ? reset : "") : w->grp->cfg.reset_query, "has gone");
+    free(reset);
+}
 
 const char *session_reset_query(const struct worker *w)
 {

@@ -550,7 +550,7 @@ pass "... and with another's request waiting for its worker: the subscriber clos
 conf "$TMP/ps.conf" "127.0.0.1:$W1_PORT" pool=session 'reset_query=delete a from `.'
 printf 'client_high_water = 65536\nclient_low_water = 16384\n' > "$TMP/ps.gw"
 sed -i "/^\[gateway\]/r $TMP/ps.gw" "$TMP/ps.conf"
-sed 's/^pool = session$/pool = request/' "$TMP/ps.conf" > "$TMP/pr.conf"
+sed -e 's/^pool = session$/pool = request/' -e '/^reset_query/d' "$TMP/ps.conf" > "$TMP/pr.conf"
 cp "$TMP/ps.conf" "$TMP/pp.conf"
 start_gateway PP -c "$TMP/pp.conf" --loglevel debug
 # flip_mid_publish CLIENT OUT QSLOW_ARGS...: a subscriber (qslow, "flood 1000000") on PP, client
@@ -567,21 +567,41 @@ flip_mid_publish() {
 flip_mid_publish c1 pp.out -r 1 -t 100000 -s 100
 wait_line "$TMP/PP.log" "reload: done"
 expect_file_has "$TMP/PP.log" "session: c1 .* ends: a reload made its group a request pool once the message being streamed to it has ended"
+"$BIN/qsend" -g "127.0.0.1:$W1_PORT" "a:42" > /dev/null # (in the session's q: its reset query deletes it)
 kill "$SL"
 wait_line "$TMP/PP.log" "session: c1 .* has gone, the worker is free"
 "$BIN/qsend" -g "127.0.0.1:$PP_PORT" "echo after" > "$TMP/pp2.out" 2>&1 || fail "no answer after the subscriber closed: $(tail -n 5 "$TMP/PP.log")"
 expect_lines "$TMP/pp2.out" '^"after"$' 1
-pass "a reload that makes a session pool a request pool mid-publish: the session lasts till the message ends; the subscriber's close drains the rest"
+"$BIN/qsend" -g "127.0.0.1:$PP_PORT" "a" > "$TMP/pp3.out" 2>&1 || true
+expect_lines "$TMP/pp3.out" "^'a$" 1 # (at 811dec9: 42, the request pool's reset query, none, taken)
+pass "a reload that makes a session pool a request pool mid-publish: the session lasts till the message ends; the subscriber's close drains the rest, and the reset query it lived under runs"
 
 # ... the subscriber reading: the message it was being sent comes whole, then the session ends
 # (the worker's new connection); every byte it got is whole messages and the reply
 cp "$TMP/ps.conf" "$TMP/pp.conf"
 kill -HUP "$PP_PID"
 wait_count "$TMP/PP.log" "reload: done" 2
-flip_mid_publish c3 pq.out -r 16384 -t 10 -s 5
-wait_line "$TMP/PP.log" "session: c3 .* ends: a reload made its group a request pool, the worker is free"
+flip_mid_publish c4 pq.out -r 16384 -t 10 -s 5
+wait_line "$TMP/PP.log" "session: c4 .* ends: a reload made its group a request pool, the worker is free"
 wait "$SL" || true
 read -r m b < <(sed -n 's/^qslow messages=\([0-9]*\) bytes=\([0-9]*\) .*/\1 \2/p' "$TMP/pq.out")
 [ -n "$m" ] && [ "$m" -ge 1 ] && [ "$b" = $((m * 1000014 + 17)) ] ||
     fail "the subscriber's stream: $(cat "$TMP/pq.out") (want whole 1000014-byte messages and a 17-byte reply)"
 pass "... and with the subscriber reading: $m whole messages, then its session ended"
+
+# --- SIGTERM while a subscriber's worker is half way through a publish to it (the subscriber
+# reading): the drain's FIN comes after that message's last byte, and no publish after it (at
+# 811dec9 the subscriber got half a message, then the FIN: helper round 34c)
+start_gateway PD -c "$TMP/ps.conf" --loglevel debug
+timeout 120 "$BIN/qslow" -g "127.0.0.1:$PD_PORT" -q "flood 1000000" -r 16384 -t 10 -s 100 > "$TMP/pd.out" 2>&1 & SL=$!
+PIDS+=($SL)
+wait_line "$TMP/PD.log" "paused: c1 "
+kill -TERM "$PD_PID"
+wait_exit "$PD_PID" 60 || fail "the drain with a subscriber mid-message did not end"
+[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
+wait "$SL" || true
+read -r m b < <(sed -n 's/^qslow messages=\([0-9]*\) bytes=\([0-9]*\) .*/\1 \2/p' "$TMP/pd.out")
+[ -n "$m" ] && [ "$b" = $((m * 1000014 + 17)) ] && grep -q "closed=yes" "$TMP/pd.out" ||
+    fail "the subscriber's stream at the drain: $(cat "$TMP/pd.out") (want whole 1000014-byte messages, the 17-byte reply, then the close)"
+expect_lines "$TMP/PD.log" "drain_timeout reached" 0
+pass "a drain with a subscriber's worker half way through a publish to it: $m whole messages, then the close"
