@@ -513,13 +513,19 @@ conf "$TMP/sub.conf" "127.0.0.1:$W1_PORT" pool=session
 printf 'drain_timeout = 600000\n' > "$TMP/sub.gw"
 sed -i "/^\[gateway\]/r $TMP/sub.gw" "$TMP/sub.conf"
 start_gateway SB -c "$TMP/sub.conf"
-timeout 120 "$BIN/qslow" -g "127.0.0.1:$SB_PORT" -q "flood 65536" -r 16384 -t 10 -s 100 > "$TMP/sub.out" 2>&1 & SL=$!
-PIDS+=($SL)
-wait_line "$TMP/W1.log" "flood 65536: publishing"
-kill -TERM "$SB_PID"
-wait_exit "$SB_PID" 60 || fail "the drain waited for a subscriber's publishes after its reply"
-[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
-wait $SL || true
+# drain_subscriber GW OUT QUERY FILE REGEX: a subscriber (qslow sending QUERY, reading 16 KB every
+# 10 ms, its line in OUT) on gateway GW; once FILE has REGEX, SIGTERM: GW must exit 0
+drain_subscriber() {
+    local port=${1}_PORT pid=${1}_PID
+    timeout 120 "$BIN/qslow" -g "127.0.0.1:${!port}" -q "$3" -r 16384 -t 10 -s 100 > "$TMP/$2" 2>&1 & SL=$!
+    PIDS+=($SL)
+    wait_line "$4" "$5"
+    kill -TERM "${!pid}"
+    wait_exit "${!pid}" 60 || fail "the drain with a subscriber ($3) did not end"
+    [ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
+    wait "$SL" || true
+}
+drain_subscriber SB sub.out "flood 65536" "$TMP/W1.log" "flood 65536: publishing"
 expect_lines "$TMP/sub.out" "reply=ok closed=yes" 1
 expect_lines "$TMP/SB.log" "drain_timeout reached" 0
 pass "a drain with a subscriber reading slowly, its worker publishing on: its reply went, the publishes after it not waited for"
@@ -593,13 +599,7 @@ pass "... and with the subscriber reading: $m whole messages, then its session e
 # reading): the drain's FIN comes after that message's last byte, and no publish after it (at
 # 811dec9 the subscriber got half a message, then the FIN: helper round 34c)
 start_gateway PD -c "$TMP/ps.conf" --loglevel debug
-timeout 120 "$BIN/qslow" -g "127.0.0.1:$PD_PORT" -q "flood 1000000" -r 16384 -t 10 -s 100 > "$TMP/pd.out" 2>&1 & SL=$!
-PIDS+=($SL)
-wait_line "$TMP/PD.log" "paused: c1 "
-kill -TERM "$PD_PID"
-wait_exit "$PD_PID" 60 || fail "the drain with a subscriber mid-message did not end"
-[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
-wait "$SL" || true
+drain_subscriber PD pd.out "flood 1000000" "$TMP/PD.log" "paused: c1 "
 read -r m b < <(sed -n 's/^qslow messages=\([0-9]*\) bytes=\([0-9]*\) .*/\1 \2/p' "$TMP/pd.out")
 [ -n "$m" ] && [ "$b" = $((m * 1000014 + 17)) ] && grep -q "closed=yes" "$TMP/pd.out" ||
     fail "the subscriber's stream at the drain: $(cat "$TMP/pd.out") (want whole 1000014-byte messages, the 17-byte reply, then the close)"
