@@ -51,8 +51,6 @@ static int start_reset(struct gw *g, struct worker *w)
     return 0;
 }
 
-/* Free of its last run and of any session: the reset query it owes, then the new connection
- * its session's end owes, or the next client. */
 void session_end_forget_loop(struct worker *w)
 {
     w->end_due = 0;
@@ -61,6 +59,8 @@ void session_end_forget_loop(struct worker *w)
     w->end_why = NULL;
 }
 
+/* Free of its last run and of any session: the reset query it owes, then the new connection
+ * its session's end owes, or the next client. */
 static void let_go(struct gw *g, struct worker *w)
 {
     if (w->reset_owed) {
