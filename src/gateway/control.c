@@ -215,10 +215,16 @@ void *control_pools_snapshot_loop(struct gw *g)
 
 /* ---- draining (SIGTERM, .qgate.shutdown[]) ------------------------------------------------------- */
 
+static int work_in_flight(struct gw *g);
+
 static void on_drain_timeout(struct gw *g, struct timer *t)
 {
     (void)t;
-    log_warn(NULL, "drain_timeout reached with work in flight: exiting");
+    if (work_in_flight(g))
+        log_warn(NULL, "drain_timeout reached with work in flight: exiting");
+    else /* (only publishes on their way to subscribers that read slowly or not at all) */
+        log_warn(NULL, "drain_timeout reached with publishes still on their way to %d clients: exiting, "
+                       "their streams cut", g->nclients);
     client_exit_answers_loop(g, "drain_timeout reached");
     g->loop.stop = 1;
 }
@@ -271,6 +277,7 @@ int control_drained_loop(struct gw *g)
     }
     if (g->nclients)
         return 0;
-    log_info(NULL, "drained: exiting");
+    if (!g->loop.stop) /* (drain_timeout said why it exits) */
+        log_info(NULL, "drained: exiting");
     return 1;
 }

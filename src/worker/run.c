@@ -909,7 +909,8 @@ static int route_async(struct gw *g, struct worker *w, const struct kipc_hdr *h)
         return to_client(g, w, h, c, ROUTE_STREAM);
     }
     if (c || (w->st == WS_BUSY && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC)))
-        return drop_async(g, w, "for a client that has gone", 1);
+        return drop_async(g, w, c && c->st == CS_FLUSHING ? "for a client that is leaving (it reads nothing more)"
+                                                          : "for a client that has gone", 1);
     if (fanout_client(w, &w->msg.to_id, &w->msg.to_gen)) /* (whole: the other parts' workers send it too) */
         return (to = reachable(g, w->msg.to_id, w->msg.to_gen))
                    ? to_client(g, w, h, to, ROUTE_FORWARD)

@@ -605,3 +605,18 @@ read -r m b < <(sed -n 's/^qslow messages=\([0-9]*\) bytes=\([0-9]*\) .*/\1 \2/p
     fail "the subscriber's stream at the drain: $(cat "$TMP/pd.out") (want whole 1000014-byte messages, the 17-byte reply, then the close)"
 expect_lines "$TMP/PD.log" "drain_timeout reached" 0
 pass "a drain with a subscriber's worker half way through a publish to it: $m whole messages, then the close"
+
+# ... and a subscriber that reads nothing: the drain ends at drain_timeout, and says so as it is
+# (at da96caa: "with work in flight", then "drained: exiting": helper round 34d)
+sed 's/^\[gateway\]$/[gateway]\ndrain_timeout = 1000/' "$TMP/ps.conf" > "$TMP/pt.conf"
+start_gateway PT -c "$TMP/pt.conf" --loglevel debug
+timeout 120 "$BIN/qslow" -g "127.0.0.1:$PT_PORT" -q "flood 1000000" -r 1 -t 100000 -s 100 > "$TMP/pt.out" 2>&1 & SL=$!
+PIDS+=($SL)
+wait_line "$TMP/PT.log" "paused: c1 "
+kill -TERM "$PT_PID"
+wait_exit "$PT_PID" 60 || fail "the drain with a subscriber that reads nothing did not end"
+[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
+kill "$SL" 2> /dev/null || true
+expect_lines "$TMP/PT.log" "drain_timeout reached with publishes still on their way to 1 clients: exiting, their streams cut" 1
+expect_lines "$TMP/PT.log" "with work in flight|drained: exiting" 0
+pass "... and with one that reads nothing: the drain ends at drain_timeout, saying publishes were on their way"
