@@ -513,15 +513,18 @@ conf "$TMP/sub.conf" "127.0.0.1:$W1_PORT" pool=session
 printf 'drain_timeout = 600000\n' > "$TMP/sub.gw"
 sed -i "/^\[gateway\]/r $TMP/sub.gw" "$TMP/sub.conf"
 start_gateway SB -c "$TMP/sub.conf"
-# drain_subscriber GW OUT QUERY FILE REGEX: a subscriber (qslow sending QUERY, reading 16 KB every
-# 10 ms, its line in OUT) on gateway GW; once FILE has REGEX, SIGTERM: GW must exit 0
+# drain_subscriber GW OUT QUERY FILE REGEX [QSLOW_ARGS...]: a subscriber (qslow sending QUERY,
+# reading 16 KB every 10 ms unless QSLOW_ARGS say otherwise, its line in OUT) on gateway GW; once
+# FILE has REGEX, SIGTERM: GW must exit 0
 drain_subscriber() {
-    local port=${1}_PORT pid=${1}_PID
-    timeout 120 "$BIN/qslow" -g "127.0.0.1:${!port}" -q "$3" -r 16384 -t 10 -s 100 > "$TMP/$2" 2>&1 & SL=$!
+    local port=${1}_PORT pid=${1}_PID out=$2 query=$3 file=$4 re=$5
+    shift 5
+    [ $# -gt 0 ] || set -- -r 16384 -t 10
+    timeout 120 "$BIN/qslow" -g "127.0.0.1:${!port}" -q "$query" "$@" -s 100 > "$TMP/$out" 2>&1 & SL=$!
     PIDS+=($SL)
-    wait_line "$4" "$5"
+    wait_line "$file" "$re"
     kill -TERM "${!pid}"
-    wait_exit "${!pid}" 60 || fail "the drain with a subscriber ($3) did not end"
+    wait_exit "${!pid}" 60 || fail "the drain with a subscriber ($query) did not end"
     [ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
     wait "$SL" || true
 }
@@ -610,13 +613,7 @@ pass "a drain with a subscriber's worker half way through a publish to it: $m wh
 # (at da96caa: "with work in flight", then "drained: exiting": helper round 34d)
 sed 's/^\[gateway\]$/[gateway]\ndrain_timeout = 1000/' "$TMP/ps.conf" > "$TMP/pt.conf"
 start_gateway PT -c "$TMP/pt.conf" --loglevel debug
-timeout 120 "$BIN/qslow" -g "127.0.0.1:$PT_PORT" -q "flood 1000000" -r 1 -t 100000 -s 100 > "$TMP/pt.out" 2>&1 & SL=$!
-PIDS+=($SL)
-wait_line "$TMP/PT.log" "paused: c1 "
-kill -TERM "$PT_PID"
-wait_exit "$PT_PID" 60 || fail "the drain with a subscriber that reads nothing did not end"
-[ "$EXIT_STATUS" = 0 ] || fail "exit status $EXIT_STATUS after the drain"
-kill "$SL" 2> /dev/null || true
+drain_subscriber PT pt.out "flood 1000000" "$TMP/PT.log" "paused: c1 " -r 1 -t 1000
 expect_lines "$TMP/PT.log" "drain_timeout reached with publishes still on their way to 1 clients: exiting, their streams cut" 1
 expect_lines "$TMP/PT.log" "with work in flight|drained: exiting" 0
 pass "... and with one that reads nothing: the drain ends at drain_timeout, saying publishes were on their way"
