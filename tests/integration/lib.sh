@@ -154,7 +154,7 @@ pick_port() {
 metric() { curl -s --max-time 10 "http://127.0.0.1:$METRICS_PORT/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
 # total KEY [HOST:PORT]: KEY of .qgate.totals[] at the gateway $G (or HOST:PORT)
 total() {
-    timeout 10 "$BIN/qsend" -g "${2:-$G}" ".qgate.totals[]" | awk -F'!' -v key="$1" '{ nk = split($1, k, "`")
+    timeout --foreground 10 "$BIN/qsend" -g "${2:-$G}" ".qgate.totals[]" | awk -F'!' -v key="$1" '{ nk = split($1, k, "`")
         split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == key) print v[i - 1] }'
 }
 # total_is KEY N [HOST:PORT], total_at_least KEY N [HOST:PORT] (for wait_for)
@@ -164,7 +164,7 @@ total_at_least() { local v; v=$(total "$1" "${3:-}"); [ -n "$v" ] && [ "$v" -ge 
 metric_at_least() { local v; v=$(metric "$1"); [ -n "$v" ] && [ "${v%.*}" -ge "$2" ]; }
 
 # q TEXT...: qsend to the gateway G (host:port), output in $TMP/q.out
-q() { timeout 60 "$BIN/qsend" -g "$G" "$@" > "$TMP/q.out" 2>&1 || true; }
+q() { timeout --foreground 60 "$BIN/qsend" -g "$G" "$@" > "$TMP/q.out" 2>&1 || true; }
 
 # wait_count FILE REGEX N [SECONDS]: wait until at least N lines of FILE match REGEX
 wait_count() { wait_for "${4:-30}" "$3 lines /$2/ in $1" count_at_least "$1" "$2" "$3"; }
@@ -184,7 +184,7 @@ TS='0D[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}'
 run_mode() {
     local spec=$1 count=$2
     shift 2
-    timeout 120 "$BIN/qclient" -g "$G" "$spec" 0 --count "$count" "$@" > "$TMP/out" 2> "$TMP/err" \
+    timeout --foreground 120 "$BIN/qclient" -g "$G" "$spec" 0 --count "$count" "$@" > "$TMP/out" 2> "$TMP/err" \
         || fail "qclient $spec exited $?: $(cat "$TMP/err")"
 }
 
@@ -206,7 +206,7 @@ check_client_modes() {
 release() {
     local tag=$1 p
     shift
-    for p in "$@"; do timeout 10 "$BIN/qsend" -g "127.0.0.1:$p" "release $tag" > /dev/null || true; done
+    for p in "$@"; do timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$p" "release $tag" > /dev/null || true; done
 }
 
 # ---- raw clients on fd 3 (or FD), for bytes qsend would not send --------------------------
@@ -223,14 +223,14 @@ raw_text() {
     printf '%b%s' "\\x01\\x0$1\\x00\\x00$(le32 $((14 + n)))\\x0a\\x00$(le32 "$n")" "$2" >&"${3:-3}"
 }
 # raw_read FILE SECONDS [FD]: what arrives within SECONDS (or until the gateway closes)
-raw_read() { timeout "$2" cat <&"${3:-3}" > "$1" || true; }
+raw_read() { timeout --foreground "$2" cat <&"${3:-3}" > "$1" || true; }
 # raw_msg FILE [FD]: exactly one kdb+ message (as long as its header says; dd reads no byte
 # past it), appended to FILE; fails if none comes whole within 10 s
 raw_msg() {
     local fd=${2:-3} len
-    timeout 10 dd bs=8 count=1 iflag=fullblock status=none <&"$fd" > "$1.hdr" || return 1
+    timeout --foreground 10 dd bs=8 count=1 iflag=fullblock status=none <&"$fd" > "$1.hdr" || return 1
     len=$(od -An -tu4 -j4 -N4 "$1.hdr" | tr -d ' ')
     [ -n "$len" ] && [ "$len" -ge 9 ] || return 1
     cat "$1.hdr" >> "$1"
-    timeout 10 dd bs=$((len - 8)) count=1 iflag=fullblock status=none <&"$fd" >> "$1"
+    timeout --foreground 10 dd bs=$((len - 8)) count=1 iflag=fullblock status=none <&"$fd" >> "$1"
 }

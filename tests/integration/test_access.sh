@@ -21,7 +21,7 @@ LINE="^time=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6}Z cl
 
 # --- ok, a q error, a gateway error, async ---------------------------------------------------
 E100=$(printf 'e%.0s' $(seq 1 100))
-timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo hi" "err two words" ".qgate.nosuch[]" "neg:a:1" "echo yo" \
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo hi" "err two words" ".qgate.nosuch[]" "neg:a:1" "echo yo" \
     "neg:on:nosuch:x" "neg:.qgate.nosuch[]" "err $E100" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"hi"$' 1
 expect_lines "$TMP/q.out" "^'$E100\$" 1
@@ -40,7 +40,7 @@ pass "a line per request: ok, q error (its text, its first 79 bytes), gateway er
 
 # --- a .qgate.all runs from its first part's send: run_us holds the worker's 300 ms (before: 0,
 # and queued_us held the whole run: helper round 17) ------------------------------------------
-timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "all:main:sleep 300" > "$TMP/q.out"
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:carolpw "all:main:sleep 300" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^,300$' 1 # (one worker's result, razed)
 wait_count "$A" "user=carol" 9 10
 expect_lines "$A" "worker= type=sync .* run_us=([3-9][0-9]{5}|[0-9]{7,}) outcome=ok\$" 1
@@ -60,7 +60,7 @@ pass "a user name with a control byte, DEL and UTF-8: user=\"d\\x01\\x7fé\""
 # --- nothing lost, in order: 200 requests of one client ----------------------------------------
 qs=()
 for i in $(seq 1 200); do qs+=("echo $i"); done
-timeout 30 "$BIN/qsend" -g "$G" -u carol:carolpw --pipeline "${qs[@]}" > "$TMP/q.out"
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u carol:carolpw --pipeline "${qs[@]}" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"[0-9]+"$' 200
 wait_count "$A" "outcome=ok" 204 10
 cid=$(tail -n 1 "$A" | sed 's/.* client=\([0-9]*\) .*/\1/')
@@ -80,10 +80,10 @@ expect_lines "$A" "worker=$W type=sync req_bytes=21 reply_bytes=[1-9][0-9]* .*ou
 
 "$BIN/qsend" -g "$G" -u carol:carolpw --pipeline "hold c1" "echo behind" > "$TMP/c1.out" & c1=$!
 wait_line "$TMP/W1.log" "hold c1" 10
-timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out" || true
+timeout --foreground 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out" || true
 cid=$(awk -F' [|] ' '{ n = split($2, ids, " "); split(substr($3, 2), us, "`"); for (i = 1; i <= n; i++) if (us[i] == "carol") print ids[i] }' "$TMP/cl.out")
 [ -n "$cid" ] || fail "no client of carol's in: $(cat "$TMP/cl.out")"
-timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.disconnect[$cid]" > /dev/null || true
+timeout --foreground 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.disconnect[$cid]" > /dev/null || true
 wait "$c1" || true
 wait_count "$A" " client=$cid .*outcome=closed reason=\"disconnected by admin alice\"\$" 2 10
 release c1 "$W1_PORT"
@@ -96,21 +96,21 @@ n=$(wc -l < "$A")
 mv "$A" "$A.1"
 kill -USR1 "$GW_PID"
 wait_line "$TMP/GW.log" "access log reopened: $A\$" 10
-timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo after" > /dev/null
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo after" > /dev/null
 wait_line "$A" "outcome=ok" 10
 expect_lines "$A" "req_bytes=24 " 1
 [ "$(wc -l < "$A.1")" -eq "$n" ] || fail "the rotated file changed: $(wc -l < "$A.1") lines, had $n"
 mv "$A" "$A.2"
 kill -HUP "$GW_PID"
 wait_count "$TMP/GW.log" "access log reopened: $A\$" 2 10
-timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo again" > /dev/null
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo again" > /dev/null
 wait_line "$A" "req_bytes=24 .*outcome=ok" 10
 pass "SIGUSR1 and SIGHUP reopen the file: new lines go to the new one"
 
 # --- SIGUSR2 has no use here: logged and ignored (its default action ended the gateway) ----------
 kill -USR2 "$GW_PID"
 wait_line "$TMP/GW.log" "SIGUSR2: ignored" 10
-timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo usr2" > /dev/null || fail "no answer after SIGUSR2"
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo usr2" > /dev/null || fail "no answer after SIGUSR2"
 kill -0 "$GW_PID" || fail "the gateway is gone after SIGUSR2"
 pass "SIGUSR2 is logged and ignored"
 
@@ -123,7 +123,7 @@ wait_line "$TMP/GW.log" "no-such-dir/a.log.*still writing to" 10
 mv "$A" "$A.3"
 kill -USR1 "$GW_PID"
 wait_count "$TMP/GW.log" "no-such-dir/a.log.*still writing to $A\\)" 2 10
-timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo rotated" > /dev/null
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo rotated" > /dev/null
 wait_line "$A" "req_bytes=26 .*outcome=ok" 10
 grep -q "req_bytes=26 " "$A.3" && fail "after the rotation a line went to the rotated file"
 sed -i "s|^access_log = .*|access_log = $A|" "$TMP/gw.conf"
@@ -139,12 +139,12 @@ wait_line "$TMP/GW.log" "access log off" 10
 sed -i "s|^access_log = .*|access_log = $TMP/other.log|" "$TMP/gw.conf"
 kill -HUP "$GW_PID"
 wait_line "$TMP/GW.log" "access log opened: $TMP/other.log" 10 # (turned on: "reopened" at 3929a8f)
-timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo other" > /dev/null
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo other" > /dev/null
 wait_line "$TMP/other.log" "req_bytes=24 .*outcome=ok" 10
 pass "a reload turns the access log off, and on at a new path, the old path not opened on the way"
 
 # --- lines still held are written at exit ---------------------------------------------------------
-timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo last" > /dev/null
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:carolpw "echo last" > /dev/null
 kill -TERM "$GW_PID"
 wait_exit "$GW_PID" 20
 [ "$EXIT_STATUS" -eq 0 ] || fail "qgate exited $EXIT_STATUS"

@@ -26,31 +26,31 @@ wait_line "$TMP/GW.log" "connected \\(capability 3\\)" 10
 G="127.0.0.1:$GW_PORT"
 
 # --- admin_from = unix ---------------------------------------------------------------------------
-timeout 30 "$BIN/qsend" -g "$G" -u alice:pw ".qgate.pause[\`main]" ".qgate.clients[]" ".qgate.pools[]" "echo hi" > "$TMP/tcp.out" 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u alice:pw ".qgate.pause[\`main]" ".qgate.clients[]" ".qgate.pools[]" "echo hi" > "$TMP/tcp.out" 2>&1 || true
 expect_lines "$TMP/tcp.out" "^'qgate: access \\(admin commands are accepted only from unix\\): \\.qgate\\.(pause|clients)" 2
 expect_lines "$TMP/tcp.out" '^table\[1\] `group `paused' 1 # a command for anyone: answered
 expect_lines "$TMP/tcp.out" '^"hi"$' 1
 wait_line "$TMP/GW.log" "refused \\.qgate\\.pause\\[\`main\\]: 127\\.0\\.0\\.1:[0-9]+ is not in admin_from" 10
-timeout 30 "$BIN/qsend" -g "unix:$GW_PORT" -u alice:pw ".qgate.pause[\`main]" ".qgate.resume[\`main]" > "$TMP/uds.out" 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "unix:$GW_PORT" -u alice:pw ".qgate.pause[\`main]" ".qgate.resume[\`main]" > "$TMP/uds.out" 2>&1 || true
 expect_lines "$TMP/uds.out" '^1b$' 2
 grep -q "qgate" "$TMP/W1.log" && fail "a gateway command reached the worker"
 pass "admin_from = unix: the admin's commands refused over TCP (a command for anyone, and a query, answered), accepted over q's Unix socket"
 
 # --- a monitor: gateway commands only -------------------------------------------------------------
-timeout 30 "$BIN/qsend" -g "$G" -u mon:pw ".qgate.ping[]" "echo no" "on:main:echo no" ".qgate.pools[]" ".qgate.kill[1]" \
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u mon:pw ".qgate.ping[]" "echo no" "on:main:echo no" ".qgate.pools[]" ".qgate.kill[1]" \
     > "$TMP/mon.out" 2>&1 || true
 expect_lines "$TMP/mon.out" '^1b$' 1
 expect_lines "$TMP/mon.out" "^'qgate: access: user mon is a monitor \\(gateway commands only\\)$" 2
 expect_lines "$TMP/mon.out" '^table\[1\] `group `paused' 1
 expect_lines "$TMP/mon.out" "^'qgate: access \\(admin only\\): \\.qgate\\.kill" 1
-timeout 10 "$BIN/qsend" -g "$G" -u mon:pw --async "neg:echo async" ".qgate.ping[]" > /dev/null 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u mon:pw --async "neg:echo async" ".qgate.ping[]" > /dev/null 2>&1 || true
 grep -qE "echo (no|async)" "$TMP/W1.log" && fail "a monitor's request reached the worker: $(cat "$TMP/W1.log")"
 wait_line "$TMP/GW.log" "debug c[0-9]+ 127\\.0\\.0\\.1:[0-9]+ mon: closed: client closed the connection" 10
 grep -qE "info  c[0-9]+ [^ ]+ mon: closed" "$TMP/GW.log" && fail "a monitor's close logged at info"
 pass "a monitor (monitor=1): .qgate.ping[] and .qgate.pools[] answered, anything for a worker refused (sync told, async dropped), admin commands refused; its closes at debug"
 
 # --- the access log: monitors left out, each request's query named ---------------------------------
-timeout 30 "$BIN/qsend" -g "$G" -u bob:pw "echo x" "echo x" > /dev/null 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u bob:pw "echo x" "echo x" > /dev/null 2>&1 || true
 wait_count "$A" " user=bob .*outcome=ok" 2 10
 expect_lines "$A" " user=bob .*outcome=ok query=\"echo x\"\$" 2
 expect_lines "$A" " user=alice .*outcome=ok query=\"echo hi\"\$" 1
@@ -58,13 +58,13 @@ grep -q " user=mon " "$A" && fail "the monitor's requests are in the access log:
 pass "the access log: the query's first bytes (access_log_query = text); no line for the monitor's requests (access_log_monitors = 0)"
 
 # --- a q error's bytes that are not UTF-8: escaped, in the access log and the log; UTF-8 kept ------
-timeout 30 "$BIN/qsend" -g "$G" -u bob:pw $'err caf\xc3\xa9\xff' > /dev/null 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u bob:pw $'err caf\xc3\xa9\xff' > /dev/null 2>&1 || true
 wait_count "$A" " user=bob .*outcome=error" 1 10
 expect_lines "$A" " user=bob .*outcome=error error=\"caf$(printf '\xc3\xa9')\\\\xff\" query=" 1
 python3 -c 'import sys; [l.decode("utf-8") for l in open(sys.argv[1], "rb")]; [l.decode("utf-8") for l in open(sys.argv[2], "rb")]' "$A" "$TMP/GW.log" ||
     fail "a line that is not UTF-8"
 # ... and a user name in UTF-8 is kept as it is, in both (at 6507bd2 each byte of it was ?)
-timeout 30 "$BIN/qsend" -g "$G" -u $'jos\xc3\xa9:pw' "echo hola" > /dev/null 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u $'jos\xc3\xa9:pw' "echo hola" > /dev/null 2>&1 || true
 wait_count "$A" " user=\"jos$(printf '\xc3\xa9')\" .*outcome=ok" 1 10
 expect_file_has "$TMP/GW.log" "c[0-9]+ [^ ]+ jos$(printf '\xc3\xa9'): "
 python3 -c 'import sys; [l.decode("utf-8") for l in open(sys.argv[1], "rb")]; [l.decode("utf-8") for l in open(sys.argv[2], "rb")]' "$A" "$TMP/GW.log" ||
@@ -81,10 +81,10 @@ printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\nloglevel = debug\n[group m
 start_gateway RG -c "$TMP/rg.conf"
 wait_line "$TMP/RG.log" "connected \\(capability 3\\)" 10
 G="127.0.0.1:$RG_PORT"
-timeout 60 "$BIN/qsend" -g "$G" -u boss:pw --pipeline "hold rg1" ".qgate.pause[\`main]" ".qgate.resume[\`main]" > "$TMP/boss.out" 2>&1 & pb=$!
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u boss:pw --pipeline "hold rg1" ".qgate.pause[\`main]" ".qgate.resume[\`main]" > "$TMP/boss.out" 2>&1 & pb=$!
 wait_line "$TMP/W1.log" "hold rg1" 10
 wait_line "$TMP/RG.log" "boss: request 2: sync" 10
-timeout 60 "$BIN/qsend" -g "$G" -u sam:pw --pipeline "echo sam1" "echo sam2" > "$TMP/sam.out" 2>&1 & ps=$!
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u sam:pw --pipeline "echo sam1" "echo sam2" > "$TMP/sam.out" 2>&1 & ps=$!
 wait_line "$TMP/RG.log" "sam: request 1: sync" 10
 printf 'boss:pw\nsam:pw\tmonitor=1\n' > "$TMP/users2"
 kill -HUP "$RG_PID"
@@ -94,9 +94,9 @@ release rg1 "$W1_PORT"
 wait "$pb" "$ps" || true
 [ "$(tr '\n' '|' < "$TMP/boss.out")" = '"rg1"|1b|1b|' ] || fail "the admin's commands sent before the reload: $(cat "$TMP/boss.out")"
 [ "$(tr '\n' '|' < "$TMP/sam.out")" = '"sam1"|"sam2"|' ] || fail "the user's requests sent before the reload: $(cat "$TMP/sam.out")"
-timeout 30 "$BIN/qsend" -g "$G" -u boss:pw ".qgate.pause[\`main]" > "$TMP/boss2.out" 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u boss:pw ".qgate.pause[\`main]" > "$TMP/boss2.out" 2>&1 || true
 expect_lines "$TMP/boss2.out" "^'qgate: access \\(admin only\\): \\.qgate\\.pause" 1
-timeout 30 "$BIN/qsend" -g "$G" -u sam:pw "echo sam3" > "$TMP/sam2.out" 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u sam:pw "echo sam3" > "$TMP/sam2.out" 2>&1 || true
 expect_lines "$TMP/sam2.out" "^'qgate: access: user sam is a monitor" 1
 pass "a reload that changes a user's rights: what the user sent before runs as it was sent (an admin's pause and resume, a user's queries), what it sends after is judged anew"
 
@@ -109,20 +109,20 @@ printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\nloglevel = debug\n[group m
 start_gateway LM -c "$TMP/lm.conf"
 wait_count "$TMP/LM.log" "connected \\(capability 3\\)" 2 10
 G="127.0.0.1:$LM_PORT"
-timeout 60 "$BIN/qsend" -g "$G" -u lim:pw "hold lm1" > "$TMP/lm1.out" 2>&1 & p1=$!
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u lim:pw "hold lm1" > "$TMP/lm1.out" 2>&1 & p1=$!
 wait_any "hold lm1" 10 "$TMP/W1.log" "$TMP/W2.log"
-timeout 60 "$BIN/qsend" -g "$G" -u lim:pw "echo lm2" > "$TMP/lm2.out" 2>&1 & p2=$!
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u lim:pw "echo lm2" > "$TMP/lm2.out" 2>&1 & p2=$!
 wait_count "$TMP/LM.log" "lim: request 0: sync" 2 10
 printf 'boss:pw\tadmin=1\n' > "$TMP/users3"
 kill -HUP "$LM_PID"
 wait_line "$TMP/LM.log" "reload: done" 10
 expect_file_has "$TMP/LM.log" "reload: user lim is no longer in the users file: its 2 connections stay until closed"
-timeout 30 "$BIN/qsend" -g "$G" -u boss:pw ".qgate.pools[]" > "$TMP/lm.pools" 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u boss:pw ".qgate.pools[]" > "$TMP/lm.pools" 2>&1 || true
 grep -qE "\\| ,\`main \\| ,0b \\| ,1 \\| ,1 \\| ,1 \\|" "$TMP/lm.pools" || fail "after the reload, lim's second request: $(cat "$TMP/lm.pools")"
 [ -s "$TMP/lm2.out" ] && fail "lim's second request ran past its max_inflight: $(cat "$TMP/lm2.out")"
 if grep -q "hold lm1" "$TMP/W1.log"; then release lm1 "$W1_PORT"; else release lm1 "$W2_PORT"; fi
 wait "$p1" "$p2" || true
 expect_lines "$TMP/lm2.out" '^"lm2"$' 1
-timeout 30 "$BIN/qsend" -g "$G" -u lim:pw "echo new" > "$TMP/lm3.out" 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u lim:pw "echo new" > "$TMP/lm3.out" 2>&1 || true
 [ -s "$TMP/lm3.out" ] && grep -q '"new"' "$TMP/lm3.out" && fail "a new connection of a removed user was let in"
 pass "a user removed from the users file: said; its connections stay with its limits as they were; new ones refused"

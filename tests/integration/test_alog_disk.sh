@@ -47,10 +47,10 @@ settled() {
     [ "$R" -gt 0 ] && { [ "$PENDING" -eq 0 ] || { [ "$PENDING" -eq 1 ] && [ -n "${1:-}" ] && [ -n "$(tail -c 1 "$1")" ]; }; }
 }
 # ping: .qgate.ping[] answered within 10 s
-ping_ok() { timeout 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" 2>&1 | grep -qx '1b'; }
+ping_ok() { timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" 2>&1 | grep -qx '1b'; }
 # alog_totals: "LINES DROPPED ERRORS" as .qgate.totals[] says (one request: its own line comes after)
 alog_totals() {
-    timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")
+    timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")
         for (i = 2; i <= nk; i++) t[k[i]] = v[i - 1]
         print t["alog_lines"] "/" t["alog_dropped"] "/" t["alog_errors"] }'
 }
@@ -58,7 +58,7 @@ alog_totals() {
 # all along (each ping answered within 10 s); its summary in $TMP/TAG.soak
 soak_with_pings() {
     local tag=$1 conns=$2 per=$3 pings=0
-    timeout 120 "$BIN/qsoak" -g "$G" -c "$conns" --requests "$per" --max-pad 100 --seconds 100 --drain 10 \
+    timeout --foreground 120 "$BIN/qsoak" -g "$G" -c "$conns" --requests "$per" --max-pad 100 --seconds 100 --drain 10 \
         > "$TMP/$tag.soak" 2> "$TMP/$tag.soak.err" & local sp=$!
     while kill -0 "$sp" 2>/dev/null; do
         ping_ok || fail "$tag: .qgate.ping[] not answered within 10 s under load"
@@ -108,7 +108,7 @@ rm "$DISK/filler"
 R0=$R L0=$L D0=$D P0=$PENDING
 qs=()
 for i in $(seq 1 100); do qs+=("echo $i"); done
-timeout 30 "$BIN/qsend" -g "$G" --pipeline "${qs[@]}" > "$TMP/q.out"
+timeout --foreground 30 "$BIN/qsend" -g "$G" --pipeline "${qs[@]}" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"[0-9]+"$' 100
 wait_for 30 "lines written + dropped = requests ended" settled
 [ "$D" -eq "$D0" ] && [ $((L - L0)) -eq $((R - R0 + P0)) ] ||
@@ -126,7 +126,7 @@ wait_exit "$GD_PID" 30
 
 # --- /dev/full: nothing written, everything dropped, every reply --------------------------------
 gateway GF /dev/full
-timeout 30 "$BIN/qsend" -g "$G" --pipeline "${qs[@]}" ".qgate.ping[]" > "$TMP/q.out"
+timeout --foreground 30 "$BIN/qsend" -g "$G" --pipeline "${qs[@]}" ".qgate.ping[]" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"[0-9]+"$' 100
 expect_lines "$TMP/q.out" '^1b$' 1
 wait_for 30 "lines written + dropped = requests ended" settled
@@ -145,7 +145,7 @@ wait_exit "$GF_PID" 30
 ulimit -S -f 8 # 8 KiB, for the qgate started now only
 gateway GZ "$TMP/limited.log"
 ulimit -S -f unlimited
-timeout 30 "$BIN/qsend" -g "$G" --pipeline "${qs[@]}" ".qgate.ping[]" > "$TMP/q.out"
+timeout --foreground 30 "$BIN/qsend" -g "$G" --pipeline "${qs[@]}" ".qgate.ping[]" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"[0-9]+"$' 100
 expect_lines "$TMP/q.out" '^1b$' 1
 wait_for 30 "lines written + dropped = requests ended" settled "$TMP/limited.log"
@@ -166,7 +166,7 @@ gateway GP "$FIFO" "writer_threads = 1"
 soak_with_pings fifo 6 1000 # 6,000 requests: about 1.2 MB of lines for a pipe of 64 KiB
 counts
 [ "$L" -lt "$R" ] || fail "the FIFO took every line ($L of $R): it was never stuck"
-timeout 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" ".qgate.stats[]" "err boom" > "$TMP/q.out" || fail "no reply with the access log stuck"
+timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" ".qgate.stats[]" "err boom" > "$TMP/q.out" || fail "no reply with the access log stuck"
 expect_lines "$TMP/q.out" '^1b$' 1
 expect_lines "$TMP/q.out" '^table\[1\] `address' 1
 expect_lines "$TMP/q.out" "^'boom\$" 1
@@ -176,7 +176,7 @@ pass "a FIFO nobody reads (writer_threads = 1): $PINGS pings during 6,000 reques
 mv "$FIFO" "$FIFO.old"
 mkfifo "$FIFO" # nobody will open this one to read
 kill -USR1 "$GP_PID"
-timeout 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" "echo after usr1" > "$TMP/q.out" || fail "no reply after SIGUSR1"
+timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" "echo after usr1" > "$TMP/q.out" || fail "no reply after SIGUSR1"
 expect_lines "$TMP/q.out" '^1b$' 1
 expect_lines "$TMP/q.out" '^"after usr1"$' 1
 pass "SIGUSR1 with the access log stuck: the next query answered"
@@ -196,13 +196,13 @@ sleep 600 <> "$FIFO2" & PIDS+=("$!") # holds it open, never reads
 gateway GM "$FIFO2"
 texts=()
 for i in $(seq 1 1000); do texts+=("echo $i"); done
-timeout 60 "$BIN/qsend" -g "$G" "${texts[@]}" > "$TMP/q.out" # about 190 KB of lines for 64 KiB
+timeout --foreground 60 "$BIN/qsend" -g "$G" "${texts[@]}" > "$TMP/q.out" # about 190 KB of lines for 64 KiB
 expect_lines "$TMP/q.out" '^"[0-9]+"$' 1000
 MOVED="$TMP/moved.log"
 sed -i "s#^access_log = .*#access_log = $MOVED#" "$TMP/GM.conf"
 kill -HUP "$GM_PID"
 wait_line "$TMP/GM.log" "access log reopened: $MOVED" 20
-timeout 10 "$BIN/qsend" -g "$G" "echo moved" > "$TMP/q.out" || fail "no reply after the reload"
+timeout --foreground 10 "$BIN/qsend" -g "$G" "echo moved" > "$TMP/q.out" || fail "no reply after the reload"
 expect_lines "$TMP/q.out" '^"moved"$' 1
 wait_line "$MOVED" "req_bytes=24 .*outcome=ok" 20
 pass "a reload that moves the access log off a FIFO nobody reads: the next lines reach the new file"
@@ -213,12 +213,12 @@ wait_exit "$GM_PID" 20
 # --- a reopen onto a FIFO nobody opens: the loop goes on; once it opens, the lines come -------------
 B="$TMP/access.log"
 gateway GR "$B"
-timeout 10 "$BIN/qsend" -g "$G" "echo before" > /dev/null
+timeout --foreground 10 "$BIN/qsend" -g "$G" "echo before" > /dev/null
 wait_line "$B" "req_bytes=25 .*outcome=ok" 10
 mv "$B" "$B.1"
 mkfifo "$B"
 kill -USR1 "$GR_PID"
-timeout 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" "echo while" "echo opening" > "$TMP/q.out" || fail "no reply while the reopen hangs"
+timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.ping[]" "echo while" "echo opening" > "$TMP/q.out" || fail "no reply while the reopen hangs"
 expect_lines "$TMP/q.out" '^1b$' 1
 expect_lines "$TMP/q.out" '^"(while|opening)"$' 2
 wait_line "$TMP/GR.log" "access log $B: a FIFO with no reader: its lines wait for one\$" 10 # (said: at a

@@ -16,14 +16,14 @@ wait_count "$TMP/GW.log" "connected \\(capability 3\\)" 2 10
 "$BIN/qsend" -g "$G" -u bob:bobpw "hold b1" > "$TMP/b1.out" & b1=$!
 "$BIN/qsend" -g "$G" -u bob:bobpw "hold b2" > "$TMP/b2.out" & b2=$!
 wait_count "$TMP/GW.log" " bob: request 0: sync" 2 10    # both connected, both asked
-timeout 5 "$BIN/qsend" -g "$G" -u bob:bobpw "echo third" > "$TMP/b3.out" || true
+timeout --foreground 5 "$BIN/qsend" -g "$G" -u bob:bobpw "echo third" > "$TMP/b3.out" || true
 expect_lines "$TMP/b3.out" "^'access\$" 1
 expect_file_has "$TMP/GW.log" "user 'bob' already has 2 connections \\(max_conns\\): refused"
 
 # --- max_inflight: bob's second request waits while carol's runs on the other worker -------
-timeout 10 "$BIN/qsend" -g "$G" -u carol:carolpw "sleep 300" > "$TMP/c1.out"
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:carolpw "sleep 300" > "$TMP/c1.out"
 expect_lines "$TMP/c1.out" '^300$' 1
-timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out" || true
+timeout --foreground 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out" || true
 # the two bob clients: one running, one with its request held back (requests 1, running 0)
 expect_file_has "$TMP/cl.out" "^table\\[3\\] \`id \`user \`peer \`group \`state \`requests \`running"
 grep -q '`bob`bob' "$TMP/cl.out" || grep -q '`bob`alice`bob\|`alice`bob`bob\|`bob`alice' "$TMP/cl.out" || fail "clients table: $(cat "$TMP/cl.out")"
@@ -41,20 +41,20 @@ expect_lines "$TMP/b2.out" '^"b2"$' 1
 pass "max_conns closes the extra connection; max_inflight holds a user's second request back"
 
 # --- admin-only commands ---------------------------------------------------------------------
-timeout 5 "$BIN/qsend" -g "$G" -u carol:carolpw ".qgate.reload[]" ".qgate.clients[]" ".qgate.disconnect[1]" ".qgate.ping[]" > "$TMP/q.out" || true
+timeout --foreground 5 "$BIN/qsend" -g "$G" -u carol:carolpw ".qgate.reload[]" ".qgate.clients[]" ".qgate.disconnect[1]" ".qgate.ping[]" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" "^'qgate: access \\(admin only\\): " 3
 expect_lines "$TMP/q.out" '^1b$' 1
-timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.reload[]" > "$TMP/q.out" || true
+timeout --foreground 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.reload[]" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" '^1b$' 1
 expect_file_has "$TMP/GW.log" "qgate.reload\\[\\] by admin alice"
 # alice disconnects a waiting client of carol's by its id
 "$BIN/qsend" -g "$G" -u carol:carolpw "hold c2" > "$TMP/c2.out" & c2=$!
 wait_any "hold c2" 10 "$TMP/W1.log" "$TMP/W2.log"
-timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out" || true
+timeout --foreground 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out" || true
 # columns after " | ": ids, then users; carol's id is at her position among the users
 cid=$(awk -F' [|] ' '{ n = split($2, ids, " "); split(substr($3, 2), us, "`"); for (i = 1; i <= n; i++) if (us[i] == "carol") print ids[i] }' "$TMP/cl.out")
 [ -n "$cid" ] || fail "no client of carol's in: $(cat "$TMP/cl.out")"
-timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.disconnect[$cid]" ".qgate.disconnect[9999]" > "$TMP/q.out" || true
+timeout --foreground 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.disconnect[$cid]" ".qgate.disconnect[9999]" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" '^1b$' 1
 expect_lines "$TMP/q.out" "^'qgate: no client 9999\$" 1
 wait "$c2" || true

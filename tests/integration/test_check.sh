@@ -130,11 +130,11 @@ printf '[gateway]\nusers_file = %s\n\n[group main]\nworkers = %s\n\n[group main]
 kill -HUP "$GW_PID"
 wait_line "$TMP/GW.log" "$(re "reload failed, keeping the running configuration: $G_CONF:7: [group main] again (first at line 4)")" 10
 printf '[gateway]\nusers_file = %s\nmax_queue = 5\nmax_queue = 6\n[group main]\nworkers = 127.0.0.1:%s\n' "$U" "$W2_PORT" > "$G_CONF"
-timeout 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.reload[]" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.reload[]" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" "^$(re "'qgate: reload failed: $G_CONF:4: max_queue again (first at line 3)")\$" 1
 printf '[gateway]\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$U" "$W2_PORT" > "$G_CONF"
 printf 'alice:wonder\tadmin=1\nbob:pw max_inflight=1\n' > "$U"
-timeout 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.reload[]" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.reload[]" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" "^$(re "'qgate: reload failed: users file: $U:2: user 'bob': a space before 'max_inflight='")" 1
 # a file that moves port (a restart's key: kept) and names the running port as a worker: checked
 # as it would run, refused (at 3929a8f taken: the gateway sent its clients' queries to itself)
@@ -144,10 +144,10 @@ kill -HUP "$GW_PID"
 wait_line "$TMP/GW.log" "$(re "reload failed, keeping the running configuration: $G_CONF:5: group main: worker '127.0.0.1:$GW_PORT' is this gateway's own port")" 10
 wait_count "$TMP/GW.log" "reload failed, keeping the running configuration" 4 10
 grep -q "reload: done\|adding worker\|removing worker" "$TMP/GW.log" && fail "a refused reload changed something: $(grep reload "$TMP/GW.log")"
-timeout 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
 expect_file_has "$TMP/q.out" "$(re "\`$W1A")"
 grep -q "$W2_PORT" "$TMP/q.out" && fail "W2 joined after a refused reload: $(cat "$TMP/q.out")"
-timeout 10 "$BIN/qsend" -g "$G" -u alice:wonder "echo still" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u alice:wonder "echo still" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"still"$' 1
 pass "a reload of a file with a group or key twice, of a bad users file, or naming the running port as a worker: refused with file:line, the running configuration kept"
 

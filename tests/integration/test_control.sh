@@ -20,10 +20,10 @@ CONF
 start_gateway GW -c "$TMP/gw.conf"
 G="127.0.0.1:$GW_PORT"
 wait_count "$TMP/GW.log" "connected \\(capability 3\\)" 2 10
-admin() { timeout 60 "$BIN/qsend" -g "$G" -u alice:pw "$@" > "$TMP/a.out" 2>&1 || true; }
-user() { timeout 60 "$BIN/qsend" -g "$G" -u bob:pw "$@" > "$TMP/u.out" 2>&1 || true; }
+admin() { timeout --foreground 60 "$BIN/qsend" -g "$G" -u alice:pw "$@" > "$TMP/a.out" 2>&1 || true; }
+user() { timeout --foreground 60 "$BIN/qsend" -g "$G" -u bob:pw "$@" > "$TMP/u.out" 2>&1 || true; }
 # pools_has REGEX: .qgate.pools[] (asked by bob) matches
-pools_has() { timeout 10 "$BIN/qsend" -g "$G" -u bob:pw ".qgate.pools[]" | grep -qE "$1"; }
+pools_has() { timeout --foreground 10 "$BIN/qsend" -g "$G" -u bob:pw ".qgate.pools[]" | grep -qE "$1"; }
 # served N: requests the workers have logged (each logs what it runs as it starts it)
 served() { cat "$TMP/W1.log" "$TMP/W2.log" | grep -cE "qworker [^ ]+: (fast|echo|hold|sleep)" || true; }
 served_by() { grep -cE "qworker [^ ]+: (fast|echo)" "$TMP/$1.log" || true; }
@@ -123,7 +123,7 @@ pass "under load: the pause returned with nothing running, nothing ran while 7 c
 
 admin ".qgate.disable[\`$W1A]"
 expect_lines "$TMP/a.out" '^1b$' 1
-w1_disabled() { timeout 10 "$BIN/qsend" -g "$G" -u alice:pw ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| \`$W1A\`$W2A \\| \`main\`main \\| \`disabled\`(idle|busy) \\|"; }
+w1_disabled() { timeout --foreground 10 "$BIN/qsend" -g "$G" -u alice:pw ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| \`$W1A\`$W2A \\| \`main\`main \\| \`disabled\`(idle|busy) \\|"; }
 wait_for 20 "W1 disabled" w1_disabled
 wait_for 10 "pools showing it" pools_has "\\| ,\`main \\| ,0b \\| ,[0-9]+ \\| ,[0-9]+ \\| ,[0-9]+ \\| ,0 \\| ,1 \\|"
 a1=$(served_by W1) b1=$(served_by W2)
@@ -203,7 +203,7 @@ release s3 "$W1_PORT" "$W2_PORT"
 wait "$sp"
 printf '"s3"\n"s4"\n' | diff -u - "$TMP/s.out" || fail "the session on the disabled worker"
 [ "$(which_has "echo s4")" = "$SW" ] || fail "the session lost its disabled worker"
-sw_disabled() { timeout 10 "$BIN/qsend" -g "$G" -u bob:pw ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| \`(disabled\`idle|idle\`disabled) \\|"; }
+sw_disabled() { timeout --foreground 10 "$BIN/qsend" -g "$G" -u bob:pw ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| \`(disabled\`idle|idle\`disabled) \\|"; }
 wait_for 10 "the worker disabled once its session ended" sw_disabled
 admin "call:.qgate.enable:$SWA"
 expect_lines "$TMP/a.out" '^1b$' 1
@@ -260,17 +260,17 @@ pass "a gateway command sent async runs without a reply (pause, resume); refused
 cp "$TMP/gw.conf" "$TMP/dg.conf" # (main: W1 and W2)
 start_gateway DG -c "$TMP/dg.conf"
 wait_count "$TMP/DG.log" "connected \\(capability 3\\)" 2 10
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.disable[\`$W2A]" > "$TMP/a.out"
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.disable[\`$W2A]" > "$TMP/a.out"
 expect_lines "$TMP/a.out" '^1b$' 1
 printf '[group rep]\nworkers = %s\n[group two]\nworkers = %s\npipeline = 2\n' "$W2A" "$W2A" >> "$TMP/dg.conf"
 kill -HUP "$DG_PID"
 wait_line "$TMP/DG.log" "reload: done" 10
 wait_count "$TMP/DG.log" "connected \\(capability 3\\)" 5 10
 expect_lines "$TMP/DG.log" "w $W2A(#1)?: group (rep|two): disabled, as the other connections to this q are" 3
-dg_stats() { timeout 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.stats[]" > "$TMP/dg.out"; }
+dg_stats() { timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.stats[]" > "$TMP/dg.out"; }
 all_disabled() { dg_stats; grep -qE "^table\\[4\\] .* \\| \`main\`main\`rep\`two \\| \`idle\`disabled\`disabled\`disabled \\|" "$TMP/dg.out"; }
 wait_for 10 "every connection to W2 disabled" all_disabled
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.pools[]" > "$TMP/dg.out"
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" -u alice:pw ".qgate.pools[]" > "$TMP/dg.out"
 expect_lines "$TMP/dg.out" "^table\\[3\\] " 1
 kill "$DG_PID"
 # ... whatever the order of the groups in the file: one that leaves the q listed before the one
@@ -279,12 +279,12 @@ printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = %s
     "$TMP/users" "$W1A" "$W2A" > "$TMP/dg2.conf"
 start_gateway DH -c "$TMP/dg2.conf"
 wait_count "$TMP/DH.log" "connected \\(capability 3\\)" 2 10
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$DH_PORT" -u alice:pw ".qgate.disable[\`$W2A]" > "$TMP/a.out"
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$DH_PORT" -u alice:pw ".qgate.disable[\`$W2A]" > "$TMP/a.out"
 printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group pipe]\nworkers = %s\n[group main]\nworkers = %s,%s\n' \
     "$TMP/users" "$W1A" "$W1A" "$W2A" > "$TMP/dg2.conf"
 kill -HUP "$DH_PID"
 wait_line "$TMP/DH.log" "reload: done" 10
-moved_disabled() { timeout 5 "$BIN/qsend" -g "127.0.0.1:$DH_PORT" -u alice:pw ".qgate.stats[]" |
+moved_disabled() { timeout --foreground 5 "$BIN/qsend" -g "127.0.0.1:$DH_PORT" -u alice:pw ".qgate.stats[]" |
                    grep -qE "^table\\[3\\] .* \\| \`$W1A\`$W2A\`$W1A \\| \`main\`main\`pipe \\| \`idle\`disabled\`idle \\|"; }
 wait_for 10 "the q moved to main still disabled" moved_disabled
 kill "$DH_PID"

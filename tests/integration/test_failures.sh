@@ -15,7 +15,7 @@ conf() { # conf FILE WORKERS KEY=VALUE...: a config with one group
 raw_open() { exec 3<>"/dev/tcp/127.0.0.1/$1"; }
 raw_close() { exec 3<&- 3>&-; }
 # raw_drain FILE: everything the gateway sends on fd 3 until it closes (at most 10 s)
-raw_drain() { timeout 10 cat <&3 > "$1" || true; }
+raw_drain() { timeout --foreground 10 cat <&3 > "$1" || true; }
 hex() { od -An -tx1 -v "$1" | tr -d ' \n'; }
 # the bytes of a response carrying q error TEXT
 err_hex() {
@@ -43,7 +43,7 @@ conf "$TMP/b.conf" "$WADDR" handshake_timeout=300
 start_gateway Bg -c "$TMP/b.conf"
 raw_open "$Bg_PORT"
 printf 'slow' >&3
-set +e; timeout 10 cat <&3 > "$TMP/out"; rc=$?; set -e
+set +e; timeout --foreground 10 cat <&3 > "$TMP/out"; rc=$?; set -e
 [ "$rc" -eq 0 ] || fail "the gateway did not close a stalled handshake"
 [ ! -s "$TMP/out" ] || fail "a stalled handshake got bytes back"
 raw_close
@@ -60,7 +60,7 @@ grep -q '^qgate: this port serves kdb+ IPC' "$TMP/http.body" || fail "HTTP on th
 raw_open "$H_PORT"
 printf 'GE' >&3
 printf 'T / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nContent-Length: 100000\r\n\r\nxx' >&3
-set +e; timeout 10 cat <&3 > "$TMP/out"; rc=$?; set -e
+set +e; timeout --foreground 10 cat <&3 > "$TMP/out"; rc=$?; set -e
 [ "$rc" -eq 0 ] || fail "the gateway did not close an HTTP client"
 grep -q '^HTTP/1.1 501 ' "$TMP/out" || fail "a WebSocket upgrade got: $(head -c 80 "$TMP/out")"
 raw_close
@@ -194,7 +194,7 @@ pass "a compressed reply: a q error is counted and logged as one, another reply 
 conf "$TMP/zc.conf" "127.0.0.1:$WE_PORT" "access_log=$TMP/zc.alog" compress_max=2500
 start_gateway ZC -c "$TMP/zc.conf"
 wait_line "$TMP/ZC.log" "connected \\(capability" 10
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$ZC_PORT" --cap 1 "err $E" "all:main:err oops" "echo after" "text 100000" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$ZC_PORT" --cap 1 "err $E" "all:main:err oops" "echo after" "text 100000" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" "^'qgate: reply too large for capability 1 \\(3010 bytes, over compress_max\\)\$" 1
 # (one whose compressed size is over compress_max already is refused unread: the size said is
 # the compressed one, and says so; before, the same words as a decompressed size)
@@ -255,7 +255,7 @@ start_worker WO --rows 10
 conf "$TMP/ao.conf" "$WADDR, 127.0.0.1:$WO_PORT" query_timeout=500
 start_gateway AO -c "$TMP/ao.conf"
 wait_count "$TMP/AO.log" "connected \\(capability 3\\)" 2 10
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$AO_PORT" --pipeline "neg:sleep 1000" "neg:echo A1" "neg:echo A2" "echo B" \
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$AO_PORT" --pipeline "neg:sleep 1000" "neg:echo A1" "neg:echo A2" "echo B" \
     > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"B"$' 1
 grep -q "echo A2" "$TMP/W.log" "$TMP/WO.log" || fail "echo B was answered before async echo A2 ran"
@@ -270,7 +270,7 @@ start_worker WC --rows 10
 conf "$TMP/ac.conf" "127.0.0.1:$WC_PORT" query_timeout=500
 start_gateway AC -c "$TMP/ac.conf"
 wait_line "$TMP/AC.log" "connected \\(capability 3\\)" 10
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --nest "wait:$TMP/ac.go" "neg:callback cbA" "echo A2" > "$TMP/ac.out" 2>&1 & pa=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --nest "wait:$TMP/ac.go" "neg:callback cbA" "echo A2" > "$TMP/ac.out" 2>&1 & pa=$!
 wait_line "$TMP/AC.log" "no reply byte for 500 ms: dropping the connection" 10
 touch "$TMP/ac.go"
 wait "$pa" || true
@@ -280,9 +280,9 @@ expect_lines "$TMP/ac.out" '^"A2"$' 1
 conf "$TMP/ag.conf" "127.0.0.1:$WC_PORT, $WADDR" query_timeout=500 max_clients=1 reconnect_min=50
 start_gateway AG -c "$TMP/ag.conf"
 wait_count "$TMP/AG.log" "connected \\(capability 3\\)" 2 10
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "neg:sleep 3000" > /dev/null 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "neg:sleep 3000" > /dev/null 2>&1 || true
 wait_line "$TMP/AG.log" "its async messages timed out at the worker after it had left" 10
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "echo other" > "$TMP/ag.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$AG_PORT" "echo other" > "$TMP/ag.out" 2>&1 || true
 expect_lines "$TMP/ag.out" '^"other"$' 1
 # ... but one that shut its side (a half-close) inside their callback, a call it made there unanswered,
 # gets that call's error first, then the close (before: closed at once, the error lost with it; the
@@ -291,7 +291,7 @@ start_worker WH --rows 10
 conf "$TMP/ah.conf" "127.0.0.1:$WH_PORT" query_timeout=500
 start_gateway AH -c "$TMP/ah.conf"
 wait_line "$TMP/AH.log" "connected \\(capability 3\\)" 10
-timeout 30 python3 - "$AH_PORT" > "$TMP/ah.out" 2>&1 <<'PY' || fail "the client: $(cat "$TMP/ah.out")"
+timeout --foreground 30 python3 - "$AH_PORT" > "$TMP/ah.out" 2>&1 <<'PY' || fail "the client: $(cat "$TMP/ah.out")"
 import socket, struct, sys
 def cv(s, t):
     b = s.encode()
@@ -351,7 +351,7 @@ pass "query_timeout in a broadcast group: reconnected once the worker closed the
 # the same wait, then a reload takes the worker out (another in its place): the old connection is
 # closed with it, nothing waits for it any more, and the group goes on with the new worker
 start_worker W2
-q_bt() { timeout 10 "$BIN/qsend" -g "127.0.0.1:$BT_PORT" "$@" > "$TMP/q.out" 2>&1 || true; }
+q_bt() { timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$BT_PORT" "$@" > "$TMP/q.out" 2>&1 || true; }
 q_bt "neg:hold bt2"
 wait_count "$TMP/BT.log" "connecting again once it has closed its end" 2 10
 sed -i "s/^workers = .*/workers = 127.0.0.1:$W2_PORT/" "$TMP/bt.conf"
@@ -460,7 +460,7 @@ head -c 1 <&3 > /dev/null
 printf '\001\001\000\000\033\000\000\000\012\000\015\000\000\000rows 10000000' >&3
 head -c 1000000 <&3 > "$TMP/out"    # the first MB, then it stops reading: the rest waits
 kill -9 "$M_PID"
-timeout 30 cat <&3 >> "$TMP/out" || true
+timeout --foreground 30 cat <&3 >> "$TMP/out" || true
 raw_close
 got=$(stat -c %s "$TMP/out")
 [ "$got" -ge 1000000 ] && [ "$got" -lt 150000000 ] || fail "mid-stream loss: got $got bytes"
@@ -496,7 +496,7 @@ pass "client gone while queued: its request still ran; while running or streamin
 
 # --- a client that shuts its side once it has sent (a half-close) gets every reply, in order,
 # then the close: q answers what it read before it sees the close (qgate dropped them)
-timeout 30 "$BIN/qsend" -g "$G" --wire --shut "sleep 300" "echo a" "text 3000000" "err boom" "echo b" > "$TMP/h.out" \
+timeout --foreground 30 "$BIN/qsend" -g "$G" --wire --shut "sleep 300" "echo a" "text 3000000" "err boom" "echo b" > "$TMP/h.out" \
     2> "$TMP/h.wire" || fail "half-close: $(head -c 300 "$TMP/h.out")"
 [ "$(wc -l < "$TMP/h.out")" -eq 5 ] || fail "half-close: $(cut -c1-40 "$TMP/h.out")"
 [ "$(cut -c1-14 "$TMP/h.out" | tr '\n' '|')" = '300|"a"|"qgate 0 qgate|'"'"'boom|"b"|' ] || fail "half-close: $(cut -c1-40 "$TMP/h.out")"
@@ -506,7 +506,7 @@ q "echo after"
 expect_lines "$TMP/q.out" '^"after"$' 1
 # ... a bad message among them (compressed: checked on a reader) is answered 'qgate: badmsg there
 printf '\001\001\001\000\017\000\000\000\144\000\000\000\001\000\005' > "$TMP/badz.bin" # a reference to no byte
-timeout 30 "$BIN/qsend" -g "$G" --shut "echo a" "bytes:$TMP/badz.bin" "echo b" > "$TMP/h.out" 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" --shut "echo a" "bytes:$TMP/badz.bin" "echo b" > "$TMP/h.out" 2>&1 || true
 [ "$(tr '\n' '|' < "$TMP/h.out")" = '"a"|'"'"'qgate: badmsg bad compressed message: back-reference to an empty slot|'"'"'close|' ] ||
     fail "half-close, bad message: $(cat "$TMP/h.out")"
 pass "a client that shuts its side after its requests (a half-close) gets every reply, in order, then the close (a bad message's 'qgate: badmsg too)"
@@ -583,7 +583,7 @@ pass "what a client sends nested waits at client_max_pending unsent to its worke
 start_worker WN
 conf "$TMP/n.conf" "127.0.0.1:$WN_PORT"
 start_gateway NG -c "$TMP/n.conf"
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$NG_PORT" --timeout 30000 --nest "sleep 30000" "callback outer" > "$TMP/n.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$NG_PORT" --timeout 30000 --nest "sleep 30000" "callback outer" > "$TMP/n.out" 2>&1 &
 np=$!
 wait_line "$TMP/WN.log" "sleep 30000"
 kill -9 "$WN_PID"
@@ -602,7 +602,7 @@ start_worker WL
 start_worker WM
 conf "$TMP/l.conf" "127.0.0.1:$WL_PORT, 127.0.0.1:$WM_PORT"
 start_gateway LG -c "$TMP/l.conf"
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$LG_PORT" --timeout 30000 --nest "wait:$TMP/l.go||echo n1||sleep 100||echo n2" \
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$LG_PORT" --timeout 30000 --nest "wait:$TMP/l.go||echo n1||sleep 100||echo n2" \
     "callback outer" "echo after" > "$TMP/l.out" 2>&1 &
 lp=$!
 wait_any "calling back" 10 "$TMP/WL.log" "$TMP/WM.log"
@@ -625,7 +625,7 @@ pass "the worker lost while its client is inside its callback: each call made th
 start_worker WL2
 conf "$TMP/l2.conf" "127.0.0.1:$WL2_PORT"
 start_gateway L2 -c "$TMP/l2.conf"
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$L2_PORT" --timeout 30000 --nest "callback inner" --nest "wait:$TMP/l2.go||echo d2a" \
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$L2_PORT" --timeout 30000 --nest "callback inner" --nest "wait:$TMP/l2.go||echo d2a" \
     "callback outer" > "$TMP/l2.out" 2>&1 &
 lp=$!
 wait_count "$TMP/WL2.log" "calling back" 2 10
@@ -643,7 +643,7 @@ start_worker WL3
 conf "$TMP/l3.conf" "127.0.0.1:$WL3_PORT"
 start_gateway L3 -c "$TMP/l3.conf"
 printf '\001\001\000\000\016\000\000\000\143\000\001\000\000\000' > "$TMP/l3.bad" # a count cut short
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$L3_PORT" --timeout 30000 --nest "wait:$TMP/l3.go||echo s1||bytes:$TMP/l3.bad" \
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$L3_PORT" --timeout 30000 --nest "wait:$TMP/l3.go||echo s1||bytes:$TMP/l3.bad" \
     "callback outer" > "$TMP/l3.out" 2>&1 &
 lp=$!
 wait_line "$TMP/WL3.log" "calling back" 10
@@ -666,7 +666,7 @@ for mode in all all-partial; do
     conf "$TMP/f.conf" "127.0.0.1:$WF1_PORT, 127.0.0.1:$WF2_PORT" loglevel=debug
     start_gateway FG -c "$TMP/f.conf"
     rm -f "$TMP/f.go"
-    timeout 60 "$BIN/qsend" -g "127.0.0.1:$FG_PORT" --timeout 30000 --nest "wait:$TMP/f.go||echo n1||echo n2" \
+    timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$FG_PORT" --timeout 30000 --nest "wait:$TMP/f.go||echo n1||echo n2" \
         "$mode:main:callback outer" "echo after" > "$TMP/f.out" 2>&1 &
     fp=$!
     wait_line "$TMP/FG.log" ": its callback waits: .* answers another part's first" 10 # (the other's is out)
@@ -696,7 +696,7 @@ start_worker WT1
 start_worker WT2
 conf "$TMP/t2.conf" "127.0.0.1:$WT1_PORT, 127.0.0.1:$WT2_PORT" query_timeout=20000
 start_gateway TG -c "$TMP/t2.conf"
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$TG_PORT" --timeout 10000 "twocalls cb" "all:main:twocalls cb" \
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$TG_PORT" --timeout 10000 "twocalls cb" "all:main:twocalls cb" \
     "all-partial:main:twocalls cb" > "$TMP/t2.out" 2>&1 || fail "two callbacks at once: $(cat "$TMP/t2.out")"
 printf '%s\n' '"qsend got: cb"' '"qsend got: cbqsend got: cb"' \
     "\`workers\`result!(\`127.0.0.1:$WT1_PORT\`127.0.0.1:$WT2_PORT;\"qsend got: cbqsend got: cb\")" |
@@ -712,7 +712,7 @@ start_worker WP
 conf "$TMP/wp.conf" "127.0.0.1:$WP_PORT"
 start_gateway WPG -c "$TMP/wp.conf"
 rm -f "$TMP/wp.go"
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$WPG_PORT" --timeout 30000 --nest "neg:notify 1 pub||wait:$TMP/wp.go||echo t" \
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$WPG_PORT" --timeout 30000 --nest "neg:notify 1 pub||wait:$TMP/wp.go||echo t" \
     "callback outer" > "$TMP/wp.out" 2>&1 &
 wpp=$!
 wait_line "$TMP/WP.log" "nested async message, while in a callback" 10 # (it has published)
@@ -778,15 +778,15 @@ conf "$TMP/u.conf" "$WADDR" "users_file=$TMP/users"
 start_gateway Ug -c "$TMP/u.conf"
 G="127.0.0.1:$Ug_PORT"
 for cred in alice:wonder bob:builder carol:s3cret; do
-    timeout 10 "$BIN/qsend" -g "$G" -u "$cred" "echo in" > "$TMP/q.out" || true
+    timeout --foreground 10 "$BIN/qsend" -g "$G" -u "$cred" "echo in" > "$TMP/q.out" || true
     expect_lines "$TMP/q.out" '^"in"$' 1
 done
 for cred in alice:wrong bob:$(printf 'builder' | md5sum | cut -d' ' -f1) mallory:x ""; do
-    timeout 10 "$BIN/qsend" -g "$G" ${cred:+-u "$cred"} "echo in" > "$TMP/q.out" || true
+    timeout --foreground 10 "$BIN/qsend" -g "$G" ${cred:+-u "$cred"} "echo in" > "$TMP/q.out" || true
     expect_lines "$TMP/q.out" "^'access\$" 1
 done
 expect_file_has "$TMP/Ug.log" "access denied: user 'alice' from 127.0.0.1:[0-9]+" # the first; the rest within 1 s counted
-timeout 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.totals[]" > "$TMP/q.out"
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.totals[]" > "$TMP/q.out"
 [ "$(awk -F'!' '{ split($1, k, "`"); split($2, v, " "); for (i = 2; i in k; i++) if (k[i] == "refused_access") print v[i - 1] }' "$TMP/q.out")" = 4 ] ||
     fail "4 bad logins not counted as refused_access: $(cat "$TMP/q.out")"
 pass "users file: plain, MD5 and SHA-1 accepted; bad credentials closed without a byte"

@@ -16,9 +16,9 @@ G="127.0.0.1:$G_PORT"
 # --- 4 workers x 1,000,000 rows: the merged table is the 4 direct answers, razed -------------
 for i in 1 2 3 4; do
     p="W${i}_PORT"
-    timeout 60 "$BIN/qsend" -g "127.0.0.1:${!p}" --raw "$TMP/d$i.bin" "rows $ROWS" > /dev/null
+    timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:${!p}" --raw "$TMP/d$i.bin" "rows $ROWS" > /dev/null
 done
-timeout 120 "$BIN/qsend" -g "$G" --raw "$TMP/f.bin" "all:main:rows $ROWS" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 120 "$BIN/qsend" -g "$G" --raw "$TMP/f.bin" "all:main:rows $ROWS" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" "^table\\[$((4 * ROWS))\\] \`a" 1
 # q's bytes of raze: a one-column table of strings is header, 17 bytes (98 0 99, the names,
 # the list of columns), the column's type, attribute and count, then its items: the merge is
@@ -64,7 +64,7 @@ pass "a .qgate.all's workers publish to its client and call it back, each answer
 # a time (the next once the last is answered): a q client blocked in a call runs a callback it
 # reads meanwhile nested and answers it first, and answers are matched to callbacks in order.
 # (Before: the nested calls waited behind the .qgate.all, for ever.)
-timeout 60 "$BIN/qsend" -g "$G" --timeout 30000 --nest ".qgate.ping[]||echo inner" "all-list:main:callback cb %p" \
+timeout --foreground 60 "$BIN/qsend" -g "$G" --timeout 30000 --nest ".qgate.ping[]||echo inner" "all-list:main:callback cb %p" \
     "echo after" > "$TMP/n.out" 2>&1 || true
 { for i in 1 2 3 4; do
       printf '%s\n' 'nested: 1b' "nested: 'qgate: a request cannot run inside a .qgate.all's callback (its workers wait on this client); send it after the callback's answer"
@@ -112,7 +112,7 @@ if case != 'ahead':
     out.append('closed' if k.recv(1) == b'' else 'open')
 print(' '.join(out))
 PY
-timeout 30 python3 "$TMP/fa.py" "$G_PORT" ahead 6 > "$TMP/ahead.out" 2>&1 || true
+timeout --foreground 30 python3 "$TMP/fa.py" "$G_PORT" ahead 6 > "$TMP/ahead.out" 2>&1 || true
 echo 'call call call call ABCD 1b' | cmp -s - "$TMP/ahead.out" || fail "answers sent ahead of a .qgate.all's callbacks: $(cat "$TMP/ahead.out")"
 pass "... and answers sent before its callbacks ask, a command between: each callback takes the next, the command after"
 # ... and a bad message behind them: the callbacks that read an answer sent before it pass, and
@@ -125,7 +125,7 @@ pass "... and answers sent before its callbacks ask, a command between: each cal
 for c in "aheadhdr 5 call call call err badmsg closed" "badfirst 3 call err badmsg closed" "bad 3 call err badmsg closed" \
     "aheadbad 4 call call err badmsg closed" "bigfirst 3 call err badmsg closed" "badans 3 call err badmsg closed"; do
     set -- $c
-    timeout 30 python3 "$TMP/fa.py" "$G_PORT" "$1" "$2" > "$TMP/fa.out" 2>&1 || true
+    timeout --foreground 30 python3 "$TMP/fa.py" "$G_PORT" "$1" "$2" > "$TMP/fa.out" 2>&1 || true
     shift 2
     echo "$*" | cmp -s - "$TMP/fa.out" || fail "a bad message behind a .qgate.all's callbacks: $(cat "$TMP/fa.out")"
 done
@@ -136,13 +136,13 @@ pass "... and a bad message behind them: read in its place, no further callback 
 # for it inside the callback), then the close, as anywhere (before: "cannot run inside a
 # .qgate.all's callback" for both, and the connection kept)
 A3K=$(printf 'a%.0s' $(seq 1 3000))
-timeout 60 "$BIN/qsend" -g "$G" --timeout 30000 --compress --nest ".qgate.ping[] / $A3K" "all-list:main:callback cb %p" \
+timeout --foreground 60 "$BIN/qsend" -g "$G" --timeout 30000 --compress --nest ".qgate.ping[] / $A3K" "all-list:main:callback cb %p" \
     > "$TMP/n.out" 2> /dev/null || true
 [ "$(grep -c "^nested: 'qgate: bad command: a command is .qgate.name\[\] or (\`.qgate.name; arg), under 1024 bytes\$" "$TMP/n.out")" = 4 ] ||
     fail "a compressed command inside a .qgate.all's callback: $(cut -c1-120 "$TMP/n.out")"
 python3 -c "import struct, sys; b = b'\x0a\x00' + struct.pack('<i', 30000) + b'a' * 20000
 sys.stdout.buffer.write(b'\x01\x01\x00\x00' + struct.pack('<i', 8 + len(b)) + b)" > "$TMP/bad20k.bin" # (count past its end)
-timeout 60 "$BIN/qsend" -g "$G" --timeout 30000 --nest "bytes:$TMP/bad20k.bin" "all-list:main:callback cb %p" "echo after" \
+timeout --foreground 60 "$BIN/qsend" -g "$G" --timeout 30000 --nest "bytes:$TMP/bad20k.bin" "all-list:main:callback cb %p" "echo after" \
     > "$TMP/n.out" 2>&1 || true
 printf '%s\n' "nested: 'qgate: badmsg count past end of message at byte 10" \
     "'qgate: no answer comes: the client of this request has gone, or sent a bad message" "'close" | cmp -s - "$TMP/n.out" ||
@@ -162,7 +162,7 @@ printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 60000\nreconnect_max = 6000
     "$FA_PORT" "$FB_PORT" > "$TMP/fl.conf"
 start_gateway FL -c "$TMP/fl.conf" --loglevel debug
 wait_count "$TMP/FL.log" "connected \\(capability" 2 10
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$FL_PORT" --timeout 30000 --nest "wait:$TMP/fl.go||.qgate.ping[]" \
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$FL_PORT" --timeout 30000 --nest "wait:$TMP/fl.go||.qgate.ping[]" \
     "all-partial:fan:callback cb %p" > "$TMP/fl.out" 2>&1 & fl=$!
 wait_line "$TMP/FL.log" "its callback waits: .* answers another part's first" 20
 second=$(sed -n 's/.*w 127\.0\.0\.1:\([0-9]*\): its callback waits.*/\1/p' "$TMP/FL.log" | head -n 1)
@@ -177,9 +177,9 @@ pass "a .qgate.all's worker lost while the client is in its callback: the other'
 
 # --- counted as the requests they are: a .qgate.all answered with a q error is one of
 # .qgate.totals[]'s errors, and each worker's part is one of its group's (and its own) requests
-totals() { timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")
+totals() { timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")
                for (i = 2; i <= nk; i++) t[k[i]] = v[i - 1]; print t["requests"], t["ok"], t["errors"] }'; }
-pools() { timeout 10 "$BIN/qsend" -g "$G" ".qgate.pools[]" | awk -F' [|] ,' '{ print $10, $11 }'; }
+pools() { timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.pools[]" | awk -F' [|] ,' '{ print $10, $11 }'; }
 read -r r0 ok0 e0 <<< "$(totals)"
 read -r s0 pe0 <<< "$(pools)"
 q "all:main:err boom3" "all:main:echo z"
@@ -199,17 +199,17 @@ expect_lines "$TMP/q.out" "^\`workers\`result!\($WS;\(\"ab\";\"ab\";\"ab\";\"ab\
 BIG=$(head -c 30000 /dev/zero | tr '\0' y)
 for z in "" --compress; do
     rm -f "$TMP/big.bin"
-    timeout 60 "$BIN/qsend" -g "$G" $z --raw "$TMP/big.bin" "all:main:echo $BIG" > "$TMP/q.out" 2>&1 || true
+    timeout --foreground 60 "$BIN/qsend" -g "$G" $z --raw "$TMP/big.bin" "all:main:echo $BIG" > "$TMP/q.out" 2>&1 || true
     [ "$(stat -c %s "$TMP/big.bin")" -eq $((8 + 6 + 4 * 30000)) ] && [ "$(tail -c 120000 "$TMP/big.bin" | tr -d y | wc -c)" -eq 0 ] ||
         fail ".qgate.all of a 30 KB query ${z:-plain}: $(head -c 200 "$TMP/q.out")"
 done
 pass "\`partial and \`list\`partial read; a .qgate.all of a 30 KB query (plain, compressed) runs on every worker, merged"
 
 # --- a worker lost midway: the whole request fails (with `partial, the others answer) ------
-timeout 60 "$BIN/qsend" -g "$G" "all:main:hold fo1" "echo after" > "$TMP/l.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "$G" "all:main:hold fo1" "echo after" > "$TMP/l.out" 2>&1 &
 L=$!
 for i in 1 2 3 4; do wait_line "$TMP/W$i.log" "hold fo1"; done
-timeout 60 "$BIN/qsend" -g "$G" "all-list-partial:main:hold fo2" > "$TMP/lp.out" 2>&1 & # behind fo1 (if it starts
+timeout --foreground 60 "$BIN/qsend" -g "$G" "all-list-partial:main:hold fo2" > "$TMP/lp.out" 2>&1 & # behind fo1 (if it starts
 LP=$!                                                                        # after the kill, on 3 of 4)
 kill -9 "$W4_PID"
 wait_line "$TMP/l.out" "qgate: worker 127\\.0\\.0\\.1:$W4_PORT lost"
@@ -254,7 +254,7 @@ G="127.0.0.1:$Z_PORT"
 q "all:main:text 600000" "all:main:echo fits"
 expect_lines "$TMP/q.out" "^'qgate: merge too large \\(over merge_max, 1000000 bytes\\)\$" 1
 expect_lines "$TMP/q.out" '^"fitsfits"$' 1
-timeout 30 "$BIN/qsend" -g "$G" --raw "$TMP/z.bin" "all:main:text 400000" > /dev/null 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" --raw "$TMP/z.bin" "all:main:text 400000" > /dev/null 2>&1 || true
 [ "$(stat -c %s "$TMP/z.bin")" -eq $((8 + 6 + 800000)) ] || fail "2 x 400 KB merged: $(stat -c %s "$TMP/z.bin") bytes"
 pass "merge_max checked at the replies' decompressed size: 2 x 600 KB sent compressed is too large, 2 x 400 KB fits"
 
@@ -290,12 +290,12 @@ start_gateway R -c "$TMP/r.conf" --loglevel debug
 wait_count "$TMP/R.log" "connected \\(capability" 2
 G="127.0.0.1:$R_PORT"
 for t in r1 r2; do
-    timeout 60 "$BIN/qsend" -g "$G" "hold $t" > "$TMP/$t.out" 2>&1 &
+    timeout --foreground 60 "$BIN/qsend" -g "$G" "hold $t" > "$TMP/$t.out" 2>&1 &
     eval "P_$t=\$!"
 done
 wait_any "hold r1" 10 "$TMP/W1.log" "$TMP/W2.log"
 wait_any "hold r2" 10 "$TMP/W1.log" "$TMP/W2.log"
-timeout 60 "$BIN/qsend" -g "$G" "all:main:echo rm" "echo after" > "$TMP/rm.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "$G" "all:main:echo rm" "echo after" > "$TMP/rm.out" 2>&1 &
 RM=$!
 wait_line "$TMP/R.log" "on the 2 workers of group main up"
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W1_PORT" > "$TMP/r.conf"
@@ -318,10 +318,10 @@ printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = 3000\n[group main]\nworkers
 start_gateway T -c "$TMP/t.conf" --loglevel debug
 wait_count "$TMP/T.log" "connected \\(capability" 1
 G="127.0.0.1:$T_PORT"
-timeout 60 "$BIN/qsend" -g "$G" "hold tq" > "$TMP/tq.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "$G" "hold tq" > "$TMP/tq.out" 2>&1 &
 TQ=$!
 wait_line "$TMP/W1.log" "hold tq"
-timeout 60 "$BIN/qsend" -g "$G" "all:main:echo fan" > "$TMP/tf.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "$G" "all:main:echo fan" > "$TMP/tf.out" 2>&1 &
 TF=$!
 wait "$TQ" "$TF" || true
 release tq "$W1_PORT"
@@ -338,7 +338,7 @@ printf '[gateway]\nbind = 127.0.0.1\ndrain_timeout = 600000\n[group main]\nworke
 start_gateway DG -c "$TMP/d.conf"
 wait_count "$TMP/DG.log" "connected \\(capability" 2
 rm -f "$TMP/d.raw"
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" --raw "$TMP/d.raw" "all:main:text 1000000" > /dev/null 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$DG_PORT" --raw "$TMP/d.raw" "all:main:text 1000000" > /dev/null 2>&1 &
 DQ=$!
 wait_line "$TMP/D1.log" "defer: sync request #1 "
 wait_line "$TMP/D2.log" "defer: sync request #1 "
@@ -358,7 +358,7 @@ rconf() { printf '[gateway]\nbind = 127.0.0.1\n[group fan]\nworkers = %s\n' "$1"
 rconf "127.0.0.1:$R1_PORT,127.0.0.1:$R2_PORT"
 start_gateway RG -c "$TMP/r.conf" --loglevel debug
 wait_count "$TMP/RG.log" "connected \\(capability" 2
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$RG_PORT" "all-partial:fan:hold rm1" > "$TMP/rm.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$RG_PORT" "all-partial:fan:hold rm1" > "$TMP/rm.out" 2>&1 &
 RM=$!
 wait_line "$TMP/R1.log" "hold rm1"
 wait_line "$TMP/R2.log" "hold rm1"
@@ -368,7 +368,7 @@ rconf "127.0.0.1:$R2_PORT"
 kill -HUP "$RG_PID"
 wait_line "$TMP/RG.log" "w 127\\.0\\.0\\.1:$R1_PORT: connection closed: removed from the configuration"
 wait_line "$TMP/RG.log" "reload: done"
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$RG_PORT" ".qgate.ping[]" > "$TMP/q.out" 2>&1 || true # (a loop
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$RG_PORT" ".qgate.ping[]" > "$TMP/q.out" 2>&1 || true # (a loop
 expect_lines "$TMP/q.out" '^1b$' 1                                 # iteration after: R1 freed)
 kill -9 "$R2_PID"                        # the last part ends: lost
 wait "$RM" || true

@@ -46,7 +46,7 @@ head -c 1 <&3 > /dev/null
 printf '\001\001\000\000\033\000\000\000\012\000\015\000\000\000rows 10000000' >&3
 head -c 1000000 <&3 > "$TMP/kill.out"   # the first MB, then it stops reading: the rest waits
 kill -9 "$FK_PID"
-timeout 30 cat <&3 >> "$TMP/kill.out" || true
+timeout --foreground 30 cat <&3 >> "$TMP/kill.out" || true
 raw_close
 [ "$(stat -c %s "$TMP/kill.out")" -lt 150000000 ] || fail "the whole reply arrived from a killed worker"
 expect_file_has "$TMP/GW.log" "worker lost in the middle of the reply"
@@ -54,25 +54,25 @@ expect_file_has "$TMP/GW.log" "worker lost in the middle of the reply"
 pass "worker killed mid-stream: that client's connection closed"
 
 # --- a worker that hangs: 'qgate: timeout, and the connection is remade -------------------
-timeout 20 "$BIN/qsend" -g "$G" -u v_hang "echo x" > "$TMP/q.out" || true
+timeout --foreground 20 "$BIN/qsend" -g "$G" -u v_hang "echo x" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" "^'qgate: timeout \\(127.0.0.1:$FH_PORT sent nothing for 800 ms\\)\$" 1
 pass "hung worker: 'qgate: timeout"
 
 # --- a worker that sends garbage ----------------------------------------------------------
-timeout 20 "$BIN/qsend" -g "$G" -u v_garbage "echo x" > "$TMP/q.out" || true
+timeout --foreground 20 "$BIN/qsend" -g "$G" -u v_garbage "echo x" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" "^'qgate: worker 127.0.0.1:$FG_PORT lost\$" 1
 expect_file_has "$TMP/GW.log" "bad message header from the worker: byte order not 0 or 1"
 pass "garbage from a worker: 'qgate: worker ... lost"
 
 # --- a header claiming 2 GB, then nothing -------------------------------------------------
-timeout 20 "$BIN/qsend" -g "$G" -u v_bighdr "echo x" > "$TMP/q.out" || true
+timeout --foreground 20 "$BIN/qsend" -g "$G" -u v_bighdr "echo x" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" "^'close\$" 1
 [ "$(awk '/VmHWM/ {print $2}' /proc/$GWP/status)" -lt $((300 * 1024)) ] || fail "a 2 GB header grew the gateway"
 pass "2 GB header then silence: closed after query_timeout, nothing reserved"
 
 # --- a worker that closes during the handshake --------------------------------------------
 wait_line "$TMP/GW.log" "w 127.0.0.1:$FC_PORT: connection closed: closed during the handshake" 10
-timeout 20 "$BIN/qsend" -g "$G" -u v_hsclose "echo x" > "$TMP/q.out" || true
+timeout --foreground 20 "$BIN/qsend" -g "$G" -u v_hsclose "echo x" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" "^'qgate: no worker of group hsclose is up\$" 1
 pass "worker closing during the handshake: retried with back-off; its group's clients told"
 
@@ -82,7 +82,7 @@ printf 'other:pw\003\000' >&3
 head -c 1 <&3 > /dev/null
 printf '\001\001\000\000\000\224\065\167' >&3     # 2,000,000,000 bytes promised
 for i in $(seq 1 20); do printf 'x' >&3; done            # a byte at a time
-timeout 20 "$BIN/qsend" -g "$G" -u other:pw "echo x" > /dev/null  # a round trip: those bytes were read
+timeout --foreground 20 "$BIN/qsend" -g "$G" -u other:pw "echo x" > /dev/null  # a round trip: those bytes were read
 [ "$(awk '/VmRSS/ {print $2}' /proc/$GWP/status)" -lt $((300 * 1024)) ] || fail "a 2 GB claim grew the gateway"
 raw_close
 pass "a client claiming 2 GB and trickling: memory follows what arrives"
@@ -106,12 +106,12 @@ wait_for 60 "the slow consumer to read 2 MB" read_2mb
 rss=$(awk '/VmRSS/ {print $2}' /proc/$GWP/status)
 [ "$rss" -lt $((300 * 1024)) ] || fail "slow consumer: gateway RSS $rss KiB"
 kill "$ps"; wait "$ps" 2>/dev/null || true                       # gone halfway
-timeout 60 "$BIN/qsend" -g "$G" -u v_slow "echo after" > "$TMP/q.out" || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u v_slow "echo after" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" '^"after"$' 1
 pass "slow consumer: gateway memory bounded (RSS $((rss / 1024)) MiB); gone halfway, worker drained and reused"
 
 # --- a client sending 1,000,000 async messages in a tight loop -----------------------------
-timeout 120 "$BIN/qsend" -g "$G" -u v_flood --flood 1000000 "echo f" "echo done" > "$TMP/flood.out" || true
+timeout --foreground 120 "$BIN/qsend" -g "$G" -u v_flood --flood 1000000 "echo f" "echo done" > "$TMP/flood.out" || true
 expect_lines "$TMP/flood.out" '^flooded 1000000$' 1
 expect_lines "$TMP/flood.out" '^"done"$' 1
 rss=$(awk '/VmHWM/ {print $2}' /proc/$GWP/status)
@@ -138,11 +138,11 @@ start_worker FT --rows 10 --fault twice
 printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s\n' "$FT_PORT" > "$TMP/tw.conf"
 start_gateway TW -c "$TMP/tw.conf"
 G="127.0.0.1:$TW_PORT"
-timeout 20 "$BIN/qsend" -g "$G" "echo one" > "$TMP/tw.out" || true
+timeout --foreground 20 "$BIN/qsend" -g "$G" "echo one" > "$TMP/tw.out" || true
 expect_lines "$TMP/tw.out" '^"one"$' 1
 wait_line "$TMP/TW.log" "connection closed: a response when it was asked nothing"
 wait_count "$TMP/TW.log" "connected \\(capability 3\\)" 2 20
-timeout 20 "$BIN/qsend" -g "$G" "echo two" ".qgate.stats[]" > "$TMP/tw.out" || true
+timeout --foreground 20 "$BIN/qsend" -g "$G" "echo two" ".qgate.stats[]" > "$TMP/tw.out" || true
 expect_lines "$TMP/tw.out" '^"two"$' 1
 expect_lines "$TMP/tw.out" "^table\\[1\\] .* \\| ,2 \\| ,0N \\| ,\`(unix|tcp) " 1 # dropped: 2 (the second response of each)
 pass "a worker's response when it was asked nothing: dropped, counted, its connection remade"
@@ -158,7 +158,7 @@ wait_line "$TMP/FU_GW.log" "w 127.0.0.1:$FU_PORT: reconnecting in 800 ms"
 wait_line "$TMP/FU_GW.log" "connection closed: .* \\(8 connections in a row closed before a reply, 800 ms or less after the handshake\\)"
 expect_lines "$TMP/FU_GW.log" "warn .*w 127.0.0.1:$FU_PORT: connection closed" 1
 expect_lines "$TMP/FU_GW.log" "warn .*w 127.0.0.1:$FU_PORT: no worker of group main is up" 1   # (each flap a failed attempt)
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FU_GW_PORT" "echo x" > "$TMP/fu.out" || true
+timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$FU_GW_PORT" "echo x" > "$TMP/fu.out" || true
 expect_lines "$TMP/fu.out" "^'qgate: (no worker of group main is up|worker 127.0.0.1:$FU_PORT lost)\$" 1
 pass "a worker that closes right after its handshake: the back-off grows to reconnect_max; warned once; its group's clients told"
 # ... in a session pool with a reset query, which each new connection runs first: its flaps are
@@ -167,7 +167,7 @@ pass "a worker that closes right after its handshake: the back-off grows to reco
 printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\nreconnect_max = 800\n[group main]\nworkers = 127.0.0.1:%s\npool = session\nreset_query = delete x from `.\n' "$FU_PORT" > "$TMP/fus.conf"
 start_gateway FUS -c "$TMP/fus.conf" --loglevel debug
 wait_line "$TMP/FUS.log" "w 127.0.0.1:$FU_PORT: reconnecting in 800 ms"
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FUS_PORT" "echo x" > "$TMP/fu.out" || true
+timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$FUS_PORT" "echo x" > "$TMP/fu.out" || true
 expect_lines "$TMP/fu.out" "^'qgate: (no worker of group main is up|worker 127.0.0.1:$FU_PORT lost)\$" 1
 pass "... and in a session pool with a reset query: its clients told too"
 
@@ -177,7 +177,7 @@ pass "... and in a session pool with a reset query: its clients told too"
 start_worker FV --rows 10
 printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\nreconnect_max = 5000\n[group main]\nworkers = 127.0.0.1:%s\n' "$FV_PORT" > "$TMP/fv.conf"
 start_gateway FV_GW -c "$TMP/fv.conf" --loglevel debug
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FV_GW_PORT" "echo served" > "$TMP/fv.out" || true
+timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$FV_GW_PORT" "echo served" > "$TMP/fv.out" || true
 expect_lines "$TMP/fv.out" '^"served"$' 1
 kill "$FV_PID"
 wait_line "$TMP/FV_GW.log" "w 127.0.0.1:$FV_PORT: reconnecting in 1600 ms"        # down: attempts failed
@@ -198,9 +198,9 @@ start_worker FW --rows 10
 printf '[gateway]\nbind = 127.0.0.1\nreconnect_min = 50\n[group main]\nworkers = 127.0.0.1:%s\n' "$FW_PORT" > "$TMP/fw.conf"
 start_gateway FW_GW -c "$TMP/fw.conf" --loglevel debug
 wait_line "$TMP/FW_GW.log" "w 127.0.0.1:$FW_PORT: connected"
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FW_GW_PORT" "hold fw1" > "$TMP/fw1.out" 2>&1 & fw1=$!
+timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$FW_GW_PORT" "hold fw1" > "$TMP/fw1.out" 2>&1 & fw1=$!
 wait_line "$TMP/FW.log" "hold fw1"
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$FW_GW_PORT" "echo queued" > "$TMP/fw2.out" 2>&1 & fw2=$!
+timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$FW_GW_PORT" "echo queued" > "$TMP/fw2.out" 2>&1 & fw2=$!
 wait_line "$TMP/FW_GW.log" "c2 .*: request 0 queued in group main"
 # the q drops that connection and is listening again at once: a kill and restart raced the
 # gateway's first reconnect (50 ms), and a refused attempt rightly tells the queue no worker is up

@@ -36,8 +36,8 @@ pass "replies, q errors, async messages from the worker and nested requests pass
 # answered before the callback is; through qgate the same lines as straight to a worker, deeper
 # callbacks too. (Before: it waited behind the request that called back, for ever.)
 nest_same() { # nest_same ARGS...: qsend ARGS straight to a worker, then through the gateway
-    timeout 30 "$BIN/qsend" -g "127.0.0.1:$W1_PORT" --timeout 20000 "$@" > "$TMP/direct.out" 2>&1 || true
-    timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 "$@" > "$TMP/via.out" 2>&1 || true
+    timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$W1_PORT" --timeout 20000 "$@" > "$TMP/direct.out" 2>&1 || true
+    timeout --foreground 30 "$BIN/qsend" -g "$G" --timeout 20000 "$@" > "$TMP/via.out" 2>&1 || true
     cmp -s "$TMP/direct.out" "$TMP/via.out" || fail "qsend $*: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
 }
 nest_same --nest "echo inner" "callback outer" "echo after"
@@ -70,10 +70,10 @@ total_is nested 13 || fail "nested: $(total nested)"
 # helper round 26a); and a command among them does not stop what is behind it (there, the second
 # and third of three requests over 16 KiB ran after the request that called back)
 long=$(printf 'y%.0s' $(seq 1 3000))
-timeout 20 "$BIN/qsend" -g "$G" --timeout 10000 --pipeline --compress "callback cb" "echo a" "neg:on:main:a:\"$long\"" \
+timeout --foreground 20 "$BIN/qsend" -g "$G" --timeout 10000 --pipeline --compress "callback cb" "echo a" "neg:on:main:a:\"$long\"" \
     "echo e" > "$TMP/cr.out" 2> /dev/null || fail "a compressed async route behind a callback: $(cat "$TMP/cr.out")"
 printf '%s\n' '"a"' '"e"' '"qsend got: cb"' | cmp -s - "$TMP/cr.out" || fail "$(cat "$TMP/cr.out")"
-timeout 30 python3 - "${G##*:}" > "$TMP/cb3.out" 2>&1 <<'PY' || fail "a command and three big requests behind a callback: $(cat "$TMP/cb3.out")"
+timeout --foreground 30 python3 - "${G##*:}" > "$TMP/cb3.out" 2>&1 <<'PY' || fail "a command and three big requests behind a callback: $(cat "$TMP/cb3.out")"
 import socket, struct, sys
 def cv(s):
     s = s.encode()
@@ -159,8 +159,8 @@ for c in calls:
 m = msg()
 print(' '.join(calls), m[14:].decode() if m else 'no reply')
 PY
-timeout 30 python3 "$TMP/ac.py" "$W1_PORT" > "$TMP/direct.out" 2>&1 || true
-timeout 30 python3 "$TMP/ac.py" "$GW_PORT" > "$TMP/via.out" 2>&1 || true
+timeout --foreground 30 python3 "$TMP/ac.py" "$W1_PORT" > "$TMP/direct.out" 2>&1 || true
+timeout --foreground 30 python3 "$TMP/ac.py" "$GW_PORT" > "$TMP/via.out" 2>&1 || true
 cmp -s "$TMP/direct.out" "$TMP/via.out" || fail "$(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
 echo 'a1 a2 c ans:a1' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
 total_is nested 20 || fail "nested: $(total nested)"
@@ -179,7 +179,7 @@ k.sendall(cv('A', 2)); upto(6)
 print(out[0], out[1], ' '.join(sorted(out[2:4])), out[4], out[5])  # (x and the ping: each side's as made)
 PY
 for i in 1 2 3; do
-    timeout 30 python3 "$TMP/n2.py" "$GW_PORT" > "$TMP/n2.out" 2>&1 || true
+    timeout --foreground 30 python3 "$TMP/n2.py" "$GW_PORT" > "$TMP/n2.out" 2>&1 || true
     echo 'call a call b 1b x B A' | cmp -s - "$TMP/n2.out" || fail "run $i: $(cat "$TMP/n2.out")"
 done
 pass "... and what a client calls the gateway for inside a callback two deep: answered before the reply of the call that made that callback, as in q"
@@ -195,7 +195,7 @@ upto(7)
 print('ping first' if out.index('1b') < out.index('B') else ' | '.join(out))  # the ping sent inside b before b's reply
 PY
 for i in $(seq 1 12); do
-    timeout 30 python3 "$TMP/d2p.py" "$GW_PORT" > "$TMP/d2p.out" 2>&1 || true
+    timeout --foreground 30 python3 "$TMP/d2p.py" "$GW_PORT" > "$TMP/d2p.out" 2>&1 || true
     echo 'ping first' | cmp -s - "$TMP/d2p.out" || fail "run $i: $(cat "$TMP/d2p.out")"
 done
 pass "... and when it answers that callback and sends more behind the answer: the ping sent inside it before that call's reply"
@@ -208,8 +208,8 @@ printf '[gateway]\nbind = 127.0.0.1\nclient_max_pending = 64k\nusers_file = %s\n
     "$TMP/cp.users" "$W1_PORT" > "$TMP/cp.conf"
 start_gateway CP -c "$TMP/cp.conf"
 wait_line "$TMP/CP.log" "connected \\(capability 3\\)" 10
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$CP_PORT" -u op:pw ".qgate.pause[]" > /dev/null
-timeout 60 python3 - "$CP_PORT" > "$TMP/cp.out" 2>&1 <<'PY' &
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$CP_PORT" -u op:pw ".qgate.pause[]" > /dev/null
+timeout --foreground 60 python3 - "$CP_PORT" > "$TMP/cp.out" 2>&1 <<'PY' &
 import socket, struct, sys
 def cv(s, t=1):
     b = s.encode()
@@ -235,10 +235,10 @@ print(out[-1])  # (the 600 ran nested, inside the callback, before its answer: t
 print('in order' if out[:-1] == [str(i) for i in range(n)] else 'out of order')
 PY
 cp=$!
-cp_framed() { [ "$(timeout 10 "$BIN/qsend" -g "127.0.0.1:$CP_PORT" -u op:pw ".qgate.totals[]" |
+cp_framed() { [ "$(timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$CP_PORT" -u op:pw ".qgate.totals[]" |
     awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == "pending_bytes") print v[i - 1] }')" -ge 13000 ]; }
 wait_for 10 "600 requests framed behind the held one" cp_framed
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$CP_PORT" -u op:pw ".qgate.resume[]" > /dev/null
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$CP_PORT" -u op:pw ".qgate.resume[]" > /dev/null
 wait "$cp" || fail "the client: $(cat "$TMP/cp.out")"
 printf '%s\n' ans 'in order' | cmp -s - "$TMP/cp.out" || fail "$(cat "$TMP/cp.out")"
 kill "$CP_PID"
@@ -248,7 +248,7 @@ pass "... and those, gone nested, count no more against client_max_pending: the 
 # inside the callback (the request that called back holds the client's place), so it is answered
 # at once with an error; all before the callback's answer. (Before: they waited behind the
 # request that called back, for ever with query_timeout = 0, the default.)
-timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest ".qgate.ping[]||on:main:echo routed||.qgate.bogus[]||neg:.qgate.ping[]" \
+timeout --foreground 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest ".qgate.ping[]||on:main:echo routed||.qgate.bogus[]||neg:.qgate.ping[]" \
     "callback outer" "echo after" > "$TMP/via.out" 2>&1 || true
 printf '%s\n' 'nested: 1b' "nested: 'qgate: a route cannot run inside a callback (the request that called back holds its place); send it after the callback's answer" \
     "nested: 'qgate: unknown command .qgate.bogus[]" '"qsend got: outer"' '"after"' | cmp -s - "$TMP/via.out" ||
@@ -375,8 +375,8 @@ printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W
 start_gateway PRE -c "$TMP/pre.conf"
 wait_line "$TMP/PRE.log" "connected \\(capability 3\\)" 10
 while read -r case want; do
-    timeout 30 python3 "$TMP/pre.py" "$W3_PORT" "$case" > "$TMP/direct.out" 2>&1 || true
-    timeout 30 python3 "$TMP/pre.py" "$PRE_PORT" "$case" > "$TMP/via.out" 2>&1 || true
+    timeout --foreground 30 python3 "$TMP/pre.py" "$W3_PORT" "$case" > "$TMP/direct.out" 2>&1 || true
+    timeout --foreground 30 python3 "$TMP/pre.py" "$PRE_PORT" "$case" > "$TMP/via.out" 2>&1 || true
     cmp -s "$TMP/direct.out" "$TMP/via.out" || fail "$case: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
     echo "$want" | cmp -s - "$TMP/via.out" || fail "$case: $(cat "$TMP/via.out")"
 done <<'CASES'
@@ -405,23 +405,23 @@ start_gateway CP2 -c "$TMP/cp2.conf"
 wait_line "$TMP/CP2.log" "connected \\(capability 3\\)" 10
 # (q closes on a malformed message: qgate answers it 'qgate: badmsg, in its place, runs nothing after
 # it, and closes; at 9116339 'echo after' ran, and the second bad message got a second badmsg: 29e)
-timeout 30 python3 "$TMP/pre.py" "$PRE_PORT" bigbad > "$TMP/via.out" 2>&1 || true
+timeout --foreground 30 python3 "$TMP/pre.py" "$PRE_PORT" bigbad > "$TMP/via.out" 2>&1 || true
 echo 'call a badmsg err closed' | cmp -s - "$TMP/via.out" || fail "bigbad: $(cat "$TMP/via.out")"
 # ... and one under 16 KiB, sent with the request that calls back: found bad inside the callback, in
 # its place (at 9116339 it was answered as it came: the callback never shown, z after the request)
-timeout 30 python3 "$TMP/pre.py" "$PRE_PORT" badz > "$TMP/via.out" 2>&1 || true
+timeout --foreground 30 python3 "$TMP/pre.py" "$PRE_PORT" badz > "$TMP/via.out" 2>&1 || true
 echo 'call a z badmsg err closed' | cmp -s - "$TMP/via.out" || fail "badz: $(cat "$TMP/via.out")"
-timeout 30 python3 "$TMP/pre.py" "$W3_PORT" bigahead > "$TMP/direct.out" 2>&1 || true
-timeout 30 python3 "$TMP/pre.py" "$CP2_PORT" bigahead > "$TMP/via.out" 2>&1 || true
+timeout --foreground 30 python3 "$TMP/pre.py" "$W3_PORT" bigahead > "$TMP/direct.out" 2>&1 || true
+timeout --foreground 30 python3 "$TMP/pre.py" "$CP2_PORT" bigahead > "$TMP/via.out" 2>&1 || true
 echo 'call a len200000 z' | cmp -s - "$TMP/via.out" || fail "bigahead: $(cat "$TMP/direct.out") vs $(cat "$TMP/via.out")"
-timeout 30 python3 "$TMP/pre.py" "$CP2_PORT" aheadflood > "$TMP/via.out" 2>&1 || true
+timeout --foreground 30 python3 "$TMP/pre.py" "$CP2_PORT" aheadflood > "$TMP/via.out" 2>&1 || true
 echo 'call a ? A len200000' | cmp -s - "$TMP/via.out" || fail "aheadflood: $(cat "$TMP/via.out")"
 # a malformed answer sent before the callback asks is read in its place, as on q: the callback is
 # shown, what was sent before it runs nested, then it is a bad message (as one sent when asked is),
 # nothing after it runs (at fdf37cf it was a bad message as it came: the callback never shown, a
 # request sent between ran on its own: helper rounds 29a, 29b, 29f)
 while read -r case want; do
-    timeout 30 python3 "$TMP/pre.py" "$PRE_PORT" "$case" > "$TMP/via.out" 2>&1 || true
+    timeout --foreground 30 python3 "$TMP/pre.py" "$PRE_PORT" "$case" > "$TMP/via.out" 2>&1 || true
     echo "$want" | cmp -s - "$TMP/via.out" || fail "$case: $(cat "$TMP/via.out")"
 done <<'CASES'
 badanslive call a err badmsg closed
@@ -444,7 +444,7 @@ start_worker W4 --rows 10 # (killed inside a callback: the group's only worker)
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W4_PORT" > "$TMP/kl.conf"
 start_gateway KL -c "$TMP/kl.conf"
 wait_line "$TMP/KL.log" "connected \\(capability 3\\)" 10
-timeout 30 python3 "$TMP/pre.py" "$KL_PORT" aheadkill "$W4_PID" > "$TMP/via.out" 2>&1 || true
+timeout --foreground 30 python3 "$TMP/pre.py" "$KL_PORT" aheadkill "$W4_PID" > "$TMP/via.out" 2>&1 || true
 echo "call a cblost lost noworker noworker" | cmp -s - "$TMP/via.out" || fail "aheadkill: $(cat "$TMP/via.out")"
 kill "$CP2_PID" "$PRE_PID" "$KL_PID"
 pass "an answer sent before the callback asks: the callback reads it in its place, as on q (after a shut side, or over client_max_pending too)"
@@ -457,7 +457,7 @@ pass "a big request and a small one queued behind async messages that call back:
 # ... a command compressed (as q sends one of over 2000 bytes, so a bad command) too: the gateway's,
 # never the worker's (at fc5f796 a compressed one went to the worker that called back)
 long=$(printf 'a%.0s' $(seq 1 3000))
-timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --compress --nest ".qgate.ping[] / $long" "callback outer" > "$TMP/via.out" 2> "$TMP/via.err" || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" --timeout 20000 --compress --nest ".qgate.ping[] / $long" "callback outer" > "$TMP/via.out" 2> "$TMP/via.err" || true
 expect_lines "$TMP/via.err" "^sent: [0-9]+ bytes compressed " 1
 printf '%s\n' "nested: 'qgate: bad command: a command is .qgate.name[] or (\`.qgate.name; arg), under 1024 bytes" \
     '"qsend got: outer"' | cmp -s - "$TMP/via.out" || fail "$(cat "$TMP/via.out")"
@@ -474,12 +474,12 @@ printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\n' "$W
 start_gateway AC -c "$TMP/ac.conf"
 wait_line "$TMP/AC.log" "connected \\(capability 3\\)" 10
 rm -f "$TMP/goA"
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --timeout 30000 --nest "echo inner||wait:$TMP/goA" "neg:callback cbA" \
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --timeout 30000 --nest "echo inner||wait:$TMP/goA" "neg:callback cbA" \
     "serve:$TMP/goA" "echo a-after" > "$TMP/a.out" 2>&1 & pa=$! # (a-after sent once the callback is answered:
     # sent before the callback reached the client, it would run inside it, as straight to q)
 wait_line "$TMP/a.out" 'nested: "inner"' 10 # (A is inside the callback: what it sent there ran there)
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --timeout 30000 "callback cbB" > "$TMP/b.out" 2>&1 & pb=$!
-b_waits() { timeout 5 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" ".qgate.pools[]" | grep -qE "\\| ,\`main \\| ,0b \\| ,1 \\|"; }
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" --timeout 30000 "callback cbB" > "$TMP/b.out" 2>&1 & pb=$!
+b_waits() { timeout --foreground 5 "$BIN/qsend" -g "127.0.0.1:$AC_PORT" ".qgate.pools[]" | grep -qE "\\| ,\`main \\| ,0b \\| ,1 \\|"; }
 wait_for 10 "B waiting while the worker is inside A's callback" b_waits
 [ ! -s "$TMP/b.out" ] || fail "B ran while the worker was inside A's callback: $(cat "$TMP/b.out")"
 touch "$TMP/goA"
@@ -501,7 +501,7 @@ pass ".qgate.ping[] and .qgate.stats[] answered by the gateway"
 # helper round 28b); and one sent right after the client answered the inner callback comes after
 # that call's reply (its callback answered, it is inside the outer one only)
 printf '\x01\x01\x00\x00\x11\x00\x00\x00\x0a\x00\x64\x00\x00\x00abc' > "$TMP/bad3.bin" # 100 chars claimed, 3 sent
-timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest "callback b" --nest "bytes:$TMP/bad3.bin" "callback a" > "$TMP/d2.out" 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest "callback b" --nest "bytes:$TMP/bad3.bin" "callback a" > "$TMP/d2.out" 2>&1 || true
 printf '%s\n' "nested: 'qgate: badmsg count past end of message at byte 10" \
     "nested: 'qgate: no answer comes: the client of this request has gone, or sent a bad message" \
     "'qgate: no answer comes: the client of this request has gone, or sent a bad message" | cmp -s - "$TMP/d2.out" ||
@@ -516,7 +516,7 @@ upto(4)
 print(' | '.join(x[:13] for x in out[:4]))
 PY
 for i in 1 2 3; do
-    timeout 30 python3 "$TMP/ab.py" "$GW_PORT" "$TMP/bad3.bin" > "$TMP/ab.out" 2>&1 || true
+    timeout --foreground 30 python3 "$TMP/ab.py" "$GW_PORT" "$TMP/bad3.bin" > "$TMP/ab.out" 2>&1 || true
     echo 'call a | call b | B | qgate: badmsg' | cmp -s - "$TMP/ab.out" || fail "run $i: $(cat "$TMP/ab.out")"
 done
 pass "... and a bad message there: its badmsg before the replies of the calls around it, after that of a call whose callback was answered"
@@ -539,7 +539,7 @@ pass "async messages run, unanswered, before the client's next request"
 wait_any "hold n1" 10 "$TMP/W1.log" "$TMP/W2.log"
 wait_any "hold n2" 10 "$TMP/W1.log" "$TMP/W2.log"
 "$BIN/qsend" -g "$G" "sleep 1" > "$TMP/n3.out" & p3=$!   # the third: logged by the worker that runs it
-one_queued() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" | grep -qE '\| 1 1 \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+ \| 0 0 \| 0N 0N \| `tcp`tcp \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+$'; }
+one_queued() { timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" | grep -qE '\| 1 1 \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+ \| 0 0 \| 0N 0N \| `tcp`tcp \| [0-9]+ [0-9]+ \| [0-9]+ [0-9]+$'; }
 wait_for 10 "the third request queued" one_queued
 release n2 "$W1_PORT" "$W2_PORT"                          # n2's worker frees first
 wait "$p3"
@@ -568,7 +568,7 @@ for c in $(seq 1 50); do
     args=()
     for k in $(seq 1 200); do args+=("echo c$c-r$k-$RANDOM"); done
     printf '%s\n' "${args[@]}" | sed 's/^echo \(.*\)$/"\1"/' > "$TMP/want$c"
-    timeout 120 "$BIN/qsend" -g "$G" "${args[@]}" > "$TMP/got$c" &
+    timeout --foreground 120 "$BIN/qsend" -g "$G" "${args[@]}" > "$TMP/got$c" &
     cpids+=($!)
 done
 wait "${cpids[@]}"
@@ -602,7 +602,7 @@ q --nest "neg:nb:fromcb" "callback cb" "echo after"
 printf '%s\n' '"qsend got: cb"' '"after"' | cmp -s - "$TMP/q.out" || fail "$(cat "$TMP/q.out")"
 for w in W1 W2; do
     p="${w}_PORT"
-    timeout 10 "$BIN/qsend" -g "127.0.0.1:${!p}" "nb" > "$TMP/nb.out" 2>&1 || true
+    timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:${!p}" "nb" > "$TMP/nb.out" 2>&1 || true
     expect_lines "$TMP/nb.out" '^"fromcb"$' 1
 done
 pass "broadcast: an async message sent from inside a callback reaches every worker"
@@ -628,7 +628,7 @@ for name, n in (('small', 3), ('large', 20000)):
     open(sys.argv[1] + '/bad-' + name + '.bin', 'wb').write(bytes([1, 1, 0, 0]) + struct.pack('<I', 8 + len(b)) + b)
 " "$TMP"
 for size in small large; do
-    timeout 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest "bytes:$TMP/bad-$size.bin" "callback outer" "echo after" \
+    timeout --foreground 30 "$BIN/qsend" -g "$G" --timeout 20000 --nest "bytes:$TMP/bad-$size.bin" "callback outer" "echo after" \
         > "$TMP/nb.out" 2>&1 || true
     at=$([ $size = small ] && echo 17 || echo 20014)
     printf '%s\n' "nested: 'qgate: badmsg bytes after object at byte $at" \

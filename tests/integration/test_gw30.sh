@@ -15,7 +15,7 @@ for m in fast big smallbig med bigbig bigsmall ss throw:boom ssthrow:bang; do
     name=${m%%:*}
     for t in direct gw30 qgate; do
         case $t in direct) p=$W1_PORT ;; gw30) p=$G30 ;; qgate) p=$QG_PORT ;; esac
-        timeout 120 "$BIN/qclient" -g "127.0.0.1:$p" "$m" 0 --count 1 --dump "$TMP/$name.$t" > "$TMP/$name.$t.out" 2> /dev/null \
+        timeout --foreground 120 "$BIN/qclient" -g "127.0.0.1:$p" "$m" 0 --count 1 --dump "$TMP/$name.$t" > "$TMP/$name.$t.out" 2> /dev/null \
             || fail "qclient $m via $t"
     done
     cmp -s "$TMP/$name.direct" "$TMP/$name.gw30" || fail "$m: gw30's reply differs from the worker's"

@@ -60,9 +60,9 @@ for i in $(seq 1 15); do cat "$TMP/flood" "$TMP/flood" > "$TMP/flood2"; mv "$TMP
 FLOOD=32768
 raw_open "${G#*:}" 3
 raw_hs u:p 3
-timeout 30 cat "$TMP/flood" >&3 || fail_cont "the gateway stopped reading the flood (the log blocked it?)"
+timeout --foreground 30 cat "$TMP/flood" >&3 || fail_cont "the gateway stopped reading the flood (the log blocked it?)"
 raw_text 1 "echo flood"
-timeout 30 head -c 19 <&3 > "$TMP/flood.reply" || true
+timeout --foreground 30 head -c 19 <&3 > "$TMP/flood.reply" || true
 [ "$(tail -c 5 "$TMP/flood.reply")" = flood ] \
     || fail_cont "no reply after $FLOOD unsolicited responses with the log reader stopped"
 
@@ -70,7 +70,7 @@ timeout 30 head -c 19 <&3 > "$TMP/flood.reply" || true
 # the pipe's 64 KiB and the queue's 1 MiB; every one answered
 total=0
 for run in $(seq 1 30); do
-    timeout 60 "$BIN/qload" -g "$G" --class s:text=echo\ 1:16 --warmup 0 --seconds 1 \
+    timeout --foreground 60 "$BIN/qload" -g "$G" --class s:text=echo\ 1:16 --warmup 0 --seconds 1 \
         > "$TMP/load.out" 2> "$TMP/load.err" || fail_cont "qload exited $?: $(cat "$TMP/load.out" "$TMP/load.err")"
     grep -q " qerrors=0 failed=0" "$TMP/load.out" || fail_cont "qload: $(cat "$TMP/load.out")"
     grep -q "unanswered_at_end" "$TMP/load.err" && fail_cont "requests unanswered: $(cat "$TMP/load.err")"
@@ -83,7 +83,7 @@ done
 pass "reader stopped: $FLOOD unsolicited responses and $total requests by 16 clients, every one answered"
 
 # a new client: handshake and query, the reader still stopped
-timeout 30 "$BIN/qsend" -g "$G" "echo new" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "$G" "echo new" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"new"$' 1
 [ "$(sed -n 's/^.*) \(.\) .*/\1/p' "/proc/$READER/stat")" = T ] || fail_cont "the reader is not stopped"
 pass "a new client is served while the log reader is stopped"
@@ -95,7 +95,7 @@ pass "the reader back: the log says $dropped lines were dropped"
 
 # the count exported: .qgate.totals[] log_dropped is what the log has said it dropped
 log_dropped_said() {
-    T=$(timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")
+    T=$(timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" | awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " ")
         for (i = 2; i <= nk; i++) if (k[i] == "log_dropped") print v[i - 1] }')
     SAID=$(sed -n 's/.* \([0-9]*\) log lines dropped: the log was behind$/\1/p' "$TMP/gw.log" | awk '{ s += $1 } END { print s + 0 }')
     M=$(curl -s --max-time 10 "http://127.0.0.1:$METRICS_PORT/metrics" | awk '$1 == "qgate_log_dropped_total" { print $2 }')

@@ -31,7 +31,7 @@ pass "the metrics page under load: HTTP/1.1 200, Prometheus text that promtool a
 
 # --- once the load stops, its numbers are those of the q commands ---------------------------------
 sent=$(sed -n 's/.* requests=\([0-9]*\) .*/\1/p' "$TMP/load.out")
-timeout 10 "$BIN/qsend" -g "$G" ".qgate.stats[]" > "$TMP/stats.out"
+timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.stats[]" > "$TMP/stats.out"
 curl -s -o "$TMP/page" "http://127.0.0.1:$METRICS_PORT/metrics"
 served=$(awk -F' [|] ' '{print $5}' "$TMP/stats.out")
 m1=$(awk -v k="qgate_worker_requests_total{group=\"main\",worker=\"127.0.0.1:$W1_PORT\"}" '$1 == k {print $2}' "$TMP/page")
@@ -67,7 +67,7 @@ head -c 60000 /dev/zero | tr '\0' a >> "$TMP/nul.req"
 printf '\r\n\r\n' >> "$TMP/nul.req"
 exec 8<>"/dev/tcp/127.0.0.1/$METRICS_PORT"
 cat "$TMP/nul.req" >&8 || true
-rc=0; timeout 10 cat <&8 > "$TMP/h400" 2> "$TMP/h400.err" || rc=$?
+rc=0; timeout --foreground 10 cat <&8 > "$TMP/h400" 2> "$TMP/h400.err" || rc=$?
 exec 8<&- 8>&-
 [ "$rc" = 0 ] || fail "a NUL in a metrics request: not closed, or reset (rc $rc: $(cat "$TMP/h400.err"))"
 expect_file_has "$TMP/h400" "^HTTP/1.1 400 Bad Request"
@@ -80,7 +80,7 @@ raw_status() {
     local rc=0
     exec 8<>"/dev/tcp/127.0.0.1/$METRICS_PORT"
     printf "$1" >&8 || true
-    timeout 10 cat <&8 > "$TMP/raw" || rc=$?
+    timeout --foreground 10 cat <&8 > "$TMP/raw" || rc=$?
     exec 8<&- 8>&-
     [ "$rc" = 0 ] || fail "raw request '$1': not answered and closed (rc $rc)"
     head -n 1 "$TMP/raw" | tr -d '\r'
@@ -109,7 +109,7 @@ wait_any "hold h1" 10 "$TMP/W1.log" "$TMP/W2.log"
 wait_any "hold h2" 10 "$TMP/W1.log" "$TMP/W2.log"
 busy=()
 for i in $(seq 1 50); do busy+=("echo $i"); done
-timeout 20 "$BIN/qsend" -g "$G" "${busy[@]}" > "$TMP/q.out"
+timeout --foreground 20 "$BIN/qsend" -g "$G" "${busy[@]}" > "$TMP/q.out"
 expect_lines "$TMP/q.out" "^'qgate: busy\$" 50
 [ "$(metric 'qgate_refused_total{reason="busy"}')" -eq 50 ] || fail "busy counted $(metric 'qgate_refused_total{reason="busy"}'), want 50"
 n=$(grep -c "max_queue (0) clients wait: 'qgate: busy" "$TMP/GW.log" || true)
@@ -119,7 +119,7 @@ pass "50 'qgate: busy: counted 50, logged $n times"
 # --- over max_clients: the q error 'qgate: too many connections, then the close --------------------
 for fd in 4 5 6 7; do raw_open "$GW_PORT" $fd; raw_hs u:p $fd; done   # 2 holding, 4 idle: 6
 wait_for 20 "6 clients ready" metric_at_least 'qgate_clients{state="ready"}' 6
-timeout 10 "$BIN/qsend" -g "$G" "echo over" > "$TMP/over.out" || true
+timeout --foreground 10 "$BIN/qsend" -g "$G" "echo over" > "$TMP/over.out" || true
 expect_lines "$TMP/over.out" "^'qgate: too many connections\$" 1
 [ "$(metric 'qgate_refused_total{reason="too_many_connections"}')" -eq 1 ] || fail "too_many_connections not counted once"
 expect_file_has "$TMP/GW.log" "refusing a connection: max_clients \\(6\\) reached"
@@ -130,7 +130,7 @@ expect_file_has "$TMP/GW.log" "refusing a connection: max_clients \\(6\\) reache
 raw_open "$GW_PORT" 8
 printf 'u:p\003\000\001\000\000\000\024\000\000\000\012\000\006\000\000\000echo 1\001\001\000\000\024\000\000\000\012\000\006\000\000\000echo 2' > "$TMP/over.msg"
 cat "$TMP/over.msg" >&8 # (one write: printf writes what it prints in pieces)
-rc=0; timeout 10 cat <&8 > "$TMP/over.raw" || rc=$?
+rc=0; timeout --foreground 10 cat <&8 > "$TMP/over.raw" || rc=$?
 raw_close 8
 [ "$rc" = 0 ] || fail "over max_clients, async then sync: not closed"
 [ "$(head -c 1 "$TMP/over.raw" | od -An -tx1 | tr -d ' \n')" = 03 ] || fail "over max_clients, async then sync: $(od -An -c "$TMP/over.raw")"
@@ -140,7 +140,7 @@ grep -aq "qgate: too many connections" "$TMP/over.raw" || fail "over max_clients
 # a byte, which q reports as 'access, for as long as the 64 stayed: helper round 15)
 "$BIN/qload" -g "$G" --idle 70 --hold 60 > "$TMP/idle.out" 2>&1 & idle=$!
 wait_for 20 "72 refusals" metric_at_least 'qgate_refused_total{reason="too_many_connections"}' 72
-timeout 10 "$BIN/qsend" -g "$G" "echo over" > "$TMP/over.out" || true
+timeout --foreground 10 "$BIN/qsend" -g "$G" "echo over" > "$TMP/over.out" || true
 expect_lines "$TMP/over.out" "^'qgate: too many connections\$" 1
 expect_file_has "$TMP/GW.log" "over max_clients: gave way to a newer connection, untold"
 kill "$idle"
@@ -148,12 +148,12 @@ wait "$idle" || true
 release h1 "$W1_PORT" "$W2_PORT"; release h2 "$W1_PORT" "$W2_PORT"
 for fd in 4 5 6 7; do raw_close $fd; done
 wait "$h1" "$h2"
-timeout 10 "$BIN/qsend" -g "$G" "echo under" > "$TMP/q.out"
+timeout --foreground 10 "$BIN/qsend" -g "$G" "echo under" > "$TMP/q.out"
 expect_lines "$TMP/q.out" '^"under"$' 1
 pass "the 7th client: 'qgate: too many connections, counted and logged (one sending async, then sync, behind its handshake: answered, told, closed; one behind 70 that wait); after the others leave, served"
 
 # --- .qgate.totals[] and the summary line -----------------------------------------------------------
-timeout 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" > "$TMP/q.out"
+timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" > "$TMP/q.out"
 expect_file_has "$TMP/q.out" '^`uptime_ms`clients`connections`handshakes`requests`ok`errors`gwerrors`gone`closed`request_bytes'
 wait_line "$TMP/GW.log" "stats: [0-9]+ requests \\([0-9.]+/s\\), 0 q errors, 53 gateway errors, 123 refused \\(too_many_connections 73, busy 50\\); [0-9]+ clients, 0 queued, workers 2/2 up" 10
 pass ".qgate.totals[]; the summary line every stats_period"
@@ -162,14 +162,14 @@ pass ".qgate.totals[]; the summary line every stats_period"
 # made freed the connection under the loop's next event, a use after free that ASan reported
 # within 80 scrapes; 40 idle connections locked every scrape out; a burst got 32 answers and
 # 1,968 closes; EMFILE spun the loop) ----------------------------------------------------------
-timeout 300 "$BIN/qscrape" -g "127.0.0.1:$METRICS_PORT" --reset 10000 --seed $RANDOM > "$TMP/scrape.out" ||
+timeout --foreground 300 "$BIN/qscrape" -g "127.0.0.1:$METRICS_PORT" --reset 10000 --seed $RANDOM > "$TMP/scrape.out" ||
     fail "qscrape --reset: $(cat "$TMP/scrape.out")"
 kill -0 "$GW_PID" || fail "qgate died under resetting scrapers"
 curl -s -o "$TMP/page" -w '%{http_code}' "http://127.0.0.1:$METRICS_PORT/metrics" > "$TMP/code"
 [ "$(cat "$TMP/code")" = 200 ] || fail "no page after the resetting scrapers: $(cat "$TMP/code")"
 pass "10,000 scrapes that reset at random points (before, during, after the page): no report, the next scrape served"
 
-timeout 60 "$BIN/qscrape" -g "127.0.0.1:$METRICS_PORT" --idle 40 --then-scrape > "$TMP/scrape.out"
+timeout --foreground 60 "$BIN/qscrape" -g "127.0.0.1:$METRICS_PORT" --idle 40 --then-scrape > "$TMP/scrape.out"
 expect_file_has "$TMP/scrape.out" "^qscrape idle=40 scrape=200$"
 curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$METRICS_PORT/metrics" > "$TMP/code"
 [ "$(cat "$TMP/code")" = 200 ] || fail "curl after 40 idle connections: $(cat "$TMP/code")"
@@ -189,7 +189,7 @@ BIG_METRICS=$(pick_port)
   done; } > "$TMP/big.conf"
 start_gateway BIG -c "$TMP/big.conf"
 mkfifo "$TMP/go"
-timeout 60 "$BIN/qscrape" -g "127.0.0.1:$BIG_METRICS" --idle 32 --unread --then-scrape < "$TMP/go" > "$TMP/unread.out" & sc=$!
+timeout --foreground 60 "$BIN/qscrape" -g "127.0.0.1:$BIG_METRICS" --idle 32 --unread --then-scrape < "$TMP/go" > "$TMP/unread.out" & sc=$!
 exec 8> "$TMP/go"
 wait_count "$TMP/BIG.log" "metrics 127\\.0\\.0\\.[2-5]: metrics connection: no byte of its page taken for 2000 ms" 32 30
 big=$(sed -n 's/.*metrics page of \([0-9]*\) bytes.*/\1/p' "$TMP/BIG.log" | head -n 1)
@@ -213,7 +213,7 @@ r0=$(grep -c "metrics connections from one address at their limit" "$TMP/BIG.log
 for i in 1 2 3 4 5 6 7 8; do # MCONN_PER_PEER from 127.0.0.1
     exec {fd}<>"/dev/tcp/127.0.0.1/$BIG_METRICS"
     printf 'GET /met\000rics HTTP/1.1\r\n\r\n' >&"$fd"
-    timeout 10 cat <&"$fd" > "$TMP/l$i.out" || fail "lingering $i: not answered and shut"
+    timeout --foreground 10 cat <&"$fd" > "$TMP/l$i.out" || fail "lingering $i: not answered and shut"
     expect_file_has "$TMP/l$i.out" "^HTTP/1.1 400 Bad Request"
     lingering+=("$fd")
 done
@@ -226,7 +226,7 @@ for fd in "${lingering[@]}"; do exec {fd}<&-; done
 pass "answered connections the scraper keeps open: one gives way to a new scrape (200, no refusal), the others closed after 2 s"
 
 p0=$(metric 'qgate_refused_total{reason="metrics_per_peer"}')
-timeout 120 "$BIN/qscrape" -g "127.0.0.1:$METRICS_PORT" --burst 2000 > "$TMP/scrape.out"
+timeout --foreground 120 "$BIN/qscrape" -g "127.0.0.1:$METRICS_PORT" --burst 2000 > "$TMP/scrape.out"
 expect_file_has "$TMP/scrape.out" "^qscrape burst=2000 ok=[1-9][0-9]* unavailable=[0-9]+ other=0 failed=0$"
 ok=$(sed -n 's/.* ok=\([0-9]*\) .*/\1/p' "$TMP/scrape.out")
 na=$(sed -n 's/.* unavailable=\([0-9]*\) .*/\1/p' "$TMP/scrape.out")
@@ -261,7 +261,7 @@ for i in 1 2; do
     wait_count "$TMP/FD.log" "metrics connection closed" "$i" # its descriptor back to the reserve
 done
 expect_file_has "$TMP/FD.log" "metrics accept: out of file descriptors: one connection taken on this listener's own reserve"
-timeout 60 "$BIN/qscrape" -g "127.0.0.1:$MP2" --burst 20 > "$TMP/scrape.out" || true
+timeout --foreground 60 "$BIN/qscrape" -g "127.0.0.1:$MP2" --burst 20 > "$TMP/scrape.out" || true
 ticks() { awk '{print $14 + $15}' "/proc/$FD_PID/stat"; }
 t0=$(ticks); sleep 3; t1=$(ticks)
 for fd in "${fds[@]}"; do exec {fd}<&-; done

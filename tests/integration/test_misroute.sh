@@ -31,7 +31,7 @@ G30_PORT=$(sed -n 's/^gw30 listening on .*:\([0-9]*\) .*/\1/p' "$TMP/G30.out")
 
 # pipelined: .qgate.totals[] pipelined of the gateway at $G
 pipelined() {
-    timeout 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
+    timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
         awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == "pipelined") print v[i - 1] }'
 }
 
@@ -60,7 +60,7 @@ run() {
     G="127.0.0.1:$(eval echo "\$${name}_PORT")"
     # --cycle: each connection repeats 10 requests, so that pipeline_wait (the learn case)
     # learns them fast and sends requests to a busy worker
-    timeout 60 "$BIN/qsoak" -g "$G" -c "$CONNS" --requests "$PER" --cycle 10 --max-pad 65536 --seconds 30 --drain 5 \
+    timeout --foreground 60 "$BIN/qsoak" -g "$G" -c "$CONNS" --requests "$PER" --cycle 10 --max-pad 65536 --seconds 30 --drain 5 \
         "${args[@]}" > "$TMP/$name.soak" 2> "$TMP/$name.soak.err" || true
     local line mis p ok=1 total=$((CONNS * PER))
     line=$(grep '^qsoak requests=' "$TMP/$name.soak" || true)
@@ -109,12 +109,12 @@ printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\nasync
 start_gateway GB -c "$TMP/db.conf" --loglevel debug
 wait_line "$TMP/GB.log" "connected \\(capability 3\\)" 10
 for i in 1 2 3 4; do
-    timeout 20 "$BIN/qsend" -g "127.0.0.1:$GB_PORT" "hold h$i" > "$TMP/C$i.out" 2>&1 &
+    timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$GB_PORT" "hold h$i" > "$TMP/C$i.out" 2>&1 &
     pc=$!
     wait_count "$TMP/DB.log" "hold h" "$i" 10
-    timeout 10 "$BIN/qsend" -g "127.0.0.1:$GB_PORT" "neg:echo bcast$i" > /dev/null 2>&1
+    timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$GB_PORT" "neg:echo bcast$i" > /dev/null 2>&1
     wait_count "$TMP/GB.log" ": async, [0-9]+ bytes" "$i" 10
-    timeout 20 "$BIN/qsend" -g "127.0.0.1:$GB_PORT" "echo reply$i" > "$TMP/B$i.out" 2>&1 &
+    timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$GB_PORT" "echo reply$i" > "$TMP/B$i.out" 2>&1 &
     pb=$!
     wait_count "$TMP/GB.log" ": sync, [0-9]+ bytes" $((2 * i)) 10
     release "h$i" "$DB_PORT"
@@ -135,12 +135,12 @@ printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\nasync
 start_gateway GM -c "$TMP/dm.conf" --loglevel debug
 wait_line "$TMP/GM.log" "connected \\(capability 3\\)" 10
 for i in 1 2 3; do
-    timeout 20 "$BIN/qsend" -g "127.0.0.1:$GM_PORT" "hold m$i" > "$TMP/MC$i.out" 2>&1 &
+    timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$GM_PORT" "hold m$i" > "$TMP/MC$i.out" 2>&1 &
     pc=$!
     wait_count "$TMP/DM.log" "hold m" "$i" 10
     pids=()
     for s in A B; do
-        timeout 20 "$BIN/qsend" -g "127.0.0.1:$GM_PORT" --pipeline "neg:notify 1 pub$s$i" "echo done$s$i" > "$TMP/M$s$i.out" 2>&1 &
+        timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$GM_PORT" --pipeline "neg:notify 1 pub$s$i" "echo done$s$i" > "$TMP/M$s$i.out" 2>&1 &
         pids+=($!)
     done
     wait_count "$TMP/GM.log" ": async, [0-9]+ bytes" $((2 * i)) 10

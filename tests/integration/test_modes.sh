@@ -30,7 +30,7 @@ closes=$(grep -c "handle closed" "$TMP/W.log")
 # killer: the worker exits (as q's exit 0) at random; the client sees the close, then
 # cannot reconnect, and says so each period.
 start_worker K --rows 1000
-timeout 60 "$BIN/qclient" -g "127.0.0.1:$K_PORT" killer 0 --count 300 > "$TMP/out" 2> "$TMP/err" || fail "qclient killer"
+timeout --foreground 60 "$BIN/qclient" -g "127.0.0.1:$K_PORT" killer 0 --count 300 > "$TMP/out" 2> "$TMP/err" || fail "qclient killer"
 # 3 rows until the close, exactly one close, then only failed reconnects (the first request
 # may already be the one that kills: that is the 1/10 of the script)
 expect_lines "$TMP/out" "^killer error :: close in dur :: $TS\$" 1
@@ -65,17 +65,17 @@ pass "async messages get no reply"
 
 # compression as q does for remote peers, decompressed by qclient
 start_worker Z --rows 200000 --compress
-timeout 60 "$BIN/qclient" -g "127.0.0.1:$Z_PORT" big 0 --count 1 > "$TMP/out" 2>&1 || fail "compressed big"
+timeout --foreground 60 "$BIN/qclient" -g "127.0.0.1:$Z_PORT" big 0 --count 1 > "$TMP/out" 2>&1 || fail "compressed big"
 expect_lines "$TMP/out" "^big got :: 200000 in dur" 1
 pass "compressed replies"
 
 # a client on this host never gets compressed bytes from qgate, even when its worker sends them
 long=$(printf 'x%.0s' $(seq 1 20000))          # compresses well: q compresses it for remote peers
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$Z_PORT" --wire "echo $long" > /dev/null 2> "$TMP/wire.direct"
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$Z_PORT" --wire "echo $long" > /dev/null 2> "$TMP/wire.direct"
 expect_lines "$TMP/wire.direct" "^wire: [0-9]+ bytes compressed " 1
 start_gateway ZG --workers "127.0.0.1:$Z_PORT"
 for via in "127.0.0.1:$ZG_PORT" "unix:$ZG_PORT"; do
-    timeout 30 "$BIN/qsend" -g "$via" --wire "echo $long" > "$TMP/q.out" 2> "$TMP/wire.gw"
+    timeout --foreground 30 "$BIN/qsend" -g "$via" --wire "echo $long" > "$TMP/q.out" 2> "$TMP/wire.gw"
     expect_lines "$TMP/wire.gw" "^wire: 20014 bytes plain \\(20014 plain\\)\$" 1
     grep -q '^"xxxx' "$TMP/q.out" || fail "via $via: no reply: $(head -c 200 "$TMP/q.out")"
 done
@@ -86,7 +86,7 @@ pass "a worker's compressed reply reaches a client on this host (TCP, Unix socke
 # client (capability 0, which takes no compressed message) 'qgate: reply too large, its size
 # the reply's own (a worker's 1 GB of zeros, 9 MB compressed, was held whole per client)
 start_gateway ZM --workers "127.0.0.1:$Z_PORT" --loglevel info -c <(printf '[gateway]\ncompress_max = 10000\n')
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$ZM_PORT" --wire "echo $long" > "$TMP/q.out" 2> "$TMP/wire.gw"
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$ZM_PORT" --wire "echo $long" > "$TMP/q.out" 2> "$TMP/wire.gw"
 expect_lines "$TMP/wire.gw" "^wire: [0-9]+ bytes compressed \\(20014 plain\\)\$" 1
 grep -q '^"xxxx' "$TMP/q.out" || fail "over compress_max: no reply: $(head -c 200 "$TMP/q.out")"
 raw_open "$ZM_PORT"
@@ -111,7 +111,7 @@ pass "a compressed reply over compress_max once decompressed: as it came to a cl
 # (Before: every one went as the worker sent it, compressed to capability 0 too.)
 pubs=("publish 1 guid" "publish 1 timestamp" "publish 2 text 5000" "callvalue guid" "callvalue text 3000" "echo done")
 for cap in 0 2 3; do
-    timeout 30 "$BIN/qsend" --cap $cap --wire -g "127.0.0.1:$ZG_PORT" "${pubs[@]}" > "$TMP/pub.out" 2> "$TMP/pub.wire" ||
+    timeout --foreground 30 "$BIN/qsend" --cap $cap --wire -g "127.0.0.1:$ZG_PORT" "${pubs[@]}" > "$TMP/pub.out" 2> "$TMP/pub.wire" ||
         fail "capability $cap: $(head -c 300 "$TMP/pub.out")"
     awk '{ print substr($0, 1, 31) }' "$TMP/pub.out" > "$TMP/pub.got"
     {
@@ -134,10 +134,10 @@ done
 expect_file_has "$TMP/ZG.log" "async message for a client of capability 0, which cannot take it \\(type\\): dropped"
 # over compress_max once decompressed: an old client's cannot be checked (dropped, or the
 # worker told), one on this host gets it as it came
-timeout 30 "$BIN/qsend" --cap 2 --wire -g "127.0.0.1:$ZM_PORT" "publish 1 text 20000" "callvalue text 20000" "echo done" > "$TMP/pub.out" 2> "$TMP/pub.wire"
+timeout --foreground 30 "$BIN/qsend" --cap 2 --wire -g "127.0.0.1:$ZM_PORT" "publish 1 text 20000" "callvalue text 20000" "echo done" > "$TMP/pub.out" 2> "$TMP/pub.wire"
 printf '%s\n' 1 "'qgate: message too large for capability 2 (20014 bytes, over compress_max)" '"done"' > "$TMP/pub.want"
 diff "$TMP/pub.want" "$TMP/pub.out" > /dev/null || fail "over compress_max, capability 2: $(diff "$TMP/pub.want" "$TMP/pub.out" | cut -c1-80)"
-timeout 30 "$BIN/qsend" --wire -g "127.0.0.1:$ZM_PORT" "publish 1 text 20000" > "$TMP/pub.out" 2> "$TMP/pub.wire"
+timeout --foreground 30 "$BIN/qsend" --wire -g "127.0.0.1:$ZM_PORT" "publish 1 text 20000" > "$TMP/pub.out" 2> "$TMP/pub.wire"
 expect_lines "$TMP/pub.wire" "^wire: async [0-9]+ bytes compressed \\(20014 plain\\)" 1
 pass "a worker's publishes and callbacks made fit for old clients and clients on this host, as replies are, in order"
 
@@ -152,7 +152,7 @@ raw_open "$ZH_PORT"
 raw_hs holder:pw
 raw_text 1 "text 20000000"
 wait_for 60 "the reply held whole for a client that reads nothing" total_at_least held_bytes 20000014 "$H"
-timeout 60 "$BIN/qsend" -g "$H" --wire "text 20000000" > /dev/null 2> "$TMP/wire.gw"
+timeout --foreground 60 "$BIN/qsend" -g "$H" --wire "text 20000000" > /dev/null 2> "$TMP/wire.gw"
 expect_lines "$TMP/wire.gw" "^wire: [0-9]+ bytes compressed \\(20000014 plain\\)\$" 1
 [ "$(total held_passed "$H")" = 1 ] || fail "held_passed: $(total held_passed "$H")"
 expect_file_has "$TMP/ZH.log" "hold_max reached \\([0-9]+ bytes held whole\\): a reply of 20000014 bytes goes as the worker sent it"
@@ -167,14 +167,14 @@ raw_close 4
 grep -aq "qgate: busy: hold_max reached (30000000 bytes held whole)" "$TMP/oldh.out" ||
     fail "capability 0: $(od -c "$TMP/oldh.out" | head -3)"
 grep -aq "small" "$TMP/oldh.out" || fail "capability 0: the next reply did not come"
-timeout 60 "$BIN/qsend" -g "$H" "all:default:text 20000000" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$H" "all:default:text 20000000" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" "^'qgate: busy: hold_max reached \\(30000000 bytes held whole\\)\$" 1
 [ "$(total refused_hold_max "$H")" = 2 ] || fail "refused_hold_max: $(total refused_hold_max "$H")"
 raw_close
 wait_for 30 "nothing held once the holder has gone" total_is held_bytes 0 "$H"
-timeout 60 "$BIN/qsend" -g "$H" --wire "text 20000000" > /dev/null 2> "$TMP/wire.gw"
+timeout --foreground 60 "$BIN/qsend" -g "$H" --wire "text 20000000" > /dev/null 2> "$TMP/wire.gw"
 expect_lines "$TMP/wire.gw" "^wire: 20000014 bytes plain \\(20000014 plain\\)\$" 1
-timeout 60 "$BIN/qsend" -g "$H" "all:default:text 20" > "$TMP/q.out" 2>&1
+timeout --foreground 60 "$BIN/qsend" -g "$H" "all:default:text 20" > "$TMP/q.out" 2>&1
 expect_lines "$TMP/q.out" '^"qgate 0 qgate 1 qgat"$' 1
 [ "$(total held_bytes "$H")" = 0 ] || fail "held_bytes after: $(total held_bytes "$H")"
 pass "hold_max: past it a reply goes as the worker sent it, an old client's and a .qgate.all's get 'qgate: busy; nothing held once the holder goes"
@@ -187,13 +187,13 @@ start_worker B2 --rows 10
 start_gateway BH --loglevel info -c <(printf '[gateway]\nhold_max = 1000000\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\nasync = broadcast\n' "$B1_PORT" "$B2_PORT")
 BH="127.0.0.1:$BH_PORT"
 wait_count "$TMP/BH.log" "connected \\(capability 3\\)" 2 10
-timeout 60 "$BIN/qsend" -g "$BH" "neg:publish 1 text 3000000" "all:main:publish 1 text 3000000" "echo after" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$BH" "neg:publish 1 text 3000000" "all:main:publish 1 text 3000000" "echo after" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^async: ' 0
 expect_lines "$TMP/q.out" '^1 1$' 1 # (the parts' counts, merged)
 expect_lines "$TMP/q.out" '^"after"$' 1
 [ "$(total refused_hold_max "$BH")" = 4 ] || fail "refused_hold_max: $(total refused_hold_max "$BH")"
 [ "$(total held_bytes "$BH")" = 0 ] || fail "held_bytes after: $(total held_bytes "$BH")"
-timeout 60 "$BIN/qsend" -g "$BH" "neg:publish 1 text 1000" "echo after" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$BH" "neg:publish 1 text 1000" "echo after" > "$TMP/q.out" 2>&1 || true
 grep -q '^async: "qgate 0 qgate 1' "$TMP/q.out" || fail "a small publish: $(cut -c1-80 "$TMP/q.out")" # (within hold_max)
 [ "$(total refused_hold_max "$BH")" = 4 ] || fail "refused_hold_max after small ones: $(total refused_hold_max "$BH")"
 pass "hold_max: a broadcast's or a .qgate.all part's publish, held whole, counts too: past it dropped, counted"
@@ -202,7 +202,7 @@ pass "hold_max: a broadcast's or a .qgate.all part's publish, held whole, counts
 # answered 'qgate: busy, though it had run)
 start_gateway ZS --workers "127.0.0.1:$Z_PORT" --loglevel info -c <(printf '[gateway]\nhold_max = 10\n')
 for cap in 0 1 2; do
-    timeout 30 "$BIN/qsend" -g "127.0.0.1:$ZS_PORT" --cap $cap "echo small$cap" > "$TMP/q.out" 2>&1 || true
+    timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$ZS_PORT" --cap $cap "echo small$cap" > "$TMP/q.out" 2>&1 || true
     expect_lines "$TMP/q.out" "^\"small$cap\"\$" 1
 done
 pass "hold_max: an old client's reply of 64 KiB or less is never refused"
@@ -210,11 +210,11 @@ pass "hold_max: an old client's reply of 64 KiB or less is never refused"
 # that came as 12 MB): refused to an old client (the publish dropped, the callback's worker
 # told 'qgate: too large to hold whole: over hold_max by itself, not 'qgate: busy), as it came to a client on this host. (Found by an adversarial run: its size
 # decompressed was not checked, and held_bytes went to twice hold_max.)
-timeout 60 "$BIN/qsend" --cap 0 --wire -g "$H" "publish 1 text 50000000" "callvalue text 50000000" "echo done" > "$TMP/q.out" 2> "$TMP/wire.gw"
+timeout --foreground 60 "$BIN/qsend" --cap 0 --wire -g "$H" "publish 1 text 50000000" "callvalue text 50000000" "echo done" > "$TMP/q.out" 2> "$TMP/wire.gw"
 printf '%s\n' 1 "'qgate: too large to hold whole (50000014 bytes, over hold_max, 30000000 bytes)" '"done"' > "$TMP/q.want"
 diff "$TMP/q.want" "$TMP/q.out" > /dev/null || fail "hold_max, capability 0: $(diff "$TMP/q.want" "$TMP/q.out" | cut -c1-100)"
 [ "$(total refused_hold_max "$H")" = 4 ] || fail "refused_hold_max: $(total refused_hold_max "$H")"
-timeout 60 "$BIN/qsend" --wire -g "$H" "publish 1 text 50000000" > /dev/null 2> "$TMP/wire.gw"
+timeout --foreground 60 "$BIN/qsend" --wire -g "$H" "publish 1 text 50000000" > /dev/null 2> "$TMP/wire.gw"
 expect_lines "$TMP/wire.gw" "^wire: async [0-9]+ bytes compressed \\(50000014 plain\\)\$" 1
 [ "$(total held_bytes "$H")" = 0 ] || fail "held_bytes after: $(total held_bytes "$H")"
 pass "hold_max: a worker's publish or callback past it once decompressed: refused to an old client, as it came to one on this host"
@@ -224,7 +224,7 @@ pass "hold_max: a worker's publish or callback past it once decompressed: refuse
 # held whole for each client that sent one)
 start_gateway ZR --workers "127.0.0.1:$Z_PORT" -c <(printf '[gateway]\nhold_max = 100000\n')
 big=$(printf 'x%.0s' $(seq 1 120000))
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$ZR_PORT" --compress "on:default:echo $big" "on:default:echo $long" \
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$ZR_PORT" --compress "on:default:echo $big" "on:default:echo $long" \
     > "$TMP/q.out" 2> "$TMP/sent.gw"
 expect_lines "$TMP/sent.gw" "^sent: [0-9]+ bytes compressed" 2
 expect_lines "$TMP/q.out" "^'qgate: too large to hold whole \\(120045 bytes, over hold_max, 100000 bytes\\)\$" 1
@@ -250,7 +250,7 @@ pad=$(printf 'q%.0s' $(seq 1 60000))
 raw_text 0 "notify 300 $pad"
 raw_text 1 "echo after"                       # (never read: its publishes pile up in qgate)
 wait_line "$TMP/BF.log" "paused: c1 .* has [0-9]+ bytes unsent" 30 # over client_high_water (8 MB) for it
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$BF_PORT" "all:other:echo small" > "$TMP/q.out" 2>&1 # (its workers wait for the sender)
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$BF_PORT" "all:other:echo small" > "$TMP/q.out" 2>&1 # (its workers wait for the sender)
 expect_lines "$TMP/q.out" '^"small"$' 1
 [ "$(total held_bytes "127.0.0.1:$BF_PORT")" -le 120100 ] || fail "forwarded publishes counted: $(total held_bytes "127.0.0.1:$BF_PORT")"
 raw_close
@@ -267,7 +267,7 @@ start_gateway PG --workers "127.0.0.1:$PW_PORT" --loglevel info \
     -c <(printf '[gateway]\npending_max = 1000000\nclient_stall_timeout = 1000\n')
 P="127.0.0.1:$PG_PORT"
 pending_is() { total_is pending_bytes $(($1 + 29)) "$P"; } # (.qgate.totals[] counts its own 29 bytes)
-timeout 60 "$BIN/qsend" -g "$P" "hold pm" > "$TMP/hold.out" 2>&1 & hp=$!
+timeout --foreground 60 "$BIN/qsend" -g "$P" "hold pm" > "$TMP/hold.out" 2>&1 & hp=$!
 wait_line "$TMP/PW.log" "hold pm" 30                 # the only worker is busy: what comes now waits
 raw_open "$PG_PORT" 6
 raw_hs stuck:pw 6
@@ -303,7 +303,7 @@ wait_for 30 "nothing counted at the end" pending_is 0
 pass "pending_max: a request past it waits its turn, unread; room kept for a stalled message is freed by client_stall_timeout; one larger than it is read alone"
 # a client that resets its connection while it waits for room is noticed at once (its reset
 # once made qgate spin on the hangup, unread, until the room came)
-timeout 60 "$BIN/qsend" -g "$P" "hold pm2" > "$TMP/hold.out" 2>&1 & hp=$!
+timeout --foreground 60 "$BIN/qsend" -g "$P" "hold pm2" > "$TMP/hold.out" 2>&1 & hp=$!
 wait_line "$TMP/PW.log" "hold pm2" 30
 raw_open "$PG_PORT" 4
 raw_hs a:pw 4
@@ -324,9 +324,9 @@ raw_close 4
 wait_for 30 "nothing counted at the end" pending_is 0
 pass "pending_max: a client that resets while it waits for room is closed at once, its room never counted"
 # a .qgate.all's query counts until every worker of the group has been given it
-timeout 60 "$BIN/qsend" -g "$P" "hold pm3" > "$TMP/hold.out" 2>&1 & hp=$!
+timeout --foreground 60 "$BIN/qsend" -g "$P" "hold pm3" > "$TMP/hold.out" 2>&1 & hp=$!
 wait_line "$TMP/PW.log" "hold pm3" 30
-timeout 60 "$BIN/qsend" -g "$P" "all:default:echo $(head -c 100000 /dev/zero | tr '\0' f)" > "$TMP/fan.out" 2>&1 & fp=$!
+timeout --foreground 60 "$BIN/qsend" -g "$P" "all:default:echo $(head -c 100000 /dev/zero | tr '\0' f)" > "$TMP/fan.out" 2>&1 & fp=$!
 wait_for 30 "the .qgate.all's query counted while its part waits" total_at_least pending_bytes 100029 "$P"
 release pm3 "$PW_PORT"
 wait "$hp" || fail "hold: $(cat "$TMP/hold.out")"
@@ -337,7 +337,7 @@ pass "pending_max: a .qgate.all's query counts until every worker has it"
 # small messages (64 KiB or less) never wait, but are counted: however many are held, a big one
 # waits only for the big ones (once it waited until every small one had gone, and a steady
 # stream of them kept it waiting for ever)
-timeout 60 "$BIN/qsend" -g "$P" "hold pm4" > "$TMP/hold.out" 2>&1 & hp=$!
+timeout --foreground 60 "$BIN/qsend" -g "$P" "hold pm4" > "$TMP/hold.out" 2>&1 & hp=$!
 wait_line "$TMP/PW.log" "hold pm4" 30
 raw_open "$PG_PORT" 4
 raw_hs a:pw 4

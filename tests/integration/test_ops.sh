@@ -170,7 +170,7 @@ G="127.0.0.1:$D_PORT"
 "$BIN/qsend" -g "$G" "hold t3" > "$TMP/t3.out" & p3=$!
 wait_line "$TMP/W2.log" "hold t3" 5
 "$BIN/qsend" -g "$G" "echo t3q" > "$TMP/t3q.out" & p3q=$!
-pools_has_queued() { timeout 5 "$BIN/qsend" -g "$1" ".qgate.pools[]" | grep -qE "\\| ,\`main \\| ,0b \\| ,1 \\|"; }
+pools_has_queued() { timeout --foreground 5 "$BIN/qsend" -g "$1" ".qgate.pools[]" | grep -qE "\\| ,\`main \\| ,0b \\| ,1 \\|"; }
 wait_for 10 "the second request queued" pools_has_queued "$G"
 kill -TERM "$D_PID"
 wait_exit "$D_PID" 10
@@ -264,7 +264,7 @@ pass "SIGTERM with a reply streaming and a message unread: all 20000014 bytes, t
 printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s, 127.0.0.1:%s\n' "$W2_PORT" "$W3_PORT" > "$TMP/dr.conf"
 start_gateway DR -c "$TMP/dr.conf"
 wait_count "$TMP/DR.log" "connected \\(capability 3\\)" 2 10
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$DR_PORT" "hold dr1" > "$TMP/dr1.out" 2>&1 & pd=$!
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$DR_PORT" "hold dr1" > "$TMP/dr1.out" 2>&1 & pd=$!
 wait_any "hold dr1" 10 "$TMP/W2.log" "$TMP/W3.log"
 raw_open "$DR_PORT"
 raw_hs u:p
@@ -272,7 +272,7 @@ raw_text 1 "echo b1"
 raw_msg "$TMP/dr.b1" || fail "no reply before SIGTERM"
 kill -TERM "$DR_PID"
 wait_line "$TMP/DR.log" "SIGTERM: draining" 5
-rc=0; timeout 8 cat <&3 > "$TMP/dr.rest" || rc=$? # to its close, while the hold still runs (drain_timeout 10 s)
+rc=0; timeout --foreground 8 cat <&3 > "$TMP/dr.rest" || rc=$? # to its close, while the hold still runs (drain_timeout 10 s)
 raw_close
 [ "$rc" = 0 ] || fail "the idle client was not closed while another's request ran (rc $rc)"
 kill -0 "$pd" 2> /dev/null || fail "the hold ended before the idle client was closed: $(cat "$TMP/dr1.out")"
@@ -304,15 +304,15 @@ pass "worker credentials from the config; a refused login is logged without the 
 lt_conf() { printf '[gateway]\nbind = 127.0.0.1\nquery_timeout = %s\nqueue_timeout = %s\nreconnect_min = 50\nclient_stall_timeout = 600000\nclient_high_water = 65536\nclient_low_water = 0\n[group main]\nworkers = 127.0.0.1:%s\n[group clock]\nworkers = 127.0.0.1:%s\n' "$1" "$1" "$W1_PORT" "$W2_PORT" > "$TMP/lt.conf"; }
 lt_conf 2000
 start_gateway LT -c "$TMP/lt.conf" --loglevel debug
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$LT_PORT" "hold lt1" > "$TMP/lt1.out" 2>&1 & lt1=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$LT_PORT" "hold lt1" > "$TMP/lt1.out" 2>&1 & lt1=$!
 wait_line "$TMP/W1.log" "hold lt1" 10
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$LT_PORT" "echo lt2" > "$TMP/lt2.out" 2>&1 & lt2=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$LT_PORT" "echo lt2" > "$TMP/lt2.out" 2>&1 & lt2=$!
 wait_line "$TMP/LT.log" "c2 .*: request 0 queued in group main" 10
 lt_conf 0
 kill -HUP "$LT_PID"
 wait_line "$TMP/LT.log" "reload: query_timeout 0 ms \\(none\\) for the 1 runs under way too" 10
 wait_line "$TMP/LT.log" "reload: queue_timeout 0 ms for the 1 requests waiting too" 10
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$LT_PORT" "on:clock:sleep 2500" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$LT_PORT" "on:clock:sleep 2500" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^2500$' 1                  # the old deadlines have passed
 kill -0 "$lt1" && kill -0 "$lt2" || fail "a request ended (timed out?) with its limit lifted: $(cat "$TMP/lt1.out" "$TMP/lt2.out")"
 lt_conf 2000
@@ -358,10 +358,10 @@ PIDS+=("$kp")
 printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = 127.0.0.1:%s\n' "$TMP/ru.fifo" "$W2_PORT" > "$TMP/ru.conf"
 kill -HUP "$RU_PID"
 wait_line "$TMP/RU.log" "SIGHUP: reloading" 10
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$RU_PORT" -u alice:wonder ".qgate.reload[]" > "$TMP/ru.a" 2>&1 7>&- &
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$RU_PORT" -u alice:wonder ".qgate.reload[]" > "$TMP/ru.a" 2>&1 7>&- &
 pa=$!
 wait_line "$TMP/RU.log" "qgate.reload\\[\\] by admin alice" 10
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$RU_PORT" -u bob:builder ".qgate.reload[]" > "$TMP/ru.b" 2>&1 7>&- &
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$RU_PORT" -u bob:builder ".qgate.reload[]" > "$TMP/ru.b" 2>&1 7>&- &
 pb=$!
 wait_line "$TMP/RU.log" "qgate.reload\\[\\] by admin bob" 10
 kill -HUP "$RU_PID"

@@ -23,7 +23,7 @@ conf() { # conf FILE PIPELINE [GROUPKEY=VALUE...]
 # worker_of TAG: the name (W1 or W2) of the worker whose log shows "TAG"
 worker_of() { if grep -q "$1" "$TMP/W1.log"; then echo W1; else echo W2; fi; }
 inflight_is() { # inflight_is A B: .qgate.stats[] inflight column is "A B"
-    timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| [0-9]+ [0-9]+ \\| [0-9]+ [0-9]+ \\| $1 $2 \\| "
+    timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" | grep -qE "^table\\[2\\] .* \\| [0-9]+ [0-9]+ \\| [0-9]+ [0-9]+ \\| $1 $2 \\| "
 }
 
 conf "$TMP/bad.conf" 2 pool=session
@@ -60,9 +60,9 @@ pass "pipeline = 2: with both workers busy a request goes to one's second connec
 # --- 32 connections against 2 workers, pipeline 3: every reply to its own client, in order ----
 conf "$TMP/s.conf" 3
 start_gateway S -c "$TMP/s.conf"
-both_up() { timeout 5 "$BIN/qsend" -g "127.0.0.1:$S_PORT" ".qgate.stats[]" | grep -q '`idle`idle'; }
+both_up() { timeout --foreground 5 "$BIN/qsend" -g "127.0.0.1:$S_PORT" ".qgate.stats[]" | grep -q '`idle`idle'; }
 wait_for 10 "both workers up" both_up
-timeout 90 "$BIN/qsoak" -g "127.0.0.1:$S_PORT" -c 32 --seconds 3 > "$TMP/soak.out" 2> "$TMP/soak.err" ||
+timeout --foreground 90 "$BIN/qsoak" -g "127.0.0.1:$S_PORT" -c 32 --seconds 3 > "$TMP/soak.out" 2> "$TMP/soak.err" ||
     fail "qsoak through pipeline = 3: $(tail -5 "$TMP/soak.out" "$TMP/soak.err")"
 expect_file_has "$TMP/soak.out" "qsoak requests=[0-9]+ ok=[0-9]+ qerrors=0 closed=0 lost=0 duplicated=0 misrouted=0"
 pass "pipeline = 3, 32 connections, 2 workers: $(sed -n 's/.* ok=\([0-9]*\) .*/\1/p' "$TMP/soak.out") replies, none lost, duplicated or misrouted"
@@ -139,10 +139,10 @@ lconf() { # lconf NAME PIPELINE_WAIT: a gateway over W3 and W4, pipeline 2
 # holding N TAG: N requests "hold TAG" (so far, in all) have reached W3 and W4
 holding() { wait_for 10 "$1 'hold $2' on W3 and W4" eval "[ \$(cat '$TMP/W3.log' '$TMP/W4.log' | grep -c 'hold $2\$') -ge $1 ]"; }
 # waiting N: .qgate.pools[] says N requests wait in the queue (none held behind a run)
-waiting() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.pools[]" | grep -qE "^table.* \\| ,\`main \\| ,0b \\| ,$1 \\| "; }
+waiting() { timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.pools[]" | grep -qE "^table.* \\| ,\`main \\| ,0b \\| ,$1 \\| "; }
 # pipelined: .qgate.totals[] pipelined
 pipelined() {
-    timeout 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
+    timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
         awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == "pipelined") print v[i - 1] }'
 }
 learn() { # learn TAG N: one run of "hold TAG" (its Nth on W3 and W4), ended at once
@@ -216,7 +216,7 @@ start_gateway T -c "$TMP/T.conf" --loglevel debug
 wait_count "$TMP/T.log" "connected \(capability" 4
 G="127.0.0.1:$T_PORT"
 learn t 1
-timeout 20 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t1.out" 2>&1 || true
+timeout --foreground 20 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t1.out" 2>&1 || true
 expect_lines "$TMP/t1.out" "^'qgate: timeout \\(127.0.0.1:[0-9]+ sent nothing for 3000 ms\\)\$" 1
 wait_count "$TMP/T.log" "connected \(capability" 5
 "$BIN/qsend" -g "$G" "hold t" > "$TMP/t2.out" & p1=$!
@@ -247,7 +247,7 @@ wait_for 10 "four 'hold r' on W3" eval "[ \$(grep -c 'hold r\$' '$TMP/W3.log') -
 release r "$W3_PORT"
 wait "${held[@]}"
 # served: .qgate.stats[]'s served for the one worker
-served() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" | awk -F' [|] ' '/^table/ { sub(/^,/, "", $5); print $5 }'; }
+served() { timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" | awk -F' [|] ' '/^table/ { sub(/^,/, "", $5); print $5 }'; }
 [ "$(served)" = 4 ] || fail "four runs done, .qgate.stats[] says served $(served)"
 sed -i 's/^pipeline = 4$/pipeline = 1/' "$TMP/rl.conf"
 kill -HUP "$RL_PID"
@@ -279,7 +279,7 @@ send_all() {
     local port=$1 out=$2 n=$3 text=$4 i senders=()
     for i in $(seq 1 "$n"); do
         # shellcheck disable=SC2059 # (TEXT is the format)
-        timeout 30 "$BIN/qsend" -g "127.0.0.1:$port" "$(printf "$text" "$i")" > "$out.$i" 2>&1 & senders+=($!)
+        timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$port" "$(printf "$text" "$i")" > "$out.$i" 2>&1 & senders+=($!)
     done
     wait "${senders[@]}" || true
     for i in $(seq 1 "$n"); do cat "$out.$i"; done > "$out"
@@ -301,7 +301,7 @@ pass "pipeline: query_timeout on a busy worker's other connection runs from that
 # did, and a deferred request was never timed out while other clients polled), and a run ahead
 # whose reply qgate itself stopped reading (a slow client) does not time out the one behind it
 # (before: it did, as the q sent nothing qgate read)
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$QT_PORT" "hold qt-held" > "$TMP/held.out" 2>&1 & ph=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$QT_PORT" "hold qt-held" > "$TMP/held.out" 2>&1 & ph=$!
 wait_line "$TMP/W4.log" "hold qt-held" 10
 polls=0
 while kill -0 "$ph" 2> /dev/null && [ $polls -lt 60 ]; do
@@ -315,9 +315,9 @@ expect_lines "$TMP/held.out" "^'qgate: timeout \\(127.0.0.1:$W4_PORT sent nothin
 "$BIN/qsend" -g "127.0.0.1:$W4_PORT" "release qt-held" > /dev/null 2>&1 || true
 kill "$QT_PID"
 one_worker_gateway QS "$W4_PORT" 1000 2 "client_high_water = 131072" "client_low_water = 65536"
-timeout 12 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" --read-rate 500000 "text 3000000" > "$TMP/slow.out" 2>&1 & ps=$!
+timeout --foreground 12 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" --read-rate 500000 "text 3000000" > "$TMP/slow.out" 2>&1 & ps=$!
 wait_line "$TMP/W4.log" "text 3000000" 10
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" "echo behind" > "$TMP/behind.out" 2>&1
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" "echo behind" > "$TMP/behind.out" 2>&1
 wait "$ps" || true # (a slow reader reads until the close)
 expect_lines "$TMP/behind.out" '^"behind"$' 1
 pass "pipeline: a request held at a q that answers its other connections is timed out; one behind a reply its client reads slowly is not"
@@ -328,9 +328,9 @@ pass "pipeline: a request held at a q that answers its other connections is time
 # a q that never answered held both clients for good: helper round 15)
 start_worker W5 --rows 10
 one_worker_gateway QH "$W5_PORT" 1500 2 -- --loglevel debug
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "sleep 8000" > "$TMP/stuck.out" 2>&1 & p1=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "sleep 8000" > "$TMP/stuck.out" 2>&1 & p1=$!
 wait_line "$TMP/W5.log" "sleep 8000 ms" 10
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "echo two" > "$TMP/second.out" 2>&1 & p2=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$QH_PORT" "echo two" > "$TMP/second.out" 2>&1 & p2=$!
 wait_count "$TMP/QH.log" "running sync request" 2 10
 wait "$p1" "$p2" || true
 # (the second was sent while the first ran: what this case is about)
@@ -349,7 +349,7 @@ pass "pipeline: a q stuck on one request while another waits on its other connec
 # with a hold the test releases once both have ended)
 start_worker W6 --rows 10
 one_worker_gateway OO "$W6_PORT" 2000 3
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$OO_PORT" "hold first" > "$TMP/first.out" 2>&1 & pf=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$OO_PORT" "hold first" > "$TMP/first.out" 2>&1 & pf=$!
 wait_line "$TMP/W6.log" "hold first" 10
 send_all "$OO_PORT" "$TMP/oo.out" 2 "sleep 1200"
 expect_lines "$TMP/oo.out" '^1200$' 2
@@ -367,7 +367,7 @@ pass "pipeline: a q that runs the two requests sent after one first, 1.2 s each 
 # round 17)
 start_worker W7 --rows 10
 one_worker_gateway ST "$W7_PORT" 1500 8
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$ST_PORT" "sleep 8000" > "$TMP/st0.out" 2>&1 & ps0=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$ST_PORT" "sleep 8000" > "$TMP/st0.out" 2>&1 & ps0=$!
 wait_line "$TMP/W7.log" "sleep 8000 ms" 10
 send_all "$ST_PORT" "$TMP/st.out" 7 "echo e%d"
 wait "$ps0" || true
@@ -381,10 +381,10 @@ pass "pipeline: a q stuck for 8 s, 8 connections, query_timeout 1.5 s: the stuck
 # reply still streams to a client that reads it slowly (before: the stream's 20 s: helper round 17)
 start_worker W8 --rows 10
 one_worker_gateway SR "$W8_PORT" 1500 3 "client_high_water = 131072" "client_low_water = 65536" -- --loglevel debug # (qgate reads the reply only as its client does)
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$SR_PORT" --read-rate 300000 "text 6000000" > /dev/null 2>&1 & pt=$!
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$SR_PORT" --read-rate 300000 "text 6000000" > /dev/null 2>&1 & pt=$!
 wait_line "$TMP/W8.log" "text 6000000" 10
 wait_line "$TMP/SR.log" "busy SENT -> RELAYING" 10
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$SR_PORT" "hold kept" > "$TMP/kept.out" 2>&1 & pk=$!
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$SR_PORT" "hold kept" > "$TMP/kept.out" 2>&1 & pk=$!
 wait_line "$TMP/W8.log" "hold kept" 10
 "$BIN/qsend" -g "127.0.0.1:$SR_PORT" "echo moved" > "$TMP/moved.out" 2>&1
 expect_lines "$TMP/moved.out" '^"moved"$' 1
@@ -404,9 +404,9 @@ pass "pipeline: a request the q keeps while a reply streams to a slow reader tim
 # helper round 18, from the code)
 start_worker W9 --rows 10
 one_worker_gateway CB "$W9_PORT" 1500 2 "client_high_water = 131072" "client_low_water = 65536" -- --loglevel debug
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$CB_PORT" --read-rate 300000 "text 6000000" > /dev/null 2>&1 & pt=$!
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$CB_PORT" --read-rate 300000 "text 6000000" > /dev/null 2>&1 & pt=$!
 wait_line "$TMP/CB.log" "w 127.0.0.1:$W9_PORT: busy SENT -> RELAYING" 10
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$CB_PORT" --nest "sleep 20000" "callback echo x" > "$TMP/cb.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$CB_PORT" --nest "sleep 20000" "callback echo x" > "$TMP/cb.out" 2>&1 || true
 expect_lines "$TMP/cb.out" "^nested: 'qgate: timeout \\(the worker that called back sent nothing for query_timeout\\)\$" 1
 expect_lines "$TMP/cb.out" "^'qgate: timeout \\(127.0.0.1:$W9_PORT sent nothing for 1500 ms\\)\$" 1
 awk -v p="w 127.0.0.1:$W9_PORT: state BUSY -> IDLE" 'index($0, p) { exit 1 } /#1: no reply byte/ { exit 0 }' "$TMP/CB.log" ||

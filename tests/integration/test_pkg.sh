@@ -89,7 +89,7 @@ ct_boot() {
 }
 ct() { nsenter -t "$CT_PID" -a "$@"; }
 # cq TARGET QUERY...: qsend in the container; its output in $TMP/q.out
-cq() { timeout 60 nsenter -t "$CT_PID" -a "$BINA/qsend" -g "$@" > "$TMP/q.out" 2>&1 || true; }
+cq() { timeout --foreground 60 nsenter -t "$CT_PID" -a "$BINA/qsend" -g "$@" > "$TMP/q.out" 2>&1 || true; }
 # ct_journal REGEX: qgate.service's journal in the container has a line matching REGEX
 ct_journal() { ct journalctl -u qgate.service -o cat --no-pager > "$TMP/ct-journal.txt" 2>&1; grep -qE "$1" "$TMP/ct-journal.txt"; }
 ct_show() { ct systemctl show -P "$1" qgate.service; }
@@ -415,7 +415,7 @@ for p in 5001 5002; do
     ct systemd-run -q --unit="qgate-test-w$p" "$BINA/qworker" -p "127.0.0.1:$p" --rows 1000 > "$TMP/out" 2>&1 ||
         fail "systemd-run qworker: $(cat "$TMP/out")"
 done
-worker_up() { timeout 5 nsenter -t "$CT_PID" -a "$BINA/qsend" -g "127.0.0.1:$1" "echo up" > /dev/null 2>&1; }
+worker_up() { timeout --foreground 5 nsenter -t "$CT_PID" -a "$BINA/qsend" -g "127.0.0.1:$1" "echo up" > /dev/null 2>&1; }
 wait_for 20 "the container's worker on 5001" worker_up 5001
 wait_for 20 "the container's worker on 5002" worker_up 5002
 ct dpkg -i "$DEB" > "$TMP/ct-dpkg-i.txt" 2>&1 || fail "dpkg -i in the container: $(cat "$TMP/ct-dpkg-i.txt")"

@@ -49,7 +49,7 @@ read_by_gateway "$PL_PORT"
 printf '\n' >&3
 raw_hs pl:pw
 raw_text 1 "echo via"
-timeout 10 head -c 17 <&3 > "$TMP/pl.out" || true # the reply: "via", 17 bytes
+timeout --foreground 10 head -c 17 <&3 > "$TMP/pl.out" || true # the reply: "via", 17 bytes
 raw_close
 grep -aq "via" "$TMP/pl.out" || fail "no reply through a PROXY v1 header sent in pieces: $(od -An -c "$TMP/pl.out" | head -2)"
 wait_line "$TMP/PL.access" "user=pl peer=10\\.1\\.2\\.3:5555 " 10

@@ -20,7 +20,7 @@ conf() { # conf FILE POOL [KEY=VALUE...]: one group over W
       for kv in "$@"; do echo "${kv%%=*} = ${kv#*=}"; done
       printf '[group main]\nworkers = 127.0.0.1:%s\npool = %s\n' "$W_PORT" "$pool"; } > "$f"
 }
-dropped_is() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | grep -qE "\\| ,$1 \\| ,0N \\| ,\`tcp \\| ,0N \\| ,0N\$"; }
+dropped_is() { timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | grep -qE "\\| ,$1 \\| ,0N \\| ,\`tcp \\| ,0N \\| ,0N\$"; }
 hwm_kb() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
@@ -39,18 +39,18 @@ raw_hs bob:pw 4
 # docs/usage.md describes)
 for i in 1 2 3; do
     raw_text 1 "echo a$i" 3             # alice is served, then bob: he is the one served last
-    timeout 10 head -c 16 <&3 > "$TMP/a$i.out" || fail "no reply to alice's echo a$i"
+    timeout --foreground 10 head -c 16 <&3 > "$TMP/a$i.out" || fail "no reply to alice's echo a$i"
     raw_text 1 "echo b$i" 4
-    timeout 10 head -c 16 <&4 > "$TMP/b$i.out" || fail "no reply to bob's echo b$i"
+    timeout --foreground 10 head -c 16 <&4 > "$TMP/b$i.out" || fail "no reply to bob's echo b$i"
     grep -aq "b$i" "$TMP/b$i.out" || fail "bob's reply: $(od -c "$TMP/b$i.out" | head -2)"
-    timeout 10 "$BIN/qsend" -g "127.0.0.1:$W_PORT" "tell tick-$i" > "$TMP/tell.out" # the worker idle
+    timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$W_PORT" "tell tick-$i" > "$TMP/tell.out" # the worker idle
     expect_lines "$TMP/tell.out" '^1$' 1  # published on the gateway's one connection
     wait_for 10 "publish $i counted as dropped" dropped_is "$i"
 done
 raw_text 1 "echo last" 4               # what bob reads next is this reply: no tick before it
-timeout 10 head -c 18 <&4 > "$TMP/b.out" || fail "no reply to bob's echo last"
+timeout --foreground 10 head -c 18 <&4 > "$TMP/b.out" || fail "no reply to bob's echo last"
 raw_text 1 "echo last" 3
-timeout 10 head -c 18 <&3 > "$TMP/a.out" || fail "no reply to alice's echo last"
+timeout --foreground 10 head -c 18 <&3 > "$TMP/a.out" || fail "no reply to alice's echo last"
 grep -aq tick "$TMP/a.out" "$TMP/b.out" && fail "a publish of an idle worker reached a client"
 grep -aq last "$TMP/b.out" && grep -aq last "$TMP/a.out" || fail "the replies are not what came next"
 raw_close 3
@@ -67,7 +67,7 @@ wait_line "$TMP/S.log" "connected \\(capability"
 raw_open "$S_PORT" 3
 raw_hs alice:pw 3
 raw_text 1 "later 50 tick-s" 3
-timeout 10 head -c $((17 + 20)) <&3 > "$TMP/s.out" || fail "alice got no publish in her session"
+timeout --foreground 10 head -c $((17 + 20)) <&3 > "$TMP/s.out" || fail "alice got no publish in her session"
 raw_close 3
 grep -aq "tick-s" "$TMP/s.out" || fail "alice's session got $(od -c "$TMP/s.out" | head -3)"
 pass "pool = session: the worker's later publish reaches its session's client"
@@ -80,7 +80,7 @@ conf "$TMP/f.conf" session client_high_water=1048576 client_low_water=262144
 start_gateway F -c "$TMP/f.conf" --loglevel debug
 wait_line "$TMP/F.log" "connected \\(capability"
 idle=$(rss_kb "$F_PID")
-timeout 60 "$BIN/qslow" -g "127.0.0.1:$F_PORT" -q "flood 65536" -r 16384 -t 10 -s 4 > "$TMP/slow.out" 2> "$TMP/slow.err" ||
+timeout --foreground 60 "$BIN/qslow" -g "127.0.0.1:$F_PORT" -q "flood 65536" -r 16384 -t 10 -s 4 > "$TMP/slow.out" 2> "$TMP/slow.err" ||
     fail "qslow: $(cat "$TMP/slow.out" "$TMP/slow.err")"
 peak=$(hwm_kb "$F_PID")
 expect_file_has "$TMP/slow.out" "^qslow messages=[1-9][0-9]* bytes=[0-9]+ reply=ok closed=no "
@@ -95,13 +95,13 @@ printf '[gateway]\nbind = 127.0.0.1\nunix_socket = 0\nclient_high_water = 65536\
     "$W_PORT" "$W2_PORT" > "$TMP/h.conf"
 start_gateway H -c "$TMP/h.conf"
 wait_count "$TMP/H.log" "connected \\(capability" 2
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$H_PORT" --read-rate 50000 "all:main:text 10000000" > "$TMP/h.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$H_PORT" --read-rate 50000 "all:main:text 10000000" > "$TMP/h.out" 2>&1 &
 slow=$!
 wait_line "$TMP/H.log" "closed: stalled: its output accepted no byte, or stayed over client_high_water, for client_stall_timeout" 30
 kill "$slow" 2>/dev/null || true # it reads on what the kernel holds for it at 50 KB/s
 wait "$slow" || true
 grep -q "^read " "$TMP/h.out" || fail "the slow reader read nothing: $(head -c 300 "$TMP/h.out")"
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$H_PORT" "echo next" > "$TMP/q.out" || true
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$H_PORT" "echo next" > "$TMP/q.out" || true
 expect_lines "$TMP/q.out" '^"next"$' 1
 pass "a client that reads, but keeps over client_high_water waiting for client_stall_timeout, is closed; the next is served"
 
@@ -112,7 +112,7 @@ sed -e 's/^client_high_water = .*/client_high_water = 1048576/' -e 's/^client_lo
     "$TMP/h.conf" > "$TMP/h2.conf"
 start_gateway H2 -c "$TMP/h2.conf"
 wait_count "$TMP/H2.log" "connected \\(capability" 2
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$H2_PORT" --read-rate 5000000 "all:main:text 10000000" > "$TMP/h2.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$H2_PORT" --read-rate 5000000 "all:main:text 10000000" > "$TMP/h2.out" 2>&1 &
 slow=$!
 wait_line "$TMP/h2.out" "^read 20000014\$" 30 # (the whole merged reply: it reads on until a close)
 kill "$slow" 2>/dev/null || true

@@ -27,7 +27,7 @@ write_conf "$W1A, $W2A"
 start_gateway GW -c "$TMP/gw.conf"
 G="127.0.0.1:$GW_PORT"
 wait_count "$TMP/GW.log" "connected \\(capability 3\\)" 2 10
-admin() { timeout 60 "$BIN/qsend" -g "$G" -u alice:pw "$@" > "$TMP/a.out" 2>&1 || true; }
+admin() { timeout --foreground 60 "$BIN/qsend" -g "$G" -u alice:pw "$@" > "$TMP/a.out" 2>&1 || true; }
 # rows: the tables qsend printed (a column each, "table[n] `c1 `c2 | v1 | v2 ...") on stdin as
 # rows of values "a|b|c", symbols without their backquote, strings without their quotes
 rows() {
@@ -42,10 +42,10 @@ rows() {
         for (r = 1; r <= nr; r++) { line = ""; for (c = 2; c <= NF; c++) line = line (c > 2 ? "|" : "") cell[r, c]; print line }
         nr = 0; delete cell }'
 }
-user() { timeout 60 "$BIN/qsend" -g "$G" -u carl:pw "$@" > "$TMP/u.out" 2>&1 || true; }
+user() { timeout --foreground 60 "$BIN/qsend" -g "$G" -u carl:pw "$@" > "$TMP/u.out" 2>&1 || true; }
 
 # --- the queries a group ran -----------------------------------------------------------------
-timeout 60 "$BIN/qsend" -g "$G" -u bob:pw "echo a" "echo a" "echo a" "echo b" "nosuchfunc" > "$TMP/b.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u bob:pw "echo a" "echo a" "echo a" "echo b" "nosuchfunc" > "$TMP/b.out" 2>&1 || true
 expect_lines "$TMP/b.out" '^"a"$' 3
 admin ".qgate.queries[]"
 QHEAD='^table\[[0-9]+\] `group `key `query `calls `errors `wait_us `wait_mean_us `wait_max_us `run_us `run_mean_us `run_max_us `bytes_in `bytes_out `last'
@@ -95,7 +95,7 @@ pass ".qgate.stats[] names the workers main#1, main#2 to a user who is no admin 
 "$BIN/qsend" -g "$G" -u bob:pw "hold m2" > /dev/null 2>&1 & pm2=$!
 wait_any "hold m1" 10 "$TMP/W1.log" "$TMP/W2.log"
 wait_any "hold m2" 10 "$TMP/W1.log" "$TMP/W2.log"
-timeout 30 "$BIN/qsend" -g "$G" -u carl:pw --pipeline "neg:echo queued" ".qgate.stats[]" > "$TMP/u.out" 2>&1 & pc=$!
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u carl:pw --pipeline "neg:echo queued" ".qgate.stats[]" > "$TMP/u.out" 2>&1 & pc=$!
 wait_for 10 "carl's message queued" sh -c "timeout 5 '$BIN/qsend' -g '$G' -u alice:pw '.qgate.pools[]' | grep -qE ' \\| ,\`main \\| ,0b \\| ,1 \\| '"
 printf 'alice:pw\tadmin=1\nbob:pw\ncarl:pw\tadmin=1\n' > "$TMP/users"
 n=$(grep -c "reload: done" "$TMP/GW.log" || true)
@@ -121,7 +121,7 @@ expect_lines "$TMP/a.out" "^'qgate: .qgate.queries takes nothing \\(the table\\)
 pass ".qgate.queries[\`reset]: the totals forgotten"
 
 # --- counters over a reload that removes a worker --------------------------------------------
-timeout 60 "$BIN/qsend" -g "$G" -u bob:pw "echo c" "echo c" "echo c" "echo c" > /dev/null 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u bob:pw "echo c" "echo c" "echo c" "echo c" > /dev/null 2>&1 || true
 scrape() { curl -s --max-time 10 "http://127.0.0.1:$METRICS_PORT/metrics" > "$1" || fail "scrape"; }
 scrape "$TMP/m1"
 promtool check metrics < "$TMP/m1" > "$TMP/promtool.out" 2>&1 || fail "promtool: $(cat "$TMP/promtool.out")"
@@ -134,7 +134,7 @@ done
 write_conf "$W1A"
 kill -HUP "$GW_PID"
 wait_line "$TMP/GW.log" "removed from the configuration" 10
-timeout 60 "$BIN/qsend" -g "$G" -u bob:pw "echo d" > /dev/null 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u bob:pw "echo d" > /dev/null 2>&1 || true
 scrape "$TMP/m2"
 # every series of a counter or histogram on both pages, its value no lower on the second
 awk 'FNR == 1 { f++ } /^# TYPE/ { t[$3] = $4; next } /^#/ { next } {

@@ -13,7 +13,7 @@ conf() { # conf FILE KEY=VALUE... [-- GROUPLINES...]: a config; groups as printf
       for l in "$@"; do printf '%b\n' "$l"; done; } > "$f"
 }
 ping_ok() { # ping_ok HOST:PORT [USER:PASS]
-    timeout 20 "$BIN/qsend" -g "$1" ${2:+-u "$2"} ".qgate.ping[]" > "$TMP/ping.out" 2>&1 || true
+    timeout --foreground 20 "$BIN/qsend" -g "$1" ${2:+-u "$2"} ".qgate.ping[]" > "$TMP/ping.out" 2>&1 || true
     grep -q '^1b$' "$TMP/ping.out"
 }
 
@@ -39,10 +39,10 @@ r_async_full_queue() {
     "$BIN/qsend" -g "$G" "hold b1" > "$TMP/b1.out" & p1=$!
     wait_line "$TMP/W.log" "hold b1" 10
     "$BIN/qsend" -g "$G" "sleep 20" > "$TMP/b2.out" & p2=$!
-    one_queued() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | awk -F' [|] ' '$8 == ",1" {ok = 1} END {exit !ok}'; }
+    one_queued() { timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | awk -F' [|] ' '$8 == ",1" {ok = 1} END {exit !ok}'; }
     wait_for 10 "a request queued (the queue full)" one_queued
-    timeout 30 "$BIN/qsend" -g "$G" --pipeline "neg:echo x" "echo after" > "$TMP/b3.out" & p3=$!
-    two_waiting() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | awk -F' [|] ' '$8 == ",2" {ok = 1} END {exit !ok}'; }
+    timeout --foreground 30 "$BIN/qsend" -g "$G" --pipeline "neg:echo x" "echo after" > "$TMP/b3.out" & p3=$!
+    two_waiting() { timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | awk -F' [|] ' '$8 == ",2" {ok = 1} END {exit !ok}'; }
     wait_for 10 "the async message waiting too" two_waiting
     release b1 "$W_PORT"
     wait "$p3" || true
@@ -60,7 +60,7 @@ r_stall() {
     raw_hs sleeper:pw
     raw_text 1 "rows 3000000"      # 45 MB it never reads
     wait_line "$TMP/C.log" "running sync request 0 of c1 " 10
-    timeout 60 "$BIN/qsend" -g "$G" "echo next" > "$TMP/q.out" || true
+    timeout --foreground 60 "$BIN/qsend" -g "$G" "echo next" > "$TMP/q.out" || true
     expect_lines "$TMP/q.out" '^"next"$' 1
     expect_file_has "$TMP/C.log" "closed: stalled: its output accepted no byte, or stayed over client_high_water, for client_stall_timeout"
     raw_close
@@ -103,7 +103,7 @@ r_command_shape() {
     G="127.0.0.1:$E_PORT"
     ping_ok "$G" || fail "gateway E"
     hwm0=$(awk '/VmHWM/ {print $2}' /proc/$E_PID/status)
-    timeout 30 "$BIN/qsend" -g "$G" --call 1000000 ".qgate.ping" > "$TMP/q.out" || true
+    timeout --foreground 30 "$BIN/qsend" -g "$G" --call 1000000 ".qgate.ping" > "$TMP/q.out" || true
     expect_file_has "$TMP/q.out" "^'qgate: bad command: a command is .qgate.name\\[\\] or \\(\`.qgate.name; arg\\), under 1024 bytes\$"
     hwm1=$(awk '/VmHWM/ {print $2}' /proc/$E_PID/status)
     [ $((hwm1 - hwm0)) -lt $((40 * 1024)) ] || fail "a 9 MB command grew the gateway's peak by $(((hwm1 - hwm0) / 1024)) MiB"
@@ -111,7 +111,7 @@ r_command_shape() {
     # ... and compressed, as a q client on another host sends one over 2000 bytes: the same
     # answer, not a run on a worker (it went to the worker, at a0d5858)
     long=$(printf 'a%.0s' $(seq 1 3000))
-    timeout 30 "$BIN/qsend" -g "$G" --compress ".qgate.ping[] / $long" "call:.qgate.ping:$long" > "$TMP/z.out" 2> "$TMP/z.err" || true
+    timeout --foreground 30 "$BIN/qsend" -g "$G" --compress ".qgate.ping[] / $long" "call:.qgate.ping:$long" > "$TMP/z.out" 2> "$TMP/z.err" || true
     expect_lines "$TMP/z.err" "^sent: [0-9]+ bytes compressed " 2
     expect_lines "$TMP/z.out" "^'qgate: bad command: a command is .qgate.name\\[\\] or \\(\`.qgate.name; arg\\), under 1024 bytes\$" 2
     pass "the same two commands of over 2000 bytes, compressed: 'qgate: bad command"
@@ -190,14 +190,14 @@ r_disconnect_id() {
     G="127.0.0.1:$J_PORT"
     raw_open "$J_PORT" 4
     raw_hs bob:bobpw 4               # bob's first connection
-    timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out" || true
+    timeout --foreground 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.clients[]" > "$TMP/cl.out" || true
     bid=$(awk -F' [|] ' '{ n = split($2, ids, " "); split(substr($3, 2), us, "`"); for (i = 1; i <= n; i++) if (us[i] == "bob") print ids[i] }' "$TMP/cl.out")
     [ -n "$bid" ] || fail "bob is not in: $(cat "$TMP/cl.out")"
     raw_close 4
     wait_line "$TMP/J.log" "c$bid .*bob: closed: client closed the connection" 10
     "$BIN/qsend" -g "$G" -u bob:bobpw "hold j2" > "$TMP/j2.out" & pj=$!   # bob again, a new client
     wait_line "$TMP/W.log" "hold j2" 10
-    timeout 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.disconnect[$bid]" > "$TMP/q.out" || true
+    timeout --foreground 5 "$BIN/qsend" -g "$G" -u alice:wonder ".qgate.disconnect[$bid]" > "$TMP/q.out" || true
     expect_lines "$TMP/q.out" "^'qgate: no client $bid\$" 1
     release j2 "$W_PORT"
     wait "$pj"
@@ -214,7 +214,7 @@ r_admin_exact() {
     raw_open "$K_PORT" 4
     raw_hs $'a\001:pw2' 4              # prints as "a?", is not the admin "a?"
     ping_ok "$G" alice:wonder || fail "gateway K"
-    timeout 5 "$BIN/qsend" -g "$G" -u 'a?:pw1' ".qgate.clients[]" > "$TMP/q.out" || true
+    timeout --foreground 5 "$BIN/qsend" -g "$G" -u 'a?:pw1' ".qgate.clients[]" > "$TMP/q.out" || true
     expect_file_has "$TMP/q.out" '^table'
     raw_text 1 ".qgate.clients[]" 4
     raw_msg "$TMP/k.out" 4 || fail "no answer to .qgate.clients[]"
@@ -236,7 +236,7 @@ r_admin_exact() {
     grep -v users_file "$TMP/k.conf" > "$TMP/k2.conf" && cp "$TMP/k2.conf" "$TMP/k.conf"
     kill -HUP "$K_PID"
     wait_line "$TMP/K.log" "reload failed, keeping the running configuration: the new configuration has no users_file" 10
-    timeout 5 "$BIN/qsend" -g "$G" -u mallory:x "echo in" > "$TMP/q.out" || true
+    timeout --foreground 5 "$BIN/qsend" -g "$G" -u mallory:x "echo in" > "$TMP/q.out" || true
     expect_lines "$TMP/q.out" "^'access\$" 1
     pass "admin by the exact entry name; revoked by a reload; a reload never turns authentication off"
 }
@@ -250,12 +250,12 @@ r_idle_async() {
     raw_open "$L_PORT"
     raw_hs sub:pw
     raw_text 1 "later 200 tick"        # answered at once; "tick" is published 200 ms later
-    timeout 10 head -c 17 <&3 > "$TMP/l0.out" || fail "no reply to later"
+    timeout --foreground 10 head -c 17 <&3 > "$TMP/l0.out" || fail "no reply to later"
     wait_line "$TMP/W.log" 'later: publishing "tick"' 10
-    dropped_one() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | grep -qE '\| ,1 \| ,0N \| ,`tcp \| ,0N \| ,0N$'; }
+    dropped_one() { timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.stats[]" 2>/dev/null | grep -qE '\| ,1 \| ,0N \| ,`tcp \| ,0N \| ,0N$'; }
     wait_for 10 "the dropped publish counted" dropped_one
     raw_text 1 "echo after"            # the next thing it reads is this reply, no tick before it
-    timeout 10 head -c 19 <&3 > "$TMP/l.out" || fail "no reply to echo after"
+    timeout --foreground 10 head -c 19 <&3 > "$TMP/l.out" || fail "no reply to echo after"
     raw_close
     grep -aq "tick" "$TMP/l.out" && fail "the idle worker's publish reached a client: $(od -c "$TMP/l.out" | head -2)"
     grep -aq "after" "$TMP/l.out" || fail "the reply to echo after is not what came: $(od -c "$TMP/l.out" | head -2)"
@@ -273,12 +273,12 @@ r_broadcast_flood() {
     start_gateway BF -c "$TMP/bf.conf"
     G="127.0.0.1:$BF_PORT"
     wait_count "$TMP/BF.log" "connected \\(capability" 2
-    timeout 300 "$BIN/qsend" -g "$G" --flood 200000 "x:1" "echo flood done" > "$TMP/flood.out" 2>&1 & fp=$!
-    ended() { timeout 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
+    timeout --foreground 300 "$BIN/qsend" -g "$G" --flood 200000 "x:1" "echo flood done" > "$TMP/flood.out" 2>&1 & fp=$!
+    ended() { timeout --foreground 5 "$BIN/qsend" -g "$G" ".qgate.totals[]" |
         awk -F'!' '{ nk = split($1, k, "`"); split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == "requests") print v[i - 1] }'; }
     started() { local n; n=$(ended); [ -n "$n" ] && [ "$n" -ge 1000 ]; }
     wait_for 60 "the flood under way" started
-    timeout 60 "$BIN/qsend" -g "$G" "echo b" > "$TMP/b.out" 2>&1
+    timeout --foreground 60 "$BIN/qsend" -g "$G" "echo b" > "$TMP/b.out" 2>&1
     n=$(ended)
     expect_lines "$TMP/b.out" '^"b"$' 1
     [ "$n" -lt 200000 ] || fail "the sync request was answered only after the flood ($n requests ended by then)"

@@ -22,7 +22,7 @@ conf() {
 accepted() { METRICS_PORT=$1 metric qgate_connections_accepted_total; }
 # served_by PORT...: the gateway answering .qgate.stats[] on q's Unix socket lists PORT's worker
 served_by() {
-    timeout 10 "$BIN/qsend" -g "unix:$PORT" ".qgate.stats[]" > "$TMP/stats.out" 2>&1 || return 1
+    timeout --foreground 10 "$BIN/qsend" -g "unix:$PORT" ".qgate.stats[]" > "$TMP/stats.out" 2>&1 || return 1
     grep -q "127.0.0.1:$1" "$TMP/stats.out"
 }
 conf "$TMP/a.conf" "$WA_PORT" "$MA" 1

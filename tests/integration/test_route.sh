@@ -27,7 +27,7 @@ wait_count "$TMP/G.log" "connected \\(capability" 5
 G="127.0.0.1:$G_PORT"
 
 # --- a sync route runs on the group named, a plain request on the client's own ---------------
-timeout 60 "$BIN/qsend" -g "$G" -u alice:x "on:hdb:k:1" "k" "on:hdb:k" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u alice:x "on:hdb:k:1" "k" "on:hdb:k" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"1"$' 2
 expect_lines "$TMP/q.out" "^'k\$" 1          # main's worker has no k
 expect_file_has "$TMP/W2.log" "set k$"
@@ -37,30 +37,30 @@ expect_file_has "$TMP/G.log" "c1 .*: request 0: routed to group hdb"
 pass "(\`.qgate.on; \`hdb; query): query alone ran on hdb's worker, answered as if sent plainly"
 
 # --- async: neg[h] the same, no reply; in order with what follows ----------------------------
-timeout 60 "$BIN/qsend" -g "$G" -u alice:x "neg:on:hdb:j:5" "on:hdb:j" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u alice:x "neg:on:hdb:j:5" "on:hdb:j" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"5"$' 1
 pass "neg[h] (\`.qgate.on; \`hdb; query) runs without a reply, before what follows"
 
 # --- replies in the order of the requests, whatever group runs each -------------------------
-timeout 60 "$BIN/qsend" -g "$G" -u alice:x --pipeline "on:hdb:sleep 200" "echo two" "on:hdb:echo three" "echo four" \
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u alice:x --pipeline "on:hdb:sleep 200" "echo two" "on:hdb:echo three" "echo four" \
     > "$TMP/q.out" 2>&1 || true
 [ "$(tr '\n' ' ' < "$TMP/q.out")" = '200 "two" "three" "four" ' ] || fail "replies out of order: $(cat "$TMP/q.out")"
 pass "pipelined requests over two groups: replies in request order"
 
 # --- unknown groups, users limited to their groups ----------------------------------------
-timeout 60 "$BIN/qsend" -g "$G" -u alice:x "on:nosuch:echo x" "on:priv:echo x" "echo still here" \
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u alice:x "on:nosuch:echo x" "on:priv:echo x" "echo still here" \
     > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" "^'qgate: no group nosuch\$" 1
 expect_lines "$TMP/q.out" "^'qgate: access: group priv does not admit user 'alice'\$" 1
 expect_lines "$TMP/q.out" '^"still here"$' 1
-timeout 60 "$BIN/qsend" -g "$G" -u bob:x "on:priv:echo b" "on:main:echo m" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u bob:x "on:priv:echo b" "on:main:echo m" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"b"$' 1
 expect_lines "$TMP/q.out" "^'qgate: access: group main does not admit user 'bob'\$" 1
-timeout 60 "$BIN/qsend" -g "$G" -u alice:x "neg:on:nosuch:x:1" "echo after" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u alice:x "neg:on:nosuch:x:1" "echo after" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"after"$' 1
 # "not routed" is logged once a second at most: sent again until it is
 async_logged() {
-    timeout 60 "$BIN/qsend" -g "$G" -u alice:x "neg:on:nosuch:x:1" "echo after" > "$TMP/q.out" 2>&1 || true
+    timeout --foreground 60 "$BIN/qsend" -g "$G" -u alice:x "neg:on:nosuch:x:1" "echo after" > "$TMP/q.out" 2>&1 || true
     grep -qE "request 0 not routed \\(async: dropped\\)" "$TMP/G.log"; }
 wait_for 30 "an async route to nowhere, logged" async_logged
 pass "'qgate: no group G; users listed for a group route only there (others not to it); an async route to nowhere is dropped, logged"
@@ -105,20 +105,20 @@ reply_is() {
     [ "$(stat -c %s "$1")" -eq $((8 + 6 + $2)) ] || fail "$1: $(stat -c %s "$1") bytes, not a string of $2"
     [ "$(tail -c "$2" "$1")" = "$(xs "$2")" ] || fail "$1: not the string of $2 x's"
 }
-timeout 60 "$BIN/qsend" -g "$G" --raw "$TMP/r1.bin" "on:hdb:echo $BIG" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" --raw "$TMP/r1.bin" "on:hdb:echo $BIG" > "$TMP/q.out" 2>&1 || true
 reply_is "$TMP/r1.bin" 20000
 expect_file_has "$TMP/W2.log" "echo x{60}$"
 pass "a sync (\`.qgate.on; \`hdb; query) of 20 KB: run on hdb's worker, answered"
 
 # neg[h](`.qgate.on; `hdb; "big:X"), X 24,000 bytes: set on hdb's worker from the query alone
 # (with the wrapper, or on main's worker, it would set nothing)
-timeout 60 "$BIN/qsend" -g "$G" --raw "$TMP/r2.bin" "neg:on:hdb:big:$(xs 24000)" "on:hdb:big" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" --raw "$TMP/r2.bin" "neg:on:hdb:big:$(xs 24000)" "on:hdb:big" > "$TMP/q.out" 2>&1 || true
 reply_is "$TMP/r2.bin" 24000
 expect_file_has "$TMP/W2.log" "set big$"
 grep -q "async message" "$TMP/W1.log" && fail "main's worker got an async message: the route went to the client's own group"
 pass "an async (\`.qgate.on; \`hdb; query) of 24 KB: on hdb's worker, the query alone"
 
-timeout 60 "$BIN/qsend" -g "$G" --raw "$TMP/r3.bin" "all:pair:echo $BIG" "all-list:pair:echo $BIG" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" --raw "$TMP/r3.bin" "all:pair:echo $BIG" "all-list:pair:echo $BIG" > "$TMP/q.out" 2>&1 || true
 [ "$(stat -c %s "$TMP/r3.bin")" -eq $((8 + 6 + 40000 + 8 + 6 + 2 * (6 + 20000))) ] ||
     fail "(\`.qgate.all; \`pair; 20 KB query): $(stat -c %s "$TMP/r3.bin") bytes of replies: $(head -c 300 "$TMP/q.out")"
 head -c $((8 + 6 + 40000)) "$TMP/r3.bin" > "$TMP/r3a.bin"
@@ -126,14 +126,14 @@ reply_is "$TMP/r3a.bin" 40000
 pass "(\`.qgate.all; \`pair; query) of 20 KB, merged and listed"
 
 # compressed (as a remote q sends a large message): routed, and the exploit refused likewise
-timeout 60 "$BIN/qsend" -g "$G" --compress --raw "$TMP/r4.bin" "on:hdb:echo $BIG" "neg:on:hdb:bigz:$(xs 24000)" \
+timeout --foreground 60 "$BIN/qsend" -g "$G" --compress --raw "$TMP/r4.bin" "on:hdb:echo $BIG" "neg:on:hdb:bigz:$(xs 24000)" \
     "on:hdb:bigz" "all:pair:echo $BIG" > "$TMP/q.out" 2> "$TMP/q.err" || true
 expect_lines "$TMP/q.err" "^sent: [0-9]+ bytes compressed" 3 # all but the short on:hdb:bigz
 [ "$(stat -c %s "$TMP/r4.bin")" -eq $((3 * (8 + 6) + 20000 + 24000 + 40000)) ] || fail "compressed routes: $(head -c 300 "$TMP/q.out")"
 head -c $((8 + 6 + 20000 + 8 + 6 + 24000)) "$TMP/r4.bin" | tail -c $((8 + 6 + 24000)) > "$TMP/r4b.bin"
 reply_is "$TMP/r4b.bin" 24000
 exploit_msg "$TMP/exploit-big.bin" "echo $BIG"
-timeout 60 "$BIN/qsend" -g "$G" --compress "bytes:$TMP/exploit-big.bin" "neg:bytes:$TMP/exploit-big.bin" "echo last" \
+timeout --foreground 60 "$BIN/qsend" -g "$G" --compress "bytes:$TMP/exploit-big.bin" "neg:bytes:$TMP/exploit-big.bin" "echo last" \
     > "$TMP/q.out" 2> "$TMP/q.err" || true
 expect_lines "$TMP/q.err" "^sent: [0-9]+ bytes compressed" 2
 expect_lines "$TMP/q.out" "$BAD_ALL" 1
@@ -149,7 +149,7 @@ pass "compressed routes of 20 KB (sync, async, .qgate.all) routed; the exploit o
 # bob's plain requests went on to priv's worker after the reload took him off it, and a renamed
 # group's users to the old one) ---------------------------------------------------------------
 rm -f "$TMP/go1" "$TMP/go2"
-timeout 60 "$BIN/qsend" -g "$G" -u bob:x "echo b-before" "wait:$TMP/go1" "echo b-between" "wait:$TMP/go2" \
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u bob:x "echo b-before" "wait:$TMP/go1" "echo b-between" "wait:$TMP/go2" \
     "echo b-after" "on:priv:echo b-stale" > "$TMP/b.out" 2>&1 & bp=$!
 wait_line "$TMP/W3.log" "echo b-before" 10
 sed -i 's/^users = bob$/users = carol/' "$TMP/gw.conf"
@@ -168,10 +168,10 @@ expect_lines "$TMP/b.out" '^"b-(before|between|after)"$' 3
 expect_lines "$TMP/b.out" "^'qgate: access: group priv does not admit user 'bob'\$" 1 # (it kept carol)
 grep -q "echo b-after" "$TMP/W3.log" || fail "bob's request after the rename did not run on vault's worker"
 grep -c "echo b-" "$TMP/W3.log" | grep -qx 2 || fail "W3: $(grep "echo b-" "$TMP/W3.log")"
-timeout 10 "$BIN/qsend" -g "$G" -u carol:x "on:priv:echo c-stale" > "$TMP/c.out" 2>&1 # (reached by name)
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u carol:x "on:priv:echo c-stale" > "$TMP/c.out" 2>&1 # (reached by name)
 expect_lines "$TMP/c.out" '^"c-stale"$' 1
-timeout 10 "$BIN/qsend" -g "$G" -u bob:x "echo b-new" > /dev/null # (a new connection: vault, not priv)
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u bob:x "echo b-new" > /dev/null # (a new connection: vault, not priv)
 grep -q "echo b-new" "$TMP/W3.log" || fail "bob's new connection not on vault's worker"
-timeout 10 "$BIN/qsend" -g "$G" -u alice:x "echo a-new" > /dev/null
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u alice:x "echo a-new" > /dev/null
 grep -q "echo a-new" "$TMP/W1.log" || fail "alice no longer on main"
 pass "a reload moves connected users to the groups the file sends them to now (a session excepted); a group no longer in the file gets no one by default"

@@ -14,7 +14,7 @@ conf() {
 # raw_query FD TEXT BYTES: a sync char vector on raw client FD, and the BYTES of its reply
 raw_query() {
     raw_text 1 "$2" "$1"
-    timeout 10 head -c "$3" <&"$1" > "$TMP/raw$1.out" || fail "no reply to '$2' on fd $1"
+    timeout --foreground 10 head -c "$3" <&"$1" > "$TMP/raw$1.out" || fail "no reply to '$2' on fd $1"
 }
 
 start_worker W1 --rows 1000
@@ -61,7 +61,7 @@ raw_open "$O_PORT" 3
 raw_hs "alice:x" 3
 raw_query 3 "x:1" 15                        # "1": 8 + 6 + 1 bytes
 wait_line "$TMP/O.log" "session: given to c1 "
-timeout 60 "$BIN/qsend" -g "$G" "x" > "$TMP/c2.out" 2>&1 3<&- &   # not holding the raw fd
+timeout --foreground 60 "$BIN/qsend" -g "$G" "x" > "$TMP/c2.out" 2>&1 3<&- &   # not holding the raw fd
 C2=$!
 wait_line "$TMP/O.log" "c2 .*: request 0 queued in group main"
 q ".qgate.stats[]"                          # answered by the gateway: no worker needed
@@ -121,7 +121,7 @@ pass "a session whose connection qgate dropped (query_timeout): the reset query 
 # ... and a worker new to this qgate: what ran in its q before (another gateway's session, a
 # client of its own) is not known, so the reset query runs before the first session (at b0e81e8
 # the first session read it)
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$W2_PORT" "x:left" > /dev/null || fail "x set directly"
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$W2_PORT" "x:left" > /dev/null || fail "x set directly"
 start_gateway RN -c "$TMP/rs.conf"
 G="127.0.0.1:$RN_PORT"
 q "x"
@@ -184,14 +184,14 @@ printf 'query_timeout = 300\nloglevel = debug\n' > "$TMP/fd.gw"
 sed -i "/^\[gateway\]/r $TMP/fd.gw" "$TMP/fd.conf"
 start_gateway FD -c "$TMP/fd.conf"
 wait_line "$TMP/FD.log" "connected \\(capability 3\\)" 10
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$FD_PORT" "neg:hold fd1" "neg:x:secret" > /dev/null 2>&1 || true
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$FD_PORT" "neg:hold fd1" "neg:x:secret" > /dev/null 2>&1 || true
 # (the worker reads nothing more of that connection until "release fd1"; the client has gone)
 wait_line "$TMP/FD.log" "no reply byte for 300 ms: dropping the connection" 10
 conf "$TMP/fd.conf" "127.0.0.1:$WD_PORT" pool=session 'reset_query=delete x from `.'
 sed -i "/^\[gateway\]/r $TMP/fd.gw" "$TMP/fd.conf"
 kill -HUP "$FD_PID"
 wait_line "$TMP/FD.log" "reload: done" 10
-timeout 30 "$BIN/qsend" -g "127.0.0.1:$FD_PORT" "x" "wait:$TMP/fd.goB" "x" > "$TMP/fdb.out" 2>&1 & fdb=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$FD_PORT" "x" "wait:$TMP/fd.goB" "x" > "$TMP/fdb.out" 2>&1 & fdb=$!
 wait_line "$TMP/FD.log" "c2 .*request 0: sync" 10
 release fd1 "$WD_PORT"              # its q runs x:secret, reads the close, closes
 wait_line "$TMP/WD.log" "handle closed" 10   # (after x:secret)
@@ -213,10 +213,10 @@ x_old_behind() {
     wait_count "$TMP/$gw.log" "state HANDSHAKE -> IDLE" 2
     gp=$(eval echo "\$${gw}_PORT")
     G="127.0.0.1:$gp"
-    timeout 20 "$BIN/qsend" -g "$G" "sleep $3" > "$TMP/fa.out" 2>&1 &
+    timeout --foreground 20 "$BIN/qsend" -g "$G" "sleep $3" > "$TMP/fa.out" 2>&1 &
     FA=$!
     wait_line "$TMP/$w.log" "sleep $3 ms"
-    timeout 20 "$BIN/qsend" -g "$G" "x:old" > "$TMP/fb.out" 2>&1 &
+    timeout --foreground 20 "$BIN/qsend" -g "$G" "x:old" > "$TMP/fb.out" 2>&1 &
     FB=$!
     wait_line "$TMP/$w.log" "defer: sync request #2 "
 }
@@ -277,7 +277,7 @@ start_worker W13 --rows 1000
 conf "$TMP/fm.conf" "127.0.0.1:$W13_PORT" pool=session 'reset_query=delete x from `.'
 start_gateway FM -c "$TMP/fm.conf" --loglevel debug
 G="127.0.0.1:$FM_PORT"
-timeout 30 "$BIN/qsend" -g "$G" "x:A" "hold fm1" "x" > "$TMP/fm.out" 2>&1 &
+timeout --foreground 30 "$BIN/qsend" -g "$G" "x:A" "hold fm1" "x" > "$TMP/fm.out" 2>&1 &
 FMA=$!
 wait_line "$TMP/W13.log" "hold fm1"
 conf "$TMP/fm.conf" "localhost:$W13_PORT" pool=session 'reset_query=delete x from `.'
@@ -298,8 +298,8 @@ raw_query 3 "a:1" 15
 raw_query 4 "b:1" 15                        # two sessions, one worker each
 raw_text 1 "later 100 tick3" 3
 raw_text 1 "later 50 tick4" 4
-timeout 10 head -c $((17 + 19)) <&3 > "$TMP/p3.out" || fail "client 3 got no publish"
-timeout 10 head -c $((17 + 19)) <&4 > "$TMP/p4.out" || fail "client 4 got no publish"
+timeout --foreground 10 head -c $((17 + 19)) <&3 > "$TMP/p3.out" || fail "client 3 got no publish"
+timeout --foreground 10 head -c $((17 + 19)) <&4 > "$TMP/p4.out" || fail "client 4 got no publish"
 grep -aq "tick3" "$TMP/p3.out" && ! grep -aq "tick4" "$TMP/p3.out" || fail "client 3 got $(od -c "$TMP/p3.out" | head -3)"
 grep -aq "tick4" "$TMP/p4.out" && ! grep -aq "tick3" "$TMP/p4.out" || fail "client 4 got $(od -c "$TMP/p4.out" | head -3)"
 raw_close 3
@@ -322,17 +322,17 @@ raw_hs "alice:x" 3
 raw_query 3 "x:1" 15
 BIG=$(head -c 100000 /dev/zero | tr '\0' a)
 for i in $(seq 1 ${LV_TELLS:-60}); do   # 6 MB published to client 3, which reads none of it: more than
-    timeout 10 "$BIN/qsend" -g "127.0.0.1:$W7_PORT" "tell LEFT$i$BIG" > /dev/null 2>&1 || fail "tell $i"
+    timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$W7_PORT" "tell LEFT$i$BIG" > /dev/null 2>&1 || fail "tell $i"
 done                                    # the kernel's buffers between them hold
 wait_line "$TMP/LV.log" "paused: c1 "
-for i in 1 2 3; do timeout 10 "$BIN/qsend" -g "127.0.0.1:$W7_PORT" "tell LEFTOVER$i" > /dev/null 2>&1; done
+for i in 1 2 3; do timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$W7_PORT" "tell LEFTOVER$i" > /dev/null 2>&1; done
 wait_count "$TMP/W7.log" 'tell: publishing "LEFTOVER' 3
 raw_open "$LV_PORT" 4       # the next session's client waits for the worker meanwhile
 raw_hs "bob:x" 4
 raw_text 1 "x" 4
 wait_line "$TMP/LV.log" "c2 .*: request 0 queued in group main"
 wait_line "$TMP/LV.log" "c1 .*: closed: stalled"
-timeout 10 head -c 15 <&4 > "$TMP/raw4.out" || fail "the next session got no reply"
+timeout --foreground 10 head -c 15 <&4 > "$TMP/raw4.out" || fail "the next session got no reply"
 grep -aq LEFT "$TMP/raw4.out" && fail "the next session got the last one's publishes first: $(head -c 40 "$TMP/raw4.out" | od -c | head -3)"
 raw_query 4 "x" 15
 grep -aq LEFT "$TMP/raw4.out" && fail "the next session got the last one's publishes"
@@ -371,7 +371,7 @@ start_worker W3 --rows 1000
 conf "$TMP/l.conf" "127.0.0.1:$W3_PORT" pool=session
 start_gateway L -c "$TMP/l.conf"
 G="127.0.0.1:$L_PORT"
-timeout 60 "$BIN/qsend" -g "$G" "y:1" "hold lost1" "y" > "$TMP/l1.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "$G" "y:1" "hold lost1" "y" > "$TMP/l1.out" 2>&1 &
 L1=$!
 wait_line "$TMP/W3.log" "hold lost1"
 kill -9 "$W3_PID"
@@ -386,7 +386,7 @@ pass "the worker lost mid-request: 'qgate: worker host:port lost, then the conne
 start_worker W3H --rows 1000
 conf "$TMP/lh.conf" "127.0.0.1:$W3H_PORT" pool=session
 start_gateway LH -c "$TMP/lh.conf"
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$LH_PORT" --shut "y:1" "hold losth" "y" > "$TMP/lh.out" 2>&1 &
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$LH_PORT" --shut "y:1" "hold losth" "y" > "$TMP/lh.out" 2>&1 &
 L1=$!
 wait_line "$TMP/W3H.log" "hold losth"
 kill -9 "$W3H_PID"
@@ -401,7 +401,7 @@ raw_open "$M_PORT" 3
 raw_hs "alice:x" 3
 raw_query 3 "z:1" 15
 kill -9 "$W4_PID"
-timeout 10 cat <&3 > "$TMP/m.out" || fail "the gateway kept an idle session whose worker died"
+timeout --foreground 10 cat <&3 > "$TMP/m.out" || fail "the gateway kept an idle session whose worker died"
 [ ! -s "$TMP/m.out" ] || fail "an idle session got bytes when its worker died: $(od -c "$TMP/m.out" | head -2)"
 raw_close 3
 expect_file_has "$TMP/M.log" "c1 .*: session: worker 127\\.0\\.0\\.1:$W4_PORT lost"
@@ -417,12 +417,12 @@ printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\nusers
 start_gateway RT -c "$TMP/rt.conf" --loglevel debug
 wait_count "$TMP/RT.log" "connected \\(capability" 2
 G="127.0.0.1:$RT_PORT"
-timeout 10 "$BIN/qsend" -g "$G" -u alice:x "on:solo:a:444" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u alice:x "on:solo:a:444" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"444"$' 1
 expect_file_has "$TMP/W6.log" "set a$"
 wait_line "$TMP/RT.log" "its q may hold what ran outside its sessions: the reset query runs next" 10
 wait_line "$TMP/W6.log" "deleted a$" 10
-timeout 10 "$BIN/qsend" -g "$G" -u sam:x "a" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "$G" -u sam:x "a" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" "^'a\$" 1
 expect_file_has "$TMP/RT.log" "session: given to c2 "
 pass "a request routed into a session group from outside: the reset query runs after it; the next session starts clean"
@@ -448,7 +448,7 @@ raw_msg "$TMP/flip.out" || fail "the session's next request was not answered"
 grep -aq "z" "$TMP/flip.out" || fail "echo z: $(od -c "$TMP/flip.out" | tail -3)"
 raw_close
 wait_line "$TMP/FL.log" "closed: client closed the connection" 10
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$FL_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$FL_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
 grep -q "pinned" "$TMP/q.out" && fail "a worker stays pinned after its client left: $(cat "$TMP/q.out")"
 pass "a group made a request pool under a session: the session's async .qgate.all runs on the other workers, its next request is answered, its worker freed"
 
@@ -465,21 +465,21 @@ raw_open "$F1_PORT"
 raw_hs "u:p"
 raw_text 1 "fl:mine"
 raw_msg "$TMP/flip1.out" || fail "no reply to fl:mine"
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
 grep -q "pinned" "$TMP/q.out" || fail "the session's worker is not pinned: $(cat "$TMP/q.out")"
 conf "$TMP/flip1.conf" "127.0.0.1:$W1_PORT" pool=request
 kill -HUP "$F1_PID"
 wait_line "$TMP/F1.log" "reload: done" 10
 expect_file_has "$TMP/F1.log" "session: .* ends: a reload made its group a request pool, the worker is free"
 wait_line "$TMP/W1.log" "deleted fl$" 10
-timeout 20 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" --timeout 10000 "echo other" "fl" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" --timeout 10000 "echo other" "fl" > "$TMP/q.out" 2>&1 || true
 expect_lines "$TMP/q.out" '^"other"$' 1
 expect_lines "$TMP/q.out" "^'fl\$" 1 # (the reset ran)
 raw_text 1 "echo again"
 : > "$TMP/flip1.out"
 raw_msg "$TMP/flip1.out" || fail "the first client's next request was not answered"
 grep -aq "again" "$TMP/flip1.out" || fail "echo again: $(od -c "$TMP/flip1.out" | tail -3)"
-timeout 10 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$F1_PORT" ".qgate.stats[]" > "$TMP/q.out" 2>&1 || true
 grep -q "pinned" "$TMP/q.out" && fail "a worker stays pinned in a request pool: $(cat "$TMP/q.out")"
 raw_close
 pass "a group made a request pool: its sessions end (their reset query run), their workers serve anyone, their clients' next requests run"
@@ -495,7 +495,7 @@ raw_open "$DR_PORT" 3
 raw_hs "idle:x" 3
 raw_query 3 "echo idle" 18                  # "idle": 8 + 6 + 4 bytes; then it holds the worker, idle
 wait_line "$TMP/DR.log" "session: given to c1 "
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$DR_PORT" "echo waiting" > "$TMP/dr2.out" 2>&1 3<&- & C2=$!
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$DR_PORT" "echo waiting" > "$TMP/dr2.out" 2>&1 3<&- & C2=$!
 wait_line "$TMP/DR.log" "c2 .*: request 0 queued in group main"
 kill -TERM "$DR_PID"
 wait_exit "$DR_PID" 60 || fail "the drain waited for a worker an idle session held"
@@ -520,7 +520,7 @@ drain_subscriber() {
     local port=${1}_PORT pid=${1}_PID out=$2 query=$3 file=$4 re=$5
     shift 5
     [ $# -gt 0 ] || set -- -r 16384 -t 10
-    timeout 120 "$BIN/qslow" -g "127.0.0.1:${!port}" -q "$query" "$@" -s 100 > "$TMP/$out" 2>&1 & SL=$!
+    timeout --foreground 120 "$BIN/qslow" -g "127.0.0.1:${!port}" -q "$query" "$@" -s 100 > "$TMP/$out" 2>&1 & SL=$!
     PIDS+=($SL)
     wait_line "$file" "$re"
     kill -TERM "${!pid}"
@@ -537,10 +537,10 @@ pass "a drain with a subscriber reading slowly, its worker publishing on: its re
 # nothing, is closed, and the waiting request runs (at 82a91bd the drain kept the subscriber for
 # its publishes, and the waiting request got the close at drain_timeout)
 start_gateway SW -c "$TMP/sub.conf" --loglevel debug
-timeout 120 "$BIN/qslow" -g "127.0.0.1:$SW_PORT" -q "flood 65536" -r 16384 -t 10 -s 100 > "$TMP/sub2.out" 2>&1 & SL=$!
+timeout --foreground 120 "$BIN/qslow" -g "127.0.0.1:$SW_PORT" -q "flood 65536" -r 16384 -t 10 -s 100 > "$TMP/sub2.out" 2>&1 & SL=$!
 PIDS+=($SL)
 wait_count "$TMP/W1.log" "flood 65536: publishing" 2
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$SW_PORT" "echo waiter" > "$TMP/waiter.out" 2>&1 & WQ=$!
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$SW_PORT" "echo waiter" > "$TMP/waiter.out" 2>&1 & WQ=$!
 wait_line "$TMP/SW.log" "c2 .*: request 0 queued in group main" 30
 kill -TERM "$SW_PID"
 wait_exit "$SW_PID" 60 || fail "the drain waited while a request waited for a subscriber's worker"
@@ -567,7 +567,7 @@ start_gateway PP -c "$TMP/pp.conf" --loglevel debug
 flip_mid_publish() {
     local cl=$1 out=$2
     shift 2
-    timeout 120 "$BIN/qslow" -g "127.0.0.1:$PP_PORT" -q "flood 1000000" "$@" > "$TMP/$out" 2>&1 & SL=$!
+    timeout --foreground 120 "$BIN/qslow" -g "127.0.0.1:$PP_PORT" -q "flood 1000000" "$@" > "$TMP/$out" 2>&1 & SL=$!
     PIDS+=($SL)
     wait_line "$TMP/PP.log" "paused: $cl "
     cp "$TMP/pr.conf" "$TMP/pp.conf"

@@ -86,9 +86,9 @@ served_over M 127.0.0.1 m1 || fail "the fallback did not go over TCP"
 pass "fallback to TCP when the Unix socket refuses, and when it closes during the handshake"
 
 # --- a large reply over the Unix socket: spliced, byte for byte what the worker sends -------
-timeout 60 "$BIN/qsend" -g "127.0.0.1:$U_PORT" --raw "$TMP/direct.bin" "rows 1000000" > /dev/null
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$U_PORT" --raw "$TMP/direct.bin" "rows 1000000" > /dev/null
 G="127.0.0.1:$A_PORT"
-timeout 60 "$BIN/qsend" -g "$G" --raw "$TMP/gw.bin" "rows 1000000" > "$TMP/q.out" 2>&1 || true
+timeout --foreground 60 "$BIN/qsend" -g "$G" --raw "$TMP/gw.bin" "rows 1000000" > "$TMP/q.out" 2>&1 || true
 [ -s "$TMP/gw.bin" ] && cmp -s "$TMP/direct.bin" "$TMP/gw.bin" ||
     fail "the 1000000-row reply over the Unix socket differs from the worker's ($(stat -c %s "$TMP/gw.bin" 2>/dev/null) bytes)"
 pass "a $(stat -c %s "$TMP/gw.bin")-byte reply over the Unix socket arrives byte for byte"
@@ -102,7 +102,7 @@ raw_open "$B_PORT" 3
 raw_hs "u:p" 3
 raw_text 1 "rows 1000000" 3
 wait_line "$TMP/B.log" "w unix://$U_PORT: paused: c1 .* has [0-9]+ bytes unsent"
-timeout 30 head -c "$(stat -c %s "$TMP/direct.bin")" <&3 > "$TMP/slow.bin" || true
+timeout --foreground 30 head -c "$(stat -c %s "$TMP/direct.bin")" <&3 > "$TMP/slow.bin" || true
 raw_close 3
 cmp -s "$TMP/direct.bin" "$TMP/slow.bin" || fail "the reply read after the pause differs from the worker's"
 pass "backpressure over the Unix socket: the worker's reads pause for a client that does not read; every byte arrives"

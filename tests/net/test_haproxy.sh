@@ -59,7 +59,7 @@ done
 bg lb HAP "$HAPROXY" -db -f "$TMP/haproxy.cfg"
 
 # hap CMD: a command on HAProxy's runtime API
-hap() { echo "$1" | timeout 10 socat -t 5 stdio "UNIX-CONNECT:$TMP/hap.sock"; }
+hap() { echo "$1" | timeout --foreground 10 socat -t 5 stdio "UNIX-CONNECT:$TMP/hap.sock"; }
 hap_ready() {
     kill -0 "$HAP_PID" 2> /dev/null || fail "haproxy exited: $(tail -n 5 "$TMP/HAP.log")"
     [ -S "$TMP/hap.sock" ] && hap "show info" 2> /dev/null | grep -q '^Name: HAProxy'
@@ -99,7 +99,7 @@ expect_file_has "$TMP/gw1a.access" "user=haproxy .* outcome=ok"
 pass "HAProxy's q check (handshake, .qgate.ping[] answered 1b): gw1 and gw2 UP (L7OK); a plain q worker fails it (L7TOUT: no 1b)"
 
 # --- a. node-q over TLS through HAProxy, on 4 connections spread over both qgates -------------
-(cd tests/interop && on client timeout 120 node interop.js --host $LB --ca "$TMP/ca.pem" --conns 4 8843 "$first" 100000) \
+(cd tests/interop && on client timeout --foreground 120 node interop.js --host $LB --ca "$TMP/ca.pem" --conns 4 8843 "$first" 100000) \
     > "$TMP/tls.out" 2>&1 || fail "node-q over TLS through HAProxy: $(cat "$TMP/tls.out")"
 expect_lines "$TMP/tls.out" "^ok - node-q TLSv1\\.[23] to $LB:8843, certificate verified \\(IP Address:$LB\\)" 4
 expect_lines "$TMP/tls.out" "^ok - node-q (fast|100000 rows|error query|throw mode|echo) \\(connection [1-4]\\)\$" 20
@@ -127,11 +127,11 @@ on client timeout 10 bash -c "exec 3<>/dev/tcp/10.77.0.21/8811; printf '$sig' >&
 wait_line "$TMP/gw1a.log" "a PROXY header from 10\\.77\\.0\\.10:[0-9]+, which proxy_from does not list: closed" 10
 grep -q "10\\.77\\.0\\.99" "$TMP/gw1a.log" && fail "the address a spoofing client claimed reached the log"
 # HAProxy's host itself, without a header: closed too (proxy_from says every connection from it has one)
-on lb timeout 10 "$BIN/qsend" -g 10.77.0.21:8811 ".qgate.ping[]" > "$TMP/nohdr.out" 2>&1 || true
+on lb timeout --foreground 10 "$BIN/qsend" -g 10.77.0.21:8811 ".qgate.ping[]" > "$TMP/nohdr.out" 2>&1 || true
 grep -q "^1b$" "$TMP/nohdr.out" && fail "a connection from HAProxy's host without a header was served"
 # (the second refusal in the same second is counted, not logged: one line a second per kind)
-two_refused() { on gw1 timeout 10 "$BIN/qsend" -g 127.0.0.1:8811 ".qgate.totals[]" | grep -q '`refused_proxy.*!' &&
-                [ "$(on gw1 timeout 10 "$BIN/qsend" -g 127.0.0.1:8811 ".qgate.totals[]" |
+two_refused() { on gw1 timeout --foreground 10 "$BIN/qsend" -g 127.0.0.1:8811 ".qgate.totals[]" | grep -q '`refused_proxy.*!' &&
+                [ "$(on gw1 timeout --foreground 10 "$BIN/qsend" -g 127.0.0.1:8811 ".qgate.totals[]" |
                      awk -F'!' '{ n = split(substr($1, 2), k, "`"); split($2, v, " "); for (i = 1; i <= n; i++) if (k[i] == "refused_proxy") print v[i] }')" = 2 ]; }
 wait_for 10 "gw1's refused_proxy at 2" two_refused
 pass "the PROXY protocol (send-proxy-v2): qgate logs the client host 10.77.0.10 for node-q's 20 requests, never HAProxy; a header from the client host itself refused, a connection from HAProxy's host without one refused"
@@ -162,7 +162,7 @@ field() { sed -n "s/^qload class=s .* $2=\\([0-9]*\\).*/\\1/p" "$TMP/$1.out"; }
 errfield() { sed -n "s/^qload class=s: .*$2=\\([0-9]*\\).*/\\1/p" "$TMP/$1.log"; }
 # totals HOST: .qgate.totals[] of the qgate on HOST as key=value lines (the first 20 keys)
 totals() {
-    on "$1" timeout 10 "$BIN/qsend" -g 127.0.0.1:8811 ".qgate.totals[]" |
+    on "$1" timeout --foreground 10 "$BIN/qsend" -g 127.0.0.1:8811 ".qgate.totals[]" |
         awk -F'!' '{ n = split(substr($1, 2), k, "`"); m = split($2, v, " ");
                      for (i = 1; i <= n && i <= m; i++) print k[i] "=" v[i] }'
 }

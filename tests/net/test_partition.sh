@@ -32,7 +32,7 @@ heal() { ip -n "$NETP-sw" link set "p-${1:-far}" up; }
 is_up() { grep -E "10\.77\.1\.30:5001: (connected \(capability 3\)|connection closed)" "$1" | tail -n 1 | grep -q connected; }
 far_up() { wait_for 60 "the far worker up again in $1" is_up "$1"; }
 # ask PORT QUERY: qsend through the gateway on PORT of host gw, its output in $TMP/q.out
-ask() { on gw timeout 60 "$BIN/qsend" -g "127.0.0.1:$1" "$2" > "$TMP/q.out" 2>&1 || true; }
+ask() { on gw timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$1" "$2" > "$TMP/q.out" 2>&1 || true; }
 
 # --- idle: keepalive ------------------------------------------------------------------------------
 printf '[gateway]\nport = 8821\nbind = 127.0.0.1\nkeepalive_idle = 1s\nkeepalive_interval = 1s\nkeepalive_count = 2\n[group main]\nworkers = 10.77.1.30:5001,127.0.0.1:5002\n' > "$TMP/A.conf"
@@ -100,7 +100,7 @@ bg cli FAR bash -c 'exec 3<>/dev/tcp/10.77.1.20/8823 && printf "far\003\000" >&3
     printf "%b%s" "\x01\x01\x00\x00\x14\x00\x00\x00\x0a\x00\x06\x00\x00\x00" "echo s" >&3 && exec sleep 600'
 wait_line "$TMP/GC.log" "session: given to .*10\\.77\\.1\\.40" 20
 : > "$TMP/queued.out"
-on gw timeout 60 "$BIN/qsend" -g 127.0.0.1:8823 "echo queued" > "$TMP/queued.out" 2>&1 &
+on gw timeout --foreground 60 "$BIN/qsend" -g 127.0.0.1:8823 "echo queued" > "$TMP/queued.out" 2>&1 &
 queued=$!
 wait_line "$TMP/GC.log" "127\\.0\\.0\\.1:[0-9]+: request 0 queued" 20
 [ ! -s "$TMP/queued.out" ] || fail "answered while the only worker is in the cut-off client's session: $(cat "$TMP/queued.out")"
@@ -115,7 +115,7 @@ heal cli
 [ -d tests/interop/node_modules/node-q ] || fail "node-q missing: run tests/deps.sh (npm ci)"
 mkfifo "$TMP/np.in"
 far_up "$TMP/GB.log"
-(cd tests/interop && on gw timeout 120 node partition.js 127.0.0.1 8822 10.77.1.30:5001) < "$TMP/np.in" > "$TMP/np.out" 2> "$TMP/np.err" &
+(cd tests/interop && on gw timeout --foreground 120 node partition.js 127.0.0.1 8822 10.77.1.30:5001) < "$TMP/np.in" > "$TMP/np.out" 2> "$TMP/np.err" &
 np=$!
 exec 5> "$TMP/np.in"
 wait_line "$TMP/W1.log" "hold n1" 20
@@ -144,7 +144,7 @@ wait_line "$TMP/GD.log" "reload: done" 20
 cut
 wait_line "$TMP/GD.log" "10\\.77\\.1\\.30:5001: the old connection, left for the worker to close, failed \\(Connection timed out\\): connecting again" 30
 heal
-on gw timeout 10 "$BIN/qsend" -g 10.77.1.30:5001 "release d1" > /dev/null || fail "release d1"
+on gw timeout --foreground 10 "$BIN/qsend" -g 10.77.1.30:5001 "release d1" > /dev/null || fail "release d1"
 far_up "$TMP/GD.log"
 ask 8824 "echo after-remnant"
 grep -q after-remnant "$TMP/q.out" || fail "GD after the link is back: $(cat "$TMP/q.out")"

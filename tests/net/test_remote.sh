@@ -44,7 +44,7 @@ pass "a remote client of capability 1, 2 or 3: a .qgate.all's merged reply compr
 # --- node-q on the client host reads both back exactly, compressed or not -----------------------
 [ -d tests/interop/node_modules/node-q ] || fail "node-q missing: run tests/deps.sh (npm ci)"
 for port in 8811 8812; do
-    (cd tests/interop && on client timeout 120 node remote.js 10.77.0.20 "$port" 1000000 "$first") || fail "node-q remote, port $port"
+    (cd tests/interop && on client timeout --foreground 120 node remote.js 10.77.0.20 "$port" 1000000 "$first") || fail "node-q remote, port $port"
 done
 pass "node-q from another host: the compressed and the plain replies read back exactly"
 
