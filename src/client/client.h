@@ -342,6 +342,10 @@ void request_sent_loop(struct gw *g, struct req *r);
 /* Start the head request if it is waiting, and send every finished reply at the head; loops
  * (never recurses) over however many requests finish at once. */
 void request_advance_loop(struct gw *g, struct client *c);
+/* c's head, held by its paused group, goes on as it now would: to the group's queue, unless it
+ * is still a session's or a .qgate.all's (held again). For a resume, and for a session ended
+ * while its next request was held (a reload made the group a request pool). */
+void request_unhold_loop(struct gw *g, struct client *c);
 /* The head request finished (its reply fully relayed or dropped). */
 void request_head_done_loop(struct gw *g, struct client *c);
 /* Answer request r with the q error text (via the writer pool). */

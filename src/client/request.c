@@ -619,6 +619,15 @@ void request_finish_if_gone_loop(struct gw *g, struct client *c)
                                                                   * a FIN: its replies written) */
 }
 
+void request_unhold_loop(struct gw *g, struct client *c)
+{
+    struct req *h = client_head(c);
+    if (!h || h->state != RS_HELD || c->c.closing) /* (closing: its requests are freed as they are) */
+        return;
+    request_set_state_loop(g, c, h, RS_WAITING); /* off the held list */
+    request_advance_loop(g, c);
+}
+
 void request_advance_loop(struct gw *g, struct client *c)
 {
     struct req *r;

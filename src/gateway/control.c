@@ -35,8 +35,7 @@ static void release_held(struct gw *g, struct group *grp)
             conn_queue_out_loop(x);
             continue;
         }
-        request_set_state_loop(g, c, h, RS_WAITING); /* off the held list */
-        request_advance_loop(g, c);
+        request_unhold_loop(g, c);
     }
 }
 

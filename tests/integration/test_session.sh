@@ -620,3 +620,30 @@ wait "$SL" 2> /dev/null || true
 expect_lines "$TMP/PT.log" "drain_timeout reached with publishes still on their way to 1 clients: exiting, their streams cut" 1
 expect_lines "$TMP/PT.log" "with work in flight|drained: exiting" 0
 pass "... and with one that reads nothing: the drain ends at drain_timeout, saying publishes were on their way"
+
+# --- a reload that makes a paused session pool a request pool: a session's next request, held
+# for its worker by the pause, waits in the group's queue then, as any request (the simulation,
+# 2026-12-07: it stayed on the held list, a session's no more, till the resume)
+printf 'alice:x\nop:pw\tadmin=1\n' > "$TMP/hq.users"
+conf "$TMP/hq.conf" "127.0.0.1:$W1_PORT" pool=session
+sed -i "s|^\[gateway\]\$|[gateway]\nusers_file = $TMP/hq.users|" "$TMP/hq.conf"
+start_gateway HQ -c "$TMP/hq.conf" --loglevel debug
+raw_open "$HQ_PORT" 5
+raw_hs "alice:x" 5
+raw_query 5 "x:5" 15
+wait_line "$TMP/HQ.log" "session: given to c1 "
+"$BIN/qsend" -g "127.0.0.1:$HQ_PORT" -u op:pw ".qgate.pause[\`main]" > "$TMP/hq.p" 2>&1 || true
+expect_lines "$TMP/hq.p" '^1b$' 1
+raw_text 1 "x" 5
+wait_line "$TMP/HQ.log" "c1 .*request 1 held: group main is paused"
+sed 's/^pool = session$/pool = request/' "$TMP/hq.conf" > "$TMP/hq2.conf" && mv "$TMP/hq2.conf" "$TMP/hq.conf"
+kill -HUP "$HQ_PID"
+wait_line "$TMP/HQ.log" "session: c1 .* ends: a reload made its group a request pool, the worker is free"
+wait_line "$TMP/HQ.log" "reload: done"
+"$BIN/qsend" -g "127.0.0.1:$HQ_PORT" -u op:pw ".qgate.resume[\`main]" > "$TMP/hq.r" 2>&1 || true
+expect_lines "$TMP/hq.r" '^1b$' 1
+expect_file_has "$TMP/HQ.log" "group main resumed by .*: 1 requests queued, 0 held"
+timeout --foreground 10 head -c 15 <&5 > "$TMP/hq.out" || fail "no reply to x after the resume"
+expect_lines "$TMP/hq.out" '"?5' 1
+raw_close 5
+pass "a reload that ends a session whose next request a pause holds: the request waits in the queue, then runs"

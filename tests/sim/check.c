@@ -364,8 +364,11 @@ static void check_worker(struct worker *w)
     if (w->sess && (w->sess->sess != w || !conn_live(g, &w->sess->c) || (w->st != WS_BUSY && w->st != WS_PINNED)))
         fail("%s (%s) is given to %s, which does not have it, or is freed", w->c.name, worker_state_name(w->st),
              w->sess->c.name);
-    if (w->sess && !S->session)
-        fail("%s is in a session, in a group with pool = request", w->c.name);
+    if (w->sess && w->grp->cfg.pool_mode != CFG_POOL_SESSION && !w->end_due)
+        fail("%s is in a session, in a group with pool = request (and its end is not held back)", w->c.name);
+    S->res->held_ends += w->end_due;
+    if (w->end_due && (!w->sess || w->st != WS_PINNED || w->msg.route != ROUTE_STREAM || w->msg.to != w->sess))
+        fail("%s holds back the end of a session, with no message being streamed to its client", w->c.name);
     if (w->run.cl && !conn_live(g, &w->run.cl->c))
         fail("%s runs a request of a freed client", w->c.name);
     if (w->run.cl && (w->st != WS_BUSY || w->run.cl->w != w))
@@ -432,6 +435,7 @@ void check_gateway(void)
     int nclients = 0, backlog = 0, nmetrics = 0;
     S->res->checks++;
     (void)reset_query_on(); /* a reset query off for a while is seen, however short (its epoch) */
+    (void)session_era(); /* ... and group main a request pool for a while (its sessions ended) */
     check_log();
     check_alog();
     size_t pending = 0, big = 0;
@@ -541,4 +545,20 @@ int reset_query_on(void)
         S->reset_epoch++;
     S->reset_on = on;
     return on;
+}
+
+/* Group main's session era now: 0 while the gateway has it a request pool, else the number of
+ * times it has made it a session pool (each time, every session of the last era has ended or
+ * ends once the message being streamed to it has). Seen after every iteration, as the reset
+ * query is, and at each dispatch. */
+int session_era(void)
+{
+    int on = 0;
+    for (int i = 0; i < S->g.ngroups; i++)
+        if (!strcmp(S->g.groups[i].cfg.name, "main"))
+            on = S->g.groups[i].cfg.pool_mode == CFG_POOL_SESSION;
+    if (on && !S->gw_session)
+        S->sess_era++;
+    S->gw_session = on;
+    return on ? S->sess_era : 0;
 }

@@ -322,7 +322,9 @@ static int all_request(struct fclient *c, int seq, int *arg)
         kK(l)[3] = k_sym("list");
     put_msg(&c->out, KIPC_SYNC, l);
     *arg = 1 + as_list;
-    return S->session && c->group != S->bc_group ? -1 : c->group; /* not for a session group */
+    /* not for a session group; in a world whose reloads change group main's pool, either (the
+     * gateway's reload may come before it reads it, or after) */
+    return S->session && !S->pool_flips && c->group != S->bc_group ? -1 : c->group;
 }
 
 /* .qgate.disconnect or .qgate.kill of a client the gateway showed, or of one it never did: the
@@ -591,7 +593,7 @@ static void control_got(struct fclient *c, const struct sent *r, K x)
 {
     const char *e = x->t == KT_ERROR ? x->s : NULL;
     int ok = x->t == -KT_BOOL && x->g == 1;
-    if (S->session && e && (!strncmp(e, "qgate: worker ", 14) || !strncmp(e, "qgate: timeout (", 16)))
+    if (S->ever_session && e && (!strncmp(e, "qgate: worker ", 14) || !strncmp(e, "qgate: timeout (", 16)))
         return; /* its session's worker was lost: the first request owed is told so, whatever it is */
     switch (r->arg) {
     case CTL_ACCESS:
@@ -664,7 +666,7 @@ static const char *gw_error_unjustified(const struct fclient *c, const struct se
     if (HAS("qgate: no client "))
         return r->op == OP_DISCONNECT ? NULL : "not a disconnect";
     if (HAS("qgate: .qgate.all does not apply to group "))
-        return r->op == OP_ALL && S->session ? NULL : "a .qgate.all on a request pool";
+        return r->op == OP_ALL && S->ever_session ? NULL : "a .qgate.all on a request pool";
     return "an error the simulation knows no cause for";
 #undef HAS
 }
@@ -984,7 +986,7 @@ static void client_eof(struct fclient *c)
     if (c->bad && (!strcmp(why, "closed after a bad message") || !why[0]))
         ok = 1; /* after 'qgate: badmsg the gateway shuts its side first (linger) */
     if (c->half && !strcmp(why, "client closed the connection")) { /* we shut our side first */
-        int lost = S->session && (S->wdeaths || S->g.query_timeouts); /* its session's worker lost: told
+        int lost = S->ever_session && (S->wdeaths || S->g.query_timeouts); /* its session's worker lost: told
                                                                         * once, the rest given up */
         if (c->pend_off < c->pend.n && !c->bad && !lost)
             fail("C%d shut its side and was closed with %d replies still owed", c->cid, c->pend.n - c->pend_off);
@@ -1005,7 +1007,7 @@ static void client_eof(struct fclient *c)
          !strcmp(why, "worker lost in the middle of a message to it")) &&
         (S->wdeaths || S->g.query_timeouts))
         ok = 1; /* a worker died, or was dropped for a query timeout, while it sent */
-    if (S->session && (S->wdeaths || S->g.query_timeouts) &&
+    if (S->ever_session && (S->wdeaths || S->g.query_timeouts) &&
         (!strcmp(why, "its session's worker was lost") || !strcmp(why, "its session's worker was lost: closed once told") ||
          !strcmp(why, "closed after a bad message") || !why[0]))
         ok = 1; /* its session's worker died: told (then the gateway shuts its side), or just closed */

@@ -47,6 +47,9 @@ void hook_dispatched(void *ctx, const struct conn *wc, uint32_t id, uint32_t gen
     struct fclient *c = fclient_of(id, gen);
     int cid = c ? c->cid : -1;
     struct fworker *f = worker_of_addr(w->addr);
+    struct sent *x = c ? sent_of_seq(c, seq) : NULL;
+    if (x && !w->grp->cfg.users[0]) /* (group main: the one no user list routes to) */
+        x->era = session_era();
     for (int i = 0; f && i < FW_CONNS; i++) {
         struct fwconn *k = &f->k[i];
         if (k->gw_fd < 0 || k->gw_fd != w->c.fd)
@@ -65,7 +68,7 @@ void hook_dispatched(void *ctx, const struct conn *wc, uint32_t id, uint32_t gen
     if (!w->disabled)
         return;
     const struct fworker *fw = worker_of_addr(w->addr);
-    int own = S->session && cid >= 0 && cid < S->sess_wid.n && fw && S->sess_wid.v[cid] == fw->wid &&
+    int own = S->ever_session && cid >= 0 && cid < S->sess_wid.n && fw && S->sess_wid.v[cid] == fw->wid &&
               w->sess && w->sess->c.id == id && w->sess->c.gen == gen;
     if (!own)
         fail("%s, disabled, was given message %llu of C%d, whose session it is not", w->c.name,
@@ -383,13 +386,16 @@ static struct sent *check_run_order(struct fworker *w, int type, const char *s, 
 
 /* pool = session: every message a session sends runs on one worker, the one that ran its
  * first (recorded here). */
-static void check_session_worker(const struct fworker *w, const char *s, int cid)
+static void check_session_worker(const struct fworker *w, const char *s, int cid, int era)
 {
-    while (S->sess_wid.n <= cid)
+    while (S->sess_wid.n <= cid) {
         VEC_PUSH(S->sess_wid, -1);
-    if (S->sess_wid.v[cid] < 0)
+        VEC_PUSH(S->sess_wera, 0);
+    }
+    if (S->sess_wid.v[cid] < 0 || S->sess_wera.v[cid] != era) { /* its first session, or a new era's */
         S->sess_wid.v[cid] = w->wid;
-    else if (S->sess_wid.v[cid] != w->wid)
+        S->sess_wera.v[cid] = era;
+    } else if (S->sess_wid.v[cid] != w->wid)
         fail("W%d ran \"%s\" of C%d, whose session is on W%d", w->wid, s, cid, S->sess_wid.v[cid]);
 }
 
@@ -505,8 +511,10 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
     } else {
         x = check_run_order(w, type, s, c, cid, seq);
     }
-    if (S->session && w->group != S->bc_group && !w->waiting_cb) { /* one worker for all a session sends */
-        check_session_worker(w, s, cid);
+    /* dispatched in a session era (x->era), in a world whose reloads change group main's pool */
+    int era = !S->pool_flips ? S->session : x ? x->era : 0;
+    if (era && w->group != S->bc_group && !w->waiting_cb) { /* one worker for all a session sends */
+        check_session_worker(w, s, cid, era);
         if (k->first_sess < 0)
             k->first_sess = cid;
         /* what one client (a session's, or a request routed in from outside) left in this q
@@ -518,6 +526,8 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
             fail("W%d ran \"%s\" of C%d in a q that C%d's messages ran in, with no reset query since", w->wid, s,
                  cid, w->state_cid);
         w->state_cid = cid;
+    } else if (S->pool_flips && w->group != S->bc_group && !w->waiting_cb) {
+        w->state_cid = cid; /* a request pool's: what it leaves is reset before a session is given this q */
     }
     if (x)
         x->seen++;
@@ -663,7 +673,7 @@ void worker_process(struct fworker *w, int max)
             note_emitted(cid0, seq0);
             fw_reply_text(w, i, cid0, 1, "R %d %d", cid0, seq0);
             tr("W%d: callback answered, replies", w->wid);
-        } else if (S->session && type == KIPC_SYNC && !strcmp(s, "reset")) { /* the group's reset query */
+        } else if (S->ever_session && type == KIPC_SYNC && !strcmp(s, "reset")) { /* the group's reset query */
             if (w->waiting_cb)
                 fail("W%d, waiting in a callback to C%d, got the reset query", w->wid, w->cb_cid);
             w->state_cid = -1;

@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     if (!seeds && seconds <= 0)
         seeds = 100;
     double t0 = now_s();
-    long ran = 0, steps = 0, checks = 0, failed = 0, uds = 0, mutes = 0, held = 0, pheld = 0, hlearn = 0, dis = 0, alines = 0, scrapes = 0, ldrop = 0, adrop = 0, afrag = 0, mid = 0, http = 0, hpass = 0, hrefused = 0, pwaits = 0, halfs = 0, halfa = 0, nested = 0, nhere = 0, nwaits = 0, resets = 0, rflips = 0, ahead = 0, aread = 0, abad = 0, abetween = 0, aasync = 0;
+    long ran = 0, steps = 0, checks = 0, failed = 0, uds = 0, mutes = 0, held = 0, pheld = 0, hlearn = 0, dis = 0, alines = 0, scrapes = 0, ldrop = 0, adrop = 0, afrag = 0, mid = 0, http = 0, hpass = 0, hrefused = 0, pwaits = 0, halfs = 0, halfa = 0, nested = 0, nhere = 0, nwaits = 0, resets = 0, rflips = 0, pflips = 0, ptaken = 0, hends = 0, ahead = 0, aread = 0, abad = 0, abetween = 0, aasync = 0;
     uint64_t first = o.seed;
     for (uint64_t s = first;; s++) {
         if (seeds && (long)(s - first) >= seeds)
@@ -208,6 +208,9 @@ int main(int argc, char **argv)
         nwaits += r.nested_waits;
         resets += r.resets;
         rflips += r.reset_flips;
+        pflips += r.pool_flips;
+        ptaken += r.pool_taken;
+        hends += r.held_ends;
         hrefused += r.hold_refused;
         pwaits += r.pending_waits;
         halfs += r.half_closes;
@@ -246,8 +249,9 @@ int main(int argc, char **argv)
            "%ld clients that shut their side (%ld answered in full, then closed), %ld messages run nested on the "
            "worker waiting on their client's callback and %ld answered nested by the gateway (%ld checks saw a "
            "worker wait for them, or for another part's callback), %ld reset queries run by session workers (%ld reloads turned reset_query off or on), "
+           "%ld reloads made group main a session pool or a request pool (%ld times the gateway made it a session pool; %ld checks saw a session's end held back for a message to it), "
            "%ld callbacks' answers sent before the callback asked (%ld malformed, %ld behind an echo sent between, %ld behind an async message; %ld callbacks came and read them)\n",
            ran, (unsigned long long)first, (unsigned long long)(first + (uint64_t)ran - (ran ? 1 : 0)), steps, checks,
-           failed, now_s() - t0, uds, mutes, held, hlearn, pheld, dis, alines, adrop, afrag, scrapes, ldrop, mid, http, hpass, hrefused, pwaits, halfs, halfa, nested, nhere, nwaits, resets, rflips, ahead, abad, abetween, aasync, aread);
+           failed, now_s() - t0, uds, mutes, held, hlearn, pheld, dis, alines, adrop, afrag, scrapes, ldrop, mid, http, hpass, hrefused, pwaits, halfs, halfa, nested, nhere, nwaits, resets, rflips, pflips, ptaken, hends, ahead, abad, abetween, aasync, aread);
     return failed ? 1 : 0;
 }

@@ -132,6 +132,13 @@ static uint64_t reload_draw(int n)
     return h ^ (h >> 32);
 }
 
+/* Is this a world whose reloads make group main a session pool or a request pool? One in five,
+ * from the seed (as reload_draw: every other draw as it was). */
+int pool_flip_world(void)
+{
+    return reload_draw(-1) % 100 < 20;
+}
+
 void reload(void)
 {
     S->outages++; /* a worker added is not up until it has connected; one removed goes */
@@ -176,11 +183,19 @@ void reload(void)
         S->reset_flips++;
         tr("reload: reset_query %s", S->reset_q ? "reset" : "none");
     }
+    if (S->pool_flips && reload_draw(n + 2000000) % 100 < 30) { /* group main a session pool, or a
+                                                                  * request pool (its sessions end) */
+        S->session = !S->session;
+        S->pool_flips++;
+        if (S->session)
+            S->reset_q = reload_draw(n + 3000000) % 100 < 60;
+        tr("reload: group main pool = %s", S->session ? "session" : "request");
+    }
     uint64_t d = reload_draw(n + 1000000);
     if (d % 100 < 15) { /* the timeouts: what runs and waits now keeps to the new ones (a session
                          * world keeps a queue_timeout: a client may wait for a session's worker) */
         S->want_qt = d / 100 % 3 == 0 ? 0 : 200 + (int64_t)(d / 300 % 3000);
-        S->want_qu = d / 1000000 % 3 == 0 && !S->session ? 0 : 50 + (int64_t)(d / 3000000 % 2000);
+        S->want_qu = d / 1000000 % 3 == 0 && !S->ever_session ? 0 : 50 + (int64_t)(d / 3000000 % 2000);
         S->had_qu |= S->want_qu > 0;
         tr("reload: query_timeout %lld, queue_timeout %lld", (long long)S->want_qt, (long long)S->want_qu);
     }

@@ -425,7 +425,7 @@ static void quiesce(int include_stalled, const char *phase)
         struct epoll_event ev;
         if ((loop_wait_ms_loop(&S->g) == 0 || epoll_wait(S->g.loop.epfd, &ev, 1, 0) > 0) && round % 64)
             continue;
-        if (S->session && end_idle_session())
+        if (S->ever_session && end_idle_session())
             continue;
         if (operator_release_all()) /* a pause or a disable (an admin's, perhaps) holds what is left */
             continue;
@@ -567,6 +567,7 @@ static void free_world(void)
     VEC_FREE(S->last_seq);
     VEC_FREE(S->cid_group);
     VEC_FREE(S->sess_wid);
+    VEC_FREE(S->sess_wera);
     VEC_FREE(S->fan_given_up);
     VEC_FREE(S->gone_abandoned);
     VEC_FREE(S->by_cid);
@@ -664,10 +665,14 @@ static void choose_world(struct config *cfg)
     S->alog_room = SIZE_MAX;
     S->session = chance(30);
     S->reset_q = S->session && chance(60);
+    /* (from the seed, and only where a queue_timeout is set already: the world's stream as it
+     * was, till the first reload that changes the pool) */
+    S->pool_flips = enabled(SIM_EV_RELOAD) && (S->session || cfg->queue_timeout) && pool_flip_world();
+    S->ever_session = S->session || S->pool_flips;
     S->pipeline = chance(40) ? 2 + rnd(3) : 1;
     S->pipeline_wait = chance(40) ? 0 : chance(50) ? 1 + rnd(30) : 100 + rnd(3000);
     S->keepalive_idle = (int)cfg->keepalive_idle;
-    if (S->session && !cfg->queue_timeout) /* a client waiting for a session's worker may wait for ever */
+    if (S->ever_session && !cfg->queue_timeout) /* a client waiting for a session's worker may wait for ever */
         cfg->queue_timeout = 50 + rnd(2000);
     S->nw = S->ngroups + rnd(4); /* every group has one at least */
     S->defer_pct = chance(40) ? 1 + rnd(30) : 0;
@@ -824,6 +829,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     for (int k = 0; k < S->nw; k++)
         res->resets += S->w[k].resets;
     res->reset_flips = S->reset_flips;
+    res->pool_flips = S->pool_flips ? S->pool_flips - 1 : 0;
+    res->pool_taken = S->pool_flips ? S->sess_era : 0;
     tr("quiescence");
     quiesce(0, "quiescence (clients that stopped reading still stopped)");
     quiesce(1, "quiescence");

@@ -52,6 +52,9 @@ struct sim_result {
     long nested_waits;    /* checks that saw a worker wait on such replies, or on another part's callback */
     long resets;          /* reset queries the workers of a session group ran */
     long reset_flips;     /* reloads that turned a session group's reset_query off or on */
+    long pool_flips;      /* reloads that made group main a session pool or a request pool */
+    long pool_taken;      /* ... and how many of them the gateway took (session eras in flip worlds) */
+    long held_ends;       /* checks that saw a session's end held back (a message streamed to it) */
     long hold_refused;    /* replies and .qgate.alls refused for it */
     long pending_waits;   /* messages whose reading waited for room under pending_max */
     long half_closes;     /* clients that shut their side and read on */

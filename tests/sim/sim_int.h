@@ -97,6 +97,8 @@ struct sent {
     uint8_t here;        /* the gateway answered it nested (its nested hook, here): a command run,
                           * or the error of a message that cannot run inside the callback */
     int epoch;           /* queued while the gateway had a reset query: S->reset_epoch then; 0 not */
+    int era;             /* dispatched to a worker while group main was a session pool: S->sess_era
+                          * then; 0 not (yet), or in a request pool */
     uint8_t pre;         /* OP_CB: its answer sent right behind it, before any callback asked (1);
                           * its callback came, answered by that (2) */
 };
@@ -243,7 +245,13 @@ struct sim {
     long alog_frags;     /* fragments ended by a newline */
     int ngroups;         /* 1 (main) or 2 (main, bc: broadcast, for bob and bea) */
     int bc_group;
-    int session;         /* group main has pool = session */
+    int session;         /* group main has pool = session (the configuration file says: the
+                          * gateway takes it at its next reload) */
+    int pool_flips;      /* a world whose reloads may make group main a session pool or a request
+                          * pool (1), and how often they have (then + 1) */
+    int ever_session;    /* group main has been, or may be, a session pool */
+    int gw_session;      /* group main is a session pool in the gateway now (its last reload) */
+    int sess_era;        /* how many times the gateway has made it one: a session is of one era */
     int reset_q;         /* ... and reset_query = "reset" (checked: no session sees another's state);
                           * reloads may turn it off and on again */
     int reset_on;        /* the gateway has it now (the configuration its last reload applied) */
@@ -259,6 +267,7 @@ struct sim {
     int pipeline_wait;   /* its pipeline_wait (ms; 0: behind any run) */
     int keepalive_idle;  /* keepalive_idle (ms; 0: none), changed by reloads: every connection set again */
     VEC(int) sess_wid;   /* per cid (session): the worker that ran its first message, or -1 */
+    VEC(int) sess_wera;  /* ... and the era of that session (sess_era when it was dispatched) */
     VEC(struct tpub) tpubs; /* publishes on workers' timers */
     int defer_pct;       /* of the sync requests a worker runs: replies deferred (-30!) */
     size_t max_msg;      /* the longest message a fake worker has sent (the output bound's slack) */
@@ -343,6 +352,8 @@ void client_shut(struct fclient *c);
 
 void check_gateway(void);
 int reset_query_on(void);
+int session_era(void);
+int pool_flip_world(void);
 void dump_world(void);
 
 /* ---- sinks.c: the log, the access log, the metrics scrapers ------------------------------- */
