@@ -512,7 +512,7 @@ static void worker_run(struct fworker *w, int i, int type, const char *s)
         x = check_run_order(w, type, s, c, cid, seq);
     }
     /* dispatched in a session era (x->era), in a world whose reloads change group main's pool */
-    int era = !S->pool_flips ? S->session : x ? x->era : 0;
+    int era = !S->pool_flips ? S->session : x && !x->fan ? x->era : 0; /* (a .qgate.all's part: no session's) */
     if (era && w->group != S->bc_group && !w->waiting_cb) { /* one worker for all a session sends */
         check_session_worker(w, s, cid, era);
         if (k->first_sess < 0)
