@@ -86,9 +86,11 @@ static void run_ended(struct gw *g, struct worker *w)
         request_advance_loop(g, w->sess);
         return;
     }
-    if (w->grp->cfg.pool_mode == CFG_POOL_SESSION && (w->run.kind == RUN_REQUEST || w->run.kind == RUN_ASYNC) &&
-        !w->dirty) /* a request routed here from outside any session ran on it (kept with no reset
-                    * query too: a reload may set one) */
+    if (w->grp->cfg.pool_mode == CFG_POOL_SESSION && !w->run.reset && !w->dirty) /* a request routed
+            * here from outside any session ran on it, or a .qgate.all's part or broadcasts sent
+            * while a reload had not yet made the group a session pool (at 5a51eb2 those left their
+            * q's state to the next session, the reset query not run); kept with no reset query
+            * too: a reload may set one */
         w->dirty = 1;
     if (w->dirty && !w->reset_owed && session_reset_query(w)[0]) {
         w->reset_owed = 1; /* what it left behind is reset before a session is given the worker */

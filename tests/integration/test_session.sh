@@ -647,3 +647,28 @@ timeout --foreground 10 head -c 15 <&5 > "$TMP/hq.out" || fail "no reply to x af
 expect_lines "$TMP/hq.out" '"?5' 1
 raw_close 5
 pass "a reload that ends a session whose next request a pause holds: the request waits in the queue, then runs"
+
+# --- a .qgate.all accepted by a request pool whose part runs after a reload made the pool a
+# session pool: what the part left in q is reset before a session is given the worker (at
+# 5a51eb2 the next session read it: only requests and async messages from outside a session
+# made a worker dirty)
+start_worker W3 --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\n[group main]\nworkers = 127.0.0.1:%s\nreset_query = delete fz from `.\n' \
+    "$W3_PORT" > "$TMP/fa.conf"
+start_gateway FA -c "$TMP/fa.conf"
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$FA_PORT" "hold fa1" > "$TMP/fa1.out" 2>&1 & fa1=$!
+PIDS+=($fa1)
+wait_line "$TMP/FA.log" "running sync request 0 of c1 "
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$FA_PORT" "all:main:fz:9" > "$TMP/fa2.out" 2>&1 & fa2=$!
+PIDS+=($fa2)
+wait_line "$TMP/FA.log" "c2 .*request 0: on the 1 workers of group main up"
+sed -i 's/^\[group main\]$/[group main]\npool = session/' "$TMP/fa.conf"
+kill -HUP "$FA_PID"
+wait_line "$TMP/FA.log" "reload: done"
+"$BIN/qsend" -g "127.0.0.1:$W3_PORT" "release fa1" > /dev/null 2>&1
+wait "$fa1" "$fa2" || true
+expect_lines "$TMP/fa1.out" '^"fa1"$' 1
+expect_lines "$TMP/fa2.out" '^"9"$' 1
+"$BIN/qsend" -g "127.0.0.1:$FA_PORT" "fz" > "$TMP/fa3.out" 2>&1 || true
+expect_lines "$TMP/fa3.out" "^'fz$" 1
+pass "a .qgate.all's part run on a worker of a pool a reload has made a session pool: the reset query runs before a session has it"
