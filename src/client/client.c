@@ -386,25 +386,28 @@ void client_exit_answers_loop(struct gw *g, const char *why)
         log_warn(NULL, "exiting (%s): %d clients told 'qgate: exiting for the requests they still had", why, n);
 }
 
+void client_regroup_loop(struct gw *g, struct client *c)
+{
+    if (c->c.closing || !c->grp) /* (still in its handshake: routed when it ends, by the file in force then) */
+        return;
+    struct group *to = dispatch_route_loop(g, c->us ? c->us->name : c->user);
+    if (to == c->grp)
+        return;
+    if (c->sess) { /* its session's state is on its worker: it stays there until it ends */
+        log_warn(c->c.name, "reload: user %s's session stays on group %s until it ends (the file now sends it to %s)",
+                 c->us ? c->us->name : c->user, c->grp->cfg.name, to->cfg.name);
+        return;
+    }
+    log_info(c->c.name, "reload: group %s from now on (was %s)", to->cfg.name, c->grp->cfg.name);
+    c->grp = to; /* what it sent before runs where it was sent */
+}
+
 void client_groups_reloaded_loop(struct gw *g)
 {
     for (uint32_t id = 0; id < g->tab_cap; id++) {
         struct conn *x = g->tab[id];
-        if (!x || x->kind != CONN_CLIENT || x->closing)
-            continue;
-        struct client *c = client_of(x);
-        if (!c->grp) /* (still in its handshake: routed when it ends, by the file in force then) */
-            continue;
-        struct group *to = dispatch_route_loop(g, c->us ? c->us->name : c->user);
-        if (to == c->grp)
-            continue;
-        if (c->sess) { /* its session's state is on its worker: it stays there until it ends */
-            log_warn(c->c.name, "reload: user %s's session stays on group %s until it ends (the file now sends it to %s)",
-                     c->us ? c->us->name : c->user, c->grp->cfg.name, to->cfg.name);
-            continue;
-        }
-        log_info(c->c.name, "reload: group %s from now on (was %s)", to->cfg.name, c->grp->cfg.name);
-        c->grp = to; /* what it sent before runs where it was sent */
+        if (x && x->kind == CONN_CLIENT)
+            client_regroup_loop(g, client_of(x));
     }
 }
 

@@ -301,6 +301,9 @@ void client_users_reloaded_loop(struct gw *g);
  * the file sends its user to (a group's users changed, or a group added); a session stays on its
  * worker until it ends. What it sent before runs where it was sent. */
 void client_groups_reloaded_loop(struct gw *g);
+/* c to the group the users file sends its user to now, if that is another (what it sent
+ * before runs where it was sent); not while it has a session, whose state is on its worker. */
+void client_regroup_loop(struct gw *g, struct client *c);
 /* The gateway exits now (why): every client is answered what it still can be
  * (request_exit_answers_loop), then closed. */
 void client_exit_answers_loop(struct gw *g, const char *why);
@@ -346,6 +349,11 @@ void request_advance_loop(struct gw *g, struct client *c);
  * is still a session's or a .qgate.all's (held again). For a resume, and for a session ended
  * while its next request was held (a reload made the group a request pool). */
 void request_unhold_loop(struct gw *g, struct client *c);
+/* c's session has ended and c stays (a reload made its group a request pool): its head request,
+ * waiting for or held for the session's worker, goes on as any request of its group (helper
+ * round 35a: at 7ebf571 one given to that worker while it ran a broadcast owed from before waited
+ * for ever). */
+void request_session_ended_loop(struct gw *g, struct client *c);
 /* The head request finished (its reply fully relayed or dropped). */
 void request_head_done_loop(struct gw *g, struct client *c);
 /* Answer request r with the q error text (via the writer pool). */

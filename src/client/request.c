@@ -628,6 +628,18 @@ void request_unhold_loop(struct gw *g, struct client *c)
     request_advance_loop(g, c);
 }
 
+void request_session_ended_loop(struct gw *g, struct client *c)
+{
+    struct req *h = client_head(c);
+    if (c->c.closing)
+        return;
+    if (h && h->state == RS_HELD)
+        request_unhold_loop(g, c);
+    else
+        request_advance_loop(g, c); /* (a head given to its session's worker while that ran another's
+                                     * run waits for nothing now) */
+}
+
 void request_advance_loop(struct gw *g, struct client *c)
 {
     struct req *r;

@@ -131,8 +131,7 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
     c->sess = NULL;
     w->sess = NULL;
     log_info(w->c.name, "session: %s %s, the worker is free", c->c.name, why);
-    request_unhold_loop(g, c); /* its next request, held for this worker by a pause, waits in the
-                                * group's queue now (the simulation, 2026-12-07: left on the held list) */
+
     free(w->reset_q);
     w->reset_q = reset_query[0] ? strdup(reset_query) : NULL; /* (no memory: the group's, if it has one) */
     w->reset_owed = reset_query[0] != 0;
@@ -140,6 +139,9 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
     if (w->st == WS_PINNED)
         let_go(g, w);
     /* BUSY: its run ends first (the client's reply drained), then session_run_ended_loop */
+    request_session_ended_loop(g, c); /* its next request, held for this worker by a pause (the
+                                       * simulation, 2026-12-07: left on the held list) or given
+                                       * to it while it ran another's run, takes any worker now */
 }
 
 void session_end_due_loop(struct gw *g, struct worker *w)
@@ -148,9 +150,13 @@ void session_end_due_loop(struct gw *g, struct worker *w)
     const char *why = w->end_why;
     w->end_reset = NULL;
     session_end_forget_loop(w);
-    if (w->grp->cfg.pool_mode != CFG_POOL_SESSION)
+    struct client *c = w->sess;
+    if (w->grp->cfg.pool_mode != CFG_POOL_SESSION) {
         session_end_loop(g, w, reset ? reset : "", why);
-    else
+        if (c && !c->sess) /* to the group the file sends its user to now, as the reload moved the
+                            * others (helper round 35a: at 7ebf571 it stayed on this one) */
+            client_regroup_loop(g, c);
+    } else
         log_info(w->c.name, "session: %s goes on: a reload has made its group a session pool again",
                  w->sess ? w->sess->c.name : "?");
     free(reset);

@@ -562,18 +562,19 @@ sed -i "/^\[gateway\]/r $TMP/ps.gw" "$TMP/ps.conf"
 sed -e 's/^pool = session$/pool = request/' -e '/^reset_query/d' "$TMP/ps.conf" > "$TMP/pr.conf"
 cp "$TMP/ps.conf" "$TMP/pp.conf"
 start_gateway PP -c "$TMP/pp.conf" --loglevel debug
-# flip_mid_publish CLIENT OUT QSLOW_ARGS...: a subscriber (qslow, "flood 1000000") on PP, client
+# flip_mid_publish CLIENT OUT SIZE QSLOW_ARGS...: a subscriber (qslow, "flood SIZE") on PP, client
 # CLIENT there, its worker paused half way through a message to it; then the reload to a request pool
 flip_mid_publish() {
-    local cl=$1 out=$2
-    shift 2
-    timeout --foreground 120 "$BIN/qslow" -g "127.0.0.1:$PP_PORT" -q "flood 1000000" "$@" > "$TMP/$out" 2>&1 & SL=$!
+    local cl=$1 out=$2 size=$3
+    shift 3
+    timeout --foreground 120 "$BIN/qslow" -g "127.0.0.1:$PP_PORT" -q "flood $size" "$@" > "$TMP/$out" 2>&1 & SL=$!
     PIDS+=($SL)
     wait_line "$TMP/PP.log" "paused: $cl "
     cp "$TMP/pr.conf" "$TMP/pp.conf"
     kill -HUP "$PP_PID"
 }
-flip_mid_publish c1 pp.out -r 1 -t 100000 -s 100
+flip_mid_publish c1 pp.out 33554432 -r 1 -t 100000 -s 100 # (a message larger than the kernel's buffers
+                                                         # take: the pause is never at its end)
 wait_line "$TMP/PP.log" "reload: done"
 expect_file_has "$TMP/PP.log" "session: c1 .* ends: a reload made its group a request pool once the message being streamed to it has ended"
 "$BIN/qsend" -g "127.0.0.1:$W1_PORT" "a:42" > /dev/null # (in the session's q: its reset query deletes it)
@@ -590,7 +591,7 @@ pass "a reload that makes a session pool a request pool mid-publish: the session
 cp "$TMP/ps.conf" "$TMP/pp.conf"
 kill -HUP "$PP_PID"
 wait_count "$TMP/PP.log" "reload: done" 2
-flip_mid_publish c4 pq.out -r 16384 -t 10 -s 5
+flip_mid_publish c4 pq.out 1000000 -r 16384 -t 10 -s 5
 wait_line "$TMP/PP.log" "session: c4 .* ends: a reload made its group a request pool, the worker is free"
 wait "$SL" || true
 read -r m b < <(sed -n 's/^qslow messages=\([0-9]*\) bytes=\([0-9]*\) .*/\1 \2/p' "$TMP/pq.out")
@@ -614,7 +615,7 @@ pass "a drain with a subscriber's worker half way through a publish to it: $m wh
 # (at da96caa: "with work in flight", then "drained: exiting": helper round 34d)
 sed 's/^\[gateway\]$/[gateway]\ndrain_timeout = 1000/' "$TMP/ps.conf" > "$TMP/pt.conf"
 start_gateway PT -c "$TMP/pt.conf" --loglevel debug
-drain_subscriber PT pt.out "flood 1000000" "$TMP/PT.log" "paused: c1 " -r 1 -t 100000
+drain_subscriber PT pt.out "flood 33554432" "$TMP/PT.log" "paused: c1 " -r 1 -t 100000 # (never paused at a message's end)
 kill "$SL" 2> /dev/null || true # (it would read what the kernel holds, a byte at a time, before the close)
 wait "$SL" 2> /dev/null || true
 expect_lines "$TMP/PT.log" "drain_timeout reached with publishes still on their way to 1 clients: exiting, their streams cut" 1
@@ -672,3 +673,62 @@ expect_lines "$TMP/fa2.out" '^"9"$' 1
 "$BIN/qsend" -g "127.0.0.1:$FA_PORT" "fz" > "$TMP/fa3.out" 2>&1 || true
 expect_lines "$TMP/fa3.out" "^'fz$" 1
 pass "a .qgate.all's part run on a worker of a pool a reload has made a session pool: the reset query runs before a session has it"
+
+# --- a reload that ends a session while its worker runs a broadcast owed from before (its group
+# a request pool with async = broadcast till a reload): the session's next request, given to that
+# worker meanwhile, runs once the broadcast is done (helper round 35a: at 7ebf571 it waited for
+# ever, the session's end not telling its client to go on)
+start_worker W4 --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\n[group main]\nworkers = 127.0.0.1:%s\nasync = broadcast\n' \
+    "$W4_PORT" > "$TMP/ob.conf"
+start_gateway OB -c "$TMP/ob.conf"
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$OB_PORT" "hold ob1" > "$TMP/ob1.out" 2>&1 & ob1=$!
+PIDS+=($ob1)
+wait_line "$TMP/OB.log" "running sync request 0 of c1 "
+"$BIN/qsend" -g "127.0.0.1:$OB_PORT" "neg:sleep 1" > /dev/null 2>&1      # two broadcasts, owed by the
+wait_line "$TMP/OB.log" "c2 .*request 0: async"                          # busy worker
+"$BIN/qsend" -g "127.0.0.1:$OB_PORT" "neg:sleep 3000" > /dev/null 2>&1
+wait_line "$TMP/OB.log" "c3 .*request 0: async"
+sed -i 's/^async = broadcast$/pool = session/' "$TMP/ob.conf"
+kill -HUP "$OB_PID"
+wait_line "$TMP/OB.log" "reload: done"
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$OB_PORT" "echo s1" "wait:$TMP/ob.go" "echo s2" > "$TMP/obs.out" 2>&1 & obs=$!
+PIDS+=($obs)
+wait_line "$TMP/OB.log" "c4 .*request 0: sync"
+"$BIN/qsend" -g "127.0.0.1:$W4_PORT" "release ob1" > /dev/null 2>&1    # the first broadcast, the
+wait_line "$TMP/OB.log" "running sync request 0 of c4 "                  # session's s1, then the second
+touch "$TMP/ob.go"
+wait_line "$TMP/OB.log" "c4 .*request 1: sync"
+sed -i 's/^pool = session$/pool = request/' "$TMP/ob.conf"
+kill -HUP "$OB_PID"
+wait_line "$TMP/OB.log" "session: c4 .* ends: a reload made its group a request pool, the worker is free"
+wait "$obs" || true
+expect_lines "$TMP/obs.out" '^"s[12]"$' 2
+expect_file_has "$TMP/OB.log" "c4 .*: request 1 queued in group main"
+pass "a reload that ends a session while its worker runs an owed broadcast: the session's next request runs after it"
+
+# --- a reload that makes a session pool a request pool and sends the session's user to another
+# group, its worker half way through a publish to it: when that message has ended and the session
+# with it, the client is in the group the file names (helper round 35a: at 7ebf571 it stayed)
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nclient_high_water = 65536\nclient_low_water = 16384\n[group ga]\nworkers = 127.0.0.1:%s\npool = session\nusers = u\n[group gb]\nworkers = 127.0.0.1:%s\n' \
+    "$W3_PORT" "$W4_PORT" > "$TMP/rg.conf"
+start_gateway RG -c "$TMP/rg.conf"
+raw_open "$RG_PORT" 6
+raw_hs "u:x" 6
+raw_text 1 "flood 33554432" 6 # (reads nothing yet: the gateway pauses half way through a publish, one
+                               # larger than what the kernel buffers take, so never at its end)
+wait_line "$TMP/RG.log" "paused: c1 "
+sed -e 's/^pool = session$/users = other/' -e 's/^users = u$//' "$TMP/rg.conf" > "$TMP/rg2.conf"
+printf 'users = u\n' >> "$TMP/rg2.conf"
+mv "$TMP/rg2.conf" "$TMP/rg.conf"
+kill -HUP "$RG_PID"
+wait_line "$TMP/RG.log" "user u's session stays on group ga until it ends"
+timeout --foreground 30 cat <&6 > /dev/null & rgc=$!                   # now it reads
+PIDS+=($rgc)
+wait_line "$TMP/RG.log" "session: c1 .* ends: a reload made its group a request pool, the worker is free"
+wait_line "$TMP/RG.log" "c1 .*: reload: group gb from now on \(was ga\)"
+kill "$rgc" 2> /dev/null || true
+raw_text 1 "echo after" 6
+wait_line "$TMP/RG.log" "w 127.0.0.1:$W4_PORT: running sync request 1 of c1 "
+raw_close 6
+pass "... and sends its user to another group: once the message being streamed has ended, the client is there"
