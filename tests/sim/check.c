@@ -367,10 +367,11 @@ static void check_worker(struct worker *w)
     if (w->sess && w->grp->cfg.pool_mode != CFG_POOL_SESSION && !w->end_due)
         fail("%s is in a session, in a group with pool = request (and its end is not held back)", w->c.name);
     S->res->held_ends += w->end_due;
-    if (w->end_due && (!w->sess || w->msg.route != ROUTE_STREAM || w->msg.to != w->sess ||
-                       (w->st != WS_PINNED && (w->st != WS_BUSY || w->run.cl != w->sess)))) /* (BUSY: the
-                                                         * client's next request began meanwhile) */
-        fail("%s holds back the end of a session, with no message being streamed to its client", w->c.name);
+    if (w->end_due && (!w->sess || w->c.rd.phase != RD_BODY ||
+                       (w->st != WS_PINNED && (w->st != WS_BUSY || w->run.cl != w->sess)))) /* (the message
+                                * streamed to its client, or drained once that client's output has
+                                * gone; BUSY: the client's next request began meanwhile) */
+        fail("%s holds back the end of a session, in the middle of no message", w->c.name);
     if (w->run.cl && !conn_live(g, &w->run.cl->c))
         fail("%s runs a request of a freed client", w->c.name);
     if (w->run.cl && (w->st != WS_BUSY || w->run.cl->w != w))
