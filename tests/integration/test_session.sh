@@ -653,17 +653,27 @@ pass "a reload that ends a session whose next request a pause holds: the request
 # session pool: what the part left in q is reset before a session is given the worker (at
 # 5a51eb2 the next session read it: only requests and async messages from outside a session
 # made a worker dirty)
-start_worker W3 --rows 10
-printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\n[group main]\nworkers = 127.0.0.1:%s\nreset_query = delete fz from `.\n' \
-    "$W3_PORT" > "$TMP/fa.conf"
-start_gateway FA -c "$TMP/fa.conf"
-timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$FA_PORT" "hold fa1" > "$TMP/fa1.out" 2>&1 & fa1=$!
-PIDS+=($fa1)
-wait_line "$TMP/FA.log" "running sync request 0 of c1 "
+# held_gateway NAME WORKER GROUPKEY TAG: worker WORKER, gateway NAME (its configuration
+# $TMP/NAME.conf, debug log) with one group of it and the key line GROUPKEY; a client's "hold TAG"
+# running on the worker ($TMP/TAG.out, its PID $held)
+held_gateway() {
+    local name=$1 wk=$2 key=$3 tag=$4 wp gp
+    start_worker "$wk" --rows 10
+    wp=${wk}_PORT
+    printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\n[group main]\nworkers = 127.0.0.1:%s\n%s\n' "${!wp}" "$key" \
+        > "$TMP/$name.conf"
+    start_gateway "$name" -c "$TMP/$name.conf"
+    gp=${name}_PORT
+    timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:${!gp}" "hold $tag" > "$TMP/$tag.out" 2>&1 & held=$!
+    PIDS+=($held)
+    wait_line "$TMP/$name.log" "running sync request 0 of c1 "
+}
+held_gateway FA W3 'reset_query = delete fz from `.' fa1
+fa1=$held
 timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$FA_PORT" "all:main:fz:9" > "$TMP/fa2.out" 2>&1 & fa2=$!
 PIDS+=($fa2)
 wait_line "$TMP/FA.log" "c2 .*request 0: on the 1 workers of group main up"
-sed -i 's/^\[group main\]$/[group main]\npool = session/' "$TMP/fa.conf"
+sed -i 's/^\[group main\]$/[group main]\npool = session/' "$TMP/FA.conf"
 kill -HUP "$FA_PID"
 wait_line "$TMP/FA.log" "reload: done"
 "$BIN/qsend" -g "127.0.0.1:$W3_PORT" "release fa1" > /dev/null 2>&1
@@ -678,18 +688,12 @@ pass "a .qgate.all's part run on a worker of a pool a reload has made a session 
 # a request pool with async = broadcast till a reload): the session's next request, given to that
 # worker meanwhile, runs once the broadcast is done (helper round 35a: at 7ebf571 it waited for
 # ever, the session's end not telling its client to go on)
-start_worker W4 --rows 10
-printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\n[group main]\nworkers = 127.0.0.1:%s\nasync = broadcast\n' \
-    "$W4_PORT" > "$TMP/ob.conf"
-start_gateway OB -c "$TMP/ob.conf"
-timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$OB_PORT" "hold ob1" > "$TMP/ob1.out" 2>&1 & ob1=$!
-PIDS+=($ob1)
-wait_line "$TMP/OB.log" "running sync request 0 of c1 "
+held_gateway OB W4 'async = broadcast' ob1
 "$BIN/qsend" -g "127.0.0.1:$OB_PORT" "neg:sleep 1" > /dev/null 2>&1      # two broadcasts, owed by the
 wait_line "$TMP/OB.log" "c2 .*request 0: async"                          # busy worker
 "$BIN/qsend" -g "127.0.0.1:$OB_PORT" "neg:sleep 3000" > /dev/null 2>&1
 wait_line "$TMP/OB.log" "c3 .*request 0: async"
-sed -i 's/^async = broadcast$/pool = session/' "$TMP/ob.conf"
+sed -i 's/^async = broadcast$/pool = session/' "$TMP/OB.conf"
 kill -HUP "$OB_PID"
 wait_line "$TMP/OB.log" "reload: done"
 timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$OB_PORT" "echo s1" "wait:$TMP/ob.go" "echo s2" > "$TMP/obs.out" 2>&1 & obs=$!
@@ -699,7 +703,7 @@ wait_line "$TMP/OB.log" "c4 .*request 0: sync"
 wait_line "$TMP/OB.log" "running sync request 0 of c4 "                  # session's s1, then the second
 touch "$TMP/ob.go"
 wait_line "$TMP/OB.log" "c4 .*request 1: sync"
-sed -i 's/^pool = session$/pool = request/' "$TMP/ob.conf"
+sed -i 's/^pool = session$/pool = request/' "$TMP/OB.conf"
 kill -HUP "$OB_PID"
 wait_line "$TMP/OB.log" "session: c4 .* ends: a reload made its group a request pool, the worker is free"
 wait "$obs" || true
