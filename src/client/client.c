@@ -370,6 +370,19 @@ void client_users_reloaded_loop(struct gw *g)
         u->max_conns = e ? e->max_conns : 0;
         u->max_inflight = e ? e->max_inflight : 0;
     }
+    /* what its users sent and has not run yet: admin rights lost are lost for it too (gained,
+     * they apply to what comes from now on; a new monitor's requests sent before run, as it
+     * sent them) (helper round 35c: at 041cc8a an admin command queued behind a long query ran
+     * as admin after the reload took the right away) */
+    for (uint32_t id = 0; id < g->tab_cap; id++) {
+        struct conn *x = g->tab[id];
+        struct client *c = x && x->kind == CONN_CLIENT ? client_of(x) : NULL;
+        struct req *r;
+        if (!c || !c->us)
+            continue;
+        TAILQ_FOREACH(r, &c->reqs, link)
+            r->admin &= c->us->admin;
+    }
 }
 
 void client_exit_answers_loop(struct gw *g, const char *why)

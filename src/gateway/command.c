@@ -129,7 +129,8 @@ void command_done_loop(struct gw *g, struct job *j)
         request_error_loop(g, cl, r, job_args(j)->cmd.said ? "qgate: %s" : "qgate: unknown command %s", j->text);
         return;
     }
-    if (cmd->admin && !r->admin) { /* (as the users file said when it came, as its group is) */
+    if (cmd->admin && !r->admin) { /* (as the users file said when it came, or since, if a reload
+                                    * took the right away: client_users_reloaded_loop) */
         log_limited(&g->lim.not_admin, g->loop.now_ms, LOG_WARN, cl->c.name, "refused %s: not an admin", j->text);
         request_error_loop(g, cl, r, "qgate: access (admin only): %s", j->text);
         return;
