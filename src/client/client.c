@@ -836,12 +836,16 @@ struct clients_snapshot *client_snapshot_loop(struct gw *g)
         struct req *q;
         TAILQ_FOREACH(q, &c->reqs, link)
             r->requests++;
-        r->running = c->w != NULL;
+        r->running = c->w != NULL || c->fo != NULL; /* (a .qgate.all's parts: running too, helper
+                                                     * round 35c: at 041cc8a shown idle) */
         r->connected_ms = gw_wall_ms(g, c->connected_ms);
         struct req *h = client_head(c);
-        if (c->w && h && h->state == RS_RUNNING) { /* what it runs, where, since when */
-            snprintf(r->worker, sizeof r->worker, "%s", h->wname ? h->wname : "");
-            r->since_ms = gw_wall_ms(g, h->t_run_us / 1000);
+        if (r->running && h && h->state == RS_RUNNING) { /* what it runs, where, since when */
+            if (c->fo)
+                snprintf(r->worker, sizeof r->worker, "every worker of %s", h->grp->cfg.name);
+            else
+                snprintf(r->worker, sizeof r->worker, "%s", h->wname ? h->wname : "");
+            r->since_ms = h->t_run_us ? gw_wall_ms(g, h->t_run_us / 1000) : 0;
             const struct qslot *e = h->key && h->grp->queries ? &h->grp->queries[h->key & (QUERY_SLOTS - 1)] : NULL;
             if (e && e->key == h->key)
                 snprintf(r->query, sizeof r->query, "%s", e->text);

@@ -129,3 +129,17 @@ expect_lines "$TMP/lm2.out" '^"lm2"$' 1
 timeout --foreground 30 "$BIN/qsend" -g "$G" -u lim:pw "echo new" > "$TMP/lm3.out" 2>&1 || true
 [ -s "$TMP/lm3.out" ] && grep -q '"new"' "$TMP/lm3.out" && fail "a new connection of a removed user was let in"
 pass "a user removed from the users file: said; its connections stay with its limits as they were; new ones refused"
+
+# --- .qgate.clients[] shows a client whose .qgate.all runs as running, on every worker of its
+# group (helper round 35c: at 041cc8a it showed it idle, while .qgate.stats[] had every worker
+# busy with it)
+timeout --foreground 60 "$BIN/qsend" -g "$G" -u boss:pw "all:main:hold ca1" > "$TMP/ca.out" 2>&1 & pa=$!
+wait_line "$TMP/W1.log" "hold ca1" 10
+wait_line "$TMP/W2.log" "hold ca1" 10
+timeout --foreground 30 "$BIN/qsend" -g "$G" -u boss:pw ".qgate.clients[]" > "$TMP/ca.clients" 2>&1 || true
+grep -E '`running' "$TMP/ca.clients" > /dev/null || fail "no running column: $(cat "$TMP/ca.clients")"
+grep -qF '`every worker of main`' "$TMP/ca.clients" || fail ".qgate.clients[] during a .qgate.all: $(cat "$TMP/ca.clients")"
+release ca1 "$W1_PORT" "$W2_PORT"
+wait "$pa" || true
+expect_lines "$TMP/ca.out" '^"ca1ca1"$' 1
+pass ".qgate.clients[] shows a running .qgate.all as running, on every worker of its group"
