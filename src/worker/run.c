@@ -542,6 +542,8 @@ static void run_end(struct gw *g, struct worker *w)
         free(w->reset_q);
         w->reset_q = NULL;
     }
+    if (!w->sess && !w->run.reset)
+        w->foreign = 1;
     /* what its group's mode does next; a worker given to a session (or owing its reset) keeps to
      * the session's way even if a reload has changed its group's pool since */
     (w->sess || w->reset_owed || w->renew ? &session_mode : w->grp->mode)->end(g, w);

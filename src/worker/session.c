@@ -208,12 +208,24 @@ static struct conn *idle_first(struct gw *g, struct group *grp)
         struct worker *w = worker_of(x);
         if (!worker_takes_work(w) || worker_sibling(w) || worker_q_shared_loop(g, w))
             continue;
-        if (!w->dirty || !session_reset_query(w)[0])
-            return x;
-        log_info(w->c.name, "its q may hold what ran outside a session (left so by a reload): the reset query "
-                            "runs before a session is given it");
-        if (start_reset(g, w) < 0)
-            conn_close_loop(g, &w->c, "out of memory for the reset query");
+        if (w->dirty && session_reset_query(w)[0]) {
+            log_info(w->c.name, "its q may hold what ran outside a session (left so by a reload): the reset query "
+                                "runs before a session is given it");
+            if (start_reset(g, w) < 0)
+                conn_close_loop(g, &w->c, "out of memory for the reset query");
+            continue;
+        }
+        if (w->foreign && !w->removed) { /* then a handle of the session's own: what q may still send
+                                          * on this one (a request pool's publish) is no session's */
+            if (w->c.owes) /* (what it owes from before, broadcasts, a .qgate.all's part, runs on this
+                            * one first: run_owed) */
+                continue;
+            log_info(w->c.name, "its connection has carried requests outside a session: a new one before "
+                                "a session is given it");
+            worker_renew_loop(g, w);
+            continue;
+        }
+        return x;
     }
     return NULL;
 }

@@ -396,6 +396,7 @@ static int on_bytes(struct gw *g, struct conn *x)
            worker_via_name(w->via), name, w->uds_why[0] && w->via == VIA_TCP ? "; its Unix socket " : "",
            w->via == VIA_TCP ? w->uds_why : "", w->renewing == 2 ? " (a new connection for the next session)" : "");
     w->renewing = 0;
+    w->foreign = 0;
     w->uds_why[0] = 0;
     w->fails = 0;
     int reset = session_connected_loop(g, w); /* (BUSY with it: never idle before it has run) */

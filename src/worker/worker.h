@@ -175,6 +175,11 @@ struct worker {
                           * session pool with a reset query, no session is given it until that has
                           * run, on this connection or, when qgate dropped this one (a timeout, a
                           * bad message), the next. Kept with no reset query (a reload may set one) */
+    uint8_t foreign;     /* this connection has carried a run outside any session (a request pool's,
+                          * a request routed in): no session is given it until it is made again,
+                          * since what q may still send on it (a publish) would reach the session's
+                          * client (helper round 35d: at 95e0eaa a flood left running from a request
+                          * pool reached the first session after a reload made it a session pool) */
     uint8_t renewing;    /* 1: closed for that; 2: connecting again at once, quietly; 0 otherwise */
     uint8_t client_turn; /* owing broadcasts with clients waiting, it takes turns: an owed broadcast
                           * (its chaser back before anything else is sent), then a request */

@@ -684,32 +684,32 @@ expect_lines "$TMP/fa2.out" '^"9"$' 1
 expect_lines "$TMP/fa3.out" "^'fz$" 1
 pass "a .qgate.all's part run on a worker of a pool a reload has made a session pool: the reset query runs before a session has it"
 
-# --- a reload that ends a session while its worker runs a broadcast owed from before (its group
-# a request pool with async = broadcast till a reload): the session's next request, given to that
-# worker meanwhile, runs once the broadcast is done (helper round 35a: at 7ebf571 it waited for
-# ever, the session's end not telling its client to go on)
+# --- a request pool with async = broadcast made a session pool by reload, its worker owing
+# broadcasts from before: they all run, on the connection they were sent for, then the first
+# session gets a connection of its own (helper round 35a: at 7ebf571 the session was given the
+# worker between two of them, and its next request waited for ever when a reload ended the
+# session while the second ran; since then a session never gets a connection that carried
+# requests outside one, and a session's end moves its client's waiting request on)
 held_gateway OB W4 'async = broadcast' ob1
 "$BIN/qsend" -g "127.0.0.1:$OB_PORT" "neg:sleep 1" > /dev/null 2>&1      # two broadcasts, owed by the
 wait_line "$TMP/OB.log" "c2 .*request 0: async"                          # busy worker
-"$BIN/qsend" -g "127.0.0.1:$OB_PORT" "neg:sleep 3000" > /dev/null 2>&1
+"$BIN/qsend" -g "127.0.0.1:$OB_PORT" "neg:sleep 300" > /dev/null 2>&1
 wait_line "$TMP/OB.log" "c3 .*request 0: async"
 sed -i 's/^async = broadcast$/pool = session/' "$TMP/OB.conf"
 kill -HUP "$OB_PID"
 wait_line "$TMP/OB.log" "reload: done"
-timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$OB_PORT" "echo s1" "wait:$TMP/ob.go" "echo s2" > "$TMP/obs.out" 2>&1 & obs=$!
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$OB_PORT" "echo s1" "echo s2" > "$TMP/obs.out" 2>&1 & obs=$!
 PIDS+=($obs)
 wait_line "$TMP/OB.log" "c4 .*request 0: sync"
-"$BIN/qsend" -g "127.0.0.1:$W4_PORT" "release ob1" > /dev/null 2>&1    # the first broadcast, the
-wait_line "$TMP/OB.log" "running sync request 0 of c4 "                  # session's s1, then the second
-touch "$TMP/ob.go"
-wait_line "$TMP/OB.log" "c4 .*request 1: sync"
-sed -i 's/^pool = session$/pool = request/' "$TMP/OB.conf"
-kill -HUP "$OB_PID"
-wait_line "$TMP/OB.log" "session: c4 .* ends: a reload made its group a request pool, the worker is free"
+"$BIN/qsend" -g "127.0.0.1:$W4_PORT" "release ob1" > /dev/null 2>&1
 wait "$obs" || true
 expect_lines "$TMP/obs.out" '^"s[12]"$' 2
-expect_file_has "$TMP/OB.log" "c4 .*: request 1 queued in group main"
-pass "a reload that ends a session while its worker runs an owed broadcast: the session's next request runs after it"
+expect_lines "$TMP/W4.log" "sleep (1|300) ms$" 2
+expect_file_has "$TMP/OB.log" "its connection has carried requests outside a session: a new one before a session is given it"
+n1=$(grep -n "its connection has carried requests outside a session" "$TMP/OB.log" | head -1 | cut -d: -f1)
+n2=$(grep -n "session: given to c4 " "$TMP/OB.log" | head -1 | cut -d: -f1)
+[ -n "$n1" ] && [ -n "$n2" ] && [ "$n1" -lt "$n2" ] || fail "the session was given the worker before its connection was made again"
+pass "a request pool with owed broadcasts made a session pool: they run, then the first session gets a new connection"
 
 # --- a reload that makes a session pool a request pool and sends the session's user to another
 # group, its worker half way through a publish to it: when that message has ended and the session
@@ -736,3 +736,20 @@ raw_text 1 "echo after" 6
 wait_line "$TMP/RG.log" "w 127.0.0.1:$W4_PORT: running sync request 1 of c1 "
 raw_close 6
 pass "... and sends its user to another group: once the message being streamed has ended, the client is there"
+
+# --- a reload that makes a request pool a session pool: a session gets a connection of its own,
+# not one that carried requests (helper round 35d: at 95e0eaa the publishes of a flood a request
+# had left running on the worker's connection reached the first session's client)
+start_worker W5 --rows 10
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\n[group main]\nworkers = 127.0.0.1:%s\nreset_query = delete a from `.\n' \
+    "$W5_PORT" > "$TMP/rf.conf"
+start_gateway RF -c "$TMP/rf.conf"
+"$BIN/qsend" -g "127.0.0.1:$RF_PORT" "flood 100" > "$TMP/rf1.out" 2>&1 || true   # its client gone, the
+wait_line "$TMP/RF.log" "async message while it ran no client's request"         # flood goes on
+sed -i 's/^\[group main\]$/[group main]\npool = session/' "$TMP/rf.conf"
+kill -HUP "$RF_PID"
+wait_line "$TMP/RF.log" "reload: done"
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$RF_PORT" "echo hi" "echo there" > "$TMP/rf2.out" 2>&1 || true
+[ "$(tr '\n' '|' < "$TMP/rf2.out")" = '"hi"|"there"|' ] || fail "the first session after the reload got: $(head -c 300 "$TMP/rf2.out")"
+expect_file_has "$TMP/RF.log" "its connection has carried requests outside a session: a new one before a session is given it"
+pass "a reload that makes a request pool a session pool: the first session has a connection of its own (a flood left running there reaches nobody)"
