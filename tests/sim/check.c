@@ -73,7 +73,9 @@ static void check_connections(struct group *grp)
             if (x->slot && (x->sess || !STAILQ_EMPTY(&x->bq) || !STAILQ_EMPTY(&x->bsent) || !STAILQ_EMPTY(&x->fq) ||
                             x->run.fp))
                 fail("%s, not its worker's lead, has a session, broadcasts or fan-out parts", x->c.name);
-            if (x->st != WS_BUSY || (worker_is_lead(x) && x->run.kind != RUN_REQUEST && x->run.kind != RUN_ASYNC))
+            if (x->st != WS_BUSY || x->run.reset || /* (the reset query: owed by its connection, sent behind
+                                                      * nothing: seed 25129, a reload's removed ones) */
+                (worker_is_lead(x) && x->run.kind != RUN_REQUEST && x->run.kind != RUN_ASYNC))
                 continue;
             busy++;
             if (!last || x->run.started_us > last->run.started_us)
@@ -85,7 +87,8 @@ static void check_connections(struct group *grp)
         if (busy > 1)
             S->res->held += busy - 1, S->res->held_learned += S->pipeline_wait ? busy - 1 : 0;
         for (struct worker *x = w; busy > 1 && x; x = worker_sibling(x)) {
-            if (x == last || x->st != WS_BUSY || (worker_is_lead(x) && x->run.kind != RUN_REQUEST && x->run.kind != RUN_ASYNC))
+            if (x == last || x->st != WS_BUSY || x->run.reset ||
+                (worker_is_lead(x) && x->run.kind != RUN_REQUEST && x->run.kind != RUN_ASYNC))
                 continue;
             if (x->run.kind != RUN_REQUEST || (S->pipeline_wait && !x->run.key))
                 fail("%s runs %s (query key %llu) while a request went to another connection of its worker after it",
