@@ -69,7 +69,7 @@ struct req {
     uint8_t fan;         /* .qgate.all: 1 the replies merged, 2 their list (`list) */
     uint8_t partial;     /* .qgate.all with `partial */
     uint8_t admin;       /* its user's rights when it came (a reload changes them for what comes */
-    uint8_t monitor;     /* next, as it does its group), but admin: lost at once if a reload takes it */
+    uint8_t monitor;     /* next, as it does its group; admin, taken away, is gone at once) */
     uint8_t counted;     /* its bytes as they came (in_len) count against pending_max: until
                           * sent to a worker or answered (a flag: a held request's cost is its
                           * size, bounded by client_max_pending) */

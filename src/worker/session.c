@@ -131,7 +131,6 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
     c->sess = NULL;
     w->sess = NULL;
     log_info(w->c.name, "session: %s %s, the worker is free", c->c.name, why);
-
     free(w->reset_q);
     w->reset_q = reset_query[0] ? strdup(reset_query) : NULL; /* (no memory: the group's, if it has one) */
     w->reset_owed = reset_query[0] != 0;
