@@ -72,7 +72,7 @@ static void let_go(struct gw *g, struct worker *w)
     }
     if (w->renew && !w->removed) {
         w->renew = 0;
-        worker_renew_loop(g, w);
+        worker_renew_loop(g, w, "its session ended: a new connection for the next (its q runs .z.pc for this one)");
         return;
     }
     w->renew = 0;
@@ -221,7 +221,8 @@ static struct conn *idle_first(struct gw *g, struct group *grp)
                 continue;
             log_info(w->c.name, "its connection has carried requests outside a session: a new one before "
                                 "a session is given it");
-            worker_renew_loop(g, w);
+            worker_renew_loop(g, w, "it carried requests outside a session: a new connection for the next "
+                                    "(its q runs .z.pc for this one)");
             continue;
         }
         return x;

@@ -550,11 +550,11 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     }
 }
 
-void worker_renew_loop(struct gw *g, struct worker *w)
+void worker_renew_loop(struct gw *g, struct worker *w, const char *why)
 {
     w->run = (struct run){.kind = RUN_BROADCASTS}; /* no run, no client: closing fails nobody's request */
     w->renewing = 1;
-    conn_close_loop(g, &w->c, "its session ended: a new connection for the next (its q runs .z.pc for this one)");
+    conn_close_loop(g, &w->c, why);
 }
 
 void worker_set_removed_loop(struct gw *g, struct worker *w, int on)

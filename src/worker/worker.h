@@ -282,9 +282,10 @@ const char *worker_via_name(int via);
 void worker_resolved_loop(struct gw *g, struct job *j);
 /* A reload dropped it: close now if idle or down, after its request if busy. */
 void worker_remove_loop(struct gw *g, struct worker *w);
-/* Close w's connection and open a new one at once (its session ended): its q runs .z.pc for the
- * old handle, as for a client of its own that left, and nothing sent on it reaches anyone. */
-void worker_renew_loop(struct gw *g, struct worker *w);
+/* Close w's connection and open a new one at once (why: its session ended, or it carried runs
+ * outside a session): its q runs .z.pc for the old handle, as for a client of its own that left,
+ * and nothing sent on it reaches anyone. */
+void worker_renew_loop(struct gw *g, struct worker *w, const char *why);
 int worker_busy_count_loop(const struct gw *g);
 
 /* ---- run.c ------------------------------------------------------------------------------ */

@@ -752,4 +752,5 @@ wait_line "$TMP/RF.log" "reload: done"
 timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$RF_PORT" "echo hi" "echo there" > "$TMP/rf2.out" 2>&1 || true
 [ "$(tr '\n' '|' < "$TMP/rf2.out")" = '"hi"|"there"|' ] || fail "the first session after the reload got: $(head -c 300 "$TMP/rf2.out")"
 expect_file_has "$TMP/RF.log" "its connection has carried requests outside a session: a new one before a session is given it"
+expect_file_has "$TMP/RF.log" "connection closed: it carried requests outside a session: a new connection for the next"
 pass "a reload that makes a request pool a session pool: the first session has a connection of its own (a flood left running there reaches nobody)"
