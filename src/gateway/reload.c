@@ -165,7 +165,7 @@ static void reload_group(struct gw *g, struct group *grp, const struct group_cfg
         for (struct worker *w = TAILQ_FIRST(&grp->workers), *n; w; w = n) {
             n = TAILQ_NEXT(w, glink);
             if (w->sess)
-                session_end_loop(g, w, reset, "ends: a reload made its group a request pool");
+                session_end_loop(g, w, reset, SESSION_END_RELOAD);
         }
     }
     char addr[300];

@@ -56,7 +56,6 @@ void session_end_forget_loop(struct worker *w)
     w->end_due = 0;
     free(w->end_reset);
     w->end_reset = NULL;
-    w->end_why = NULL;
 }
 
 /* Free of its last run and of any session: the reset query it owes, then the new connection
@@ -122,7 +121,6 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
             w->end_reset = reset_query[0] ? strdup(reset_query) : NULL;
             if (reset_query[0] && !w->end_reset)
                 log_error(w->c.name, "out of memory: the reset query will not run when %s's session ends", c->c.name);
-            w->end_why = why;
             log_info(w->c.name, "session: %s %s once the message being streamed to it has ended", c->c.name, why);
         }
         return;
@@ -146,12 +144,11 @@ void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, c
 void session_end_due_loop(struct gw *g, struct worker *w)
 {
     char *reset = w->end_reset;
-    const char *why = w->end_why;
     w->end_reset = NULL;
     session_end_forget_loop(w);
     struct client *c = w->sess;
     if (w->grp->cfg.pool_mode != CFG_POOL_SESSION) {
-        session_end_loop(g, w, reset ? reset : "", why);
+        session_end_loop(g, w, reset ? reset : "", SESSION_END_RELOAD);
         if (c && !c->sess) /* to the group the file sends its user to now, as the reload moved the
                             * others (helper round 35a: at 7ebf571 it stayed on this one) */
             client_regroup_loop(g, c);

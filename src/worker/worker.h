@@ -168,7 +168,6 @@ struct worker {
                           * half streamed: the session (the client's link to it, which that client's
                           * close or this worker's loss goes by) lasts until that message has ended */
     char *end_reset;     /* ... the reset query it lived under (NULL: none) */
-    const char *end_why; /* ... and why it ends (a literal) */
     uint8_t dirty;       /* its q may hold what a session (or a request from outside) left (1), or
                           * what ran there outside qgate's sessions is not known (2: new to qgate,
                           * put back by a reload, or its group a request pool until a reload); in a
@@ -375,6 +374,9 @@ void session_release_loop(struct gw *g, struct worker *w);
  * the client goes: reset_query (that of the configuration the session lived under), a new
  * connection, then free. */
 void session_end_loop(struct gw *g, struct worker *w, const char *reset_query, const char *why);
+/* Why a reload that makes a session pool a request pool ends its sessions (the only end held
+ * back for a message being streamed: a client that goes drains it first, a lost worker cuts it). */
+#define SESSION_END_RELOAD "ends: a reload made its group a request pool"
 /* The message that held back the end of w's session (end_due) has ended: the session ends now,
  * unless a reload has made its group a session pool again. */
 void session_end_due_loop(struct gw *g, struct worker *w);
