@@ -7,8 +7,8 @@
 #include "kcodec.h"
 
 /* Write a q-console-like rendering of x into buf (truncated to len, always NUL-terminated).
- * Tables render as "table[N] `c1`c2", with their columns after " | " up to 5 rows; lists
- * longer than 20 items are elided. */
+ * Tables render as "table[N] `c1`c2", each column after " | "; lists and vectors longer
+ * than 64 items are elided (".."). */
 void kfmt(const K x, char *buf, size_t len);
 
 #endif

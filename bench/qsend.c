@@ -273,7 +273,7 @@ static void on_incoming(struct qconn *c)
 {
     K x;
     struct kerr e;
-    char out[4096];
+    char out[16384];
     if (wire)
         fprintf(stderr, "wire: %s %zu bytes %s (%zu plain)\n", c->hdr.type == KIPC_ASYNC ? "async" : "sync", c->wire_len,
                 c->wire_compressed ? "compressed" : "plain", c->len);
@@ -329,7 +329,7 @@ static int print_reply(struct qconn *c, int timeout)
     if (kcodec_decode(c->buf + 8, c->len - 8, c->hdr.le, NULL, &x, &e) != QG_OK) {
         printf("'badmsg: %s at %zu\n", e.why, e.off);
     } else {
-        char out[4096];
+        char out[16384];
         kfmt(x, out, sizeof out);
         printf("%s\n", out);
         k_free(x);
