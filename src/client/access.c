@@ -126,11 +126,10 @@ void access_req_loop(struct gw *g, const struct client *c, const struct req *r, 
     if (!g->alogw || !g->cfg.access_log[0] || (c->us && c->us->monitor && !g->cfg.access_log_monitors))
         return;
     char qf[QUERY_TEXT + 24] = ""; /* access_log_query: the query's key, or its first bytes */
-    const struct qslot *e = r->key && grp ? &grp->queries[r->key & (QUERY_SLOTS - 1)] : NULL;
     if (g->cfg.access_log_query == CFG_AQ_HASH && r->key)
         snprintf(qf, sizeof qf, "%lld", (long long)r->key); /* as .qgate.queries[] shows it */
-    else if (g->cfg.access_log_query == CFG_AQ_TEXT && e && e->key == r->key)
-        snprintf(qf, sizeof qf, "%s", e->text);
+    else if (g->cfg.access_log_query == CFG_AQ_TEXT && r->key && r->qtext)
+        snprintf(qf, sizeof qf, "%s", r->qtext);
     struct alog_fields f = {.wall_us = wall_us(), .client = c->serial, .user = c->user, .peer = c->peer,
                             .group = r->grp ? r->grp->cfg.name : "", .worker = r->wname, .error = r->etext,
                             .sync = sync, .outcome = outcome, .req_bytes = r->in_len,

@@ -88,6 +88,9 @@ struct req {
     int64_t t_run_us;    /* sent to a worker; 0 = never */
     int64_t t_began_us;  /* its run began at the worker (after any run ahead of it there); 0 = unknown */
     uint64_t key;        /* its query's key (query.c), once it ran on a worker; 0 = none */
+    char *qtext;         /* access_log_query = text: its query's first bytes (query_text), taken
+                          * as it ran (its slot in .qgate.queries[] may be another query's by
+                          * its end: helper round 36a), or NULL */
     size_t in_len;       /* its bytes as the client sent them */
     uint64_t reply_len;  /* its reply's bytes as the worker sent them (0: as made here) */
     const char *wname;   /* the worker that ran it (access_name_loop), or NULL */

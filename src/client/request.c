@@ -236,6 +236,7 @@ void request_free(struct gw *g, struct req *r)
     request_sent_loop(g, r); /* (given back, if it was not yet) */
     free(r->msg);
     free(r->etext);
+    free(r->qtext);
     chunk_free(r->reply);
     buf_held_sub(r->held); /* a pool job's bytes, freed with the job whatever it made */
     free(r);

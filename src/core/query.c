@@ -57,7 +57,7 @@ static size_t put(char *out, size_t at, const uint8_t *s, size_t n, size_t avail
 
 /* The first bytes of the query in message m, as a q user would recognise them: a string's
  * text, a symbol, a call's name. */
-static void text_of(char *out, const uint8_t *m, size_t len)
+void query_text(char *out, const uint8_t *m, size_t len)
 {
     out[0] = 0;
     if (len < 10) {
@@ -95,7 +95,7 @@ void query_begin_loop(struct qslot *t, uint64_t key, const uint8_t *m, size_t le
     if (!e || e->key == key)
         return;
     *e = (struct qslot){.key = key};
-    text_of(e->text, m, len);
+    query_text(e->text, m, len);
 }
 
 uint64_t query_run_loop(const struct gw *g, struct qslot *t, const uint8_t *m, size_t len)

@@ -34,6 +34,9 @@ struct qslot {
 /* The key of the query in whole message m (len bytes, header included), never 0; the test hook
  * names it when set (tests/sim). */
 uint64_t query_key(const struct gw *g, const uint8_t *m, size_t len);
+/* The first bytes of the query in whole message m, as a q user would recognise them, into out
+ * (QUERY_TEXT bytes, NUL-terminated): a string's text, a symbol, a call's function, or its type. */
+void query_text(char *out, const uint8_t *m, size_t len);
 /* The functions below take a group's table of QUERY_SLOTS (struct group queries). */
 /* A run of query key (message m) begins: a query new to its slot takes it, its text read from m's
  * first bytes. */

@@ -139,6 +139,8 @@ static int send_head(struct gw *g, struct worker *w, struct client *c)
     conn_timer_cancel_loop(g, &c->c, CLIENT_TM_STATE);
     if (r->type == KIPC_SYNC) {
         r->key = query_run_loop(g, r->grp->queries, r->msg + r->off, r->len); /* .qgate.queries[], pipelining */
+        if (g->cfg.access_log_query == CFG_AQ_TEXT && g->alogw && !r->qtext && (r->qtext = malloc(QUERY_TEXT)))
+            query_text(r->qtext, r->msg + r->off, r->len); /* (no memory: the line goes without it) */
         w->run.key = group_learn_key(r->grp, r->key, r->len);
         run_send_request_loop(g, w, c, r);
         w->run.kind = RUN_REQUEST;

@@ -157,3 +157,39 @@ set +e; "$BIN/qgate" -p 0 --bind 127.0.0.1 --workers "$W" -c <(printf '[gateway]
 [ "$rc" -eq 1 ] || fail "qgate started with an access log it cannot open (exit $rc)"
 expect_file_has "$TMP/bad.err" "access_log $TMP/no/such.log: No such file or directory"
 pass "an access log that cannot be opened: qgate does not start, and says why"
+
+# --- access_log_query = text names a request's own query, though another query took its slot in
+# .qgate.queries[] while it ran (helper round 36a: 1,316 of 266,000 lines had no query=) ---------
+start_worker W2 --rows 100
+A2="$TMP/access2.log"
+printf 'op:pw\tadmin=1\n' > "$TMP/users2"
+printf '[gateway]\nusers_file = %s\naccess_log = %s\naccess_log_query = text\n[group main]\nworkers = 127.0.0.1:%s,127.0.0.1:%s\n' \
+    "$TMP/users2" "$A2" "$W1_PORT" "$W2_PORT" > "$TMP/gw2.conf"
+start_gateway GW2 -c "$TMP/gw2.conf"
+wait_count "$TMP/GW2.log" "connected \\(capability 3\\)" 2 10
+# a query in the slot of "hold qa" (the slot: query_key's low 10 bits, query.c)
+B=$(python3 - <<'PY'
+M = (1 << 64) - 1
+def key(text):
+    b = text.encode()
+    body = bytes([10, 0]) + len(b).to_bytes(4, "little") + b
+    h = 0x9e3779b97f4a7c15 ^ len(body)
+    for i in range(0, len(body), 8):
+        h = ((h ^ int.from_bytes(body[i:i + 8], "little")) * 0xff51afd7ed558ccd) & M
+        h ^= h >> 32
+    return h or 1
+a = key("hold qa") & 1023
+print(next(t for t in ("echo b%d" % i for i in range(1000000)) if key(t) & 1023 == a))
+PY
+)
+timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$GW2_PORT" -u op:pw "hold qa" > "$TMP/qa.out" 2>&1 &
+PIDS+=($!)
+wait_for 10 "hold qa on a worker" grep -q "hold qa" "$TMP/W1.log" "$TMP/W2.log"
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$GW2_PORT" -u op:pw "$B" ".qgate.queries[]" > "$TMP/qb.out"
+expect_lines "$TMP/qb.out" "^\"${B#echo }\"\$" 1
+expect_lines "$TMP/qb.out" "^table\\[1\\] .* \\| ,\"$B\" \\|" 1 # (the slot is its now)
+release qa "$W1_PORT" "$W2_PORT"
+wait_count "$A2" "outcome=ok" 3 10
+expect_lines "$A2" "outcome=ok query=\"hold qa\"\$" 1
+expect_lines "$A2" "outcome=ok query=\"$B\"\$" 1
+pass "access_log_query = text: a request's own query, though \"$B\" took its slot in .qgate.queries[] while it ran"
