@@ -95,7 +95,7 @@ static void fmt(struct out *o, const K x)
             put(o, "()");
         int sz = ktype_size(t);
         for (int64_t k = 0; k < x->n && k < KFMT_ITEMS; k++) {
-            if (k)
+            if (k && t != KT_BOOL) /* (q prints 01b, helper round 36a) */
                 put(o, " ");
             item(o, t, kG(x) + k * sz);
         }
