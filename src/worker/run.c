@@ -974,11 +974,35 @@ static int route_callback(struct gw *g, struct worker *w, const struct kipc_hdr 
 
 /* ---- what the stream hands it ------------------------------------------------------------------ */
 
+/* The client w's next message may stream into (its run's, or its session's while it runs
+ * nothing), when another worker's message is half written there, or the worker running that
+ * client's request waits to stream into it: w waits, its header framed again once woken (by
+ * that client's output draining, or going). One message at a time into a client: a session's
+ * worker publishing while its client's request routed to another group (.qgate.on) replies, each
+ * streaming, had their bytes interleaved (helper round 36c); and the run's worker goes first, so
+ * that a publishing session's worker cannot keep it waiting for ever. */
+static struct client *stream_taken(const struct worker *w)
+{
+    struct client *c = w->st == WS_BUSY && w->run.kind != RUN_FANOUT ? w->run.cl
+                       : w->st == WS_PINNED                        ? w->sess
+                                                                   : NULL;
+    if (!c || !client_takes_output(c))
+        return NULL;
+    const struct worker *r = c->w; /* running its request */
+    return c->c.streaming || (r && r != w && r->c.paused_any && r->c.waits_on == &c->c) ? c : NULL;
+}
+
 /* A message's header has arrived: where it goes. */
 int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
 {
     struct worker *w = worker_of(x);
     struct client *cl = w->st == WS_BUSY ? w->run.cl : NULL;
+    struct client *sc = stream_taken(w);
+    if (sc) {
+        stream_wait_wake_loop(g, x, &sc->c);
+        log_debug(x->name, "its message waits: another worker's is on its way to %s", sc->c.name);
+        return SS_WAIT;
+    }
     if (h->type == KIPC_RESPONSE && cl && !w->run.nested && !w->run.swallow && client_nested_owed(cl) &&
         client_takes_output(cl)) { /* the run's reply goes after what the gateway answers nested within
                                     * it (request.c): it waits, its header framed again then */

@@ -754,3 +754,68 @@ timeout --foreground 30 "$BIN/qsend" -g "127.0.0.1:$RF_PORT" "echo hi" "echo the
 expect_file_has "$TMP/RF.log" "its connection has carried requests outside a session: a new one before a session is given it"
 expect_file_has "$TMP/RF.log" "connection closed: it carried requests outside a session: a new connection for the next"
 pass "a reload that makes a request pool a session pool: the first session has a connection of its own (a flood left running there reaches nobody)"
+
+# --- one message at a time into a client: a session's worker publishing while the client's request
+# routed to another group (.qgate.on) replies (helper round 36c: at 9a0f2e2 the reply's bytes went
+# into the middle of a 32 MiB publish, 5 runs in 5; the client read a header made of text) ---------
+start_worker WIA
+start_worker WIB --rows 1000
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n[group g2]\nworkers = 127.0.0.1:%s\n' \
+    "$WIA_PORT" "$WIB_PORT" > "$TMP/il.conf"
+start_gateway IL -c "$TMP/il.conf"
+wait_count "$TMP/IL.log" "connected \(capability" 2
+# a q client in python: a flood of 32 MiB publishes (more than the kernel's buffers take, so the
+# worker pauses in the middle of one), then (`.qgate.on; `g2; "rows 1000") and "stop", reading
+# every message and checking each header, each publish whole, then the two replies in order
+cat > "$TMP/il.py" <<'PY'
+import re, socket, struct, sys, time
+port, log = int(sys.argv[1]), sys.argv[2]
+def wait_log(pat):
+    for _ in range(600):
+        if re.search(pat, open(log, errors="replace").read()):
+            return
+        time.sleep(0.05)
+    sys.exit("timed out waiting for /%s/ in the log" % pat)
+def cv(s):
+    return bytes([10, 0]) + struct.pack("<i", len(s)) + s.encode()
+def sym(s):
+    return bytes([245]) + s.encode() + b"\0"
+def send(body):
+    s.sendall(bytes([1, 1, 0, 0]) + struct.pack("<i", 8 + len(body)) + body)
+def recvn(n):
+    b = bytearray()
+    while len(b) < n:
+        k = s.recv(min(n - len(b), 1 << 20))
+        if not k:
+            sys.exit("closed after %d of %d bytes" % (len(b), n))
+        b += k
+    return bytes(b)
+pubs, SIZE = 0, 32 << 20
+def frame():
+    h = recvn(8)
+    n = struct.unpack("<i", h[4:])[0]
+    if h[0] != 1 or h[1] > 2 or h[2] != 0 or h[3] != 0 or n < 9 or n > SIZE + 14:
+        sys.exit("a bad header %s after %d publishes" % (h.hex(), pubs))
+    return h[1], recvn(n - 8)
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"t:t\3\0")
+assert recvn(1) == b"\3"
+send(cv("flood %d" % SIZE))
+if frame()[0] != 2:
+    sys.exit("the flood's answer did not come first")
+wait_log(r"paused: c[0-9]+ ")
+send(bytes([0, 0]) + struct.pack("<i", 3) + sym(".qgate.on") + sym("g2") + cv("rows 1000"))
+send(cv("stop"))
+replies = []
+while len(replies) < 2:
+    t, b = frame()
+    if t == 0 and (b[0] != 10 or struct.unpack("<i", b[2:6])[0] != SIZE):
+        sys.exit("a publish of type %d after %d publishes" % (b[0], pubs))
+    pubs += t == 0
+    if t == 2:
+        replies.append(b[0])
+print("ok publishes=%d replies=%s" % (pubs, replies))
+PY
+timeout --foreground 60 python3 "$TMP/il.py" "$IL_PORT" "$TMP/IL.log" > "$TMP/il.out" 2>&1 || fail "$(cat "$TMP/il.out")"
+expect_lines "$TMP/il.out" '^ok publishes=[0-9]+ replies=\[98, 249\]$' 1 # (a table, then stop's long)
+pass "a session's worker publishing while its client's request routed to another group replies: each message whole"
