@@ -60,6 +60,7 @@ struct group {
                           * (.qgate.on), but users are sent to the groups the file has */
     uint64_t pipelined;  /* requests sent to a busy worker, on another connection (pipeline.c) */
     struct log_limit dropped_log; /* async messages from its workers that belong to nobody */
+    struct log_limit reset_log;   /* its reset query answered with a q error */
     struct qslot *queries; /* QUERY_SLOTS: what it learned of each query it ran (query.c) */
     /* its totals, kept whatever its workers do (a reload that removes one takes nothing away):
      * requests ended by outcome, their bytes, the refusals of its requests, and how long they

@@ -819,3 +819,12 @@ PY
 timeout --foreground 60 python3 "$TMP/il.py" "$IL_PORT" "$TMP/IL.log" > "$TMP/il.out" 2>&1 || fail "$(cat "$TMP/il.out")"
 expect_lines "$TMP/il.out" '^ok publishes=[0-9]+ replies=\[98, 249\]$' 1 # (a table, then stop's long)
 pass "a session's worker publishing while its client's request routed to another group replies: each message whole"
+
+# --- a reset query that fails is said (helper round 36c: at 1961613 nothing was logged, and every
+# session found what the last one left) -----------------------------------------------------------
+printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npool = session\nreset_query = err rfail\n' \
+    "$WIA_PORT" > "$TMP/rq.conf"
+start_gateway RQ -c "$TMP/rq.conf"
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$RQ_PORT" "echo one" > /dev/null
+wait_line "$TMP/RQ.log" "warn  w 127\\.0\\.0\\.1:$WIA_PORT: the reset query failed \\('rfail\\): what the last session left in its q may still be there"
+pass "a reset query answered with a q error: a warning says the next session may find what the last left"
