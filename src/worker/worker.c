@@ -524,7 +524,9 @@ static void on_close(struct gw *g, struct conn *c, const char *why)
     const char *rq = session_reset_query(w);
     int bcast = !STAILQ_EMPTY(&w->bsent),
         sess = was_up && !renew && w->dirty == 1 && (rq[0] || w->grp->cfg.pool_mode == CFG_POOL_SESSION);
-    if ((bcast || sess) && !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
+    if ((bcast || sess) && !g->freeing && /* (at exit: nothing connects again; at 7a04224 the line
+                                            * below came after each clean stop's, helper round 36c) */
+        !stream_leave_socket_loop(g, c, &w->remnant, on_remnant_closed, w))
         log_info(c->name, "%s may still run at the worker: connecting again%s once it has closed its end",
                  bcast ? "broadcasts sent on this connection" : "what a session sent on this connection",
                  bcast || !rq[0] ? "" : ", its reset query first,");
