@@ -41,6 +41,9 @@ UNIT_SRC  := $(wildcard tests/unit/test_*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_BIN := $(B)/qworker $(B)/qclient $(B)/qsend $(B)/qload $(B)/qsoak $(B)/qfan $(B)/qrtt $(B)/qnotify $(B)/bench-codec $(B)/gw30 $(B)/qslow $(B)/qscrape $(B)/qfloor
 GW_BIN    := $(B)/qgate
+# the objects a pattern rule's chain makes (bench/q%.o, tests/unit/%.o) are kept, not removed as
+# intermediates: else each make builds them again (helper round 36d: make demo after make)
+.SECONDARY: $(BENCH_MAINS:%=$(B)/bench/%.o) $(UNIT_SRC:%.c=$(B)/%.o) $(B)/tests/unit/tutil.o
 
 .PHONY: all bins unit sim test-sim test test-layering test-unit test-integration test-interop test-net test-tsan checks test-beside sim-and-builds demo bench bench-smoke docs deps-test clean bench-codec install uninstall deb
 all: bins

@@ -105,7 +105,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "loglevel", CFG_ENUM, CFG_LIVE, "info", 0, 0, G(loglevel), level_choices,
      "the least severe lines logged: debug (every state change and message), info (connections, reloads, workers up and down), warn (a peer or a request gone wrong: a worker lost, a timeout, a client closed at a limit) or error (what the gateway itself could not do: listen, reload, write the access log, get memory)"},
     {"gateway", "users_file", CFG_STR, CFG_LIVE, "", 0, 1023, G(users_file), NULL,
-     "q -U style users file (user:password, MD5 or SHA-1 hex; a regular file or a pipe, at most 64 MiB); empty = any credentials; a reload may change it but not empty it (turning authentication off takes a restart)"},
+     "q -U style users file (user:password, MD5 or SHA-1 hex; a regular file or a pipe, at most 64 MiB); empty = any credentials; a reload may change it; one that empties it is refused whole, the running configuration kept (turning authentication off takes a restart)"},
     {"gateway", "access_log", CFG_STR, CFG_LIVE, "", 0, 1023, G(access_log), NULL,
      "file getting one logfmt line per request (time, client, user, peer, group, worker, type, bytes, queued and run us, outcome); reopened on SIGHUP and SIGUSR1; empty = off"},
     {"gateway", "access_log_monitors", CFG_BOOL, CFG_LIVE, "1", 0, 1, G(access_log_monitors), NULL,
@@ -220,7 +220,11 @@ static int set_key(void *base, const struct cfg_key *k, const char *v, char *err
                 store_int(field, k->size, i);
                 return 0;
             }
-        snprintf(err, errlen, "%s: '%s' is not one of the choices", k->name, v);
+        int at = snprintf(err, errlen, "%s: '%s' is not one of the choices (", k->name, v);
+        for (int i = 0; k->choices[i] && at >= 0 && (size_t)at < errlen; i++)
+            at += snprintf(err + at, errlen - (size_t)at, "%s%s", i ? ", " : "", k->choices[i]);
+        if (at >= 0 && (size_t)at < errlen)
+            snprintf(err + at, errlen - (size_t)at, ")");
         return -1;
     case CFG_STR:
     case CFG_ADDRS:

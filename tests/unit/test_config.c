@@ -717,8 +717,8 @@ static void test_load_errors(void **state)
     expect_load_err("[gateway]\nport = 99999999999999999999\n", 2, "is not a number");
     expect_load_err("[gateway]\ncompress = maybe\n", 2, "compress: 'maybe' is not a boolean");
     expect_load_err("[gateway]\ncompress = Yes2\n", 2, "is not a boolean");
-    expect_load_err("[gateway]\nloglevel = verbose\n", 2, "loglevel: 'verbose' is not one of the choices");
-    expect_load_err("[group g]\nasync = all\n", 2, "async: 'all' is not one of the choices");
+    expect_load_err("[gateway]\nloglevel = verbose\n", 2, "loglevel: 'verbose' is not one of the choices (error, warn, info, debug)");
+    expect_load_err("[group g]\nasync = all\n", 2, "async: 'all' is not one of the choices (");
     expect_load_err("[gateway]\nport 8811\n", 2, "expected key = value");
     expect_load_err("[gateway\nport = 1\n", 1, "bad section header");
     expect_load_err("[gateway] port = 1\n", 1, "bad section header");
