@@ -300,6 +300,21 @@ static int hold_unasked(struct gw *g, struct client *c, uint8_t *msg, size_t len
     return c->st == CS_READY || stopped(c) ? SS_OK : SS_STOP;
 }
 
+void callback_refused_loop(struct client *c)
+{
+    struct unasked *u = STAILQ_FIRST(&c->unasked);
+    if (!u || u->bad || !STAILQ_EMPTY(&c->calls))
+        return;
+    /* the answer it sent before any callback asked was for the first it would have been shown:
+     * this one, which qgate answered for it. It goes with it; kept, the next callback took it and
+     * c's own answer to that one stayed for the one after, each answer a callback late from then
+     * on, another worker's maybe (the simulation, seed 66487) */
+    take_unasked(c);
+    free(u->msg);
+    free(u);
+    log_debug(c->c.name, "the answer it sent before a callback asked: that callback's, which qgate answered, so dropped");
+}
+
 void callback_unasked_forget_loop(struct client *c, uint64_t seq)
 {
     struct unasked *u, *next;

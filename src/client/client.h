@@ -459,6 +459,9 @@ void callback_unasked_drop_loop(struct gw *g, struct client *c);
 /* A message of c numbered seq was found bad: the answers it sent after that one, held, are
  * forgotten (q reads nothing after a bad message). */
 void callback_unasked_forget_loop(struct client *c, uint64_t seq);
+/* A callback of c's running request qgate answered for it (what it could not be shown): an answer
+ * c sent ahead, before any callback asked, goes with it, if none older waits for one. */
+void callback_refused_loop(struct client *c);
 /* c reads nothing more (gone, or stopped by a bad message): once what it sent is framed and no
  * answer it sent is held, the calls it owes are told no answer comes. */
 void callback_gone_calls_loop(struct gw *g, struct client *c);

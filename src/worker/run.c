@@ -777,8 +777,10 @@ static int refuse_push(struct gw *g, struct worker *w, struct client *c, int kin
         gw_hold_error(g, len, text, sizeof text);
     if (kind == PK_NESTED)
         callback_nested_error_loop(g, c, text);
-    else
+    else {
         tell_worker_error(g, w, text);
+        callback_refused_loop(c);
+    }
     return ROUTE_DROP;
 }
 
@@ -1247,6 +1249,8 @@ void run_push_done_loop(struct gw *g, struct job *j)
             tell_worker(g, w, j->out, j->out_len);
         else
             tell_no_client(g, w);
+        if (c)
+            callback_refused_loop(c);
     } else {
         char why[sizeof j->text + 64];
         snprintf(why, sizeof why, "for a client of capability %d, which cannot take it (%s)", p->reply.cap,
