@@ -1113,7 +1113,7 @@ static void message_end(struct gw *g, struct worker *w)
              peek_error(w)) /* said: the next session may find what the last one left (helper round 36c: at
                              * 9a0f2e2 a reset query failing each time went unsaid) */
         log_limited(&w->grp->reset_log, g->loop.now_ms, LOG_WARN, w->c.name,
-                    "the reset query failed ('%s): what the last session left in its q may still be there", w->run.etext);
+                    "the reset query failed ('%s): what ran in its q before may still be there for the next session", w->run.etext);
     if (w->msg.route == ROUTE_FORWARD)
         deliver_whole(g, w);
     else if (w->msg.route == ROUTE_STREAM && w->msg.to->st == CS_FLUSHING)

@@ -826,5 +826,5 @@ printf '[gateway]\nbind = 127.0.0.1\n[group main]\nworkers = 127.0.0.1:%s\npool 
     "$WIA_PORT" > "$TMP/rq.conf"
 start_gateway RQ -c "$TMP/rq.conf"
 timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$RQ_PORT" "echo one" > /dev/null
-wait_line "$TMP/RQ.log" "warn  w 127\\.0\\.0\\.1:$WIA_PORT: the reset query failed \\('rfail\\): what the last session left in its q may still be there"
+wait_line "$TMP/RQ.log" "warn  w 127\\.0\\.0\\.1:$WIA_PORT: the reset query failed \\('rfail\\): what ran in its q before may still be there for the next session"
 pass "a reset query answered with a q error: a warning says the next session may find what the last left"
