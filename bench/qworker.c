@@ -524,7 +524,8 @@ static struct reply eval_global(struct wconn *c, const char *s, size_t n)
  * (publishes X async on every other connection at once, answers how many), hold TAG
  * (answers TAG when "release TAG" comes, on any connection; that answers how many it ended),
  * hangup TAG (closes the connections holding TAG, unanswered; answers how many: a q lost
- * mid-request that is back at once, listening, for a test that must not race a restart). */
+ * mid-request that is back at once, listening, for a test that must not race a restart), crash N
+ * (half of text N's reply, then the process exits). */
 static struct reply eval_text(struct wconn *c, const char *s, size_t n)
 {
     char buf[64];
@@ -639,6 +640,19 @@ static struct reply eval_text(struct wconn *c, const char *s, size_t n)
             if (v >= 1000000) /* (a big one: a test's evidence that it runs) */
                 logf_(c, "text %lld", v);
             return (struct reply){.k = k_text(v)};
+        }
+        if (sscanf(buf, "crash %lld%c", &v, &tail) == 1 && v >= 2 && v <= (1LL << 30) && !out_queued(c)) {
+            /* a q that dies in the middle of its reply (killed while it writes): the reply "text
+             * N" would be, uncompressed, its first half written, then the process exits */
+            size_t len = 0;
+            K t = k_text(v);
+            uint8_t *m = t ? kcodec_encode_msg(t, KIPC_RESPONSE, &len) : NULL;
+            k_free(t);
+            struct iovec iov = {m, len / 2};
+            logf_(c, "crash %lld: writing %zu of the reply's %zu bytes, then exiting", v, len / 2, len);
+            if (m)
+                writev_all(c->fd, &iov, 1);
+            _exit(3);
         }
         if (sscanf(buf, "flood %lld%c", &v, &tail) == 1 && v >= 0 && v <= (1LL << 30)) {
             /* answers SIZE, then publishes SIZE-byte char vectors as fast as the socket takes them */
@@ -1011,6 +1025,8 @@ static void usage(void)
             "  \"publish N V\" and \"callvalue V\" (the same with value V: guid, timestamp, timespan,\n"
             "  text N), every message over 2000 bytes compressed for a remote peer as q does,\n"
             "  \"text N\" (a string of N bytes, \"qgate 0 qgate 1 ...\", which compresses well).\n"
+            "  \"crash N\" writes the first half of \"text N\"'s reply, uncompressed, and exits (a q\n"
+            "  that dies in the middle of a reply).\n"
             "  Port 0 picks a free port; the\n"
             "  first line on stdout is \"qworker listening on HOST:PORT\". Replies over 2000 bytes\n"
             "  are compressed as q does for remote peers; --compress treats every peer as remote.\n"

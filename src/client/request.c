@@ -10,6 +10,7 @@
 
 #include "client.h"
 #include "stream.h"
+#include "tail.h"
 #include "access.h"
 #include "alog.h"
 #include "gw.h"
@@ -1305,8 +1306,12 @@ void request_session_lost_loop(struct gw *g, struct client *c, int cut, const ch
         return;
     log_info(c->c.name, "session: %s", text + strlen("qgate: "));
     c->sess_lost = 1; /* (why it lingers, then closes) */
-    if (cut || client_output_gone(c)) { /* its stream is broken, or nobody is left to tell */
-        conn_close_loop(g, &c->c, "its session's worker was lost");
+    if (cut || client_output_gone(c)) { /* its stream is broken (what was queued for it ahead of
+                                          * the cut still goes: tail.h), or nobody is left to tell */
+        if (cut)
+            tail_close_loop(g, &c->c, "its session's worker was lost");
+        else
+            conn_close_loop(g, &c->c, "its session's worker was lost");
         return;
     }
     while (client_head(c) && client_head(c)->state == RS_RUNNING && client_head(c)->type == KIPC_ASYNC)

@@ -14,7 +14,7 @@
 #include "gw.h"
 #include "loop.h"
 
-enum conn_kind { CONN_CLIENT = 1, CONN_WORKER, CONN_METRICS };
+enum conn_kind { CONN_CLIENT = 1, CONN_WORKER, CONN_METRICS, CONN_TAIL /* a closed client's last output (tail.h) */ };
 
 struct conn;
 struct kipc_hdr;

@@ -256,6 +256,8 @@ static int work_in_flight(struct gw *g)
         if (c && c->kind == CONN_CLIENT && /* (what a worker published after its last reply: not waited for) */
             (client_head(client_of(c)) || c->in_backlog || conn_owed_unsent(c)))
             return 1;
+        if (c && c->kind == CONN_TAIL && conn_owed_unsent(c)) /* a closed client's last replies (tail.h) */
+            return 1;
     }
     return 0;
 }

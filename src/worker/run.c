@@ -52,6 +52,7 @@
 
 #include "worker.h"
 #include "stream.h"
+#include "tail.h"
 #include "alog.h"
 #include "gw.h"
 #include "jobs.h"
@@ -1319,8 +1320,8 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, int t
     client_set_worker_loop(c, NULL);
     struct req *h = client_head(c);
     note_lost(g, c);
-    if (cut)
-        conn_close_loop(g, &c->c, "worker lost in the middle of the reply");
+    if (cut) /* what was queued for it ahead of the cut still goes (tail.h) */
+        tail_close_loop(g, &c->c, "worker lost in the middle of the reply");
     else if (run == RUN_ASYNC && timed_out && left_unowed(c)) /* gone: what it sent after them would run
                                      * elsewhere before the rest of them, which q may still run (19a:
                                      * waiting for them, it kept its max_clients place for as long as

@@ -234,3 +234,29 @@ raw_msg() {
     cat "$1.hdr" >> "$1"
     timeout --foreground 10 dd bs=$((len - 8)) count=1 iflag=fullblock status=none <&"$fd" >> "$1"
 }
+
+# cut_run NAME CONF_EXTRA WHY: a worker (NAME) behind gateway NAME-G; a client sends "text
+# 16000000" and "crash 1000000" (the worker writes half that reply and exits) and reads nothing
+# until the gateway has closed it (why), so that the first reply waits in the gateway, past what the
+# kernel holds (client_low_water above it lets the second request start; splice off, as a reply
+# spliced waits in a 1 MiB pipe, its worker paused until the client reads); then it reads to the close
+cut_run() {
+    local w=$1 extra=$2 why=$3 gwn=${1}G port line
+    start_worker "$w"
+    port=${w}_PORT
+    printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n[group main]\nworkers = 127.0.0.1:%s\n%b' \
+        "${!port}" "$extra" > "$TMP/$w.conf"
+    start_gateway "$gwn" -c "$TMP/$w.conf"
+    port=${gwn}_PORT
+    wait_line "$TMP/$gwn.log" "connected \(capability"
+    coproc CUT { timeout --foreground 120 python3 "$(dirname "${BASH_SOURCE[0]}")/cut_client.py" "${!port}" "text 16000000" "crash 1000000" 2>&1; }
+    PIDS+=("$CUT_PID")
+    read -r -t 60 line <&"${CUT[0]}" || fail "the python client did not start"
+    [ "$line" = sent ] || fail "the python client: $line $(cat <&"${CUT[0]}")"
+    wait_line "$TMP/$w.log" "crash 1000000: writing"
+    wait_line "$TMP/$gwn.log" "closed: $why"
+    echo go >&"${CUT[1]}"
+    cat <&"${CUT[0]}" > "$TMP/$w.cut" || true
+    expect_lines "$TMP/$w.cut" '^ok whole=2 lens=16000000 cut=[1-9][0-9]*$' 1 # the first whole, the second cut
+    wait_line "$TMP/$gwn.log" "\\(its last output\\): closed: its last output written, then the peer closed"
+}

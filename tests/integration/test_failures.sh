@@ -467,6 +467,12 @@ got=$(stat -c %s "$TMP/out")
 expect_file_has "$TMP/H.log" "worker lost in the middle of the reply"
 pass "worker lost mid-stream: client closed after $got of ~150 MB"
 
+# --- a worker lost in the middle of a reply, the client's earlier reply still queued in the
+# gateway: that one goes whole, then the close (helper round 36e: at e80cc18 the close dropped it
+# with the rest of the client's output; cut_run in lib.sh) -------------------------------------------
+cut_run WC2 "" "worker lost in the middle of the reply"
+pass "a worker lost in the middle of a reply: the client's reply queued ahead of it still goes whole, then the close"
+
 # --- client gone while queued, while running, while its reply streams: what it sent still
 # runs (q runs every message it read before it sees the close); replies dropped; worker reused
 conf "$TMP/i.conf" "$WADDR" loglevel=debug

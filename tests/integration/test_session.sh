@@ -828,3 +828,10 @@ start_gateway RQ -c "$TMP/rq.conf"
 timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$RQ_PORT" "echo one" > /dev/null
 wait_line "$TMP/RQ.log" "warn  w 127\\.0\\.0\\.1:$WIA_PORT: the reset query failed \\('rfail\\): what ran in its q before may still be there for the next session"
 pass "a reset query answered with a q error: a warning says the next session may find what the last left"
+
+# --- a session's worker lost in the middle of a message to its client: what was queued for the
+# client ahead of that message still goes, then the close (helper round 36e: at e80cc18 the close
+# dropped the client's output queue, whole replies in it: the client read what the kernel held,
+# then the close in the middle of the first) -------------------------------------------------------
+cut_run WTL "pool = session\n" "its session's worker was lost"
+pass "a session's worker lost in the middle of a reply: the reply queued ahead of it still goes whole, then the close"

@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     if (!seeds && seconds <= 0)
         seeds = 100;
     double t0 = now_s();
-    long ran = 0, steps = 0, checks = 0, failed = 0, uds = 0, mutes = 0, held = 0, pheld = 0, hlearn = 0, dis = 0, alines = 0, scrapes = 0, ldrop = 0, adrop = 0, afrag = 0, mid = 0, http = 0, hpass = 0, hrefused = 0, pwaits = 0, halfs = 0, halfa = 0, nested = 0, nhere = 0, nwaits = 0, resets = 0, rflips = 0, pflips = 0, ptaken = 0, hends = 0, ahead = 0, aread = 0, abad = 0, abetween = 0, aasync = 0;
+    long ran = 0, steps = 0, checks = 0, failed = 0, uds = 0, mutes = 0, held = 0, pheld = 0, hlearn = 0, dis = 0, alines = 0, scrapes = 0, ldrop = 0, adrop = 0, afrag = 0, mid = 0, http = 0, hpass = 0, hrefused = 0, pwaits = 0, halfs = 0, halfa = 0, nested = 0, nhere = 0, nwaits = 0, resets = 0, rflips = 0, pflips = 0, ptaken = 0, hends = 0, ahead = 0, aread = 0, tails = 0, abad = 0, abetween = 0, aasync = 0;
     uint64_t first = o.seed;
     for (uint64_t s = first;; s++) {
         if (seeds && (long)(s - first) >= seeds)
@@ -216,6 +216,7 @@ int main(int argc, char **argv)
         halfs += r.half_closes;
         ahead += r.answered_ahead;
         aread += r.ahead_read;
+        tails += r.tails;
         abad += r.bad_ahead;
         abetween += r.ahead_between;
         aasync += r.ahead_async;
@@ -250,8 +251,8 @@ int main(int argc, char **argv)
            "worker waiting on their client's callback and %ld answered nested by the gateway (%ld checks saw a "
            "worker wait for them, or for another part's callback), %ld reset queries run by session workers (%ld reloads turned reset_query off or on), "
            "%ld reloads made group main a session pool or a request pool (%ld times the gateway made it a session pool; %ld checks saw a session's end held back for a message to it), "
-           "%ld callbacks' answers sent before the callback asked (%ld malformed, %ld behind an echo sent between, %ld behind an async message; %ld callbacks came and read them)\n",
+           "%ld callbacks' answers sent before the callback asked (%ld malformed, %ld behind an echo sent between, %ld behind an async message; %ld callbacks came and read them), %ld clients closed with a broken stream whose output queued ahead of the break was written first\n",
            ran, (unsigned long long)first, (unsigned long long)(first + (uint64_t)ran - (ran ? 1 : 0)), steps, checks,
-           failed, now_s() - t0, uds, mutes, held, hlearn, pheld, dis, alines, adrop, afrag, scrapes, ldrop, mid, http, hpass, hrefused, pwaits, halfs, halfa, nested, nhere, nwaits, resets, rflips, pflips, ptaken, hends, ahead, abad, abetween, aasync, aread);
+           failed, now_s() - t0, uds, mutes, held, hlearn, pheld, dis, alines, adrop, afrag, scrapes, ldrop, mid, http, hpass, hrefused, pwaits, halfs, halfa, nested, nhere, nwaits, resets, rflips, pflips, ptaken, hends, ahead, abad, abetween, aasync, aread, tails);
     return failed ? 1 : 0;
 }

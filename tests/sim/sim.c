@@ -28,6 +28,7 @@
 #include "jobs.h"
 #include "kipc.h"
 #include "log.h"
+#include "tail.h"
 #include "worker.h"
 #include "sim_int.h"
 
@@ -273,6 +274,15 @@ static const char *gateway_busy(void)
         return "a client waits for room under pending_max";
     for (uint32_t id = 0; id < g->next_id; id++) {
         struct conn *x = g->tab[id];
+        if (x && x->kind == CONN_TAIL && conn_pending(x)) { /* a closed client's last output */
+            uint32_t cid, cgen;
+            tail_origin(x, &cid, &cgen);
+            struct fclient *f = fclient_of(cid, cgen);
+            if (f && f->stalled && f->st != FC_DONE)
+                continue;
+            snprintf(busy_why, sizeof busy_why, "%.200s has output to write", x->name);
+            return busy_why;
+        }
         if (!x || x->kind != CONN_CLIENT)
             continue;
         struct client *c = (struct client *)x;
@@ -823,6 +833,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     res->ahead_async = S->ahead_async;
     res->half_answered = S->half_answered;
     res->hold_passed = (long)S->g.held_passed;
+    res->tails = (long)S->g.tails;
     res->nested = (long)S->g.nested - res->nested_here;
     res->hold_refused = (long)S->g.refused[REFUSED_HOLD_MAX].n;
     res->pending_waits = (long)S->g.pending_waits;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -16,6 +17,8 @@
 
 #include "conn.h"
 #include "gateway.h"
+#include "stream.h"
+#include "tail.h"
 #include "gw.h"
 #include "log.h"
 #include "tutil.h"
@@ -81,16 +84,18 @@ static void never(struct gw *gw, struct conn *c) { (void)gw, (void)c; fail_msg("
 static const struct connops fake_ops = {
     .ev = {.on_event = on_event}, .on_close = fake_on_close, .free = fake_free, .on_wake = fake_on_wake};
 
-static struct fake *fake_new(void)
+static struct fake *fake_kind_new(int kind)
 {
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
     struct fake *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->peer = sv[1];
-    assert_int_equal(conn_register_loop(&g, &f->c, &fake_ops, CONN_METRICS, sv[0], EPOLLIN), 0);
+    assert_int_equal(conn_register_loop(&g, &f->c, &fake_ops, kind, sv[0], EPOLLIN), 0);
     return f;
 }
+
+static struct fake *fake_new(void) { return fake_kind_new(CONN_METRICS); }
 
 /* ---- tests -------------------------------------------------------------------------------- */
 
@@ -191,12 +196,108 @@ static void test_stale_generation(void **state)
     assert_int_equal(freed, n + 1);
 }
 
+/* The connection of kind CONN_TAIL in the table (one at most), or NULL. */
+static struct conn *the_tail(void)
+{
+    for (uint32_t id = 0; id < g.next_id; id++)
+        if (g.tab[id] && g.tab[id]->kind == CONN_TAIL)
+            return g.tab[id];
+    return NULL;
+}
+
+static void tail_event(struct conn *t, uint32_t ev) { conn_ops(t)->ev.on_event(&g, &t->ev, ev); }
+
+/* A client closed with output queued (tail.h): its teardown runs at once, its id goes, and its
+ * socket writes every byte queued, in order, then shuts its side; the peer's close ends it. With
+ * nothing queued, the close is conn_close_loop's. */
+static void test_tail_writes_then_closes(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    freed = 0;
+    struct fake *f = fake_kind_new(CONN_CLIENT);
+    int peer = f->peer;
+    f->peer = dup(peer); /* (its free closes that one; this test reads this one) */
+    enum { N = 1 << 20 }; /* more than the socket pair holds */
+    struct chunk *ch = chunk_new(N);
+    assert_non_null(ch);
+    for (size_t i = 0; i < N; i++)
+        ch->p[i] = (uint8_t)(i * 7);
+    ch->len = N;
+    conn_push_whole_loop(&g, &f->c, ch);
+    uint32_t id = f->c.id, gen = f->c.gen;
+
+    tail_close_loop(&g, &f->c, "its stream broke");
+    assert_int_equal(f->closes, 1); /* the client's teardown, at once */
+    assert_int_equal(f->c.fd, -1);
+    assert_null(conn_lookup_loop(&g, id, gen));
+    struct conn *t = the_tail();
+    assert_non_null(t);
+    assert_int_equal(conn_pending(t), N);
+    uint32_t tid, tgen;
+    tail_origin(t, &tid, &tgen);
+    assert_true(tid == id && tgen == gen);
+    conn_reap_loop(&g);
+    assert_int_equal(freed, 1); /* the client's struct goes; its socket lives on in the tail */
+
+    uint8_t *got = malloc(N + 1);
+    size_t have = 0;
+    stream_flush_dirty_loop(&g);
+    for (int i = 0; i < 100000 && have < N; i++) {
+        ssize_t r = read(peer, got + have, N + 1 - have);
+        if (r > 0)
+            have += (size_t)r;
+        else
+            tail_event(t, EPOLLOUT); /* (what epoll would say: room again) */
+    }
+    assert_int_equal(have, N);
+    for (size_t i = 0; i < N; i++)
+        if (got[i] != (uint8_t)(i * 7))
+            fail_msg("byte %zu is not the one queued", i);
+    assert_int_equal(read(peer, got, 1), 0); /* then its FIN */
+    free(got);
+    assert_ptr_equal(the_tail(), t); /* lingering: the peer's close ends it */
+    close(peer);
+    tail_event(t, EPOLLIN | EPOLLRDHUP);
+    assert_null(the_tail());
+    conn_reap_loop(&g);
+
+    struct fake *e = fake_kind_new(CONN_CLIENT); /* nothing queued: no tail */
+    tail_close_loop(&g, &e->c, "its stream broke");
+    assert_int_equal(e->closes, 1);
+    assert_null(the_tail());
+    conn_reap_loop(&g);
+    assert_int_equal(freed, 2);
+}
+
+/* A tail whose peer is gone (it reads nothing, and closed) is closed by the write that fails. */
+static void test_tail_peer_gone(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    struct fake *f = fake_kind_new(CONN_CLIENT);
+    struct chunk *ch = chunk_new(4096);
+    assert_non_null(ch);
+    memset(ch->p, 'x', 4096);
+    ch->len = 4096;
+    conn_push_whole_loop(&g, &f->c, ch);
+    close(f->peer);
+    f->peer = dup(0);
+    tail_close_loop(&g, &f->c, "its stream broke");
+    assert_non_null(the_tail());
+    stream_flush_dirty_loop(&g);
+    assert_null(the_tail());
+    conn_reap_loop(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_close_leaves_every_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_from_teardown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_generation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tail_writes_then_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tail_peer_gone, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

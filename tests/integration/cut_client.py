@@ -1,0 +1,37 @@
+# cut_client.py PORT QUERY...: a q client (capability 3) with a small receive buffer that sends
+# each QUERY as a sync char vector, prints "sent", reads nothing until a line comes on stdin, then
+# reads to the close and prints "ok whole=T,T,... lens=N,N,... cut=B": the type and length of
+# each whole message (its header and body checked), and the bytes of a message cut by the close.
+import socket, struct, sys
+
+port, queries = int(sys.argv[1]), sys.argv[2:]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # (what the kernel holds for it: little)
+s.connect(("127.0.0.1", port))
+s.sendall(b"t:t\3\0")
+for q in queries:
+    body = bytes([10, 0]) + struct.pack("<i", len(q)) + q.encode()
+    s.sendall(bytes([1, 1, 0, 0]) + struct.pack("<i", 8 + len(body)) + body)
+print("sent", flush=True)
+sys.stdin.readline()
+data = bytearray()
+while True:
+    k = s.recv(1 << 20)
+    if not k:
+        break
+    data += k
+if data[:1] != b"\3":
+    sys.exit("no handshake byte")
+at, types, lens = 1, [], []
+while at + 8 <= len(data):
+    t, n = data[at + 1], struct.unpack("<i", data[at + 4:at + 8])[0]
+    if data[at] != 1 or t > 2 or data[at + 2] != 0 or n < 9:
+        sys.exit("a bad header %s after %d messages" % (data[at:at + 8].hex(), len(types)))
+    if at + n > len(data):
+        break  # the one the close cut
+    if data[at + 8] == 10 and struct.unpack("<i", data[at + 10:at + 14])[0] != n - 14:
+        sys.exit("a char vector whose length is not its message's")
+    types.append(t)
+    lens.append(n - 14 if data[at + 8] == 10 else n)
+    at += n
+print("ok whole=%s lens=%s cut=%d" % (",".join(map(str, types)), ",".join(map(str, lens)), len(data) - at))
