@@ -49,7 +49,7 @@ const struct cfg_key cfg_keys[] = {
     {"gateway", "queue_timeout", CFG_MS, CFG_LIVE, "0", 0, KMAX, G(queue_timeout), NULL,
      "ms a request may wait for a worker before 'qgate: timeout (queued ...); 0 = no limit"},
     {"gateway", "query_timeout", CFG_MS, CFG_LIVE, "0", 0, KMAX, G(query_timeout), NULL,
-     "ms a worker may go without sending a byte of the reply before 'qgate: timeout (the clock runs while it waits for its client's answer to a callback; in an async = one group a client's async messages are not timed out while the worker runs them, so that those sent after them never run first; with pipeline, until a request begins, the time from its send to the reply that ends a run on another of the group's connections to its q is that run's, for as many as may go first, as q runs one at a time); 0 = no limit"},
+     "ms a worker may go without sending a byte of the reply before 'qgate: timeout (the clock runs while it waits for its client's answer to a callback, once the client has been sent the callback: while it waits in the client's output behind what the client has not read, the clock waits; in an async = one group a client's async messages are not timed out while the worker runs them, so that those sent after them never run first; with pipeline, until a request begins, the time from its send to the reply that ends a run on another of the group's connections to its q is that run's, for as many as may go first, as q runs one at a time); 0 = no limit"},
     {"gateway", "handshake_timeout", CFG_MS, CFG_LIVE, "5000", 1, KMAX, G(handshake_timeout), NULL,
      "ms a client has to complete q's handshake before it is closed"},
     {"gateway", "client_stall_timeout", CFG_MS, CFG_LIVE, "60000", 0, KMAX, G(client_stall_timeout), NULL,

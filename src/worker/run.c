@@ -286,6 +286,7 @@ static void on_query_timeout(struct gw *g, struct conn *c)
     struct worker *w = worker_of(c);
     if (g->cfg.query_timeout <= 0) /* (a reload lifts it: run_timeouts_reloaded_loop) */
         return;
+    struct client *cb;
     int64_t due = QG_MAX(QG_MAX(w->tm_armed_ms, w->run.began_ms), c->last_read_ms) + g->cfg.query_timeout; /* a
                                      * byte came since, or it began later than it was sent */
     if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for
@@ -302,7 +303,16 @@ static void on_query_timeout(struct gw *g, struct conn *c)
                                      * A callback's: the phase is back in SENT once the chaser behind
                                      * it is answered inside it, so its count, not the phase: 19a) */
         due = g->loop.now_ms + g->cfg.query_timeout;
-    else if (held_behind(w)) { /* or it has not begun: its q runs another of ours (pipeline; that one
+    else if ((w->run.phase == WB_CALLED || w->run.cb_open > 0) && (cb = w->run.cl ? w->run.cl : w->sess) &&
+             conn_owed_unsent(&cb->c)) { /* its callback not yet out to its client, behind what
+                                          * that client is still owed (a slow reader): the client has
+                                          * not seen it; its clock starts again once it has (helper
+                                          * round 36e: at e80cc18 a routed worker timed out while its
+                                          * callback waited behind a session's messages) */
+        log_debug(w->c.name, "its callback waits in %s's output: its query_timeout waits too", cb->c.name);
+        w->tm_armed_ms = g->loop.now_ms;
+        due = g->loop.now_ms + g->cfg.query_timeout;
+    } else if (held_behind(w)) { /* or it has not begun: its q runs another of ours (pipeline; that one
                                 * has a clock of its own), whose time this is */
         move_on(g, w, w->run.sent_ms);
         due = g->loop.now_ms + g->cfg.query_timeout;
@@ -1119,8 +1129,9 @@ static void message_end(struct gw *g, struct worker *w)
         deliver_whole(g, w);
     else if (w->msg.route == ROUTE_STREAM && w->msg.to->st == CS_FLUSHING)
         conn_mark_dirty_loop(g, &w->msg.to->c); /* its flush sees whether it may linger now */
-    if (w->msg.route == ROUTE_STREAM && (w->msg.reply || w->msg.nested))
-        conn_mark_owed(&w->msg.to->c); /* a reply streamed: a drain waits for it (not for a publish) */
+    if (w->msg.route == ROUTE_STREAM && (w->msg.reply || w->msg.nested || rd->type == KIPC_SYNC))
+        conn_mark_owed(&w->msg.to->c); /* a reply or a callback streamed: a drain waits for it, and a
+                                        * callback's worker's query_timeout (not for a publish) */
     int route = w->msg.route, nested = w->msg.nested;
     w->msg.route = ROUTE_DROP;
     w->msg.to = NULL;

@@ -835,3 +835,64 @@ pass "a reset query answered with a q error: a warning says the next session may
 # then the close in the middle of the first) -------------------------------------------------------
 cut_run WTL "pool = session\n" "its session's worker was lost"
 pass "a session's worker lost in the middle of a reply: the reply queued ahead of it still goes whole, then the close"
+
+# --- a callback waiting in its client's output, behind what that client is still owed: its
+# worker's query_timeout waits too (helper round 36e: at e80cc18 a routed worker timed out while its
+# callback sat behind a slow reader's earlier messages, the client never having seen it) ----------
+start_worker WQA
+start_worker WQB
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nquery_timeout = 1000\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n[group g2]\nworkers = 127.0.0.1:%s\n' \
+    "$WQA_PORT" "$WQB_PORT" > "$TMP/cq.conf"
+start_gateway CQ -c "$TMP/cq.conf"
+wait_count "$TMP/CQ.log" "connected \(capability" 2
+# a q client in python: "text 16000000" in its session, then (`.qgate.on; `g2; "callback echo hi"),
+# reading nothing until the gateway has let a query_timeout pass for the callback waiting behind
+# the first reply; then the reply, the callback (answered "pong"), and the routed reply
+cat > "$TMP/cq.py" <<'PY'
+import socket, struct, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+s.connect(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"t:t\3\0")
+def cv(x):
+    return bytes([10, 0]) + struct.pack("<i", len(x)) + x.encode()
+def sym(x):
+    return bytes([245]) + x.encode() + b"\0"
+def send(t, body):
+    s.sendall(bytes([1, t, 0, 0]) + struct.pack("<i", 8 + len(body)) + body)
+def recvn(n):
+    b = bytearray()
+    while len(b) < n:
+        k = s.recv(min(n - len(b), 1 << 20))
+        if not k:
+            sys.exit("closed after %d of %d bytes" % (len(b), n))
+        b += k
+    return bytes(b)
+def frame():
+    h = recvn(8)
+    return h[1], recvn(struct.unpack("<i", h[4:])[0] - 8)
+send(1, cv("text 16000000"))
+send(1, bytes([0, 0]) + struct.pack("<i", 3) + sym(".qgate.on") + sym("g2") + cv("callback echo hi"))
+print("sent", flush=True)
+sys.stdin.readline()
+assert recvn(1) == b"\3"
+t, b = frame()
+if t != 2 or len(b) != 16000006:
+    sys.exit("the first reply: type %d, %d bytes" % (t, len(b)))
+t, b = frame()
+if t != 1 or b != cv("echo hi"):
+    sys.exit("not the callback: type %d %r" % (t, b[:40]))
+send(2, cv("pong"))
+t, b = frame()
+print("ok type=%d reply=%r" % (t, b))
+PY
+coproc CQPY { timeout --foreground 120 python3 "$TMP/cq.py" "$CQ_PORT" 2>&1; }
+PIDS+=("$CQPY_PID")
+read -r -t 60 line <&"${CQPY[0]}" || fail "the python client did not start"
+[ "$line" = sent ] || fail "the python client: $line $(cat <&"${CQPY[0]}")"
+wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c1 .*'s output: its query_timeout waits too"
+echo go >&"${CQPY[1]}"
+cat <&"${CQPY[0]}" > "$TMP/cq.out" || true
+expect_lines "$TMP/cq.out" "^ok type=2 reply=b'\\\\n\\\\x00\\\\x04\\\\x00\\\\x00\\\\x00pong'\$" 1
+expect_lines "$TMP/CQ.log" "no reply byte" 0
+pass "a callback behind its client's earlier reply, unread: its worker's query_timeout waits until the client has it; the client answers it, and the reply is that answer"
