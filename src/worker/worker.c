@@ -142,10 +142,25 @@ static int failed_attempt_level(uint32_t n)
 /* A connection attempt failed (the worker was not up), or the connection closed as soon as it
  * was up (a flap): retry later; if no worker of the group is up, the waiting requests are
  * answered rather than left to wait. */
+/* Is another worker of w's group still on its first attempt to connect (added at the start, or
+ * by a reload)? Then the group is not known to be down yet: that one says so if it fails too. */
+static int another_first_try(const struct worker *w)
+{
+    const struct worker *x;
+    TAILQ_FOREACH(x, &w->grp->workers, glink)
+        if (x != w && worker_is_lead(x) && !x->tried && !x->disabled && !x->removed &&
+            (x->st == WS_RESOLVING || x->st == WS_CONNECTING || x->st == WS_HANDSHAKE))
+            return 1;
+    return 0;
+}
+
 static void connect_failed(struct gw *g, struct worker *w)
 {
     w->renewing = 0; /* a new connection for the next session that failed: down, as any */
-    if (worker_is_lead(w) && w->grp->nup == 0 && !w->grp->unavailable) {
+    w->tried = 1;
+    if (worker_is_lead(w) && w->grp->nup == 0 && !w->grp->unavailable &&
+        !another_first_try(w)) { /* (helper round 36d: at e80cc18 a start with one worker down said no
+                                  * worker was up while the other still connected) */
         w->grp->unavailable = 1; /* (said once for a run of failed attempts, thinned out for flaps) */
         log_at(w->flaps > 1 ? failed_attempt_level(w->flaps) : LOG_WARN, w->c.name, "no worker of group %s is up",
                w->grp->cfg.name);
@@ -392,13 +407,17 @@ static int on_bytes(struct gw *g, struct conn *x)
         net_uds_name(&w->na.uds, w->na.udslen, name, sizeof name);
     else if (w->c.fd >= 0)
         net_peer_name(w->c.fd, name, sizeof name);
-    log_at(w->renewing == 2 ? LOG_DEBUG : LOG_INFO, w->c.name, "connected (capability %d) over %s %s%s%s%s", cap,
-           worker_via_name(w->via), name, w->uds_why[0] && w->via == VIA_TCP ? "; its Unix socket " : "",
-           w->via == VIA_TCP ? w->uds_why : "", w->renewing == 2 ? " (a new connection for the next session)" : "");
+    /* after connections in a row closed before a reply (a flapping q), said as their closes are:
+     * the first, then at 8, 16, 32, ... (helper round 36d: at e80cc18 each reconnect at info) */
+    int lvl = w->renewing == 2 ? LOG_DEBUG : w->flaps > 1 && failed_attempt_level(w->flaps) == LOG_DEBUG ? LOG_DEBUG : LOG_INFO;
+    log_at(lvl, w->c.name, "connected (capability %d) over %s %s%s%s%s", cap, worker_via_name(w->via), name,
+           w->uds_why[0] && w->via == VIA_TCP ? "; its Unix socket " : "", w->via == VIA_TCP ? w->uds_why : "",
+           w->renewing == 2 ? " (a new connection for the next session)" : "");
     w->renewing = 0;
     w->foreign = 0;
     w->uds_why[0] = 0;
     w->fails = 0;
+    w->tried = 1;
     int reset = session_connected_loop(g, w); /* (BUSY with it: never idle before it has run) */
     if (reset < 0)
         return stream_close(x, "out of memory for the reset query its last connection owed");

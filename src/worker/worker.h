@@ -160,6 +160,7 @@ struct worker {
     uint8_t skip_uds;    /* the next attempt goes over TCP: its Unix socket did not answer */
     uint32_t fails;      /* connection attempts failed in a row (each after the first logged only
                           * at 8, 16, 32, ...: a worker down for long floods no log) */
+    uint8_t tried;       /* an attempt to connect it has ended (up, or failed) since it was added */
     uint8_t reset_owed;  /* the reset query runs next (a session ended, or a request from outside ran) */
     char *reset_q;       /* ... that of the configuration its session ended under (a reload may change
                           * the group's meanwhile); NULL: the group's */

@@ -450,6 +450,26 @@ expect_lines "$TMP/DG.log" "warn  w 127\\.0\\.0\\.1:$DD_PORT: connection closed:
 kill -TERM "$DG_PID"
 pass "a worker down for long: its first failed connection a warning, then a line at 8, 16, 32 attempts"
 
+# --- at the start, one worker down while the other still connects: the group is not said to be
+# down until that one's attempt has failed too (helper round 36d: at e80cc18 "no worker of group
+# main is up" came at once, and a request then waiting would have been told so) -----------------
+python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)   # accepts in the kernel, answers nothing
+print(s.getsockname()[1], flush=True); time.sleep(60)' > "$TMP/silent.port" & SILENT=$!
+PIDS+=("$SILENT")
+wait_for 10 "the silent listener's port" test -s "$TMP/silent.port"
+conf "$TMP/ft.conf" "127.0.0.1:$DD_PORT, 127.0.0.1:$(cat "$TMP/silent.port")" worker_connect_timeout=1000 reconnect_min=5000
+start_gateway FT -c "$TMP/ft.conf" --loglevel debug
+wait_line "$TMP/FT.log" "no worker of group main is up"
+wait_line "$TMP/FT.log" "127\\.0\\.0\\.1:$(cat "$TMP/silent.port"): connection closed: handshake timed out"
+first_fail=$(grep -n "127\\.0\\.0\\.1:$(cat "$TMP/silent.port"): connection closed: handshake timed out" "$TMP/FT.log" | head -1 | cut -d: -f1)
+down=$(grep -n "no worker of group main is up" "$TMP/FT.log" | head -1 | cut -d: -f1)
+[ -n "$first_fail" ] && [ "$down" -gt "$first_fail" ] ||
+    fail "the group was said to be down before its other worker's first attempt ended: $(grep -E "no worker|connection closed" "$TMP/FT.log" | head -4)"
+kill -TERM "$FT_PID"
+pass "at the start, one worker down and the other still connecting: the group is said to be down only once that one has failed too"
+
 # --- worker lost mid-stream: the client's connection closes (as if q died) ----------------
 start_worker M --rows 10000000
 conf "$TMP/h.conf" "127.0.0.1:$M_PORT"
