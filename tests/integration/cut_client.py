@@ -1,25 +1,17 @@
-# cut_client.py PORT QUERY...: a q client (capability 3) with a small receive buffer that sends
-# each QUERY as a sync char vector, prints "sent", reads nothing until a line comes on stdin, then
-# reads to the close and prints "ok whole=T,T,... lens=N,N,... cut=B": the type and length of
-# each whole message (its header and body checked), and the bytes of a message cut by the close.
-import socket, struct, sys
+# cut_client.py PORT QUERY...: a q client with a small receive buffer that sends each QUERY as a
+# sync char vector, prints "sent", reads nothing until a line comes on stdin, then reads to the
+# close and prints "ok whole=T,T,... lens=N,N,... cut=B": the type and length of each whole
+# message (its header checked; a char vector's length, its count), and the bytes of a message
+# cut by the close.
+import struct, sys
+from qwire import Q, cv
 
-port, queries = int(sys.argv[1]), sys.argv[2:]
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # (what the kernel holds for it: little)
-s.connect(("127.0.0.1", port))
-s.sendall(b"t:t\3\0")
-for q in queries:
-    body = bytes([10, 0]) + struct.pack("<i", len(q)) + q.encode()
-    s.sendall(bytes([1, 1, 0, 0]) + struct.pack("<i", 8 + len(body)) + body)
+q = Q(int(sys.argv[1]), rcvbuf=65536)  # (what the kernel holds for it: little)
+for text in sys.argv[2:]:
+    q.send(cv(text))
 print("sent", flush=True)
 sys.stdin.readline()
-data = bytearray()
-while True:
-    k = s.recv(1 << 20)
-    if not k:
-        break
-    data += k
+data = q.rest()
 if data[:1] != b"\3":
     sys.exit("no handshake byte")
 at, types, lens = 1, [], []

@@ -2,6 +2,7 @@
 # cleaned up. Source it; BIN names the build folder (build/asan by default).
 set -euo pipefail
 BIN=${BIN:-build/asan}
+IT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd) # (its python clients' qwire.py: PYTHONPATH="$IT_DIR")
 TMP=$(mktemp -d /tmp/qgate-it.XXXXXX)
 PIDS=()
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=66:quarantine_size_mb=16}
@@ -249,7 +250,7 @@ cut_run() {
     start_gateway "$gwn" -c "$TMP/$w.conf"
     port=${gwn}_PORT
     wait_line "$TMP/$gwn.log" "connected \(capability"
-    coproc CUT { timeout --foreground 120 python3 "$(dirname "${BASH_SOURCE[0]}")/cut_client.py" "${!port}" "text 16000000" "crash 1000000" 2>&1; }
+    coproc CUT { PYTHONPATH="$IT_DIR" timeout --foreground 120 python3 "$IT_DIR/cut_client.py" "${!port}" "text 16000000" "crash 1000000" 2>&1; }
     PIDS+=("$CUT_PID")
     read -r -t 60 line <&"${CUT[0]}" || fail "the python client did not start"
     [ "$line" = sent ] || fail "the python client: $line $(cat <&"${CUT[0]}")"

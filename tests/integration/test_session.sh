@@ -768,7 +768,8 @@ wait_count "$TMP/IL.log" "connected \(capability" 2
 # worker pauses in the middle of one), then (`.qgate.on; `g2; "rows 1000") and "stop", reading
 # every message and checking each header, each publish whole, then the two replies in order
 cat > "$TMP/il.py" <<'PY'
-import re, socket, struct, sys, time
+import re, struct, sys, time
+from qwire import Q, cv, route
 port, log = int(sys.argv[1]), sys.argv[2]
 def wait_log(pat):
     for _ in range(600):
@@ -776,36 +777,20 @@ def wait_log(pat):
             return
         time.sleep(0.05)
     sys.exit("timed out waiting for /%s/ in the log" % pat)
-def cv(s):
-    return bytes([10, 0]) + struct.pack("<i", len(s)) + s.encode()
-def sym(s):
-    return bytes([245]) + s.encode() + b"\0"
-def send(body):
-    s.sendall(bytes([1, 1, 0, 0]) + struct.pack("<i", 8 + len(body)) + body)
-def recvn(n):
-    b = bytearray()
-    while len(b) < n:
-        k = s.recv(min(n - len(b), 1 << 20))
-        if not k:
-            sys.exit("closed after %d of %d bytes" % (len(b), n))
-        b += k
-    return bytes(b)
 pubs, SIZE = 0, 32 << 20
+q = Q(port)
 def frame():
-    h = recvn(8)
-    n = struct.unpack("<i", h[4:])[0]
-    if h[0] != 1 or h[1] > 2 or h[2] != 0 or h[3] != 0 or n < 9 or n > SIZE + 14:
-        sys.exit("a bad header %s after %d publishes" % (h.hex(), pubs))
-    return h[1], recvn(n - 8)
-s = socket.create_connection(("127.0.0.1", port))
-s.sendall(b"t:t\3\0")
-assert recvn(1) == b"\3"
-send(cv("flood %d" % SIZE))
+    t, n = q.header()
+    if n > SIZE + 14:
+        sys.exit("a header of %d bytes after %d publishes" % (n, pubs))
+    return t, q.recvn(n - 8)
+assert q.recvn(1) == b"\3"
+q.send(cv("flood %d" % SIZE))
 if frame()[0] != 2:
     sys.exit("the flood's answer did not come first")
 wait_log(r"paused: c[0-9]+ ")
-send(bytes([0, 0]) + struct.pack("<i", 3) + sym(".qgate.on") + sym("g2") + cv("rows 1000"))
-send(cv("stop"))
+q.send(route("g2", "rows 1000"))
+q.send(cv("stop"))
 replies = []
 while len(replies) < 2:
     t, b = frame()
@@ -816,7 +801,7 @@ while len(replies) < 2:
         replies.append(b[0])
 print("ok publishes=%d replies=%s" % (pubs, replies))
 PY
-timeout --foreground 60 python3 "$TMP/il.py" "$IL_PORT" "$TMP/IL.log" > "$TMP/il.out" 2>&1 || fail "$(cat "$TMP/il.out")"
+PYTHONPATH="$IT_DIR" timeout --foreground 60 python3 "$TMP/il.py" "$IL_PORT" "$TMP/IL.log" > "$TMP/il.out" 2>&1 || fail "$(cat "$TMP/il.out")"
 expect_lines "$TMP/il.out" '^ok publishes=[0-9]+ replies=\[98, 249\]$' 1 # (a table, then stop's long)
 pass "a session's worker publishing while its client's request routed to another group replies: each message whole"
 
@@ -849,44 +834,25 @@ wait_count "$TMP/CQ.log" "connected \(capability" 2
 # reading nothing until the gateway has let a query_timeout pass for the callback waiting behind
 # the first reply; then the reply, the callback (answered "pong"), and the routed reply
 cat > "$TMP/cq.py" <<'PY'
-import socket, struct, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-s.connect(("127.0.0.1", int(sys.argv[1])))
-s.sendall(b"t:t\3\0")
-def cv(x):
-    return bytes([10, 0]) + struct.pack("<i", len(x)) + x.encode()
-def sym(x):
-    return bytes([245]) + x.encode() + b"\0"
-def send(t, body):
-    s.sendall(bytes([1, t, 0, 0]) + struct.pack("<i", 8 + len(body)) + body)
-def recvn(n):
-    b = bytearray()
-    while len(b) < n:
-        k = s.recv(min(n - len(b), 1 << 20))
-        if not k:
-            sys.exit("closed after %d of %d bytes" % (len(b), n))
-        b += k
-    return bytes(b)
-def frame():
-    h = recvn(8)
-    return h[1], recvn(struct.unpack("<i", h[4:])[0] - 8)
-send(1, cv("text 16000000"))
-send(1, bytes([0, 0]) + struct.pack("<i", 3) + sym(".qgate.on") + sym("g2") + cv("callback echo hi"))
+import sys
+from qwire import Q, cv, route
+q = Q(int(sys.argv[1]), rcvbuf=65536)
+q.send(cv("text 16000000"))
+q.send(route("g2", "callback echo hi"))
 print("sent", flush=True)
 sys.stdin.readline()
-assert recvn(1) == b"\3"
-t, b = frame()
+assert q.recvn(1) == b"\3"
+t, b = q.frame()
 if t != 2 or len(b) != 16000006:
     sys.exit("the first reply: type %d, %d bytes" % (t, len(b)))
-t, b = frame()
+t, b = q.frame()
 if t != 1 or b != cv("echo hi"):
     sys.exit("not the callback: type %d %r" % (t, b[:40]))
-send(2, cv("pong"))
-t, b = frame()
+q.send(cv("pong"), t=2)
+t, b = q.frame()
 print("ok type=%d reply=%r" % (t, b))
 PY
-coproc CQPY { timeout --foreground 120 python3 "$TMP/cq.py" "$CQ_PORT" 2>&1; }
+coproc CQPY { PYTHONPATH="$IT_DIR" timeout --foreground 120 python3 "$TMP/cq.py" "$CQ_PORT" 2>&1; }
 PIDS+=("$CQPY_PID")
 read -r -t 60 line <&"${CQPY[0]}" || fail "the python client did not start"
 [ "$line" = sent ] || fail "the python client: $line $(cat <&"${CQPY[0]}")"
