@@ -83,6 +83,19 @@ static const struct connops tail_ops = {
     .free = tail_free,
 };
 
+void tail_timeouts_reloaded_loop(struct gw *g)
+{
+    for (uint32_t id = 0; id < g->next_id; id++) {
+        struct conn *x = g->tab[id];
+        if (!x || x->kind != CONN_TAIL || x->closing || tail_of(x)->shut)
+            continue;
+        if (g->cfg.client_stall_timeout > 0)
+            conn_timer_arm_loop(g, x, TAIL_TM, tail_of(x)->since + g->cfg.client_stall_timeout, on_timer);
+        else
+            conn_timer_cancel_loop(g, x, TAIL_TM);
+    }
+}
+
 void tail_origin(const struct conn *x, uint32_t *id, uint32_t *gen)
 {
     const struct tail *t = (const struct tail *)x;

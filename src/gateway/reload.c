@@ -10,6 +10,7 @@
 #include "access.h"
 #include "report.h"
 #include "auth.h"
+#include "tail.h"
 #include "client.h"
 #include "jobs.h"
 #include "log.h"
@@ -276,6 +277,8 @@ static void reload_apply(struct gw *g, struct config *nc, struct auth_shared *au
         run_timeouts_reloaded_loop(g);
     if (g->cfg.queue_timeout != qu || g->cfg.client_stall_timeout != st)
         client_timeouts_reloaded_loop(g);
+    if (g->cfg.client_stall_timeout != st)
+        tail_timeouts_reloaded_loop(g);
     if (retune) { /* the connections open now too, not only those to come */
         conn_keepalive_all_loop(g);
         for (int i = 0; i < g->ngroups; i++) { /* and those left for q to close */

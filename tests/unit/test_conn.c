@@ -290,6 +290,41 @@ static void test_tail_peer_gone(void **state)
     conn_reap_loop(&g);
 }
 
+/* A tail that the peer takes nothing from is closed once client_stall_timeout has passed since
+ * its last byte taken; one made while that was 0 (no bound) gets it when a reload sets it. */
+static void test_tail_stall(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    g.cfg.client_stall_timeout = 0;
+    struct fake *f = fake_kind_new(CONN_CLIENT);
+    int peer = f->peer;
+    f->peer = dup(peer);
+    struct chunk *ch = chunk_new(1 << 20); /* more than the pair holds: some stays queued */
+    assert_non_null(ch);
+    memset(ch->p, 'y', 1 << 20);
+    ch->len = 1 << 20;
+    conn_push_whole_loop(&g, &f->c, ch);
+    tail_close_loop(&g, &f->c, "its stream broke");
+    struct conn *t = the_tail();
+    assert_non_null(t);
+    stream_flush_dirty_loop(&g);
+    assert_true(conn_pending(t) > 0);
+    assert_false(conn_timer_armed(t, 0)); /* no bound */
+    g.cfg.client_stall_timeout = 100;
+    tail_timeouts_reloaded_loop(&g);
+    assert_true(conn_timer_armed(t, 0));
+    g.loop.now_ms += 50;
+    t->tm[0].fn(&g, t); /* early: armed again */
+    assert_ptr_equal(the_tail(), t);
+    assert_true(conn_timer_armed(t, 0));
+    g.loop.now_ms += 60;
+    t->tm[0].fn(&g, t); /* 110 ms without a byte taken */
+    assert_null(the_tail());
+    conn_reap_loop(&g);
+    close(peer);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +333,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_generation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail_writes_then_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail_peer_gone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tail_stall, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
