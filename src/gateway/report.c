@@ -173,6 +173,7 @@ struct metrics_snap *report_totals_loop(struct gw *g)
     s->nested = g->nested;
     s->pending_bytes = buf_pending_bytes;
     s->pending_waits = g->pending_waits;
+    s->tails = g->tails;
     snap_groups(g, s);
     return s;
 }

@@ -145,6 +145,8 @@ static void render_totals(struct text *t, const struct metrics_snap *s)
          "pending_max", s->pending_bytes);
     scalar(t, "qgate_pending_waits_total", "counter",
          "messages whose reading waited for room under pending_max", s->pending_waits);
+    scalar(t, "qgate_cut_streams_total", "counter",
+         "clients closed as their worker was lost in the middle of a message to them (what was queued ahead written first)", s->tails);
 }
 
 static void render_groups(struct text *t, const struct metrics_snap *s)
@@ -327,6 +329,7 @@ K metrics_totals(const struct metrics_snap *s)
     KV("nested", s->nested);
     KV("pending_bytes", s->pending_bytes);
     KV("pending_waits", s->pending_waits);
+    KV("cut_streams", s->tails);
     uint64_t pipelined = 0;
     for (int i = 0; i < s->ngroups; i++)
         pipelined += s->groups[i].pipelined;

@@ -48,6 +48,7 @@ struct metrics_snap {
     uint64_t nested;                              /* messages clients sent nested, run on the worker that called back */
     uint64_t pending_bytes;                       /* requests held whole (pending_max's) */
     uint64_t pending_waits;                       /* messages that waited for room under it */
+    uint64_t tails;                               /* clients closed with a cut stream, their queued output written first */
     int ngroups;
     struct metrics_group groups[CFG_MAX_GROUPS];
     struct stats_snapshot *workers;               /* owned */

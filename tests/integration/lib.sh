@@ -260,4 +260,5 @@ cut_run() {
     cat <&"${CUT[0]}" > "$TMP/$w.cut" || true
     expect_lines "$TMP/$w.cut" '^ok whole=2 lens=16000000 cut=[1-9][0-9]*$' 1 # the first whole, the second cut
     wait_line "$TMP/$gwn.log" "\\(its last output\\): closed: its last output written, then the peer closed"
+    [ "$(total cut_streams "127.0.0.1:${!port}")" = 1 ] || fail "cut_streams: $(total cut_streams "127.0.0.1:${!port}")"
 }
