@@ -120,7 +120,8 @@ void tail_close_loop(struct gw *g, struct conn *c, const char *why)
         struct conn *x = &t->c;
         x->out = c->out; /* (its bytes stay counted as pending until written) */
         c->out = (struct outq){0};
-        x->out_mark = c->out_mark;
+        conn_mark_owed(x); /* all of it, the cut message's part too: a drain waits for it (helper round
+                            * 37a: at 247b1c8 the drain ended with that part unwritten) */
         if (c->has_pipe) { /* spliced bytes first: they are older than anything in out */
             x->pipe_rd = c->pipe_rd;
             x->pipe_wr = c->pipe_wr;

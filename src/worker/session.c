@@ -181,6 +181,12 @@ int session_connected_loop(struct gw *g, struct worker *w)
     if (!w->dirty || !session_reset_query(w)[0]) /* (none: a request pool, or none configured now:
                                                   * still dirty, for a reload that sets one) */
         return 0;
+    if (w->grp->paused) { /* a paused group starts nothing new: dirty, it runs the reset query when
+                           * a session is next given it, after the resume (idle_first) (helper round
+                           * 36c: at e80cc18 it ran it at once, the pause complete) */
+        log_info(w->c.name, "its group is paused: the reset query runs before a session is given it, after the resume");
+        return 0;
+    }
     if (worker_q_shared_loop(g, w)) /* its q is another's still (a live session's, on a connection a
                                      * reload removed): idle and dirty, passed over until that has
                                      * gone, then reset (idle_first) */
@@ -205,8 +211,8 @@ static struct conn *idle_first(struct gw *g, struct group *grp)
         if (!worker_takes_work(w) || worker_sibling(w) || worker_q_shared_loop(g, w))
             continue;
         if (w->dirty && session_reset_query(w)[0]) {
-            log_info(w->c.name, "its q may hold what ran outside a session (left so by a reload): the reset query "
-                                "runs before a session is given it");
+            log_info(w->c.name, "its q may hold what ran outside a session, or what the last one left: the reset "
+                                "query runs before a session is given it");
             if (start_reset(g, w) < 0)
                 conn_close_loop(g, &w->c, "out of memory for the reset query");
             continue;

@@ -154,7 +154,7 @@ kill -HUP "$FP_PID"
 wait_line "$TMP/FP.log" "reload: done" 10
 q "x"
 expect_lines "$TMP/q.out" "^'x\$" 1
-expect_file_has "$TMP/FP.log" "its q may hold what ran outside a session .*: the reset query runs before a session is given it"
+expect_file_has "$TMP/FP.log" "its q may hold what ran outside a session.*: the reset query runs before a session is given it"
 pass "a reload that makes a request pool a session pool: the reset query runs before the first session"
 
 # ... and a reload that gives a session pool a reset query: what the sessions before it left is
@@ -862,3 +862,30 @@ cat <&"${CQPY[0]}" > "$TMP/cq.out" || true
 expect_lines "$TMP/cq.out" "^ok type=2 reply=b'\\\\n\\\\x00\\\\x04\\\\x00\\\\x00\\\\x00pong'\$" 1
 expect_lines "$TMP/CQ.log" "no reply byte" 0
 pass "a callback behind its client's earlier reply, unread: its worker's query_timeout waits until the client has it; the client answers it, and the reply is that answer"
+
+# --- a paused group starts nothing new: a session's worker that connects again dirty (its query
+# timed out, the session lost) runs its reset query only once a session is given it, after the
+# resume (helper round 36c: at e80cc18 it ran it at once, inside a completed pause) ---------------
+start_worker WPR
+printf 'alice:x\nop:pw\tadmin=1\n' > "$TMP/prz.users"
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nusers_file = %s\nquery_timeout = 500\n[group main]\nworkers = 127.0.0.1:%s\npool = session\nreset_query = delete a from `.\n' \
+    "$TMP/prz.users" "$WPR_PORT" > "$TMP/prz.conf"
+start_gateway PRZ -c "$TMP/prz.conf"
+wait_line "$TMP/PRZ.log" "connected \(capability"
+timeout --foreground 20 "$BIN/qsend" -g "127.0.0.1:$PRZ_PORT" -u alice:x "a:1" "hold prz" > "$TMP/prz1.out" 2>&1 &
+PRQ=$!
+wait_line "$TMP/WPR.log" "hold prz"
+wait_line "$TMP/PRZ.log" "no reply byte for 500 ms" # (it connects again once its q has closed the old one)
+wait "$PRQ" || true
+expect_lines "$TMP/prz1.out" "^'qgate: timeout" 1
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$PRZ_PORT" -u op:pw ".qgate.pause[\`main]" > "$TMP/prz.p" 2>&1 || true
+expect_lines "$TMP/prz.p" '^1b$' 1
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$WPR_PORT" "release prz" > /dev/null # its query ends
+wait_line "$TMP/PRZ.log" "w 127\\.0\\.0\\.1:$WPR_PORT: its group is paused: the reset query runs before a session is given it, after the resume"
+expect_lines "$TMP/PRZ.log" "qgate dropped its last connection before the reset query ran: the reset query runs first" 0
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$PRZ_PORT" -u op:pw ".qgate.resume[\`main]" > "$TMP/prz.r" 2>&1 || true
+expect_lines "$TMP/prz.r" '^1b$' 1
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$PRZ_PORT" -u alice:x "a" > "$TMP/prz2.out" 2>&1 || true
+expect_lines "$TMP/prz2.out" "^'a\$" 1 # (the reset query ran before this session: a is gone)
+expect_lines "$TMP/PRZ.log" "its q may hold what ran outside a session, or what the last one left: the reset query runs before a session is given it" 1
+pass "a paused session pool: a worker connecting again dirty runs its reset query after the resume, before the next session"

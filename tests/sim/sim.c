@@ -503,8 +503,11 @@ static size_t gw_kept(void)
     n += access_bytes_loop(g); /* the access log's record buffers */
     for (int i = 0; i < g->ngroups; i++) {
         struct worker *w;
-        TAILQ_FOREACH(w, &g->groups[i].workers, glink)
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink) {
             n += sizeof *w;
+            n += w->reset_q ? strlen(w->reset_q) + 1 : 0; /* a reset query still to run (a paused group's,
+                                                            * before a session is given the worker) */
+        }
     }
     struct ustate *u;
     SLIST_FOREACH(u, &g->users, link)

@@ -225,6 +225,11 @@ static void test_tail_writes_then_closes(void **state)
         ch->p[i] = (uint8_t)(i * 7);
     ch->len = N;
     conn_push_whole_loop(&g, &f->c, ch);
+    struct chunk *cut = chunk_new(100); /* the cut message's part, streamed: not owed yet */
+    assert_non_null(cut);
+    memset(cut->p, 'c', 100);
+    cut->len = 100;
+    outq_push(&f->c.out, cut);
     uint32_t id = f->c.id, gen = f->c.gen;
 
     tail_close_loop(&g, &f->c, "its stream broke");
@@ -233,24 +238,29 @@ static void test_tail_writes_then_closes(void **state)
     assert_null(conn_lookup_loop(&g, id, gen));
     struct conn *t = the_tail();
     assert_non_null(t);
-    assert_int_equal(conn_pending(t), N);
+    assert_int_equal(conn_pending(t), N + 100);
+    assert_true(t->out_mark == t->out.written + t->out.bytes); /* all of it owed: a drain waits for it */
     uint32_t tid, tgen;
     tail_origin(t, &tid, &tgen);
     assert_true(tid == id && tgen == gen);
     conn_reap_loop(&g);
     assert_int_equal(freed, 1); /* the client's struct goes; its socket lives on in the tail */
 
-    uint8_t *got = malloc(N + 1);
+    uint8_t *got = malloc(N + 101);
     size_t have = 0;
     stream_flush_dirty_loop(&g);
-    for (int i = 0; i < 100000 && have < N; i++) {
-        ssize_t r = read(peer, got + have, N + 1 - have);
+    for (int i = 0; i < 100000 && have < N + 100; i++) {
+        ssize_t r = read(peer, got + have, N + 101 - have);
         if (r > 0)
             have += (size_t)r;
         else
             tail_event(t, EPOLLOUT); /* (what epoll would say: room again) */
     }
-    assert_int_equal(have, N);
+    assert_int_equal(have, N + 100);
+    assert_false(conn_owed_unsent(t));
+    for (size_t i = N; i < N + 100; i++)
+        if (got[i] != 'c')
+            fail_msg("byte %zu is not the cut message's", i);
     for (size_t i = 0; i < N; i++)
         if (got[i] != (uint8_t)(i * 7))
             fail_msg("byte %zu is not the one queued", i);
