@@ -135,6 +135,7 @@ struct conn {
     struct rdstate rd;   /* the message being read (framed) */
     struct conn *waits_on; /* paused: the connection whose output it waits on (on its waiters) */
     int64_t last_read_ms; /* when its socket last gave bytes */
+    int64_t last_write_ms; /* when its socket last took bytes */
     struct conn_timer tm[CONN_TIMERS]; /* what each is for is the kind's (client.h, worker.h) */
     struct connq *q;     /* the queue, idle list or waiters it is on, or NULL */
     struct connq waiters; /* connections that stopped reading until this one's output drains */

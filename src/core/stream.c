@@ -130,6 +130,7 @@ static int pipe_flush(struct gw *g, struct conn *c)
         if (n > 0) {
             c->piped -= (size_t)n;
             budget -= (size_t)n;
+            c->last_write_ms = g->loop.now_ms;
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -237,6 +238,8 @@ int stream_flush_loop(struct gw *g, struct conn *c)
             write_failed(g, c, errno == EPIPE || errno == ECONNRESET ? "peer closed" : strerror(errno));
             return -1;
         }
+        if (w > 0)
+            c->last_write_ms = g->loop.now_ms;
         if (c->out.bytes && (size_t)w >= (size_t)g->cfg.write_budget) {
             conn_mark_dirty_loop(g, c); /* budget used up: more next iteration */
             g->loop.work_pending = 1;

@@ -106,8 +106,11 @@ void tail_origin(const struct conn *x, uint32_t *id, uint32_t *gen)
 void tail_close_loop(struct gw *g, struct conn *c, const char *why)
 {
     struct tail *t = NULL;
-    if (!c->closing && c->fd >= 0 && c->kind == CONN_CLIENT && (c->out.bytes || c->piped))
-        t = calloc(1, sizeof *t);
+    if (!c->closing && c->kind == CONN_CLIENT) {
+        g->tails++; /* (every client closed so, whatever it is still owed: cut_streams) */
+        if (c->fd >= 0 && (c->out.bytes || c->piped))
+            t = calloc(1, sizeof *t);
+    }
     if (t) {
         int fd = conn_take_socket_loop(g, c);
         if (conn_register_loop(g, &t->c, &tail_ops, CONN_TAIL, fd, 0)) {
@@ -131,7 +134,6 @@ void tail_close_loop(struct gw *g, struct conn *c, const char *why)
             c->has_pipe = 0;
             c->piped = 0;
         }
-        g->tails++;
         t->from_id = c->id;
         t->from_gen = c->gen;
         snprintf(x->name, sizeof x->name, "%.120s (its last output)", c->name);

@@ -304,11 +304,14 @@ static void on_query_timeout(struct gw *g, struct conn *c)
                                      * it is answered inside it, so its count, not the phase: 19a) */
         due = g->loop.now_ms + g->cfg.query_timeout;
     else if ((w->run.phase == WB_CALLED || w->run.cb_open > 0) && (cb = w->run.cl ? w->run.cl : w->sess) &&
-             conn_owed_unsent(&cb->c)) { /* its callback not yet out to its client, behind what
-                                          * that client is still owed (a slow reader): the client has
-                                          * not seen it; its clock starts again once it has (helper
-                                          * round 36e: at e80cc18 a routed worker timed out while its
-                                          * callback waited behind a session's messages) */
+             conn_owed_unsent(&cb->c) && g->loop.now_ms - cb->c.last_write_ms < g->cfg.query_timeout) { /* its
+                                          * callback not yet out to its client, behind what that client
+                                          * is still owed and reading (a slow reader): the client has not
+                                          * seen it; its clock starts again once it has (helper round 36e:
+                                          * at e80cc18 a routed worker timed out while its callback waited
+                                          * behind a session's messages). A client that took nothing for
+                                          * query_timeout does not hold it so (37b: with no
+                                          * client_stall_timeout, it held it for good) */
         log_debug(w->c.name, "its callback waits in %s's output: its query_timeout waits too", cb->c.name);
         w->tm_armed_ms = g->loop.now_ms;
         due = g->loop.now_ms + g->cfg.query_timeout;

@@ -27,13 +27,27 @@ class Q:
             self.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.s.connect(("127.0.0.1", port))
         self.s.sendall(b"t:t\3\0")
+        self.buf = bytearray()  # read ahead (slurp), taken first
 
     def send(self, body, t=1):
         """A message of type t (0 async, 1 sync, 2 response)."""
         self.s.sendall(bytes([1, t, 0, 0]) + struct.pack("<i", 8 + len(body)) + body)
 
+    def slurp(self, n, timeout):
+        """What comes within timeout seconds, up to n bytes, read ahead: how many."""
+        self.s.settimeout(timeout)
+        try:
+            k = self.s.recv(n)
+        except socket.timeout:
+            k = b""
+        finally:
+            self.s.settimeout(None)
+        self.buf += k
+        return len(k)
+
     def recvn(self, n):
-        b = bytearray()
+        b = self.buf[:n]
+        del self.buf[:n]
         while len(b) < n:
             k = self.s.recv(min(n - len(b), 1 << 20))
             if not k:
@@ -56,7 +70,8 @@ class Q:
 
     def rest(self):
         """Everything up to the close."""
-        data = bytearray()
+        data = self.buf
+        self.buf = bytearray()
         while True:
             k = self.s.recv(1 << 20)
             if not k:

@@ -821,25 +821,30 @@ pass "a reset query answered with a q error: a warning says the next session may
 cut_run WTL "pool = session\n" "its session's worker was lost"
 pass "a session's worker lost in the middle of a reply: the reply queued ahead of it still goes whole, then the close"
 
-# --- a callback waiting in its client's output, behind what that client is still owed: its
-# worker's query_timeout waits too (helper round 36e: at e80cc18 a routed worker timed out while its
-# callback sat behind a slow reader's earlier messages, the client never having seen it) ----------
+# --- a callback waiting in its client's output, behind what that client is still owed and reading
+# slowly: its worker's query_timeout waits too (helper round 36e: at e80cc18 a routed worker timed
+# out while its callback sat behind a slow reader's earlier messages, the client never having seen
+# it); but not behind a client that takes nothing (helper round 37b: with client_stall_timeout = 0,
+# at 6a9ad9c, that held the worker for good) ------------------------------------------------------
 start_worker WQA
 start_worker WQB
-printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nquery_timeout = 1000\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n[group g2]\nworkers = 127.0.0.1:%s\n' \
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nquery_timeout = 1000\nclient_stall_timeout = 0\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n[group g2]\nworkers = 127.0.0.1:%s\n' \
     "$WQA_PORT" "$WQB_PORT" > "$TMP/cq.conf"
 start_gateway CQ -c "$TMP/cq.conf"
 wait_count "$TMP/CQ.log" "connected \(capability" 2
-# a q client in python: "text 16000000" in its session, then (`.qgate.on; `g2; "callback echo hi"),
-# reading nothing until the gateway has let a query_timeout pass for the callback waiting behind
-# the first reply; then the reply, the callback (answered "pong"), and the routed reply
+# a q client in python: "text 16000000" in its session, then (`.qgate.on; `g2; "callback echo hi");
+# then, until told to go on, it reads 64 KiB every 20 ms (slow) or nothing (none); then the reply,
+# the callback (answered "pong"), and the routed reply
 cat > "$TMP/cq.py" <<'PY'
-import sys
+import select, sys
 from qwire import Q, cv, route
 q = Q(int(sys.argv[1]), rcvbuf=65536)
 q.send(cv("text 16000000"))
 q.send(route("g2", "callback echo hi"))
 print("sent", flush=True)
+while not select.select([sys.stdin], [], [], 0.02)[0]:
+    if sys.argv[2] == "slow":
+        q.slurp(65536, 0.02)
 sys.stdin.readline()
 assert q.recvn(1) == b"\3"
 t, b = q.frame()
@@ -852,16 +857,27 @@ q.send(cv("pong"), t=2)
 t, b = q.frame()
 print("ok type=%d reply=%r" % (t, b))
 PY
-coproc CQPY { PYTHONPATH="$IT_DIR" timeout --foreground 120 python3 "$TMP/cq.py" "$CQ_PORT" 2>&1; }
-PIDS+=("$CQPY_PID")
-read -r -t 60 line <&"${CQPY[0]}" || fail "the python client did not start"
-[ "$line" = sent ] || fail "the python client: $line $(cat <&"${CQPY[0]}")"
-wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c1 .*'s output: its query_timeout waits too"
-echo go >&"${CQPY[1]}"
-cat <&"${CQPY[0]}" > "$TMP/cq.out" || true
-expect_lines "$TMP/cq.out" "^ok type=2 reply=b'\\\\n\\\\x00\\\\x04\\\\x00\\\\x00\\\\x00pong'\$" 1
+# cq_run MODE: the client above, until its worker's clock is seen to wait (slow) or run out (none)
+cq_run() {
+    coproc CQPY { PYTHONPATH="$IT_DIR" timeout --foreground 120 python3 "$TMP/cq.py" "$CQ_PORT" "$1" 2>&1; }
+    PIDS+=("$CQPY_PID")
+    read -r -t 60 line <&"${CQPY[0]}" || fail "the python client did not start"
+    [ "$line" = sent ] || fail "the python client: $line $(cat <&"${CQPY[0]}")"
+    if [ "$1" = slow ]; then
+        wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c[0-9]+ .*'s output: its query_timeout waits too"
+    else
+        wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: no reply byte for 1000 ms"
+    fi
+    echo go >&"${CQPY[1]}"
+    cat <&"${CQPY[0]}" > "$TMP/cq.$1" || true
+}
+cq_run slow
+expect_lines "$TMP/cq.slow" "^ok type=2 reply=b'\\\\n\\\\x00\\\\x04\\\\x00\\\\x00\\\\x00pong'\$" 1
 expect_lines "$TMP/CQ.log" "no reply byte" 0
-pass "a callback behind its client's earlier reply, unread: its worker's query_timeout waits until the client has it; the client answers it, and the reply is that answer"
+pass "a callback behind its client's earlier reply, read slowly: its worker's query_timeout waits until the client has it; the client answers it, and the reply is that answer"
+cq_run none
+expect_lines "$TMP/cq.none" "^ok type=2 reply=b.*qgate: timeout" 1 # (the callback answered after its worker was dropped)
+pass "... and behind a client that reads nothing: the worker times out at query_timeout, client_stall_timeout 0 or not"
 
 # --- a paused group starts nothing new: a session's worker that connects again dirty (its query
 # timed out, the session lost) runs its reset query only once a session is given it, after the

@@ -251,7 +251,7 @@ int main(int argc, char **argv)
            "worker waiting on their client's callback and %ld answered nested by the gateway (%ld checks saw a "
            "worker wait for them, or for another part's callback), %ld reset queries run by session workers (%ld reloads turned reset_query off or on), "
            "%ld reloads made group main a session pool or a request pool (%ld times the gateway made it a session pool; %ld checks saw a session's end held back for a message to it), "
-           "%ld callbacks' answers sent before the callback asked (%ld malformed, %ld behind an echo sent between, %ld behind an async message; %ld callbacks came and read them), %ld clients closed with a broken stream whose output queued ahead of the break was written first\n",
+           "%ld callbacks' answers sent before the callback asked (%ld malformed, %ld behind an echo sent between, %ld behind an async message; %ld callbacks came and read them), %ld clients closed with their stream cut (what was queued for them ahead of the cut written first)\n",
            ran, (unsigned long long)first, (unsigned long long)(first + (uint64_t)ran - (ran ? 1 : 0)), steps, checks,
            failed, now_s() - t0, uds, mutes, held, hlearn, pheld, dis, alines, adrop, afrag, scrapes, ldrop, mid, http, hpass, hrefused, pwaits, halfs, halfa, nested, nhere, nwaits, resets, rflips, pflips, ptaken, hends, ahead, abad, abetween, aasync, aread, tails);
     return failed ? 1 : 0;

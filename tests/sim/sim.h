@@ -61,7 +61,7 @@ struct sim_result {
     long half_answered;   /* ... and got every reply owed, then the gateway's close */
     long answered_ahead;  /* callbacks' answers sent before the callback asked */
     long ahead_read;      /* ... whose callback came, read by the worker */
-    long tails;           /* clients closed with a broken stream, their output queued ahead written (tail.c) */
+    long tails;           /* clients closed with their stream cut (tail.c) */
     long ahead_between;   /* ... with an echo sent between the request and its answer */
     long ahead_async;     /* ... behind an async message that calls back */
     long bad_ahead;       /* ... malformed (sent), each a bad message where it is read */

@@ -276,6 +276,7 @@ static void test_tail_writes_then_closes(void **state)
     tail_close_loop(&g, &e->c, "its stream broke");
     assert_int_equal(e->closes, 1);
     assert_null(the_tail());
+    assert_int_equal(g.tails, 2); /* both counted (cut_streams) */
     conn_reap_loop(&g);
     assert_int_equal(freed, 2);
 }
