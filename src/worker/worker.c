@@ -139,9 +139,6 @@ static int failed_attempt_level(uint32_t n)
     return n >= 8 && !(n & (n - 1)) ? LOG_INFO : LOG_DEBUG;
 }
 
-/* A connection attempt failed (the worker was not up), or the connection closed as soon as it
- * was up (a flap): retry later; if no worker of the group is up, the waiting requests are
- * answered rather than left to wait. */
 /* Is another worker of w's group still on its first attempt to connect (added at the start, or
  * by a reload)? Then the group is not known to be down yet: that one says so if it fails too. */
 static int another_first_try(const struct worker *w)
@@ -154,6 +151,9 @@ static int another_first_try(const struct worker *w)
     return 0;
 }
 
+/* A connection attempt failed (the worker was not up), or the connection closed as soon as it
+ * was up (a flap): retry later; if no worker of the group is up, the waiting requests are
+ * answered rather than left to wait. */
 static void connect_failed(struct gw *g, struct worker *w)
 {
     w->renewing = 0; /* a new connection for the next session that failed: down, as any */
