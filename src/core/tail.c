@@ -89,10 +89,14 @@ void tail_timeouts_reloaded_loop(struct gw *g)
         struct conn *x = g->tab[id];
         if (!x || x->kind != CONN_TAIL || x->closing || tail_of(x)->shut)
             continue;
-        if (g->cfg.client_stall_timeout > 0)
-            conn_timer_arm_loop(g, x, TAIL_TM, tail_of(x)->since + g->cfg.client_stall_timeout, on_timer);
-        else
+        if (g->cfg.client_stall_timeout <= 0) {
             conn_timer_cancel_loop(g, x, TAIL_TM);
+            continue;
+        }
+        if (!conn_timer_armed(x, TAIL_TM)) /* no limit until now: its clock starts now, as a client's
+                                            * (helper round 37d: at f63ad4d it was closed at once) */
+            tail_of(x)->since = g->loop.now_ms;
+        conn_timer_arm_loop(g, x, TAIL_TM, tail_of(x)->since + g->cfg.client_stall_timeout, on_timer);
     }
 }
 
@@ -141,7 +145,7 @@ void tail_close_loop(struct gw *g, struct conn *c, const char *why)
         if (g->cfg.client_stall_timeout > 0)
             conn_timer_arm_loop(g, x, TAIL_TM, t->since + g->cfg.client_stall_timeout, on_timer);
         conn_mark_dirty_loop(g, x);
-        log_debug(x->name, "%zu bytes to write before the close", conn_pending(x));
+        log_info(x->name, "%zu bytes queued for it before the cut: written, then the close", conn_pending(x));
     }
     conn_close_loop(g, c, why);
 }

@@ -19,7 +19,7 @@
 void tail_close_loop(struct gw *g, struct conn *c, const char *why);
 
 /* client_stall_timeout changed (a reload): each tail still writing keeps to the new one (0: none),
- * its clock from its last byte taken. */
+ * its clock from its last byte taken (from now, where there was no limit). */
 void tail_timeouts_reloaded_loop(struct gw *g);
 /* The id and generation of the client a tail was (x of kind CONN_TAIL). */
 void tail_origin(const struct conn *x, uint32_t *id, uint32_t *gen);
