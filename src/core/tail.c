@@ -125,8 +125,7 @@ void tail_close_loop(struct gw *g, struct conn *c, const char *why)
     }
     if (t) {
         struct conn *x = &t->c;
-        x->out = c->out; /* (its bytes stay counted as pending until written) */
-        c->out = (struct outq){0};
+        outq_append(&x->out, &c->out); /* (its bytes stay counted as pending until written) */
         conn_mark_owed(x); /* all of it, the cut message's part too: a drain waits for it (helper round
                             * 37a: at 247b1c8 the drain ended with that part unwritten) */
         if (c->has_pipe) { /* spliced bytes first: they are older than anything in out */
