@@ -20,6 +20,7 @@
 #include "log.h"
 #include "net.h"
 #include "stats.h"
+#include "tail.h"
 
 /* What is read from a client whose input ended, to run what it sent before it left. */
 #define GONE_DRAIN_MAX ((size_t)64 << 20)
@@ -107,7 +108,9 @@ static void on_listener(struct gw *g, struct evsrc *s, uint32_t ev)
             close(fd);
             continue;
         }
-        int over = g->nclients - g->nrefusing >= g->cfg.max_clients;
+        int over = g->nclients + g->ntails - g->nrefusing >= g->cfg.max_clients; /* (a cut client's socket,
+                                                                                    * its last output written:
+                                                                                    * tail.h) */
         if (over)
             conn_refused_loop(g, REFUSED_TOO_MANY, NULL, "refusing a connection: max_clients (%d) reached",
                               g->cfg.max_clients);
@@ -817,13 +820,34 @@ struct client *client_by_serial_loop(struct gw *g, uint64_t serial)
     return NULL;
 }
 
+void client_cut_loop(struct gw *g, struct client *c, const char *why)
+{
+    struct tail_who who = {.serial = c->serial, .connected_ms = c->connected_ms};
+    snprintf(who.user, sizeof who.user, "%s", c->user);
+    snprintf(who.peer, sizeof who.peer, "%s", c->peer);
+    snprintf(who.group, sizeof who.group, "%s", c->grp ? c->grp->cfg.name : "");
+    tail_close_loop(g, &c->c, &who, why);
+}
+
 struct clients_snapshot *client_snapshot_loop(struct gw *g)
 {
-    struct clients_snapshot *s = calloc(1, sizeof *s + (size_t)g->nclients * sizeof s->rows[0]);
+    int rows = g->nclients + g->ntails;
+    struct clients_snapshot *s = calloc(1, sizeof *s + (size_t)rows * sizeof s->rows[0]);
     if (!s)
         return NULL;
-    for (uint32_t id = 0; id < g->next_id && s->n < g->nclients; id++) {
+    for (uint32_t id = 0; id < g->next_id && s->n < rows; id++) {
         struct conn *x = g->tab[id];
+        if (x && x->kind == CONN_TAIL && !x->closing) { /* a client cut, its last output still written */
+            const struct tail_who *w = tail_who(x);
+            struct client_row *r = &s->rows[s->n++];
+            r->id = (int64_t)w->serial;
+            snprintf(r->user, sizeof r->user, "%s", w->user);
+            snprintf(r->peer, sizeof r->peer, "%s", w->peer);
+            snprintf(r->group, sizeof r->group, "%s", w->group);
+            qg_copy_lower(r->state, sizeof r->state, client_state_name(CS_CLOSING));
+            r->connected_ms = gw_wall_ms(g, w->connected_ms);
+            continue;
+        }
         if (!x || x->kind != CONN_CLIENT || x->closing)
             continue;
         struct client *c = client_of(x);

@@ -287,6 +287,9 @@ struct client *client_lookup_loop(struct gw *g, uint32_t id, uint32_t gen);
 struct client *client_of_job_loop(struct gw *g, const struct job *j);
 /* The client with this serial (as shown by .qgate.clients[]), or NULL. */
 struct client *client_by_serial_loop(struct gw *g, uint64_t serial);
+/* Close c as its stream was cut (a worker lost in the middle of a message to it): what was
+ * queued for it ahead of the cut is written first, by a tail that keeps its row (tail.h). */
+void client_cut_loop(struct gw *g, struct client *c, const char *why);
 /* The .qgate.clients[] snapshot (malloc'd). */
 struct clients_snapshot *client_snapshot_loop(struct gw *g);
 /* SIGTERM: nothing more is read from any client. */

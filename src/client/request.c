@@ -10,7 +10,6 @@
 
 #include "client.h"
 #include "stream.h"
-#include "tail.h"
 #include "access.h"
 #include "alog.h"
 #include "gw.h"
@@ -1309,7 +1308,7 @@ void request_session_lost_loop(struct gw *g, struct client *c, int cut, const ch
     if (cut || client_output_gone(c)) { /* its stream is broken (what was queued for it ahead of
                                           * the cut still goes: tail.h), or nobody is left to tell */
         if (cut)
-            tail_close_loop(g, &c->c, "its session's worker was lost");
+            client_cut_loop(g, c, "its session's worker was lost");
         else
             conn_close_loop(g, &c->c, "its session's worker was lost");
         return;

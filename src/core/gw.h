@@ -164,6 +164,7 @@ struct gw {
     unsigned refusing_next;
     uint64_t handshakes, query_timeouts;
     uint64_t tails; /* clients closed with their stream cut, what was queued ahead written first (tail.c) */
+    int ntails;     /* of them, those whose last output is still being written: max_clients counts them */
     uint64_t pending_waits; /* messages that waited for room under pending_max */
     uint64_t held_passed; /* replies sent as the worker sent them for hold_max (not changed) */
     uint64_t nested; /* messages clients sent nested (while a worker waited on their callback's answer):

@@ -14,6 +14,7 @@ struct tail {
     int64_t since;       /* when its output last accepted a byte (or it began) */
     uint8_t shut;        /* all written, our side shut: lingering until the peer closes */
     uint32_t from_id, from_gen; /* the client it was */
+    struct tail_who who;
 };
 
 enum { TAIL_TM = 0 };
@@ -70,8 +71,8 @@ static void on_event(struct gw *g, struct evsrc *s, uint32_t ev)
 
 static void on_close(struct gw *g, struct conn *x, const char *why)
 {
-    (void)g;
     log_debug(x->name, "closed: %s", why);
+    g->ntails--;
 }
 
 static void tail_free(struct conn *x) { free(tail_of(x)); }
@@ -107,7 +108,19 @@ void tail_origin(const struct conn *x, uint32_t *id, uint32_t *gen)
     *gen = t->from_gen;
 }
 
-void tail_close_loop(struct gw *g, struct conn *c, const char *why)
+const struct tail_who *tail_who(const struct conn *x) { return &((const struct tail *)x)->who; }
+
+struct conn *tail_by_serial_loop(struct gw *g, uint64_t serial)
+{
+    for (uint32_t id = 0; id < g->next_id; id++) {
+        struct conn *x = g->tab[id];
+        if (x && x->kind == CONN_TAIL && !x->closing && tail_of(x)->who.serial == serial)
+            return x;
+    }
+    return NULL;
+}
+
+void tail_close_loop(struct gw *g, struct conn *c, const struct tail_who *who, const char *why)
 {
     struct tail *t = NULL;
     if (!c->closing && c->kind == CONN_CLIENT) {
@@ -139,6 +152,8 @@ void tail_close_loop(struct gw *g, struct conn *c, const char *why)
         }
         t->from_id = c->id;
         t->from_gen = c->gen;
+        t->who = *who;
+        g->ntails++;
         snprintf(x->name, sizeof x->name, "%.120s (its last output)", c->name);
         t->since = g->loop.now_ms;
         if (g->cfg.client_stall_timeout > 0)

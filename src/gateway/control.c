@@ -20,6 +20,7 @@
 #include "dispatch.h"
 #include "jobs.h"
 #include "log.h"
+#include "tail.h"
 #include "worker.h"
 
 /* ---- pause and resume ------------------------------------------------------------------------ */
@@ -145,6 +146,15 @@ int control_kill_loop(struct gw *g, struct client *cl, struct req *r, const stru
     }
     int64_t id = job_args_c(j)->cmd.num;
     struct client *x = id > 0 ? client_by_serial_loop(g, (uint64_t)id) : NULL;
+    struct conn *t = !x && id > 0 ? tail_by_serial_loop(g, (uint64_t)id) : NULL;
+    if (t) { /* cut, its last output still written (tail.h): that stops now */
+        log_info(cl->c.name, "disconnecting client %lld (%s, %zu bytes of its last output unwritten) as admin %s asked",
+                 (long long)id, t->name, conn_pending(t), cl->user);
+        char why[128];
+        snprintf(why, sizeof why, "disconnected by admin %s", cl->user);
+        conn_close_loop(g, t, why);
+        return 0;
+    }
     if (!x) {
         if (id == GWARG_NULL)
             request_error_loop(g, cl, r, "qgate: no client 0N");

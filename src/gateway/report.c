@@ -150,6 +150,7 @@ struct metrics_snap *report_totals_loop(struct gw *g)
         if (c && c->kind == CONN_CLIENT)
             s->clients[client_of(c)->st]++;
     }
+    s->clients[CS_CLOSING] += g->ntails; /* (a cut client's last output: closing, as .qgate.clients[] shows it) */
     s->accepted = g->accepted;
     s->handshakes = g->handshakes;
     s->query_timeouts = g->query_timeouts;

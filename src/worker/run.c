@@ -52,7 +52,6 @@
 
 #include "worker.h"
 #include "stream.h"
-#include "tail.h"
 #include "alog.h"
 #include "gw.h"
 #include "jobs.h"
@@ -1335,7 +1334,7 @@ static void fail_request(struct gw *g, struct client *c, int cut, int run, int t
     struct req *h = client_head(c);
     note_lost(g, c);
     if (cut) /* what was queued for it ahead of the cut still goes (tail.h) */
-        tail_close_loop(g, &c->c, "worker lost in the middle of the reply");
+        client_cut_loop(g, c, "worker lost in the middle of the reply");
     else if (run == RUN_ASYNC && timed_out && left_unowed(c)) /* gone: what it sent after them would run
                                      * elsewhere before the rest of them, which q may still run (19a:
                                      * waiting for them, it kept its max_clients place for as long as

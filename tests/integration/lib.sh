@@ -153,9 +153,9 @@ pick_port() {
 }
 # metric 'NAME{LABELS}': its value on the metrics page at 127.0.0.1:$METRICS_PORT
 metric() { curl -s --max-time 10 "http://127.0.0.1:$METRICS_PORT/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
-# total KEY [HOST:PORT]: KEY of .qgate.totals[] at the gateway $G (or HOST:PORT)
+# total KEY [HOST:PORT [USER:PW]]: KEY of .qgate.totals[] at the gateway $G (or HOST:PORT), asked as USER
 total() {
-    timeout --foreground 10 "$BIN/qsend" -g "${2:-$G}" ".qgate.totals[]" | awk -F'!' -v key="$1" '{ nk = split($1, k, "`")
+    timeout --foreground 10 "$BIN/qsend" -g "${2:-$G}" ${3:+-u "$3"} ".qgate.totals[]" | awk -F'!' -v key="$1" '{ nk = split($1, k, "`")
         split($2, v, " "); for (i = 2; i <= nk; i++) if (k[i] == key) print v[i - 1] }'
 }
 # total_is KEY N [HOST:PORT], total_at_least KEY N [HOST:PORT] (for wait_for)
@@ -236,19 +236,23 @@ raw_msg() {
     timeout --foreground 10 dd bs=$((len - 8)) count=1 iflag=fullblock status=none <&"$fd" >> "$1"
 }
 
-# cut_run NAME CONF_EXTRA WHY: a worker (NAME) behind gateway NAME-G; a client sends "text
-# 16000000" and "crash 1000000" (the worker writes half that reply and exits) and reads nothing
-# until the gateway has closed it (why), so that the first reply waits in the gateway, past what the
-# kernel holds (client_low_water above it lets the second request start; splice off, as a reply
-# spliced waits in a 1 MiB pipe, its worker paused until the client reads); then it reads to the close
-cut_run() {
-    local w=$1 extra=$2 why=$3 gwn=${1}G port line
+# cut_start NAME GROUP_EXTRA WHY [GATEWAY_EXTRA]: a worker (NAME) behind gateway NAME-G (users file: t:t, and op:pw an
+# admin); a client (user t) sends "text 16000000" and "crash 1000000" (the worker writes half that
+# reply and exits) and reads nothing until the gateway has closed it (why), so that the first reply
+# waits in the gateway, past what the kernel holds (client_low_water above it lets the second
+# request start; splice off, as a reply spliced waits in a 1 MiB pipe, its worker paused until the
+# client reads). Returns with the client cut, its output left to write (tail.h), unread. CUT_G is
+# the gateway's host:port; "echo go >&${CUT[1]}" has the client read.
+cut_start() {
+    local w=$1 extra=$2 why=$3 gwextra=${4:-} gwn=${1}G port line
     start_worker "$w"
     port=${w}_PORT
-    printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n[group main]\nworkers = 127.0.0.1:%s\n%b' \
-        "${!port}" "$extra" > "$TMP/$w.conf"
+    printf 't:t\nop:pw\tadmin=1\n' > "$TMP/$w.users"
+    printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nusers_file = %s\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n%b[group main]\nworkers = 127.0.0.1:%s\n%b' \
+        "$TMP/$w.users" "$gwextra" "${!port}" "$extra" > "$TMP/$w.conf"
     start_gateway "$gwn" -c "$TMP/$w.conf"
     port=${gwn}_PORT
+    CUT_G="127.0.0.1:${!port}"
     wait_line "$TMP/$gwn.log" "connected \(capability"
     coproc CUT { PYTHONPATH="$IT_DIR" timeout --foreground 120 python3 "$IT_DIR/cut_client.py" "${!port}" "text 16000000" "crash 1000000" 2>&1; }
     PIDS+=("$CUT_PID")
@@ -256,9 +260,27 @@ cut_run() {
     [ "$line" = sent ] || fail "the python client: $line $(cat <&"${CUT[0]}")"
     wait_line "$TMP/$w.log" "crash 1000000: writing"
     wait_line "$TMP/$gwn.log" "closed: $why"
+}
+
+# cut_end FILE: the cut client reads to the close, its lines into FILE; it is waited for (a second
+# coproc CUT started while bash still holds the first lost its variables when that one was reaped)
+cut_end() {
+    local pid=$CUT_PID
     echo go >&"${CUT[1]}"
-    cat <&"${CUT[0]}" > "$TMP/$w.cut" || true
+    cat <&"${CUT[0]}" > "$1" || true
+    wait "$pid" 2>/dev/null || true
+}
+
+# cut_run NAME GROUP_EXTRA WHY: cut_start, then the client's row still in .qgate.clients[] (state
+# closing) while its output is written; then it reads to the close: the first reply whole, the
+# second cut
+cut_run() {
+    local w=$1 gwn=${1}G
+    cut_start "$@"
+    timeout --foreground 10 "$BIN/qsend" -g "$CUT_G" -u op:pw ".qgate.clients[]" > "$TMP/$w.clients"
+    expect_file_has "$TMP/$w.clients" '^table\[2\] .*`closing'
+    cut_end "$TMP/$w.cut"
     expect_lines "$TMP/$w.cut" '^ok whole=2 lens=16000000 cut=[1-9][0-9]*$' 1 # the first whole, the second cut
     wait_line "$TMP/$gwn.log" "\\(its last output\\): closed: its last output written, then the peer closed"
-    [ "$(total cut_streams "127.0.0.1:${!port}")" = 1 ] || fail "cut_streams: $(total cut_streams "127.0.0.1:${!port}")"
+    [ "$(total cut_streams "$CUT_G" op:pw)" = 1 ] || fail "cut_streams: $(total cut_streams "$CUT_G" op:pw)"
 }

@@ -493,6 +493,33 @@ pass "worker lost mid-stream: client closed after $got of ~150 MB"
 cut_run WC2 "" "worker lost in the middle of the reply"
 pass "a worker lost in the middle of a reply: the client's reply queued ahead of it still goes whole, then the close"
 
+# ... and while that output waits for a client that reads nothing, it keeps the client's place:
+# counted by max_clients, its row (closing) and id in .qgate.clients[] for .qgate.kill (at 2a3cfd6
+# it held its socket unseen and uncounted, for good with client_stall_timeout 0)
+cut_start WC3 "" "worker lost in the middle of the reply" "max_clients = 2\nclient_stall_timeout = 0\n"
+raw_open "${CUT_G#*:}"
+printf 'op:pw\003\000' >&3
+timeout --foreground 10 head -c 1 <&3 > "$TMP/wc3.hs" || fail "the second connection: no handshake"
+timeout --foreground 10 "$BIN/qsend" -g "$CUT_G" -u op:pw ".qgate.clients[]" > "$TMP/wc3.refused" 2>&1 || true
+expect_file_has "$TMP/wc3.refused" "qgate: too many connections"
+raw_close
+wait_line "$TMP/WC3G.log" "client closed the connection"
+timeout --foreground 10 "$BIN/qsend" -g "$CUT_G" -u op:pw ".qgate.clients[]" > "$TMP/wc3.clients"
+line=$(grep '^table\[2\]' "$TMP/wc3.clients") || fail "clients: $(cat "$TMP/wc3.clients")"
+read -ra ids <<< "$(awk -F' [|] ' '{print $2}' <<< "$line")"
+states=$(awk -F' [|] ' '{print $6}' <<< "$line")
+IFS='`' read -ra st <<< "${states#\`}"
+tid=
+for i in "${!st[@]}"; do [ "${st[$i]}" = closing ] && tid=${ids[$i]}; done
+[ -n "$tid" ] || fail "no row closing in .qgate.clients[]: $line"
+timeout --foreground 10 "$BIN/qsend" -g "$CUT_G" -u op:pw ".qgate.kill[$tid]" > "$TMP/wc3.kill"
+wait_line "$TMP/WC3G.log" "\\(its last output\\): closed: disconnected by admin op"
+expect_file_has "$TMP/WC3G.log" "disconnecting client $tid \\(.*its last output.*, [0-9]+ bytes of its last output unwritten\\)"
+timeout --foreground 10 "$BIN/qsend" -g "$CUT_G" -u op:pw ".qgate.clients[]" > "$TMP/wc3.after"
+expect_file_has "$TMP/wc3.after" '^table\[1\] '
+cut_end "$TMP/WC3.cut"
+pass "a cut client's output still written keeps its place: max_clients counts it, .qgate.clients[] shows it closing, .qgate.kill ends it"
+
 # --- client gone while queued, while running, while its reply streams: what it sent still
 # runs (q runs every message it read before it sees the close); replies dropped; worker reused
 conf "$TMP/i.conf" "$WADDR" loglevel=debug

@@ -205,7 +205,8 @@ static void check_client(struct conn *x)
 
 /* The table: each connection in its own slot, none closed, on the flush list only with a socket,
  * a metrics one on the metrics list; each client checked. What it counts, for the lists. */
-static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pending, size_t *big, int *waiting)
+static void check_table(int *nclients, int *ntails, int *nmetrics, int *backlog, size_t *pending, size_t *big,
+                        int *waiting)
 {
     struct gw *g = &S->g;
     for (uint32_t id = 0; id < g->next_id; id++) {
@@ -218,6 +219,7 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
             fail("closed connection %s is still in the table", x->name);
         if (x->dirty && x->fd < 0)
             fail("%s is on the flush list without a socket", x->name);
+        *ntails += x->kind == CONN_TAIL;
         if (x->kind == CONN_METRICS) {
             (*nmetrics)++;
             if (x->q != &g->metrics_conns || x->fd < 0)
@@ -279,7 +281,7 @@ static void check_table(int *nclients, int *nmetrics, int *backlog, size_t *pend
 }
 
 /* The counts and the gateway-wide lists (flush, backlog) against what the table holds. */
-static void check_lists(int nclients, int nmetrics, int backlog)
+static void check_lists(int nclients, int ntails, int nmetrics, int backlog)
 {
     struct gw *g = &S->g;
     int dirty = 0;
@@ -287,6 +289,8 @@ static void check_lists(int nclients, int nmetrics, int backlog)
         fail("%llu state transitions outside the tables of worker.c, run.c, client.c or request.c (see the log)", (unsigned long long)g->bad_transitions);
     if (nclients != g->nclients)
         fail("nclients is %d, the table holds %d clients", g->nclients, nclients);
+    if (ntails != g->ntails) /* (max_clients counts them) */
+        fail("ntails is %d, the table holds %d cut clients' last output", g->ntails, ntails);
     if (nmetrics != g->nmconns || nmetrics != g->metrics_conns.n)
         fail("nmconns %d, the metrics list holds %d, the table %d", g->nmconns, g->metrics_conns.n, nmetrics);
     struct conn *x;
@@ -438,7 +442,7 @@ static void check_users(void)
 /* Every connection on exactly the lists its state says; counts that match. */
 void check_gateway(void)
 {
-    int nclients = 0, backlog = 0, nmetrics = 0;
+    int nclients = 0, ntails = 0, backlog = 0, nmetrics = 0;
     S->res->checks++;
     (void)reset_query_on(); /* a reset query off for a while is seen, however short (its epoch) */
     (void)session_era(); /* ... and group main a request pool for a while (its sessions ended) */
@@ -446,8 +450,8 @@ void check_gateway(void)
     check_alog();
     size_t pending = 0, big = 0;
     int waiting = 0, nw = 0;
-    check_table(&nclients, &nmetrics, &backlog, &pending, &big, &waiting);
-    check_lists(nclients, nmetrics, backlog);
+    check_table(&nclients, &ntails, &nmetrics, &backlog, &pending, &big, &waiting);
+    check_lists(nclients, ntails, nmetrics, backlog);
     if (pending != buf_pending_bytes || big != buf_pending_big) /* every byte counted is a client's, or
                                                                   * on its way to a worker */
         fail("%zu bytes counted against pending_max (%zu of big messages), the clients and workers' queues hold %zu (%zu)",

@@ -205,6 +205,8 @@ static struct conn *the_tail(void)
     return NULL;
 }
 
+static const struct tail_who who = {.serial = 7, .connected_ms = 1, .user = "u", .peer = "127.0.0.1:5", .group = "main"};
+
 static void tail_event(struct conn *t, uint32_t ev) { conn_ops(t)->ev.on_event(&g, &t->ev, ev); }
 
 /* A client closed with output queued (tail.h): its teardown runs at once, its id goes, and its
@@ -232,7 +234,7 @@ static void test_tail_writes_then_closes(void **state)
     outq_push(&f->c.out, cut);
     uint32_t id = f->c.id, gen = f->c.gen;
 
-    tail_close_loop(&g, &f->c, "its stream broke");
+    tail_close_loop(&g, &f->c, &who, "its stream broke");
     assert_int_equal(f->closes, 1); /* the client's teardown, at once */
     assert_int_equal(f->c.fd, -1);
     assert_null(conn_lookup_loop(&g, id, gen));
@@ -243,6 +245,11 @@ static void test_tail_writes_then_closes(void **state)
     uint32_t tid, tgen;
     tail_origin(t, &tid, &tgen);
     assert_true(tid == id && tgen == gen);
+    assert_int_equal(g.ntails, 1); /* its max_clients place, and its row (the client it was) */
+    assert_ptr_equal(tail_by_serial_loop(&g, 7), t);
+    assert_null(tail_by_serial_loop(&g, 8));
+    assert_string_equal(tail_who(t)->user, "u");
+    assert_string_equal(tail_who(t)->group, "main");
     conn_reap_loop(&g);
     assert_int_equal(freed, 1); /* the client's struct goes; its socket lives on in the tail */
 
@@ -270,10 +277,12 @@ static void test_tail_writes_then_closes(void **state)
     close(peer);
     tail_event(t, EPOLLIN | EPOLLRDHUP);
     assert_null(the_tail());
+    assert_int_equal(g.ntails, 0);
+    assert_null(tail_by_serial_loop(&g, 7));
     conn_reap_loop(&g);
 
     struct fake *e = fake_kind_new(CONN_CLIENT); /* nothing queued: no tail */
-    tail_close_loop(&g, &e->c, "its stream broke");
+    tail_close_loop(&g, &e->c, &who, "its stream broke");
     assert_int_equal(e->closes, 1);
     assert_null(the_tail());
     assert_int_equal(g.tails, 2); /* both counted (cut_streams) */
@@ -294,7 +303,7 @@ static void test_tail_peer_gone(void **state)
     conn_push_whole_loop(&g, &f->c, ch);
     close(f->peer);
     f->peer = dup(0);
-    tail_close_loop(&g, &f->c, "its stream broke");
+    tail_close_loop(&g, &f->c, &who, "its stream broke");
     assert_non_null(the_tail());
     stream_flush_dirty_loop(&g);
     assert_null(the_tail());
@@ -316,7 +325,7 @@ static void test_tail_stall(void **state)
     memset(ch->p, 'y', 1 << 20);
     ch->len = 1 << 20;
     conn_push_whole_loop(&g, &f->c, ch);
-    tail_close_loop(&g, &f->c, "its stream broke");
+    tail_close_loop(&g, &f->c, &who, "its stream broke");
     struct conn *t = the_tail();
     assert_non_null(t);
     stream_flush_dirty_loop(&g);
