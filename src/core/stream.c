@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -887,6 +889,16 @@ void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max)
             got += (size_t)n;
         }
     }
+}
+
+int stream_owed_unreceived_loop(const struct conn *c, int *queued)
+{
+    *queued = 0;
+    if (c->fd >= 0 && ioctl(c->fd, SIOCOUTQ, queued) < 0)
+        *queued = 0;
+    if (conn_owed_unsent(c))
+        return 1;
+    return *queued > 0 && c->out_mark + (uint64_t)*queued > c->out.written; /* (out_mark <= written here) */
 }
 
 void stream_input_drop_loop(struct conn *c)

@@ -280,12 +280,30 @@ static void run_ended_beside(struct gw *g, struct worker *w)
  * sending side and waits for replies reads on: its next waits, as at q (the simulation, seed 953). */
 static int left_unowed(const struct client *c) { return c->eof && !request_owes_reply_loop(c); }
 
+/* Is w's callback still on its way to cb, in our output or in its socket's send buffer (*queued:
+ * what that holds), cb taking bytes meanwhile: written from our output in the last query_timeout,
+ * or taken from the send buffer since the last look (none at the timer's last arming: this look is
+ * the first, and the client gets a query_timeout to show it)? A full send buffer takes a write
+ * only once a third of it is free: at 1.3 MB/s, over a second without one while the client reads.
+ * (37d: at f63ad4d, once in the socket's buffers, a few MB behind what was ahead of it, it timed
+ * out at 1 MB/s.) A client that took nothing for query_timeout (twice that, from the first look)
+ * does not hold its worker so (37b: with no client_stall_timeout, it held it for good). What the
+ * client's kernel holds unread is beyond sight. */
+static int callback_on_its_way(struct gw *g, struct worker *w, struct client *cb, int *queued)
+{
+    if (!stream_owed_unreceived_loop(&cb->c, queued))
+        return 0;
+    return g->loop.now_ms - cb->c.last_write_ms < g->cfg.query_timeout || w->cb_sendq_ms != w->tm_armed_ms ||
+           *queued < w->cb_sendq;
+}
+
 static void on_query_timeout(struct gw *g, struct conn *c)
 {
     struct worker *w = worker_of(c);
     if (g->cfg.query_timeout <= 0) /* (a reload lifts it: run_timeouts_reloaded_loop) */
         return;
     struct client *cb;
+    int queued;
     int64_t due = QG_MAX(QG_MAX(w->tm_armed_ms, w->run.began_ms), c->last_read_ms) + g->cfg.query_timeout; /* a
                                      * byte came since, or it began later than it was sent */
     if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for
@@ -303,16 +321,15 @@ static void on_query_timeout(struct gw *g, struct conn *c)
                                      * it is answered inside it, so its count, not the phase: 19a) */
         due = g->loop.now_ms + g->cfg.query_timeout;
     else if ((w->run.phase == WB_CALLED || w->run.cb_open > 0) && (cb = w->run.cl ? w->run.cl : w->sess) &&
-             conn_owed_unsent(&cb->c) && g->loop.now_ms - cb->c.last_write_ms < g->cfg.query_timeout) { /* its
-                                          * callback not yet out to its client, behind what that client
-                                          * is still owed and reading (a slow reader): the client has not
-                                          * seen it; its clock starts again once it has (helper round 36e:
-                                          * at e80cc18 a routed worker timed out while its callback waited
-                                          * behind a session's messages). A client that took nothing for
-                                          * query_timeout does not hold it so (37b: with no
-                                          * client_stall_timeout, it held it for good) */
-        log_debug(w->c.name, "its callback waits in %s's output: its query_timeout waits too", cb->c.name);
-        w->tm_armed_ms = g->loop.now_ms;
+             callback_on_its_way(g, w, cb, &queued)) { /* its callback not yet out to its client, behind
+                                          * what that client is still owed and reading (a slow reader): the
+                                          * client has not seen it; its clock starts again once it has
+                                          * (helper round 36e: at e80cc18 a routed worker timed out while
+                                          * its callback waited behind a session's messages) */
+        log_debug(w->c.name, "its callback waits in %s's output (%d bytes in its socket's send buffer): its "
+                  "query_timeout waits too", cb->c.name, queued);
+        w->tm_armed_ms = w->cb_sendq_ms = g->loop.now_ms;
+        w->cb_sendq = queued;
         due = g->loop.now_ms + g->cfg.query_timeout;
     } else if (held_behind(w)) { /* or it has not begun: its q runs another of ours (pipeline; that one
                                 * has a clock of its own), whose time this is */

@@ -210,6 +210,9 @@ struct worker {
                              * chaser returns, the worker is running that client's messages */
     struct fpartlist fq; /* fan-out parts owed, run before any request (after broadcasts) */
     int64_t tm_armed_ms; /* its query timer was armed (it fires query_timeout after that or the last byte read) */
+    int cb_sendq;        /* its callback on its way to its client: the client's socket's send queue
+                          * then (run.c, callback_on_its_way), as seen at cb_sendq_ms */
+    int64_t cb_sendq_ms;
     int64_t last_end_us; /* the lead: when a run of the worker last ended, on any connection (q
                           * runs one at a time: a run sent before began no earlier) */
     uint64_t ends;       /* the lead: runs of the worker ended with their reply, on any connection */

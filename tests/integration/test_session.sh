@@ -836,19 +836,25 @@ wait_count "$TMP/CQ.log" "connected \(capability" 2
 # then, until told to go on, it reads 64 KiB every 20 ms (slow) or nothing (none); then the reply,
 # the callback (answered "pong"), and the routed reply
 cat > "$TMP/cq.py" <<'PY'
-import select, sys
+import select, sys, time
 from qwire import Q, cv, route
+size = 6000000 if sys.argv[2] == "steady" else 16000000
 q = Q(int(sys.argv[1]), rcvbuf=65536)
-q.send(cv("text 16000000"))
+q.send(cv("text %d" % size))
 q.send(route("g2", "callback echo hi"))
 print("sent", flush=True)
-while not select.select([sys.stdin], [], [], 0.02)[0]:
-    if sys.argv[2] == "slow":
-        q.slurp(65536, 0.02)
-sys.stdin.readline()
+if sys.argv[2] == "steady":  # 64 KiB every 50 ms, to the callback's last byte
+    while len(q.buf) < 1 + 8 + size + 6 + 8 + 13:
+        time.sleep(0.05)
+        q.slurp(65536, 5)
+else:
+    while not select.select([sys.stdin], [], [], 0.02)[0]:
+        if sys.argv[2] == "slow":
+            q.slurp(65536, 0.02)
+    sys.stdin.readline()
 assert q.recvn(1) == b"\3"
 t, b = q.frame()
-if t != 2 or len(b) != 16000006:
+if t != 2 or len(b) != size + 6:
     sys.exit("the first reply: type %d, %d bytes" % (t, len(b)))
 t, b = q.frame()
 if t != 1 or b != cv("echo hi"):
@@ -857,14 +863,17 @@ q.send(cv("pong"), t=2)
 t, b = q.frame()
 print("ok type=%d reply=%r" % (t, b))
 PY
-# cq_run MODE: the client above, until its worker's clock is seen to wait (slow) or run out (none)
+# cq_run MODE: the client above, until its worker's clock is seen to wait (slow) or run out (none),
+# or to its end (steady)
 cq_run() {
     coproc CQPY { PYTHONPATH="$IT_DIR" timeout --foreground 120 python3 "$TMP/cq.py" "$CQ_PORT" "$1" 2>&1; }
     PIDS+=("$CQPY_PID")
     read -r -t 60 line <&"${CQPY[0]}" || fail "the python client did not start"
     [ "$line" = sent ] || fail "the python client: $line $(cat <&"${CQPY[0]}")"
-    if [ "$1" = slow ]; then
-        wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c[0-9]+ .*'s output: its query_timeout waits too"
+    if [ "$1" = steady ]; then
+        :
+    elif [ "$1" = slow ]; then
+        wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c[0-9]+ .*'s output \\([0-9]+ bytes in its socket's send buffer\\): its query_timeout waits too"
     else
         wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: no reply byte for 1000 ms"
     fi
@@ -878,6 +887,14 @@ pass "a callback behind its client's earlier reply, read slowly: its worker's qu
 cq_run none
 expect_lines "$TMP/cq.none" "^ok type=2 reply=b.*qgate: timeout" 1 # (the callback answered after its worker was dropped)
 pass "... and behind a client that reads nothing: the worker times out at query_timeout, client_stall_timeout 0 or not"
+# ... and once the callback is in the client's socket's send buffer, behind megabytes ahead of it
+# there, read at 1.3 MB/s (helper round 37d: at f63ad4d the worker timed out at query_timeout, as
+# qgate saw no more of the callback; now the send buffer's count, SIOCOUTQ, says where it is)
+cq_run steady
+expect_lines "$TMP/cq.steady" "^ok type=2 reply=b'\\\\n\\\\x00\\\\x04\\\\x00\\\\x00\\\\x00pong'\$" 1
+expect_file_has "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c[0-9]+ .*'s output \\([1-9][0-9]{5,} bytes in its socket's send buffer\\)"
+expect_lines "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: no reply byte" 1 # (cq_run none's)
+pass "... and a callback behind over 100 KB in its client's socket's send buffer, read at 1.3 MB/s: its worker waits for it"
 
 # --- a paused group starts nothing new: a session's worker that connects again dirty (its query
 # timed out, the session lost) runs its reset query only once a session is given it, after the

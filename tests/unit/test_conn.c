@@ -290,6 +290,31 @@ static void test_tail_writes_then_closes(void **state)
     assert_int_equal(freed, 2);
 }
 
+/* Owed bytes the peer has not received: in our output, then in the socket's send queue (SIOCOUTQ;
+ * an AF_UNIX socket's counts until the peer reads them), then none once it has read them all. */
+static void test_owed_unreceived(void **state)
+{
+    (void)state;
+    struct fake *f = fake_kind_new(CONN_CLIENT);
+    int queued = -1;
+    assert_false(stream_owed_unreceived_loop(&f->c, &queued));
+    assert_int_equal(queued, 0);
+    struct chunk *ch = chunk_new(1000);
+    assert_non_null(ch);
+    memset(ch->p, 'o', 1000);
+    ch->len = 1000;
+    conn_push_whole_loop(&g, &f->c, ch); /* a reply: owed */
+    assert_true(stream_owed_unreceived_loop(&f->c, &queued)); /* in our output */
+    stream_flush_dirty_loop(&g);
+    assert_false(conn_owed_unsent(&f->c));
+    assert_true(stream_owed_unreceived_loop(&f->c, &queued)); /* written, in the socket, unread */
+    assert_true(queued > 0);
+    char b[2000];
+    assert_int_equal(read(f->peer, b, sizeof b), 1000);
+    assert_false(stream_owed_unreceived_loop(&f->c, &queued)); /* read */
+    assert_int_equal(queued, 0);
+}
+
 /* A tail whose peer is gone (it reads nothing, and closed) is closed by the write that fails. */
 static void test_tail_peer_gone(void **state)
 {
@@ -353,6 +378,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_from_teardown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_generation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail_writes_then_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_owed_unreceived, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail_peer_gone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail_stall, setup, teardown),
     };
