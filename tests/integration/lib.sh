@@ -236,6 +236,18 @@ raw_msg() {
     timeout --foreground 10 dd bs=$((len - 8)) count=1 iflag=fullblock status=none <&"$fd" >> "$1"
 }
 
+# client_id FILE COLUMN VALUE: the id of the row whose symbol COLUMN (3 user, 6 state) is VALUE, in
+# the two-row .qgate.clients[] table qsend printed into FILE
+client_id() {
+    local line ids vals v i
+    line=$(grep '^table\[2\]' "$1") || fail "clients: $(cat "$1")"
+    read -ra ids <<< "$(awk -F' [|] ' '{print $2}' <<< "$line")"
+    v=$(awk -F' [|] ' -v c="$2" '{print $c}' <<< "$line")
+    IFS='`' read -ra vals <<< "${v#\`}"
+    for i in "${!vals[@]}"; do [ "${vals[$i]}" = "$3" ] && { echo "${ids[$i]}"; return 0; }; done
+    fail "no client whose column $2 is $3 in .qgate.clients[]: $line"
+}
+
 # cut_start NAME GROUP_EXTRA WHY [GATEWAY_EXTRA]: a worker (NAME) behind gateway NAME-G (users file: t:t, and op:pw an
 # admin); a client (user t) sends "text 16000000" and "crash 1000000" (the worker writes half that
 # reply and exits) and reads nothing until the gateway has closed it (why), so that the first reply

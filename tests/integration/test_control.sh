@@ -99,13 +99,7 @@ pass "a resume answers a pause still waiting with an error"
 n0=$(served)
 wait_for 30 "the victim's load" more_than $((n0 + 20))
 admin ".qgate.clients[]"                  # two rows (qsend shows a table's rows up to 5): its id
-line=$(grep '^table\[2\]' "$TMP/a.out") || fail "clients: $(cat "$TMP/a.out")"
-read -ra ids <<< "$(awk -F' [|] ' '{print $2}' <<< "$line")"
-users=$(awk -F' [|] ' '{print $3}' <<< "$line")
-IFS='`' read -ra us <<< "${users#\`}"
-vid=
-for i in "${!us[@]}"; do [ "${us[$i]}" = victim ] && vid=${ids[$i]}; done
-[ -n "$vid" ] || fail "no client victim in .qgate.clients[]: $line"
+vid=$(client_id "$TMP/a.out" 3 victim)
 lpids=()
 for i in 1 2 3 4 5 6; do
     "$BIN/qclient" -g "$G" -u bob:pw fast 0 --quiet 2> "$TMP/load$i.err" & lpids+=($!)

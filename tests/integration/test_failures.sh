@@ -505,13 +505,7 @@ expect_file_has "$TMP/wc3.refused" "qgate: too many connections"
 raw_close
 wait_line "$TMP/WC3G.log" "client closed the connection"
 timeout --foreground 10 "$BIN/qsend" -g "$CUT_G" -u op:pw ".qgate.clients[]" > "$TMP/wc3.clients"
-line=$(grep '^table\[2\]' "$TMP/wc3.clients") || fail "clients: $(cat "$TMP/wc3.clients")"
-read -ra ids <<< "$(awk -F' [|] ' '{print $2}' <<< "$line")"
-states=$(awk -F' [|] ' '{print $6}' <<< "$line")
-IFS='`' read -ra st <<< "${states#\`}"
-tid=
-for i in "${!st[@]}"; do [ "${st[$i]}" = closing ] && tid=${ids[$i]}; done
-[ -n "$tid" ] || fail "no row closing in .qgate.clients[]: $line"
+tid=$(client_id "$TMP/wc3.clients" 6 closing)
 timeout --foreground 10 "$BIN/qsend" -g "$CUT_G" -u op:pw ".qgate.kill[$tid]" > "$TMP/wc3.kill"
 wait_line "$TMP/WC3G.log" "\\(its last output\\): closed: disconnected by admin op"
 expect_file_has "$TMP/WC3G.log" "disconnecting client $tid \\(.*its last output.*, [0-9]+ bytes of its last output unwritten\\)"
