@@ -129,6 +129,7 @@ struct conn {
     struct outq held;    /* whole messages waiting for the message being streamed to end */
     int pipe_rd, pipe_wr; /* bytes spliced from another socket, ahead of everything in out */
     size_t piped, pipe_cap;
+    uint64_t spliced;     /* bytes its socket took from the pipe, all told (out.written: from out) */
     size_t flush_high;   /* output pending before a write its kind has not been told of (a splice's,
                           * sent on from the reading side): the next flush reports from there */
     struct inbuf in;

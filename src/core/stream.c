@@ -131,6 +131,7 @@ static int pipe_flush(struct gw *g, struct conn *c)
         ssize_t n = io_of(c)->splice(c->pipe_rd, c->fd, QG_MIN(c->piped, budget));
         if (n > 0) {
             c->piped -= (size_t)n;
+            c->spliced += (uint64_t)n;
             budget -= (size_t)n;
             c->last_write_ms = g->loop.now_ms;
             continue;
@@ -891,14 +892,19 @@ void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max)
     }
 }
 
-int stream_owed_unreceived_loop(const struct conn *c, int *queued)
+int stream_owed_unreceived_loop(const struct conn *c, struct stream_sent *s)
 {
-    *queued = 0;
-    if (c->fd >= 0 && ioctl(c->fd, SIOCOUTQ, queued) < 0)
-        *queued = 0;
+    int queued = 0, dom = 0;
+    socklen_t len = sizeof dom;
+    if (c->fd < 0 || getsockopt(c->fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) < 0 || (dom != AF_INET && dom != AF_INET6) ||
+        ioctl(c->fd, SIOCOUTQ, &queued) < 0 || queued < 0)
+        queued = 0;
+    uint64_t sent = c->out.written + c->spliced;
+    s->queued = (uint64_t)queued < sent ? (uint64_t)queued : sent;
+    s->acked = sent - s->queued;
     if (conn_owed_unsent(c))
         return 1;
-    return *queued > 0 && c->out_mark + (uint64_t)*queued > c->out.written; /* (out_mark <= written here) */
+    return s->queued > 0 && c->out_mark + s->queued > c->out.written; /* (out_mark <= written here) */
 }
 
 void stream_input_drop_loop(struct conn *c)

@@ -283,10 +283,14 @@ int control_drained_loop(struct gw *g)
     }
     if (!g->drain_closing) { /* everything owed is with the kernel: the clients are shut, not reset */
         g->drain_closing = 1;
-        log_info(NULL, "drained: closing %d clients", g->nclients);
+        log_info(NULL, "drained: closing %d clients%s", g->nclients,
+                 g->ntails ? " (and waiting for the cut ones' last output to be read)" : "");
         client_drain_close_loop(g, 1);
     }
-    if (g->nclients)
+    if (g->nclients || g->ntails) /* (a tail is closed once its peer has read all and closed, or its
+                                   * linger ends: closed before, the unread input it holds would
+                                   * reset the connection, the kernel's buffers lost with it (helper
+                                   * round 38b: at 3f24ada a whole reply cut so)) */
         return 0;
     if (!g->loop.stop) /* (drain_timeout said why it exits) */
         log_info(NULL, "drained: exiting");

@@ -56,7 +56,7 @@ static void on_signal(struct gw *g, struct evsrc *s, uint32_t ev)
             log_warn(NULL, "SIGUSR2: ignored (SIGHUP reloads, SIGUSR1 reopens the access log)");
         } else if ((si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) && g->draining) {
             log_warn(NULL, "%s again while draining: exiting now (%d clients still connected are closed)",
-                     si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", g->nclients);
+                     si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", g->nclients + g->ntails);
             client_exit_answers_loop(g, si.ssi_signo == SIGTERM ? "SIGTERM again" : "SIGINT again");
             g->loop.stop = 1; /* (as drain_timeout does) */
         } else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {

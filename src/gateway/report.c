@@ -213,7 +213,7 @@ static void on_stats_timer(struct gw *g, struct timer *t)
              "%d queued, workers %d/%d up",
              (unsigned long long)ended, secs > 0 ? (double)(ended - g->stats_last_ended) / secs : 0.0,
              (unsigned long long)g->ended[ALOG_ERROR], (unsigned long long)g->ended[ALOG_GWERROR],
-             (unsigned long long)refused, why, g->nclients, queued, up, workers);
+             (unsigned long long)refused, why, g->nclients + g->ntails, queued, up, workers);
     g->stats_last_ended = ended;
     g->stats_last_ms = g->loop.now_ms;
     if (g->cfg.stats_period > 0)

@@ -93,11 +93,14 @@ void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, str
 
 /* w, in a run a chaser ends (async messages, broadcasts), calls back (a sync message): the chasers
  * out now run inside that callback, and their replies say nothing of the run's end. */
+static void callback_sent(struct worker *w);
+
 static void called_back(struct worker *w)
 {
     if (w->st != WS_BUSY || w->run.kind == RUN_REQUEST || w->run.kind == RUN_FANOUT)
         return;
     w->run.cb_open++;
+    callback_sent(w);
     if (w->run.swallow > 0)
         w->run.chase_dirty = 1;
 }
@@ -187,6 +190,8 @@ void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
     int ok = w->st == WS_BUSY && ((phase_allowed[w->run.phase] >> b) & 1);
     if (ok) {
         log_debug(w->c.name, "busy %s -> %s", phase_names[w->run.phase], phase_names[b]);
+        if (b == WB_CALLED)
+            callback_sent(w);
     } else {
         g->bad_transitions++;
         log_error(w->c.name, "busy %s -> %s is not in run.c's table", phase_names[w->run.phase], phase_names[b]);
@@ -280,21 +285,39 @@ static void run_ended_beside(struct gw *g, struct worker *w)
  * sending side and waits for replies reads on: its next waits, as at q (the simulation, seed 953). */
 static int left_unowed(const struct client *c) { return c->eof && !request_owes_reply_loop(c); }
 
-/* Is w's callback still on its way to cb, in our output or in its socket's send buffer (*queued:
- * what that holds), cb taking bytes meanwhile: written from our output in the last query_timeout,
- * or taken from the send buffer since the last look (none at the timer's last arming: this look is
- * the first, and the client gets a query_timeout to show it)? A full send buffer takes a write
- * only once a third of it is free: at 1.3 MB/s, over a second without one while the client reads.
- * (37d: at f63ad4d, once in the socket's buffers, a few MB behind what was ahead of it, it timed
- * out at 1 MB/s.) A client that took nothing for query_timeout (twice that, from the first look)
- * does not hold its worker so (37b: with no client_stall_timeout, it held it for good). What the
- * client's kernel holds unread is beyond sight. */
-static int callback_on_its_way(struct gw *g, struct worker *w, struct client *cb, int *queued)
+/* The client w's callback goes to: its run's, or its session's. */
+static struct client *callback_client(const struct worker *w) { return w->run.cl ? w->run.cl : w->sess; }
+
+/* w sends its client a callback: what that client has received so far, the mark its progress
+ * towards the callback is judged from (callback_hold). */
+static void callback_sent(struct worker *w)
 {
-    if (!stream_owed_unreceived_loop(&cb->c, queued))
-        return 0;
-    return g->loop.now_ms - cb->c.last_write_ms < g->cfg.query_timeout || w->cb_sendq_ms != w->tm_armed_ms ||
-           *queued < w->cb_sendq;
+    struct client *cb = callback_client(w);
+    struct stream_sent s = {0};
+    if (cb)
+        stream_owed_unreceived_loop(&cb->c, &s);
+    w->cb_acked = s.acked;
+    w->cb_held = 0;
+}
+
+/* w's query timer is due while it waits on its callback's answer from cb. 1: the callback is still
+ * on its way (in our output, or in the socket's send buffer: *s), cb taking bytes meanwhile
+ * (written from our output in the last query_timeout, or acknowledged since the last look): the
+ * client has not seen it; 2: it has reached cb since a look that held it (the client's clock
+ * starts now, helper round 38b: at 3f24ada it counted from that look, the answer in 0.7 s timed
+ * out); 0: neither (the client has it, or took nothing for query_timeout: it does not hold its
+ * worker so, 37b: with no client_stall_timeout, it held it for good). (36e: at e80cc18 a routed
+ * worker timed out while its callback waited behind a session's messages; 37d: at f63ad4d, once in
+ * the socket's buffers, a few MB behind what was ahead of it, at 1 MB/s.) What the client's kernel
+ * holds unread is beyond sight, and a TCP peer acknowledges in steps of its receive window: a
+ * client reading less than one step per query_timeout looks stalled. */
+static int callback_hold(struct gw *g, struct worker *w, struct client *cb, struct stream_sent *s)
+{
+    int held = w->cb_held, on_way = stream_owed_unreceived_loop(&cb->c, s);
+    int moved = g->loop.now_ms - cb->c.last_write_ms < g->cfg.query_timeout || s->acked > w->cb_acked;
+    w->cb_acked = s->acked;
+    w->cb_held = (uint8_t)(on_way && moved);
+    return w->cb_held ? 1 : !on_way && held ? 2 : 0;
 }
 
 static void on_query_timeout(struct gw *g, struct conn *c)
@@ -303,7 +326,8 @@ static void on_query_timeout(struct gw *g, struct conn *c)
     if (g->cfg.query_timeout <= 0) /* (a reload lifts it: run_timeouts_reloaded_loop) */
         return;
     struct client *cb;
-    int queued;
+    struct stream_sent sent;
+    int hold = 0;
     int64_t due = QG_MAX(QG_MAX(w->tm_armed_ms, w->run.began_ms), c->last_read_ms) + g->cfg.query_timeout; /* a
                                      * byte came since, or it began later than it was sent */
     if (c->in_job || c->paused_any) /* not its silence: a reader has what it sent, or it waits for
@@ -320,16 +344,15 @@ static void on_query_timeout(struct gw *g, struct conn *c)
                                      * A callback's: the phase is back in SENT once the chaser behind
                                      * it is answered inside it, so its count, not the phase: 19a) */
         due = g->loop.now_ms + g->cfg.query_timeout;
-    else if ((w->run.phase == WB_CALLED || w->run.cb_open > 0) && (cb = w->run.cl ? w->run.cl : w->sess) &&
-             callback_on_its_way(g, w, cb, &queued)) { /* its callback not yet out to its client, behind
-                                          * what that client is still owed and reading (a slow reader): the
-                                          * client has not seen it; its clock starts again once it has
-                                          * (helper round 36e: at e80cc18 a routed worker timed out while
-                                          * its callback waited behind a session's messages) */
-        log_debug(w->c.name, "its callback waits in %s's output (%d bytes in its socket's send buffer): its "
-                  "query_timeout waits too", cb->c.name, queued);
-        w->tm_armed_ms = w->cb_sendq_ms = g->loop.now_ms;
-        w->cb_sendq = queued;
+    else if ((w->run.phase == WB_CALLED || w->run.cb_open > 0) && (cb = callback_client(w)) &&
+             (hold = callback_hold(g, w, cb, &sent))) { /* its callback on its way to its client, or just
+                                                         * there: callback_hold */
+        if (hold == 1)
+            log_debug(w->c.name, "its callback waits in %s's output (%llu bytes in its socket's send buffer): its "
+                      "query_timeout waits too", cb->c.name, (unsigned long long)sent.queued);
+        else
+            log_debug(w->c.name, "its callback has reached %s: its query_timeout runs from now", cb->c.name);
+        w->tm_armed_ms = g->loop.now_ms;
         due = g->loop.now_ms + g->cfg.query_timeout;
     } else if (held_behind(w)) { /* or it has not begun: its q runs another of ours (pipeline; that one
                                 * has a clock of its own), whose time this is */

@@ -1,6 +1,6 @@
 # cut_client.py PORT QUERY...: a q client with a small receive buffer that sends each QUERY as a
-# sync char vector, prints "sent", reads nothing until a line comes on stdin, then reads to the
-# close and prints "ok whole=T,T,... lens=N,N,... cut=B": the type and length of each whole
+# sync char vector, prints "sent", reads nothing until a line comes on stdin (a line "send": it
+# sends "echo after" too, prints "sent" and waits for the next), then reads to the close and prints "ok whole=T,T,... lens=N,N,... cut=B": the type and length of each whole
 # message (its header checked; a char vector's length, its count), and the bytes of a message
 # cut by the close.
 import struct, sys
@@ -10,7 +10,9 @@ q = Q(int(sys.argv[1]), rcvbuf=65536)  # (what the kernel holds for it: little)
 for text in sys.argv[2:]:
     q.send(cv(text))
 print("sent", flush=True)
-sys.stdin.readline()
+while sys.stdin.readline().strip() == "send":  # one more message, left unread by qgate's side
+    q.send(cv("echo after"))
+    print("sent", flush=True)
 data = q.rest()
 if data[:1] != b"\3":
     sys.exit("no handshake byte")

@@ -514,6 +514,21 @@ expect_file_has "$TMP/wc3.after" '^table\[1\] '
 cut_end "$TMP/WC3.cut"
 pass "a cut client's output still written keeps its place: max_clients counts it, .qgate.clients[] shows it closing, .qgate.kill ends it"
 
+# ... and SIGTERM while a cut client's output is written, the client having sent more after the
+# cut: the drain waits until the client has read it all and closed (helper round 38b: at 3f24ada
+# it exited once the output was in the kernel, and the close, with the client's message unread,
+# reset the connection: the whole reply ahead of the cut lost in part)
+cut_start WC4 "" "worker lost in the middle of the reply"
+echo send >&"${CUT[1]}"
+read -r -t 60 line <&"${CUT[0]}" || fail "the python client did not send again"
+kill -TERM "$WC4G_PID"
+wait_line "$TMP/WC4G.log" "SIGTERM: draining"
+cut_end "$TMP/WC4.cut"
+expect_lines "$TMP/WC4.cut" '^ok whole=2 lens=16000000 cut=[1-9][0-9]*$' 1
+wait_line "$TMP/WC4G.log" "drained: exiting"
+expect_file_has "$TMP/WC4G.log" "\\(its last output\\): closed: its last output written, then the peer closed"
+pass "SIGTERM while a cut client's last output is written: the drain waits for the client to read it and close"
+
 # --- client gone while queued, while running, while its reply streams: what it sent still
 # runs (q runs every message it read before it sees the close); replies dropped; worker reused
 conf "$TMP/i.conf" "$WADDR" loglevel=debug

@@ -826,9 +826,12 @@ pass "a session's worker lost in the middle of a reply: the reply queued ahead o
 # out while its callback sat behind a slow reader's earlier messages, the client never having seen
 # it); but not behind a client that takes nothing (helper round 37b: with client_stall_timeout = 0,
 # at 6a9ad9c, that held the worker for good) ------------------------------------------------------
+# (query_timeout is 3 s: it times WQA's "text 16000000" too, whose first byte an ASan qworker sent
+# 0.5 s after the request on a quiet machine and over 1 s beside two busy loops: helper round 38a,
+# 3 failures in 8 runs with 1 s, the session lost and the callback never sent)
 start_worker WQA
 start_worker WQB
-printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nquery_timeout = 1000\nclient_stall_timeout = 0\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n[group g2]\nworkers = 127.0.0.1:%s\n' \
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nquery_timeout = 3000\nclient_stall_timeout = 0\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n[group g2]\nworkers = 127.0.0.1:%s\n' \
     "$WQA_PORT" "$WQB_PORT" > "$TMP/cq.conf"
 start_gateway CQ -c "$TMP/cq.conf"
 wait_count "$TMP/CQ.log" "connected \(capability" 2
@@ -849,7 +852,7 @@ if sys.argv[2] == "steady":  # 64 KiB every 50 ms, to the callback's last byte
         q.slurp(65536, 5)
 else:
     while not select.select([sys.stdin], [], [], 0.02)[0]:
-        if sys.argv[2] == "slow":
+        if sys.argv[2] in ("slow", "late"):
             q.slurp(65536, 0.02)
     sys.stdin.readline()
 assert q.recvn(1) == b"\3"
@@ -859,6 +862,9 @@ if t != 2 or len(b) != size + 6:
 t, b = q.frame()
 if t != 1 or b != cv("echo hi"):
     sys.exit("not the callback: type %d %r" % (t, b[:40]))
+if sys.argv[2] == "late":  # the callback had: answered once told to
+    print("got", flush=True)
+    sys.stdin.readline()
 q.send(cv("pong"), t=2)
 t, b = q.frame()
 print("ok type=%d reply=%r" % (t, b))
@@ -866,24 +872,39 @@ PY
 # cq_run MODE: the client above, until its worker's clock is seen to wait (slow) or run out (none),
 # or to its end (steady)
 cq_run() {
+    local held reached
+    held=$(grep -c "its callback waits in" "$TMP/CQ.log" || true)
+    reached=$(grep -c "its callback has reached" "$TMP/CQ.log" || true)
     coproc CQPY { PYTHONPATH="$IT_DIR" timeout --foreground 120 python3 "$TMP/cq.py" "$CQ_PORT" "$1" 2>&1; }
     PIDS+=("$CQPY_PID")
     read -r -t 60 line <&"${CQPY[0]}" || fail "the python client did not start"
     [ "$line" = sent ] || fail "the python client: $line $(cat <&"${CQPY[0]}")"
     if [ "$1" = steady ]; then
         :
-    elif [ "$1" = slow ]; then
-        wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c[0-9]+ .*'s output \\([0-9]+ bytes in its socket's send buffer\\): its query_timeout waits too"
+    elif [ "$1" = slow ] || [ "$1" = late ]; then
+        wait_count "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c[0-9]+ .*'s output \\([0-9]+ bytes in its socket's send buffer\\): its query_timeout waits too" $((held + 1))
     else
-        wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: no reply byte for 1000 ms"
+        wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: no reply byte for 3000 ms"
     fi
     echo go >&"${CQPY[1]}"
+    if [ "$1" = late ]; then # it has the callback: answered once qgate has seen that it has it
+        read -r -t 60 line <&"${CQPY[0]}" || fail "the python client: no callback"
+        [ "$line" = got ] || fail "the python client: $line $(cat <&"${CQPY[0]}")"
+        wait_count "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback has reached c[0-9]+ .*: its query_timeout runs from now" $((reached + 1))
+        echo answer >&"${CQPY[1]}"
+    fi
     cat <&"${CQPY[0]}" > "$TMP/cq.$1" || true
 }
 cq_run slow
 expect_lines "$TMP/cq.slow" "^ok type=2 reply=b'\\\\n\\\\x00\\\\x04\\\\x00\\\\x00\\\\x00pong'\$" 1
 expect_lines "$TMP/CQ.log" "no reply byte" 0
 pass "a callback behind its client's earlier reply, read slowly: its worker's query_timeout waits until the client has it; the client answers it, and the reply is that answer"
+# ... and once it has the callback, its client has a whole query_timeout to answer (helper round
+# 38b: at 3f24ada the clock ran from the last look that saw it on its way, and an answer sent
+# before query_timeout had passed since the client got it came too late)
+cq_run late
+expect_lines "$TMP/cq.late" "^ok type=2 reply=b'\\\\n\\\\x00\\\\x04\\\\x00\\\\x00\\\\x00pong'\$" 1
+pass "... and once the client has the callback, it has a whole query_timeout to answer it"
 cq_run none
 expect_lines "$TMP/cq.none" "^ok type=2 reply=b.*qgate: timeout" 1 # (the callback answered after its worker was dropped)
 pass "... and behind a client that reads nothing: the worker times out at query_timeout, client_stall_timeout 0 or not"
