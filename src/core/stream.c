@@ -892,7 +892,7 @@ void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max)
     }
 }
 
-int stream_owed_unreceived_loop(const struct conn *c, struct stream_sent *s)
+void stream_sent_loop(const struct conn *c, struct stream_sent *s)
 {
     int queued = 0, dom = 0;
     socklen_t len = sizeof dom;
@@ -902,9 +902,8 @@ int stream_owed_unreceived_loop(const struct conn *c, struct stream_sent *s)
     uint64_t sent = c->out.written + c->spliced;
     s->queued = (uint64_t)queued < sent ? (uint64_t)queued : sent;
     s->acked = sent - s->queued;
-    if (conn_owed_unsent(c))
-        return 1;
-    return s->queued > 0 && c->out_mark + s->queued > c->out.written; /* (out_mark <= written here) */
+    s->sent = sent;
+    s->end = sent + c->piped + c->out.bytes + c->held.bytes;
 }
 
 void stream_input_drop_loop(struct conn *c)

@@ -75,16 +75,15 @@ void stream_backlog_loop(struct gw *g);
 /* Read everything c's socket still holds into its input buffer, up to max bytes, unframed (a
  * client that has left: what it sent before still runs). */
 void stream_read_rest_loop(struct gw *g, struct conn *c, size_t max);
-/* What c's socket took (from out and the pipe): s->queued of it not yet acknowledged by the peer
- * (a TCP socket's SIOCOUTQ: what waits in our send buffer; 0 for other sockets, whose count
- * includes the kernel's overhead), s->acked the rest. And has the peer not received yet bytes it
- * is owed: in our output (conn_owed_unsent), or, written, their end among those unacknowledged
- * (bytes written after them count too: it errs toward yes)? What the peer's kernel holds unread
- * is beyond sight. */
+/* Where c's output stands, in bytes since it began (from out and the pipe alike): sent, what its
+ * socket took; queued, of that, what the peer has not acknowledged (a TCP socket's SIOCOUTQ: what
+ * waits in our send buffer; 0 for other sockets, whose count includes the kernel's overhead);
+ * acked, the rest (what the peer's kernel has: it may not have been read yet); end, sent and what
+ * is still queued (the pipe, out, held): where the next message queued will begin. */
 struct stream_sent {
-    uint64_t queued, acked;
+    uint64_t sent, queued, acked, end;
 };
-int stream_owed_unreceived_loop(const struct conn *c, struct stream_sent *s);
+void stream_sent_loop(const struct conn *c, struct stream_sent *s);
 /* Drop what c's input buffer holds, and the message it was gathering (it reads no more). */
 void stream_input_drop_loop(struct conn *c);
 /* A staged close, once all c owes is out: our side shut (FIN), reading on, and what the peer

@@ -231,6 +231,9 @@ static void on_drain_timeout(struct gw *g, struct timer *t)
     (void)t;
     if (work_in_flight(g))
         log_warn(NULL, "drain_timeout reached with work in flight: exiting");
+    else if (!g->nclients) /* (only cut clients, all their last output written, lingering) */
+        log_warn(NULL, "drain_timeout reached with %d cut clients yet to close (their last output written): exiting",
+                 g->ntails);
     else /* (only publishes on their way to subscribers that read slowly or not at all) */
         log_warn(NULL, "drain_timeout reached with publishes still on their way to %d clients: exiting, "
                        "their streams cut", g->nclients);

@@ -93,14 +93,14 @@ void run_send_request_loop(struct gw *g, struct worker *w, struct client *c, str
 
 /* w, in a run a chaser ends (async messages, broadcasts), calls back (a sync message): the chasers
  * out now run inside that callback, and their replies say nothing of the run's end. */
-static void callback_sent(struct worker *w);
+static void callback_sent(struct gw *g, struct worker *w);
 
-static void called_back(struct worker *w)
+static void called_back(struct gw *g, struct worker *w)
 {
     if (w->st != WS_BUSY || w->run.kind == RUN_REQUEST || w->run.kind == RUN_FANOUT)
         return;
     w->run.cb_open++;
-    callback_sent(w);
+    callback_sent(g, w);
     if (w->run.swallow > 0)
         w->run.chase_dirty = 1;
 }
@@ -191,7 +191,7 @@ void run_set_phase_loop(struct gw *g, struct worker *w, enum worker_busy b)
     if (ok) {
         log_debug(w->c.name, "busy %s -> %s", phase_names[w->run.phase], phase_names[b]);
         if (b == WB_CALLED)
-            callback_sent(w);
+            callback_sent(g, w);
     } else {
         g->bad_transitions++;
         log_error(w->c.name, "busy %s -> %s is not in run.c's table", phase_names[w->run.phase], phase_names[b]);
@@ -285,36 +285,55 @@ static void run_ended_beside(struct gw *g, struct worker *w)
  * sending side and waits for replies reads on: its next waits, as at q (the simulation, seed 953). */
 static int left_unowed(const struct client *c) { return c->eof && !request_owes_reply_loop(c); }
 
-/* The client w's callback goes to: its run's, or its session's. */
-static struct client *callback_client(const struct worker *w) { return w->run.cl ? w->run.cl : w->sess; }
+static struct client *reachable(struct gw *g, uint32_t id, uint32_t gen);
+static int fanout_client(const struct worker *w, uint32_t *id, uint32_t *gen);
 
-/* w sends its client a callback: what that client has received so far, the mark its progress
- * towards the callback is judged from (callback_hold). */
-static void callback_sent(struct worker *w)
+/* The client w's callback goes to: its run's, its .qgate.all's (helper round 38c: at e404dc8 a
+ * part's callback was never held), or its session's. */
+static struct client *callback_client(struct gw *g, const struct worker *w)
 {
-    struct client *cb = callback_client(w);
+    uint32_t id, gen;
+    if (w->run.cl)
+        return w->run.cl;
+    if (fanout_client(w, &id, &gen))
+        return reachable(g, id, gen);
+    return w->sess;
+}
+
+/* w sends its client a callback: where it begins in that client's output, and what the client
+ * has received so far, the marks its way to the client is judged by (callback_hold). */
+static void callback_sent(struct gw *g, struct worker *w)
+{
+    struct client *cb = callback_client(g, w);
     struct stream_sent s = {0};
     if (cb)
-        stream_owed_unreceived_loop(&cb->c, &s);
+        stream_sent_loop(&cb->c, &s);
+    w->cb_at = s.end;
     w->cb_acked = s.acked;
-    w->cb_held = 0;
+    w->cb_held = s.end > s.acked; /* bytes ahead of it: not there at once */
 }
 
 /* w's query timer is due while it waits on its callback's answer from cb. 1: the callback is still
- * on its way (in our output, or in the socket's send buffer: *s), cb taking bytes meanwhile
- * (written from our output in the last query_timeout, or acknowledged since the last look): the
- * client has not seen it; 2: it has reached cb since a look that held it (the client's clock
- * starts now, helper round 38b: at 3f24ada it counted from that look, the answer in 0.7 s timed
- * out); 0: neither (the client has it, or took nothing for query_timeout: it does not hold its
- * worker so, 37b: with no client_stall_timeout, it held it for good). (36e: at e80cc18 a routed
- * worker timed out while its callback waited behind a session's messages; 37d: at f63ad4d, once in
- * the socket's buffers, a few MB behind what was ahead of it, at 1 MB/s.) What the client's kernel
+ * on its way (the client's kernel has not acknowledged its first byte: in our output, or in the
+ * socket's send buffer, *s), and cb takes bytes meanwhile (written from our output ahead of it in
+ * the last query_timeout, or acknowledged since the last look): the client has not seen it; 2: it
+ * has reached cb since a look that held it, or since it was sent behind other bytes (the client's
+ * clock starts now: helper round 38b, at 3f24ada it counted from that look, and an answer 0.7 s
+ * after arrival timed out); 0: neither (the client has had it since the last look, or took nothing
+ * for query_timeout: it does not hold its worker so, 37b: with no client_stall_timeout, it held it
+ * for good). Where the callback is, is judged by its own place in the output, not by what is owed
+ * (38c: at e404dc8 publishes pushed whole behind it, to a client reading them, kept it "on its way"
+ * for good); over a Unix socket only by what qgate has written. (36e: at e80cc18 a routed worker
+ * timed out while its callback waited behind a session's messages; 37d: at f63ad4d, once in the
+ * socket's buffers, a few MB behind what was ahead of it, at 1 MB/s.) What the client's kernel
  * holds unread is beyond sight, and a TCP peer acknowledges in steps of its receive window: a
  * client reading less than one step per query_timeout looks stalled. */
 static int callback_hold(struct gw *g, struct worker *w, struct client *cb, struct stream_sent *s)
 {
-    int held = w->cb_held, on_way = stream_owed_unreceived_loop(&cb->c, s);
-    int moved = g->loop.now_ms - cb->c.last_write_ms < g->cfg.query_timeout || s->acked > w->cb_acked;
+    stream_sent_loop(&cb->c, s);
+    int held = w->cb_held, on_way = s->acked <= w->cb_at;
+    int moved = (s->sent <= w->cb_at && g->loop.now_ms - cb->c.last_write_ms < g->cfg.query_timeout) ||
+                s->acked > w->cb_acked;
     w->cb_acked = s->acked;
     w->cb_held = (uint8_t)(on_way && moved);
     return w->cb_held ? 1 : !on_way && held ? 2 : 0;
@@ -344,7 +363,7 @@ static void on_query_timeout(struct gw *g, struct conn *c)
                                      * A callback's: the phase is back in SENT once the chaser behind
                                      * it is answered inside it, so its count, not the phase: 19a) */
         due = g->loop.now_ms + g->cfg.query_timeout;
-    else if ((w->run.phase == WB_CALLED || w->run.cb_open > 0) && (cb = callback_client(w)) &&
+    else if ((w->run.phase == WB_CALLED || w->run.cb_open > 0) && (cb = callback_client(g, w)) &&
              (hold = callback_hold(g, w, cb, &sent))) { /* its callback on its way to its client, or just
                                                          * there: callback_hold */
         if (hold == 1)
@@ -1090,7 +1109,7 @@ int run_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
                                             * 01bef40 what came next was refused: helper round 27a) */
     int route = ROUTE_DROP, over = h->len > (uint64_t)g->cfg.max_message;
     if (h->type == KIPC_SYNC)
-        called_back(w); /* (counted before it is answered, below or by its client) */
+        called_back(g, w); /* (counted before it is answered, below or by its client) */
     if (h->type == KIPC_RESPONSE && w->st == WS_BUSY && w->run.swallow_first > 0) {
         w->run.swallow_first--; /* a chaser sent before the messages nested now: its reply first */
         route = ROUTE_SWALLOW;

@@ -210,10 +210,15 @@ struct worker {
                              * chaser returns, the worker is running that client's messages */
     struct fpartlist fq; /* fan-out parts owed, run before any request (after broadcasts) */
     int64_t tm_armed_ms; /* its query timer was armed (it fires query_timeout after that or the last byte read) */
-    uint64_t cb_acked;   /* its callback on its way to its client: what the client had received of
-                          * its output when last looked at (when it was sent, then at each look of
-                          * the query timer: run.c, callback_hold) */
-    uint8_t cb_held;     /* the last look held the query timer for it */
+    uint64_t cb_at;      /* its callback on its way to its client: where in that client's output it
+                          * begins, at the least (stream_sent's end when it was sent: what another
+                          * worker was streaming to it then may end first) */
+    uint64_t cb_acked;   /* what the client had received of its output when last looked at (when the
+                          * callback was sent, then at each look of the query timer: run.c,
+                          * callback_hold) */
+    uint8_t cb_held;     /* the last look held the query timer for it, or it had bytes ahead of it
+                          * when sent (when it arrived is not known: the first look that finds it
+                          * there starts the client's clock) */
     int64_t last_end_us; /* the lead: when a run of the worker last ended, on any connection (q
                           * runs one at a time: a run sent before began no earlier) */
     uint64_t ends;       /* the lead: runs of the worker ended with their reply, on any connection */

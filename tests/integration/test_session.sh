@@ -917,6 +917,45 @@ expect_file_has "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits i
 expect_lines "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: no reply byte" 1 # (cq_run none's)
 pass "... and a callback behind over 100 KB in its client's socket's send buffer, read at 1.3 MB/s: its worker waits for it"
 
+# --- a callback its client has, unanswered, while its session's worker floods it with publishes
+# that qgate pushes whole (the client has capability 1) and the client reads them: its worker is
+# timed out at query_timeout (helper round 38c: at e404dc8 each publish moved the client's owed
+# mark, the callback looked on its way for good, the worker held as long as the client read)
+start_worker WHA
+start_worker WHB
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nquery_timeout = 1000\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n[group g2]\nworkers = 127.0.0.1:%s\n' \
+    "$WHA_PORT" "$WHB_PORT" > "$TMP/wh.conf"
+start_gateway WH -c "$TMP/wh.conf"
+wait_count "$TMP/WH.log" "connected \(capability" 2
+cat > "$TMP/wh.py" <<'PY'
+import select, socket, sys, time
+from qwire import Q, cv, route
+q = Q.__new__(Q)
+q.buf = bytearray()
+q.s = socket.socket()
+q.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+q.s.connect(("127.0.0.1", int(sys.argv[1])))
+q.s.sendall(b"t:t\1\0")  # capability 1
+q.send(cv("flood 100"), t=0)
+q.send(route("g2", "callback echo hi"))
+told = False
+while not select.select([sys.stdin], [], [], 0)[0]:  # 16 KiB every 50 ms, never answering
+    q.slurp(16384, 0.01)
+    time.sleep(0.05)
+    if not told and b"echo hi" in q.buf:
+        print("callback", flush=True)
+        told = True
+    if len(q.buf) > 1000000:
+        del q.buf[:500000]
+PY
+coproc WHPY { PYTHONPATH="$IT_DIR" timeout --foreground 120 python3 "$TMP/wh.py" "$WH_PORT" 2>&1; }
+PIDS+=("$WHPY_PID")
+read -r -t 60 line <&"${WHPY[0]}" || fail "the python client: no callback"
+[ "$line" = callback ] || fail "the python client: $line"
+wait_line "$TMP/WH.log" "w 127\\.0\\.0\\.1:$WHB_PORT: no reply byte for 1000 ms" 20
+echo stop >&"${WHPY[1]}"
+pass "a callback its client has, unanswered, while publishes pushed whole flow to it and it reads them: its worker times out"
+
 # --- a paused group starts nothing new: a session's worker that connects again dirty (its query
 # timed out, the session lost) runs its reset query only once a session is given it, after the
 # resume (helper round 36c: at e80cc18 it ran it at once, inside a completed pause) ---------------
