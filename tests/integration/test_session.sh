@@ -852,7 +852,7 @@ if sys.argv[2] == "steady":  # 64 KiB every 50 ms, to the callback's last byte
         q.slurp(65536, 5)
 else:
     while not select.select([sys.stdin], [], [], 0.02)[0]:
-        if sys.argv[2] in ("slow", "late"):
+        if sys.argv[2] in ("slow", "late", "early"):
             q.slurp(65536, 0.02)
     sys.stdin.readline()
 assert q.recvn(1) == b"\3"
@@ -862,7 +862,7 @@ if t != 2 or len(b) != size + 6:
 t, b = q.frame()
 if t != 1 or b != cv("echo hi"):
     sys.exit("not the callback: type %d %r" % (t, b[:40]))
-if sys.argv[2] == "late":  # the callback had: answered once told to
+if sys.argv[2] in ("late", "early"):  # the callback had: answered once told to
     print("got", flush=True)
     sys.stdin.readline()
 q.send(cv("pong"), t=2)
@@ -872,8 +872,9 @@ PY
 # cq_run MODE: the client above, until its worker's clock is seen to wait (slow) or run out (none),
 # or to its end (steady)
 cq_run() {
-    local held reached
+    local held reached called
     held=$(grep -c "its callback waits in" "$TMP/CQ.log" || true)
+    called=$(grep -c "w 127\\.0\\.0\\.1:$WQB_PORT: busy SENT -> CALLED" "$TMP/CQ.log" || true)
     reached=$(grep -c "its callback has reached" "$TMP/CQ.log" || true)
     coproc CQPY { PYTHONPATH="$IT_DIR" timeout --foreground 120 python3 "$TMP/cq.py" "$CQ_PORT" "$1" 2>&1; }
     PIDS+=("$CQPY_PID")
@@ -881,13 +882,15 @@ cq_run() {
     [ "$line" = sent ] || fail "the python client: $line $(cat <&"${CQPY[0]}")"
     if [ "$1" = steady ]; then
         :
+    elif [ "$1" = early ]; then
+        wait_count "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: busy SENT -> CALLED" $((called + 1))
     elif [ "$1" = slow ] || [ "$1" = late ]; then
         wait_count "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c[0-9]+ .*'s output \\([0-9]+ bytes in its socket's send buffer\\): its query_timeout waits too" $((held + 1))
     else
         wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: no reply byte for 3000 ms"
     fi
     echo go >&"${CQPY[1]}"
-    if [ "$1" = late ]; then # it has the callback: answered once qgate has seen that it has it
+    if [ "$1" = late ] || [ "$1" = early ]; then # it has the callback: answered once qgate has seen that it has it
         read -r -t 60 line <&"${CQPY[0]}" || fail "the python client: no callback"
         [ "$line" = got ] || fail "the python client: $line $(cat <&"${CQPY[0]}")"
         wait_count "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback has reached c[0-9]+ .*: its query_timeout runs from now" $((reached + 1))
@@ -905,6 +908,11 @@ pass "a callback behind its client's earlier reply, read slowly: its worker's qu
 cq_run late
 expect_lines "$TMP/cq.late" "^ok type=2 reply=b'\\\\n\\\\x00\\\\x04\\\\x00\\\\x00\\\\x00pong'\$" 1
 pass "... and once the client has the callback, it has a whole query_timeout to answer it"
+# ... and so when it got there before the worker's clock first looked (helper round 38c: at e404dc8
+# only a look that had held it restarted the clock)
+cq_run early
+expect_lines "$TMP/cq.early" "^ok type=2 reply=b'\\\\n\\\\x00\\\\x04\\\\x00\\\\x00\\\\x00pong'\$" 1
+pass "... and when it got there before the clock's first look"
 cq_run none
 expect_lines "$TMP/cq.none" "^ok type=2 reply=b.*qgate: timeout" 1 # (the callback answered after its worker was dropped)
 pass "... and behind a client that reads nothing: the worker times out at query_timeout, client_stall_timeout 0 or not"
