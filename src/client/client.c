@@ -820,13 +820,31 @@ struct client *client_by_serial_loop(struct gw *g, uint64_t serial)
     return NULL;
 }
 
+/* Who c is, as its .qgate.clients[] row and its tail (if it is cut) name it. */
+static void client_who(const struct client *c, struct tail_who *who)
+{
+    *who = (struct tail_who){.serial = c->serial, .connected_ms = c->connected_ms};
+    snprintf(who->user, sizeof who->user, "%s", c->user);
+    snprintf(who->peer, sizeof who->peer, "%s", c->peer);
+    snprintf(who->group, sizeof who->group, "%s", c->grp ? c->grp->cfg.name : "");
+}
+
 void client_cut_loop(struct gw *g, struct client *c, const char *why)
 {
-    struct tail_who who = {.serial = c->serial, .connected_ms = c->connected_ms};
-    snprintf(who.user, sizeof who.user, "%s", c->user);
-    snprintf(who.peer, sizeof who.peer, "%s", c->peer);
-    snprintf(who.group, sizeof who.group, "%s", c->grp ? c->grp->cfg.name : "");
+    struct tail_who who;
+    client_who(c, &who);
     tail_close_loop(g, &c->c, &who, why);
+}
+
+/* A .qgate.clients[] row's first columns: who, in state st. */
+static void row_who(struct gw *g, struct client_row *r, const struct tail_who *who, int st)
+{
+    r->id = (int64_t)who->serial;
+    snprintf(r->user, sizeof r->user, "%s", who->user);
+    snprintf(r->peer, sizeof r->peer, "%s", who->peer);
+    snprintf(r->group, sizeof r->group, "%s", who->group);
+    qg_copy_lower(r->state, sizeof r->state, client_state_name(st));
+    r->connected_ms = gw_wall_ms(g, who->connected_ms);
 }
 
 struct clients_snapshot *client_snapshot_loop(struct gw *g)
@@ -838,31 +856,21 @@ struct clients_snapshot *client_snapshot_loop(struct gw *g)
     for (uint32_t id = 0; id < g->next_id && s->n < rows; id++) {
         struct conn *x = g->tab[id];
         if (x && x->kind == CONN_TAIL && !x->closing) { /* a client cut, its last output still written */
-            const struct tail_who *w = tail_who(x);
-            struct client_row *r = &s->rows[s->n++];
-            r->id = (int64_t)w->serial;
-            snprintf(r->user, sizeof r->user, "%s", w->user);
-            snprintf(r->peer, sizeof r->peer, "%s", w->peer);
-            snprintf(r->group, sizeof r->group, "%s", w->group);
-            qg_copy_lower(r->state, sizeof r->state, client_state_name(CS_CLOSING));
-            r->connected_ms = gw_wall_ms(g, w->connected_ms);
+            row_who(g, &s->rows[s->n++], tail_who(x), CS_CLOSING);
             continue;
         }
         if (!x || x->kind != CONN_CLIENT || x->closing)
             continue;
         struct client *c = client_of(x);
         struct client_row *r = &s->rows[s->n++];
-        r->id = (int64_t)c->serial;
-        snprintf(r->user, sizeof r->user, "%s", c->user);
-        snprintf(r->peer, sizeof r->peer, "%s", c->peer);
-        snprintf(r->group, sizeof r->group, "%s", c->grp ? c->grp->cfg.name : "");
-        qg_copy_lower(r->state, sizeof r->state, client_state_name(c->st));
+        struct tail_who who;
+        client_who(c, &who);
+        row_who(g, r, &who, c->st);
         struct req *q;
         TAILQ_FOREACH(q, &c->reqs, link)
             r->requests++;
         r->running = c->w != NULL || c->fo != NULL; /* (a .qgate.all's parts: running too, helper
                                                      * round 35c: at 041cc8a shown idle) */
-        r->connected_ms = gw_wall_ms(g, c->connected_ms);
         struct req *h = client_head(c);
         if (r->running && h && h->state == RS_RUNNING) { /* what it runs, where, since when */
             if (c->fo)

@@ -1191,8 +1191,8 @@ static void message_end(struct gw *g, struct worker *w)
     else if (w->msg.route == ROUTE_STREAM && w->msg.to->st == CS_FLUSHING)
         conn_mark_dirty_loop(g, &w->msg.to->c); /* its flush sees whether it may linger now */
     if (w->msg.route == ROUTE_STREAM && (w->msg.reply || w->msg.nested || rd->type == KIPC_SYNC))
-        conn_mark_owed(&w->msg.to->c); /* a reply or a callback streamed: a drain waits for it, and a
-                                        * callback's worker's query_timeout (not for a publish) */
+        conn_mark_owed(&w->msg.to->c); /* a reply or a callback streamed: a drain waits for it (not
+                                        * for a publish) */
     int route = w->msg.route, nested = w->msg.nested;
     w->msg.route = ROUTE_DROP;
     w->msg.to = NULL;
