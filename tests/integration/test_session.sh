@@ -826,12 +826,13 @@ pass "a session's worker lost in the middle of a reply: the reply queued ahead o
 # out while its callback sat behind a slow reader's earlier messages, the client never having seen
 # it); but not behind a client that takes nothing (helper round 37b: with client_stall_timeout = 0,
 # at 6a9ad9c, that held the worker for good) ------------------------------------------------------
-# (query_timeout is 3 s: it times WQA's "text 16000000" too, whose first byte an ASan qworker sent
+# (query_timeout is 5 s: it times WQA's "text 16000000" too, whose first byte an ASan qworker sent
 # 0.5 s after the request on a quiet machine and over 1 s beside two busy loops: helper round 38a,
-# 3 failures in 8 runs with 1 s, the session lost and the callback never sent)
+# 3 failures in 8 runs with 1 s, the session lost and the callback never sent; with 3 s, helper
+# round 39a saw it at 2.66 s beside two busy loops and a second test_session)
 start_worker WQA
 start_worker WQB
-printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nquery_timeout = 3000\nclient_stall_timeout = 0\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n[group g2]\nworkers = 127.0.0.1:%s\n' \
+printf '[gateway]\nbind = 127.0.0.1\nloglevel = debug\nquery_timeout = 5000\nclient_stall_timeout = 0\nclient_high_water = 40000000\nclient_low_water = 30000000\nsplice = false\n[group main]\nworkers = 127.0.0.1:%s\npool = session\n[group g2]\nworkers = 127.0.0.1:%s\n' \
     "$WQA_PORT" "$WQB_PORT" > "$TMP/cq.conf"
 start_gateway CQ -c "$TMP/cq.conf"
 wait_count "$TMP/CQ.log" "connected \(capability" 2
@@ -887,7 +888,7 @@ cq_run() {
     elif [ "$1" = slow ] || [ "$1" = late ]; then
         wait_count "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: its callback waits in c[0-9]+ .*'s output \\([0-9]+ bytes in its socket's send buffer\\): its query_timeout waits too" $((held + 1))
     else
-        wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: no reply byte for 3000 ms"
+        wait_line "$TMP/CQ.log" "w 127\\.0\\.0\\.1:$WQB_PORT: no reply byte for 5000 ms"
     fi
     echo go >&"${CQPY[1]}"
     if [ "$1" = late ] || [ "$1" = early ]; then # it has the callback: answered once qgate has seen that it has it
