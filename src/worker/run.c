@@ -375,6 +375,8 @@ static void on_query_timeout(struct gw *g, struct conn *c)
         due = g->loop.now_ms + g->cfg.query_timeout;
     } else if (held_behind(w)) { /* or it has not begun: its q runs another of ours (pipeline; that one
                                 * has a clock of its own), whose time this is */
+        log_debug(w->c.name, "its q runs a request of another of its connections first: its query_timeout waits "
+                  "until that has ended");
         move_on(g, w, w->run.sent_ms);
         due = g->loop.now_ms + g->cfg.query_timeout;
     }

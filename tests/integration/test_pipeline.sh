@@ -315,13 +315,25 @@ expect_lines "$TMP/held.out" "^'qgate: timeout \\(127.0.0.1:$W4_PORT sent nothin
 [ $polls -lt 60 ] || fail "the held request outlived 60 polls of the q's other connections"
 "$BIN/qsend" -g "127.0.0.1:$W4_PORT" "release qt-held" > /dev/null 2>&1 || true
 kill "$QT_PID"
-one_worker_gateway QS "$W4_PORT" 1000 2 "client_high_water = 131072" "client_low_water = 65536"
-timeout --foreground 12 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" --read-rate 500000 "text 3000000" > "$TMP/slow.out" 2>&1 & ps=$!
-wait_line "$TMP/W4.log" "text 3000000" 10
-timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" "echo behind" > "$TMP/behind.out" 2>&1
-wait "$ps" || true # (a slow reader reads until the close)
+# (the reply ahead is bigger than the kernel's buffers on its way, 2.9 to 5.7 MB here, and its
+# client reads nothing until the one behind has waited a whole query_timeout at the q, which is
+# stuck writing it: helper round 39a found the older form, 3 MB read at 500 KB/s, all taken by the
+# kernel's buffers at once, so the q never stopped)
+one_worker_gateway QS "$W4_PORT" 1000 2 "client_high_water = 131072" "client_low_water = 65536" -- --loglevel debug
+raw_open "$QS_PORT" 6
+raw_hs slow:pw 6
+raw_text 1 "text 16000000" 6
+wait_line "$TMP/W4.log" "text 16000000" 10
+wait_line "$TMP/QS.log" "w 127\\.0\\.0\\.1:$W4_PORT: paused: c[0-9]+ .* has [0-9]+ bytes unsent" 10
+timeout --foreground 60 "$BIN/qsend" -g "127.0.0.1:$QS_PORT" "echo behind" > "$TMP/behind.out" 2>&1 & pb=$!
+wait_line "$TMP/QS.log" "w 127\\.0\\.0\\.1:$W4_PORT#1: its q runs a request of another of its connections first: its query_timeout waits until that has ended" 10
+raw_msg "$TMP/slow.out" 6 || fail "the reply ahead did not come whole"
+[ "$(stat -c %s "$TMP/slow.out")" = 16000014 ] || fail "the reply ahead: $(stat -c %s "$TMP/slow.out") bytes"
+raw_close 6
+wait "$pb" || true
 expect_lines "$TMP/behind.out" '^"behind"$' 1
-pass "pipeline: a request held at a q that answers its other connections is timed out; one behind a reply its client reads slowly is not"
+expect_lines "$TMP/QS.log" "no reply byte" 0
+pass "pipeline: a request held at a q that answers its other connections is timed out; one behind a reply its client has not read is not"
 
 # ... and a q stuck on one request while another waits on its other connection: both time out,
 # the stuck one after query_timeout, the one behind it query_timeout after that (before: each
