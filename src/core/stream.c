@@ -903,7 +903,7 @@ void stream_sent_loop(const struct conn *c, struct stream_sent *s)
     s->queued = (uint64_t)queued < sent ? (uint64_t)queued : sent;
     s->acked = sent - s->queued;
     s->sent = sent;
-    s->end = sent + c->piped + c->out.bytes + c->held.bytes;
+    s->end = sent + conn_pending(c);
 }
 
 void stream_input_drop_loop(struct conn *c)
