@@ -881,6 +881,8 @@ struct clients_snapshot *client_snapshot_loop(struct gw *g)
             const struct qslot *e = h->key && h->grp->queries ? &h->grp->queries[h->key & (QUERY_SLOTS - 1)] : NULL;
             if (e && e->key == h->key)
                 snprintf(r->query, sizeof r->query, "%s", e->text);
+            else if (h->qtext) /* (a .qgate.all's; or a query whose slot another has taken) */
+                snprintf(r->query, sizeof r->query, "%s", h->qtext);
         }
     }
     return s;

@@ -45,7 +45,8 @@ struct stats_snapshot *report_stats_loop(struct gw *g)
             snprintf(r->group, sizeof r->group, "%s", grp->cfg.name);
             qg_copy_lower(r->state, sizeof r->state, worker_state_name(w->st));
             r->renewing = w->renewing != 0;
-            snprintf(r->transport, sizeof r->transport, "%s", worker_via_name(w->via));
+            snprintf(r->transport, sizeof r->transport, "%s", /* (down: none; before, its last attempt's) */
+                     w->st == WS_DOWN || w->st == WS_RESOLVING ? "" : worker_via_name(w->via));
             r->served = (int64_t)w->served;
             r->errors = (int64_t)w->errors;
             r->session = w->sess ? (int64_t)w->sess->serial : INT64_MIN; /* 0N: given to nobody */

@@ -217,6 +217,9 @@ int fanout_start_loop(struct gw *g, struct group *grp, struct client *c, struct 
         return -1;
     if (r->off) /* a routed request's message starts past its wrapper */
         memmove(r->msg, r->msg + r->off, r->len);
+    if (!r->qtext && (r->qtext = malloc(QUERY_TEXT))) /* what its workers run, for .qgate.clients[] (a
+                                                        * .qgate.all has no slot in .qgate.queries[]) */
+        query_text(r->qtext, r->msg, r->len);
     struct shared *msg = buf_shared_wrap(r->msg, r->len);
     r->msg = NULL;
     c->pending -= req_cost(r);

@@ -132,14 +132,16 @@ pass "a user removed from the users file: said; its connections stay with its li
 
 # --- .qgate.clients[] shows a client whose .qgate.all runs as running, on every worker of its
 # group (helper round 35c: at 041cc8a it showed it idle, while .qgate.stats[] had every worker
-# busy with it)
+# busy with it), and the query its workers run (helper round 40a: at 560656a none, a .qgate.all
+# having no slot in .qgate.queries[])
 timeout --foreground 60 "$BIN/qsend" -g "$G" -u boss:pw "all:main:hold ca1" > "$TMP/ca.out" 2>&1 & pa=$!
 wait_line "$TMP/W1.log" "hold ca1" 10
 wait_line "$TMP/W2.log" "hold ca1" 10
 timeout --foreground 30 "$BIN/qsend" -g "$G" -u boss:pw ".qgate.clients[]" > "$TMP/ca.clients" 2>&1 || true
 grep -E '`running' "$TMP/ca.clients" > /dev/null || fail "no running column: $(cat "$TMP/ca.clients")"
 grep -qF '`every worker of main`' "$TMP/ca.clients" || fail ".qgate.clients[] during a .qgate.all: $(cat "$TMP/ca.clients")"
+grep -qF '"hold ca1"' "$TMP/ca.clients" || fail ".qgate.clients[] during a .qgate.all shows not its query: $(cat "$TMP/ca.clients")"
 release ca1 "$W1_PORT" "$W2_PORT"
 wait "$pa" || true
 expect_lines "$TMP/ca.out" '^"ca1ca1"$' 1
-pass ".qgate.clients[] shows a running .qgate.all as running, on every worker of its group"
+pass ".qgate.clients[] shows a running .qgate.all as running, on every worker of its group, with its query"

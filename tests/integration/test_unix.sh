@@ -112,6 +112,16 @@ kill -9 "$U_PID"
 wait_line "$TMP/A.log" "w unix://$U_PORT: connection closed"
 wait_line "$TMP/L.log" "w 127.0.0.1:$U_PORT: connection closed"
 wait_line "$TMP/TG.log" "w 127.0.0.1:$U_PORT: connection closed"
+# while it is down, .qgate.stats[] names no transport (at 560656a: `tcp, its last attempt's, for a
+# worker reached over its Unix socket; helper round 40a)
+G="127.0.0.1:$L_PORT"
+for i in $(seq 1 100); do
+    q ".qgate.stats[]"
+    grep -q '| ,`down |' "$TMP/q.out" && break
+    sleep 0.05
+done
+grep -qE "^table\\[1\\] .*\`transport \`client \`started \\| .* \\| ,\`down \\| .* \\| ,\` \\| ,0N \\| ,0N\$" "$TMP/q.out" ||
+    fail "a worker down: its transport in .qgate.stats[]: $(cat "$TMP/q.out")"
 AT="127.0.0.1:$U_PORT" UDS=1 start_worker U2 --rows 1000
 wait_count "$TMP/A.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$" 2
 wait_count "$TMP/L.log" "connected \(capability 3\) over unix @/tmp/kx.$U_PORT\$" 2
@@ -132,7 +142,7 @@ G="127.0.0.1:$PG_PORT"
 q "echo rp"
 expect_lines "$TMP/q.out" '^"rp"$' 1
 served_over P2 unix rp || fail "the path worker's restart was not reached over its socket"
-pass "a worker restarted is reconnected over unix://PORT, the path, the automatic choice and TCP"
+pass "a worker restarted is reconnected over unix://PORT, the path, the automatic choice and TCP; down, stats name no transport"
 
 # --- a worker restarted without its Unix socket: the automatic choice goes to TCP ------------
 kill -9 "$U2_PID"
