@@ -19,6 +19,7 @@
 
 struct conn;
 struct group;
+struct q_mark;
 struct ustate;
 struct pause_wait;
 struct pool;
@@ -130,6 +131,9 @@ struct gw {
     struct pool *readers, *writers;
     struct group *groups; /* CFG_MAX_GROUPS of them */
     int ngroups;
+    struct q_mark *dis_marks; /* the q's disabled when the last reload came (worker.h): a connection
+                          * to one made later (its address spelled another way) is disabled too */
+    int ndis_marks, dis_marks_cap;
     const struct frontend_ops *front;
     const struct backend_ops *back;
     int draining;        /* SIGTERM seen */

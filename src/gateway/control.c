@@ -92,19 +92,37 @@ int control_pause_command_loop(struct gw *g, struct client *cl, struct req *r, c
 
 /* ---- disable and enable ---------------------------------------------------------------------- */
 
+/* Does w reach the q at addr (as a worker of some group writes it): that worker, or the same q
+ * spelled another way (127.0.0.1:P and localhost:P, say)? */
+static int reaches(const struct gw *g, const char *addr, const struct worker *w)
+{
+    if (!strcmp(w->addr, addr))
+        return 1;
+    for (int i = 0; i < g->ngroups; i++) {
+        const struct worker *x;
+        TAILQ_FOREACH(x, &g->groups[i].workers, glink)
+            if (!x->removed && !strcmp(x->addr, addr) && worker_same_q(x, w))
+                return 1;
+    }
+    return 0;
+}
+
 int control_disable_loop(struct gw *g, const char *addr, int on, const char *by)
 {
     int n = 0;
     for (int i = 0; i < g->ngroups; i++) {
         struct worker *w;
         TAILQ_FOREACH(w, &g->groups[i].workers, glink) {
-            if (w->removed || strcmp(w->addr, addr))
+            if (w->removed || !reaches(g, addr, w))
                 continue;
             n++;
+            if (!on)
+                worker_marks_drop_loop(g, w);
             if (!w->disabled == !on)
                 continue;
-            log_info(w->c.name, "%s by %s (group %s, %s)", on ? "disabled" : "enabled", by, g->groups[i].cfg.name,
-                     on && w->st != WS_IDLE ? "out of rotation once what it runs is done" : worker_state_name(w->st));
+            log_info(w->c.name, "%s by %s (group %s, %s%s%s)", on ? "disabled" : "enabled", by, g->groups[i].cfg.name,
+                     on && w->st != WS_IDLE ? "out of rotation once what it runs is done" : worker_state_name(w->st),
+                     strcmp(w->addr, addr) ? "; the same q as " : "", strcmp(w->addr, addr) ? addr : "");
             worker_disable_loop(g, w, on);
             g->loop.work_pending = 1;
         }

@@ -341,6 +341,7 @@ void gw_free(struct gw *g)
     auth_unref(g->auth);
     client_users_free(g);
     free(g->groups);
+    free(g->dis_marks);
     free(g->tab);
     free(g->gens);
     free(g->free_ids);

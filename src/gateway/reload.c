@@ -206,25 +206,29 @@ static void reload_group(struct gw *g, struct group *grp, const struct group_cfg
 static void reload_groups(struct gw *g, const struct config *nc)
 {
     /* the q processes disabled now stay so wherever the file puts them (another group, one more
-     * connection for pipeline), whatever its groups' order (one group may drop an address, and so
-     * free its worker, before another takes it) */
-    int nd = 0, cap = 0;
-    char **dis = NULL;
+     * connection for pipeline, its address spelled another way: worker.c's inherit_disabled, as
+     * it connects), whatever its groups' order (one group may drop an address, and so free its
+     * worker, before another takes it); marks of the last reload's go (a q it removed and this
+     * one adds back is a new worker: enabled) */
+    int nd = 0;
+    struct q_mark *dis = NULL;
     for (int i = 0; i < g->ngroups; i++) {
         struct worker *w;
-        TAILQ_FOREACH(w, &g->groups[i].workers, glink) {
-            if (!w->disabled || !worker_is_lead(w))
-                continue;
-            if (nd == cap) {
-                char **n = realloc(dis, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *dis);
-                if (!n)
-                    break;
-                dis = n;
-            }
-            if ((dis[nd] = strdup(w->addr)))
-                nd++;
-        }
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink)
+            nd += w->disabled && worker_is_lead(w);
     }
+    if (nd && !(dis = calloc((size_t)nd, sizeof *dis)))
+        nd = 0; /* (out of memory: a connection this reload adds to a disabled q is not disabled) */
+    int k0 = 0;
+    for (int i = 0; i < g->ngroups && k0 < nd; i++) {
+        struct worker *w;
+        TAILQ_FOREACH(w, &g->groups[i].workers, glink)
+            if (w->disabled && worker_is_lead(w) && k0 < nd)
+                worker_mark_of(w, &dis[k0++]);
+    }
+    free(g->dis_marks);
+    g->dis_marks = dis;
+    g->ndis_marks = g->dis_marks_cap = nd;
     for (int i = 0; i < nc->ngroups; i++) {
         struct group *grp = dispatch_group_find_loop(g, nc->groups[i].name);
         if (grp)
@@ -246,14 +250,11 @@ static void reload_groups(struct gw *g, const struct config *nc)
         struct worker *w;
         TAILQ_FOREACH(w, &g->groups[i].workers, glink)
             for (int k = 0; k < nd && !w->disabled && !w->removed; k++)
-                if (!strcmp(w->addr, dis[k])) {
+                if (worker_marked(&dis[k], w)) {
                     log_info(w->c.name, "group %s: disabled, as the other connections to this q are", g->groups[i].cfg.name);
                     worker_disable_loop(g, w, 1);
                 }
     }
-    for (int k = 0; k < nd; k++)
-        free(dis[k]);
-    free(dis);
 }
 
 /* Apply a configuration read by a reload job: the worker sets and the live keys. */

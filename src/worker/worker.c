@@ -122,6 +122,7 @@ void worker_disable_loop(struct gw *g, struct worker *w, int on)
 }
 
 static void on_reconnect_timer(struct gw *g, struct conn *c);
+static void inherit_disabled(struct gw *g, struct worker *w);
 
 static void schedule_reconnect(struct gw *g, struct worker *w)
 {
@@ -418,6 +419,7 @@ static int on_bytes(struct gw *g, struct conn *x)
     w->uds_why[0] = 0;
     w->fails = 0;
     w->tried = 1;
+    inherit_disabled(g, w);
     int reset = session_connected_loop(g, w); /* (BUSY with it: never idle before it has run) */
     if (reset < 0)
         return stream_close(x, "out of memory for the reset query its last connection owed");
@@ -604,11 +606,63 @@ static int same_tcp(const struct net_addrs *a, const struct net_addrs *b)
  * or the Unix socket both reached it over (a local q's, whichever name reached it: 127.0.0.1,
  * localhost, unix://; only one process listens on a socket name, while the name qgate would
  * try is the same for every local address with that port). */
+static int same_q_at(const char *aa, const struct net_addrs *an, int av, const char *ba, const struct net_addrs *bn,
+                     int bv)
+{
+    return !strcmp(aa, ba) || same_tcp(an, bn) ||
+           (av == VIA_UNIX && bv == VIA_UNIX && an->udslen && an->udslen == bn->udslen &&
+            !memcmp(&an->uds, &bn->uds, an->udslen));
+}
 static int same_q(const struct worker *a, const struct worker *b)
 {
-    return !strcmp(a->addr, b->addr) || same_tcp(&a->na, &b->na) ||
-           (a->via == VIA_UNIX && b->via == VIA_UNIX && a->na.udslen && a->na.udslen == b->na.udslen &&
-            !memcmp(&a->na.uds, &b->na.uds, a->na.udslen));
+    return same_q_at(a->addr, &a->na, a->via, b->addr, &b->na, b->via);
+}
+int worker_same_q(const struct worker *a, const struct worker *b) { return same_q(a, b); }
+int worker_marked(const struct q_mark *m, const struct worker *w)
+{
+    return same_q_at(m->addr, &m->na, m->via, w->addr, &w->na, w->via);
+}
+void worker_mark_of(const struct worker *w, struct q_mark *m)
+{
+    snprintf(m->addr, sizeof m->addr, "%s", w->addr);
+    m->na = w->na;
+    m->via = w->via;
+}
+void worker_marks_drop_loop(struct gw *g, const struct worker *w)
+{
+    for (int k = 0; k < g->ndis_marks;)
+        if (worker_marked(&g->dis_marks[k], w))
+            g->dis_marks[k] = g->dis_marks[--g->ndis_marks];
+        else
+            k++;
+}
+
+/* w, connected, reaches a q disabled on another of its connections (the same address spelled
+ * another way, in this group or another, connected after the disable or added by a reload that
+ * kept the q disabled): disabled too, as .qgate.disable[] takes every worker of one q (helper
+ * round 40c: at 1bf1093 127.0.0.1:P disabled left localhost:P in rotation). */
+static void inherit_disabled(struct gw *g, struct worker *w)
+{
+    if (w->disabled)
+        return;
+    const struct worker *from = NULL;
+    for (int i = 0; i < g->ngroups && !from; i++) {
+        const struct worker *x;
+        TAILQ_FOREACH(x, &g->groups[i].workers, glink)
+            if (x != w && x->disabled && !x->removed && same_q(x, w)) {
+                from = x;
+                break;
+            }
+    }
+    int marked = 0;
+    for (int k = 0; k < g->ndis_marks && !from && !marked; k++)
+        marked = worker_marked(&g->dis_marks[k], w);
+    if (!from && !marked)
+        return;
+    log_info(w->c.name, "group %s: disabled, as the other connections to this q are (%s%s)", w->grp->cfg.name,
+             from ? from->addr : "disabled when the reload came that added this one",
+             from ? (from->grp == w->grp ? ", this group" : ", another group") : "");
+    worker_disable_loop(g, w, 1);
 }
 
 int worker_q_shared_loop(const struct gw *g, const struct worker *w)

@@ -275,6 +275,19 @@ void worker_add_loop(struct gw *g, struct group *grp, const char *addr);
 void worker_fit_loop(struct gw *g, struct group *grp, struct worker *lead);
 /* w removed by a reload (on), or kept after all (0): counted in g->loop.nremoved. */
 void worker_set_removed_loop(struct gw *g, struct worker *w, int on);
+/* A q process as qgate knew it: its address as written and as resolved (the marks of the q's
+ * disabled at a reload: g->dis_marks). */
+struct q_mark {
+    char addr[300];
+    struct net_addrs na;
+    uint8_t via;
+};
+/* Do a and b reach the same q? The same address as written, or as resolved (worker.c). */
+int worker_same_q(const struct worker *a, const struct worker *b);
+int worker_marked(const struct q_mark *m, const struct worker *w);
+void worker_mark_of(const struct worker *w, struct q_mark *m);
+/* .qgate.enable[] of w: the reload's marks of its q go (its connections made later stay enabled). */
+void worker_marks_drop_loop(struct gw *g, const struct worker *w);
 /* Is another connection to w's q (its address), in any group, one a reload removed that is still
  * open (its run, or what it owes, not done)? What runs there may run after what w is sent. */
 int worker_q_shared_loop(const struct gw *g, const struct worker *w);

@@ -284,6 +284,40 @@ wait_for 10 "the q moved to main still disabled" moved_disabled
 kill "$DH_PID"
 pass "a reload adding a disabled q to another group, or another connection to it (pipeline): disabled there too, whatever the file's order"
 
+# --- one q, its address spelled two ways (127.0.0.1:P, localhost:P): .qgate.disable[] of either
+# takes both out of rotation, and .qgate.enable[] of either puts both back; a reload that spells
+# a disabled q's address another way adds a connection that is disabled too (helper round 40c: at
+# 1bf1093 only the spelling named was disabled, and the respelled one came back enabled)
+LW2="localhost:$W2_PORT"
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = %s,%s\n[group alt]\nworkers = %s\n' \
+    "$TMP/users" "$W1A" "$W2A" "$LW2" > "$TMP/ds.conf"
+start_gateway DS -c "$TMP/ds.conf"
+wait_count "$TMP/DS.log" "connected \\(capability 3\\)" 3 10
+ds() { timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$DS_PORT" -u alice:pw "$@" > "$TMP/ds.out"; }
+ds_states() { ds ".qgate.stats[]"; grep -qE "^table\\[3\\] .* \\| \`main\`main\`alt \\| \`$1\`$2\`$3 \\|" "$TMP/ds.out"; }
+ds ".qgate.disable[\`$W2A]"
+expect_lines "$TMP/ds.out" '^1b$' 1
+wait_for 10 "both spellings of W2 disabled" ds_states idle disabled disabled
+expect_lines "$TMP/DS.log" "w $LW2: disabled by admin alice \\(group alt, IDLE; the same q as $W2A\\)" 1
+ds ".qgate.enable[\`$LW2]"
+expect_lines "$TMP/ds.out" '^1b$' 1
+wait_for 10 "both spellings of W2 enabled" ds_states idle idle idle
+kill "$DS_PID"
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = %s,%s\n' "$TMP/users" "$W1A" "$W2A" > "$TMP/dt.conf"
+start_gateway DT -c "$TMP/dt.conf"
+wait_count "$TMP/DT.log" "connected \\(capability 3\\)" 2 10
+timeout --foreground 10 "$BIN/qsend" -g "127.0.0.1:$DT_PORT" -u alice:pw ".qgate.disable[\`$W2A]" > "$TMP/a.out"
+expect_lines "$TMP/a.out" '^1b$' 1
+printf '[gateway]\nbind = 127.0.0.1\nusers_file = %s\n[group main]\nworkers = %s,%s\n' "$TMP/users" "$W1A" "$LW2" > "$TMP/dt.conf"
+kill -HUP "$DT_PID"
+wait_line "$TMP/DT.log" "reload: done" 10
+wait_line "$TMP/DT.log" "w $LW2: group main: disabled, as the other connections to this q are \\(disabled when the reload came that added this one\\)" 10
+respelled_disabled() { timeout --foreground 5 "$BIN/qsend" -g "127.0.0.1:$DT_PORT" -u alice:pw ".qgate.stats[]" |
+                       grep -qE "^table\\[2\\] .* \\| \`$W1A\`$LW2 \\| \`main\`main \\| \`idle\`disabled \\|"; }
+wait_for 10 "the respelled q disabled" respelled_disabled
+kill "$DT_PID"
+pass "one q spelled two ways: disabled and enabled as one, by either address; a reload respelling a disabled q keeps it disabled"
+
 # --- .qgate.shutdown[]: as SIGTERM, 1b first; the running request finishes; exit 0 -------------
 G="127.0.0.1:$GW_PORT"
 "$BIN/qsend" -g "$G" -u bob:pw "hold z1" > "$TMP/z1.out" & zp=$!

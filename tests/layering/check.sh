@@ -123,7 +123,8 @@ allowed="gw_init gw_free loop_init loop_free loop_watch loop_watch_pool loop_on_
          loop_timers_next loop_timers_pop_due loop_timers_free conn_q_init conn_refusal_name client_users_free
          client_state_name worker_state_name worker_via_name request_free access_init access_close report_init
          dispatch_free reload_init reload_free pipeline_key pipeline_learned_us run_began_us run_mode_of mhttp_init mhttp_free stream_close
-         request_state_name command_row query_key query_text query_learned_us session_reset_query tail_origin tail_who"
+         request_state_name command_row query_key query_text query_learned_us session_reset_query tail_origin tail_who
+         worker_same_q worker_marked worker_mark_of"
 # a file's exported names start with its name, or with one of these
 prefixes() {
     PFX=

@@ -501,6 +501,7 @@ static size_t gw_kept(void)
     n += (size_t)g->loop.timers.cap * sizeof(struct timer *);
     n += g->names_bytes; /* worker names, kept for the access log's records */
     n += access_bytes_loop(g); /* the access log's record buffers */
+    n += (size_t)g->dis_marks_cap * sizeof(struct q_mark); /* the q's disabled when the last reload came */
     for (int i = 0; i < g->ngroups; i++) {
         struct worker *w;
         TAILQ_FOREACH(w, &g->groups[i].workers, glink) {
