@@ -358,6 +358,8 @@ void client_users_reloaded_loop(struct gw *g)
         const struct auth_user *e = db ? auth_find(db, u->name, strlen(u->name)) : NULL;
         if (u->admin && !(e && e->admin))
             log_info(NULL, "reload: user %s is no longer an admin", u->name);
+        else if (!u->admin && e && e->admin) /* (its connections' commands from now on: helper round 40c) */
+            log_info(NULL, "reload: user %s is an admin now", u->name);
         if (db && !e) { /* gone from the file: its connections stay (new ones are refused), as they
                          * were but for admin rights; its limits kept (at 3929a8f they were lifted,
                          * and nothing said so: helper round 21) */

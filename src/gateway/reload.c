@@ -151,9 +151,38 @@ void reload_free(struct gw *g)
     reload_answer(g, &g->reload_next, "the gateway stops");
 }
 
+/* What a reload changes in a group's keys, said (its workers' changes are said one by one; at
+ * 1bf1093 a pool, pipeline or reset_query changed showed only as "reload: done": helper round
+ * 40c). The credentials and the reset query are not written out. */
+static void say_group_changes(const struct group_cfg *o, const struct group_cfg *n)
+{
+    char s[400] = "";
+    size_t k = 0;
+#define SAY(...) (k += k < sizeof s ? (size_t)snprintf(s + k, sizeof s - k, __VA_ARGS__) : 0)
+    static const char *const pools[] = {"request", "session"}, *const asyncs[] = {"one", "broadcast"};
+    if (o->pool_mode != n->pool_mode)
+        SAY(", pool %s -> %s", pools[o->pool_mode & 1], pools[n->pool_mode & 1]);
+    if (o->async_mode != n->async_mode)
+        SAY(", async %s -> %s", asyncs[o->async_mode & 1], asyncs[n->async_mode & 1]);
+    if (o->pipeline != n->pipeline)
+        SAY(", pipeline %d -> %d", o->pipeline, n->pipeline);
+    if (o->pipeline_wait != n->pipeline_wait)
+        SAY(", pipeline_wait %lld -> %lld ms", (long long)o->pipeline_wait, (long long)n->pipeline_wait);
+    if (strcmp(o->reset_query, n->reset_query))
+        SAY(", reset_query %s", !n->reset_query[0] ? "removed" : o->reset_query[0] ? "changed" : "set");
+    if (strcmp(o->users, n->users))
+        SAY(", users %s", n->users[0] ? n->users : "(none: the default route)");
+    if (strcmp(o->user, n->user) || strcmp(o->password, n->password))
+        SAY(", the user and password it presents to its workers changed (for connections made from now on)");
+#undef SAY
+    if (s[0])
+        log_info(NULL, "reload: group %s: %s", n->name, s + 2);
+}
+
 /* One group's new worker list: the addresses it did not have join, those it lost leave. */
 static void reload_group(struct gw *g, struct group *grp, const struct group_cfg *gc)
 {
+    say_group_changes(&grp->cfg, gc);
     int was_session = grp->cfg.pool_mode == CFG_POOL_SESSION;
     int unpin = was_session && gc->pool_mode != CFG_POOL_SESSION;
     char reset[sizeof grp->cfg.reset_query]; /* (the one its sessions lived under) */

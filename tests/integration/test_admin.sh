@@ -101,7 +101,12 @@ timeout --foreground 30 "$BIN/qsend" -g "$G" -u boss:pw ".qgate.pause[\`main]" >
 expect_lines "$TMP/boss2.out" "^'qgate: access \\(admin only\\): \\.qgate\\.pause" 1
 timeout --foreground 30 "$BIN/qsend" -g "$G" -u sam:pw "echo sam3" > "$TMP/sam2.out" 2>&1 || true
 expect_lines "$TMP/sam2.out" "^'qgate: access: user sam is a monitor" 1
-pass "a reload that takes an admin's rights away: its commands sent and not yet run are refused, as what it sends after; a new monitor's queries sent before run"
+# ... and one that gives them back: said (helper round 40c: at 1bf1093 only the loss was logged)
+printf 'boss:pw\tadmin=1\nsam:pw\tmonitor=1\n' > "$TMP/users2"
+kill -HUP "$RG_PID"
+wait_count "$TMP/RG.log" "reload: done" 2 10
+expect_file_has "$TMP/RG.log" "reload: user boss is an admin now"
+pass "a reload that takes an admin's rights away: its commands sent and not yet run are refused, as what it sends after; a new monitor's queries sent before run; given back, said"
 
 # --- a user removed from the users file: its connections stay, its limits as they were (at
 # 3929a8f they were lifted, unsaid: max_inflight 1 let both of its waiting requests run) ----------

@@ -155,6 +155,7 @@ wait_line "$TMP/FP.log" "reload: done" 10
 q "x"
 expect_lines "$TMP/q.out" "^'x\$" 1
 expect_file_has "$TMP/FP.log" "its q may hold what ran outside a session.*: the reset query runs before a session is given it"
+expect_file_has "$TMP/FP.log" "reload: group main: pool request -> session, reset_query set\$"
 pass "a reload that makes a request pool a session pool: the reset query runs before the first session"
 
 # ... and a reload that gives a session pool a reset query: what the sessions before it left is
