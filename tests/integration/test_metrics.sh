@@ -74,7 +74,9 @@ expect_file_has "$TMP/h400" "^HTTP/1.1 400 Bad Request"
 pass "404 for other paths, 405 with Allow for other methods, HEAD, the absolute form, 400 for a NUL"
 
 # --- the request line: HTTP/1.x only, and its three parts; empty lines before it passed over
-# (at 3929a8f 'HTTP/9.9' and no version at all got the page, and a blank line first a 405) ------
+# (at 3929a8f 'HTTP/9.9' and no version at all got the page, and a blank line first a 405; at
+# 1bf1093 a bad line with no blank line after it, and a request not ended, were closed unanswered
+# 2 s later: helper round 40b) ----------------------------------------------------------------
 # the status line of the answer to the raw request $1 (printf's format)
 raw_status() {
     local rc=0
@@ -93,11 +95,14 @@ for c in 'GET /metrics HTTP/9.9\r\n\r\n|HTTP/1.1 505 HTTP Version Not Supported'
          'GET /metrics  HTTP/1.1\r\n\r\n|HTTP/1.1 400 Bad Request' \
          'GET /met rics HTTP/1.1\r\n\r\n|HTTP/1.1 400 Bad Request' \
          '\r\n\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n|HTTP/1.1 200 OK' \
-         'GET /metrics HTTP/1.0\n\n|HTTP/1.1 200 OK'; do
+         'GET /metrics HTTP/1.0\n\n|HTTP/1.1 200 OK' \
+         'hello there\r\n|HTTP/1.1 400 Bad Request' \
+         'SSH-2.0-OpenSSH_8.9\r\n|HTTP/1.1 400 Bad Request' \
+         'GET /metrics HTTP/9.9\r\nHost: x\r\n|HTTP/1.1 505 HTTP Version Not Supported'; do
     got=$(raw_status "${c%%|*}")
     [ "$got" = "${c#*|}" ] || fail "raw request '${c%%|*}': '$got', want '${c#*|}'"
 done
-pass "the request line: 505 for a version not HTTP/1.x, 400 for a line without one, empty lines before it passed over"
+pass "the request line: 505 for a version not HTTP/1.x, 400 for a line without one (as soon as it has come, with no blank line after it), empty lines before it passed over"
 
 # --- busy: refused, logged at most once a second, counted ------------------------------------------
 sed -i 's/^stats_period/max_queue = 0\nstats_period/' "$TMP/gw.conf"
@@ -157,6 +162,16 @@ timeout --foreground 10 "$BIN/qsend" -g "$G" ".qgate.totals[]" > "$TMP/q.out"
 expect_file_has "$TMP/q.out" '^`uptime_ms`clients`connections`handshakes`requests`ok`errors`gwerrors`gone`closed`request_bytes'
 wait_line "$TMP/GW.log" "stats: [0-9]+ requests \\([0-9.]+/s\\), 0 q errors, 53 gateway errors, 123 refused \\(too_many_connections 73, busy 50\\); [0-9]+ clients, 0 queued, workers 2/2 up" 10
 pass ".qgate.totals[]; the summary line every stats_period"
+
+# --- a request begun and not ended in time: 408, then the close (at 1bf1093 closed unanswered:
+# helper round 40b); counted as a metrics timeout --------------------------------------------
+t0=$(metric 'qgate_refused_total{reason="metrics_timeout"}')
+for c in 'GET /metr|HTTP/1.1 408 Request Timeout' 'GET /metrics HTTP/1.1\r\nHost: x\r\n|HTTP/1.1 408 Request Timeout'; do
+    got=$(raw_status "${c%%|*}")
+    [ "$got" = "${c#*|}" ] || fail "raw request '${c%%|*}': '$got', want '${c#*|}'"
+done
+[ "$(metric 'qgate_refused_total{reason="metrics_timeout"}')" -eq $((t0 + 2)) ] || fail "the two 408s not counted as metrics timeouts"
+pass "a metrics request begun and not ended in time: 408, counted"
 
 # --- the metrics port is as sturdy as the q port (0.12.0: a scraper that reset while its page was
 # made freed the connection under the loop's next event, a use after free that ASan reported
