@@ -77,6 +77,8 @@ size_t kzip_uncompressed_len(const uint8_t *c, size_t clen)
     return qg_ld32o(c + 8, c[0]);
 }
 
+size_t kzip_max_len(size_t clen) { return clen < 12 ? 0 : 8 + ((clen - 12) / 17 + 1) * (8 * 257); }
+
 /* Copy len bytes from out+src to out+w (src < w) with the byte-at-a-time meaning of an
  * overlapping copy. May write up to 15 bytes past w+len: the caller guarantees the room. */
 static inline void copy_fast(uint8_t *out, size_t src, size_t w, size_t len)
@@ -196,7 +198,7 @@ size_t kzip_peek(const uint8_t *body, size_t n, uint8_t *out, size_t cap)
 
 qg_status kzip_decompress(const uint8_t *c, size_t clen, uint8_t *out, size_t n, const char **why)
 {
-    if (clen < 13 || n < 9 || kzip_uncompressed_len(c, clen) != n) {
+    if (clen < 13 || n < 9 || kzip_uncompressed_len(c, clen) != n || n > kzip_max_len(clen)) {
         *why = "compressed header inconsistent";
         return QG_ERR;
     }

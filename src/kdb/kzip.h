@@ -15,6 +15,11 @@ size_t kzip_compress(const uint8_t *m, size_t t, uint8_t *out);
  * declares, or 0 if clen is too short to hold it. byte order from c[0]. */
 size_t kzip_uncompressed_len(const uint8_t *c, size_t clen);
 
+/* The most a compressed message of clen bytes can make, header included: a group of 8 items
+ * (a flag byte and 8 back-references of 2 bytes each) makes at most 8 x 257 bytes. One declaring
+ * more is not well-formed: refused before its buffer is allocated. 0 if clen is too short. */
+size_t kzip_max_len(size_t clen);
+
 /* The first bytes of a compressed message's plain body from the first n bytes of its compressed
  * body (after the 8-byte header): into out, at most cap, as far as they are literals in the
  * stream (its first byte, the type, always is in a well-formed one). How many. */

@@ -260,6 +260,7 @@ static void test_round_trips_and_reference(void **state)
         }
         compressed++;
         assert_true(zl < t / 2 + 1);
+        assert_true(t <= kzip_max_len(zl));
         uint8_t *d = malloc(t), *r = malloc(t);
         const char *why;
         assert_int_equal(kzip_decompress(z, zl, d, t, &why), QG_OK);
@@ -355,6 +356,36 @@ static void test_not_worth_it(void **state)
     free(m);
 }
 
+/* The most a compressed stream can make: never less than q's compressor makes of the most
+ * compressible input (zeros, each group of 8 back-references at its longest), and not far above
+ * it; a short message declaring gigabytes is over it (helper round 40b: at 1bf1093 a reader
+ * allocated the 2 GB a 20-byte message declared, before finding it short). */
+static void test_max_len(void **state)
+{
+    (void)state;
+    for (size_t t = 2001; t <= (8u << 20); t = t * 3 + 1) {
+        uint8_t *m = calloc(1, t), *z = malloc(t / 2);
+        kipc_hdr_write(m, KIPC_RESPONSE, 0, t);
+        size_t zl = kzip_compress(m, t, z);
+        assert_true(zl > 0);
+        assert_true(t <= kzip_max_len(zl));
+        assert_true(kzip_max_len(zl) < 2 * t + 3000);
+        const char *why = NULL;
+        uint8_t *d = malloc(t);
+        assert_int_equal(kzip_decompress(z, zl, d, t, &why), QG_OK);
+        free(d);
+        free(z);
+        free(m);
+    }
+    assert_int_equal(kzip_max_len(11), 0);
+    assert_true(kzip_max_len(20) < 0x7fffffff);
+    uint8_t c[20] = {1, 1, 1, 0, 20, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f};
+    uint8_t out[64];
+    const char *why = NULL;
+    assert_int_equal(kzip_decompress(c, sizeof c, out, 0x7fffffff, &why), QG_ERR); /* (out unread: refused first) */
+    assert_non_null(why);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_hostile_input),
         cmocka_unit_test(test_not_worth_it),
         cmocka_unit_test(test_big_endian),
+        cmocka_unit_test(test_max_len),
     };
     return cmocka_run_group_tests_name("kzip", tests, NULL, NULL);
 }
