@@ -198,6 +198,8 @@ struct client {
     size_t pending;      /* bytes of requests held */
     size_t gathering;    /* bytes counted against pending_max for the message being read */
     uint8_t room_granted; /* its turn for room came: gathering kept for the header it waited with */
+    size_t room_mark;    /* while others wait for room: the bytes of its message it had at ... */
+    int64_t room_mark_ms; /* ... this time (0: not yet looked at), its pace judged from there */
     uint64_t next_seq;
     int64_t stall_since; /* ms: output has waited (without a byte accepted) since */
     size_t stall_level;  /* ... its bytes waiting then */

@@ -128,8 +128,10 @@ static void read_on(struct gw *g, struct client *c)
 }
 
 /* While clients wait for room, one that keeps room for a message it has stopped sending (no
- * byte for client_stall_timeout while qgate reads it) is closed: room kept is not taken from
- * the others for ever. */
+ * byte for client_stall_timeout while qgate reads it), or sends less than ROOM_SMALL of it in a
+ * client_stall_timeout (a byte now and then: helper round 40b, a header declaring 2 GB then a
+ * trickle held every other large request for good), is closed: room kept is not taken from the
+ * others for ever. */
 static void room_stalls(struct gw *g, struct timer *t)
 {
     (void)t;
@@ -141,16 +143,35 @@ static void room_stalls(struct gw *g, struct timer *t)
         if (!x || x->kind != CONN_CLIENT || x->closing)
             continue;
         struct client *c = client_of(x);
-        if (c->gathering && x->rd.phase == RD_WHOLE && !c->eof && !c->paused && !x->paused &&
-            g->loop.now_ms - x->last_read_ms >= stall) {
-            char what[150], why[160];
-            snprintf(what, sizeof what, "sent %zu bytes of a %zu-byte message, then none for %lld ms, while others "
-                     "waited for room under pending_max", inbuf_avail(&x->in), c->gathering,
-                     (long long)(g->loop.now_ms - x->last_read_ms));
-            snprintf(why, sizeof why, "stalled: %s", what);
-            conn_refused_loop(g, REFUSED_STALLED, x->name, "%s", what); /* (as the output's stall is) */
-            conn_close_loop(g, x, why);
+        if (!c->gathering || x->rd.phase != RD_WHOLE)
+            continue;
+        if (c->eof || c->paused || x->paused) { /* not read now: not its doing */
+            c->room_mark_ms = 0;
+            continue;
         }
+        size_t got = inbuf_avail(&x->in);
+        char what[200], why[210];
+        if (g->loop.now_ms - x->last_read_ms >= stall) {
+            snprintf(what, sizeof what, "sent %zu bytes of a %zu-byte message, then none for %lld ms, while others "
+                     "waited for room under pending_max", got, c->gathering, (long long)(g->loop.now_ms - x->last_read_ms));
+        } else if (!c->room_mark_ms || got < c->room_mark) {
+            c->room_mark = got; /* its pace judged from now */
+            c->room_mark_ms = g->loop.now_ms;
+            continue;
+        } else if (g->loop.now_ms - c->room_mark_ms < stall) {
+            continue;
+        } else if (got - c->room_mark >= ROOM_SMALL) {
+            c->room_mark = got; /* its pace is fair: judged again from now */
+            c->room_mark_ms = g->loop.now_ms;
+            continue;
+        } else {
+            snprintf(what, sizeof what, "sent %zu bytes of a %zu-byte message, %zu of them in the last %lld ms (under "
+                     "%d bytes), while others waited for room under pending_max", got, c->gathering, got - c->room_mark,
+                     (long long)(g->loop.now_ms - c->room_mark_ms), ROOM_SMALL);
+        }
+        snprintf(why, sizeof why, "stalled: %s", what);
+        conn_refused_loop(g, REFUSED_STALLED, x->name, "%s", what); /* (as the output's stall is) */
+        conn_close_loop(g, x, why);
     }
     loop_timer_arm_loop(g, &g->room_tm, g->loop.now_ms + 1000, room_stalls);
 }
@@ -185,6 +206,7 @@ int request_header_loop(struct gw *g, struct conn *x, const struct kipc_hdr *h)
     }
     conn_room_leave_loop(g, x);
     c->gathering = (size_t)h->len;
+    c->room_mark_ms = 0; /* (a new message: its pace not yet looked at) */
     buf_pending_add(c->gathering);
     return SS_OK;
 }
@@ -196,6 +218,7 @@ static void room_grant(struct gw *g, struct client *c)
     struct conn *x = &c->c;
     conn_room_leave_loop(g, x);
     c->gathering = (size_t)x->room_need; /* kept for it: nobody takes it meanwhile */
+    c->room_mark_ms = 0;
     buf_pending_add(c->gathering);
     c->room_granted = 1;
     conn_backlog_add_loop(g, x);

@@ -359,6 +359,26 @@ raw_close 4; raw_close 5
 wait_for 30 "nothing counted at the end" pending_is 0
 pass "pending_max: small requests, counted past the bound, never keep a big one waiting"
 
+# one that keeps its room with a byte now and then (under 64 KiB of its message in each
+# client_stall_timeout) while another waits is closed as well (helper round 40b: at 1bf1093 a
+# header declaring 2 GB and then a byte now and then held every other large request for good).
+# (The writer below paces the trickle; what the case waits for is the close in the log.)
+raw_open "$PG_PORT" 6
+raw_hs trickle:pw 6
+printf '%b%s' "\\x01\\x01\\x00\\x00$(le32 700000)\\x0a\\x00$(le32 699986)" "$(head -c 1000 /dev/zero | tr '\0' s)" >&6
+wait_for 30 "room kept for the trickled message" pending_is 700000
+( for i in $(seq 1 300); do printf s >&6 2> /dev/null || break; sleep 0.2; done ) & trk=$!
+raw_open "$PG_PORT" 5
+raw_hs b:pw 5
+raw_text 1 "echo $(head -c 600000 /dev/zero | tr '\0' d)" 5
+wait_line "$TMP/PG.log" "trickle: closed: stalled: sent [0-9]+ bytes of a 700000-byte message, [0-9]+ of them in the last [0-9]+ ms \\(under 65536 bytes\\), while others waited for room under pending_max" 30
+raw_msg "$TMP/ptrickle.out" 5 || fail "no reply to the request that waited behind the trickle"
+[ "$(stat -c %s "$TMP/ptrickle.out")" = 600014 ] || fail "reply behind the trickle: $(stat -c %s "$TMP/ptrickle.out") bytes"
+kill "$trk" 2> /dev/null || true; wait "$trk" 2> /dev/null || true
+raw_close 5; raw_close 6
+wait_for 30 "nothing counted after the trickle" pending_is 0
+pass "pending_max: a client that keeps its room with a trickle (under 64 KiB a client_stall_timeout) while another waits is closed; the other is read"
+
 # client_stall_timeout set by a reload applies to room kept while others wait (the check that
 # closes such a client started only when the first waited, and only if it was set then)
 printf '[gateway]\npending_max = 1000000\nclient_stall_timeout = 0\n' > "$TMP/ps.conf"
