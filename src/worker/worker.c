@@ -613,11 +613,10 @@ static int same_q_at(const char *aa, const struct net_addrs *an, int av, const c
            (av == VIA_UNIX && bv == VIA_UNIX && an->udslen && an->udslen == bn->udslen &&
             !memcmp(&an->uds, &bn->uds, an->udslen));
 }
-static int same_q(const struct worker *a, const struct worker *b)
+int worker_same_q(const struct worker *a, const struct worker *b)
 {
     return same_q_at(a->addr, &a->na, a->via, b->addr, &b->na, b->via);
 }
-int worker_same_q(const struct worker *a, const struct worker *b) { return same_q(a, b); }
 int worker_marked(const struct q_mark *m, const struct worker *w)
 {
     return same_q_at(m->addr, &m->na, m->via, w->addr, &w->na, w->via);
@@ -649,7 +648,7 @@ static void inherit_disabled(struct gw *g, struct worker *w)
     for (int i = 0; i < g->ngroups && !from; i++) {
         const struct worker *x;
         TAILQ_FOREACH(x, &g->groups[i].workers, glink)
-            if (x != w && x->disabled && !x->removed && same_q(x, w)) {
+            if (x != w && x->disabled && !x->removed && worker_same_q(x, w)) {
                 from = x;
                 break;
             }
@@ -672,7 +671,7 @@ int worker_q_shared_loop(const struct gw *g, const struct worker *w)
     for (int i = 0; i < g->ngroups; i++) {
         const struct worker *x;
         TAILQ_FOREACH(x, &g->groups[i].workers, glink)
-            if (x != w && x->removed && same_q(x, w))
+            if (x != w && x->removed && worker_same_q(x, w))
                 return 1;
     }
     return 0;
